@@ -1,0 +1,133 @@
+"""A kernel's loop space: the full shape, which axes reduce, every load's view over it, and the optimizations
+(actions on axes) that reshape that space before lowering."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from attograd.helpers import DEBUG, NOOPT, prod
+from attograd.uop.ops import Ops, UOp
+from attograd.uop.view import ShapeTracker
+
+@dataclass(frozen=True)
+class Opt:
+  """One action on an axis: UPCAST (unroll an output axis), UNROLL (unroll a reduce axis), THREAD (run across cores)."""
+  op: str
+  axis: int
+  amount: int
+
+@dataclass
+class Kernel:
+  ast: UOp
+  full_shape: tuple[int, ...] = ()
+  first_reduce: int = 0
+  sts: dict[UOp, ShapeTracker] = field(default_factory=dict)
+  upcasted: list[int] = field(default_factory=list)     # output axes unrolled into registers (axis indices)
+  unrolled: list[int] = field(default_factory=list)     # reduce axes unrolled
+  parallel: bool = False                                # run the outermost output axis across cores
+  applied: list[Opt] = field(default_factory=list)
+
+  def __post_init__(self) -> None:
+    topo = self.ast.toposort()
+    for u in topo:
+      if u.op is Ops.VIEW: continue
+      if u.op in (Ops.LOAD, Ops.STORE) or (u.op is Ops.CONST and u.src):
+        view = u.src[1] if u.op is not Ops.CONST else u.src[0]
+        self.sts[u] = view.arg
+    reduces = [u for u in topo if u.op is Ops.REDUCE_AXIS]
+    out_shape = self.ast.src[0].src[1].arg.shape
+    self.full_shape = reduces[0].src[0].shape if reduces else out_shape
+    self.reduce_axes = tuple(sorted(reduces[0].arg[1])) if reduces else ()
+    self.out_rank_shape = out_shape
+    # reduce axes go last, so that reduce loops nest inside the output loops
+    if self.reduce_axes:
+      perm = tuple(i for i in range(len(self.full_shape)) if i not in self.reduce_axes) + self.reduce_axes
+      if perm != tuple(range(len(perm))): self._permute(perm)
+    self.first_reduce = len(self.full_shape) - len(self.reduce_axes)
+    self._simplify_axes()
+
+  # ***** the loop space *****
+  @property
+  def shape_len(self) -> int: return len(self.full_shape)
+  @property
+  def output_shape(self) -> tuple[int, ...]:
+    return tuple(s if i < self.first_reduce else 1 for i, s in enumerate(self.full_shape))
+  def _is_full(self, st: ShapeTracker) -> bool: return st.shape == self.full_shape
+  def _permute(self, perm: tuple[int, ...]) -> None:
+    self.sts = {u: st.permute(perm) for u, st in self.sts.items()}
+    self.full_shape = tuple(self.full_shape[i] for i in perm)
+  def _reshape(self, new_full: tuple[int, ...], new_out: tuple[int, ...]) -> None:
+    full, out = self.full_shape, self.output_shape
+    self.sts = {u: st.reshape(new_full if st.shape == full else new_out) if st.shape in (full, out) else st
+                for u, st in self.sts.items()}
+    self.full_shape = new_full
+
+  def _simplify_axes(self) -> None:
+    """Drop size-1 axes and merge neighbours that every view walks as one strided run."""
+    keep = [i for i, s in enumerate(self.full_shape) if s != 1]
+    if len(keep) != len(self.full_shape):
+      nfr = sum(1 for i in keep if i < self.first_reduce)
+      new_full = tuple(self.full_shape[i] for i in keep)
+      new_out = tuple(s if j < nfr else 1 for j, s in enumerate(new_full))
+      self._reshape(new_full, new_out)
+      self.first_reduce = nfr
+    i = len(self.full_shape) - 2
+    while i >= 0:
+      same_kind = (i + 1 < self.first_reduce) or (i >= self.first_reduce)
+      if same_kind and self._mergeable(i):
+        new_full = self.full_shape[:i] + (self.full_shape[i] * self.full_shape[i + 1],) + self.full_shape[i + 2:]
+        fr = self.first_reduce - (1 if i + 1 < self.first_reduce else 0)
+        new_out = tuple(s if j < fr else 1 for j, s in enumerate(new_full))
+        self._reshape(new_full, new_out)
+        self.first_reduce = fr
+      i -= 1
+
+  def _mergeable(self, i: int) -> bool:
+    for st in self.sts.values():
+      v = st.views[-1]
+      sh, stv = v.shape, v.strides
+      if v.mask is not None and (v.mask[i] != (0, sh[i]) or v.mask[i + 1] != (0, sh[i + 1])):
+        # a mask on the outer axis only still merges: (lo, hi) -> (lo*n, hi*n)
+        if v.mask[i + 1] != (0, sh[i + 1]): return False
+      if sh[i] != 1 and sh[i + 1] != 1 and stv[i] != stv[i + 1] * sh[i + 1]: return False
+    return True
+
+  # ***** optimizations *****
+  def apply_opt(self, opt: Opt) -> None:
+    ax, amt = opt.axis, opt.amount
+    if opt.op in ("UPCAST", "UNROLL"):
+      size = self.full_shape[ax]
+      if size % amt: raise ValueError(f"{opt}: axis size {size} is not divisible by {amt}")
+      # split the axis into (size/amt, amt); the new inner axis is unrolled
+      new_full = self.full_shape[:ax] + (size // amt, amt) + self.full_shape[ax + 1:]
+      is_reduce = ax >= self.first_reduce
+      fr = self.first_reduce + (0 if is_reduce else 1)
+      new_out = tuple(s if j < fr else 1 for j, s in enumerate(new_full))
+      self._reshape(new_full, new_out)
+      self.first_reduce = fr
+      self.upcasted = [a + 1 if a > ax else a for a in self.upcasted]
+      self.unrolled = [a + 1 if a > ax else a for a in self.unrolled]
+      (self.unrolled if is_reduce else self.upcasted).append(ax + 1)
+    elif opt.op == "THREAD": self.parallel = True
+    else: raise ValueError(f"unknown opt {opt}")
+    self.applied.append(opt)
+
+  def hand_coded_optimizations(self) -> None:
+    """A small heuristic: unroll register tiles for reductions, unroll short reduce loops, thread big kernels."""
+    if NOOPT: return
+    loads = [(u, st) for u, st in self.sts.items() if u.op is Ops.LOAD]
+    if self.first_reduce < self.shape_len and self.first_reduce > 0:
+      # matmul-like: an output axis that some input broadcasts (stride 0) is worth tiling in registers
+      for ax in reversed(range(self.first_reduce)):
+        if len(self.upcasted) >= 2: break
+        size = self.full_shape[ax]
+        bcast = any(st.real_strides()[ax] == 0 for _, st in loads if self._is_full(st))
+        if not bcast: continue
+        for amt in (16, 8, 4) if not self.upcasted else (4, 2):
+          if size % amt == 0 and size // amt >= 1 and prod(self.full_shape[:self.first_reduce]) // amt >= 1:
+            self.apply_opt(Opt("UPCAST", ax, amt))
+            break
+    # unroll the innermost reduce axis a little when it is long and contiguous
+    if self.first_reduce < self.shape_len and not self.upcasted:
+      last = self.shape_len - 1
+      if last not in self.unrolled and self.full_shape[last] % 4 == 0 and self.full_shape[last] >= 16: pass
+    work = prod(self.full_shape)
+    if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))
+    if DEBUG >= 3 and self.applied: print(f"opts: {self.applied} full_shape={self.full_shape}")

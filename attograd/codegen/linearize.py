@@ -1,0 +1,100 @@
+"""Linearize: order a lowered kernel graph into a flat program with explicit loops and accumulators.
+
+Nodes are emitted as late as their inputs allow, reduce loops that share ranges are fused into one loop,
+and work that does not depend on a reduce loop's index is emitted before the loop opens.
+"""
+from __future__ import annotations
+from attograd.dtype import dtypes
+from attograd.uop.ops import Ops, UOp
+from attograd.codegen.lowerer import _identity
+
+def linearize(sink: UOp) -> list[UOp]:
+  topo = list(sink.toposort())
+  deps: dict[UOp, frozenset[UOp]] = {}
+  for u in topo:
+    if u.op is Ops.RANGE: deps[u] = frozenset([u])
+    elif u.op is Ops.REDUCE: deps[u] = deps[u.src[0]].union(*[deps[s] for s in u.src[1:]]) - frozenset(u.src[1:])
+    else: deps[u] = frozenset().union(*[deps[s] for s in u.src]) if u.src else frozenset()
+  reduces = [u for u in topo if u.op is Ops.REDUCE]
+  out: list[UOp] = []
+  visible: list[set[UOp]] = [set()]   # emitted nodes per open scope
+  acc_of: dict[UOp, UOp] = {}
+  n_acc = [0]
+
+  def is_visible(u: UOp) -> bool: return any(u in s for s in visible)
+
+  def emit_tree(root: UOp, hoist: bool = False) -> None:
+    # post-order over what is not yet visible; REDUCE nodes open their own loops.
+    # hoist=True emits only what the open loops can already compute (loop-invariant code motion).
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+      u, done = stack.pop()
+      if is_visible(u): continue
+      if hoist and (u.op in (Ops.STORE, Ops.REDUCE, Ops.RANGE) or not deps[u] <= open_now()):
+        stack.extend((s, False) for s in u.src if not is_visible(s))
+        continue
+      if u.op is Ops.REDUCE:
+        if not done:
+          stack.append((u, True))
+          continue
+        emit_reduce_group(u)
+        continue
+      if done:
+        if not is_visible(u):
+          out.append(u)
+          visible[-1].add(u)
+        continue
+      stack.append((u, True))
+      stack.extend((s, False) for s in u.src if not is_visible(s))
+
+  def emit_reduce_group(r: UOp) -> None:
+    rngs = r.src[1:]
+    group = [x for x in reduces if x.src[1:] == rngs and x not in acc_of and deps[x] <= open_now()]
+    if r not in group: group.append(r)
+    for x in group:
+      init = UOp.const(x.dtype, _identity(x.arg, x.dtype))
+      if not is_visible(init):
+        out.append(init)
+        visible[-1].add(init)
+      acc = UOp(Ops.DEFINE_ACC, x.dtype, (init,), n_acc[0])
+      n_acc[0] += 1
+      out.append(acc)
+      acc_of[x] = acc
+    for x in group: emit_tree(x.src[0], hoist=True)  # loop-invariant work first
+    for rng in rngs:
+      out.append(rng)
+      visible.append({rng})
+    for x in group: emit_tree(x.src[0])
+    for x in group:
+      acc = acc_of[x]
+      new = UOp(x.arg, x.dtype, (acc, x.src[0]))
+      out.append(new)
+      out.append(UOp(Ops.ACC_ASSIGN, dtypes.void, (acc, new)))
+    for rng in reversed(rngs):
+      out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))
+      visible.pop()
+    for x in group: visible[-1].add(x)
+
+  def open_now() -> frozenset[UOp]: return frozenset(u for s in visible for u in s if u.op is Ops.RANGE)
+
+  # output loops: every range a store depends on, outermost axis first
+  out_ranges = sorted({r for st in sink.src for r in deps[st]}, key=lambda r: r.arg[0])
+  for st in sink.src: emit_tree(st, hoist=True)
+  for rng in out_ranges:
+    out.append(rng)
+    visible.append({rng})
+  for st in sink.src: emit_tree(st)
+  for rng in reversed(out_ranges):
+    out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))
+    visible.pop()
+
+  # point every use of a REDUCE at its accumulator
+  remap: dict[UOp, UOp] = dict(acc_of)
+  lin: list[UOp] = []
+  for u in out:
+    if any(s in remap for s in u.src):
+      nu = UOp(u.op, u.dtype, tuple(remap.get(s, s) for s in u.src), u.arg)
+      remap[u] = nu
+      u = nu
+    lin.append(u)
+  return lin

@@ -1,0 +1,95 @@
+"""Lowering: a Kernel's AST becomes loops (RANGE), index arithmetic from each view, loads, reduces and stores."""
+from __future__ import annotations
+import itertools
+from attograd.codegen.kernel import Kernel
+from attograd.dtype import dtypes
+from attograd.helpers import prod
+from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite
+from attograd.uop.symbolic import symbolic
+
+def _identity(op: Ops, dtype) -> object:
+  if op is Ops.ADD: return 0
+  if op is Ops.MUL: return 1
+  return dtypes.min(dtype)  # MAX
+
+def lower(k: Kernel) -> UOp:
+  """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges)."""
+  d = dtypes.int32
+  idxs: list[UOp] = []
+  placeholders: dict[int, UOp] = {}
+  for i, s in enumerate(k.full_shape):
+    if s == 1: idxs.append(UOp.const(d, 0))
+    elif i in k.upcasted or i in k.unrolled:
+      placeholders[i] = UOp(Ops.DEFINE_VAR, d, (), (f"_unroll{i}", 0, s - 1))
+      idxs.append(placeholders[i])
+    else:
+      kind = "reduce" if i >= k.first_reduce else ("parallel" if (k.parallel and i == _first_loop(k)) else "loop")
+      idxs.append(UOp(Ops.RANGE, d, (UOp.const(d, s),), (i, kind)))
+  out_idxs = [x if i < k.first_reduce else UOp.const(d, 0) for i, x in enumerate(idxs)]
+  reduce_ranges = tuple(x for i, x in enumerate(idxs) if i >= k.first_reduce and x.op is Ops.RANGE)
+  unroll_vars = [placeholders[i] for i in k.unrolled]
+
+  memo: dict[UOp, UOp] = {}
+  for u in k.ast.toposort():
+    if u.op is Ops.VIEW: continue
+    if u.op is Ops.LOAD:
+      st = k.sts[u]
+      idx, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs)
+      memo[u] = _load(u, idx, valid)
+    elif u.op is Ops.CONST and u.src:
+      st = k.sts[u]
+      _, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs)
+      c = UOp.const(u.dtype, u.arg)
+      memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
+    elif u.op is Ops.REDUCE_AXIS:
+      src = memo[u.src[0]]
+      op = u.arg[0]
+      if unroll_vars:  # unrolled reduce axes: combine the copies before accumulating
+        copies = [src.substitute(dict(zip(unroll_vars, (UOp.const(d, v) for v in vals))))
+                  for vals in itertools.product(*[range(v.arg[2] + 1) for v in unroll_vars])]
+        src = copies[0]
+        for c in copies[1:]: src = UOp(op, src.dtype, (src, c))
+      memo[u] = UOp(Ops.REDUCE, u.dtype, (src,) + reduce_ranges, op) if reduce_ranges else src
+    elif u.op is Ops.STORE:
+      st = k.sts[u]
+      idx, _ = st.to_indexed(out_idxs)
+      memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], idx, memo[u.src[2]]))
+    elif u.op is Ops.SINK: memo[u] = UOp(Ops.SINK, dtypes.void, tuple(memo[s] for s in u.src))
+    elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
+    else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
+  sink = memo[k.ast]
+  # upcast output axes: one copy of every store per unrolled position
+  up_vars = [placeholders[i] for i in k.upcasted]
+  if up_vars:
+    stores = []
+    for vals in itertools.product(*[range(v.arg[2] + 1) for v in up_vars]):
+      sub = sink.substitute(dict(zip(up_vars, (UOp.const(d, v) for v in vals))))
+      stores.extend(sub.src)
+    sink = UOp(Ops.SINK, dtypes.void, tuple(stores))
+  return graph_rewrite(sink, symbolic + pm_lowered)
+
+def _first_loop(k: Kernel) -> int:
+  for i, s in enumerate(k.full_shape):
+    if s != 1 and i not in k.upcasted: return i
+  return -1
+
+def _load(u: UOp, idx: UOp, valid: UOp) -> UOp:
+  glob = u.src[0]
+  if valid.op is Ops.CONST and valid.arg: return UOp(Ops.LOAD, u.dtype, (glob, idx))
+  return UOp(Ops.LOAD, u.dtype, (glob, idx, valid))
+
+def _fold_gate(x: UOp) -> UOp | None:
+  # a load whose gate is always false reads nothing; one whose gate is always true needs no gate
+  if len(x.src) == 3 and x.src[2].op is Ops.CONST:
+    return UOp(Ops.LOAD, x.dtype, x.src[:2]) if x.src[2].arg else UOp.const(x.dtype, 0)
+  return None
+
+from attograd.uop.ops import PatternMatcher, UPat  # noqa: E402
+pm_lowered = PatternMatcher([
+  (UPat(Ops.LOAD, name="x"), _fold_gate),
+])
+
+def estimate_ops(sink: UOp, k: Kernel) -> int:
+  """ALU ops executed (for GFLOPS in DEBUG output)."""
+  n_alu = sum(1 for u in sink.toposort() if u.op in GroupOp.ALU and u.dtype in dtypes.floats)
+  return n_alu * prod(s for i, s in enumerate(k.full_shape) if i not in k.upcasted and i not in k.unrolled)

@@ -1,0 +1,154 @@
+"""The device registry ("CPU", "PYTHON", "CL:1", ...), Buffer, and the Allocator/Compiler/Program contract every runtime fills."""
+from __future__ import annotations
+import ctypes, hashlib, importlib, os, sys, tempfile
+from typing import Any, Callable
+from attograd.dtype import DType, dtypes
+from attograd.helpers import DEBUG, GlobalCounters, cache_dir, getenv
+
+ALL_DEVICES = ["CPU", "PYTHON", "CL", "CUDA", "LLVM", "METAL", "DISK"]
+_ALIASES = {"CLANG": "CPU", "GPU": "CL", "OPENCL": "CL", "NV": "CUDA"}
+
+class DeviceUnavailable(RuntimeError):
+  """A backend could not start on this machine; the message says what is missing."""
+
+class _Device:
+  def __init__(self) -> None:
+    self._opened: dict[str, Compiled] = {}
+    self._default: str | None = None
+  def canonicalize(self, device: str | None) -> str:
+    if device is None: return self.DEFAULT
+    if not isinstance(device, str): raise TypeError(f"device must be a string like 'CPU' or 'PYTHON', got {device!r}")
+    base, _, num = device.partition(":")
+    base = _ALIASES.get(base.upper(), base.upper())
+    if base not in ALL_DEVICES: raise ValueError(f"unknown device {device!r}; known devices are {ALL_DEVICES}")
+    if num and not num.isdigit(): raise ValueError(f"bad device number in {device!r}; write it like '{base}:1'")
+    return base if num in ("", "0") or base == "DISK" else f"{base}:{num}"
+  def __getitem__(self, device: str) -> Compiled:
+    name = self.canonicalize(device)
+    if (d := self._opened.get(name)) is not None: return d
+    base = name.split(":")[0]
+    try: mod = importlib.import_module(f"attograd.runtime.ops_{base.lower()}")
+    except ModuleNotFoundError as e:
+      if e.name is not None and e.name.startswith("attograd.runtime.ops_"):
+        raise DeviceUnavailable(f"device {name} has no runtime in this version of attograd") from None
+      raise
+    dev = getattr(mod, f"{base.capitalize() if base != 'CPU' else 'CPU'}Device")(name)
+    self._opened[name] = dev
+    return dev
+  @property
+  def DEFAULT(self) -> str:
+    if self._default is None:
+      if (dev := os.getenv("DEV")): self._default = self.canonicalize(dev)
+      else:
+        flags = [d for d in ALL_DEVICES + list(_ALIASES) if d != "DISK" and getenv(d, 0) == 1]
+        self._default = self.canonicalize(flags[0]) if flags else "CPU"
+    return self._default
+  @DEFAULT.setter
+  def DEFAULT(self, name: str) -> None: self._default = self.canonicalize(name)
+  def available(self, name: str) -> tuple[bool, str]:
+    """(True, "") if `name` can start here, else (False, the reason)."""
+    try:
+      self[name]
+      return True, ""
+    except DeviceUnavailable as e: return False, str(e)
+
+Device = _Device()
+
+# ***** the contract a runtime fills *****
+
+class Allocator:
+  """Allocates device memory and copies bytes in and out of it."""
+  def alloc(self, nbytes: int) -> Any: raise NotImplementedError("subclass must implement alloc")
+  def free(self, buf: Any, nbytes: int) -> None: pass
+  def copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError("subclass must implement copyin")
+  def copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError("subclass must implement copyout")
+
+class Compiler:
+  """Turns source text into a loadable binary, cached on disk by a hash of source and flags."""
+  cachekey: str | None = None  # None: don't cache on disk
+  def compile(self, src: str) -> bytes: raise NotImplementedError("subclass must implement compile")
+  def compile_cached(self, src: str) -> bytes:
+    if self.cachekey is None or getenv("DISABLE_COMPILER_CACHE"): return self.compile(src)
+    key = hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
+    if (lib := disk_cache_get("compile", key)) is not None: return lib
+    lib = self.compile(src)
+    disk_cache_put("compile", key, lib)
+    return lib
+
+class Compiled:
+  """A device: its allocator, renderer, compiler and program class."""
+  def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
+    self.device, self.allocator, self.renderer, self.compiler, self.runtime = device, allocator, renderer, compiler, runtime
+  def synchronize(self) -> None: pass
+  def __repr__(self) -> str: return f"<{type(self).__name__} {self.device}>"
+
+# ***** buffers *****
+
+class Buffer:
+  """`size` elements of `dtype` on `device`; memory is allocated on first use."""
+  def __init__(self, device: str, size: int, dtype: DType, initial: bytes | memoryview | None = None):
+    if size < 0: raise ValueError(f"Buffer size must be >= 0, got {size}")
+    self.device, self.size, self.dtype = device, size, dtype
+    self._buf: Any = None
+    if initial is not None:
+      self.allocate()
+      self.copyin(memoryview(initial))
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  @property
+  def is_allocated(self) -> bool: return self._buf is not None
+  def allocate(self) -> Buffer:
+    if self._buf is None:
+      self.allocator = Device[self.device].allocator
+      self._buf = self.allocator.alloc(max(self.nbytes, 1))
+      GlobalCounters.mem_used += self.nbytes
+    return self
+  def __del__(self) -> None:
+    if getattr(self, "_buf", None) is not None and sys is not None and not sys.is_finalizing():
+      GlobalCounters.mem_used -= self.nbytes
+      self.allocator.free(self._buf, max(self.nbytes, 1))
+  def copyin(self, mv: memoryview) -> Buffer:
+    mv = mv.cast("B") if mv.nbytes else mv
+    if mv.nbytes != self.nbytes: raise ValueError(f"copyin: expected {self.nbytes} bytes for {self}, got {mv.nbytes}")
+    self.allocate()
+    if self.nbytes: self.allocator.copyin(self._buf, mv)
+    return self
+  def copyout(self, mv: memoryview) -> memoryview:
+    mv = mv.cast("B") if mv.nbytes else mv
+    if mv.nbytes != self.nbytes: raise ValueError(f"copyout: expected {self.nbytes} bytes for {self}, got {mv.nbytes}")
+    self.allocate()
+    if self.nbytes: self.allocator.copyout(mv, self._buf)
+    return mv
+  def as_bytes(self) -> bytes: return bytes(self.copyout(memoryview(bytearray(self.nbytes))))
+  def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
+
+# ***** on-disk cache: one file per entry, checksummed, written atomically *****
+
+_MAGIC = b"ATTOC001"
+
+def _cache_path(table: str, key: str) -> str: return os.path.join(cache_dir(), table, key[:2], key)
+
+def disk_cache_get(table: str, key: str) -> bytes | None:
+  """The cached bytes, or None when missing or corrupt (a corrupt entry is deleted so it gets rebuilt)."""
+  path = _cache_path(table, key)
+  try:
+    with open(path, "rb") as f: data = f.read()
+  except OSError: return None
+  if len(data) >= 40 and data[:8] == _MAGIC and hashlib.sha256(data[40:]).digest() == data[8:40]: return data[40:]
+  if DEBUG >= 1: print(f"attograd: corrupt cache entry {path} ignored and rebuilt")
+  try: os.unlink(path)
+  except OSError: pass
+  return None
+
+def disk_cache_put(table: str, key: str, payload: bytes) -> None:
+  path = _cache_path(table, key)
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # write a private temp file, then rename: concurrent writers never expose a half-written entry
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f: f.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
+    os.replace(tmp, path)
+  except OSError as e:
+    if DEBUG >= 1: print(f"attograd: could not write cache entry {path}: {e}")
+
+def cpointer(addr: int) -> ctypes.c_void_p: return ctypes.c_void_p(addr)

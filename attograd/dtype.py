@@ -1,0 +1,217 @@
+"""Data types: the DType record, the `dtypes` namespace, promotion rules and conversions to Python/struct formats."""
+from __future__ import annotations
+import functools, math, struct
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+from attograd.helpers import getenv
+
+ConstType = float | int | bool
+
+@dataclass(frozen=True, eq=False)
+class DType:
+  """A scalar (count=1) or short vector (count>1) element type. DTypes are interned: compare with `is` or `==`."""
+  priority: int       # orders dtypes of one kind; larger is wider
+  itemsize: int       # bytes of one scalar
+  name: str
+  fmt: str | None     # struct/array format char, None where Python has none (bfloat16)
+  count: int = 1
+  _scalar: DType | None = None
+
+  @staticmethod
+  def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType: return DType(priority, itemsize, name, fmt)
+  def __repr__(self) -> str: return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+  def __lt__(self, o: DType) -> bool: return (self.priority, self.itemsize, self.name) < (o.priority, o.itemsize, o.name)
+  def __reduce__(self) -> Any: return (_dtype_by_repr, (repr(self),))
+  @property
+  def base(self) -> DType: return self
+  @property
+  def size(self) -> int: return self.itemsize * self.count
+  def scalar(self) -> DType: return self._scalar if self._scalar is not None else self
+  def vec(self, sz: int) -> DType:
+    assert self.count == 1, f"can't vectorize {self} again"
+    if sz == 1: return self
+    return _vec(self, sz)
+  def ptr(self, size: int = -1) -> PtrDType: return _ptr(self, size)
+
+@dataclass(frozen=True, eq=False)
+class PtrDType(DType):
+  """A pointer to global memory holding `size` elements of `base_`."""
+  base_: DType | None = None
+  bufsize: int = -1
+  @property
+  def base(self) -> DType: return self.base_ if self.base_ is not None else self
+  def __repr__(self) -> str: return f"{self.base!r}.ptr({self.bufsize})"
+
+@functools.cache
+def _vec(d: DType, sz: int) -> DType: return DType(d.priority, d.itemsize, f"{d.name}{sz}", None, sz, d)
+@functools.cache
+def _ptr(d: DType, size: int) -> PtrDType: return PtrDType(d.priority, d.itemsize, d.name, d.fmt, 1, None, d, size)
+
+class dtypes:
+  """The dtype namespace: `dtypes.float32`, `dtypes.is_float(d)`, `dtypes.default_float`, ..."""
+  void: Final[DType] = DType.new(-1, 0, "void", None)
+  bool: Final[DType] = DType.new(0, 1, "bool", "?")
+  int8: Final[DType] = DType.new(1, 1, "int8", "b")
+  uint8: Final[DType] = DType.new(2, 1, "uint8", "B")
+  int16: Final[DType] = DType.new(3, 2, "int16", "h")
+  uint16: Final[DType] = DType.new(4, 2, "uint16", "H")
+  int32: Final[DType] = DType.new(5, 4, "int32", "i")
+  uint32: Final[DType] = DType.new(6, 4, "uint32", "I")
+  int64: Final[DType] = DType.new(7, 8, "int64", "q")
+  uint64: Final[DType] = DType.new(8, 8, "uint64", "Q")
+  float16: Final[DType] = DType.new(9, 2, "float16", "e")
+  bfloat16: Final[DType] = DType.new(10, 2, "bfloat16", None)
+  float32: Final[DType] = DType.new(11, 4, "float32", "f")
+  float64: Final[DType] = DType.new(12, 8, "float64", "d")
+  # aliases
+  half, float, double = float16, float32, float64
+  uchar, char, short, ushort = uint8, int8, int16, uint16
+  int, uint, long, ulong = int32, uint32, int64, uint64
+  default_float: DType = float32
+  default_int: DType = int32
+
+  @staticmethod
+  def is_float(x: DType) -> bool: return x.scalar() in dtypes.floats
+  @staticmethod
+  def is_int(x: DType) -> bool: return x.scalar() in dtypes.ints
+  @staticmethod
+  def is_unsigned(x: DType) -> bool: return x.scalar() in dtypes.uints
+  @staticmethod
+  def is_bool(x: DType) -> bool: return x.scalar() is dtypes.bool
+  @staticmethod
+  def from_py(x: Any) -> DType:
+    """The dtype a Python value becomes: float -> default_float, int -> default_int, bool -> bool."""
+    if x.__class__ is float: return dtypes.default_float
+    if x.__class__ is bool: return dtypes.bool
+    if x.__class__ is int: return dtypes.default_int
+    if isinstance(x, (list, tuple)): return max((dtypes.from_py(y) for y in x), default=dtypes.default_float)
+    raise TypeError(f"dtypes.from_py: can't infer a dtype for {type(x).__name__} value {x!r}")
+  @staticmethod
+  def as_const(val: Any, dtype: DType) -> ConstType:
+    """Convert a Python number to the value it has in `dtype` (wraps ints, truncates floats toward zero)."""
+    if isinstance(val, tuple): return tuple(dtypes.as_const(v, dtype) for v in val)  # type: ignore
+    d = dtype.scalar()
+    if d is dtypes.bool: return bool(val)
+    if dtypes.is_int(d):
+      if isinstance(val, float):
+        if math.isnan(val) or math.isinf(val): return 0
+        val = int(val)
+      return _wrap_int(int(val), d)
+    return float(val)
+  @staticmethod
+  def min(dtype: DType) -> ConstType:
+    if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -(2 ** (dtype.itemsize * 8 - 1))
+    return False if dtype is dtypes.bool else -math.inf
+  @staticmethod
+  def max(dtype: DType) -> ConstType:
+    if dtypes.is_int(dtype): return 2 ** (dtype.itemsize * 8 - (0 if dtypes.is_unsigned(dtype) else 1)) - 1
+    return True if dtype is dtypes.bool else math.inf
+  @staticmethod
+  def finfo(dtype: DType) -> tuple[int, int]:
+    """(exponent bits, mantissa bits) of a float dtype."""
+    return {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[dtype]
+  @staticmethod
+  def fields() -> dict[str, DType]: return DTYPES_DICT
+  floats: tuple[DType, ...] = ()
+  uints: tuple[DType, ...] = ()
+  sints: tuple[DType, ...] = ()
+  ints: tuple[DType, ...] = ()
+  all: tuple[DType, ...] = ()
+
+dtypes.floats = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+dtypes.ints = dtypes.uints + dtypes.sints
+dtypes.all = (dtypes.bool,) + dtypes.ints + dtypes.floats
+
+def _wrap_int(v: int, d: DType) -> int:
+  bits = d.itemsize * 8
+  v &= (1 << bits) - 1
+  if not dtypes.is_unsigned(d) and v >= 1 << (bits - 1): v -= 1 << bits
+  return v
+
+DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items() if isinstance(v, DType) and not k.startswith("default")
+                                 and k not in ("void",)}
+def _dtype_by_repr(r: str) -> DType: return eval(r, {"dtypes": dtypes})  # only ever our own repr strings
+
+def to_dtype(x: DType | str) -> DType:
+  """Accept a DType or its name ('float32', 'half', ...); raise a clear error otherwise."""
+  if isinstance(x, DType): return x
+  if isinstance(x, str) and x in DTYPES_DICT: return DTYPES_DICT[x]
+  np_name = getattr(x, "name", None) if not isinstance(x, str) else None  # numpy dtypes and torch-style names
+  if isinstance(np_name, str) and np_name in DTYPES_DICT: return DTYPES_DICT[np_name]
+  raise TypeError(f"invalid dtype {x!r}; valid dtypes are {sorted(k for k in DTYPES_DICT)}")
+
+# Promotion: an edge a -> b means b can hold every value of a (or is the agreed upgrade, as in PyTorch for int -> half).
+promo_lattice: dict[DType, list[DType]] = {
+  dtypes.bool: [dtypes.int8, dtypes.uint8], dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32],
+  dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.float16, dtypes.bfloat16],
+  dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
+  dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.float16, dtypes.bfloat16],
+  dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64]}
+
+@functools.cache
+def _get_recursive_parents(d: DType) -> frozenset[DType]:
+  if d is dtypes.float64: return frozenset([dtypes.float64])
+  return frozenset([d]).union(*[_get_recursive_parents(p) for p in promo_lattice[d]])
+
+@functools.cache
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every one of `ds` promotes to (PyTorch's rules for tensor-tensor ops)."""
+  common = frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds])
+  return min(common)
+
+def least_upper_float(d: DType) -> DType: return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
+def sum_acc_dtype(d: DType) -> DType:
+  """The dtype `sum` accumulates and returns in: ints widen like PyTorch (bool/small ints -> default int), floats stay."""
+  if dtypes.is_unsigned(d): return least_upper_dtype(d, dtypes.uint32)
+  if dtypes.is_int(d) or d is dtypes.bool: return least_upper_dtype(d, dtypes.int32)
+  return d
+
+def _set_default_float() -> None:
+  name = getenv("DEFAULT_FLOAT", "")
+  if name:
+    want = {"HALF": "half", "FLOAT": "float", "DOUBLE": "double", "BFLOAT16": "bfloat16", "FLOAT16": "float16",
+            "FLOAT32": "float32", "FLOAT64": "float64"}.get(name.upper(), name.lower())
+    if want not in DTYPES_DICT or not dtypes.is_float(DTYPES_DICT[want]):
+      raise ValueError(f"DEFAULT_FLOAT={name} is not a float dtype; use HALF, BFLOAT16, FLOAT or DOUBLE")
+    dtypes.default_float = DTYPES_DICT[want]
+_set_default_float()
+
+# ***** conversions between Python values and bytes *****
+
+def float_to_bf16_bits(x: float) -> int:
+  """Round-to-nearest-even float32 -> bfloat16, as integer bits."""
+  u = struct.unpack("<I", struct.pack("<f", x))[0]
+  if math.isnan(x): return 0x7FC0
+  return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+def bf16_bits_to_float(b: int) -> float: return struct.unpack("<f", struct.pack("<I", (b & 0xFFFF) << 16))[0]
+
+def truncate_to(x: Any, dtype: DType) -> Any:
+  """Round a Python value to what `dtype` can hold (used by the PYTHON device and constant folding)."""
+  d = dtype.scalar()
+  if d is dtypes.bool: return bool(x)
+  if dtypes.is_int(d): return dtypes.as_const(x, d)
+  if d is dtypes.float64: return float(x)
+  try:
+    if d is dtypes.float32: return struct.unpack("<f", struct.pack("<f", x))[0]
+    if d is dtypes.float16: return struct.unpack("<e", struct.pack("<e", x))[0]
+  except OverflowError: return math.copysign(math.inf, x)
+  if d is dtypes.bfloat16:
+    if math.isinf(x) or math.isnan(x): return x
+    try: return bf16_bits_to_float(float_to_bf16_bits(struct.unpack("<f", struct.pack("<f", x))[0]))
+    except OverflowError: return math.copysign(math.inf, x)
+  return x
+
+def to_np_dtype(d: DType) -> Any:
+  import numpy as np
+  if d is dtypes.bfloat16: raise TypeError("numpy has no bfloat16: cast to float32 first (t.float().numpy())")
+  return np.dtype(d.name)
+def from_np_dtype(npd: Any) -> DType:
+  import numpy as np
+  name = np.dtype(npd).name
+  if name not in DTYPES_DICT: raise TypeError(f"numpy dtype {name} is not supported; supported: {[d.name for d in dtypes.all if d is not dtypes.bfloat16]}")
+  return DTYPES_DICT[name]
+
+FmtStr = Literal["?", "b", "B", "h", "H", "i", "I", "q", "Q", "e", "f", "d"]

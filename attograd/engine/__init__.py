@@ -1,0 +1,1 @@
+"""Scheduling and execution: tensor graphs -> ordered kernels -> runs."""

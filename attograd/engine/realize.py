@@ -1,0 +1,64 @@
+"""Running a schedule: compile each kernel once (cached by its AST), copy between devices, report with DEBUG."""
+from __future__ import annotations
+import time
+from typing import Any
+from attograd.codegen import get_program
+from attograd.device import Buffer, Device
+from attograd.engine.schedule import ScheduleItem
+from attograd.helpers import DEBUG, GlobalCounters, colored
+from attograd.renderer import ProgramSpec
+from attograd.uop.ops import Ops, UOp
+
+class CompiledRunner:
+  """A kernel compiled for one device."""
+  def __init__(self, spec: ProgramSpec):
+    self.spec = spec
+    dev = Device[spec.device]
+    lib = dev.compiler.compile_cached(spec.src)
+    self.prg = dev.runtime(spec.name, lib)
+    self.var_names = [v.arg[0] for v in spec.vars if not v.arg[0].startswith("_")]
+  def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
+    args = [bufs[i]._buf for i in self.spec.globals]
+    vals = tuple(var_vals[n] for n in self.var_names)
+    if DEBUG >= 2:
+      st = time.perf_counter()
+      self.prg(*args, vals=vals)
+      return time.perf_counter() - st
+    self.prg(*args, vals=vals)
+    return 0.0
+
+_runners: dict[tuple[str, UOp], CompiledRunner] = {}
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+  key = (device, ast)
+  if (r := _runners.get(key)) is None:
+    r = _runners[key] = CompiledRunner(get_program(ast, Device[device].renderer))
+  return r
+
+def _copy(dst: Buffer, src: Buffer) -> None:
+  dst.allocate()
+  mv = memoryview(bytearray(src.nbytes))
+  src.copyout(mv)
+  dst.copyin(mv)
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+  for si in items:
+    for b in si.bufs: b.allocate()
+    if si.ast.op is Ops.COPY:
+      _copy(si.bufs[0], si.bufs[1])
+      GlobalCounters.global_mem += si.bufs[0].nbytes
+      if DEBUG >= 2: print(f"{colored('copy', 'yellow')} {si.bufs[0].nbytes:>10d} bytes {si.bufs[1].device} -> {si.bufs[0].device}")
+      continue
+    device = si.bufs[0].device
+    runner = get_runner(device, si.ast)
+    var_vals = {v.arg[0]: val for v, val in si.var_vals}
+    et = runner(list(si.bufs), var_vals)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += runner.spec.op_estimate
+    GlobalCounters.global_mem += sum(b.nbytes for b in si.bufs)
+    if DEBUG >= 2:
+      GlobalCounters.time_sum_s += et
+      sp = runner.spec
+      gflops = sp.op_estimate / et * 1e-9 if et > 0 else 0
+      gbs = sum(b.nbytes for b in si.bufs) / et * 1e-9 if et > 0 else 0
+      print(f"*** {device:7s} {GlobalCounters.kernel_count:4d} {sp.name:32s} {et*1e6:9.2f} us  {gflops:8.2f} GFLOPS {gbs:8.2f} GB/s"
+            + (f"  opts {list(sp.applied_opts)}" if DEBUG >= 3 else ""))

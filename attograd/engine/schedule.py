@@ -1,0 +1,233 @@
+"""The scheduler: cuts a tensor graph into kernels (fusion decisions) and writes each kernel as an AST
+whose movement ops have been pushed into the views of its loads."""
+from __future__ import annotations
+import weakref
+from dataclasses import dataclass
+from typing import Any
+from attograd.dtype import DType, dtypes
+from attograd.device import Buffer
+from attograd.helpers import prod
+from attograd.uop.ops import GroupOp, Ops, UOp
+from attograd.uop.view import ShapeTracker
+
+# realized buffers: each BUFFER UOp (one per buffer version) points at its Buffer
+buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# graph nodes that were realized: node -> a view of the BUFFER now holding its value
+realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+_uid = 0
+def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
+  """A fresh BUFFER node (its own identity) backed by `buf` or a new Buffer."""
+  global _uid
+  _uid += 1
+  u = UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (_uid, size))
+  buffers[u] = buf if buf is not None else Buffer(device, size, dtype)
+  return u
+
+@dataclass(frozen=True)
+class ScheduleItem:
+  ast: UOp                       # SINK of STOREs (a kernel) or COPY
+  bufs: tuple[Buffer, ...]       # outputs first, then inputs, in DEFINE_GLOBAL order
+  var_vals: tuple[tuple[UOp, int], ...] = ()
+
+# ***** 1. replace already-realized nodes by their buffers (without walking below them) *****
+
+def resolve(roots: list[UOp]) -> dict[UOp, UOp]:
+  """Map every node reachable from `roots` to its current form, with realized subgraphs cut off."""
+  done: dict[UOp, UOp] = {}
+  stack: list[tuple[UOp, bool]] = [(r, False) for r in roots]
+  while stack:
+    n, visited = stack.pop()
+    if n in done: continue
+    if (r := realized.get(n)) is not None and not visited:
+      done[n] = r
+      continue
+    if visited:
+      src = tuple(done[s] for s in n.src)
+      done[n] = n if all(a is b for a, b in zip(src, n.src)) else UOp(n.op, n.dtype, src, n.arg)
+    else:
+      stack.append((n, True))
+      stack.extend((s, False) for s in n.src if s not in done)
+  return done
+
+# ***** 2. decide which nodes get their own buffer *****
+
+def _is_leaf(u: UOp) -> bool: return u.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.DEFINE_VAR, Ops.BIND)
+
+def find_kernel_roots(outs: list[UOp]) -> dict[UOp, None]:
+  """The nodes that must be materialized: outputs, CONTIGUOUS/COPY/ASSIGN, and reduces that can't fuse with their users."""
+  topo: dict[UOp, None] = {}
+  for o in outs: topo.update(o.toposort())
+  roots: dict[UOp, None] = {}
+  for u in topo:
+    if u.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): roots[u] = None
+    if u.op in (Ops.COPY, Ops.ASSIGN):  # their sources are materialized first
+      if not _is_leaf(u.src[0].base): roots[u.src[0].base] = None
+    if u.op is Ops.ASSIGN and not _is_leaf(u.src[1].base) and u.src[1].base.op is not Ops.CONTIGUOUS: pass
+  for o in outs:
+    if not _is_leaf(o.base): roots[o.base] = None
+  # a reduce fuses into one consumer kernel, reached only through reshapes, and not below another reduce
+  changed = True
+  while changed:
+    changed = False
+    users: dict[UOp, set[UOp]] = {}
+    for r in list(roots):
+      for red, ok in _reduces_in_kernel(r, roots):
+        users.setdefault(red, set()).add(r)
+        if not ok and red not in roots:
+          roots[red] = None
+          changed = True
+    for red, rs in users.items():
+      if len(rs) > 1 and red not in roots:
+        roots[red] = None
+        changed = True
+  return roots
+
+def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, bool]]:
+  """(reduce, can fuse here) for every reduce inside `root`'s kernel."""
+  out: list[tuple[UOp, bool]] = []
+  seen: set[tuple[UOp, bool, bool]] = set()
+  signature: list[tuple[Any, ...]] = []
+  stack = [(root.src[0] if root.op is Ops.CONTIGUOUS else root, True, False)]
+  if root.op in (Ops.ASSIGN,): stack = [(root.src[1], True, False)]
+  while stack:
+    n, only_reshapes, below_reduce = stack.pop()
+    if (n, only_reshapes, below_reduce) in seen: continue
+    seen.add((n, only_reshapes, below_reduce))
+    if n is not root and (n in roots or _is_leaf(n)): continue
+    if n.op is Ops.REDUCE_AXIS:
+      sig = (n.src[0].shape, n.arg[1])
+      ok = only_reshapes and not below_reduce and (not signature or signature[0] == sig)
+      out.append((n, ok))
+      if not ok: continue
+      if not signature: signature.append(sig)
+      stack.append((n.src[0], True, True))
+      continue
+    if n.op in (Ops.COPY,): continue
+    keeps = only_reshapes and n.op not in GroupOp.Movement or n.op is Ops.RESHAPE and only_reshapes
+    for s in n.src: stack.append((s, keeps, below_reduce))
+  return out
+
+# ***** 3. write each kernel as an AST with views at the leaves *****
+
+Chain = tuple[tuple[Ops, Any], ...]
+
+def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+  """The kernel computing `root` into its buffer: SINK(STORE(out, VIEW, value)), and the BUFFER nodes it reads."""
+  value_root = root.src[0] if root.op is Ops.CONTIGUOUS else (root.src[1] if root.op is Ops.ASSIGN else root)
+  out_shape = root.shape
+  reduces = [r for r, ok in _reduces_in_kernel(root, roots) if ok]
+  kshape = reduces[0].shape if reduces else out_shape
+  inputs: dict[UOp, int] = {}
+  out_buf = node_buffer[root]
+  # a chain lists movement ops nearest-the-leaf first; the kernel's loop space is the reduce's output shape
+  root_chain: Chain = ((Ops.RESHAPE, kshape),) if kshape != out_shape else ()
+  memo: dict[tuple[UOp, Chain], UOp] = {}
+  stack: list[tuple[UOp, Chain, bool]] = [(value_root, root_chain, False)]
+  while stack:
+    n, chain, visited = stack.pop()
+    key = (n, chain)
+    if key in memo: continue
+    # leaves: realized buffers (through movement ops), consts and variables
+    leaf = n if n.op is Ops.BUFFER else (node_buffer.get(n) if n is not value_root else None)
+    if leaf is not None or n.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
+      st = ShapeTracker.from_shape(n.shape)
+      for op, arg in chain: st = st.apply(op, arg)
+      view = UOp(Ops.VIEW, dtypes.void, (), st.simplify())
+      if leaf is not None:
+        idx = inputs.setdefault(leaf, len(inputs) + 1)
+        glob = UOp(Ops.DEFINE_GLOBAL, leaf.dtype.ptr(leaf.arg[1]), (), idx)
+        memo[key] = UOp(Ops.LOAD, leaf.dtype, (glob, view))
+      elif n.op is Ops.CONST: memo[key] = UOp(Ops.CONST, n.dtype, (view,), n.arg)
+      else: memo[key] = UOp(Ops.DEFINE_VAR, n.dtype, (), (n.src[0] if n.op is Ops.BIND else n).arg)
+      continue
+    if n.op in GroupOp.Movement:
+      child = (n.src[0], ((n.op, n.arg),) + chain)
+      if not visited:
+        stack.append((n, chain, True))
+        if child not in memo: stack.append((child[0], child[1], False))
+      else: memo[key] = memo[child]
+      continue
+    if n.op is Ops.REDUCE_AXIS:
+      child_key = (n.src[0], ())
+      if not visited:
+        stack.append((n, chain, True))
+        if child_key not in memo: stack.append((n.src[0], (), False))
+      else: memo[key] = UOp(Ops.REDUCE_AXIS, n.dtype, (memo[child_key],), n.arg)
+      continue
+    if n.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
+      if not visited:
+        stack.append((n, chain, True))
+        if (n.src[0], chain) not in memo: stack.append((n.src[0], chain, False))
+      else: memo[key] = memo[(n.src[0], chain)]
+      continue
+    if not visited:
+      stack.append((n, chain, True))
+      stack.extend((s, chain, False) for s in n.src if (s, chain) not in memo)
+    else:
+      assert n.op in GroupOp.Elementwise, f"scheduler: unexpected {n.op} inside a kernel"
+      memo[key] = UOp(n.op, n.dtype, tuple(memo[(s, chain)] for s in n.src), n.arg)
+  value = memo[(value_root, root_chain)]
+  out_view = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape(kshape))
+  out_glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_buf.arg[1]), (), 0)
+  ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_glob, out_view, value)),))
+  return ast, list(inputs)
+
+# ***** 4. the whole schedule *****
+
+def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """Kernels (in dependency order) that compute `outs`, and for each computed node, the view of its new buffer."""
+  rmap = resolve(outs)
+  routs = [rmap[o] for o in outs]
+  roots = find_kernel_roots(routs)
+  node_buffer: dict[UOp, UOp] = {}
+  for r in roots:
+    if r.op is Ops.ASSIGN:
+      tgt = r.src[0].base
+      if tgt.op is not Ops.BUFFER: raise RuntimeError("assign: the target must be a realized tensor")
+      node_buffer[r] = tgt
+    else:
+      node_buffer[r] = new_buffer_uop(r.device, prod(r.shape), r.dtype)
+  # order roots: a kernel runs after the kernels that produce its inputs
+  order: list[UOp] = []
+  for n in _topo_of(routs):
+    if n in roots: order.append(n)
+  items: list[ScheduleItem] = []
+  for r in order:
+    if r.op is Ops.COPY:
+      src = r.src[0]
+      src_buf = node_buffer.get(src.base, src.base)
+      if src_buf.op is not Ops.BUFFER or not ShapeTracker.from_shape(src.base.shape).contiguous or src is not src.base:
+        raise RuntimeError("internal: COPY source must be a whole realized buffer")
+      items.append(ScheduleItem(r, (buffers[node_buffer[r]], buffers[src_buf])))
+      continue
+    ast, ins = build_kernel_ast(r, roots, node_buffer)
+    var_vals = tuple(sorted({(n.src[0], n.src[1].arg) for n in r.toposort() if n.op is Ops.BIND}, key=lambda x: x[0].arg))
+    items.append(ScheduleItem(ast, tuple(buffers[b] for b in [node_buffer[r]] + ins), var_vals))
+  # each output's new home: its buffer, viewed with its shape
+  becomes: dict[UOp, UOp] = {}
+  for o, ro in zip(outs, routs):
+    if ro in node_buffer: becomes[o] = _view_of(node_buffer[ro], ro.shape)
+    elif ro.base in node_buffer: becomes[o] = _apply_movements(ro, node_buffer)
+    else: becomes[o] = ro
+  for r in roots:
+    if r not in routs: realized[r] = _view_of(node_buffer[r], r.shape)
+  return items, becomes
+
+def _view_of(buf: UOp, shape: tuple[int, ...]) -> UOp:
+  return buf if shape == (buf.arg[1],) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+
+def _apply_movements(u: UOp, node_buffer: dict[UOp, UOp]) -> UOp:
+  """Rebuild the movement ops over a node that now lives in a buffer."""
+  chain = []
+  while u.op in GroupOp.Movement:
+    chain.append(u)
+    u = u.src[0]
+  out = _view_of(node_buffer[u], u.shape)
+  for m in reversed(chain): out = UOp(m.op, m.dtype, (out,), m.arg)
+  return out
+
+def _topo_of(outs: list[UOp]) -> list[UOp]:
+  topo: dict[UOp, None] = {}
+  for o in outs: topo.update(o.toposort())
+  return list(topo)

@@ -1,0 +1,159 @@
+"""The C-family renderer: one base class for C-like languages, with the C dialect for the CPU device."""
+from __future__ import annotations
+import math
+from attograd.dtype import DType, PtrDType, dtypes
+from attograd.renderer import Renderer
+from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
+def _promote_to_float(x: UOp) -> UOp | None:
+  """half and bfloat16 arithmetic runs in float32 and rounds back, like NumPy does."""
+  if x.op is Ops.CAST or x.op is Ops.BITCAST: return None
+  low = (dtypes.float16, dtypes.bfloat16)
+  if x.dtype in low or (x.op in GroupOp.Comparison and x.src[0].dtype in low):
+    src = tuple(s.cast(dtypes.float32) if s.dtype in low else s for s in x.src)
+    out_dtype = dtypes.bool if x.op in GroupOp.Comparison else dtypes.float32
+    ret = UOp(x.op, out_dtype, src, x.arg)
+    return ret if x.dtype is dtypes.bool else ret.cast(x.dtype)
+  return None
+
+pm_promote_half = PatternMatcher([(UPat(GroupOp.ALU, name="x"), _promote_to_float)])
+
+class CStyleLanguage(Renderer):
+  kernel_prefix = "void"
+  buffer_prefix = ""
+  restrict = "restrict"
+  type_map: dict[DType, str] = {
+    dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+    dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
+    dtypes.float32: "float", dtypes.float64: "double"}
+  storage_map: dict[DType, str] = {dtypes.bool: "unsigned char"}
+  float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
+  infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
+           Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+  preamble = ""
+
+  def render_dtype(self, d: DType) -> str: return self.type_map[d.scalar()]
+  def render_const(self, v: object, d: DType) -> str:
+    if d is dtypes.bool: return "1" if v else "0"
+    if dtypes.is_float(d):
+      assert isinstance(v, float)
+      if math.isnan(v): return f"(({self.render_dtype(d)})NAN)" if d is not dtypes.bfloat16 else "0x7FC0"
+      if math.isinf(v): return ("-" if v < 0 else "") + f"(({self.render_dtype(d)})INFINITY)" if d is not dtypes.bfloat16 \
+        else ("0xFF80" if v < 0 else "0x7F80")
+      if d is dtypes.bfloat16:
+        from attograd.dtype import float_to_bf16_bits
+        return f"{float_to_bf16_bits(v)}"
+      s = repr(float(v))
+      return f"({self.render_dtype(d)})" * (d is dtypes.float16) + s + self.float_suffix.get(d, "")
+    if d in (dtypes.int64,): return f"{v}ll"
+    if d is dtypes.uint64: return f"{v}ull"
+    if d is dtypes.uint32: return f"{v}u"
+    if d is dtypes.int32 and v == -2**31: return "(-2147483647-1)"
+    return str(v)
+  def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
+    f = "f" if d is dtypes.float32 else ""
+    if op is Ops.NEG: return f"(!{x})" if d is dtypes.bool else f"(-{x})"
+    if op is Ops.EXP2: return f"exp2{f}({x})"
+    if op is Ops.LOG2: return f"log2{f}({x})"
+    if op is Ops.SIN: return f"sin{f}({x})"
+    if op is Ops.SQRT: return f"sqrt{f}({x})"
+    if op is Ops.RECIP: return f"(1.0{f}/{x})"
+    if op is Ops.TRUNC: return f"trunc{f}({x})" if dtypes.is_float(d) else x
+    raise RuntimeError(f"C renderer: no code for {op}")
+  def code_for_max(self, a: str, b: str, d: DType) -> str:
+    if dtypes.is_float(d): return f"(({a}>{b}||{a}!={a})?{a}:{b})"
+    return f"(({a}>{b})?{a}:{b})"
+  def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if dst is dtypes.bfloat16:
+      return f"__f32_to_bf16((float)({x}))" if src is not dtypes.bfloat16 else x
+    if src is dtypes.bfloat16: x = f"__bf16_to_f32({x})"
+    if dst is dtypes.bool: return f"({x}!=0)"
+    return f"({self.render_dtype(dst)})({x})"
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    return f"__builtin_bit_cast({self.render_dtype(dst)}, ({self.render_dtype(src)})({x}))"
+  def loop_pragma(self, kind: str) -> str: return ""
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    r: dict[UOp, str] = {}
+    lines: list[str] = []
+    globals_: dict[int, UOp] = {}
+    variables: dict[str, UOp] = {}
+    depth = 1
+    counters: dict[str, int] = {}
+    def newname(prefix: str) -> str:
+      counters[prefix] = counters.get(prefix, 0) + 1
+      return f"{prefix}{counters[prefix] - 1}"
+    def emit(s: str) -> None: lines.append("  " * depth + s)
+    for u in uops:
+      op, d = u.op, u.dtype
+      if op is Ops.DEFINE_GLOBAL:
+        globals_[u.arg] = u
+        r[u] = f"data{u.arg}"
+      elif op is Ops.DEFINE_VAR:
+        variables[u.arg[0]] = u
+        r[u] = u.arg[0]
+      elif op is Ops.CONST: r[u] = self.render_const(u.arg, d)
+      elif op is Ops.RANGE:
+        r[u] = f"ridx{u.arg[0]}"
+        if (p := self.loop_pragma(u.arg[1])): emit(p)
+        emit(f"for (int {r[u]} = 0; {r[u]} < {r[u.src[0]]}; {r[u]}++) {{")
+        depth += 1
+      elif op is Ops.ENDRANGE:
+        depth -= 1
+        emit("}")
+      elif op is Ops.DEFINE_ACC:
+        r[u] = newname("acc")
+        emit(f"{self.render_dtype(d)} {r[u]} = {r[u.src[0]]};")
+      elif op is Ops.ACC_ASSIGN: emit(f"{r[u.src[0]]} = {r[u.src[1]]};")
+      elif op is Ops.LOAD:
+        r[u] = newname("val")
+        buf, idx = r[u.src[0]], r[u.src[1]]
+        load = f"{buf}[{idx}]" if d is not dtypes.bool else f"({buf}[{idx}]!=0)"
+        if len(u.src) == 3: load = f"({r[u.src[2]]}?{load}:{self.render_const(dtypes.as_const(0, d), d)})"
+        emit(f"{self.render_dtype(d)} {r[u]} = {load};")
+      elif op is Ops.STORE:
+        val = r[u.src[2]]
+        if u.src[2].dtype is dtypes.bool: val = f"(unsigned char)({val})"
+        emit(f"{r[u.src[0]]}[{r[u.src[1]]}] = {val};")
+      else:
+        if op in GroupOp.Unary: expr = self.code_for_unary(op, r[u.src[0]], d)
+        elif op is Ops.MAX: expr = self.code_for_max(r[u.src[0]], r[u.src[1]], d)
+        elif op in self.infix: expr = f"({r[u.src[0]]}{self.infix[op]}{r[u.src[1]]})"
+        elif op is Ops.WHERE: expr = f"({r[u.src[0]]}?{r[u.src[1]]}:{r[u.src[2]]})"
+        elif op is Ops.CAST: expr = self.render_cast(r[u.src[0]], u.src[0].dtype, d)
+        elif op is Ops.BITCAST: expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, d)
+        elif op is Ops.POW: expr = f"pow{'f' if d is dtypes.float32 else ''}({r[u.src[0]]}, {r[u.src[1]]})"
+        else: raise RuntimeError(f"C renderer: no code for {op}")
+        r[u] = newname("alu")
+        emit(f"{self.render_dtype(d)} {r[u]} = {expr};")
+    args = []
+    for i in sorted(globals_):
+      g = globals_[i]
+      assert isinstance(g.dtype, PtrDType)
+      base = g.dtype.base
+      ctype = self.storage_map.get(base, self.render_dtype(base))
+      args.append(f"{self.buffer_prefix}{ctype}* {self.restrict} data{i}")
+    args += [f"const int {n}" for n in sorted(variables)]
+    return f"{self.preamble}{self.kernel_prefix} {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
+
+  def prepare(self, sink: UOp) -> UOp:
+    """The language's own rewrites on the lowered graph, before linearizing."""
+    return graph_rewrite(sink, pm_promote_half) if not self.supports_float16 else graph_rewrite(sink, pm_bf16_only)
+
+def _promote_bf16_only(x: UOp) -> UOp | None:
+  if x.dtype is dtypes.bfloat16 or (x.op in GroupOp.Comparison and x.src[0].dtype is dtypes.bfloat16):
+    return _promote_to_float(x)
+  return None
+pm_bf16_only = PatternMatcher([(UPat(GroupOp.ALU, name="x"), _promote_bf16_only)])
+
+class ClangRenderer(CStyleLanguage):
+  """C for the CPU device, compiled by gcc or clang."""
+  preamble = ("#include <math.h>\n"
+              "static inline float __bf16_to_f32(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f;"
+              " __builtin_memcpy(&f, &u, 4); return f; }\n"
+              "static inline unsigned short __f32_to_bf16(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4);"
+              " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (unsigned short)(u >> 16); }\n")
+  def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True):
+    super().__init__(device=device, has_threads=threads, supports_float16=supports_float16)
+  def loop_pragma(self, kind: str) -> str: return "#pragma omp parallel for" if kind == "parallel" and self.has_threads else ""

@@ -1,0 +1,90 @@
+"""The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with OpenMP."""
+from __future__ import annotations
+import ctypes, ctypes.util, hashlib, os, shutil, subprocess, tempfile
+from typing import Any
+from attograd.device import Allocator, Compiled, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put
+from attograd.renderer.cstyle import ClangRenderer
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+_libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
+_libc.free.argtypes = [ctypes.c_void_p]
+
+class MallocAllocator(Allocator):
+  """64-byte aligned host memory; a buffer is its address."""
+  def alloc(self, nbytes: int) -> int:
+    p = ctypes.c_void_p()
+    if _libc.posix_memalign(ctypes.byref(p), 64, nbytes) != 0 or not p.value:
+      raise MemoryError(f"CPU: could not allocate {nbytes} bytes")
+    return p.value
+  def free(self, buf: int, nbytes: int) -> None: _libc.free(buf)
+  def copyin(self, dest: int, src: memoryview) -> None:
+    ctypes.memmove(dest, (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else bytes(src), src.nbytes)
+  def copyout(self, dest: memoryview, src: int) -> None:
+    ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src, dest.nbytes)
+  def as_memoryview(self, buf: int, nbytes: int) -> memoryview:
+    return memoryview((ctypes.c_char * nbytes).from_address(buf)).cast("B")
+
+def find_c_compiler() -> str:
+  """$CC, else cc, gcc or clang on PATH."""
+  if (cc := os.getenv("CC")):
+    path = shutil.which(cc.split()[0])
+    if path is None: raise DeviceUnavailable(f"CPU: CC={cc} is not an executable on PATH. Install it, unset CC, or run with DEV=PYTHON.")
+    return cc
+  for cand in ("cc", "gcc", "clang"):
+    if shutil.which(cand): return cand
+  raise DeviceUnavailable("CPU: no C compiler found (looked for $CC, cc, gcc and clang). Install one "
+                          "(e.g. `apt-get install gcc` or `apt-get install clang`), or run with DEV=PYTHON, which needs no compiler.")
+
+class ClangCompiler(Compiler):
+  def __init__(self, cc: str):
+    self.cc = cc.split()
+    try: version = subprocess.run(self.cc + ["--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as e: raise DeviceUnavailable(f"CPU: could not run the C compiler {cc!r}: {e}") from None
+    ident = hashlib.sha256(f"{cc}\0{version}".encode()).hexdigest()
+    self.flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
+                  "-fassociative-math", "-ffp-contract=fast", "-fno-strict-aliasing", "-w"]
+    self.openmp = self._has_openmp(ident)
+    if self.openmp: self.flags.append("-fopenmp")
+    self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
+  def _has_openmp(self, ident: str) -> bool:
+    key = hashlib.sha256(f"openmp\0{ident}".encode()).hexdigest()
+    if (hit := disk_cache_get("probe", key)) is not None: return hit == b"1"
+    try:
+      self._compile_with("int f(void) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < 4; i++) s += i;\nreturn s; }",
+                         self.flags + ["-fopenmp"])
+      ok = True
+    except RuntimeError: ok = False
+    disk_cache_put("probe", key, b"1" if ok else b"0")
+    return ok
+  def _compile_with(self, src: str, flags: list[str]) -> bytes:
+    with tempfile.TemporaryDirectory() as d:
+      out = os.path.join(d, "k.so")
+      p = subprocess.run(self.cc + flags + ["-x", "c", "-", "-o", out, "-lm"], input=src.encode(), capture_output=True)
+      if p.returncode != 0:
+        raise RuntimeError(f"CPU: the C compiler failed:\n{p.stderr.decode(errors='replace')}\n--- source ---\n{src}")
+      with open(out, "rb") as f: return f.read()
+  def compile(self, src: str) -> bytes: return self._compile_with(src, self.flags)
+
+class CPUProgram:
+  """A compiled kernel; call it with buffer addresses and variable values."""
+  def __init__(self, name: str, lib: bytes):
+    # dlopen needs a file, and caches by path: every library gets a fresh, unique name
+    tmpdir = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.NamedTemporaryFile(suffix=".so", delete=False, dir=tmpdir) as f:
+      f.write(lib)
+    try: self.lib = ctypes.CDLL(f.name)
+    finally: os.unlink(f.name)
+    self.fxn = getattr(self.lib, name)
+    self.fxn.restype = None
+    self._argtypes_set = False
+  def __call__(self, *bufs: int, vals: tuple[int, ...] = ()) -> None:
+    if not self._argtypes_set:
+      self.fxn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)
+      self._argtypes_set = True
+    self.fxn(*bufs, *vals)
+
+class CPUDevice(Compiled):
+  def __init__(self, device: str):
+    cc = find_c_compiler()
+    compiler = ClangCompiler(cc)
+    super().__init__(device, MallocAllocator(), ClangRenderer(device, threads=compiler.openmp), compiler, CPUProgram)

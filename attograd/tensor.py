@@ -1,0 +1,876 @@
+"""The user API: a lazy Tensor over a UOp graph. Shapes and dtypes are checked when a method is called;
+nothing runs until realize(), numpy(), item() or tolist()."""
+from __future__ import annotations
+import functools, math, struct, time, weakref
+from typing import Any, Callable, Iterable, Sequence
+from attograd.device import Buffer, Device
+from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, least_upper_float,
+                            sum_acc_dtype, to_dtype)
+from attograd.helpers import DEBUG, GlobalCounters, all_int, argfix, fully_flatten, make_tuple, prod
+from attograd.uop.ops import GroupOp, Ops, UOp, sint
+from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop, realized
+from attograd.engine.realize import run_schedule
+
+def _shape_of_data(data: Any) -> tuple[int, ...]:
+  shape: list[int] = []
+  x = data
+  while isinstance(x, (list, tuple)):
+    shape.append(len(x))
+    if len(x) == 0: break
+    x = x[0]
+  return tuple(shape)
+
+def _check_ragged(data: Any, shape: tuple[int, ...]) -> None:
+  stack = [(data, 0)]
+  while stack:
+    x, d = stack.pop()
+    if d == len(shape): continue
+    if not isinstance(x, (list, tuple)) or len(x) != shape[d]:
+      raise ValueError(f"Tensor: nested lists must be rectangular; expected length {shape[d]} at depth {d}, got {x!r:.60}")
+    stack.extend((y, d + 1) for y in x)
+
+def _pack(values: list[Any], dtype: DType) -> bytes:
+  if dtype is dtypes.bfloat16: return struct.pack(f"<{len(values)}H", *[float_to_bf16_bits(float(v)) for v in values])
+  conv = [dtypes.as_const(v, dtype) for v in values]
+  return struct.pack(f"<{len(conv)}{dtype.fmt}", *conv)
+
+def _unpack(raw: bytes | memoryview, dtype: DType, n: int) -> list[Any]:
+  if dtype is dtypes.bfloat16: return [bf16_bits_to_float(b) for b in struct.unpack(f"<{n}H", raw)]
+  return list(struct.unpack(f"<{n}{dtype.fmt}", raw))
+
+class Tensor:
+  """A multi-dimensional array whose operations build a lazy graph.
+
+  >>> Tensor([1, 2, 3]).sum().item()
+  6
+  """
+  training: bool = False
+  _seed: int = 0
+  _rng_counter: int = 0
+
+  def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None):
+    device = Device.canonicalize(device)
+    if dtype is not None: dtype = to_dtype(dtype)
+    self.requires_grad: bool | None = requires_grad
+    self.grad: Tensor | None = None
+    if isinstance(data, UOp): uop = data
+    elif isinstance(data, Tensor): uop = data.uop if dtype is None else data.cast(dtype).uop
+    elif data is None: uop = _buffer_from_bytes(b"", (0,), dtype or dtypes.default_float, device)
+    elif isinstance(data, (bool, int, float)):
+      d = dtype or dtypes.from_py(data)
+      uop = _const(data, d, device)
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+      raw = bytes(data)
+      uop = _buffer_from_bytes(raw, (len(raw),), dtypes.uint8, device)
+      if dtype is not None and dtype is not dtypes.uint8: uop = UOp(Ops.CAST, dtype, (uop,))
+    elif isinstance(data, (list, tuple)):
+      shape = _shape_of_data(data)
+      _check_ragged(data, shape)
+      flat = fully_flatten(data)
+      for v in flat:
+        if isinstance(v, Tensor): raise TypeError("Tensor: a list of Tensors is not data; use Tensor.stack(*tensors)")
+      d = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
+      if flat and d is dtypes.bool: flat = [bool(v) for v in flat]
+      uop = _buffer_from_bytes(_pack(flat, d), shape, d, device)
+    elif type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
+      import numpy as np
+      arr = np.asarray(data)
+      from attograd.dtype import from_np_dtype
+      d = from_np_dtype(arr.dtype)
+      uop = _buffer_from_bytes(np.ascontiguousarray(arr).tobytes(), arr.shape, d, device)
+      if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
+    else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
+    if uop.device is None: uop = uop  # variables carry no device
+    self.uop: UOp = uop
+    self._device = device if uop.device is None else uop.device
+
+  # ***** properties *****
+  @property
+  def shape(self) -> tuple[sint, ...]: return self.uop.shape
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def device(self) -> str: return self.uop.device or self._device
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self) -> str: return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device!r}>"
+  def __hash__(self) -> int: return id(self)
+  def __bool__(self) -> bool:
+    if self.numel() != 1: raise RuntimeError(f"the truth value of a Tensor with shape {self.shape} is ambiguous; use .any() or .all()")
+    return bool(self.item())
+  def _new(self, uop: UOp) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t.uop, t.requires_grad, t.grad, t._device = uop, None, None, self._device
+    return t
+
+  # ***** realize and data access *****
+  def realize(self, *lst: Tensor) -> Tensor:
+    """Compute this tensor (and `lst`) now."""
+    Tensor._realize_all([self, *lst])
+    return self
+  @staticmethod
+  def _realize_all(ts: Sequence[Tensor]) -> None:
+    todo = [t for t in ts if not _is_realized(t.uop)]
+    if not todo: return
+    st = time.perf_counter() if DEBUG >= 1 else 0.0
+    k0 = GlobalCounters.kernel_count
+    outs = list(dict.fromkeys(t.uop for t in todo))
+    items, becomes = create_schedule(outs)
+    run_schedule(items)
+    for o, b in becomes.items():
+      if b is not o: realized[o] = b
+    for t in todo: t.uop = becomes.get(t.uop, t.uop)
+    if DEBUG >= 1:
+      print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
+  def _buffer(self) -> tuple[Buffer, int]:
+    """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
+    t = self if _contiguous_view_of_buffer(self.uop) else self.contiguous()
+    t.realize()
+    if not _contiguous_view_of_buffer(t.uop):
+      t = Tensor(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,)))
+      t.realize()
+    base = t.uop.base
+    return buffers[base], 0
+  def data(self) -> memoryview:
+    """The values as a memoryview with this tensor's shape."""
+    if 0 in self.shape: return memoryview(b"").cast("B")
+    buf, _ = self._buffer()
+    mv = memoryview(bytearray(buf.nbytes))
+    buf.copyout(mv)
+    fmt = self.dtype.fmt if self.dtype is not dtypes.bfloat16 else "H"
+    if fmt == "e" or self.dtype is dtypes.bfloat16: return mv
+    return mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)
+  def _raw(self) -> bytes:
+    if self.numel() == 0: return b""
+    buf, _ = self._buffer()
+    return buf.as_bytes()
+  def numpy(self) -> Any:
+    """A NumPy array with a copy of the values."""
+    import numpy as np
+    from attograd.dtype import to_np_dtype
+    if self.dtype is dtypes.bfloat16: return self.float().numpy()
+    return np.frombuffer(self._raw(), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
+  def tolist(self) -> Any:
+    """The values as (nested) Python lists; a 0-d tensor gives a scalar."""
+    vals = _unpack(self._raw(), self.dtype, self.numel())
+    if self.dtype is dtypes.bool: vals = [bool(v) for v in vals]
+    if not self.shape: return vals[0]
+    for d in reversed(self.shape[1:]): vals = [vals[i:i + d] for i in range(0, len(vals), d)] if d else [[] for _ in range(len(vals) // max(d, 1))]
+    if 0 in self.shape[1:]:
+      return _empty_nested(self.shape)
+    return vals
+  def item(self) -> ConstType:
+    """The one value of a tensor with one element."""
+    if self.numel() != 1: raise ValueError(f"item: the tensor must have exactly one element, but its shape is {self.shape}")
+    return self.reshape(()).tolist()
+  def to(self, device: str | None) -> Tensor:
+    """This tensor on `device` (a copy when the device differs)."""
+    device = Device.canonicalize(device)
+    if device == self.device: return self
+    src = self.contiguous()
+    src.realize()
+    return self._new(UOp(Ops.COPY, self.dtype, (src.uop, UOp(Ops.DEVICE, arg=device))))
+  def to_(self, device: str | None) -> Tensor:
+    self.uop = self.to(device).uop
+    return self
+  def clone(self) -> Tensor: return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def contiguous(self) -> Tensor:
+    """A tensor whose data is laid out contiguously in its own buffer."""
+    if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
+    return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def detach(self) -> Tensor: return self._new(self.uop)
+  def assign(self, x: Any) -> Tensor:
+    """Write `x` into this tensor's buffer (shape and dtype must match)."""
+    if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
+    if x.shape != self.shape: raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
+    if x.device != self.device: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
+    if x.dtype != self.dtype: x = x.cast(self.dtype)
+    self.realize()
+    if not _is_whole_buffer(self.uop):
+      self.uop = x.uop  # a view or a constant: just rebind
+      return self
+    base = self.uop.base
+    target = new_buffer_uop(self.device, base.arg[1], self.dtype, buffers[base])
+    assign = UOp(Ops.ASSIGN, self.dtype, (_reshape_uop(base, self.shape), x.uop))
+    Tensor._realize_assign(assign, self.shape)
+    self.uop = _reshape_uop(target, self.shape)
+    return self
+  @staticmethod
+  def _realize_assign(assign: UOp, shape: tuple[int, ...]) -> None:
+    items, _ = create_schedule([assign])
+    run_schedule(items)
+
+  # ***** creation *****
+  @staticmethod
+  def empty(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+    d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    shp = _check_shape(argfix(*shape), "empty")
+    return Tensor(_reshape_uop(new_buffer_uop(Device.canonicalize(device), prod(shp), d), shp), device=device, **kw)
+  @staticmethod
+  def full(shape: Any, fill_value: ConstType, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+    shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
+    d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    return Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw).reshape((1,) * len(shp)).expand(shp)
+  @staticmethod
+  def zeros(*shape: Any, **kw: Any) -> Tensor: return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kw})
+  @staticmethod
+  def ones(*shape: Any, **kw: Any) -> Tensor: return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kw})
+  def full_like(self, fill_value: ConstType, **kw: Any) -> Tensor:
+    return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kw})
+  def zeros_like(self, **kw: Any) -> Tensor: return self.full_like(0, **kw)
+  def ones_like(self, **kw: Any) -> Tensor: return self.full_like(1, **kw)
+  def empty_like(self, **kw: Any) -> Tensor: return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kw})
+  @staticmethod
+  def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
+    """Evenly spaced values in [start, stop): `Tensor.arange(5)` is 0, 1, 2, 3, 4."""
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be zero")
+    dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.from_py([start, stop, step])
+    n = max(0, math.ceil((stop - start) / step))
+    device = Device.canonicalize(kw.pop("device", None))
+    idx = _index_tensor(n, device)
+    out = idx.cast(dtype) * step + start if (step != 1 or start != 0) else idx.cast(dtype)
+    if dtypes.is_int(dtype) and (step != 1 or start != 0): out = (idx * step + start).cast(dtype)
+    return Tensor(out.uop, device=device, **kw)
+  @staticmethod
+  def linspace(start: float, stop: float, steps: int, **kw: Any) -> Tensor:
+    if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
+    dtype = to_dtype(kw.pop("dtype", dtypes.default_float))
+    if steps == 1: return Tensor.full((1,), start, dtype=dtype, **kw)
+    return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
+            * ((stop - start) / (steps - 1)) + start).cast(dtype)
+  @staticmethod
+  def eye(n: int, m: int | None = None, **kw: Any) -> Tensor:
+    m = n if m is None else m
+    dtype = kw.pop("dtype", dtypes.default_float)
+    device = kw.pop("device", None)
+    return (Tensor.arange(n, device=device).reshape(n, 1) == Tensor.arange(m, device=device).reshape(1, m)).cast(dtype)
+
+  # ***** random: a counter-based hash, computed inside kernels *****
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None:
+    """Make the random functions reproducible."""
+    Tensor._seed, Tensor._rng_counter = int(seed), 0
+  @staticmethod
+  def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
+    n = prod(shape)
+    device = Device.canonicalize(device)
+    start = Tensor._rng_counter
+    Tensor._rng_counter += n
+    ctr = _index_tensor(n, device).cast(dtypes.uint32) + (start & 0xFFFFFFFF)
+    key = _hash32_int((Tensor._seed * 0x9E3779B1 + (start >> 32) * 0x85EBCA77) & 0xFFFFFFFF)
+    x = _hash32(ctr ^ key)
+    x = _hash32(x + (key ^ 0x6A09E667))
+    return x.reshape(shape)
+  @staticmethod
+  def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+    """Uniform random values in [0, 1)."""
+    shp = _check_shape(argfix(*shape), "rand")
+    d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    bits = Tensor._random_bits(shp, device)
+    return Tensor((bits >> 8).cast(dtypes.float32).mul(1.0 / (1 << 24)).cast(d).uop, device=device, **kw)
+  @staticmethod
+  def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+    """Standard normal values (Box-Muller)."""
+    shp = _check_shape(argfix(*shape), "randn")
+    u = Tensor.rand(2, *shp, device=kw.get("device"), dtype=dtypes.float32)
+    r = (1 - u[0]).log().mul(-2).sqrt()
+    d = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    return Tensor((r * (u[1] * (2 * math.pi)).cos()).cast(d).uop, **kw)
+  @staticmethod
+  def randint(*shape: Any, low: int = 0, high: int = 10, **kw: Any) -> Tensor:
+    if not isinstance(low, int) or not isinstance(high, int) or high <= low:
+      raise ValueError(f"randint: need integers low < high, got low={low!r} high={high!r}")
+    dtype = to_dtype(kw.pop("dtype", dtypes.int32))
+    return (Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw) * (high - low)).floor().cast(dtype) + low
+  @staticmethod
+  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
+    dtype = kw.pop("dtype", dtypes.default_float)
+    return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low) + low).cast(dtype)
+  @staticmethod
+  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
+    dtype = kw.pop("dtype", dtypes.default_float)
+    return (Tensor.randn(*shape, dtype=dtypes.float32, **kw) * std + mean).cast(dtype)
+  @staticmethod
+  def randperm(n: int, device: str | None = None, dtype: DType = dtypes.int32, **kw: Any) -> Tensor:
+    """A random permutation of 0..n-1 (argsort of random keys)."""
+    keys = Tensor.rand(n, device=device).realize()
+    ranks = (keys.reshape(n, 1) > keys.reshape(1, n)).cast(dtypes.int32).sum(1)  # rank of each key: its position
+    return (ranks.reshape(n, 1) == Tensor.arange(n, device=device).reshape(1, n)).cast(dtypes.int32) \
+      .mul(Tensor.arange(n, device=device).reshape(n, 1)).sum(0).cast(dtype)
+
+  # ***** elementwise *****
+  def _const_like(self, x: ConstType, dtype: DType | None = None) -> Tensor:
+    return self._new(_const(x, dtype or self.dtype, self.device))
+  def _broadcasted(self, y: Tensor | ConstType, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+    x: Tensor = self
+    if not isinstance(y, Tensor):
+      if isinstance(y, UOp): y = Tensor(y)
+      elif not isinstance(y, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
+      else:
+        # a Python scalar adopts the tensor's dtype unless it is a float meeting an int/bool tensor
+        if isinstance(y, float) and not dtypes.is_float(x.dtype): yd = dtypes.default_float
+        elif isinstance(y, int) and not isinstance(y, bool) and x.dtype is dtypes.bool: yd = dtypes.default_int
+        else: yd = x.dtype
+        y = x._const_like(y, yd)
+    if x.device != y.device:
+      raise ValueError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with .to('{x.device}')")
+    if match_dtype and x.dtype != y.dtype:
+      out = least_upper_dtype(x.dtype, y.dtype)
+      x, y = x.cast(out), y.cast(out)
+    if reverse: x, y = y, x
+    shape = _broadcast_shape(x.shape, y.shape)
+    return x._broadcast_to(shape), y._broadcast_to(shape)
+  def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+    if self.shape == shape: return self
+    if len(self.shape) > len(shape): raise ValueError(f"can't broadcast {self.shape} to {shape}")
+    padded = (1,) * (len(shape) - len(self.shape)) + self.shape
+    for s, n in zip(padded, shape):
+      if s != n and s != 1: raise ValueError(f"can't broadcast shape {self.shape} to {shape}")
+    return self.reshape(padded).expand(shape)
+  def _alu(self, op: Ops, *srcs: Tensor, dtype: DType | None = None) -> Tensor:
+    return self._new(UOp(op, dtype or self.dtype, (self.uop,) + tuple(s.uop for s in srcs)))
+  def add(self, x: Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype is dtypes.bool: return a | b
+    return a._alu(Ops.ADD, b)
+  def sub(self, x: Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype is dtypes.bool: raise TypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
+    return a._alu(Ops.SUB, b)
+  def mul(self, x: Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype is dtypes.bool: return a & b
+    return a._alu(Ops.MUL, b)
+  def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    """True division (ints give the default float); rounding_mode 'trunc' or 'floor' as in PyTorch."""
+    a, b = self._broadcasted(x, reverse)
+    if rounding_mode == "trunc":
+      return a._alu(Ops.IDIV, b._safe_divisor()).mul(b.ne(0)) if dtypes.is_int(a.dtype) else a.div(b).trunc()
+    if rounding_mode == "floor": return a // b
+    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if not dtypes.is_float(a.dtype): a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
+    return a._alu(Ops.FDIV, b)
+  def _safe_divisor(self) -> Tensor: return self.eq(0).where(self._const_like(1), self)
+  def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
+    """Division rounded toward negative infinity, like Python's // (x // 0 is 0 for ints)."""
+    a, b = self._broadcasted(x, reverse)
+    if dtypes.is_float(a.dtype): return a.div(b).floor()
+    if a.dtype is dtypes.bool: a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+    bs = b._safe_divisor()
+    q = a._alu(Ops.IDIV, bs)
+    if not dtypes.is_unsigned(a.dtype):
+      fix = (q * bs).ne(a) & ((a < 0) ^ (bs < 0))
+      q = q - fix.cast(q.dtype)
+    return b.eq(0).where(q._const_like(0), q)
+  def mod(self, x: Any, reverse: bool = False) -> Tensor:
+    """The remainder with the divisor's sign, like Python's %."""
+    a, b = self._broadcasted(x, reverse)
+    if dtypes.is_float(a.dtype): return a - (a / b).floor() * b
+    if a.dtype is dtypes.bool: a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+    bs = b._safe_divisor()
+    r = a._alu(Ops.MOD, bs)
+    if not dtypes.is_unsigned(a.dtype): r = (r.ne(0) & ((r < 0) ^ (bs < 0))).where(r + bs, r)
+    return b.eq(0).where(r._const_like(0), r)
+  def fmod(self, x: Any) -> Tensor:
+    a, b = self._broadcasted(x)
+    return a - (a / b).trunc() * b if dtypes.is_float(a.dtype) else a._alu(Ops.MOD, b._safe_divisor())
+  def pow(self, x: Any, reverse: bool = False) -> Tensor:
+    """Elementwise power; integer tensors stay integer."""
+    if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
+      if x == 2: return self * self
+      if x == 1: return self + 0
+      if x == 0: return self.ones_like()
+      if x == 0.5 and dtypes.is_float(self.dtype): return self.sqrt()
+      if x == -1 and dtypes.is_float(self.dtype): return self.reciprocal()
+    a, b = self._broadcasted(x, reverse)
+    if dtypes.is_int(a.dtype) or a.dtype is dtypes.bool:
+      return a._int_pow(b)
+    # |a|^b via exp2/log2, sign fixed for negative bases with integer exponents, nan for fractional ones
+    mag = (b * a.abs().log2()).exp2()
+    is_int_exp = b.eq(b.trunc())
+    odd = is_int_exp & (b.abs() % 2).eq(1)
+    neg = a < 0
+    res = neg.where(is_int_exp.where(odd.where(-mag, mag), mag._const_like(math.nan)), mag)
+    res = (a.eq(0) & b.eq(0)).where(res._const_like(1.0), res)
+    return b.eq(0).where(res._const_like(1.0), res)
+  def _int_pow(self, b: Tensor) -> Tensor:
+    # square-and-multiply over the bits of the exponent (up to 2^31)
+    dtype = self.dtype if self.dtype is not dtypes.bool else dtypes.default_int
+    base, e = self.cast(dtype), b.cast(dtype)
+    out = base._const_like(1)
+    cur = base
+    neg = e < 0
+    ee = neg.where(e._const_like(0), e)
+    for i in range(32 if dtype.itemsize >= 4 else dtype.itemsize * 8):
+      bit = ((ee >> i) & 1).eq(1)
+      out = bit.where(out * cur, out)
+      cur = cur * cur
+    # negative exponents: 1 -> 1, -1 -> +-1, else 0 (like integer truncation)
+    neg_val = base.eq(1).where(base._const_like(1), base.eq(-1).where((e.abs() % 2).eq(1).where(base, base._const_like(1)),
+                                                                        base._const_like(0)))
+    return neg.where(neg_val, out)
+  def maximum(self, x: Any) -> Tensor:
+    a, b = self._broadcasted(x)
+    if a.dtype is dtypes.bool: return a | b
+    return a._alu(Ops.MAX, b)
+  def minimum(self, x: Any) -> Tensor:
+    a, b = self._broadcasted(x)
+    if a.dtype is dtypes.bool: return a & b
+    return (a < b).where(a, b) if not dtypes.is_float(a.dtype) else (a.isnan() | (a < b)).where(a, b)
+  def where(self, x: Any, y: Any) -> Tensor:
+    """`x` where this (bool) tensor is true, else `y`."""
+    cond = self if self.dtype is dtypes.bool else self.ne(0)
+    if isinstance(x, Tensor) and isinstance(y, Tensor):
+      x, y = x._broadcasted(y)
+    elif isinstance(x, Tensor): x, y = x._broadcasted(y)
+    elif isinstance(y, Tensor): y, x = y._broadcasted(x)
+    else:
+      d = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+      x, y = cond._const_like(x, d), cond._const_like(y, d)
+    shape = _broadcast_shape(cond.shape, x.shape)
+    cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
+    return cond._new(UOp(Ops.WHERE, x.dtype, (cond.uop, x.uop, y.uop)))
+  def _cmp(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    return a._alu(op, b, dtype=dtypes.bool)
+  def __lt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
+  def __gt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, True)
+  def __le__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, True).logical_not()
+  def __ge__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x).logical_not()
+  def __eq__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPEQ, x)  # type: ignore[override]
+  def __ne__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
+  def eq(self, x: Any) -> Tensor: return self._cmp(Ops.CMPEQ, x)
+  def ne(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)
+  def lt(self, x: Any) -> Tensor: return self < x
+  def gt(self, x: Any) -> Tensor: return self > x
+  def le(self, x: Any) -> Tensor: return self <= x
+  def ge(self, x: Any) -> Tensor: return self >= x
+  def logical_not(self) -> Tensor: return self.cast(dtypes.bool).ne(True)
+  def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if dtypes.is_float(a.dtype): raise TypeError(f"{op.name.lower()}: bitwise ops need int or bool tensors, got {a.dtype}")
+    return a._alu(op, b)
+  def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.AND, x, reverse)
+  def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.OR, x, reverse)
+  def bitwise_xor(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.XOR, x, reverse)
+  def bitwise_not(self) -> Tensor:
+    if self.dtype is dtypes.bool: return self.logical_not()
+    if dtypes.is_float(self.dtype): raise TypeError(f"bitwise_not: needs an int or bool tensor, got {self.dtype}")
+    return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ dtypes.max(self.dtype)
+  def lshift(self, x: Any) -> Tensor: return self._bitwise(Ops.SHL, x)
+  def rshift(self, x: Any) -> Tensor: return self._bitwise(Ops.SHR, x)
+  def logical_and(self, x: Any) -> Tensor: return self.cast(dtypes.bool) & (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  def logical_or(self, x: Any) -> Tensor: return self.cast(dtypes.bool) | (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  def logical_xor(self, x: Any) -> Tensor: return self.cast(dtypes.bool) ^ (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+
+  # unary math
+  def _float_unary(self, op: Ops) -> Tensor:
+    x = self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+    return x._alu(op)
+  def neg(self) -> Tensor:
+    if self.dtype is dtypes.bool: return self.logical_not()
+    return self._alu(Ops.NEG) if dtypes.is_float(self.dtype) else self * -1
+  def exp2(self) -> Tensor: return self._float_unary(Ops.EXP2)
+  def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)
+  def exp(self) -> Tensor: return self._f().mul(1 / math.log(2)).exp2()
+  def log(self) -> Tensor: return self.log2().mul(math.log(2))
+  def log10(self) -> Tensor: return self.log2().mul(math.log10(2))
+  def log1p(self) -> Tensor: return (self._f() + 1).log()
+  def expm1(self) -> Tensor: return self.exp() - 1
+  def sqrt(self) -> Tensor: return self._float_unary(Ops.SQRT)
+  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+  def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIP)
+  def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
+  def cos(self) -> Tensor: return (math.pi / 2 - self._f()).sin()
+  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def _f(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+  def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+  def floor(self) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (self < t).where(t - 1, t)
+  def ceil(self) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (self > t).where(t + 1, t)
+  def round(self) -> Tensor:
+    """Round half to even, like NumPy and PyTorch."""
+    if not dtypes.is_float(self.dtype): return self
+    f = self.floor()
+    diff = self - f
+    up = (diff > 0.5) | (diff.eq(0.5) & (f % 2).eq(1))
+    return up.where(f + 1, f)
+  def abs(self) -> Tensor:
+    if self.dtype is dtypes.bool or dtypes.is_unsigned(self.dtype): return self
+    return (self < 0).where(-self, self) if not dtypes.is_float(self.dtype) else (self <= 0).where(0.0 - self, self)
+  def sign(self) -> Tensor:
+    if self.dtype is dtypes.bool: return self
+    return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype) if not dtypes.is_float(self.dtype) else \
+      self.isnan().where(self, (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype))
+  def isnan(self) -> Tensor: return self.ne(self) if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
+    return (self.eq(math.inf) & detect_positive) | (self.eq(-math.inf) & detect_negative)
+  def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
+  def relu(self) -> Tensor: return (self > 0).where(self, self._const_like(0))
+  def sigmoid(self) -> Tensor:
+    x = self._f()
+    return (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
+  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._f()).sigmoid() - 1.0
+  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+    if min_ is None and max_ is None: raise ValueError("clip: at least one of min and max must be given")
+    out = self
+    if min_ is not None: out = out.maximum(min_)
+    if max_ is not None: out = out.minimum(max_)
+    return out
+  def clamp(self, min_: Any = None, max_: Any = None) -> Tensor: return self.clip(min_, max_)
+  def lerp(self, end: Tensor, weight: Any) -> Tensor: return self + (end - self) * weight
+  def square(self) -> Tensor: return self * self
+
+  # casts
+  def cast(self, dtype: DType | str) -> Tensor:
+    """These values as `dtype` (floats to ints truncate toward zero)."""
+    d = to_dtype(dtype)
+    return self if self.dtype == d else self._new(UOp(Ops.CAST, d, (self.uop,)))
+  def bitcast(self, dtype: DType | str) -> Tensor:
+    """The same bytes read as `dtype` (same item size)."""
+    d = to_dtype(dtype)
+    if d.itemsize != self.dtype.itemsize:
+      raise ValueError(f"bitcast: {self.dtype} ({self.dtype.itemsize} bytes) to {d} ({d.itemsize} bytes) needs equal item sizes")
+    return self if self.dtype == d else self._new(UOp(Ops.BITCAST, d, (self.uop,)))
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def short(self) -> Tensor: return self.cast(dtypes.int16)
+  def char(self) -> Tensor: return self.cast(dtypes.int8)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+
+  # ***** movement (zero-copy views) *****
+  def _resolve_axis(self, axis: int, op: str, ndim: int | None = None) -> int:
+    n = self.ndim if ndim is None else ndim
+    if not isinstance(axis, int): raise TypeError(f"{op}: axis must be an int, got {axis!r}")
+    if not -max(n, 1) <= axis < max(n, 1): raise IndexError(f"{op}: axis {axis} is out of range for a tensor with shape {self.shape}")
+    return axis + n if axis < 0 else axis
+  def reshape(self, shape: Any, *args: Any) -> Tensor:
+    """The same elements with a new shape; one dim may be -1."""
+    new = argfix(shape, *args)
+    if any(not isinstance(s, int) for s in new): raise TypeError(f"reshape: shape must be ints, got {new}")
+    if new.count(-1) > 1: raise ValueError(f"reshape: only one dim can be -1, got {new}")
+    if -1 in new:
+      rest = prod(s for s in new if s != -1)
+      if rest == 0 or self.numel() % rest: raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
+      new = tuple(self.numel() // rest if s == -1 else s for s in new)
+    if any(s < 0 for s in new): raise ValueError(f"reshape: negative dim in {new}")
+    if prod(new) != self.numel(): raise ValueError(f"reshape: can't reshape {self.shape} ({self.numel()} elements) to {new} ({prod(new)} elements)")
+    return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
+  def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
+  def permute(self, order: Any, *args: Any) -> Tensor:
+    order = argfix(order, *args)
+    ax = tuple(self._resolve_axis(a, "permute") for a in order)
+    if sorted(ax) != list(range(self.ndim)): raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
+    return self if ax == tuple(range(self.ndim)) else self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), ax))
+  def expand(self, shape: Any, *args: Any) -> Tensor:
+    """Repeat size-1 dims without copying; -1 keeps a dim."""
+    new = argfix(shape, *args)
+    if len(new) < self.ndim: raise ValueError(f"expand: shape {new} has fewer dims than the tensor's {self.shape}")
+    old = (1,) * (len(new) - self.ndim) + self.shape
+    new = tuple(o if n == -1 else n for o, n in zip(old, new))
+    for o, n in zip(old, new):
+      if o != n and o != 1: raise ValueError(f"expand: can't expand {self.shape} to {new}")
+    x = self.reshape(old) if old != self.shape else self
+    return x if new == x.shape else x._new(UOp(Ops.EXPAND, x.dtype, (x.uop,), new))
+  def pad_(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
+    if all(b == 0 and a == 0 for b, a in arg): return self
+    return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), arg))
+  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    """Keep [start, end) of each dim (None keeps the dim whole)."""
+    if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
+    full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    for (b, e), s in zip(full, self.shape):
+      if not 0 <= b <= e <= s: raise ValueError(f"shrink: {arg} is out of bounds for shape {self.shape}")
+    if all(b == 0 and e == s for (b, e), s in zip(full, self.shape)): return self
+    return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
+  def flip(self, axis: Any, *args: Any) -> Tensor:
+    axes = {self._resolve_axis(a, "flip") for a in argfix(axis, *args)}
+    arg = tuple(i in axes for i in range(self.ndim))
+    return self if not any(arg) else self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), arg))
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if self.ndim == 0: return self.reshape(1)
+    s, e = self._resolve_axis(start_dim, "flatten"), self._resolve_axis(end_dim, "flatten")
+    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+  def unflatten(self, dim: int, sizes: tuple[int, ...]) -> Tensor:
+    d = self._resolve_axis(dim, "unflatten")
+    sizes = tuple(sizes)
+    if -1 in sizes:
+      rest = prod(s for s in sizes if s != -1)
+      sizes = tuple(self.shape[d] // rest if s == -1 else s for s in sizes)
+    if prod(sizes) != self.shape[d]: raise ValueError(f"unflatten: sizes {sizes} don't multiply to dim {d} of {self.shape}")
+    return self.reshape(self.shape[:d] + sizes + self.shape[d + 1:])
+  def squeeze(self, dim: int | None = None) -> Tensor:
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    if self.ndim == 0: return self
+    d = self._resolve_axis(dim, "squeeze")
+    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+  def unsqueeze(self, dim: int) -> Tensor:
+    d = self._resolve_axis(dim, "unsqueeze", self.ndim + 1)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+  def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+    order = list(range(self.ndim))
+    a, b = self._resolve_axis(dim0, "transpose"), self._resolve_axis(dim1, "transpose")
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+  @property
+  def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))
+
+  # ***** reductions *****
+  def _axes(self, axis: Any, op: str) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = tuple(sorted({self._resolve_axis(a, op) for a in axes}))
+    if len(out) != len(axes): raise ValueError(f"{op}: repeated axis in {axis}")
+    return out
+  def _reduce(self, op: Ops, axis: Any, keepdim: bool, name: str) -> Tensor:
+    axes = self._axes(axis, name)
+    if self.ndim == 0: return self
+    out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    if any(self.shape[a] == 0 for a in axes):  # reducing nothing gives the identity
+      ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op]
+      ret = Tensor.full(out_shape, ident, dtype=self.dtype, device=self.device)
+    else:
+      ret = self._new(_reduce_uop(self.uop, op, axes))
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+  def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    """Sum over `axis` (all axes when None). Small ints and bools accumulate as int32, like PyTorch's int64 rule."""
+    x = self.cast(to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype))
+    return x._reduce(Ops.ADD, axis, keepdim, "sum")
+  def prod(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    x = self.cast(to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype))
+    return x._reduce(Ops.MUL, axis, keepdim, "prod")
+  def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    if self.numel() == 0 and self._axes(axis, "max") and any(self.shape[a] == 0 for a in self._axes(axis, "max")):
+      raise ValueError(f"max: can't reduce an empty dim of {self.shape}")
+    if self.dtype is dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "max").cast(dtypes.bool)
+    return self._reduce(Ops.MAX, axis, keepdim, "max")
+  def min(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    if self.dtype is dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
+    if dtypes.is_unsigned(self.dtype): return dtypes.max(self.dtype) - (dtypes.max(self.dtype) - self).max(axis, keepdim)
+    return -((-self).max(axis, keepdim))
+  def any(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.cast(dtypes.bool).max(axis, keepdim)
+  def all(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+  def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    x = self._f()
+    axes = self._axes(axis, "mean")
+    n = prod(self.shape[a] for a in axes)
+    out = x.sum(axis, keepdim)
+    return out.div(n) if n else out * math.nan
+  def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    x = self._f()
+    axes = self._axes(axis, "var")
+    n = prod(self.shape[a] for a in axes)
+    sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
+    return sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan
+  def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    m = self._f().max(axis, keepdim=True)
+    m = m.isinf().where(m.zeros_like(), m)
+    out = (self - m).exp().sum(axis, keepdim=True).log() + m
+    return out if keepdim else out.squeeze_axes(self._axes(axis, "logsumexp"))
+  def squeeze_axes(self, axes: tuple[int, ...]) -> Tensor:
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the first maximum (over the flattened tensor when axis is None)."""
+    if axis is None: return self.flatten().argmax(0)
+    ax = self._resolve_axis(axis, "argmax")
+    n = self.shape[ax]
+    if n == 0: raise ValueError(f"argmax: can't take argmax over an empty dim of {self.shape}")
+    x = self if self.dtype is not dtypes.bool else self.cast(dtypes.int32)
+    m = x.max(ax, keepdim=True)
+    is_max = x.eq(m) | (x.isnan() if dtypes.is_float(x.dtype) else x.eq(m))
+    rev = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
+    idx = n - (is_max * rev).max(ax, keepdim=keepdim)
+    return idx.cast(dtypes.int32)
+  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    if self.dtype is dtypes.bool: return self.logical_not().argmax(axis, keepdim)
+    if dtypes.is_unsigned(self.dtype): return (dtypes.max(self.dtype) - self).argmax(axis, keepdim)
+    return (-self).argmax(axis, keepdim)
+
+  # ***** matmul *****
+  def dot(self, w: Tensor) -> Tensor:
+    """Matrix product with NumPy's rules for 1-D operands and broadcast batch dims."""
+    if not isinstance(w, Tensor): raise TypeError(f"matmul: expected a Tensor, got {type(w).__name__}")
+    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
+    x, y = self, w
+    if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
+      raise ValueError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
+    if x.dtype != y.dtype:
+      d = least_upper_dtype(x.dtype, y.dtype)
+      x, y = x.cast(d), y.cast(d)
+    squeeze_x, squeeze_y = x.ndim == 1, y.ndim == 1
+    if squeeze_x: x = x.reshape(1, -1)
+    if squeeze_y: y = y.reshape(-1, 1)
+    k = x.shape[-1]
+    xb = x.reshape(x.shape[:-1] + (1, k))                               # (..., M, 1, K)
+    yb = y.transpose(-1, -2).reshape(y.shape[:-2] + (1, y.shape[-1], k))  # (..., 1, N, K)
+    out = (xb * yb).sum(-1, dtype=None if dtypes.is_float(x.dtype) else None)
+    if squeeze_x: out = out.squeeze(-2)
+    if squeeze_y: out = out.squeeze(-1)
+    return out
+  def matmul(self, x: Tensor, reverse: bool = False) -> Tensor: return x.dot(self) if reverse else self.dot(x)
+
+  # ***** indexing (basic; more in the indexing section below) *****
+  def __getitem__(self, indices: Any) -> Tensor: return _getitem(self, indices)
+
+  # ***** operators *****
+  def __neg__(self) -> Tensor: return self.neg()
+  def __add__(self, x: Any) -> Tensor: return self.add(x)
+  def __radd__(self, x: Any) -> Tensor: return self.add(x, True)
+  def __sub__(self, x: Any) -> Tensor: return self.sub(x)
+  def __rsub__(self, x: Any) -> Tensor: return self.sub(x, True)
+  def __mul__(self, x: Any) -> Tensor: return self.mul(x)
+  def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)
+  def __truediv__(self, x: Any) -> Tensor: return self.div(x)
+  def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)
+  def __floordiv__(self, x: Any) -> Tensor: return self.floordiv(x)
+  def __rfloordiv__(self, x: Any) -> Tensor: return self.floordiv(x, True)
+  def __mod__(self, x: Any) -> Tensor: return self.mod(x)
+  def __rmod__(self, x: Any) -> Tensor: return self.mod(x, True)
+  def __pow__(self, x: Any) -> Tensor: return self.pow(x)
+  def __rpow__(self, x: Any) -> Tensor: return self.pow(x, True)
+  def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
+  def __rmatmul__(self, x: Tensor) -> Tensor: return self.matmul(x, True)
+  def __and__(self, x: Any) -> Tensor: return self.bitwise_and(x)
+  def __rand__(self, x: Any) -> Tensor: return self.bitwise_and(x, True)
+  def __or__(self, x: Any) -> Tensor: return self.bitwise_or(x)
+  def __ror__(self, x: Any) -> Tensor: return self.bitwise_or(x, True)
+  def __xor__(self, x: Any) -> Tensor: return self.bitwise_xor(x)
+  def __rxor__(self, x: Any) -> Tensor: return self.bitwise_xor(x, True)
+  def __invert__(self) -> Tensor: return self.bitwise_not()
+  def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)
+  def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)
+  def __abs__(self) -> Tensor: return self.abs()
+  def _inplace(self, out: Tensor) -> Tensor:
+    # x += y: the result keeps x's dtype and shape, and x now refers to it
+    if out.shape != self.shape: raise ValueError(f"in-place op: result shape {out.shape} doesn't match {self.shape}")
+    self.uop = out.cast(self.dtype).uop
+    return self
+  def __iadd__(self, x: Any) -> Tensor: return self._inplace(self + x)
+  def __isub__(self, x: Any) -> Tensor: return self._inplace(self - x)
+  def __imul__(self, x: Any) -> Tensor: return self._inplace(self * x)
+  def __itruediv__(self, x: Any) -> Tensor: return self._inplace(self / x)
+  def __ifloordiv__(self, x: Any) -> Tensor: return self._inplace(self // x)
+  def __imod__(self, x: Any) -> Tensor: return self._inplace(self % x)
+  def __ipow__(self, x: Any) -> Tensor: return self._inplace(self ** x)
+  def __imatmul__(self, x: Any) -> Tensor: return self._inplace(self @ x)
+  def __iand__(self, x: Any) -> Tensor: return self._inplace(self & x)
+  def __ior__(self, x: Any) -> Tensor: return self._inplace(self | x)
+  def __ixor__(self, x: Any) -> Tensor: return self._inplace(self ^ x)
+  def __ilshift__(self, x: Any) -> Tensor: return self._inplace(self << x)
+  def __irshift__(self, x: Any) -> Tensor: return self._inplace(self >> x)
+
+# ***** helpers below the class *****
+
+def _empty_nested(shape: tuple[int, ...]) -> Any:
+  if not shape: return []
+  if shape[0] == 0: return []
+  return [_empty_nested(shape[1:]) for _ in range(shape[0])]
+
+def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  for s in shape:
+    if not isinstance(s, int) or s < 0: raise ValueError(f"{op}: shape must be non-negative ints, got {shape}")
+  return tuple(shape)
+
+def _const(val: ConstType, dtype: DType, device: str) -> UOp:
+  return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(val, dtype))
+
+def _reshape_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
+  if u.shape == shape: return u
+  if u.op is Ops.RESHAPE: u = u.src[0]  # reshapes compose
+  return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
+
+def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
+  n = prod(shape)
+  if len(raw) != n * dtype.itemsize: raise ValueError(f"Tensor: {len(raw)} bytes don't fill shape {shape} of {dtype}")
+  buf = Buffer(device, n, dtype, raw if n else None)
+  return _reshape_uop(new_buffer_uop(device, n, dtype, buf), shape)
+
+def _is_realized(u: UOp) -> bool:
+  return u.base.op in (Ops.BUFFER,) or (u.base.op is Ops.CONST and False)
+
+def _contiguous_view_of_buffer(u: UOp) -> bool:
+  """A BUFFER seen whole through reshapes only."""
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+  n = max(len(a), len(b))
+  pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+  out = []
+  for x, y in zip(pa, pb):
+    if x != y and x != 1 and y != 1: raise ValueError(f"shapes {a} and {b} can't be broadcast together")
+    out.append(y if x == 1 else x)
+  return tuple(out)
+
+def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
+  """A reduce; a long reduce to few outputs is split in two so both stages can use every core."""
+  shape = u.shape
+  red = prod(shape[a] for a in axes)
+  outs = prod(s for i, s in enumerate(shape) if i not in axes)
+  if red >= 65536 and outs < 64 and len(axes) >= 1:
+    # fold the reduced axes into one, then split it into (split, red/split)
+    perm = tuple(i for i in range(len(shape)) if i not in axes) + axes
+    x = UOp(Ops.PERMUTE, u.dtype, (u,), perm) if perm != tuple(range(len(shape))) else u
+    keep = tuple(shape[i] for i in range(len(shape)) if i not in axes)
+    split = next((s for s in (256, 128, 64, 32, 16) if red % s == 0 and red // s >= 1024), 0)
+    if split:
+      x = _reshape_uop(x, keep + (split, red // split))
+      n = len(keep)
+      x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, (n + 1,)))
+      x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, (n,)))
+      return _reshape_uop(x, tuple(1 if i in axes else s for i, s in enumerate(shape)))
+  return UOp(Ops.REDUCE_AXIS, u.dtype, (u,), (op, axes))
+
+def _hash32_int(x: int) -> int:
+  x &= 0xFFFFFFFF
+  x ^= x >> 16
+  x = (x * 0x7FEB352D) & 0xFFFFFFFF
+  x ^= x >> 15
+  x = (x * 0x846CA68B) & 0xFFFFFFFF
+  x ^= x >> 16
+  return x
+
+def _hash32(x: Tensor) -> Tensor:
+  """A 32-bit integer mixer (a fixed point-free bijection), as tensor ops on uint32."""
+  x = x ^ (x >> 16)
+  x = x * 0x7FEB352D
+  x = x ^ (x >> 15)
+  x = x * 0x846CA68B
+  return x ^ (x >> 16)
+
+_index_cache: dict[tuple[int, str], Tensor] = {}
+def _index_tensor(n: int, device: str) -> Tensor:
+  """0..n-1 as int32. Small ones are stored once per device; large ones combine two small ones (i*B + j)."""
+  if n <= 4096:
+    key = (n, device)
+    if (t := _index_cache.get(key)) is None:
+      t = _index_cache[key] = Tensor(_buffer_from_bytes(struct.pack(f"<{n}i", *range(n)), (n,), dtypes.int32, device))
+    return t
+  b = math.isqrt(n - 1) + 1
+  a = -(-n // b)
+  grid = _index_tensor(a, device).reshape(a, 1) * b + _index_tensor(b, device).reshape(1, b)
+  return grid.reshape(a * b).shrink(((0, n),))
+
+from attograd.tensor_index import _getitem  # noqa: E402

@@ -1,0 +1,124 @@
+"""Tensor indexing: ints, slices with any step, None, Ellipsis, and integer tensors (fancy indexing), as views
+and one-hot reductions."""
+from __future__ import annotations
+from typing import TYPE_CHECKING, Any
+from attograd.dtype import dtypes
+from attograd.helpers import prod
+if TYPE_CHECKING: from attograd.tensor import Tensor
+
+def _normalize(t: Tensor, indices: Any) -> list[Any]:
+  from attograd.tensor import Tensor
+  if not isinstance(indices, tuple): indices = (indices,)
+  idx = []
+  for i in indices:
+    if isinstance(i, list): i = Tensor(i, device=t.device)
+    if type(i).__module__ == "numpy" and hasattr(i, "shape"): i = Tensor(i, device=t.device) if i.shape else i.item()
+    idx.append(i)
+  n_real = sum(1 for i in idx if i is not None and i is not Ellipsis and not (isinstance(i, Tensor) and i.dtype is dtypes.bool))
+  n_real += sum(i.ndim for i in idx if isinstance(i, Tensor) and i.dtype is dtypes.bool)
+  if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+  if n_real > t.ndim: raise IndexError(f"too many indices for a tensor of shape {t.shape}: {len(indices)} given")
+  if Ellipsis in [i for i in idx if not isinstance(i, Tensor)]:
+    pos = next(k for k, i in enumerate(idx) if i is Ellipsis)
+    idx = idx[:pos] + [slice(None)] * (t.ndim - n_real) + idx[pos + 1:]
+  else: idx = idx + [slice(None)] * (t.ndim - n_real)
+  return idx
+
+def _getitem(t: Tensor, indices: Any) -> Tensor:
+  from attograd.tensor import Tensor
+  idx = _normalize(t, indices)
+  # boolean mask indices select where true: turn them into integer indices on the host
+  expanded: list[Any] = []
+  for i in idx:
+    if isinstance(i, Tensor) and i.dtype is dtypes.bool:
+      flat_pos = [k for k, v in enumerate(i.flatten().tolist()) if v]
+      if i.ndim == 1: expanded.append(Tensor(flat_pos, device=t.device, dtype=dtypes.int32))
+      else:
+        coords = []
+        for d in range(i.ndim):
+          stride = prod(i.shape[d + 1:])
+          coords.append(Tensor([(p // stride) % i.shape[d] for p in flat_pos], device=t.device, dtype=dtypes.int32))
+        expanded.extend(coords)
+    else: expanded.append(i)
+  idx = expanded
+  # 1. basic indexing as views: shrink, flip, stride by reshape
+  x = t
+  dim = 0
+  out_shape_ops: list[Any] = []  # per remaining index: how the dim ends up
+  tensor_dims: list[tuple[int, Tensor]] = []
+  new_shape: list[int] = []
+  for i in idx:
+    if i is None:
+      new_shape.append(1)
+      continue
+    size = x.shape[dim]
+    if isinstance(i, Tensor):
+      if dtypes.is_float(i.dtype): raise IndexError(f"tensor indices must be integers or bools, got {i.dtype}")
+      tensor_dims.append((len(new_shape), i))
+      new_shape.append(size)
+      dim += 1
+      continue
+    if isinstance(i, bool) or not isinstance(i, (int, slice)):
+      raise IndexError(f"invalid index {i!r}: use ints, slices, None, ..., or integer/bool tensors")
+    if isinstance(i, int):
+      if not -size <= i < size: raise IndexError(f"index {i} is out of bounds for dim {dim} with size {size}")
+      i = i + size if i < 0 else i
+      x = x.shrink(tuple((i, i + 1) if d == dim else None for d in range(x.ndim)))
+      x = x.reshape(x.shape[:dim] + x.shape[dim + 1:])
+      continue
+    start, stop, step = i.indices(size)
+    if step > 0: n = max(0, -(-(stop - start) // step))
+    else: n = max(0, -(-(start - stop) // -step))
+    if n == 0:
+      x = x.shrink(tuple((0, 0) if d == dim else None for d in range(x.ndim)))
+    elif step > 0:
+      x = x.shrink(tuple((start, start + (n - 1) * step + 1) if d == dim else None for d in range(x.ndim)))
+    else:
+      lo = start + (n - 1) * step
+      x = x.shrink(tuple((lo, start + 1) if d == dim else None for d in range(x.ndim))).flip(dim)
+    if abs(step) > 1 and n > 0:
+      s = abs(step)
+      # pad to n*s, view as (n, s), keep column 0
+      cur = x.shape[dim]
+      x = x.pad_(tuple((0, n * s - cur) if d == dim else (0, 0) for d in range(x.ndim)))
+      x = x.reshape(x.shape[:dim] + (n, s) + x.shape[dim + 1:])
+      x = x.shrink(tuple((0, 1) if d == dim + 1 else None for d in range(x.ndim)))
+      x = x.reshape(x.shape[:dim + 1] + x.shape[dim + 2:])
+    new_shape.append(x.shape[dim])
+    dim += 1
+  x = x.reshape(tuple(new_shape))
+  if not tensor_dims: return x
+  # 2. fancy indexing: broadcast the index tensors, gather with a one-hot reduction per indexed dim
+  from attograd.tensor import _broadcast_shape
+  bshape: tuple[int, ...] = ()
+  for _, it in tensor_dims: bshape = _broadcast_shape(bshape, it.shape)
+  dims = [d for d, _ in tensor_dims]
+  consecutive = dims == list(range(dims[0], dims[0] + len(dims)))
+  # move indexed dims to the front
+  rest = [d for d in range(x.ndim) if d not in dims]
+  x = x.permute(dims + rest)
+  rest_shape = tuple(x.shape[len(dims):])
+  # flatten the indexed dims into one and build one flat index
+  sizes = [x.shape[k] for k in range(len(dims))]
+  flat = None
+  for k, (_, it) in enumerate(tensor_dims):
+    it = it.cast(dtypes.int32)
+    it = (it < 0).where(it + sizes[k], it)
+    term = it * prod(sizes[k + 1:])
+    flat = term if flat is None else flat + term
+  assert flat is not None
+  flat = flat._broadcast_to(bshape) if flat.shape != bshape else flat
+  total = prod(sizes)
+  xf = x.reshape((total,) + rest_shape)
+  ar = Tensor.arange(total, device=t.device).reshape((1,) * len(bshape) + (total,))
+  onehot = flat.reshape(bshape + (1,)).eq(ar)  # (*bshape, total)
+  oh = onehot.reshape(bshape + (total,) + (1,) * len(rest_shape))
+  vals = xf.reshape((1,) * len(bshape) + (total,) + rest_shape)
+  picked = oh.where(vals, vals.zeros_like() if vals.dtype is not dtypes.bool else vals.logical_not() & vals)
+  out = picked.sum(len(bshape), dtype=picked.dtype) if picked.dtype is not dtypes.bool else picked.any(len(bshape))
+  if consecutive and dims[0] != 0:
+    # NumPy keeps the broadcast index dims where the indexed dims were
+    nb = len(bshape)
+    order = list(range(nb, nb + dims[0])) + list(range(nb)) + list(range(nb + dims[0], out.ndim))
+    out = out.permute(order)
+  return out

@@ -1,0 +1,1 @@
+"""The IR: UOps, pattern matching and rewriting, symbolic index math and views."""

@@ -1,0 +1,445 @@
+"""The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
+from __future__ import annotations
+import functools, math, operator, weakref
+from enum import Enum, auto
+from typing import Any, Callable, Iterator, Sequence
+from attograd.dtype import ConstType, DType, PtrDType, dtypes, truncate_to
+from attograd.helpers import prod
+
+class Ops(Enum):
+  # graph structure and memory
+  SINK = auto(); NOOP = auto(); DEVICE = auto(); BUFFER = auto(); CONST = auto(); VIEW = auto()  # noqa: E702
+  CONTIGUOUS = auto(); CONTIGUOUS_BACKWARD = auto(); DETACH = auto(); COPY = auto(); ASSIGN = auto()  # noqa: E702
+  DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
+  # movement (tensor level only; lowered into views)
+  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
+  # reduce
+  REDUCE_AXIS = auto(); REDUCE = auto()  # noqa: E702
+  # unary ALU
+  EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto(); NEG = auto(); TRUNC = auto()  # noqa: E702
+  CAST = auto(); BITCAST = auto()  # noqa: E702
+  # binary ALU
+  ADD = auto(); SUB = auto(); MUL = auto(); FDIV = auto(); IDIV = auto(); MOD = auto(); MAX = auto()  # noqa: E702
+  CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()  # noqa: E702
+  POW = auto()  # noqa: E702
+  # ternary ALU
+  WHERE = auto()
+  # kernel level (after lowering)
+  DEFINE_GLOBAL = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); ENDRANGE = auto()  # noqa: E702
+  DEFINE_ACC = auto(); ACC_ASSIGN = auto(); VECTORIZE = auto(); GEP = auto(); SPECIAL = auto()  # noqa: E702
+  def __repr__(self) -> str: return f"Ops.{self.name}"
+  def __lt__(self, o: Ops) -> bool: return self.value < o.value
+
+class GroupOp:
+  Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC}
+  Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR,
+            Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
+  Ternary = {Ops.WHERE}
+  ALU = Unary | Binary | Ternary
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+  Comparison = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
+  Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
+  Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
+
+sint = int  # a size: an int, or (with symbolic shapes) a UOp; kept as an alias so signatures read well
+
+def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any) -> tuple:
+  # floats need care: -0.0 == 0.0 and nan != nan, but they are different constants
+  if arg.__class__ is float: arg = ("f", arg if arg == arg else "nan", math.copysign(1.0, arg))
+  return (op, dtype, src, arg)
+
+class UOpMetaClass(type):
+  ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+    key = _cache_key(op, dtype, src, arg)
+    if (ret := UOpMetaClass.ucache.get(key)) is not None: return ret
+    ret = super().__call__(op, dtype, src, arg)
+    UOpMetaClass.ucache[key] = ret
+    return ret
+
+class UOp(metaclass=UOpMetaClass):
+  """An immutable node (op, dtype, src, arg). Building the same node twice returns the same object."""
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+    object.__setattr__(self, "op", op)
+    object.__setattr__(self, "dtype", dtype)
+    object.__setattr__(self, "src", src)
+    object.__setattr__(self, "arg", arg)
+  def __setattr__(self, k: str, v: Any) -> None:
+    if k in ("op", "dtype", "src", "arg"): raise AttributeError("UOp is immutable")
+    object.__setattr__(self, k, v)
+  def __reduce__(self) -> Any: return (UOp, (self.op, self.dtype, self.src, self.arg))
+  def replace(self, **kw: Any) -> UOp:
+    return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
+  def __repr__(self) -> str: return pretty_print(self)
+
+  # ***** graph walking (iterative: graphs may be 100k nodes deep) *****
+  def toposort(self) -> dict[UOp, None]:
+    """Every node reachable from self, each after its sources."""
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      n, visited = stack.pop()
+      if n in out: continue
+      if visited: out[n] = None
+      else:
+        stack.append((n, True))
+        for s in reversed(n.src):
+          if s not in out: stack.append((s, False))
+    return out
+  def sparents(self) -> dict[UOp, None]: return self.toposort()
+  def substitute(self, subs: dict[UOp, UOp]) -> UOp: return graph_rewrite(self, _substitute_pm, subs)
+
+  # ***** tensor-level properties *****
+  @functools.cached_property
+  def shape(self) -> tuple[sint, ...]: return _shape_of(self)
+  @property
+  def size(self) -> int: return prod(self.shape)
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  @functools.cached_property
+  def device(self) -> str:
+    if self.op is Ops.DEVICE: return self.arg
+    if self.op is Ops.COPY: return self.src[1].arg
+    for s in self.src:
+      if (d := s.device) is not None: return d
+    return None  # type: ignore[return-value]
+  @property
+  def base(self) -> UOp:
+    """The node below any movement ops."""
+    x = self
+    while x.op in GroupOp.Movement: x = x.src[0]
+    return x
+
+  # ***** constructors and ALU sugar (used by symbolic index math and the lowerer) *****
+  @staticmethod
+  def const(dtype: DType, val: ConstType) -> UOp: return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
+  def const_like(self, val: ConstType) -> UOp: return UOp.const(self.dtype, val)
+  def alu(self, op: Ops, *src: UOp) -> UOp:
+    out_dtype = dtypes.bool if op in GroupOp.Comparison else (src[-1] if op is Ops.WHERE else self).dtype
+    return UOp(op, out_dtype, (self,) + src)
+  def _binop(self, op: Ops, x: UOp | ConstType, reverse: bool) -> UOp:
+    y = x if isinstance(x, UOp) else self.const_like(x)
+    return y.alu(op, self) if reverse else self.alu(op, y)
+  def __add__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, False)
+  def __radd__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, True)
+  def __sub__(self, x: UOp | ConstType) -> UOp: return self + (-x if not isinstance(x, UOp) else x * -1)
+  def __rsub__(self, x: UOp | ConstType) -> UOp: return self * -1 + x
+  def __mul__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.MUL, x, False)
+  def __rmul__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.MUL, x, True)
+  def __floordiv__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.IDIV, x, False)
+  def __mod__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.MOD, x, False)
+  def __neg__(self) -> UOp: return self * -1 if dtypes.is_int(self.dtype) else self.alu(Ops.NEG)
+  def __lt__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.CMPLT, x, False)
+  def __ge__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.CMPLT, x, False).logical_not()
+  def __gt__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.CMPLT, x, True)
+  def __le__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.CMPLT, x, True).logical_not()
+  def __and__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.AND, x, False)
+  def __or__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.OR, x, False)
+  def ne(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.CMPNE, x, False)
+  def eq(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.CMPEQ, x, False)
+  def maximum(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.MAX, x, False)
+  def minimum(self, x: UOp | ConstType) -> UOp: return -((-self).maximum(-x if not isinstance(x, UOp) else -x))
+  def logical_not(self) -> UOp: return self.ne(True)
+  def where(self, x: UOp | ConstType, y: UOp | ConstType) -> UOp:
+    if not isinstance(x, UOp): x = y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x)
+    if not isinstance(y, UOp): y = x.const_like(y)
+    return UOp(Ops.WHERE, x.dtype, (self, x, y))
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  __hash__ = object.__hash__
+  __eq__ = object.__eq__  # hash-consed: identity is equality
+
+  # ***** symbolic bounds *****
+  @functools.cached_property
+  def vmin_vmax(self) -> tuple[ConstType, ConstType]: return _bounds(self)
+  @property
+  def vmin(self) -> ConstType: return self.vmin_vmax[0]
+  @property
+  def vmax(self) -> ConstType: return self.vmin_vmax[1]
+
+  # ***** symbolic variables *****
+  @staticmethod
+  def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
+    if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
+      raise ValueError(f"Variable {name!r}: need integer bounds min <= max, got min={min_val!r} max={max_val!r}")
+    return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
+  def bind(self, val: int) -> UOp:
+    if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind: only a Variable can be bound, not a {self.op}")
+    name, lo, hi = self.arg
+    if not isinstance(val, int) or not lo <= val <= hi:
+      raise ValueError(f"bind: {val!r} is outside Variable {name!r}'s range [{lo}, {hi}]")
+    return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
+  def unbind(self) -> tuple[UOp, int]:
+    if self.op is not Ops.BIND: raise TypeError(f"unbind: {self.op} is not a bound Variable")
+    return self.src[0], self.src[1].arg
+  @property
+  def expr(self) -> str: return self.arg[0]
+  @property
+  def val(self) -> int: return self.unbind()[1]
+  def variables(self) -> list[UOp]:
+    return sorted({x.src[0] if x.op is Ops.BIND else x for x in self.toposort() if x.op in (Ops.DEFINE_VAR, Ops.BIND)},
+                  key=lambda v: v.arg)
+  def simplify(self) -> UOp:
+    from attograd.uop.symbolic import symbolic
+    return graph_rewrite(self, symbolic)
+  def render(self) -> str:
+    """A readable infix string of an index expression (for messages and tests)."""
+    return render_expr(self)
+  def ssimplify(self) -> UOp | ConstType:
+    ret = self.simplify()
+    return ret.arg if ret.op is Ops.CONST else ret
+
+def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
+  """A symbolic integer with known bounds, e.g. `Variable("bs", 1, 64)`; `.bind(10)` gives it a value."""
+  return UOp.variable(name, min_val, max_val, dtype)
+
+# ***** shapes of tensor-level nodes *****
+
+def _shape_of(u: UOp) -> tuple[sint, ...]:
+  op = u.op
+  if op in GroupOp.Movement:
+    if op is Ops.RESHAPE or op is Ops.EXPAND: return u.arg
+    s = u.src[0].shape
+    if op is Ops.PERMUTE: return tuple(s[i] for i in u.arg)
+    if op is Ops.PAD: return tuple(d + b + a for d, (b, a) in zip(s, u.arg))
+    if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+    return s  # FLIP
+  if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(u.src[0].shape))
+  if op is Ops.BUFFER: return (u.arg[1],)
+  if op is Ops.VIEW: return u.arg.shape
+  if op is Ops.LOAD: return u.src[1].shape
+  if op is Ops.CONST and u.src and u.src[0].op is Ops.VIEW: return u.src[0].shape
+  if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.SINK, Ops.NOOP): return ()
+  if op is Ops.BITCAST:
+    s = u.src[0].shape
+    if u.dtype.itemsize == u.src[0].dtype.itemsize or not s: return s
+    return s[:-1] + (s[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize,)
+  return u.src[0].shape
+
+# ***** bounds of integer/boolean expressions (for the symbolic simplifier) *****
+
+def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
+  op, d = u.op, u.dtype
+  if op is Ops.CONST: return u.arg, u.arg
+  if op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
+  if op is Ops.BIND: return u.src[0].vmin_vmax
+  if op is Ops.RANGE:
+    hi = u.src[0].vmax
+    return 0, (hi - 1 if isinstance(hi, int) else hi)
+  if op is Ops.SPECIAL: return 0, u.arg[1] - 1
+  if not (dtypes.is_int(d) or d is dtypes.bool): return dtypes.min(d), dtypes.max(d)
+  if op in GroupOp.Binary or op is Ops.WHERE:
+    s = u.src
+    if op is Ops.WHERE: return min(s[1].vmin, s[2].vmin), max(s[1].vmax, s[2].vmax)
+    (a0, a1), (b0, b1) = s[0].vmin_vmax, s[1].vmin_vmax
+    if op is Ops.ADD: return _clamp(a0 + b0, a1 + b1, d)
+    if op is Ops.SUB: return _clamp(a0 - b1, a1 - b0, d)
+    if op is Ops.MUL:
+      vals = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+      return _clamp(min(vals), max(vals), d)
+    if op is Ops.MAX: return max(a0, b0), max(a1, b1)
+    if op is Ops.IDIV and b0 == b1 and b0 != 0 and a0 >= 0:
+      return (a0 // b0, a1 // b0) if b0 > 0 else (-(a1 // -b0), -(a0 // -b0))
+    if op is Ops.IDIV and b0 > 0 and a0 >= 0: return 0, a1 // b0
+    if op is Ops.MOD and b0 > 0 and a0 >= 0: return 0, min(a1, b1 - 1)
+    if op is Ops.MOD and b0 > 0: return -(b1 - 1) if a0 < 0 else 0, min(max(a1, 0), b1 - 1)
+    if op is Ops.CMPLT: return (a1 < b0), (a0 < b1)
+    if op is Ops.CMPNE:
+      if a0 == a1 == b0 == b1: return False, False
+      return (a1 < b0 or b1 < a0), True
+    if op is Ops.CMPEQ: return (a0 == a1 == b0 == b1), not (a1 < b0 or b1 < a0)
+    if op is Ops.AND and d is dtypes.bool: return bool(a0 and b0), bool(a1 and b1)
+    if op is Ops.OR and d is dtypes.bool: return bool(a0 or b0), bool(a1 or b1)
+    if op is Ops.AND and a0 >= 0 and b0 >= 0: return 0, min(a1, b1)
+  if op is Ops.CMPNE: return False, True
+  if op is Ops.CAST and (dtypes.is_int(u.src[0].dtype) or u.src[0].dtype is dtypes.bool):
+    lo, hi = u.src[0].vmin_vmax
+    if dtypes.min(d) <= lo and hi <= dtypes.max(d): return (bool(lo), bool(hi)) if d is dtypes.bool else (int(lo), int(hi))
+  return dtypes.min(d), dtypes.max(d)
+
+def _clamp(lo: Any, hi: Any, d: DType) -> tuple[Any, Any]:
+  # an expression that could overflow its dtype has unknown bounds
+  if lo < dtypes.min(d) or hi > dtypes.max(d): return dtypes.min(d), dtypes.max(d)
+  return lo, hi
+
+# ***** Python semantics of every ALU op (constant folding and the PYTHON device use these) *****
+
+def _safe(fn: Callable[..., Any], nanval: Any = math.nan) -> Callable[..., Any]:
+  def wrapped(*args: Any) -> Any:
+    try: return fn(*args)
+    except (ValueError, ZeroDivisionError): return nanval
+    except OverflowError: return math.inf
+  return wrapped
+
+def _c_idiv(a: int, b: int) -> int:
+  if b == 0: return 0
+  q = abs(a) // abs(b)
+  return q if (a < 0) == (b < 0) else -q
+def _c_mod(a: int, b: int) -> int: return 0 if b == 0 else a - _c_idiv(a, b) * b
+def _fdiv(a: float, b: float) -> float:
+  if b == 0:
+    if a == 0 or a != a: return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+  return a / b
+def _exp2(x: float) -> float:
+  if x != x: return x
+  try: return 2.0 ** x
+  except OverflowError: return math.inf
+def _log2(x: float) -> float:
+  if x != x or x < 0: return math.nan
+  if x == 0: return -math.inf
+  return math.log2(x) if x != math.inf else math.inf
+def _sin(x: float) -> float: return math.nan if math.isinf(x) or x != x else math.sin(x)
+def _sqrt(x: float) -> float: return math.nan if x < 0 or x != x else math.sqrt(x)
+def _recip(x: float) -> float: return _fdiv(1.0, x)
+def _trunc(x: Any) -> Any: return x if isinstance(x, int) or math.isinf(x) or x != x else float(math.trunc(x))
+def _max(a: Any, b: Any) -> Any: return a if a != a else (b if b != b else max(a, b))
+def _shl(a: int, b: int) -> int: return a << b if 0 <= b < 64 else 0
+def _shr(a: int, b: int) -> int: return a >> b if 0 <= b < 64 else (-1 if a < 0 else 0)
+def _pow(a: Any, b: Any) -> Any:
+  try:
+    r = a ** b
+    return math.nan if isinstance(r, complex) else r
+  except ZeroDivisionError: return math.inf
+  except OverflowError: return math.inf
+
+python_alu: dict[Ops, Callable[..., Any]] = {
+  Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin, Ops.SQRT: _sqrt, Ops.RECIP: _recip, Ops.NEG: operator.neg, Ops.TRUNC: _trunc,
+  Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _fdiv, Ops.IDIV: _c_idiv, Ops.MOD: _c_mod,
+  Ops.MAX: _max, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq, Ops.AND: operator.and_,
+  Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.SHL: _shl, Ops.SHR: _shr, Ops.POW: _pow,
+  Ops.WHERE: lambda c, a, b: a if c else b}
+
+def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
+  """Evaluate one ALU op on Python values with the result rounded/wrapped to `dtype`."""
+  if dtype.count > 1: return tuple(exec_alu(op, dtype.scalar(), [x[i] if isinstance(x, tuple) else x for x in operands])
+                                   for i in range(dtype.count))
+  if op is Ops.NEG and dtypes.is_int(dtype): return truncate_to(-operands[0], dtype)
+  if op is Ops.NEG and dtype is dtypes.bool: return not operands[0]
+  return truncate_to(python_alu[op](*operands), dtype)
+
+# ***** pattern matching *****
+
+class UPat:
+  """A pattern over UOps. `UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")))` matches x + const and names the parts."""
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "custom_early_reject")
+  def __init__(self, op: Ops | tuple[Ops, ...] | set[Ops] | None = None, dtype: DType | tuple[DType, ...] | None = None,
+               src: tuple[UPat, ...] | UPat | None = None, arg: Any = None, name: str | None = None, allow_any_len: bool = False):
+    self.op: frozenset[Ops] | None = None if op is None else frozenset([op] if isinstance(op, Ops) else op)
+    self.dtype: frozenset[DType] | None = None if dtype is None else frozenset([dtype] if isinstance(dtype, DType) else dtype)
+    # a single UPat as src means "every source matches this"
+    self.src: tuple[UPat, ...] | UPat | None = src
+    self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+  @staticmethod
+  def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
+  @staticmethod
+  def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+    return UPat(Ops.CONST, dtype=dtype, name=name)
+  @staticmethod
+  def const(dtype: DType | tuple[DType, ...] | None, val: Any) -> UPat: return UPat(Ops.CONST, dtype=dtype, arg=val)
+  def _bin(self, op: Ops, x: UPat | ConstType) -> UPat: return UPat(op, src=(self, x if isinstance(x, UPat) else UPat.const(None, x)))
+  def __add__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.ADD, x)
+  def __mul__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.MUL, x)
+  def __floordiv__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.IDIV, x)
+  def __mod__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.MOD, x)
+  def __lt__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.CMPLT, x)
+  def __and__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.AND, x)
+  def __or__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.OR, x)
+  def ne(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.CMPNE, x)
+  def maximum(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.MAX, x)
+  def where(self, x: UPat, y: UPat) -> UPat: return UPat(Ops.WHERE, src=(self, x, y))
+  def __repr__(self) -> str: return f"UPat({self.op}, {self.dtype}, arg={self.arg!r}, name={self.name!r}, src={self.src!r})"
+
+  def match(self, u: UOp, store: dict[str, UOp]) -> bool:
+    """Match `u`, filling `store` with named parts. A name bound twice must be the same node."""
+    if self.op is not None and u.op not in self.op: return False
+    if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype: return False
+    if self.arg is not None and (self.arg != u.arg or self.arg.__class__ is not u.arg.__class__ and u.op is Ops.CONST
+                                 and not (isinstance(self.arg, (int, float)) and isinstance(u.arg, (int, float)))):
+      return False
+    if self.name is not None:
+      if (prev := store.get(self.name)) is not None and prev is not u: return False
+      store[self.name] = u
+    if self.src is None: return True
+    if isinstance(self.src, UPat): return all(self.src.match(s, store) for s in u.src)
+    if len(self.src) != len(u.src) and not (self.allow_any_len and len(u.src) >= len(self.src)): return False
+    return all(p.match(s, store) for p, s in zip(self.src, u.src))
+
+class PatternMatcher:
+  """An ordered table of (pattern, rewrite function) rules. The first rule whose function returns a UOp wins."""
+  def __init__(self, patterns: list[tuple[UPat, Callable[..., Any]]]):
+    self.patterns = patterns
+    self.pdict: dict[Ops | None, list[tuple[UPat, Callable[..., Any], bool]]] = {}
+    for p, fn in patterns:
+      takes_ctx = "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]
+      for op in (p.op if p.op is not None else [None]): self.pdict.setdefault(op, []).append((p, fn, takes_ctx))
+    any_rules = self.pdict.pop(None, [])
+    # rules that match any op are tried after the op's own rules
+    self.pdict = {op: rules + any_rules for op, rules in self.pdict.items()}
+    self._any = any_rules
+  def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
+  def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
+    for p, fn, takes_ctx in self.pdict.get(u.op, self._any):
+      store: dict[str, UOp] = {}
+      if p.match(u, store):
+        if takes_ctx: store["ctx"] = ctx
+        if (ret := fn(**store)) is not None and ret is not u: return ret
+    return None
+
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
+  """Rewrite `root` bottom-up with `pm` until no rule matches. Iterative (no recursion), linear in graph size."""
+  done: dict[UOp, UOp] = {}
+  stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+  while stack:
+    n, stage, alias = stack.pop()
+    if n in done: continue
+    if stage == 0:
+      stack.append((n, 1, None))
+      for s in reversed(n.src):
+        if s not in done: stack.append((s, 0, None))
+    elif stage == 1:
+      new_src = tuple(done[s] for s in n.src)
+      nn = n if all(a is b for a, b in zip(new_src, n.src)) else UOp(n.op, n.dtype, new_src, n.arg)
+      if (rw := pm.rewrite(nn, ctx)) is None:
+        done[n] = nn
+        if nn is not n: done.setdefault(nn, nn)
+      else:
+        # the replacement is itself rewritten; once it is done, n maps to its result
+        stack.append((n, 2, rw))
+        stack.append((rw, 0, None))
+    else:
+      assert alias is not None
+      done[n] = done[alias]
+  return done[root]
+
+_substitute_pm = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])
+
+# ***** printing *****
+
+_infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "<", Ops.CMPNE: "!=",
+          Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.FDIV: "/", Ops.SHL: "<<", Ops.SHR: ">>"}
+def render_expr(u: UOp) -> str:
+  memo: dict[UOp, str] = {}
+  for n in u.toposort():
+    if n.op is Ops.CONST: memo[n] = repr(n.arg)
+    elif n.op is Ops.DEFINE_VAR: memo[n] = n.arg[0]
+    elif n.op is Ops.BIND: memo[n] = memo[n.src[0]]
+    elif n.op is Ops.RANGE: memo[n] = f"r{n.arg}"
+    elif n.op is Ops.SPECIAL: memo[n] = n.arg[0]
+    elif n.op in _infix: memo[n] = f"({memo[n.src[0]]}{_infix[n.op]}{memo[n.src[1]]})"
+    elif n.op is Ops.MAX: memo[n] = f"max({memo[n.src[0]]}, {memo[n.src[1]]})"
+    elif n.op is Ops.WHERE: memo[n] = f"({memo[n.src[1]]} if {memo[n.src[0]]} else {memo[n.src[2]]})"
+    elif n.op is Ops.NEG: memo[n] = f"(-{memo[n.src[0]]})"
+    else: memo[n] = f"{n.op.name.lower()}({', '.join(memo[s] for s in n.src)})"
+  return memo[u]
+
+def pretty_print(u: UOp, max_nodes: int = 60) -> str:
+  nodes = list(u.toposort())
+  if len(nodes) > max_nodes: return f"UOp({u.op}, {u.dtype}, arg={u.arg!r}, <{len(nodes)} nodes>)"
+  ids = {n: i for i, n in enumerate(nodes)}
+  lines = [f"  %{ids[n]} = {n.op.name} {n.dtype} {n.arg!r} [{', '.join(f'%{ids[s]}' for s in n.src)}]" for n in nodes]
+  return "UOp(\n" + "\n".join(lines) + "\n)"
+
+def print_graph(u: UOp) -> None: print(pretty_print(u, max_nodes=10**9))
+def iter_nodes(u: UOp) -> Iterator[UOp]: return iter(u.toposort())

@@ -1,0 +1,217 @@
+"""Symbolic simplification of integer index math and boolean validity, as PatternMatcher rule tables.
+
+Integer division and modulo here follow C (truncate toward zero); rules that move terms across `//` and `%`
+only fire when the bounds prove every value involved is non-negative, so they are exact for all inputs.
+Integer ADD/MUL wrap around the dtype: rules that are not ring identities (div, mod, `<`) also check that the
+sums they reason about cannot wrap for any value within bounds.
+"""
+from __future__ import annotations
+import math
+from attograd.dtype import dtypes
+from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu
+
+ints = tuple(dtypes.ints)
+int_or_bool = ints + (dtypes.bool,)
+
+def fold_const(x: UOp) -> UOp | None:
+  if all(s.op is Ops.CONST for s in x.src): return UOp.const(x.dtype, exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
+  return None
+
+def fold_bounds(x: UOp) -> UOp | None:
+  """An int/bool expression whose bounds meet is that constant."""
+  if x.dtype.count == 1 and (x.dtype in int_or_bool) and x.op in GroupOp.ALU:
+    lo, hi = x.vmin_vmax
+    if lo == hi: return UOp.const(x.dtype, lo)
+  return None
+
+# ***** sums as (term, coefficient) lists *****
+
+def split_terms(x: UOp) -> tuple[list[tuple[UOp, int]], int]:
+  """x == sum(coef * term) + const, with terms that are neither ADD nor MUL-by-constant."""
+  terms: dict[UOp, int] = {}
+  const = 0
+  stack: list[tuple[UOp, int]] = [(x, 1)]
+  while stack:
+    u, k = stack.pop()
+    if u.op is Ops.ADD: stack.extend([(u.src[1], k), (u.src[0], k)])
+    elif u.op is Ops.MUL and u.src[1].op is Ops.CONST: stack.append((u.src[0], k * u.src[1].arg))
+    elif u.op is Ops.CONST: const += k * u.arg
+    else: terms[u] = terms.get(u, 0) + k
+  return [(t, k) for t, k in terms.items() if k != 0], const
+
+def sum_bounds(terms: list[tuple[UOp, int]], const: int) -> tuple[int, int]:
+  """Bounds of sum(coef * term) + const in exact arithmetic (no wrapping), from each term's bounds."""
+  lo = hi = const
+  for t, k in terms:
+    lo, hi = lo + min(k * t.vmin, k * t.vmax), hi + max(k * t.vmin, k * t.vmax)
+  return lo, hi
+
+def fits(lo: int, hi: int, dtype) -> bool: return dtypes.min(dtype) <= lo and hi <= dtypes.max(dtype)
+
+def nowrap_nonneg(terms: list[tuple[UOp, int]], const: int, dtype) -> bool:
+  """The sum never wraps and is never negative, so C division/modulo of it is the floor one on its exact value."""
+  lo, hi = sum_bounds(terms, const)
+  return lo >= 0 and fits(lo, hi, dtype)
+
+def build_sum(terms: list[tuple[UOp, int]], const: int, dtype) -> UOp:
+  out: UOp | None = None
+  for t, k in terms:
+    tk = t if k == 1 else UOp(Ops.MUL, dtype, (t, UOp.const(dtype, k)))
+    out = tk if out is None else UOp(Ops.ADD, dtype, (out, tk))
+  if out is None: return UOp.const(dtype, const)
+  return out if const == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
+
+def _merge_divmod(terms: list[tuple[UOp, int]]) -> list[tuple[UOp, int]]:
+  """(x//c)*(c*k) + (x%c)*k -> x*k."""
+  idx = {t: i for i, (t, _) in enumerate(terms)}
+  out = list(terms)
+  changed = False
+  for t, k in terms:
+    if t.op is Ops.MOD and t.src[1].op is Ops.CONST and t in idx and idx[t] is not None:
+      c = t.src[1].arg
+      d = UOp(Ops.IDIV, t.dtype, t.src)
+      if c > 0 and d in idx and idx[d] is not None and out[idx[d]][1] == k * c and t.src[0].vmin >= 0:
+        out[idx[t]] = (t.src[0], k)
+        out[idx[d]] = (d, 0)
+        idx[d] = None  # type: ignore[assignment]
+        changed = True
+  if not changed: return terms
+  # merged terms may now repeat: sum them
+  acc: dict[UOp, int] = {}
+  for t, k in out: acc[t] = acc.get(t, 0) + k
+  return [(t, k) for t, k in acc.items() if k != 0]
+
+def fold_sum(x: UOp) -> UOp | None:
+  terms, const = split_terms(x)
+  terms = _merge_divmod(terms)
+  ret = build_sum(terms, const, x.dtype)
+  return ret if ret is not x else None
+
+def distribute_mul(x: UOp, c: UOp) -> UOp | None:
+  """(a + b) * c -> a*c + b*c, so that sums stay flat for div/mod folding."""
+  if x.op is not Ops.ADD: return None
+  return x.src[0] * c + x.src[1] * c
+
+# ***** division and modulo by a positive constant *****
+
+def _gcd_all(terms: list[tuple[UOp, int]], const: int, c: int) -> int:
+  g = c
+  for _, k in terms: g = math.gcd(g, k)
+  return math.gcd(g, const)
+
+def fold_div(x: UOp, c: UOp) -> UOp | None:
+  n = c.arg
+  if n <= 0 or x.vmin < 0: return None
+  if x.vmax < n: return x.const_like(0)
+  terms, const = split_terms(x)
+  if not nowrap_nonneg(terms, const, x.dtype): return None
+  if (g := _gcd_all(terms, const, n)) > 1:  # (g*y) // (g*m) -> y // m
+    return build_sum([(t, k // g) for t, k in terms], const // g, x.dtype) // (n // g)
+  whole = [(t, k // n) for t, k in terms if k % n == 0]
+  rest_terms = [(t, k) for t, k in terms if k % n != 0]
+  rest_const = const % n
+  whole_const = const // n
+  if not nowrap_nonneg(rest_terms, rest_const, x.dtype): return None
+  rest = build_sum(rest_terms, rest_const, x.dtype)
+  # x == n*whole + rest with 0 <= rest, so x // n == whole + rest // n
+  if rest.vmin // n == rest.vmax // n: return build_sum(whole, whole_const + rest.vmin // n, x.dtype)
+  if not whole and whole_const == 0: return None  # nothing moved out
+  return build_sum(whole + [(rest // n, 1)], whole_const, x.dtype)
+
+def fold_mod(x: UOp, c: UOp) -> UOp | None:
+  n = c.arg
+  if n <= 0 or x.vmin < 0: return None
+  if x.vmax < n: return x
+  terms, const = split_terms(x)
+  if not nowrap_nonneg(terms, const, x.dtype): return None
+  if (g := _gcd_all(terms, const, n)) > 1:  # (g*y) % (g*m) -> (y % m) * g
+    return (build_sum([(t, k // g) for t, k in terms], const // g, x.dtype) % (n // g)) * g
+  rest_terms = [(t, k % n) for t, k in terms if k % n != 0]
+  if len(rest_terms) == len(terms) and all(k % n == k for _, k in terms) and 0 <= const < n: return None
+  if not nowrap_nonneg(rest_terms, const % n, x.dtype): return None
+  rest = build_sum(rest_terms, const % n, x.dtype)
+  return rest if rest.vmax < n else rest % n
+
+def fold_div_div(x: UOp, a: UOp, b: UOp) -> UOp | None:
+  if x.vmin < 0 or a.arg <= 0 or b.arg <= 0: return None
+  # a*b past the dtype's max would wrap as a constant; every x is smaller than it anyway
+  return x // (a.arg * b.arg) if a.arg * b.arg <= dtypes.max(x.dtype) else x.const_like(0)
+
+def fold_mod_mod(x: UOp, a: UOp, b: UOp) -> UOp | None:
+  if x.vmin >= 0 and a.arg > 0 and b.arg > 0 and a.arg % b.arg == 0: return x % b.arg
+  return None
+
+def fold_mod_div(x: UOp, a: UOp, b: UOp) -> UOp | None:
+  """(x % (a*b)) // a -> (x // a) % b, which nests with neighbouring reshapes."""
+  if x.vmin >= 0 and a.arg > 0 and b.arg > 0 and b.arg % a.arg == 0: return (x // a.arg) % (b.arg // a.arg)
+  return None
+
+# ***** comparisons *****
+
+def fold_lt_sum(x: UOp, c: UOp) -> UOp | None:
+  """(sum + k) < c -> sum < c - k; (y * m) < c -> y < ceil(c / m) for m > 0. Only where the left side can't wrap."""
+  d = x.dtype
+  if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+    y, k = x.src[0], x.src[1].arg
+    if fits(y.vmin + k, y.vmax + k, d) and fits(c.arg - k, c.arg - k, d): return y < (c.arg - k)
+    return None
+  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
+    y, m = x.src[0], x.src[1].arg
+    return y < -(-c.arg // m) if fits(y.vmin * m, y.vmax * m, d) else None
+  if x.op is Ops.ADD:  # divide out a common factor: (4a + 8b) < 9 -> (a + 2b) < 3
+    terms, const = split_terms(x)
+    if const == 0 and terms and fits(*sum_bounds(terms, const), d):
+      g = 0
+      for _, k in terms: g = math.gcd(g, k)
+      if g > 1: return build_sum([(t, k // g) for t, k in terms], 0, x.dtype) < -(-c.arg // g)
+  return None
+
+def canon_const_right(x: UOp) -> UOp | None:
+  if x.op in GroupOp.Commutative and x.src[0].op is Ops.CONST and x.src[1].op is not Ops.CONST:
+    return UOp(x.op, x.dtype, (x.src[1], x.src[0]), x.arg)
+  return None
+
+symbolic_simple = PatternMatcher([
+  # constant folding and bounds
+  (UPat(GroupOp.ALU, name="x"), fold_const),
+  (UPat(GroupOp.ALU, dtype=int_or_bool, name="x"), fold_bounds),
+  (UPat(GroupOp.Commutative, name="x"), canon_const_right),
+  # identities that hold for every dtype
+  (UPat.var("x") * 1, lambda x: x),
+  (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("x"), UPat.var("x"))), lambda x: x),
+  (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
+  (UPat(Ops.CAST, name="x", src=(UPat.var("y"),)), lambda x, y: y if x.dtype == y.dtype else None),
+  # integer identities
+  (UPat.var("x", ints) + 0, lambda x: x),
+  (UPat.var("x", ints) * 0, lambda x: x.const_like(0)),
+  (UPat.var("x", ints) // 1, lambda x: x),
+  (UPat.var("x", ints) % 1, lambda x: x.const_like(0)),
+  # booleans
+  (UPat.var("x", dtypes.bool) & UPat.const(dtypes.bool, True), lambda x: x),
+  (UPat(Ops.AND, dtypes.bool, src=(UPat.var(), UPat.const(dtypes.bool, False)), name="x"), lambda x: x.const_like(False)),
+  (UPat(Ops.OR, dtypes.bool, src=(UPat.var(), UPat.const(dtypes.bool, True)), name="x"), lambda x: x.const_like(True)),
+  (UPat(Ops.OR, dtypes.bool, src=(UPat.var("x"), UPat.const(dtypes.bool, False))), lambda x: x),
+  (UPat(Ops.AND, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
+  (UPat(Ops.OR, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
+  (UPat.var("x", dtypes.bool).ne(True).ne(True), lambda x: x),
+])
+
+symbolic = symbolic_simple + PatternMatcher([
+  # flat, canonical sums
+  (UPat(Ops.ADD, dtype=ints, name="x"), fold_sum),
+  (UPat(Ops.MUL, dtype=ints, src=(UPat.var("x"), UPat.cvar("c"))), distribute_mul),
+  (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))),
+   lambda x, a, b: x * (a.arg * b.arg)),
+  # division and modulo
+  (UPat(Ops.IDIV, dtype=ints, src=(UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), fold_div_div),
+  (UPat(Ops.MOD, dtype=ints, src=(UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), fold_mod_mod),
+  (UPat(Ops.IDIV, dtype=ints, src=(UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("b"))), UPat.cvar("a"))), fold_mod_div),
+  (UPat(Ops.IDIV, dtype=ints, src=(UPat.var("x"), UPat.cvar("c"))), fold_div),
+  (UPat(Ops.MOD, dtype=ints, src=(UPat.var("x"), UPat.cvar("c"))), fold_mod),
+  # comparisons
+  (UPat(Ops.CMPLT, src=(UPat.var("x", ints), UPat.cvar("c"))), fold_lt_sum),
+  (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))),
+   lambda a, b: a if a.vmin >= b.vmax and a.dtype in ints else (b if b.vmin >= a.vmax and a.dtype in ints else None)),
+])
+
+def simplify(x: UOp) -> UOp: return x.simplify()

@@ -1,0 +1,196 @@
+"""Zero-copy views: a View maps indices of a shape onto a flat buffer (strides, offset, validity mask);
+a ShapeTracker is a stack of Views for the movement chains that do not merge into one."""
+from __future__ import annotations
+import functools
+from dataclasses import dataclass
+from attograd.dtype import dtypes
+from attograd.helpers import prod
+from attograd.uop.ops import UOp
+
+@functools.cache
+def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+  out, acc = [], 1
+  for s in reversed(shape):
+    out.append(acc if s != 1 else 0)
+    acc *= s
+  return tuple(reversed(out))
+
+@dataclass(frozen=True)
+class View:
+  shape: tuple[int, ...]
+  strides: tuple[int, ...]
+  offset: int
+  mask: tuple[tuple[int, int], ...] | None
+  contiguous: bool
+
+  @staticmethod
+  @functools.cache
+  def create(shape: tuple[int, ...], strides: tuple[int, ...] | None = None, offset: int = 0,
+             mask: tuple[tuple[int, int], ...] | None = None) -> View:
+    if strides is None: strides = strides_for_shape(shape)
+    strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides))
+    if mask is not None:
+      if any(lo >= hi for lo, hi in mask):  # nothing is valid
+        return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
+      if all(lo == 0 and hi == s for (lo, hi), s in zip(mask, shape)): mask = None
+      else:  # a dim whose mask keeps one element never moves: fold its start into the offset
+        new_strides = list(strides)
+        for i, ((lo, hi), s) in enumerate(zip(mask, shape)):
+          if hi - lo == 1 and strides[i] != 0:
+            offset += lo * strides[i]
+            new_strides[i] = 0
+        strides = tuple(new_strides)
+    contiguous = offset == 0 and mask is None and strides == strides_for_shape(shape)
+    return View(shape, strides, offset, mask, contiguous)
+
+  @property
+  def size(self) -> int: return prod(self.shape)
+  def is_empty_mask(self) -> bool: return self.mask is not None and any(lo >= hi for lo, hi in self.mask)
+
+  # ***** movement *****
+  def permute(self, axes: tuple[int, ...]) -> View:
+    return View.create(tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes), self.offset,
+                       tuple(self.mask[a] for a in axes) if self.mask is not None else None)
+  def expand(self, new_shape: tuple[int, ...]) -> View:
+    if self.is_empty_mask() or 0 in new_shape: return View.create(new_shape, (0,) * len(new_shape), 0, ((0, 0),) * len(new_shape))
+    mask = None
+    if self.mask is not None:
+      mask = tuple(m if s == ns else ((0, ns) if m != (0, 0) else (0, 0)) for m, s, ns in zip(self.mask, self.shape, new_shape))
+    return View.create(new_shape, tuple(st if s == ns else 0 for st, s, ns in zip(self.strides, self.shape, new_shape)),
+                       self.offset, mask)
+  def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
+    offset = self.offset + sum(b * st for (b, _), st in zip(arg, self.strides))
+    mask = None
+    if self.mask is not None:
+      mask = tuple((max(lo, b) - b, max(min(hi, e), max(lo, b)) - b) for (lo, hi), (b, e) in zip(self.mask, arg))
+    return View.create(tuple(e - b for b, e in arg), self.strides, offset, mask)
+  def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
+    if all(b == 0 and a == 0 for b, a in arg): return self
+    new_shape = tuple(s + b + a for s, (b, a) in zip(self.shape, arg))
+    old_mask = self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
+    mask = tuple((lo + b, hi + b) for (lo, hi), (b, _) in zip(old_mask, arg))
+    offset = self.offset - sum(b * st for (b, _), st in zip(arg, self.strides))
+    return View.create(new_shape, self.strides, offset, mask)
+  def flip(self, arg: tuple[bool, ...]) -> View:
+    offset = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, arg) if f)
+    mask = None
+    if self.mask is not None: mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, arg))
+    return View.create(self.shape, tuple(-st if f else st for st, f in zip(self.strides, arg)), offset, mask)
+
+  def reshape(self, new_shape: tuple[int, ...]) -> View | None:
+    """The same elements seen with `new_shape`, or None when no single view can say it."""
+    if self.shape == new_shape: return self
+    if 0 in self.shape or 0 in new_shape: return View.create(new_shape)
+    if self.contiguous: return View.create(new_shape)
+    if self.is_empty_mask(): return View.create(new_shape, (0,) * len(new_shape), 0, ((0, 0),) * len(new_shape))
+    old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.mask or [(0, s) for s in self.shape]) if s != 1]
+    new_strides, new_mask = [0] * len(new_shape), [(0, s) for s in new_shape]
+    oi = ni = 0
+    while ni < len(new_shape):
+      if new_shape[ni] == 1:
+        ni += 1
+        continue
+      if oi >= len(old): return None
+      o0, n0 = oi, ni
+      op, np_ = old[oi][0], new_shape[ni]
+      while op != np_:
+        if op < np_:
+          oi += 1
+          op *= old[oi][0]
+        else:
+          ni += 1
+          np_ *= new_shape[ni]
+      group = old[o0:oi + 1]
+      # the old dims of a group must be laid out as one strided run
+      if any(a[1] != b[1] * b[0] for a, b in zip(group, group[1:])): return None
+      partial = [j for j, (s, _, m) in enumerate(group) if m != (0, s)]
+      ndims = [k for k in range(n0, ni + 1) if new_shape[k] != 1]
+      if partial:
+        if len(ndims) == 1 and partial == [0]:  # merge: only the outermost old dim is masked
+          inner = prod(s for s, _, _ in group[1:])
+          new_mask[ndims[0]] = (group[0][2][0] * inner, group[0][2][1] * inner)
+        elif len(group) == 1 and len(ndims) > 1:  # split: the mask must cover whole rows of the inner dims
+          inner = prod(new_shape[k] for k in ndims[1:])
+          lo, hi = group[0][2]
+          if lo % inner or hi % inner: return None
+          new_mask[ndims[0]] = (lo // inner, hi // inner)
+        elif len(group) == 1 and len(ndims) == 1: new_mask[ndims[0]] = group[0][2]
+        else: return None
+      stride = group[-1][1]
+      for k in range(ni, n0 - 1, -1):
+        new_strides[k] = stride
+        stride *= new_shape[k]
+      oi += 1
+      ni += 1
+    if oi != len(old): return None
+    return View.create(new_shape, tuple(new_strides), self.offset, tuple(new_mask) if self.mask is not None else None)
+
+  # ***** indexing *****
+  def to_indexed(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
+    """(flat index, validity) of the element at `idxs` as UOps (index math is int32)."""
+    d = dtypes.int32
+    idx = UOp.const(d, self.offset)
+    for i, s, st in zip(idxs, self.shape, self.strides):
+      if s != 1 and st != 0: idx = idx + i * st
+    valid = UOp.const(dtypes.bool, True)
+    if self.mask is not None:
+      for i, (lo, hi), s in zip(idxs, self.mask, self.shape):
+        if lo != 0: valid = valid & (i >= lo) if valid.op is not Ops_CONST else (i >= lo)
+        if hi != s: valid = valid & (i < hi) if valid.op is not Ops_CONST else (i < hi)
+    return idx, valid
+
+from attograd.uop.ops import Ops as _Ops  # noqa: E402
+Ops_CONST = _Ops.CONST
+
+@dataclass(frozen=True)
+class ShapeTracker:
+  """A stack of views: views[-1] is what the user sees, views[0] addresses the buffer."""
+  views: tuple[View, ...]
+
+  @staticmethod
+  def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.create(shape),))
+  @property
+  def shape(self) -> tuple[int, ...]: return self.views[-1].shape
+  @property
+  def size(self) -> int: return prod(self.shape)
+  @property
+  def contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].contiguous
+  def _top(self, v: View) -> ShapeTracker: return ShapeTracker(self.views[:-1] + (v,))
+  def permute(self, axes: tuple[int, ...]) -> ShapeTracker: return self._top(self.views[-1].permute(axes))
+  def expand(self, shape: tuple[int, ...]) -> ShapeTracker: return self._top(self.views[-1].expand(shape))
+  def shrink(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._top(self.views[-1].shrink(arg))
+  def pad(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._top(self.views[-1].pad(arg))
+  def flip(self, arg: tuple[bool, ...]) -> ShapeTracker: return self._top(self.views[-1].flip(arg))
+  def reshape(self, shape: tuple[int, ...]) -> ShapeTracker:
+    if (v := self.views[-1].reshape(shape)) is not None: return self._top(v)
+    return ShapeTracker(self.views + (View.create(shape),))
+  def apply(self, op: _Ops, arg: object) -> ShapeTracker: return getattr(self, _movement_names[op])(arg)
+  def simplify(self) -> ShapeTracker:
+    """Merge the top view into the one below when it only reshapes it."""
+    if len(self.views) >= 2 and (top := self.views[-1]).mask is None and top.strides == strides_for_shape(top.shape):
+      below = self.views[-2]
+      if top.offset == 0 and (merged := below.reshape(top.shape)) is not None:
+        return ShapeTracker(self.views[:-2] + (merged,)).simplify()
+    return self
+
+  def to_indexed(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
+    idx, valid = self.views[-1].to_indexed(idxs)
+    for v in reversed(self.views[:-1]):
+      # unravel the flat index of the view above into this view's coordinates
+      coords, acc = [], 1
+      for s in reversed(v.shape):
+        coords.append((idx // acc) % s if s != 1 else UOp.const(dtypes.int32, 0))
+        acc *= s
+      idx, v_valid = v.to_indexed(list(reversed(coords)))
+      valid = v_valid if valid.op is Ops_CONST and valid.arg else (valid if v_valid.op is Ops_CONST and v_valid.arg else valid & v_valid)
+    return idx, valid
+
+  def real_strides(self) -> tuple[int | None, ...]:
+    """Strides of the top view when it maps straight to the buffer; None for dims that do not."""
+    if len(self.views) != 1: return (None,) * len(self.shape)
+    v = self.views[0]
+    if v.mask is None: return v.strides
+    return tuple(None if m != (0, s) else st for st, m, s in zip(v.strides, v.mask, v.shape))
+
+_movement_names = {_Ops.RESHAPE: "reshape", _Ops.PERMUTE: "permute", _Ops.EXPAND: "expand", _Ops.PAD: "pad",
+                   _Ops.SHRINK: "shrink", _Ops.FLIP: "flip"}
