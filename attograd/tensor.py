@@ -10,6 +10,8 @@ from attograd.helpers import DEBUG, GlobalCounters, all_int, argfix, fully_flatt
 from attograd.uop.ops import GroupOp, Ops, UOp, sint
 from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop, realized
 from attograd.engine.realize import run_schedule
+from attograd.mixin.movement import MovementMixin
+from attograd.mixin.compose import ComposeMixin
 
 def _shape_of_data(data: Any) -> tuple[int, ...]:
   shape: list[int] = []
@@ -38,7 +40,7 @@ def _unpack(raw: bytes | memoryview, dtype: DType, n: int) -> list[Any]:
   if dtype is dtypes.bfloat16: return [bf16_bits_to_float(b) for b in struct.unpack(f"<{n}H", raw)]
   return list(struct.unpack(f"<{n}{dtype.fmt}", raw))
 
-class Tensor:
+class Tensor(MovementMixin, ComposeMixin):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
@@ -130,11 +132,8 @@ class Tensor:
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
-    t = self if _contiguous_view_of_buffer(self.uop) else self.contiguous()
-    t.realize()
-    if not _contiguous_view_of_buffer(t.uop):
-      t = Tensor(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,)))
-      t.realize()
+    t = self.realize()
+    if not _contiguous_view_of_buffer(t.uop): t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
     base = t.uop.base
     return buffers[base], 0
   def data(self) -> memoryview:
@@ -173,8 +172,7 @@ class Tensor:
     """This tensor on `device` (a copy when the device differs)."""
     device = Device.canonicalize(device)
     if device == self.device: return self
-    src = self.contiguous()
-    src.realize()
+    src = self if _contiguous_view_of_buffer(self.uop) else self.contiguous()
     return self._new(UOp(Ops.COPY, self.dtype, (src.uop, UOp(Ops.DEVICE, arg=device))))
   def to_(self, device: str | None) -> Tensor:
     self.uop = self.to(device).uop
@@ -571,7 +569,7 @@ class Tensor:
       rest = prod(s for s in new if s != -1)
       if rest == 0 or self.numel() % rest: raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
       new = tuple(self.numel() // rest if s == -1 else s for s in new)
-    if any(s < 0 for s in new): raise ValueError(f"reshape: negative dim in {new}")
+    if any(s < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
     if prod(new) != self.numel(): raise ValueError(f"reshape: can't reshape {self.shape} ({self.numel()} elements) to {new} ({prod(new)} elements)")
     return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
@@ -658,7 +656,7 @@ class Tensor:
     x = self.cast(to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype))
     return x._reduce(Ops.MUL, axis, keepdim, "prod")
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
-    if self.numel() == 0 and self._axes(axis, "max") and any(self.shape[a] == 0 for a in self._axes(axis, "max")):
+    if self.dtype is not dtypes.bool and self.numel() == 0 and self._axes(axis, "max") and any(self.shape[a] == 0 for a in self._axes(axis, "max")):
       raise ValueError(f"max: can't reduce an empty dim of {self.shape}")
     if self.dtype is dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "max").cast(dtypes.bool)
     return self._reduce(Ops.MAX, axis, keepdim, "max")
@@ -666,7 +664,8 @@ class Tensor:
     if self.dtype is dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
     if dtypes.is_unsigned(self.dtype): return dtypes.max(self.dtype) - (dtypes.max(self.dtype) - self).max(axis, keepdim)
     return -((-self).max(axis, keepdim))
-  def any(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.cast(dtypes.bool).max(axis, keepdim)
+  def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    return self.cast(dtypes.bool).cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "any").cast(dtypes.bool)
   def all(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
   def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     x = self._f()
@@ -716,6 +715,8 @@ class Tensor:
     if x.dtype != y.dtype:
       d = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(d), y.cast(d)
+    try: _broadcast_shape(x.shape[:-2], y.shape[:-2])
+    except ValueError: raise ValueError(f"matmul: batch dims of {self.shape} and {w.shape} can't be broadcast together") from None
     squeeze_x, squeeze_y = x.ndim == 1, y.ndim == 1
     if squeeze_x: x = x.reshape(1, -1)
     if squeeze_y: y = y.reshape(-1, 1)

@@ -21,15 +21,22 @@ def linearize(sink: UOp) -> list[UOp]:
   acc_of: dict[UOp, UOp] = {}
   n_acc = [0]
 
-  def is_visible(u: UOp) -> bool: return any(u in s for s in visible)
+  def is_visible(u: UOp) -> bool:
+    for s in visible:
+      if u in s: return True
+    return False
 
   def emit_tree(root: UOp, hoist: bool = False) -> None:
     # post-order over what is not yet visible; REDUCE nodes open their own loops.
     # hoist=True emits only what the open loops can already compute (loop-invariant code motion).
     stack: list[tuple[UOp, bool]] = [(root, False)]
+    expanded: set[UOp] = set()  # a DAG: expand each node once, or shared subgraphs blow up exponentially
     while stack:
       u, done = stack.pop()
       if is_visible(u): continue
+      if not done:
+        if u in expanded: continue
+        expanded.add(u)
       if hoist and (u.op in (Ops.STORE, Ops.REDUCE, Ops.RANGE) or not deps[u] <= open_now()):
         stack.extend((s, False) for s in u.src if not is_visible(s))
         continue
@@ -40,6 +47,7 @@ def linearize(sink: UOp) -> list[UOp]:
         emit_reduce_group(u)
         continue
       if done:
+        if hoist and not all(is_visible(s) for s in u.src): continue  # depends on a reduce not yet emitted
         if not is_visible(u):
           out.append(u)
           visible[-1].add(u)
@@ -64,6 +72,7 @@ def linearize(sink: UOp) -> list[UOp]:
     for rng in rngs:
       out.append(rng)
       visible.append({rng})
+      open_rngs.append(rng)
     for x in group: emit_tree(x.src[0])
     for x in group:
       acc = acc_of[x]
@@ -73,9 +82,11 @@ def linearize(sink: UOp) -> list[UOp]:
     for rng in reversed(rngs):
       out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))
       visible.pop()
+      open_rngs.pop()
     for x in group: visible[-1].add(x)
 
-  def open_now() -> frozenset[UOp]: return frozenset(u for s in visible for u in s if u.op is Ops.RANGE)
+  open_rngs: list[UOp] = []
+  def open_now() -> frozenset[UOp]: return frozenset(open_rngs)
 
   # output loops: every range a store depends on, outermost axis first
   out_ranges = sorted({r for st in sink.src for r in deps[st]}, key=lambda r: r.arg[0])
@@ -83,6 +94,7 @@ def linearize(sink: UOp) -> list[UOp]:
   for rng in out_ranges:
     out.append(rng)
     visible.append({rng})
+    open_rngs.append(rng)
   for st in sink.src: emit_tree(st)
   for rng in reversed(out_ranges):
     out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))

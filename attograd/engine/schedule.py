@@ -44,7 +44,10 @@ def resolve(roots: list[UOp]) -> dict[UOp, UOp]:
       continue
     if visited:
       src = tuple(done[s] for s in n.src)
-      done[n] = n if all(a is b for a, b in zip(src, n.src)) else UOp(n.op, n.dtype, src, n.arg)
+      if all(a is b for a, b in zip(src, n.src)): done[n] = n
+      else:
+        done[n] = nn = UOp(n.op, n.dtype, src, n.arg)
+        _ = nn.shape, nn.device
     else:
       stack.append((n, True))
       stack.extend((s, False) for s in n.src if s not in done)
@@ -129,7 +132,7 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
     key = (n, chain)
     if key in memo: continue
     # leaves: realized buffers (through movement ops), consts and variables
-    leaf = n if n.op is Ops.BUFFER else (node_buffer.get(n) if n is not value_root else None)
+    leaf = n if n.op is Ops.BUFFER else (node_buffer.get(n) if n is not root else None)
     if leaf is not None or n.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
       st = ShapeTracker.from_shape(n.shape)
       for op, arg in chain: st = st.apply(op, arg)
@@ -175,44 +178,101 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
 
 # ***** 4. the whole schedule *****
 
-def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """Kernels (in dependency order) that compute `outs`, and for each computed node, the view of its new buffer."""
+@dataclass(frozen=True)
+class _Template:
+  """A schedule over placeholder buffers: inputs are BUFFERs with arg (-k-1, size), new ones (-(k+1)-NEW, size)."""
+  items: tuple[tuple[UOp, tuple[UOp, ...], tuple[tuple[UOp, int], ...]], ...]
+  new_bufs: tuple[UOp, ...]                   # placeholders to allocate, in order
+  becomes: tuple[UOp | None, ...]             # per output: its new home (over placeholders)
+  realized_roots: tuple[tuple[UOp, UOp], ...] # intermediate roots (normalized) -> their home
+
+_NEW = 1 << 40
+_schedule_cache: dict[tuple[UOp, ...], _Template] = {}
+
+def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[UOp], dict[UOp, UOp]]:
+  """Resolve realized nodes and replace every BUFFER by a numbered placeholder, so that graphs of the same
+  structure get the same (hash-consed) nodes. Returns the normalized outputs, the real buffers in placeholder
+  order, and normalized node -> original node."""
   rmap = resolve(outs)
-  routs = [rmap[o] for o in outs]
+  inputs: list[UOp] = []
+  norm: dict[UOp, UOp] = {}
+  orig: dict[UOp, UOp] = {}
+  for n in _topo_of([rmap[o] for o in outs]):
+    if n.op is Ops.BUFFER:
+      nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]))
+      inputs.append(n)
+    else:
+      src = tuple(norm[x] for x in n.src)
+      if all(a is b for a, b in zip(src, n.src)): nn = n
+      else:
+        nn = UOp(n.op, n.dtype, src, n.arg)
+        _ = nn.shape, nn.device  # computed now, while the sources' are cached: no deep recursion later
+    norm[n] = nn
+    orig[nn] = n
+  return [norm[rmap[o]] for o in outs], inputs, orig
+
+def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """Kernels (in dependency order) that compute `outs`, and for each output, the view of its new buffer.
+  The same graph structure reuses its schedule: only buffers are bound anew."""
+  nouts, inputs, orig = _normalize(outs)
+  key = tuple(nouts)
+  if (tmpl := _schedule_cache.get(key)) is None:
+    if len(_schedule_cache) >= 4096: _schedule_cache.pop(next(iter(_schedule_cache)))  # bounded: oldest first
+    tmpl = _schedule_cache[key] = _make_template(nouts)
+  # bind placeholders to real buffers: inputs by position, new buffers freshly made
+  bind: dict[UOp, UOp] = {}
+  for i, b in enumerate(inputs): bind[UOp(Ops.BUFFER, b.dtype, b.src, (-i - 1, b.arg[1]))] = b
+  for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype)
+  items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), vv) for ast, bufs, vv in tmpl.items]
+  becomes: dict[UOp, UOp] = {}
+  for o, home in zip(outs, tmpl.becomes):
+    becomes[o] = o if home is None else _rebind(home, bind)
+  for r, home in tmpl.realized_roots:
+    if (o := orig.get(r)) is not None: realized[o] = _rebind(home, bind)
+  return items, becomes
+
+def _rebind(u: UOp, bind: dict[UOp, UOp]) -> UOp:
+  """A view chain over a placeholder, over the real buffer instead."""
+  if u.op is Ops.BUFFER: return bind.get(u, u)
+  return UOp(u.op, u.dtype, tuple(_rebind(s, bind) for s in u.src), u.arg)
+
+def _make_template(routs: list[UOp]) -> _Template:
   roots = find_kernel_roots(routs)
   node_buffer: dict[UOp, UOp] = {}
+  new_bufs: list[UOp] = []
   for r in roots:
     if r.op is Ops.ASSIGN:
       tgt = r.src[0].base
       if tgt.op is not Ops.BUFFER: raise RuntimeError("assign: the target must be a realized tensor")
       node_buffer[r] = tgt
     else:
-      node_buffer[r] = new_buffer_uop(r.device, prod(r.shape), r.dtype)
+      ph = UOp(Ops.BUFFER, r.dtype, (UOp(Ops.DEVICE, arg=r.device),), (-_NEW - len(new_bufs), prod(r.shape)))
+      new_bufs.append(ph)
+      node_buffer[r] = ph
   # order roots: a kernel runs after the kernels that produce its inputs
   order: list[UOp] = []
   for n in _topo_of(routs):
     if n in roots: order.append(n)
-  items: list[ScheduleItem] = []
+  items: list[tuple[UOp, tuple[UOp, ...], tuple[tuple[UOp, int], ...]]] = []
   for r in order:
     if r.op is Ops.COPY:
       src = r.src[0]
-      src_buf = node_buffer.get(src.base, src.base)
-      if src_buf.op is not Ops.BUFFER or not ShapeTracker.from_shape(src.base.shape).contiguous or src is not src.base:
-        raise RuntimeError("internal: COPY source must be a whole realized buffer")
-      items.append(ScheduleItem(r, (buffers[node_buffer[r]], buffers[src_buf])))
+      while src.op is Ops.RESHAPE: src = src.src[0]  # reshapes of a whole buffer are the same bytes
+      src_buf = node_buffer.get(src, src)
+      if src_buf.op is not Ops.BUFFER: raise RuntimeError("internal: COPY source must be a whole realized buffer")
+      items.append((r, (node_buffer[r], src_buf), ()))
       continue
     ast, ins = build_kernel_ast(r, roots, node_buffer)
     var_vals = tuple(sorted({(n.src[0], n.src[1].arg) for n in r.toposort() if n.op is Ops.BIND}, key=lambda x: x[0].arg))
-    items.append(ScheduleItem(ast, tuple(buffers[b] for b in [node_buffer[r]] + ins), var_vals))
+    items.append((ast, tuple([node_buffer[r]] + ins), var_vals))
   # each output's new home: its buffer, viewed with its shape
-  becomes: dict[UOp, UOp] = {}
-  for o, ro in zip(outs, routs):
-    if ro in node_buffer: becomes[o] = _view_of(node_buffer[ro], ro.shape)
-    elif ro.base in node_buffer: becomes[o] = _apply_movements(ro, node_buffer)
-    else: becomes[o] = ro
-  for r in roots:
-    if r not in routs: realized[r] = _view_of(node_buffer[r], r.shape)
-  return items, becomes
+  becomes: list[UOp | None] = []
+  for ro in routs:
+    if ro in node_buffer and ro.op is not Ops.ASSIGN: becomes.append(_view_of(node_buffer[ro], ro.shape))
+    elif ro.base in node_buffer: becomes.append(_apply_movements(ro, node_buffer))
+    else: becomes.append(ro)  # already a view of a buffer (or a constant): its resolved form
+  realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots if r not in routs and r.op is not Ops.ASSIGN)
+  return _Template(tuple(items), tuple(new_bufs), tuple(becomes), realized_roots)
 
 def _view_of(buf: UOp, shape: tuple[int, ...]) -> UOp:
   return buf if shape == (buf.arg[1],) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)

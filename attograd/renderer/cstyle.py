@@ -71,7 +71,9 @@ class CStyleLanguage(Renderer):
     if dst is dtypes.bool: return f"({x}!=0)"
     return f"({self.render_dtype(dst)})({x})"
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
-    return f"__builtin_bit_cast({self.render_dtype(dst)}, ({self.render_dtype(src)})({x}))"
+    # memcpy through a statement expression: well-defined in C, and compiles to a register move
+    s, t = self.render_dtype(src), self.render_dtype(dst)
+    return f"(__extension__({{ {s} __s = ({x}); {t} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d; }}))"
   def loop_pragma(self, kind: str) -> str: return ""
 
   def render(self, name: str, uops: list[UOp]) -> str:

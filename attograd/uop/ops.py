@@ -1,12 +1,12 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
 import functools, math, operator, weakref
-from enum import Enum, auto
+from enum import IntEnum, auto
 from typing import Any, Callable, Iterator, Sequence
 from attograd.dtype import ConstType, DType, PtrDType, dtypes, truncate_to
 from attograd.helpers import prod
 
-class Ops(Enum):
+class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every hot path
   # graph structure and memory
   SINK = auto(); NOOP = auto(); DEVICE = auto(); BUFFER = auto(); CONST = auto(); VIEW = auto()  # noqa: E702
   CONTIGUOUS = auto(); CONTIGUOUS_BACKWARD = auto(); DETACH = auto(); COPY = auto(); ASSIGN = auto()  # noqa: E702
@@ -28,7 +28,7 @@ class Ops(Enum):
   DEFINE_GLOBAL = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); ENDRANGE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACC_ASSIGN = auto(); VECTORIZE = auto(); GEP = auto(); SPECIAL = auto()  # noqa: E702
   def __repr__(self) -> str: return f"Ops.{self.name}"
-  def __lt__(self, o: Ops) -> bool: return self.value < o.value
+  def __str__(self) -> str: return f"Ops.{self.name}"
 
 class GroupOp:
   Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC}

@@ -7,11 +7,15 @@ sums they reason about cannot wrap for any value within bounds.
 """
 from __future__ import annotations
 import math
-from attograd.dtype import dtypes
+from attograd.dtype import DType, dtypes
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu
 
 ints = tuple(dtypes.ints)
 int_or_bool = ints + (dtypes.bool,)
+
+# UPat dtypes also match vectors of them; the index-math rules below reason about one scalar value (and an int
+# vector's CONST arg is a tuple), so each of them starts by leaving vectors alone
+def is_vec(x: UOp) -> bool: return x.dtype.count > 1
 
 def fold_const(x: UOp) -> UOp | None:
   if all(s.op is Ops.CONST for s in x.src): return UOp.const(x.dtype, exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
@@ -19,7 +23,7 @@ def fold_const(x: UOp) -> UOp | None:
 
 def fold_bounds(x: UOp) -> UOp | None:
   """An int/bool expression whose bounds meet is that constant."""
-  if x.dtype.count == 1 and (x.dtype in int_or_bool) and x.op in GroupOp.ALU:
+  if x.dtype in int_or_bool and x.op in GroupOp.ALU and not any(is_vec(s) for s in (x,) + x.src):
     lo, hi = x.vmin_vmax
     if lo == hi: return UOp.const(x.dtype, lo)
   return None
@@ -46,14 +50,14 @@ def sum_bounds(terms: list[tuple[UOp, int]], const: int) -> tuple[int, int]:
     lo, hi = lo + min(k * t.vmin, k * t.vmax), hi + max(k * t.vmin, k * t.vmax)
   return lo, hi
 
-def fits(lo: int, hi: int, dtype) -> bool: return dtypes.min(dtype) <= lo and hi <= dtypes.max(dtype)
+def fits(lo: int, hi: int, dtype: DType) -> bool: return dtypes.min(dtype) <= lo and hi <= dtypes.max(dtype)
 
-def nowrap_nonneg(terms: list[tuple[UOp, int]], const: int, dtype) -> bool:
+def nowrap_nonneg(terms: list[tuple[UOp, int]], const: int, dtype: DType) -> bool:
   """The sum never wraps and is never negative, so C division/modulo of it is the floor one on its exact value."""
   lo, hi = sum_bounds(terms, const)
   return lo >= 0 and fits(lo, hi, dtype)
 
-def build_sum(terms: list[tuple[UOp, int]], const: int, dtype) -> UOp:
+def build_sum(terms: list[tuple[UOp, int]], const: int, dtype: DType) -> UOp:
   out: UOp | None = None
   for t, k in terms:
     tk = t if k == 1 else UOp(Ops.MUL, dtype, (t, UOp.const(dtype, k)))
@@ -62,7 +66,7 @@ def build_sum(terms: list[tuple[UOp, int]], const: int, dtype) -> UOp:
   return out if const == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
 
 def _merge_divmod(terms: list[tuple[UOp, int]]) -> list[tuple[UOp, int]]:
-  """(x//c)*(c*k) + (x%c)*k -> x*k."""
+  """(x//c)*(c*k) + (x%c)*k -> x*k. C's x == (x/c)*c + x%c holds for every x, so this is exact even when wrapping."""
   idx = {t: i for i, (t, _) in enumerate(terms)}
   out = list(terms)
   changed = False
@@ -70,7 +74,7 @@ def _merge_divmod(terms: list[tuple[UOp, int]]) -> list[tuple[UOp, int]]:
     if t.op is Ops.MOD and t.src[1].op is Ops.CONST and t in idx and idx[t] is not None:
       c = t.src[1].arg
       d = UOp(Ops.IDIV, t.dtype, t.src)
-      if c > 0 and d in idx and idx[d] is not None and out[idx[d]][1] == k * c and t.src[0].vmin >= 0:
+      if c > 0 and d in idx and idx[d] is not None and out[idx[d]][1] == k * c:
         out[idx[t]] = (t.src[0], k)
         out[idx[d]] = (d, 0)
         idx[d] = None  # type: ignore[assignment]
@@ -82,6 +86,7 @@ def _merge_divmod(terms: list[tuple[UOp, int]]) -> list[tuple[UOp, int]]:
   return [(t, k) for t, k in acc.items() if k != 0]
 
 def fold_sum(x: UOp) -> UOp | None:
+  if is_vec(x): return None
   terms, const = split_terms(x)
   terms = _merge_divmod(terms)
   ret = build_sum(terms, const, x.dtype)
@@ -89,8 +94,10 @@ def fold_sum(x: UOp) -> UOp | None:
 
 def distribute_mul(x: UOp, c: UOp) -> UOp | None:
   """(a + b) * c -> a*c + b*c, so that sums stay flat for div/mod folding."""
-  if x.op is not Ops.ADD: return None
+  if x.op is not Ops.ADD or is_vec(x): return None
   return x.src[0] * c + x.src[1] * c
+
+def fold_mul_mul(x: UOp, a: UOp, b: UOp) -> UOp | None: return None if is_vec(x) else x * (a.arg * b.arg)
 
 # ***** division and modulo by a positive constant *****
 
@@ -100,8 +107,8 @@ def _gcd_all(terms: list[tuple[UOp, int]], const: int, c: int) -> int:
   return math.gcd(g, const)
 
 def fold_div(x: UOp, c: UOp) -> UOp | None:
+  if is_vec(x) or c.arg <= 0 or x.vmin < 0: return None
   n = c.arg
-  if n <= 0 or x.vmin < 0: return None
   if x.vmax < n: return x.const_like(0)
   terms, const = split_terms(x)
   if not nowrap_nonneg(terms, const, x.dtype): return None
@@ -119,8 +126,8 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
   return build_sum(whole + [(rest // n, 1)], whole_const, x.dtype)
 
 def fold_mod(x: UOp, c: UOp) -> UOp | None:
+  if is_vec(x) or c.arg <= 0 or x.vmin < 0: return None
   n = c.arg
-  if n <= 0 or x.vmin < 0: return None
   if x.vmax < n: return x
   terms, const = split_terms(x)
   if not nowrap_nonneg(terms, const, x.dtype): return None
@@ -133,23 +140,24 @@ def fold_mod(x: UOp, c: UOp) -> UOp | None:
   return rest if rest.vmax < n else rest % n
 
 def fold_div_div(x: UOp, a: UOp, b: UOp) -> UOp | None:
-  if x.vmin < 0 or a.arg <= 0 or b.arg <= 0: return None
+  if is_vec(x) or a.arg <= 0 or b.arg <= 0 or x.vmin < 0: return None
   # a*b past the dtype's max would wrap as a constant; every x is smaller than it anyway
   return x // (a.arg * b.arg) if a.arg * b.arg <= dtypes.max(x.dtype) else x.const_like(0)
 
 def fold_mod_mod(x: UOp, a: UOp, b: UOp) -> UOp | None:
-  if x.vmin >= 0 and a.arg > 0 and b.arg > 0 and a.arg % b.arg == 0: return x % b.arg
-  return None
+  if is_vec(x) or a.arg <= 0 or b.arg <= 0 or x.vmin < 0: return None
+  return x % b.arg if a.arg % b.arg == 0 else None
 
 def fold_mod_div(x: UOp, a: UOp, b: UOp) -> UOp | None:
   """(x % (a*b)) // a -> (x // a) % b, which nests with neighbouring reshapes."""
-  if x.vmin >= 0 and a.arg > 0 and b.arg > 0 and b.arg % a.arg == 0: return (x // a.arg) % (b.arg // a.arg)
-  return None
+  if is_vec(x) or a.arg <= 0 or b.arg <= 0 or x.vmin < 0: return None
+  return (x // a.arg) % (b.arg // a.arg) if b.arg % a.arg == 0 else None
 
 # ***** comparisons *****
 
 def fold_lt_sum(x: UOp, c: UOp) -> UOp | None:
   """(sum + k) < c -> sum < c - k; (y * m) < c -> y < ceil(c / m) for m > 0. Only where the left side can't wrap."""
+  if is_vec(x): return None
   d = x.dtype
   if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
     y, k = x.src[0], x.src[1].arg
@@ -165,6 +173,12 @@ def fold_lt_sum(x: UOp, c: UOp) -> UOp | None:
       for _, k in terms: g = math.gcd(g, k)
       if g > 1: return build_sum([(t, k // g) for t, k in terms], 0, x.dtype) < -(-c.arg // g)
   return None
+
+def fold_max(a: UOp, b: UOp) -> UOp | None:
+  """max(a, b) is a when a's bounds are all above b's."""
+  if is_vec(a): return None
+  if a.vmin >= b.vmax: return a
+  return b if b.vmin >= a.vmax else None
 
 def canon_const_right(x: UOp) -> UOp | None:
   if x.op in GroupOp.Commutative and x.src[0].op is Ops.CONST and x.src[1].op is not Ops.CONST:
@@ -188,7 +202,8 @@ symbolic_simple = PatternMatcher([
   (UPat.var("x", ints) % 1, lambda x: x.const_like(0)),
   # booleans
   (UPat.var("x", dtypes.bool) & UPat.const(dtypes.bool, True), lambda x: x),
-  (UPat(Ops.AND, dtypes.bool, src=(UPat.var(), UPat.const(dtypes.bool, False)), name="x"), lambda x: x.const_like(False)),
+  (UPat(Ops.AND, dtypes.bool, src=(UPat.var(), UPat.const(dtypes.bool, False)), name="x"),
+   lambda x: x.const_like(False)),
   (UPat(Ops.OR, dtypes.bool, src=(UPat.var(), UPat.const(dtypes.bool, True)), name="x"), lambda x: x.const_like(True)),
   (UPat(Ops.OR, dtypes.bool, src=(UPat.var("x"), UPat.const(dtypes.bool, False))), lambda x: x),
   (UPat(Ops.AND, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
@@ -201,7 +216,7 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.ADD, dtype=ints, name="x"), fold_sum),
   (UPat(Ops.MUL, dtype=ints, src=(UPat.var("x"), UPat.cvar("c"))), distribute_mul),
   (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))),
-   lambda x, a, b: x * (a.arg * b.arg)),
+   fold_mul_mul),
   # division and modulo
   (UPat(Ops.IDIV, dtype=ints, src=(UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), fold_div_div),
   (UPat(Ops.MOD, dtype=ints, src=(UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), fold_mod_mod),
@@ -210,8 +225,7 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.MOD, dtype=ints, src=(UPat.var("x"), UPat.cvar("c"))), fold_mod),
   # comparisons
   (UPat(Ops.CMPLT, src=(UPat.var("x", ints), UPat.cvar("c"))), fold_lt_sum),
-  (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))),
-   lambda a, b: a if a.vmin >= b.vmax and a.dtype in ints else (b if b.vmin >= a.vmax and a.dtype in ints else None)),
+  (UPat(Ops.MAX, dtype=ints, src=(UPat.var("a"), UPat.var("b"))), fold_max),
 ])
 
 def simplify(x: UOp) -> UOp: return x.simplify()

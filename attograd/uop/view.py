@@ -5,7 +5,7 @@ import functools
 from dataclasses import dataclass
 from attograd.dtype import dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import UOp
+from attograd.uop.ops import Ops, UOp
 
 @functools.cache
 def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -43,6 +43,11 @@ class View:
     contiguous = offset == 0 and mask is None and strides == strides_for_shape(shape)
     return View(shape, strides, offset, mask, contiguous)
 
+  @staticmethod
+  def empty(shape: tuple[int, ...]) -> View:
+    """A view none of whose elements is valid (all padding)."""
+    return View.create(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape))
+
   @property
   def size(self) -> int: return prod(self.shape)
   def is_empty_mask(self) -> bool: return self.mask is not None and any(lo >= hi for lo, hi in self.mask)
@@ -52,10 +57,10 @@ class View:
     return View.create(tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes), self.offset,
                        tuple(self.mask[a] for a in axes) if self.mask is not None else None)
   def expand(self, new_shape: tuple[int, ...]) -> View:
-    if self.is_empty_mask() or 0 in new_shape: return View.create(new_shape, (0,) * len(new_shape), 0, ((0, 0),) * len(new_shape))
+    if self.is_empty_mask() or 0 in new_shape: return View.empty(new_shape)
     mask = None
-    if self.mask is not None:
-      mask = tuple(m if s == ns else ((0, ns) if m != (0, 0) else (0, 0)) for m, s, ns in zip(self.mask, self.shape, new_shape))
+    if self.mask is not None:  # an expanded dim was size 1, so its mask was (0, 1) or empty (handled above)
+      mask = tuple(m if s == ns else (0, ns) for m, s, ns in zip(self.mask, self.shape, new_shape))
     return View.create(new_shape, tuple(st if s == ns else 0 for st, s, ns in zip(self.strides, self.shape, new_shape)),
                        self.offset, mask)
   def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
@@ -74,16 +79,29 @@ class View:
   def flip(self, arg: tuple[bool, ...]) -> View:
     offset = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, arg) if f)
     mask = None
-    if self.mask is not None: mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, arg))
+    if self.mask is not None:
+      mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, arg))
     return View.create(self.shape, tuple(-st if f else st for st, f in zip(self.strides, arg)), offset, mask)
 
   def reshape(self, new_shape: tuple[int, ...]) -> View | None:
     """The same elements seen with `new_shape`, or None when no single view can say it."""
     if self.shape == new_shape: return self
+    if prod(new_shape) != self.size:
+      raise ValueError(f"reshape: can't reshape {self.shape} ({self.size} elements) to {new_shape} ({prod(new_shape)})")
     if 0 in self.shape or 0 in new_shape: return View.create(new_shape)
     if self.contiguous: return View.create(new_shape)
-    if self.is_empty_mask(): return View.create(new_shape, (0,) * len(new_shape), 0, ((0, 0),) * len(new_shape))
-    old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.mask or [(0, s) for s in self.shape]) if s != 1]
+    if self.is_empty_mask(): return View.empty(new_shape)
+    mask = self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
+    old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, mask) if s != 1]
+    # create() pins a dim whose mask keeps one element to stride 0; any stride works for it (the offset pays for it),
+    # so give it the one that continues the run inside it and it can merge, e.g. (1,4) padded to (3,4) then flattened
+    offset = self.offset
+    for j in reversed(range(len(old) - 1)):
+      s, st, (lo, hi) = old[j]
+      if hi - lo == 1 and st == 0:
+        st = old[j + 1][1] * old[j + 1][0]
+        offset -= lo * st
+        old[j] = (s, st, (lo, hi))
     new_strides, new_mask = [0] * len(new_shape), [(0, s) for s in new_shape]
     oi = ni = 0
     while ni < len(new_shape):
@@ -123,7 +141,7 @@ class View:
       oi += 1
       ni += 1
     if oi != len(old): return None
-    return View.create(new_shape, tuple(new_strides), self.offset, tuple(new_mask) if self.mask is not None else None)
+    return View.create(new_shape, tuple(new_strides), offset, tuple(new_mask) if self.mask is not None else None)
 
   # ***** indexing *****
   def to_indexed(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
@@ -135,12 +153,14 @@ class View:
     valid = UOp.const(dtypes.bool, True)
     if self.mask is not None:
       for i, (lo, hi), s in zip(idxs, self.mask, self.shape):
-        if lo != 0: valid = valid & (i >= lo) if valid.op is not Ops_CONST else (i >= lo)
-        if hi != s: valid = valid & (i < hi) if valid.op is not Ops_CONST else (i < hi)
+        if lo != 0: valid = and_valid(valid, i >= lo)
+        if hi != s: valid = and_valid(valid, i < hi)
     return idx, valid
 
-from attograd.uop.ops import Ops as _Ops  # noqa: E402
-Ops_CONST = _Ops.CONST
+def and_valid(a: UOp, b: UOp) -> UOp:
+  """a & b, leaving out a constant True so an unmasked index has no validity math at all."""
+  if a.op is Ops.CONST and a.arg is True: return b
+  return a if b.op is Ops.CONST and b.arg is True else a & b
 
 @dataclass(frozen=True)
 class ShapeTracker:
@@ -164,12 +184,12 @@ class ShapeTracker:
   def reshape(self, shape: tuple[int, ...]) -> ShapeTracker:
     if (v := self.views[-1].reshape(shape)) is not None: return self._top(v)
     return ShapeTracker(self.views + (View.create(shape),))
-  def apply(self, op: _Ops, arg: object) -> ShapeTracker: return getattr(self, _movement_names[op])(arg)
+  def apply(self, op: Ops, arg: object) -> ShapeTracker: return getattr(self, _movement_names[op])(arg)
   def simplify(self) -> ShapeTracker:
     """Merge the top view into the one below when it only reshapes it."""
-    if len(self.views) >= 2 and (top := self.views[-1]).mask is None and top.strides == strides_for_shape(top.shape):
-      below = self.views[-2]
-      if top.offset == 0 and (merged := below.reshape(top.shape)) is not None:
+    if len(self.views) >= 2 and (top := self.views[-1]).contiguous and top.size == (below := self.views[-2]).size:
+      # a contiguous top view of fewer elements is a prefix of the one below, not a reshape of it
+      if (merged := below.reshape(top.shape)) is not None:
         return ShapeTracker(self.views[:-2] + (merged,)).simplify()
     return self
 
@@ -182,7 +202,7 @@ class ShapeTracker:
         coords.append((idx // acc) % s if s != 1 else UOp.const(dtypes.int32, 0))
         acc *= s
       idx, v_valid = v.to_indexed(list(reversed(coords)))
-      valid = v_valid if valid.op is Ops_CONST and valid.arg else (valid if v_valid.op is Ops_CONST and v_valid.arg else valid & v_valid)
+      valid = and_valid(valid, v_valid)
     return idx, valid
 
   def real_strides(self) -> tuple[int | None, ...]:
@@ -192,5 +212,5 @@ class ShapeTracker:
     if v.mask is None: return v.strides
     return tuple(None if m != (0, s) else st for st, m, s in zip(v.strides, v.mask, v.shape))
 
-_movement_names = {_Ops.RESHAPE: "reshape", _Ops.PERMUTE: "permute", _Ops.EXPAND: "expand", _Ops.PAD: "pad",
-                   _Ops.SHRINK: "shrink", _Ops.FLIP: "flip"}
+_movement_names = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad",
+                   Ops.SHRINK: "shrink", Ops.FLIP: "flip"}

@@ -1,0 +1,463 @@
+"""Composite ops built from primitives: scans (cumsum...), einsum, gather/scatter, masks, softmax, item assignment."""
+from __future__ import annotations
+from typing import TYPE_CHECKING, Any
+from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype
+from attograd.helpers import prod
+from attograd.uop.ops import Ops
+if TYPE_CHECKING: from attograd.tensor import Tensor
+
+# a scan over n elements reduces an (n, n) window: O(n^2). Past 2 blocks, scan blocks of this size and then the
+# block totals, so the work is ~O(n * _SCAN_BLOCK)
+_SCAN_BLOCK = 256
+
+class ComposeMixin:
+  # ***** scans *****
+
+  def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+    """Running sum along `axis`; bools and small ints accumulate in a wider int, like `sum`.
+
+    >>> Tensor([1, 2, 3, 4]).cumsum().tolist()
+    [1, 3, 6, 10]
+    """
+    return self._scan(axis, Ops.ADD, "cumsum")
+  def cumprod(self: Tensor, axis: int) -> Tensor:
+    """Running product along `axis`.
+
+    >>> Tensor([1, 2, 3, 4]).cumprod(0).tolist()
+    [1, 2, 6, 24]
+    """
+    return self._scan(axis, Ops.MUL, "cumprod")
+  def cummax(self: Tensor, axis: int = 0) -> Tensor:
+    """Running maximum along `axis` (the values only, like tinygrad).
+
+    >>> Tensor([1, 3, 2, 5, 4]).cummax(0).tolist()
+    [1, 3, 3, 5, 5]
+    """
+    return self._scan(axis, Ops.MAX, "cummax")
+
+  def _scan(self: Tensor, axis: int, op: Ops, name: str) -> Tensor:
+    ax = self._resolve_axis(axis, name)
+    x = self if op is Ops.MAX else self.cast(sum_acc_dtype(self.dtype))
+    if self.ndim == 0 or 0 in self.shape or self.shape[ax] == 1: return x
+    # scan the last axis: move `axis` there and back (a swap is its own inverse)
+    return _scan_last(x.transpose(ax, -1), op).transpose(ax, -1)
+
+  # ***** einsum *****
+
+  @staticmethod
+  def einsum(formula: str, *operands: Any) -> Tensor:
+    """Einstein summation: letters name axes, letters missing from the output are summed over.
+
+    Supports an explicit (`->`) or implicit output, repeated letters in one operand (diagonals, traces), and `...`
+    for broadcast batch dims. Operands may also be given as one list.
+
+    >>> a, b = Tensor([[1, 2], [3, 4]]), Tensor([[5, 6], [7, 8]])
+    >>> Tensor.einsum("ij,jk->ik", a, b).tolist()
+    [[19, 22], [43, 50]]
+    >>> Tensor.einsum("ii->", a).item()
+    5
+    """
+    ts = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    ins, out = _parse_einsum(formula, ts)
+    # letter -> size; size-1 dims broadcast against the others, like '...' dims in NumPy
+    sizes: dict[str, int] = {}
+    for t, letters in zip(ts, ins):
+      for c, s in zip(letters, t.shape):
+        if sizes.get(c, 1) != 1 and s != 1 and sizes[c] != s:
+          raise ValueError(f"einsum: index {c!r} has size {sizes[c]} and {s} in {formula!r}")
+        if s != 1 or c not in sizes: sizes[c] = s
+    # per operand: take diagonals of repeated letters, then sum letters used nowhere else right away
+    terms = [_einsum_unique(t, letters) for t, letters in zip(ts, ins)]
+    for k, (t, letters) in enumerate(terms):
+      elsewhere = set(out).union(*(set(ls) for j, (_, ls) in enumerate(terms) if j != k))
+      terms[k] = _einsum_sum(t, letters, [c for c in letters if c not in elsewhere])
+    # contract left to right, summing each letter once no later operand and not the output needs it
+    cur, cur_letters = terms[0]
+    for k in range(1, len(terms)):
+      t, letters = terms[k]
+      union = cur_letters + [c for c in letters if c not in cur_letters]
+      a = cur.reshape(cur.shape + (1,) * (len(union) - len(cur_letters)))
+      b = _einsum_align(t, letters, union)
+      later = set(out).union(*(set(ls) for _, ls in terms[k + 1:]))
+      cur, cur_letters = _einsum_sum(a * b, union, [c for c in union if c not in later])
+    cur = cur._broadcast_to(tuple(sizes[c] for c in cur_letters))
+    return cur.permute([cur_letters.index(c) for c in out])
+
+  # ***** gather and scatter *****
+
+  def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    """Pick values along `dim` by `index`, like torch.gather: for dim=0, `out[i][j] = self[index[i][j]][j]`.
+
+    `index` has the same number of dims as this tensor and may be smaller in the dims other than `dim`.
+
+    >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
+    [[1, 1], [4, 3]]
+    """
+    d = self._resolve_axis(dim, "gather")
+    _check_index(self, d, index, "gather")
+    n = self.shape[d]
+    # x[..., 1, ..., k] = self[..., k, ...]: the gathered axis moves to a new last axis, matched against index
+    x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
+    x = x.unsqueeze(-1).transpose(-1, d)
+    hot = _one_hot(index, n)
+    picked = hot.where(x, x._const_like(0))
+    return picked.any(-1) if self.dtype is dtypes.bool else picked.sum(-1, dtype=self.dtype)
+
+  def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | ConstType, reduce: str | None = None) -> Tensor:
+    """A copy of this tensor with values from `src` written at `index` along `dim`, like torch.scatter:
+    for dim=0, `out[index[i][j]][j] = src[i][j]`. `reduce` 'add' or 'multiply' combines instead of overwriting;
+    without it, the last write wins for repeated indices. `src` is a Tensor (at least index's shape) or a scalar.
+
+    >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), 5.0).tolist()
+    [[0.0, 0.0, 5.0], [5.0, 0.0, 0.0]]
+    >>> Tensor.ones(3).scatter(0, Tensor([0, 0, 2]), Tensor([2.0, 3.0, 4.0]), reduce="multiply").tolist()
+    [6.0, 1.0, 4.0]
+    """
+    if reduce not in (None, "add", "multiply"):
+      raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    d = self._resolve_axis(dim, "scatter")
+    _check_index(self, d, index, "scatter")
+    fill = None if isinstance(src, self.__class__) else src
+    if isinstance(src, self.__class__):
+      if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
+        raise ValueError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
+      src = src.shrink(tuple((0, i) for i in index.shape)).cast(self.dtype)
+    else: src = self._const_like(src)._broadcast_to(index.shape)
+    if 0 in index.shape: return self
+    n = self.shape[d]
+    # (..., t, ..., k): index position k along dim writes to position t along dim; k is reduced over
+    hot = _one_hot(index, n).transpose(-1, d)
+    vals = src.unsqueeze(-1).transpose(-1, d)
+    acc = self.dtype if self.dtype is not dtypes.bool else dtypes.int32
+    if reduce is None and fill is not None: new = self._const_like(fill, acc)  # every write is the same value
+    elif reduce is None:
+      # keep only the last k that hits each t
+      k = _arange(index.shape[d], self).reshape((1,) * index.ndim + (index.shape[d],)) + 1
+      last = hot.where(k, k._const_like(0)).max(-1, keepdim=True)
+      new = (hot & k.eq(last)).where(vals.cast(acc), vals._const_like(0, acc)).sum(-1, dtype=acc)
+    elif reduce == "add":
+      new = hot.where(vals.cast(acc), vals._const_like(0, acc)).sum(-1, dtype=acc)
+    else:
+      new = hot.where(vals.cast(acc), vals._const_like(1, acc)).prod(-1, dtype=acc)
+    hit = hot.any(-1)
+    # the region scattered into has index's shape with dim `d` widened to n; pad it out to this tensor's shape
+    pad = tuple((0, s - (n if i == d else index.shape[i])) for i, s in enumerate(self.shape))
+    hit, new = hit.pad_(pad), new._broadcast_to(hit.shape).pad_(pad)
+    if reduce == "add": new = self.cast(acc) + new
+    if reduce == "multiply": new = self.cast(acc) * new
+    return hit.where(new.cast(self.dtype), self)
+
+  # ***** masks *****
+
+  def masked_fill(self: Tensor, mask: Tensor, value: Tensor | ConstType) -> Tensor:
+    """`value` where `mask` is true, else this tensor's values; the result keeps this tensor's dtype.
+
+    >>> Tensor([1.0, 2.0, 3.0]).masked_fill(Tensor([True, False, True]), 0.0).tolist()
+    [0.0, 2.0, 0.0]
+    """
+    v = value.cast(self.dtype) if isinstance(value, self.__class__) else self._const_like(value)
+    return mask.cast(dtypes.bool).where(v, self)
+
+  def masked_select(self: Tensor, mask: Tensor) -> Tensor:
+    """The values where `mask` (broadcast with this tensor) is true, as a 1-D tensor.
+
+    The result's size depends on the data, so the mask is read back to the host.
+
+    >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([True, False])).tolist()
+    [1, 3]
+    """
+    x, m = self._broadcasted(mask.cast(dtypes.bool), match_dtype=False)
+    x, m = x.flatten(), m.flatten()
+    pos = [i for i, v in enumerate(m.tolist()) if v] if x.numel() else []
+    if not pos: return x.shrink(((0, 0),))
+    if len(pos) == x.numel(): return x
+    return x[self.__class__(pos, device=self.device, dtype=dtypes.int32)]
+
+  # ***** softmax *****
+
+  def softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `axis`, computed as exp(x - max) so large inputs don't overflow.
+
+    >>> [round(v, 4) for v in Tensor([1.0, 2.0, 3.0]).softmax().tolist()]
+    [0.09, 0.2447, 0.6652]
+    """
+    m, e, s = self._softmax(axis, dtype, "softmax")
+    return e / s
+
+  def log_softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+    """log(softmax(x)) along `axis`, as (x - max) - log(sum(exp(x - max))): finite even where softmax is 0.
+
+    >>> [round(v, 4) for v in Tensor([1.0, 2.0, 3.0]).log_softmax().tolist()]
+    [-2.4076, -1.4076, -0.4076]
+    """
+    m, e, s = self._softmax(axis, dtype, "log_softmax")
+    return m - s.log()
+
+  def _softmax(self: Tensor, axis: int, dtype: DType | str | None, name: str) -> tuple[Tensor, Tensor, Tensor]:
+    ax = self._resolve_axis(axis, name)
+    x = self.cast(dtype) if dtype is not None else self._f()
+    m = x - x.max(ax, keepdim=True).detach()
+    e = m.exp()
+    return m, e, e.sum(ax, keepdim=True)
+
+  # ***** item assignment *****
+
+  def __setitem__(self: Tensor, indices: Any, value: Tensor | ConstType) -> None:
+    """`x[indices] = value`: ints, slices (any step), None, `...`, and integer or bool tensors, like NumPy.
+
+    `value` is a scalar or a tensor that broadcasts to `x[indices].shape`; it is cast to x's dtype. A realized
+    tensor is written in place (other references to it see the change); a lazy one gets the new graph.
+
+    >>> x = Tensor.zeros(2, 3).contiguous()
+    >>> x[0, 1:] = 5.0
+    >>> x.tolist()
+    [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
+    """
+    from attograd.tensor import _contiguous_view_of_buffer
+    if (placed := _setitem(self, indices, value)) is None: return
+    v, hit = placed
+    new = v if hit is None else hit.where(v, self)
+    if _contiguous_view_of_buffer(self.uop):
+      # assign writes this buffer while the kernel reads it: if the value or the index tensors read it at other
+      # positions (x[1:] = x[:-1]), compute the result into its own buffer first
+      base = self.uop.base
+      if base in v.uop.toposort() or (hit is not None and base in hit.uop.toposort()): new = new.contiguous()
+      self.assign(new)
+    else: self.uop = new.uop
+
+# ***** helpers *****
+
+def _arange(n: int, like: Tensor) -> Tensor:
+  """0..n-1 as int32 on `like`'s device."""
+  from attograd.tensor import Tensor
+  return Tensor.arange(n, device=like.device, dtype=dtypes.int32)
+
+def _scan_ident(op: Ops, dtype: DType) -> ConstType:
+  return 0 if op is Ops.ADD else 1 if op is Ops.MUL else dtypes.min(dtype)
+
+def _pad_last_left(x: Tensor, n: int, value: ConstType) -> Tensor:
+  """Pad the last axis on the left with n copies of `value`."""
+  arg = ((0, 0),) * (x.ndim - 1) + ((n, 0),)
+  if value == 0: return x.pad_(arg)
+  from attograd.tensor import Tensor
+  valid = Tensor.full(x.shape, True, dtype=dtypes.bool, device=x.device).pad_(arg)
+  return valid.where(x.pad_(arg), x._const_like(value))
+
+def _combine(op: Ops, a: Tensor, b: Tensor) -> Tensor:
+  return a + b if op is Ops.ADD else a * b if op is Ops.MUL else a.maximum(b)
+
+def _reduce_last(op: Ops, x: Tensor) -> Tensor:
+  return x.sum(-1) if op is Ops.ADD else x.prod(-1) if op is Ops.MUL else x.max(-1)
+
+def _scan_last(x: Tensor, op: Ops) -> Tensor:
+  """Inclusive scan along the last axis (length n >= 1): reduce a sliding window over the left-padded axis."""
+  n = x.shape[-1]
+  if n == 1: return x
+  if n > 2 * _SCAN_BLOCK: return _scan_last_blocked(x, op)
+  lead = x.shape[:-1]
+  # xp (..., L) with L = 2n-1: n-1 identities, then x. Window w[..., i, j] = xp[..., i + j], so reducing over j
+  # covers xp[i .. i+n-1], which is x[0 .. i] plus identities
+  size = 2 * n - 1
+  xp = _pad_last_left(x, n - 1, _scan_ident(op, x.dtype))
+  # n copies of xp in a row, read as rows of L+1: row i starts i elements further into xp
+  w = xp.reshape(lead + (1, size)).expand(lead + (n, size)).reshape(lead + (n * size,))
+  w = w.pad_(((0, 0),) * len(lead) + ((0, n),)).reshape(lead + (n, size + 1))
+  w = w.shrink(tuple(None for _ in lead) + (None, (0, n)))
+  return _reduce_last(op, w)
+
+def _scan_last_blocked(x: Tensor, op: Ops) -> Tensor:
+  """Scan blocks of _SCAN_BLOCK, then the block totals, and combine each block with the total of those before it."""
+  n, lead, bs = x.shape[-1], x.shape[:-1], _SCAN_BLOCK
+  nb = -(-n // bs)
+  ident = _scan_ident(op, x.dtype)
+  inner = _scan_last(_pad_last_left(x, nb * bs - n, ident).reshape(lead + (nb, bs)), op)  # (..., nb, bs)
+  totals = inner.shrink(tuple(None for _ in lead) + (None, (bs - 1, bs))).reshape(lead + (nb,))
+  # exclusive scan of the totals: everything in the blocks before this one
+  before = _pad_last_left(_scan_last(totals, op), 1, ident).shrink(tuple(None for _ in lead) + ((0, nb),))
+  out = _combine(op, inner, before.reshape(lead + (nb, 1))).reshape(lead + (nb * bs,))
+  return out.shrink(tuple(None for _ in lead) + ((nb * bs - n, nb * bs),))
+
+def _check_index(x: Tensor, d: int, index: Tensor, op: str) -> None:
+  if not dtypes.is_int(index.dtype): raise TypeError(f"{op}: index must be an integer tensor, got {index.dtype}")
+  if index.ndim != x.ndim:
+    raise ValueError(f"{op}: index shape {index.shape} needs as many dims as the tensor's {x.shape}")
+  if any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
+    raise ValueError(f"{op}: index shape {index.shape} is larger than the tensor's {x.shape} outside dim {d}")
+
+def _one_hot(index: Tensor, n: int) -> Tensor:
+  """(*index.shape, n) bools: true where the last coordinate equals the index."""
+  return index.unsqueeze(-1).eq(_arange(n, index).reshape((1,) * index.ndim + (n,)))
+
+# ***** einsum helpers *****
+
+def _parse_einsum(formula: str, ts: list[Tensor]) -> tuple[list[list[str]], list[str]]:
+  """Per-operand letter lists and the output letters, with '...' spelled out as fresh letters."""
+  f = formula.replace(" ", "")
+  lhs, arrow, rhs = f.partition("->")
+  parts = lhs.split(",")
+  if len(parts) != len(ts): raise ValueError(f"einsum: {formula!r} names {len(parts)} operands, got {len(ts)}")
+  for p in parts + [rhs]:
+    if not all(c.isalpha() for c in p.replace("...", "")): raise ValueError(f"einsum: bad subscripts {p!r} in {formula!r}")
+  # '...' dims get letters outside the ASCII range, right-aligned as in broadcasting
+  n_ell = max([t.ndim - len(p.replace("...", "")) for p, t in zip(parts, ts) if "..." in p], default=0)
+  ell = [chr(0x100 + i) for i in range(n_ell)]
+  ins: list[list[str]] = []
+  for p, t in zip(parts, ts):
+    if "..." in p:
+      k = t.ndim - len(p.replace("...", ""))
+      if k < 0: raise ValueError(f"einsum: operand {p!r} has more letters than the dims of shape {t.shape}")
+      pre, post = p.split("...")
+      letters = list(pre) + ell[n_ell - k:] + list(post)
+    else: letters = list(p)
+    if len(letters) != t.ndim: raise ValueError(f"einsum: operand {p!r} names {len(letters)} dims, but its shape is {t.shape}")
+    ins.append(letters)
+  if arrow:
+    if rhs.count("...") > 0: out = list(rhs.split("...")[0]) + ell + list(rhs.split("...")[1])
+    else: out = list(rhs)
+    if len(set(out)) != len(out): raise ValueError(f"einsum: output {rhs!r} repeats an index")
+    missing = [c for c in out if not any(c in ls for ls in ins)]
+    if missing: raise ValueError(f"einsum: output index {missing[0]!r} appears in no operand of {formula!r}")
+  else:
+    # implicit output: '...' dims first, then the letters used exactly once, in alphabetical order
+    counts: dict[str, int] = {}
+    for ls in ins:
+      for c in ls: counts[c] = counts.get(c, 0) + 1
+    out = ell + sorted(c for c, k in counts.items() if k == 1 and c not in ell)
+  return ins, out
+
+def _einsum_unique(t: Tensor, letters: list[str]) -> tuple[Tensor, list[str]]:
+  """Take the diagonal over each repeated letter, so every letter names one dim."""
+  while len(set(letters)) != len(letters):
+    c = next(c for c in letters if letters.count(c) > 1)
+    a, b = [i for i, x in enumerate(letters) if x == c][:2]
+    if t.shape[a] != t.shape[b]: raise ValueError(f"einsum: repeated index {c!r} has sizes {t.shape[a]} and {t.shape[b]}")
+    n = t.shape[a]
+    rest = [i for i in range(t.ndim) if i not in (a, b)]
+    t = t.permute(rest + [a, b]).reshape(tuple(t.shape[i] for i in rest) + (n * n,))
+    # the flat (n*n) axis read as rows of n+1: column 0 of row k is element k*(n+1), the (k, k) entry
+    t = t.pad_(((0, 0),) * len(rest) + ((0, n),)).reshape(tuple(t.shape[:-1]) + (n, n + 1))
+    t = t.shrink(tuple(None for _ in rest) + (None, (0, 1))).reshape(t.shape[:-1])
+    letters = [letters[i] for i in rest] + [c]
+  return t, letters
+
+def _einsum_sum(t: Tensor, letters: list[str], drop: list[str]) -> tuple[Tensor, list[str]]:
+  if not drop: return t, letters
+  axes = tuple(letters.index(c) for c in drop)
+  return t.sum(axes), [c for c in letters if c not in drop]
+
+def _einsum_align(t: Tensor, letters: list[str], union: list[str]) -> Tensor:
+  """`t` permuted to `union`'s order, with size-1 dims for the letters it lacks."""
+  order = sorted(range(len(letters)), key=lambda i: union.index(letters[i]))
+  t = t.permute(order)
+  return t.reshape(tuple(t.shape[[letters[i] for i in order].index(c)] if c in letters else 1 for c in union))
+
+# ***** __setitem__ helpers *****
+
+def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None] | None:
+  """For `x[indices] = value`: the value placed at its positions in x's shape, and where it was placed (None when
+  that is everywhere); None when the indexed region is empty."""
+  from attograd.tensor import Tensor, _broadcast_shape
+  from attograd.tensor_index import _normalize
+  idx = _expand_bool_indices(x, _normalize(x, indices))
+  # 1. basic indices: the region's shape B (tensor-indexed dims kept whole) and how to place it back in x
+  region: list[int] = []
+  tensor_dims: list[tuple[int, Tensor]] = []
+  dim = 0
+  for i in idx:
+    if i is None:
+      region.append(1)
+      continue
+    size = x.shape[dim]
+    if isinstance(i, Tensor):
+      if not dtypes.is_int(i.dtype): raise IndexError(f"tensor indices must be integers or bools, got {i.dtype}")
+      tensor_dims.append((len(region), i))
+      region.append(size)
+    elif isinstance(i, int) and not isinstance(i, bool):
+      if not -size <= i < size: raise IndexError(f"index {i} is out of bounds for dim {dim} with size {size}")
+    elif isinstance(i, slice): region.append(len(range(*i.indices(size))))
+    else: raise IndexError(f"invalid index {i!r}: use ints, slices, None, ..., or integer/bool tensors")
+    dim += 1
+  v = value.cast(x.dtype) if isinstance(value, Tensor) else Tensor(value, device=x.device, dtype=x.dtype)
+  if 0 in region: return None
+  # 2. tensor indices: scatter the value from x[indices]'s shape into B with a one-hot over the index positions
+  if tensor_dims:
+    bshape: tuple[int, ...] = ()
+    for _, it in tensor_dims: bshape = _broadcast_shape(bshape, it.shape)
+    dims = [d for d, _ in tensor_dims]
+    rest = [s for d, s in enumerate(region) if d not in dims]
+    front = 0 if dims != list(range(dims[0], dims[0] + len(dims))) else dims[0]  # where getitem puts bshape
+    got_shape = tuple(rest[:front]) + bshape + tuple(rest[front:])
+    v = v._broadcast_to(got_shape)
+    if 0 in bshape: return None
+    if not bshape:  # 0-d index tensors: give them one dim so there is an axis to reduce over
+      bshape = (1,)
+      v = v.reshape(tuple(rest[:front]) + (1,) + tuple(rest[front:]))
+    nb = len(bshape)
+    v = v.permute(list(range(front, front + nb)) + list(range(front)) + list(range(front + nb, v.ndim)))
+    # (*bshape, *B): values at size-1 indexed dims, matches at size-1 rest dims
+    v = v.reshape(bshape + tuple(1 if d in dims else s for d, s in enumerate(region)))
+    match: Tensor | None = None
+    for d, it in tensor_dims:
+      n = region[d]
+      it = it.cast(dtypes.int32)
+      it = (it < 0).where(it + n, it)._broadcast_to(bshape).reshape(bshape + (1,) * len(region))
+      ar = _arange(n, x).reshape((1,) * nb + tuple(n if k == d else 1 for k in range(len(region))))
+      match = it.eq(ar) if match is None else match & it.eq(ar)
+    assert match is not None
+    # repeated index positions: the last one wins, like NumPy
+    q = _arange(prod(bshape), x).reshape(bshape + (1,) * len(region)) + 1
+    last = match.where(q, q._const_like(0)).max(tuple(range(nb)), keepdim=True)
+    pick = match & q.eq(last)
+    picked = pick.where(v, v._const_like(0))
+    axes = tuple(range(nb))
+    v = picked.any(axes) if v.dtype is dtypes.bool else picked.sum(axes, dtype=v.dtype)
+    hit = (last > 0).reshape(last.shape[nb:])._broadcast_to(tuple(region))
+  else:
+    v = v._broadcast_to(tuple(region))
+    hit = Tensor.full(tuple(region), True, dtype=dtypes.bool, device=x.device)
+  # 3. undo the basic indices: pad the region back into x's shape; the padding is where nothing is written
+  dim, p = 0, 0
+  for i in idx:
+    if i is None:
+      v, hit = v.reshape(v.shape[:p] + v.shape[p + 1:]), hit.reshape(hit.shape[:p] + hit.shape[p + 1:])
+      continue
+    size = x.shape[dim]
+    if isinstance(i, int):
+      i = i + size if i < 0 else i
+      v, hit = v.unsqueeze(p), hit.unsqueeze(p)
+      v, hit = _place(v, p, i, 1, size), _place(hit, p, i, 1, size)
+    elif isinstance(i, slice):
+      start, stop, step = i.indices(size)
+      n = len(range(start, stop, step))
+      if step < 0: v, hit, start, step = v.flip(p), hit.flip(p), start + (n - 1) * step, -step
+      v, hit = _place(v, p, start, step, size), _place(hit, p, start, step, size)
+    dim, p = dim + 1, p + 1
+  # every element written: the result doesn't read x (which also keeps the kernel from loading it for nothing)
+  return v, None if not tensor_dims and prod(region) == x.numel() else hit
+
+def _place(t: Tensor, p: int, start: int, step: int, size: int) -> Tensor:
+  """Spread dim p (n elements) to positions start, start+step, ... of a dim of `size`, zeros elsewhere."""
+  n = t.shape[p]
+  zeros = [(0, 0)] * t.ndim
+  if step > 1:
+    # (n, 1) padded to (n, step) and flattened puts element k at k*step; cut the tail after the last one
+    t = t.reshape(t.shape[:p] + (n, 1) + t.shape[p + 1:])
+    t = t.pad_(tuple(zeros[:p + 1] + [(0, step - 1)] + zeros[p + 1:]))
+    t = t.reshape(t.shape[:p] + (n * step,) + t.shape[p + 2:])
+    t = t.shrink(tuple((0, (n - 1) * step + 1) if k == p else None for k in range(t.ndim)))
+  end = start + t.shape[p]
+  return t.pad_(tuple(zeros[:p] + [(start, size - end)] + zeros[p + 1:]))
+
+def _expand_bool_indices(x: Tensor, idx: list[Any]) -> list[Any]:
+  """Bool tensor indices as integer tensors of the true positions (read on the host, like NumPy's nonzero)."""
+  from attograd.tensor import Tensor
+  out: list[Any] = []
+  for i in idx:
+    if not (isinstance(i, Tensor) and i.dtype is dtypes.bool):
+      out.append(i)
+      continue
+    flat = [k for k, b in enumerate(i.flatten().tolist()) if b]
+    for d in range(i.ndim):
+      stride = prod(i.shape[d + 1:])
+      out.append(Tensor([(k // stride) % i.shape[d] for k in flat], device=x.device, dtype=dtypes.int32))
+  return out

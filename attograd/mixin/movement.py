@@ -1,0 +1,277 @@
+"""Movement built from the primitive views: padding modes, cat/stack/split, roll, repeat, triangles.
+Everything here is reshape/permute/expand/shrink/flip/pad_ plus a few elementwise ops, so it stays lazy and fuses."""
+from __future__ import annotations
+import functools, math
+from typing import TYPE_CHECKING, Any, Sequence
+from attograd.dtype import dtypes, least_upper_dtype
+from attograd.helpers import argfix
+
+if TYPE_CHECKING:
+  from attograd.tensor import Tensor
+
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+def _is_int(x: Any) -> bool: return isinstance(x, int) or (hasattr(x, "__index__") and not hasattr(x, "shape"))
+
+def _at(ndim: int, d: int, arg: Any, rest: Any = None) -> tuple[Any, ...]:
+  """A per-dim argument that is `arg` at dim d and `rest` elsewhere (for shrink, pad_ and expand)."""
+  return tuple(arg if i == d else rest for i in range(ndim))
+
+def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+  """One (before, after) pair per dim from torch-style flat padding or tinygrad-style pairs/None."""
+  try: pads = tuple(padding)
+  except TypeError: raise TypeError(f"pad: padding must be a sequence of ints or of (before, after) pairs, got {padding!r}") from None
+  if all(_is_int(p) for p in pads):
+    # flat, as in torch: (left, right, top, bottom, ...) names the LAST dim first
+    if len(pads) % 2 or len(pads) // 2 > len(shape):
+      raise ValueError(f"pad: flat padding {pads} needs an even length of at most {2 * len(shape)} for shape {shape}")
+    pairs = tuple((int(pads[i]), int(pads[i + 1])) for i in range(0, len(pads), 2))[::-1]
+    return ((0, 0),) * (len(shape) - len(pairs)) + pairs
+  if len(pads) != len(shape):
+    raise ValueError(f"pad: need one (before, after) pair or None per dim of shape {shape}, got {len(pads)}: {padding}")
+  out = []
+  for p in pads:
+    if p is None: out.append((0, 0))
+    elif isinstance(p, (tuple, list)) and len(p) == 2 and all(_is_int(v) for v in p): out.append((int(p[0]), int(p[1])))
+    else: raise TypeError(f"pad: each entry of {padding} must be None or a (before, after) pair of ints, got {p!r}")
+  return tuple(out)
+
+class MovementMixin:
+  # ***** pad *****
+  def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: Any = 0.0) -> Tensor:
+    """Pad with `value` (mode="constant") or with the tensor's own values ("reflect", "replicate", "circular").
+
+    `padding` is either flat as in PyTorch, last dim first: (left, right, top, bottom, ...), or one (before, after)
+    pair (or None) per dim as in tinygrad. Negative padding removes elements, as in PyTorch.
+
+    >>> Tensor([1, 2, 3]).pad((1, 2)).tolist()
+    [0, 1, 2, 3, 0, 0]
+    >>> Tensor([[1, 2], [3, 4]]).pad(((1, 0), None), value=9).tolist()
+    [[9, 9], [1, 2], [3, 4]]
+    >>> Tensor([1, 2, 3]).pad((2, 1), mode="reflect").tolist()
+    [3, 2, 1, 2, 3, 2]
+    >>> Tensor([1, 2, 3]).pad((-1, 1), mode="circular").tolist()
+    [2, 3, 2]
+    """
+    if mode not in PAD_MODES: raise ValueError(f"pad: mode must be one of {', '.join(PAD_MODES)}; got {mode!r}")
+    if mode != "constant" and value != 0: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value!r}")
+    pairs = _pad_pairs(padding, self.shape)
+    for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
+      if max(-b, 0) + max(-a, 0) > s:
+        raise ValueError(f"pad: padding {tuple(padding)} removes more than the {s} elements of dim {d} of shape {self.shape}")
+    grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+    if mode == "constant": return self._crop(pairs)._pad_constant(grow, value)
+    # circular wraps the cropped tensor; reflect and replicate read the uncropped one (both as in PyTorch)
+    if mode == "circular": return self._crop(pairs)._pad_circular(grow)
+    x = self._pad_reflect(grow) if mode == "reflect" else self._pad_replicate(grow)
+    return x._crop(pairs)
+
+  def _crop(self: Tensor, pairs: tuple[tuple[int, int], ...]) -> Tensor:
+    """Apply the negative parts of `pairs` (a shrink); the positive parts are ignored."""
+    return self.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pairs, self.shape)))
+
+  def _pad_constant(self: Tensor, grow: tuple[tuple[int, int], ...], value: Any) -> Tensor:
+    x = self.pad_(grow)
+    # pad_ fills with +0 of any dtype; any other value (-0.0 too) is chosen with a padded mask
+    if x is self or (value == 0 and not (isinstance(value, float) and math.copysign(1.0, value) < 0)): return x
+    inside = type(self).full(self.shape, True, dtype=dtypes.bool, device=self.device).pad_(grow)
+    return inside.where(x, x.full_like(value))
+
+  def _pad_reflect(self: Tensor, grow: tuple[tuple[int, int], ...]) -> Tensor:
+    x = self
+    for d, (b, a) in enumerate(grow):
+      if not (b or a): continue
+      s = x.shape[d]
+      if b >= s or a >= s:
+        raise ValueError(f"pad: reflect padding ({b}, {a}) of dim {d} must be less than its size {s} (shape {self.shape})")
+      # the mirror image excludes the edge element itself: [1 2 3] -> 3 2 [1 2 3] 2 1
+      before = x.shrink(_at(x.ndim, d, (1, b + 1))).flip(d)
+      after = x.shrink(_at(x.ndim, d, (s - 1 - a, s - 1))).flip(d)
+      x = before.cat(x, after, dim=d)
+    return x
+
+  def _pad_replicate(self: Tensor, grow: tuple[tuple[int, int], ...]) -> Tensor:
+    x = self
+    for d, (b, a) in enumerate(grow):
+      if not (b or a): continue
+      s = x.shape[d]
+      if s == 0: raise ValueError(f"pad: replicate padding ({b}, {a}) of dim {d} needs a non-empty dim (shape {self.shape})")
+      before = x.shrink(_at(x.ndim, d, (0, 1))).expand(_at(x.ndim, d, b, -1))
+      after = x.shrink(_at(x.ndim, d, (s - 1, s))).expand(_at(x.ndim, d, a, -1))
+      x = before.cat(x, after, dim=d)
+    return x
+
+  def _pad_circular(self: Tensor, grow: tuple[tuple[int, int], ...]) -> Tensor:
+    x = self
+    for d, (b, a) in enumerate(grow):
+      if not (b or a): continue
+      s = x.shape[d]
+      if b > s or a > s:
+        raise ValueError(f"pad: circular padding ({b}, {a}) of dim {d} wraps around more than once; its size is {s} "
+                         f"(shape {self.shape})")
+      before, after = x.shrink(_at(x.ndim, d, (s - b, s))), x.shrink(_at(x.ndim, d, (0, a)))
+      x = before.cat(x, after, dim=d)
+    return x
+
+  # ***** cat, stack, split, chunk *****
+  def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+    """Join tensors along an existing dim; `Tensor.cat(a, b, dim=1)` and `a.cat(b, dim=1)` are the same.
+
+    Dtypes promote as in binary ops. Each piece is zero-padded to the full size and the pieces are added, which
+    fuses into one kernel.
+
+    >>> Tensor([[1, 2]]).cat(Tensor([[3, 4], [5, 6]]), dim=0).tolist()
+    [[1, 2], [3, 4], [5, 6]]
+    >>> Tensor.cat(Tensor([1]), Tensor([2.5])).tolist()
+    [1.0, 2.5]
+    """
+    ts = (self,) + args
+    for t in args:
+      if not isinstance(t, MovementMixin): raise TypeError(f"cat: expected Tensors, got {type(t).__name__}")
+    if self.ndim == 0: raise ValueError("cat: 0-d tensors can't be concatenated; use stack")
+    d = self._resolve_axis(dim, "cat")
+    if any(t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d) for t in args):
+      raise ValueError(f"cat: shapes must match except in dim {d}, got {', '.join(str(t.shape) for t in ts)}")
+    dtype = least_upper_dtype(*(t.dtype for t in ts))
+    total = sum(t.shape[d] for t in ts)
+    pieces, offset = [], 0
+    for t in ts:
+      n = t.shape[d]
+      if n: pieces.append(t.cast(dtype).pad_(_at(self.ndim, d, (offset, total - offset - n), (0, 0))))
+      offset += n
+    if not pieces: return self.cast(dtype)
+    # padded regions are zero (False for bool, where + is or), so the sum is each piece in its own place
+    return functools.reduce(lambda x, y: x + y, pieces)
+
+  def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+    """Join equal-shaped tensors along a new dim.
+
+    >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4]), dim=1).tolist()
+    [[1, 3], [2, 4]]
+    """
+    ts = (self,) + args
+    for t in args:
+      if not isinstance(t, MovementMixin): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
+      if t.shape != self.shape: raise ValueError(f"stack: shapes must be equal, got {', '.join(str(t.shape) for t in ts)}")
+    d = self._resolve_axis(dim, "stack", self.ndim + 1)
+    return self.unsqueeze(d).cat(*(t.unsqueeze(d) for t in args), dim=d)
+
+  def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Views of consecutive pieces along `dim`: an int is the piece size (the last may be smaller), a list gives each.
+
+    >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).split(2)]
+    [[1, 2], [3, 4], [5]]
+    >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).split([1, 4])]
+    [[1], [2, 3, 4, 5]]
+    """
+    if self.ndim == 0: raise ValueError("split: a 0-d tensor has no dim to split")
+    d = self._resolve_axis(dim, "split")
+    n = self.shape[d]
+    if _is_int(sizes):
+      size = int(sizes)  # type: ignore[arg-type]
+      if size < 0 or (size == 0 and n): raise ValueError(f"split: piece size must be positive, got {size} for dim {d} of {self.shape}")
+      lens = [min(size, n - i) for i in range(0, n, size)] if n else [0]
+    else:
+      lens = [int(s) for s in sizes]  # type: ignore[union-attr]
+      if any(s < 0 for s in lens) or sum(lens) != n:
+        raise ValueError(f"split: sizes {lens} must be non-negative and sum to {n}, the size of dim {d} of {self.shape}")
+    out, start = [], 0
+    for ln in lens:
+      out.append(self.shrink(_at(self.ndim, d, (start, start + ln))))
+      start += ln
+    return tuple(out)
+
+  def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """Split into `chunks` pieces of ceil(n / chunks) elements (fewer pieces when they run out), as in PyTorch.
+
+    >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).chunk(2)]
+    [[1, 2, 3], [4, 5]]
+    """
+    if not _is_int(chunks) or chunks <= 0: raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+    if self.ndim == 0: raise ValueError("chunk: a 0-d tensor has no dim to split")
+    d = self._resolve_axis(dim, "chunk")
+    n = self.shape[d]
+    if n == 0: return tuple(self for _ in range(chunks))  # PyTorch gives `chunks` empty pieces
+    return self.split(-(-n // chunks), d)
+
+  # ***** roll, repeat *****
+  def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    """Shift elements along `dims`, wrapping around; with dims=None the tensor is rolled as if flat.
+
+    >>> Tensor([1, 2, 3, 4]).roll(1).tolist()
+    [4, 1, 2, 3]
+    >>> Tensor([[1, 2], [3, 4]]).roll((1, -1), (0, 1)).tolist()
+    [[4, 3], [2, 1]]
+    """
+    sh = (shifts,) if _is_int(shifts) else tuple(shifts)  # type: ignore[arg-type]
+    if dims is None:
+      if len(sh) != 1: raise ValueError(f"roll: with dims=None give one shift, got {sh}")
+      return self.flatten().roll(sh[0], 0).reshape(self.shape)
+    dm = (dims,) if _is_int(dims) else tuple(dims)  # type: ignore[arg-type]
+    if len(sh) != len(dm): raise ValueError(f"roll: need one shift per dim, got shifts {sh} and dims {dm}")
+    x = self
+    for s, dim in zip(sh, dm):
+      d = self._resolve_axis(dim, "roll")
+      n = x.shape[d]
+      if n == 0 or s % n == 0: continue
+      k = s % n  # the last k elements move to the front
+      x = x.shrink(_at(x.ndim, d, (n - k, n))).cat(x.shrink(_at(x.ndim, d, (0, n - k))), dim=d)
+    return x
+
+  def repeat(self: Tensor, repeats: Any, *args: int) -> Tensor:
+    """Tile the tensor `repeats[i]` times along dim i (PyTorch's repeat, NumPy's tile); extra repeats add dims in front.
+
+    >>> Tensor([1, 2]).repeat(2, 2).tolist()
+    [[1, 2, 1, 2], [1, 2, 1, 2]]
+    """
+    reps = argfix(repeats, *args)
+    if any(not _is_int(r) or r < 0 for r in reps): raise ValueError(f"repeat: repeats must be non-negative ints, got {reps}")
+    if len(reps) < self.ndim: raise ValueError(f"repeat: need at least one repeat per dim of {self.shape}, got {reps}")
+    shape = (1,) * (len(reps) - self.ndim) + self.shape
+    # (s0, s1) -> (1, s0, 1, s1) -> (r0, s0, r1, s1) -> (r0*s0, r1*s1): the new outer dims pick the copy
+    x = self.reshape(tuple(v for s in shape for v in (1, s)))
+    x = x.expand(tuple(v for r, s in zip(reps, shape) for v in (int(r), s)))
+    return x.reshape(tuple(int(r) * s for r, s in zip(reps, shape)))
+
+  def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+    """Repeat each element `repeats` times along `dim` (the flattened tensor when dim is None).
+
+    >>> Tensor([[1, 2], [3, 4]]).repeat_interleave(2).tolist()
+    [1, 1, 2, 2, 3, 3, 4, 4]
+    >>> Tensor([[1, 2], [3, 4]]).repeat_interleave(2, dim=1).tolist()
+    [[1, 1, 2, 2], [3, 3, 4, 4]]
+    """
+    if not _is_int(repeats) or repeats < 0: raise ValueError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
+    x = self.flatten() if dim is None else self
+    d = 0 if dim is None else x._resolve_axis(dim, "repeat_interleave")
+    if x.ndim == 0: x = x.reshape(1)
+    shp = x.shape
+    # (.., n, ..) -> (.., n, 1, ..) -> (.., n, r, ..) -> (.., n*r, ..): the copies of an element sit side by side
+    x = x.reshape(shp[:d + 1] + (1,) + shp[d + 1:]).expand(shp[:d + 1] + (int(repeats),) + shp[d + 1:])
+    return x.reshape(shp[:d] + (shp[d] * int(repeats),) + shp[d + 1:])
+
+  # ***** triangles *****
+  def _triangle(self: Tensor, diagonal: int, upper: bool, op: str) -> Tensor:
+    if self.ndim < 2: raise ValueError(f"{op}: needs at least 2 dims, got shape {self.shape}")
+    r, c = self.shape[-2], self.shape[-1]
+    rows = type(self).arange(r, device=self.device).reshape(r, 1)
+    cols = type(self).arange(c, device=self.device).reshape(1, c)
+    offset = cols - rows  # (r, c): how far right of the main diagonal each element is
+    keep = offset >= diagonal if upper else offset <= diagonal
+    return keep.where(self, self.zeros_like())
+
+  def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The lower triangle of the last two dims (elements on or below `diagonal`); the rest is zero.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).tril().tolist()
+    [[1, 0, 0], [4, 5, 0]]
+    """
+    return self._triangle(diagonal, False, "tril")
+
+  def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    """The upper triangle of the last two dims (elements on or above `diagonal`); the rest is zero.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).triu(1).tolist()
+    [[0, 2, 3], [0, 0, 6]]
+    """
+    return self._triangle(diagonal, True, "triu")

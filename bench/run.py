@@ -1,0 +1,265 @@
+"""`python -m bench`: attograd next to NumPy (and PyTorch when installed) on matmul, a fused elementwise chain,
+a sum reduction and per-realize framework overhead, all measured in one run."""
+from __future__ import annotations
+import argparse, os, platform, statistics, time, traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+try:
+  import numpy as np
+except ImportError:
+  np = None  # type: ignore[assignment]  # main() explains how to get it
+
+FRAMEWORKS = ("attograd", "numpy", "torch")
+
+@dataclass(frozen=True)
+class Sizes:
+  matmul: int  # N for an (N, N) @ (N, N) matmul
+  elementwise: int  # elements per input of the 5-op chain
+  reduce: int  # elements summed
+  overhead: int = 16  # elements per tensor in the 10-op overhead graph
+
+FULL = Sizes(matmul=1024, elementwise=16 * 1024 * 1024, reduce=16 * 1024 * 1024)
+QUICK = Sizes(matmul=256, elementwise=1024 * 1024, reduce=1024 * 1024)
+# the PYTHON device interprets every element in Python: anything bigger takes minutes
+TINY = Sizes(matmul=32, elementwise=4096, reduce=4096)
+
+# ***** timing *****
+
+def median_time(fn: Callable[[], Any], warmup: int = 2, min_runs: int = 5, max_runs: int = 50,
+                budget_s: float = 1.0) -> float:
+  """Median seconds of fn() after `warmup` untimed calls; runs until max_runs or the time budget (at least min_runs)."""
+  for _ in range(warmup): fn()
+  times: list[float] = []
+  start = time.perf_counter()
+  while len(times) < max_runs and (len(times) < min_runs or time.perf_counter() - start < budget_s):
+    st = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - st)
+  return statistics.median(times)
+
+# ***** one benchmark = how to run it in each framework *****
+
+@dataclass
+class Row:
+  name: str
+  unit: str  # "GFLOPS" or "GB/s": higher is better; "us": lower is better
+  work: float  # flops or bytes per call; for "us" rows unused
+  values: dict[str, float | str] = field(default_factory=dict)  # framework -> figure, or the error text
+  def figure(self, seconds: float) -> float: return seconds * 1e6 if self.unit == "us" else self.work / seconds / 1e9
+
+@dataclass
+class Bench:
+  name: str
+  rows: list[Row]
+  # framework -> (row name -> a zero-argument callable that does the work once, synchronized)
+  setups: dict[str, Callable[[], dict[str, Callable[[], Any]]]]
+
+def _attograd_sync(t: Any) -> Any:
+  """Wait until t's kernels have finished, without copying the (possibly huge) result back to the host."""
+  from attograd import Device
+  t.realize()
+  Device[t.device].synchronize()
+  return t
+
+def _check(name: str, got: Any, want: Any) -> None:
+  # a fast wrong answer is not a result: compare once against NumPy, outside the timed loop
+  got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+  if got.shape != want.shape: raise AssertionError(f"{name}: wrong shape {got.shape}, expected {want.shape}")
+  if not np.allclose(got, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max(initial=0.0)))):
+    raise AssertionError(f"{name}: result differs from NumPy (max abs error {np.abs(got - want).max():.3g})")
+
+def _graph10(x: Any, y: Any, relu: Callable[[Any], Any]) -> Any:
+  """Ten elementwise ops; one fused kernel in attograd."""
+  a = x + y
+  a = a * x
+  a = a - y
+  a = relu(a)
+  a = a * 2.0
+  a = a + 1.0
+  a = a * y
+  a = a - x
+  a = relu(a)
+  return a + 3.0
+
+def _chain(x: Any, y: Any, relu: Callable[[Any], Any]) -> Any: return relu(x * 2.0 + y) * 3.0 - 1.0  # 5 ops
+
+def make_matmul(n: int) -> Bench:
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+  row = Row(f"matmul {n}x{n}", "GFLOPS", 2.0 * n**3)
+  def attograd() -> dict[str, Callable[[], Any]]:
+    from attograd import Tensor
+    ta, tb = Tensor(a).realize(), Tensor(b).realize()
+    _check(row.name, (ta @ tb).numpy(), a @ b)
+    return {row.name: lambda: _attograd_sync(ta @ tb)}
+  def torch() -> dict[str, Callable[[], Any]]:
+    import torch
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    return {row.name: lambda: ta @ tb}
+  return Bench("matmul", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: a @ b}, "torch": torch})
+
+def make_elementwise(n: int) -> Bench:
+  rng = np.random.default_rng(1)
+  x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+  # bytes counted once: read x and y, write the output; temporaries a framework makes along the way don't count
+  chain = Row(f"5-op chain {n >> 20}M" if n >= 1 << 20 else f"5-op chain {n}", "GB/s", 12.0 * n)
+  # the same attograd figure, next to a single x+y: how close the fused chain comes to one op's bandwidth
+  single = Row("  vs one x+y", "GB/s", 12.0 * n)
+  np_relu = lambda a: np.maximum(a, np.float32(0))  # noqa: E731
+  def attograd() -> dict[str, Callable[[], Any]]:
+    from attograd import Tensor
+    tx, ty = Tensor(x).realize(), Tensor(y).realize()
+    _check(chain.name, _chain(tx, ty, lambda t: t.relu()).numpy(), _chain(x, y, np_relu))
+    run = lambda: _attograd_sync(_chain(tx, ty, lambda t: t.relu()))  # noqa: E731
+    return {chain.name: run, single.name: run}
+  def numpy() -> dict[str, Callable[[], Any]]:
+    return {chain.name: lambda: _chain(x, y, np_relu), single.name: lambda: x + y}
+  def torch() -> dict[str, Callable[[], Any]]:
+    import torch
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    return {chain.name: lambda: _chain(tx, ty, torch.relu), single.name: lambda: tx + ty}
+  return Bench("elementwise", [chain, single], {"attograd": attograd, "numpy": numpy, "torch": torch})
+
+def make_sum(n: int) -> Bench:
+  # uniform in [0, 1): the sum is far from zero, so float32 rounding in any summation order passes the check
+  x = np.random.default_rng(2).random(n, dtype=np.float32)
+  row = Row(f"sum {n >> 20}M" if n >= 1 << 20 else f"sum {n}", "GB/s", 4.0 * n)
+  def attograd() -> dict[str, Callable[[], Any]]:
+    from attograd import Tensor
+    tx = Tensor(x).realize()
+    _check(row.name, tx.sum().numpy(), x.astype(np.float64).sum())
+    return {row.name: lambda: _attograd_sync(tx.sum())}
+  def torch() -> dict[str, Callable[[], Any]]:
+    import torch
+    tx = torch.from_numpy(x)
+    return {row.name: lambda: tx.sum()}
+  return Bench("sum", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: x.sum()}, "torch": torch})
+
+def make_overhead(n: int) -> Bench:
+  rng = np.random.default_rng(3)
+  x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+  # build the graph and realize it, every call; after warm-up the schedule and the program come from the caches
+  row = Row(f"10-op graph, {n} elems", "us", 0.0)
+  np_relu = lambda a: np.maximum(a, np.float32(0))  # noqa: E731
+  def attograd() -> dict[str, Callable[[], Any]]:
+    from attograd import Tensor
+    tx, ty = Tensor(x).realize(), Tensor(y).realize()
+    _check(row.name, _graph10(tx, ty, lambda t: t.relu()).numpy(), _graph10(x, y, np_relu))
+    return {row.name: lambda: _attograd_sync(_graph10(tx, ty, lambda t: t.relu()))}
+  def torch() -> dict[str, Callable[[], Any]]:
+    import torch
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    return {row.name: lambda: _graph10(tx, ty, torch.relu)}
+  return Bench("overhead", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: _graph10(x, y, np_relu)},
+                                   "torch": torch})
+
+BENCHES: dict[str, Callable[[Sizes], Bench]] = {
+  "matmul": lambda s: make_matmul(s.matmul),
+  "elementwise": lambda s: make_elementwise(s.elementwise),
+  "sum": lambda s: make_sum(s.reduce),
+  "overhead": lambda s: make_overhead(s.overhead),
+}
+
+# ***** running and printing *****
+
+def _short_error(e: BaseException) -> str:
+  msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+  return f"{type(e).__name__}: {msg}"[:160]
+
+def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
+  for fw in frameworks:
+    try:
+      fns = bench.setups[fw]()
+    except Exception as e:  # one broken framework must not stop the others
+      if verbose: traceback.print_exc()
+      for row in bench.rows: row.values[fw] = _short_error(e)
+      continue
+    # the overhead loop is microseconds per call: more runs, same budget
+    kw = {"min_runs": 50, "max_runs": 2000} if bench.name == "overhead" else {}
+    measured: dict[int, float | str] = {}  # rows that share one callable are timed once
+    for row in bench.rows:
+      fn = fns[row.name]
+      if id(fn) not in measured:
+        try: measured[id(fn)] = median_time(fn, **kw)
+        except Exception as e:
+          if verbose: traceback.print_exc()
+          measured[id(fn)] = _short_error(e)
+      t = measured[id(fn)]
+      row.values[fw] = row.figure(t) if isinstance(t, float) else t
+
+def _ratio(row: Row, other: str) -> str:
+  a, b = row.values.get("attograd"), row.values.get(other)
+  if not isinstance(a, float) or not isinstance(b, float) or a == 0 or b == 0: return "-"
+  # ratio > 1 means attograd is faster, for throughput and for time rows alike
+  return f"{(b / a if row.unit == 'us' else a / b):.2f}x"
+
+def print_table(rows: list[Row], has_torch: bool) -> list[str]:
+  """Print the table; return the error messages it refers to as [1], [2], ..."""
+  errors: list[str] = []
+  def cell(row: Row, fw: str) -> str:
+    v = row.values.get(fw)
+    if v is None: return "-"
+    if isinstance(v, float): return f"{v:.1f}" if v >= 10 else f"{v:.3g}"
+    if v not in errors: errors.append(v)
+    return f"error[{errors.index(v) + 1}]"
+  header = f"{'benchmark':<24}{'unit':>7}{'attograd':>11}{'numpy':>11}{'ratio':>8}"
+  if has_torch: header += f"{'torch':>11}{'ratio':>8}"
+  print(header)
+  print("-" * len(header))
+  for row in rows:
+    line = f"{row.name:<24}{row.unit:>7}{cell(row, 'attograd'):>11}{cell(row, 'numpy'):>11}{_ratio(row, 'numpy'):>8}"
+    if has_torch: line += f"{cell(row, 'torch'):>11}{_ratio(row, 'torch'):>8}"
+    print(line)
+  print("ratio = attograd speed / other speed (> 1: attograd is faster; for 'us' rows, lower time is faster)")
+  return errors
+
+def _attograd_device() -> str:
+  try:
+    from attograd import Device
+    return Device.DEFAULT
+  except Exception as e:
+    return f"unavailable ({_short_error(e)})"
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                   epilog="Exit status is 1 when any benchmark failed (its error is printed), else 0.")
+  parser.add_argument("--quick", action="store_true", help="smaller sizes, for a fast smoke run")
+  parser.add_argument("--only", metavar="NAME", help=f"comma-separated subset of: {', '.join(BENCHES)}")
+  parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks of failing benchmarks")
+  args = parser.parse_args(argv)
+  if np is None:
+    print("bench: NumPy is needed for the reference figures; install it with `pip install -e '.[test]'`")
+    return 1
+  names = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHES)
+  if (unknown := [n for n in names if n not in BENCHES]):
+    parser.error(f"--only: unknown benchmark {', '.join(unknown)}; choose from {', '.join(BENCHES)}")
+
+  device = _attograd_device()
+  sizes = TINY if device == "PYTHON" else QUICK if args.quick else FULL
+  frameworks = ["attograd", "numpy"]
+  try:
+    import torch
+    frameworks.append("torch")
+    torch_line = f"torch {torch.__version__} ({torch.get_num_threads()} threads)"
+  except ImportError:
+    torch_line = "torch: not installed"
+  except Exception as e:  # installed but broken (missing shared library, ...)
+    torch_line = f"torch: failed to import ({_short_error(e)})"
+  print(f"attograd device {device}" + (" (tiny sizes: the PYTHON device is an interpreter)" if sizes is TINY else ""))
+  print(f"numpy {np.__version__}, {torch_line}, python {platform.python_version()}, {os.cpu_count()} cpus")
+  print()
+
+  rows: list[Row] = []
+  for name in names:
+    try: bench = BENCHES[name](sizes)
+    except Exception as e:
+      if args.verbose: traceback.print_exc()
+      rows.append(Row(name, "-", 0.0, {fw: _short_error(e) for fw in frameworks}))
+      continue
+    run_bench(bench, frameworks, args.verbose)
+    rows.extend(bench.rows)
+  errors = print_table(rows, "torch" in frameworks)
+  for i, e in enumerate(errors): print(f"[{i + 1}] {e}")
+  if errors and not args.verbose: print("run with -v for full tracebacks")
+  return 1 if errors else 0

@@ -1,0 +1,160 @@
+"""Random tensors: Tensor.manual_seed reproducibility, ranges, dtypes and rough distributions of every generator."""
+from __future__ import annotations
+from typing import Any, Callable
+import numpy as np
+import pytest
+from attograd import Tensor, dtypes
+
+def P(name: str, *args: Any) -> Any: return pytest.param(*args, id=name)
+
+def _n(device: str) -> int: return 10_000 if device == "CPU" else 256  # the PYTHON device interprets kernels
+
+# (name, make(*shape) -> Tensor)
+GENERATORS = [
+  P("rand", lambda *s: Tensor.rand(*s)),
+  P("randn", lambda *s: Tensor.randn(*s)),
+  P("randint", lambda *s: Tensor.randint(*s, low=-5, high=100)),
+  P("uniform", lambda *s: Tensor.uniform(*s, low=-3.0, high=2.0)),
+  P("normal", lambda *s: Tensor.normal(*s, mean=2.0, std=0.5)),
+  P("randperm", lambda *s: Tensor.randperm(int(np.prod(s)))),
+]
+
+@pytest.mark.parametrize("make", GENERATORS)
+def test_same_seed_same_values(device: str, make: Callable) -> None:
+  Tensor.manual_seed(42)
+  a = make(4, 5).numpy()
+  b = make(4, 5).numpy()
+  Tensor.manual_seed(42)
+  np.testing.assert_array_equal(make(4, 5).numpy(), a)
+  np.testing.assert_array_equal(make(4, 5).numpy(), b)
+
+@pytest.mark.parametrize("make", GENERATORS)
+def test_different_seed_different_values(device: str, make: Callable) -> None:
+  Tensor.manual_seed(1)
+  a = make(4, 5).numpy()
+  Tensor.manual_seed(2)
+  b = make(4, 5).numpy()
+  assert not np.array_equal(a, b)
+
+@pytest.mark.parametrize("make", GENERATORS)
+def test_consecutive_calls_differ(device: str, make: Callable) -> None:
+  Tensor.manual_seed(0)
+  assert not np.array_equal(make(4, 5).numpy(), make(4, 5).numpy())
+
+@pytest.mark.parametrize("make", GENERATORS)
+def test_seed_is_independent_of_realize_order(device: str, make: Callable) -> None:
+  # the k-th random tensor created after a seed has the same values whether or not earlier ones were realized
+  Tensor.manual_seed(7)
+  a = make(3, 4)
+  b = make(3, 4)
+  bv, av = b.numpy(), a.numpy()
+  Tensor.manual_seed(7)
+  np.testing.assert_array_equal(make(3, 4).numpy(), av)
+  np.testing.assert_array_equal(make(3, 4).numpy(), bv)
+
+def test_rand_range_and_dtype(device: str) -> None:
+  Tensor.manual_seed(0)
+  t = Tensor.rand(_n(device))
+  assert t.shape == (_n(device),) and t.dtype == dtypes.default_float and t.device == device
+  x = t.numpy()
+  assert x.min() >= 0.0 and x.max() < 1.0
+  assert len(np.unique(x)) > 0.9 * x.size
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (2, 3, 4), (0, 5)], ids=str)
+def test_rand_shapes(device: str, shape: tuple) -> None:
+  for make in (Tensor.rand, Tensor.randn, lambda *s: Tensor.randint(*s, low=0, high=3)):
+    t = make(*shape)
+    assert t.shape == shape and t.numpy().shape == shape
+
+def test_rand_tuple_shape(device: str) -> None:
+  assert Tensor.rand((2, 3)).shape == (2, 3)
+  assert Tensor.randn((2, 3)).shape == (2, 3)
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float32, dtypes.float64], ids=str)
+def test_rand_dtypes(device: str, dtype: Any) -> None:
+  Tensor.manual_seed(3)
+  t = Tensor.rand(200, dtype=dtype)
+  assert t.dtype == dtype
+  x = t.numpy()
+  assert x.min() >= 0.0 and x.max() < 1.0
+  y = Tensor.randn(200, dtype=dtype)
+  assert y.dtype == dtype and np.all(np.isfinite(y.numpy()))
+
+def test_rand_distribution_cpu(device: str) -> None:
+  if device != "CPU": pytest.skip("CPU only: 10k samples")
+  Tensor.manual_seed(0)
+  x = Tensor.rand(10_000).numpy()
+  assert abs(x.mean() - 0.5) < 0.02 and abs(x.std() - np.sqrt(1 / 12)) < 0.02
+  hist, _ = np.histogram(x, bins=10, range=(0, 1))
+  assert hist.min() > 800 and hist.max() < 1200
+
+def test_randn_stats(device: str) -> None:
+  Tensor.manual_seed(0)
+  n = _n(device)
+  x = Tensor.randn(n).numpy()
+  tol = 0.05 if n >= 10_000 else 0.3
+  assert abs(x.mean()) < tol and abs(x.std() - 1.0) < tol
+  assert np.all(np.isfinite(x))
+  if n >= 10_000:
+    assert 0.66 < np.mean(np.abs(x) < 1) < 0.70  # 68% within one sigma
+    assert np.abs(x).max() < 6
+
+def test_normal_stats(device: str) -> None:
+  Tensor.manual_seed(1)
+  n = _n(device)
+  x = Tensor.normal(n, mean=5.0, std=0.1).numpy()
+  tol = 0.01 if n >= 10_000 else 0.05
+  assert abs(x.mean() - 5.0) < tol and abs(x.std() - 0.1) < tol
+
+def test_uniform_range(device: str) -> None:
+  Tensor.manual_seed(2)
+  x = Tensor.uniform(_n(device), low=-3.0, high=-1.0).numpy()
+  assert x.min() >= -3.0 and x.max() < -1.0
+  assert abs(x.mean() + 2.0) < (0.05 if device == "CPU" else 0.2)
+
+def test_randint_range_and_dtype(device: str) -> None:
+  Tensor.manual_seed(0)
+  t = Tensor.randint(_n(device), low=2, high=7)
+  assert t.dtype == dtypes.int32
+  x = t.numpy()
+  assert x.min() >= 2 and x.max() < 7
+  assert set(np.unique(x).tolist()) == {2, 3, 4, 5, 6}
+
+def test_randint_negative_and_defaults(device: str) -> None:
+  Tensor.manual_seed(0)
+  x = Tensor.randint(200, low=-10, high=-5).numpy()
+  assert x.min() >= -10 and x.max() < -5
+  y = Tensor.randint(200).numpy()  # tinygrad's defaults: low=0, high=10
+  assert y.min() >= 0 and y.max() < 10
+
+@pytest.mark.parametrize("n", [1, 2, 10, 100], ids=str)
+def test_randperm_is_permutation(device: str, n: int) -> None:
+  Tensor.manual_seed(0)
+  t = Tensor.randperm(n)
+  assert t.shape == (n,) and t.dtype == dtypes.int32
+  np.testing.assert_array_equal(np.sort(t.numpy()), np.arange(n))
+
+def test_randperm_shuffles(device: str) -> None:
+  Tensor.manual_seed(0)
+  perms = {tuple(Tensor.randperm(8).tolist()) for _ in range(5)}
+  assert len(perms) > 1 and any(p != tuple(range(8)) for p in perms)
+
+def test_manual_seed_default(device: str) -> None:
+  Tensor.manual_seed()
+  a = Tensor.rand(5).numpy()
+  Tensor.manual_seed(0)
+  np.testing.assert_array_equal(Tensor.rand(5).numpy(), a)
+
+def test_rand_used_twice_is_one_value(device: str) -> None:
+  # one random tensor read by two consumers must give the same values to both
+  Tensor.manual_seed(0)
+  r = Tensor.rand(16)
+  a, b = r + 0, r * 1
+  np.testing.assert_array_equal(a.numpy(), b.numpy())
+  np.testing.assert_array_equal(r.numpy(), a.numpy())
+
+def test_dropout_like_mask(device: str) -> None:
+  Tensor.manual_seed(0)
+  mask = (Tensor.rand(_n(device)) < 0.3).numpy()
+  assert mask.dtype == np.bool_
+  assert abs(mask.mean() - 0.3) < (0.03 if device == "CPU" else 0.12)

@@ -1,0 +1,121 @@
+"""How many kernels a graph becomes: elementwise chains and reduces fuse, shared work runs once, deep graphs work."""
+from __future__ import annotations
+from typing import Callable
+import numpy as np
+import pytest
+from helpers import compare
+from attograd import GlobalCounters, Tensor
+
+N, M = 4, 6  # (N, M) inputs: small enough for the PYTHON device
+
+def realized(*shape: int, seed: int = 0) -> tuple[Tensor, np.ndarray]:
+  x = np.random.default_rng(seed).uniform(-2, 2, shape).astype(np.float32)
+  return Tensor(x).realize(), x
+
+def count_kernels(fn: Callable[[], None]) -> int:
+  GlobalCounters.reset()
+  fn()
+  return GlobalCounters.kernel_count
+
+def test_elementwise_then_reduce_is_one_kernel(device: str) -> None:
+  (a, an), (b, bn) = realized(N, M), realized(N, M, seed=1)
+  out = ((a * 2 + b).relu() * 3).sum(axis=1)
+  assert count_kernels(out.realize) == 1
+  compare(out, (np.maximum(an * 2 + bn, 0) * 3).sum(axis=1), atol=1e-5)
+
+def test_elementwise_chain_of_10_is_one_kernel(device: str) -> None:
+  (a, an), (b, bn) = realized(N, M), realized(N, M, seed=1)
+  t, x = a, an
+  for i in range(10):
+    t = (t * b + i) if i % 2 else (t - b).relu()
+    x = (x * bn + i) if i % 2 else np.maximum(x - bn, 0)
+  assert count_kernels(t.realize) == 1
+  compare(t, x, atol=1e-4, rtol=1e-4)
+
+def test_unary_chain_is_one_kernel(device: str) -> None:
+  a, an = realized(N, M)
+  out = a.exp().neg().sigmoid().sqrt().log2().abs().floor().maximum(0.5).sin().tanh()
+  assert count_kernels(out.realize) == 1
+
+def test_softmax_at_most_3_kernels(device: str) -> None:
+  x, xn = realized(N, M)
+  e = (x - x.max(1, keepdim=True)).exp()
+  out = e / e.sum(1, keepdim=True)
+  n = count_kernels(out.realize)
+  assert 1 <= n <= 3, f"softmax took {n} kernels"
+  en = np.exp(xn - xn.max(1, keepdims=True))
+  compare(out, en / en.sum(1, keepdims=True), atol=1e-6)
+
+def test_shared_reduce_runs_once(device: str) -> None:
+  x, xn = realized(N, M)
+  r = x.sum(1, keepdim=True)
+  a, b = x - r, x * r
+  assert count_kernels(lambda: Tensor.realize(a, b)) == 3
+  rn = xn.sum(1, keepdims=True)
+  compare(a, xn - rn, atol=1e-5)
+  compare(b, xn * rn, atol=1e-5)
+
+def test_two_outputs_of_elementwise_share_inputs(device: str) -> None:
+  (x, xn), (y, yn) = realized(N, M), realized(N, M, seed=1)
+  a, b = x + y, x * y
+  n = count_kernels(lambda: Tensor.realize(a, b))
+  assert 1 <= n <= 2
+  compare(a, xn + yn)
+  compare(b, xn * yn)
+
+def test_realized_tensor_runs_nothing(device: str) -> None:
+  x, _ = realized(N, M)
+  assert count_kernels(x.realize) == 0
+  out = (x + 1).realize()
+  assert count_kernels(out.realize) == 0
+  assert count_kernels(out.numpy) == 0
+
+def test_reduce_then_elementwise_is_one_kernel(device: str) -> None:
+  x, xn = realized(N, M)
+  out = x.sum(1) * 2 + 1
+  assert count_kernels(out.realize) == 1
+  compare(out, xn.sum(1) * 2 + 1, atol=1e-5)
+
+def test_full_reduce_is_one_kernel(device: str) -> None:
+  x, xn = realized(N, M)
+  out = (x * x).sum()
+  assert count_kernels(out.realize) == 1
+  compare(out, (xn * xn).sum(), atol=1e-5)
+
+def test_matmul_is_one_kernel(device: str) -> None:
+  (a, an), (b, bn) = realized(N, 5), realized(5, M, seed=1)
+  out = a @ b
+  assert count_kernels(out.realize) == 1
+  compare(out, an @ bn, atol=1e-5)
+
+def test_movement_then_compute_is_one_kernel(device: str) -> None:
+  x, xn = realized(N, M)
+  out = x.permute(1, 0).flip(0).pad(((1, 1), (0, 0))) * 2
+  assert count_kernels(out.realize) == 1
+  compare(out, np.pad(xn.T[::-1], ((1, 1), (0, 0))) * 2)
+
+def test_same_graph_twice_same_count(device: str) -> None:
+  (a, _), (b, _) = realized(N, M), realized(N, M, seed=1)
+  counts = [count_kernels(((a * b).sum(0) + 1).realize) for _ in range(2)]
+  assert counts[0] == counts[1] == 1
+
+# ***** deep graphs *****
+
+@pytest.mark.slow
+def test_deep_graph_no_recursion_error(device: str) -> None:
+  if device != "CPU": pytest.skip("CPU only: 100k ops")
+  x = Tensor([1.0])
+  for _ in range(100_000): x = x + 1
+  assert x.item() == 100001.0
+
+def test_moderately_deep_graph(device: str) -> None:
+  x = Tensor([1.0]).realize()
+  for _ in range(2_000): x = x + 1
+  assert x.item() == 2001.0
+
+def test_deep_graph_realized_in_steps(device: str) -> None:
+  x = Tensor([0.0, 1.0])
+  for i in range(200):
+    x = x * 1 + 1
+    if i % 50 == 49: x.realize()
+  assert x.tolist() == [200.0, 201.0]
