@@ -63,6 +63,33 @@ class Allocator:
   def copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError("subclass must implement copyin")
   def copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError("subclass must implement copyout")
 
+class LRUAllocator(Allocator):
+  """Keeps freed buffers by size and hands them out again: a training step reuses last step's memory
+  instead of asking the OS for fresh pages (which must be faulted in on first touch)."""
+  def __init__(self, max_cached_bytes: int = 1 << 30):
+    self.cache: dict[int, list[Any]] = {}
+    self.cached_bytes, self.max_cached_bytes = 0, max_cached_bytes
+  def alloc(self, nbytes: int) -> Any:
+    if (lst := self.cache.get(nbytes)):
+      self.cached_bytes -= nbytes
+      return lst.pop()
+    try: return self._alloc(nbytes)
+    except MemoryError:
+      self.free_cache()
+      return self._alloc(nbytes)
+  def free(self, buf: Any, nbytes: int) -> None:
+    if self.cached_bytes + nbytes > self.max_cached_bytes or getenv("LRU", 1) == 0: self._free(buf, nbytes)
+    else:
+      self.cache.setdefault(nbytes, []).append(buf)
+      self.cached_bytes += nbytes
+  def free_cache(self) -> None:
+    for nbytes, lst in self.cache.items():
+      for b in lst: self._free(b, nbytes)
+    self.cache.clear()
+    self.cached_bytes = 0
+  def _alloc(self, nbytes: int) -> Any: raise NotImplementedError("subclass must implement _alloc")
+  def _free(self, buf: Any, nbytes: int) -> None: pass
+
 class Compiler:
   """Turns source text into a loadable binary, cached on disk by a hash of source and flags."""
   cachekey: str | None = None  # None: don't cache on disk

@@ -41,7 +41,10 @@ def fully_flatten(x: Any) -> list[Any]:
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
   """Read an environment variable, converted to the type of `default`."""
-  return type(default)(os.getenv(key, default))
+  val = os.getenv(key, "")
+  if val == "": return default  # set but empty means unset
+  try: return type(default)(val)
+  except ValueError: raise ValueError(f"environment variable {key}={val!r} should be a {type(default).__name__}") from None
 
 class ContextVar:
   """A named setting read from the environment once, changeable in code with `Context(NAME=value)`."""

@@ -2,21 +2,21 @@
 from __future__ import annotations
 import ctypes, ctypes.util, hashlib, os, shutil, subprocess, tempfile
 from typing import Any
-from attograd.device import Allocator, Compiled, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put
+from attograd.device import Allocator, Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put
 from attograd.renderer.cstyle import ClangRenderer
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
 
-class MallocAllocator(Allocator):
+class MallocAllocator(LRUAllocator):
   """64-byte aligned host memory; a buffer is its address."""
-  def alloc(self, nbytes: int) -> int:
+  def _alloc(self, nbytes: int) -> int:
     p = ctypes.c_void_p()
     if _libc.posix_memalign(ctypes.byref(p), 64, nbytes) != 0 or not p.value:
       raise MemoryError(f"CPU: could not allocate {nbytes} bytes")
     return p.value
-  def free(self, buf: int, nbytes: int) -> None: _libc.free(buf)
+  def _free(self, buf: int, nbytes: int) -> None: _libc.free(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
     ctypes.memmove(dest, (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else bytes(src), src.nbytes)
   def copyout(self, dest: memoryview, src: int) -> None:
@@ -41,7 +41,7 @@ class ClangCompiler(Compiler):
     try: version = subprocess.run(self.cc + ["--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as e: raise DeviceUnavailable(f"CPU: could not run the C compiler {cc!r}: {e}") from None
     ident = hashlib.sha256(f"{cc}\0{version}".encode()).hexdigest()
-    self.flags = ["-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
+    self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
                   "-fassociative-math", "-ffp-contract=fast", "-fno-strict-aliasing", "-w"]
     self.openmp = self._has_openmp(ident)
     if self.openmp: self.flags.append("-fopenmp")
