@@ -112,22 +112,15 @@ class Kernel:
   def hand_coded_optimizations(self) -> None:
     """A small heuristic: unroll register tiles for reductions, unroll short reduce loops, thread big kernels."""
     if NOOPT: return
-    loads = [(u, st) for u, st in self.sts.items() if u.op is Ops.LOAD]
+    loads = [st for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
     if self.first_reduce < self.shape_len and self.first_reduce > 0:
-      # matmul-like: an output axis that some input broadcasts (stride 0) is worth tiling in registers
-      for ax in reversed(range(self.first_reduce)):
-        if len(self.upcasted) >= 2: break
-        size = self.full_shape[ax]
-        bcast = any(st.real_strides()[ax] == 0 for _, st in loads if self._is_full(st))
-        if not bcast: continue
-        for amt in (16, 8, 4) if not self.upcasted else (4, 2):
-          if size % amt == 0 and size // amt >= 1 and prod(self.full_shape[:self.first_reduce]) // amt >= 1:
-            self.apply_opt(Opt("UPCAST", ax, amt))
-            break
-    # unroll the innermost reduce axis a little when it is long and contiguous
-    if self.first_reduce < self.shape_len and not self.upcasted:
-      last = self.shape_len - 1
-      if last not in self.unrolled and self.full_shape[last] % 4 == 0 and self.full_shape[last] >= 16: pass
+      # matmul-like: output axes that an input broadcasts (stride 0) are tiled in registers; the innermost such
+      # axis gets the wide tile, the next one a short one. Decided up front: splitting axes renumbers them.
+      bcast = [ax for ax in range(self.first_reduce) if any(st.real_strides()[ax] == 0 for st in loads)]
+      plan: list[tuple[int, int]] = []
+      for ax, amts in zip(reversed(bcast[-2:]), ((16, 8, 4), (4, 2))):
+        if (amt := next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] > a), 0)): plan.append((ax, amt))
+      for ax, amt in sorted(plan, reverse=True): self.apply_opt(Opt("UPCAST", ax, amt))
     work = prod(self.full_shape)
     if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))
     if DEBUG >= 3 and self.applied: print(f"opts: {self.applied} full_shape={self.full_shape}")

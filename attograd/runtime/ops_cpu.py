@@ -41,8 +41,12 @@ class ClangCompiler(Compiler):
     try: version = subprocess.run(self.cc + ["--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as e: raise DeviceUnavailable(f"CPU: could not run the C compiler {cc!r}: {e}") from None
     ident = hashlib.sha256(f"{cc}\0{version}".encode()).hexdigest()
+    # -fassociative-math (with its two prerequisites) lets reductions vectorize; NaN/inf semantics are kept.
+    # -fno-tree-slp-vectorize: gcc 12's SLP vectorizer miscompiles a max-reduce over bools at -O3 -march=native
+    # (the value 254 comes out of a 0/1 reduction; test_ops.py::test_reduce[*-all-(0, 2)-*] pins it). Loop
+    # vectorization, which elementwise kernels and reductions rely on, stays on.
     self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
-                  "-fassociative-math", "-ffp-contract=fast", "-fno-strict-aliasing", "-w"]
+                  "-fassociative-math", "-ffp-contract=fast", "-fno-strict-aliasing", "-fno-tree-slp-vectorize", "-w"]
     self.openmp = self._has_openmp(ident)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"

@@ -1,5 +1,5 @@
 """Tests for the UOp core in attograd/uop/ops.py: hash-consing, immutability, UPat/PatternMatcher, deep graphs."""
-import math, pickle, time
+import gc, math, pickle, time
 import pytest
 from attograd.dtype import dtypes
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, Variable, exec_alu, graph_rewrite
@@ -67,6 +67,7 @@ def test_graph_rewrite_deep_chain_is_iterative_and_linear() -> None:
   times = {}
   for n in (50_000, 100_000):
     x = add_chain(n, c(0))
+    gc.collect()  # start both timings from the same heap state
     st = time.perf_counter()
     assert graph_rewrite(x, symbolic) is c(n)  # no RecursionError: the driver keeps its own stack
     times[n] = time.perf_counter() - st
