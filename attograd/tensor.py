@@ -194,6 +194,10 @@ class Tensor(MovementMixin, ComposeMixin):
       self.uop = x.uop  # a view or a constant: just rebind
       return self
     base = self.uop.base
+    # the kernel writes the target while it reads the value: reading the target at other positions (a flip, a
+    # shift) would see half-written data, so such a value is computed into its own buffer first
+    if any(n.op in GroupOp.Movement and n.base is base and n is not self.uop for n in x.uop.toposort()):
+      x = x._new(UOp(Ops.CONTIGUOUS, x.dtype, (x.uop,)))
     target = new_buffer_uop(self.device, base.arg[1], self.dtype, buffers[base])
     assign = UOp(Ops.ASSIGN, self.dtype, (_reshape_uop(base, self.shape), x.uop))
     Tensor._realize_assign(assign, self.shape)

@@ -138,7 +138,8 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
       for op, arg in chain: st = st.apply(op, arg)
       view = UOp(Ops.VIEW, dtypes.void, (), st.simplify())
       if leaf is not None:
-        idx = inputs.setdefault(leaf, len(inputs) + 1)
+        # an assign reading its own target uses the output pointer: two restrict pointers must not alias
+        idx = 0 if leaf is out_buf else inputs.setdefault(leaf, len(inputs) + 1)
         glob = UOp(Ops.DEFINE_GLOBAL, leaf.dtype.ptr(leaf.arg[1]), (), idx)
         memo[key] = UOp(Ops.LOAD, leaf.dtype, (glob, view))
       elif n.op is Ops.CONST: memo[key] = UOp(Ops.CONST, n.dtype, (view,), n.arg)

@@ -95,6 +95,7 @@ class ComposeMixin:
     """
     d = self._resolve_axis(dim, "gather")
     _check_index(self, d, index, "gather")
+    if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(1)).reshape(())
     n = self.shape[d]
     # x[..., 1, ..., k] = self[..., k, ...]: the gathered axis moves to a new last axis, matched against index
     x = self.shrink(tuple(None if i == d else (0, s) for i, s in enumerate(index.shape)))
@@ -117,6 +118,9 @@ class ComposeMixin:
       raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
     d = self._resolve_axis(dim, "scatter")
     _check_index(self, d, index, "scatter")
+    if self.ndim == 0:
+      src1 = src.reshape(1) if isinstance(src, self.__class__) else src
+      return self.reshape(1).scatter(0, index.reshape(1), src1, reduce).reshape(())
     fill = None if isinstance(src, self.__class__) else src
     if isinstance(src, self.__class__):
       if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
@@ -250,19 +254,15 @@ def _reduce_last(op: Ops, x: Tensor) -> Tensor:
   return x.sum(-1) if op is Ops.ADD else x.prod(-1) if op is Ops.MUL else x.max(-1)
 
 def _scan_last(x: Tensor, op: Ops) -> Tensor:
-  """Inclusive scan along the last axis (length n >= 1): reduce a sliding window over the left-padded axis."""
+  """Inclusive scan along the last axis (length n >= 1): out[..., i] reduces w[..., i, j] = x[..., j] if j <= i."""
   n = x.shape[-1]
   if n == 1: return x
   if n > 2 * _SCAN_BLOCK: return _scan_last_blocked(x, op)
-  lead = x.shape[:-1]
-  # xp (..., L) with L = 2n-1: n-1 identities, then x. Window w[..., i, j] = xp[..., i + j], so reducing over j
-  # covers xp[i .. i+n-1], which is x[0 .. i] plus identities
-  size = 2 * n - 1
-  xp = _pad_last_left(x, n - 1, _scan_ident(op, x.dtype))
-  # n copies of xp in a row, read as rows of L+1: row i starts i elements further into xp
-  w = xp.reshape(lead + (1, size)).expand(lead + (n, size)).reshape(lead + (n * size,))
-  w = w.pad_(((0, 0),) * len(lead) + ((0, n),)).reshape(lead + (n, size + 1))
-  w = w.shrink(tuple(None for _ in lead) + (None, (0, n)))
+  # a triangular mask over the expanded row; unlike a sliding-window view of the padded row (tinygrad's _pool),
+  # its indexing has no div/mod, which made it 4-8x faster on CPU
+  ar = _arange(n, x)
+  lower = ar.reshape(n, 1) >= ar.reshape(1, n)
+  w = lower.where(x.unsqueeze(-2), x._const_like(_scan_ident(op, x.dtype)))  # (..., n, n)
   return _reduce_last(op, w)
 
 def _scan_last_blocked(x: Tensor, op: Ops) -> Tensor:
@@ -297,7 +297,8 @@ def _parse_einsum(formula: str, ts: list[Tensor]) -> tuple[list[list[str]], list
   parts = lhs.split(",")
   if len(parts) != len(ts): raise ValueError(f"einsum: {formula!r} names {len(parts)} operands, got {len(ts)}")
   for p in parts + [rhs]:
-    if not all(c.isalpha() for c in p.replace("...", "")): raise ValueError(f"einsum: bad subscripts {p!r} in {formula!r}")
+    if not all(c.isalpha() for c in p.replace("...", "")):
+      raise ValueError(f"einsum: subscripts must be letters or '...', got {p!r} in {formula!r}")
   # '...' dims get letters outside the ASCII range, right-aligned as in broadcasting
   n_ell = max([t.ndim - len(p.replace("...", "")) for p, t in zip(parts, ts) if "..." in p], default=0)
   ell = [chr(0x100 + i) for i in range(n_ell)]
@@ -309,7 +310,8 @@ def _parse_einsum(formula: str, ts: list[Tensor]) -> tuple[list[list[str]], list
       pre, post = p.split("...")
       letters = list(pre) + ell[n_ell - k:] + list(post)
     else: letters = list(p)
-    if len(letters) != t.ndim: raise ValueError(f"einsum: operand {p!r} names {len(letters)} dims, but its shape is {t.shape}")
+    if len(letters) != t.ndim:
+      raise ValueError(f"einsum: operand {p!r} names {len(letters)} dims, but its shape is {t.shape}")
     ins.append(letters)
   if arrow:
     if rhs.count("...") > 0: out = list(rhs.split("...")[0]) + ell + list(rhs.split("...")[1])
@@ -330,7 +332,8 @@ def _einsum_unique(t: Tensor, letters: list[str]) -> tuple[Tensor, list[str]]:
   while len(set(letters)) != len(letters):
     c = next(c for c in letters if letters.count(c) > 1)
     a, b = [i for i, x in enumerate(letters) if x == c][:2]
-    if t.shape[a] != t.shape[b]: raise ValueError(f"einsum: repeated index {c!r} has sizes {t.shape[a]} and {t.shape[b]}")
+    if t.shape[a] != t.shape[b]:
+      raise ValueError(f"einsum: repeated index {c!r} has sizes {t.shape[a]} and {t.shape[b]}")
     n = t.shape[a]
     rest = [i for i in range(t.ndim) if i not in (a, b)]
     t = t.permute(rest + [a, b]).reshape(tuple(t.shape[i] for i in rest) + (n * n,))

@@ -11,7 +11,13 @@ if TYPE_CHECKING:
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
-def _is_int(x: Any) -> bool: return isinstance(x, int) or (hasattr(x, "__index__") and not hasattr(x, "shape"))
+def _is_int(x: Any) -> bool:
+  # NumPy ints count too (they have __index__ and ndim 0); Tensors and arrays don't
+  return isinstance(x, int) or (hasattr(x, "__index__") and getattr(x, "ndim", 0) == 0)
+
+def _ints(x: int | Sequence[int]) -> tuple[int, ...]:
+  """One int or a sequence of them, as a tuple of Python ints."""
+  return (int(x),) if _is_int(x) else tuple(int(v) for v in x)  # type: ignore[union-attr, arg-type]
 
 def _at(ndim: int, d: int, arg: Any, rest: Any = None) -> tuple[Any, ...]:
   """A per-dim argument that is `arg` at dim d and `rest` elsewhere (for shrink, pad_ and expand)."""
@@ -20,7 +26,8 @@ def _at(ndim: int, d: int, arg: Any, rest: Any = None) -> tuple[Any, ...]:
 def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
   """One (before, after) pair per dim from torch-style flat padding or tinygrad-style pairs/None."""
   try: pads = tuple(padding)
-  except TypeError: raise TypeError(f"pad: padding must be a sequence of ints or of (before, after) pairs, got {padding!r}") from None
+  except TypeError:
+    raise TypeError(f"pad: padding must be a sequence of ints or of (before, after) pairs, got {padding!r}") from None
   if all(_is_int(p) for p in pads):
     # flat, as in torch: (left, right, top, bottom, ...) names the LAST dim first
     if len(pads) % 2 or len(pads) // 2 > len(shape):
@@ -54,11 +61,12 @@ class MovementMixin:
     [2, 3, 2]
     """
     if mode not in PAD_MODES: raise ValueError(f"pad: mode must be one of {', '.join(PAD_MODES)}; got {mode!r}")
+    if value is None: value = 0.0  # PyTorch's default
     if mode != "constant" and value != 0: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value!r}")
     pairs = _pad_pairs(padding, self.shape)
     for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
       if max(-b, 0) + max(-a, 0) > s:
-        raise ValueError(f"pad: padding {tuple(padding)} removes more than the {s} elements of dim {d} of shape {self.shape}")
+        raise ValueError(f"pad: padding {tuple(padding)} removes more than the {s} elements of dim {d} of {self.shape}")
     grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     if mode == "constant": return self._crop(pairs)._pad_constant(grow, value)
     # circular wraps the cropped tensor; reflect and replicate read the uncropped one (both as in PyTorch)
@@ -83,7 +91,7 @@ class MovementMixin:
       if not (b or a): continue
       s = x.shape[d]
       if b >= s or a >= s:
-        raise ValueError(f"pad: reflect padding ({b}, {a}) of dim {d} must be less than its size {s} (shape {self.shape})")
+        raise ValueError(f"pad: reflect padding ({b}, {a}) of dim {d} must be less than its size {s} in {self.shape}")
       # the mirror image excludes the edge element itself: [1 2 3] -> 3 2 [1 2 3] 2 1
       before = x.shrink(_at(x.ndim, d, (1, b + 1))).flip(d)
       after = x.shrink(_at(x.ndim, d, (s - 1 - a, s - 1))).flip(d)
@@ -95,7 +103,7 @@ class MovementMixin:
     for d, (b, a) in enumerate(grow):
       if not (b or a): continue
       s = x.shape[d]
-      if s == 0: raise ValueError(f"pad: replicate padding ({b}, {a}) of dim {d} needs a non-empty dim (shape {self.shape})")
+      if s == 0: raise ValueError(f"pad: replicate padding ({b}, {a}) needs a non-empty dim {d}, got {self.shape}")
       before = x.shrink(_at(x.ndim, d, (0, 1))).expand(_at(x.ndim, d, b, -1))
       after = x.shrink(_at(x.ndim, d, (s - 1, s))).expand(_at(x.ndim, d, a, -1))
       x = before.cat(x, after, dim=d)
@@ -109,8 +117,8 @@ class MovementMixin:
       if b > s or a > s:
         raise ValueError(f"pad: circular padding ({b}, {a}) of dim {d} wraps around more than once; its size is {s} "
                          f"(shape {self.shape})")
-      before, after = x.shrink(_at(x.ndim, d, (s - b, s))), x.shrink(_at(x.ndim, d, (0, a)))
-      x = before.cat(x, after, dim=d)
+      # a view of three copies side by side: indexes become (i - b) mod s, one load per element
+      x = x.repeat(_at(x.ndim, d, 3, 1)).shrink(_at(x.ndim, d, (s - b, 2 * s + a)))
     return x
 
   # ***** cat, stack, split, chunk *****
@@ -130,7 +138,8 @@ class MovementMixin:
       if not isinstance(t, MovementMixin): raise TypeError(f"cat: expected Tensors, got {type(t).__name__}")
     if self.ndim == 0: raise ValueError("cat: 0-d tensors can't be concatenated; use stack")
     d = self._resolve_axis(dim, "cat")
-    if any(t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d) for t in args):
+    def others(shape: tuple[int, ...]) -> tuple[int, ...]: return shape[:d] + shape[d + 1:]
+    if any(t.ndim != self.ndim or others(t.shape) != others(self.shape) for t in args):
       raise ValueError(f"cat: shapes must match except in dim {d}, got {', '.join(str(t.shape) for t in ts)}")
     dtype = least_upper_dtype(*(t.dtype for t in ts))
     total = sum(t.shape[d] for t in ts)
@@ -152,7 +161,8 @@ class MovementMixin:
     ts = (self,) + args
     for t in args:
       if not isinstance(t, MovementMixin): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
-      if t.shape != self.shape: raise ValueError(f"stack: shapes must be equal, got {', '.join(str(t.shape) for t in ts)}")
+      if t.shape != self.shape:
+        raise ValueError(f"stack: shapes must be equal, got {', '.join(str(t.shape) for t in ts)}")
     d = self._resolve_axis(dim, "stack", self.ndim + 1)
     return self.unsqueeze(d).cat(*(t.unsqueeze(d) for t in args), dim=d)
 
@@ -169,12 +179,13 @@ class MovementMixin:
     n = self.shape[d]
     if _is_int(sizes):
       size = int(sizes)  # type: ignore[arg-type]
-      if size < 0 or (size == 0 and n): raise ValueError(f"split: piece size must be positive, got {size} for dim {d} of {self.shape}")
+      if size < 0 or (size == 0 and n):
+        raise ValueError(f"split: piece size must be positive, got {size} for dim {d} of {self.shape}")
       lens = [min(size, n - i) for i in range(0, n, size)] if n else [0]
     else:
       lens = [int(s) for s in sizes]  # type: ignore[union-attr]
       if any(s < 0 for s in lens) or sum(lens) != n:
-        raise ValueError(f"split: sizes {lens} must be non-negative and sum to {n}, the size of dim {d} of {self.shape}")
+        raise ValueError(f"split: sizes {lens} must be non-negative and sum to {n}, dim {d} of {self.shape}")
     out, start = [], 0
     for ln in lens:
       out.append(self.shrink(_at(self.ndim, d, (start, start + ln))))
@@ -203,11 +214,11 @@ class MovementMixin:
     >>> Tensor([[1, 2], [3, 4]]).roll((1, -1), (0, 1)).tolist()
     [[4, 3], [2, 1]]
     """
-    sh = (shifts,) if _is_int(shifts) else tuple(shifts)  # type: ignore[arg-type]
+    sh = _ints(shifts)
     if dims is None:
       if len(sh) != 1: raise ValueError(f"roll: with dims=None give one shift, got {sh}")
       return self.flatten().roll(sh[0], 0).reshape(self.shape)
-    dm = (dims,) if _is_int(dims) else tuple(dims)  # type: ignore[arg-type]
+    dm = _ints(dims)
     if len(sh) != len(dm): raise ValueError(f"roll: need one shift per dim, got shifts {sh} and dims {dm}")
     x = self
     for s, dim in zip(sh, dm):
@@ -215,7 +226,8 @@ class MovementMixin:
       n = x.shape[d]
       if n == 0 or s % n == 0: continue
       k = s % n  # the last k elements move to the front
-      x = x.shrink(_at(x.ndim, d, (n - k, n))).cat(x.shrink(_at(x.ndim, d, (0, n - k))), dim=d)
+      # a view of two copies side by side, read from n - k on: indexes become (i - k) mod n, one load per element
+      x = x.repeat(_at(x.ndim, d, 2, 1)).shrink(_at(x.ndim, d, (n - k, 2 * n - k)))
     return x
 
   def repeat(self: Tensor, repeats: Any, *args: int) -> Tensor:
@@ -225,7 +237,8 @@ class MovementMixin:
     [[1, 2, 1, 2], [1, 2, 1, 2]]
     """
     reps = argfix(repeats, *args)
-    if any(not _is_int(r) or r < 0 for r in reps): raise ValueError(f"repeat: repeats must be non-negative ints, got {reps}")
+    if any(not _is_int(r) or r < 0 for r in reps):
+      raise ValueError(f"repeat: repeats must be non-negative ints, got {reps}")
     if len(reps) < self.ndim: raise ValueError(f"repeat: need at least one repeat per dim of {self.shape}, got {reps}")
     shape = (1,) * (len(reps) - self.ndim) + self.shape
     # (s0, s1) -> (1, s0, 1, s1) -> (r0, s0, r1, s1) -> (r0*s0, r1*s1): the new outer dims pick the copy
@@ -241,7 +254,8 @@ class MovementMixin:
     >>> Tensor([[1, 2], [3, 4]]).repeat_interleave(2, dim=1).tolist()
     [[1, 1, 2, 2], [3, 3, 4, 4]]
     """
-    if not _is_int(repeats) or repeats < 0: raise ValueError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
+    if not _is_int(repeats) or repeats < 0:
+      raise ValueError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
     x = self.flatten() if dim is None else self
     d = 0 if dim is None else x._resolve_axis(dim, "repeat_interleave")
     if x.ndim == 0: x = x.reshape(1)

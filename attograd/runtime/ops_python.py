@@ -54,6 +54,8 @@ def _bitcast(v: Any, src: DType, dst: DType) -> Any:
 class PythonProgram:
   def __init__(self, name: str, lib: bytes):
     self.name, self.uops = name, pickle.loads(lib)  # only ever our own programs, made in this process
+    # the runner passes only the buffers the program uses, in DEFINE_GLOBAL order
+    self.gpos = {g: i for i, g in enumerate(sorted({u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL}))}
     self.jump: dict[int, int] = {}
     starts: dict[UOp, int] = {}
     for i, u in enumerate(self.uops):
@@ -87,7 +89,7 @@ class PythonProgram:
       elif op is Ops.CONST: v[u] = u.arg
       elif op is Ops.DEFINE_GLOBAL:
         assert isinstance(u.dtype, PtrDType)
-        views[u.arg] = bufs[u.arg].cast(_fmt(u.dtype.base))
+        views[u.arg] = bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base))
         v[u] = u.arg
       elif op is Ops.DEFINE_VAR: v[u] = var_vals[u.arg[0]]
       elif op is Ops.LOAD:
