@@ -12,6 +12,8 @@ from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop, r
 from attograd.engine.realize import run_schedule
 from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
+from attograd.mixin.nn import NNMixin
+from attograd.mixin.grad import GradMixin
 
 def _shape_of_data(data: Any) -> tuple[int, ...]:
   shape: list[int] = []
@@ -40,7 +42,7 @@ def _unpack(raw: bytes | memoryview, dtype: DType, n: int) -> list[Any]:
   if dtype is dtypes.bfloat16: return [bf16_bits_to_float(b) for b in struct.unpack(f"<{n}H", raw)]
   return list(struct.unpack(f"<{n}{dtype.fmt}", raw))
 
-class Tensor(MovementMixin, ComposeMixin):
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
@@ -182,7 +184,9 @@ class Tensor(MovementMixin, ComposeMixin):
     """A tensor whose data is laid out contiguously in its own buffer."""
     if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
     return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def detach(self) -> Tensor: return self._new(self.uop)
+  def detach(self) -> Tensor:
+    """The same values, cut off from the graph that gradients flow through."""
+    return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)))
   def assign(self, x: Any) -> Tensor:
     """Write `x` into this tensor's buffer (shape and dtype must match)."""
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)

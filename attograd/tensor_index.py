@@ -44,7 +44,6 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
   # 1. basic indexing as views: shrink, flip, stride by reshape
   x = t
   dim = 0
-  out_shape_ops: list[Any] = []  # per remaining index: how the dim ends up
   tensor_dims: list[tuple[int, Tensor]] = []
   new_shape: list[int] = []
   for i in idx:

@@ -44,7 +44,8 @@ def resolve(roots: list[UOp]) -> dict[UOp, UOp]:
       continue
     if visited:
       src = tuple(done[s] for s in n.src)
-      if all(a is b for a, b in zip(src, n.src)): done[n] = n
+      if n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): done[n] = src[0]  # markers for autograd only
+      elif all(a is b for a, b in zip(src, n.src)): done[n] = n
       else:
         done[n] = nn = UOp(n.op, n.dtype, src, n.arg)
         _ = nn.shape, nn.device
