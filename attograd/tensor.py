@@ -316,6 +316,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return self._new(_const(x, dtype or self.dtype, self.device))
   def _broadcasted(self, y: Tensor | ConstType, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
+    xu = x.uop
+    if y.__class__ in (float, int) and (y.__class__ is float) <= dtypes.is_float(xu.dtype) and xu.dtype is not dtypes.bool:
+      # the common case, tensor op Python number: one cached broadcast constant, no checks needed
+      yt = x._new(_broadcast_const(y, xu.dtype, x.device, xu.shape))
+      return (yt, x) if reverse else (x, yt)
+    if isinstance(y, Tensor) and y.uop.shape == xu.shape and y.uop.dtype is xu.dtype and y.device == x.device:
+      return (y, x) if reverse else (x, y)
     if not isinstance(y, Tensor):
       if isinstance(y, UOp): y = Tensor(y)
       elif not isinstance(y, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
@@ -802,6 +809,17 @@ def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
 
 def _const(val: ConstType, dtype: DType, device: str) -> UOp:
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(val, dtype))
+
+_const_cache: dict[tuple, UOp] = {}
+def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
+  """A constant expanded to `shape`, remembered: scalars in arithmetic are the most common graph nodes."""
+  key = (val.__class__, val, dtype, device, shape)
+  if (u := _const_cache.get(key)) is None:
+    if len(_const_cache) >= 4096: _const_cache.clear()
+    u = _const(val, dtype, device)
+    if shape: u = UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape)),), shape)
+    _const_cache[key] = u
+  return u
 
 def _reshape_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
   if u.shape == shape: return u

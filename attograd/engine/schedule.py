@@ -192,26 +192,41 @@ _NEW = 1 << 40
 _schedule_cache: dict[tuple[UOp, ...], _Template] = {}
 
 def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[UOp], dict[UOp, UOp]]:
-  """Resolve realized nodes and replace every BUFFER by a numbered placeholder, so that graphs of the same
-  structure get the same (hash-consed) nodes. Returns the normalized outputs, the real buffers in placeholder
-  order, and normalized node -> original node."""
-  rmap = resolve(outs)
+  """One pass that resolves realized nodes to their buffers and replaces every BUFFER by a numbered placeholder,
+  so that graphs of the same structure get the same (hash-consed) nodes. Returns the normalized outputs, the real
+  buffers in placeholder order, and normalized node -> original node."""
   inputs: list[UOp] = []
   norm: dict[UOp, UOp] = {}
   orig: dict[UOp, UOp] = {}
-  for n in _topo_of([rmap[o] for o in outs]):
+  stack: list[tuple[UOp, int, UOp | None]] = [(o, 0, None) for o in reversed(outs)]
+  while stack:
+    n, state, alias = stack.pop()
+    if n in norm: continue
+    if state == 0:
+      if (r := realized.get(n)) is not None and r is not n:  # its value is in a buffer: use that view instead
+        stack.append((n, 2, r))
+        stack.append((r, 0, None))
+        continue
+      stack.append((n, 1, None))
+      for s in reversed(n.src):
+        if s not in norm: stack.append((s, 0, None))
+      continue
+    if state == 2:
+      norm[n] = norm[alias]  # type: ignore[index]
+      continue
     if n.op is Ops.BUFFER:
       nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]))
       inputs.append(n)
+    elif n.op is Ops.DETACH or n.op is Ops.CONTIGUOUS_BACKWARD: nn = norm[n.src[0]]  # markers for autograd only
     else:
-      src = tuple(norm[x] for x in n.src)
-      if all(a is b for a, b in zip(src, n.src)): nn = n
+      src = tuple([norm[x] for x in n.src])
+      if src == n.src: nn = n
       else:
         nn = UOp(n.op, n.dtype, src, n.arg)
         _ = nn.shape, nn.device  # computed now, while the sources' are cached: no deep recursion later
     norm[n] = nn
     orig[nn] = n
-  return [norm[rmap[o]] for o in outs], inputs, orig
+  return [norm[o] for o in outs], inputs, orig
 
 def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """Kernels (in dependency order) that compute `outs`, and for each output, the view of its new buffer.

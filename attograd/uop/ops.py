@@ -42,6 +42,16 @@ class GroupOp:
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
 
+class cached:
+  """A lock-free cached property (functools.cached_property takes a lock on every first access in Python 3.11,
+  and UOps are created by the thousand on hot paths). The value lands in the instance dict, which wins after."""
+  def __init__(self, fn: Callable[[Any], Any]):
+    self.fn, self.name = fn, fn.__name__
+  def __get__(self, obj: Any, cls: Any = None) -> Any:
+    if obj is None: return self
+    val = obj.__dict__[self.name] = self.fn(obj)
+    return val
+
 sint = int  # a size: an int, or (with symbolic shapes) a UOp; kept as an alias so signatures read well
 
 def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any) -> tuple:
@@ -92,13 +102,13 @@ class UOp(metaclass=UOpMetaClass):
   def substitute(self, subs: dict[UOp, UOp]) -> UOp: return graph_rewrite(self, _substitute_pm, subs)
 
   # ***** tensor-level properties *****
-  @functools.cached_property
+  @cached
   def shape(self) -> tuple[sint, ...]: return _shape_of(self)
   @property
   def size(self) -> int: return prod(self.shape)
   @property
   def ndim(self) -> int: return len(self.shape)
-  @functools.cached_property
+  @cached
   def device(self) -> str:
     if self.op is Ops.DEVICE: return self.arg
     if self.op is Ops.COPY: return self.src[1].arg
@@ -151,7 +161,7 @@ class UOp(metaclass=UOpMetaClass):
   __eq__ = object.__eq__  # hash-consed: identity is equality
 
   # ***** symbolic bounds *****
-  @functools.cached_property
+  @cached
   def vmin_vmax(self) -> tuple[ConstType, ConstType]: return _bounds(self)
   @property
   def vmin(self) -> ConstType: return self.vmin_vmax[0]
