@@ -21,7 +21,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
   else:
     for o in opts: k.apply_opt(o)
   if not renderer.has_threads: k.parallel = False
-  sink = lower(k)                                      # loops, index math from views, simplified
+  sink = lower(k, renderer.supports_vectors)           # loops, index math from views, simplified; lanes as vectors
   sink = renderer.prepare(sink)                        # the language's own rewrites (e.g. half -> float math)
   uops = linearize(sink)                               # a flat ordered program
   name = kernel_name(k)

@@ -12,7 +12,7 @@ def _identity(op: Ops, dtype) -> object:
   if op is Ops.MUL: return 1
   return dtypes.min(dtype)  # MAX
 
-def lower(k: Kernel) -> UOp:
+def lower(k: Kernel, vectors: bool = False) -> UOp:
   """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges)."""
   d = dtypes.int32
   idxs: list[UOp] = []
@@ -58,15 +58,65 @@ def lower(k: Kernel) -> UOp:
     elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
     else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
   sink = memo[k.ast]
-  # upcast output axes: one copy of every store per unrolled position
-  up_vars = [placeholders[i] for i in k.upcasted]
+  # upcast output axes: one copy of every store per unrolled position. With vectors, the innermost upcast axis
+  # becomes the lanes of one vector instead (if every use of it is a contiguous load/store or float math).
+  lane = placeholders[max(k.upcasted)] if k.upcasted and vectors else None
+  up_vars = [placeholders[i] for i in k.upcasted if placeholders[i] is not lane]
   if up_vars:
     stores = []
     for vals in itertools.product(*[range(v.arg[2] + 1) for v in up_vars]):
       sub = sink.substitute(dict(zip(up_vars, (UOp.const(d, v) for v in vals))))
       stores.extend(sub.src)
     sink = UOp(Ops.SINK, dtypes.void, tuple(stores))
-  return graph_rewrite(sink, symbolic + pm_lowered)
+  sink = graph_rewrite(sink, symbolic + pm_lowered)
+  if lane is not None:
+    if (vec := vectorize(sink, lane)) is not None: return vec
+    stores = [st for v in range(lane.arg[2] + 1) for st in sink.substitute({lane: UOp.const(d, v)}).src]
+    sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic + pm_lowered)
+  return sink
+
+_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}
+_VEC_DTYPES = (dtypes.float32, dtypes.float64)  # half vectors can't mix with float scalars in C
+
+def _lane_base(idx: UOp, lane: UOp) -> UOp | None:
+  """idx == base + lane with base free of lane: the base, else None."""
+  from attograd.uop.symbolic import build_sum, split_terms
+  terms, const = split_terms(idx)
+  if (lane, 1) not in terms: return None
+  rest = [(t, c) for t, c in terms if t is not lane]
+  if any(lane in t.toposort() for t, _ in rest): return None
+  return build_sum(rest, const, idx.dtype)
+
+def vectorize(sink: UOp, lane: UOp) -> UOp | None:
+  """Turn every node that depends on `lane` into a vector of lane.arg[2]+1 elements. None when some use of the lane
+  is not a contiguous load/store or float arithmetic (the caller then unrolls the lanes as scalars)."""
+  width = lane.arg[2] + 1
+  dep: dict[UOp, bool] = {}
+  out: dict[UOp, UOp] = {}
+  index_only: set[UOp] = set()
+  for u in sink.toposort():
+    d = u is lane or any(dep[s] for s in u.src)
+    dep[u] = d
+    if not d:
+      out[u] = u
+      continue
+    if u is lane or (u.dtype in dtypes.ints and u.op in GroupOp.ALU):
+      index_only.add(u)  # index math: only a load/store address may use it
+      continue
+    if u.dtype not in _VEC_DTYPES and u.op is not Ops.STORE and u.op is not Ops.SINK: return None
+    if u.op is Ops.LOAD:
+      if len(u.src) == 3 and dep[u.src[2]] or (base := _lane_base(u.src[1], lane)) is None: return None
+      out[u] = UOp(Ops.LOAD, u.dtype.vec(width), (u.src[0], base) + u.src[2:])
+    elif u.op is Ops.STORE:
+      if not dep[u.src[2]] or (base := _lane_base(u.src[1], lane)) is None or u.src[2] in index_only: return None
+      out[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], base, out[u.src[2]]))
+    elif u.op is Ops.REDUCE and u.arg in (Ops.ADD, Ops.MUL) and u.src[0] not in index_only:
+      out[u] = UOp(Ops.REDUCE, u.dtype.vec(width), (out[u.src[0]],) + u.src[1:], u.arg)
+    elif u.op in _VEC_ALU and dtypes.is_float(u.dtype) and not any(s in index_only for s in u.src):
+      out[u] = UOp(u.op, u.dtype.vec(width), tuple(out[s] for s in u.src), u.arg)
+    elif u.op is Ops.SINK: out[u] = UOp(Ops.SINK, dtypes.void, tuple(out[s] for s in u.src))
+    else: return None
+  return out[sink]
 
 def _first_loop(k: Kernel) -> int:
   for i, s in enumerate(k.full_shape):

@@ -10,6 +10,7 @@ class Renderer:
   has_threads: bool = False
   extra_matcher: PatternMatcher | None = None
   supports_float16: bool = True
+  supports_vectors: bool = False
   global_max: tuple[int, ...] | None = None
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
 

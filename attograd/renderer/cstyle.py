@@ -33,8 +33,13 @@ class CStyleLanguage(Renderer):
            Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
   preamble = ""
 
-  def render_dtype(self, d: DType) -> str: return self.type_map[d.scalar()]
+  def render_dtype(self, d: DType) -> str:
+    if d.count > 1: return f"{self.type_map[d.scalar()].replace(' ', '_')}{d.count}"  # a typedef'd vector type
+    return self.type_map[d]
+  def render_vector_typedef(self, d: DType) -> str:
+    return f"typedef {self.type_map[d.scalar()]} {self.render_dtype(d)} __attribute__((vector_size({d.size})));"
   def render_const(self, v: object, d: DType) -> str:
+    if d.count > 1: return f"(({self.render_dtype(d)}){{0}} + {self.render_const(v, d.scalar())})"  # broadcast
     if d is dtypes.bool: return "1" if v else "0"
     if dtypes.is_float(d):
       assert isinstance(v, float)
@@ -87,8 +92,10 @@ class CStyleLanguage(Renderer):
       counters[prefix] = counters.get(prefix, 0) + 1
       return f"{prefix}{counters[prefix] - 1}"
     def emit(s: str) -> None: lines.append("  " * depth + s)
+    vecs: set[DType] = set()
     for u in uops:
       op, d = u.op, u.dtype
+      if d.count > 1: vecs.add(d)
       if op is Ops.DEFINE_GLOBAL:
         globals_[u.arg] = u
         r[u] = f"data{u.arg}"
@@ -108,6 +115,14 @@ class CStyleLanguage(Renderer):
         r[u] = newname("acc")
         emit(f"{self.render_dtype(d)} {r[u]} = {r[u.src[0]]};")
       elif op is Ops.ACC_ASSIGN: emit(f"{r[u.src[0]]} = {r[u.src[1]]};")
+      elif op is Ops.LOAD and d.count > 1:
+        r[u] = newname("val")
+        vecs.add(d)
+        copy = f"__builtin_memcpy(&{r[u]}, {r[u.src[0]]} + {r[u.src[1]]}, sizeof({r[u]}));"
+        emit(f"{self.render_dtype(d)} {r[u]} = {self.render_const(0.0 if dtypes.is_float(d) else 0, d)};")
+        emit(f"if ({r[u.src[2]]}) {copy}" if len(u.src) == 3 else copy)
+      elif op is Ops.STORE and u.src[2].dtype.count > 1:
+        emit(f"__builtin_memcpy({r[u.src[0]]} + {r[u.src[1]]}, &{r[u.src[2]]}, sizeof({r[u.src[2]]}));")
       elif op is Ops.LOAD:
         r[u] = newname("val")
         buf, idx = r[u.src[0]], r[u.src[1]]
@@ -137,7 +152,8 @@ class CStyleLanguage(Renderer):
       ctype = self.storage_map.get(base, self.render_dtype(base))
       args.append(f"{self.buffer_prefix}{ctype}* {self.restrict} data{i}")
     args += [f"const int {n}" for n in sorted(variables)]
-    return f"{self.preamble}{self.kernel_prefix} {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
+    typedefs = "".join(self.render_vector_typedef(v) + "\n" for v in sorted(vecs, key=lambda v: (v.name, v.count)))
+    return f"{self.preamble}{typedefs}{self.kernel_prefix} {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
 
   def prepare(self, sink: UOp) -> UOp:
     """The language's own rewrites on the lowered graph, before linearizing."""
@@ -157,5 +173,5 @@ class ClangRenderer(CStyleLanguage):
               "static inline unsigned short __f32_to_bf16(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4);"
               " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (unsigned short)(u >> 16); }\n")
   def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True):
-    super().__init__(device=device, has_threads=threads, supports_float16=supports_float16)
+    super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True)
   def loop_pragma(self, kind: str) -> str: return "#pragma omp parallel for" if kind == "parallel" and self.has_threads else ""
