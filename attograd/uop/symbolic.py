@@ -200,6 +200,10 @@ symbolic_simple = PatternMatcher([
   (UPat.var("x", ints) * 0, lambda x: x.const_like(0)),
   (UPat.var("x", ints) // 1, lambda x: x),
   (UPat.var("x", ints) % 1, lambda x: x.const_like(0)),
+  (UPat(Ops.XOR, src=(UPat.var("x", ints), UPat.const(ints, 0))), lambda x: x),
+  (UPat(Ops.OR, src=(UPat.var("x", ints), UPat.const(ints, 0))), lambda x: x),
+  (UPat(Ops.SHL, src=(UPat.var("x", ints), UPat.const(ints, 0))), lambda x: x),
+  (UPat(Ops.SHR, src=(UPat.var("x", ints), UPat.const(ints, 0))), lambda x: x),
   # booleans
   (UPat.var("x", dtypes.bool) & UPat.const(dtypes.bool, True), lambda x: x),
   (UPat(Ops.AND, dtypes.bool, src=(UPat.var(), UPat.const(dtypes.bool, False)), name="x"),
