@@ -534,8 +534,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
   def relu(self) -> Tensor: return (self > 0).where(self, self._const_like(0))
   def sigmoid(self) -> Tensor:
+    # e = exp(-|x|) never overflows, so neither the value nor its gradient meets inf * 0
     x = self._f()
-    return (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
+    e = (x.abs() * (-1 / math.log(2))).exp2()
+    return (x >= 0).where((1 + e).reciprocal(), e / (1 + e))
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._f()).sigmoid() - 1.0
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
     if min_ is None and max_ is None: raise ValueError("clip: at least one of min and max must be given")

@@ -87,17 +87,21 @@ def find_kernel_roots(outs: list[UOp]) -> dict[UOp, None]:
         changed = True
   return roots
 
+# ops whose value at all-zero inputs is not zero: a PAD above them can't be pushed down to their loads (the padded
+# region would hold f(0), and integer division there would trap), so they get their own buffer instead
+_PAD_UNSAFE = {Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPEQ, Ops.POW}
+
 def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, bool]]:
-  """(reduce, can fuse here) for every reduce inside `root`'s kernel."""
+  """(node, can fuse here) for every reduce inside `root`'s kernel, and for every pad-unsafe op below a PAD."""
   out: list[tuple[UOp, bool]] = []
-  seen: set[tuple[UOp, bool, bool]] = set()
+  seen: set[tuple[UOp, bool, bool, bool]] = set()
   signature: list[tuple[Any, ...]] = []
-  stack = [(root.src[0] if root.op is Ops.CONTIGUOUS else root, True, False)]
-  if root.op in (Ops.ASSIGN,): stack = [(root.src[1], True, False)]
+  stack = [(root.src[0] if root.op is Ops.CONTIGUOUS else root, True, False, False)]
+  if root.op in (Ops.ASSIGN,): stack = [(root.src[1], True, False, False)]
   while stack:
-    n, only_reshapes, below_reduce = stack.pop()
-    if (n, only_reshapes, below_reduce) in seen: continue
-    seen.add((n, only_reshapes, below_reduce))
+    n, only_reshapes, below_reduce, padded = stack.pop()
+    if (n, only_reshapes, below_reduce, padded) in seen: continue
+    seen.add((n, only_reshapes, below_reduce, padded))
     if n is not root and (n in roots or _is_leaf(n)): continue
     if n.op is Ops.REDUCE_AXIS:
       sig = (n.src[0].shape, n.arg[1])
@@ -105,11 +109,14 @@ def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, boo
       out.append((n, ok))
       if not ok: continue
       if not signature: signature.append(sig)
-      stack.append((n.src[0], True, True))
+      stack.append((n.src[0], True, True, False))
+      continue
+    if padded and n.op in _PAD_UNSAFE:
+      out.append((n, False))
       continue
     if n.op in (Ops.COPY,): continue
     keeps = only_reshapes and n.op not in GroupOp.Movement or n.op is Ops.RESHAPE and only_reshapes
-    for s in n.src: stack.append((s, keeps, below_reduce))
+    for s in n.src: stack.append((s, keeps, below_reduce, padded or n.op is Ops.PAD))
   return out
 
 # ***** 3. write each kernel as an AST with views at the leaves *****
@@ -120,7 +127,7 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
   """The kernel computing `root` into its buffer: SINK(STORE(out, VIEW, value)), and the BUFFER nodes it reads."""
   value_root = root.src[0] if root.op is Ops.CONTIGUOUS else (root.src[1] if root.op is Ops.ASSIGN else root)
   out_shape = root.shape
-  reduces = [r for r, ok in _reduces_in_kernel(root, roots) if ok]
+  reduces = [r for r, ok in _reduces_in_kernel(root, roots) if ok and r.op is Ops.REDUCE_AXIS]
   kshape = reduces[0].shape if reduces else out_shape
   inputs: dict[UOp, int] = {}
   out_buf = node_buffer[root]

@@ -1,5 +1,631 @@
-"""Neural-network functions on Tensor (activations, convolution, pooling, losses, attention), built from primitives."""
+"""Neural-network functions on Tensor (activations, convolution, pooling, losses, attention, sorting), built from
+primitives: every op here is views plus elementwise math and reduces, so it stays lazy and fuses."""
 from __future__ import annotations
+import functools, math
+from typing import TYPE_CHECKING, Callable, Sequence
+from attograd.dtype import dtypes
+from attograd.helpers import argfix, ceildiv, flatten, make_tuple, prod
+
+if TYPE_CHECKING:
+  from attograd.tensor import Tensor
+
+REDUCTIONS = ("none", "mean", "sum")
+INTERPOLATE_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear")
 
 class NNMixin:
-  pass
+  # ***** activations *****
+
+  def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+    """x for x >= 0, else neg_slope * x.
+
+    >>> Tensor([-2.0, 3.0]).leaky_relu(0.5).tolist()
+    [-1.0, 3.0]
+    """
+    return (self < 0).where(self * neg_slope, self)
+
+  def relu6(self: Tensor) -> Tensor:
+    """min(max(x, 0), 6).
+
+    >>> Tensor([-1.0, 3.0, 9.0]).relu6().tolist()
+    [0.0, 3.0, 6.0]
+    """
+    return self.clip(0, 6)
+
+  def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    """x for x > 0, else alpha * (exp(x) - 1).
+
+    >>> [round(v, 4) for v in Tensor([-1.0, 2.0]).elu().tolist()]
+    [-0.6321, 2.0]
+    """
+    # exp only sees x <= 0, so large x can't overflow it (an inf there would turn gradients into nan)
+    return (self > 0).where(self, alpha * (self.minimum(0).exp() - 1))
+
+  def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    """max(x, 0) + min(0, alpha * (exp(x / alpha) - 1)).
+
+    >>> [round(v, 4) for v in Tensor([-1.0, 2.0]).celu(2.0).tolist()]
+    [-0.7869, 2.0]
+    """
+    return self.relu() + alpha * ((self.minimum(0) / alpha).exp() - 1)
+
+  def selu(self: Tensor, alpha: float = 1.6732632423543772, gamma: float = 1.0507009873554805) -> Tensor:
+    """gamma * elu(x, alpha), with the self-normalizing constants as defaults.
+
+    >>> [round(v, 4) for v in Tensor([-1.0, 2.0]).selu().tolist()]
+    [-1.1113, 2.1014]
+    """
+    return gamma * self.elu(alpha)
+
+  def gelu(self: Tensor) -> Tensor:
+    """The GELU with tinygrad's tanh approximation (PyTorch's `approximate="tanh"`).
+
+    >>> [round(v, 4) for v in Tensor([-1.0, 1.0]).gelu().tolist()]
+    [-0.1588, 0.8412]
+    """
+    return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+
+  def quick_gelu(self: Tensor) -> Tensor:
+    """x * sigmoid(1.702 x), a cheaper GELU.
+
+    >>> round(Tensor([1.0]).quick_gelu().item(), 4)
+    0.8458
+    """
+    return self * (self * 1.702).sigmoid()
+
+  def silu(self: Tensor) -> Tensor:
+    """x * sigmoid(x).
+
+    >>> round(Tensor([1.0]).silu().item(), 4)
+    0.7311
+    """
+    return self * self.sigmoid()
+
+  def swish(self: Tensor) -> Tensor:
+    """Another name for silu: x * sigmoid(x).
+
+    >>> round(Tensor([1.0]).swish().item(), 4)
+    0.7311
+    """
+    return self.silu()
+
+  def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, computed so large |x| neither overflows nor loses precision.
+
+    >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 100.0]).softplus().tolist()]
+    [0.3133, 0.6931, 100.0]
+    """
+    # log(1 + e^z) = max(z, 0) + log(1 + e^-|z|): the exp never overflows
+    z = self._f() * beta
+    return (z.relu() + (1 + (-z.abs()).exp()).log()) * (1 / beta)
+
+  def mish(self: Tensor) -> Tensor:
+    """x * tanh(softplus(x)).
+
+    >>> round(Tensor([1.0]).mish().item(), 4)
+    0.8651
+    """
+    return self * self.softplus().tanh()
+
+  def softsign(self: Tensor) -> Tensor:
+    """x / (1 + |x|).
+
+    >>> Tensor([-3.0, 1.0]).softsign().tolist()
+    [-0.75, 0.5]
+    """
+    return self / (1 + self.abs())
+
+  def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    """A piecewise-linear sigmoid: clip(alpha x + beta, 0, 1).
+
+    >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
+    [0.0, 0.5, 1.0]
+    """
+    return (alpha * self + beta).clip(0, 1)
+
+  def hardswish(self: Tensor) -> Tensor:
+    """x * relu6(x + 3) / 6.
+
+    >>> [round(v, 4) for v in Tensor([-1.0, 3.0]).hardswish().tolist()]
+    [-0.3333, 3.0]
+    """
+    return self * (self + 3).relu6() * (1 / 6)
+
+  def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
+    """x clipped to [min_val, max_val].
+
+    >>> Tensor([-3.0, 0.5, 3.0]).hardtanh().tolist()
+    [-1.0, 0.5, 1.0]
+    """
+    return self.clip(min_val, max_val)
+
+  def logsigmoid(self: Tensor) -> Tensor:
+    """log(sigmoid(x)) = -softplus(-x), finite for very negative x.
+
+    >>> [round(v, 4) for v in Tensor([-100.0, 0.0]).logsigmoid().tolist()]
+    [-100.0, -0.6931]
+    """
+    return -(-self).softplus()
+
+  # ***** dropout, one_hot, normalization, linear *****
+
+  def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+    """In training (`Tensor.training` is True), zero each element with probability p and scale the rest by 1/(1-p);
+    otherwise return the tensor unchanged.
+
+    >>> Tensor([1.0, 2.0]).dropout(0.5).tolist()  # Tensor.training is False
+    [1.0, 2.0]
+    """
+    if not 0 <= p <= 1: raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    if not type(self).training or p == 0: return self
+    if p == 1: return self.zeros_like()
+    keep = type(self).rand(self.shape, device=self.device) >= p
+    return keep.where(self, self._const_like(0)) * (1.0 / (1.0 - p))
+
+  def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+    """An int32 tensor with a new last dim of `num_classes`, 1 at each index and 0 elsewhere.
+    num_classes=-1 uses max + 1 (read back from the device).
+
+    >>> Tensor([0, 2]).one_hot(3).tolist()
+    [[1, 0, 0], [0, 0, 1]]
+    """
+    if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
+    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+    if num_classes < 0: raise ValueError(f"one_hot: num_classes must be -1 or >= 0, got {num_classes}")
+    return _one_hot_along(self.unsqueeze(-1), num_classes, -1).where(1, 0)
+
+  def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+    """Normalize to mean 0 and variance 1 over `axis` (no affine weights; see nn.LayerNorm for those).
+
+    >>> [round(v, 3) for v in Tensor([1.0, 2.0, 3.0]).layernorm().tolist()]
+    [-1.225, 0.0, 1.225]
+    """
+    y = self - self.mean(axis, keepdim=True)
+    return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+
+  def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                axis: int | tuple[int, ...] = 1) -> Tensor:
+    """(x - mean) * invstd * weight + bias, with the 1-D parameters laid along `axis` (the channel dim).
+
+    >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> x.batchnorm(None, Tensor([1.0, 1.0]), Tensor([2.0, 3.0]), Tensor([1.0, 0.5])).tolist()
+    [[0.0, 0.5], [2.0, 1.5]]
+    """
+    axes = tuple(self._resolve_axis(a, "batchnorm") for a in argfix(axis))
+    shape = tuple(s if d in axes else 1 for d, s in enumerate(self.shape))
+    x = self - mean.reshape(shape)
+    if weight is not None: x = x * weight.reshape(shape)
+    out = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+    return out + bias.reshape(shape) if bias is not None else out
+
+  def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight + bias with weight of shape (in, out), as in tinygrad (PyTorch's F.linear takes weight.T);
+    a 1-D weight scales elementwise.
+
+    >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
+    [[3.5]]
+    """
+    x = self * weight if weight.ndim == 1 else self.dot(weight)
+    return x + bias if bias is not None else x
+
+  def sequential(self: Tensor, ll: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
+    """Apply the callables in order: `x.sequential([f, g])` is g(f(x)).
+
+    >>> Tensor([-1.0, 2.0]).sequential([Tensor.relu, lambda x: x * 2]).tolist()
+    [0.0, 4.0]
+    """
+    return functools.reduce(lambda x, f: f(x), ll, self)
+
+  # ***** sliding windows: pooling and convolution *****
+
+  def _pool(self: Tensor, k_: tuple[int, ...], stride: int | tuple[int, ...] = 1,
+            dilation: int | tuple[int, ...] = 1) -> Tensor:
+    """Sliding windows over the last len(k_) dims as a view: (..., *i) -> (..., *o, *k) with
+    o = ceil((i - d*(k-1)) / s) windows per dim."""
+    nk = len(k_)
+    s_, d_ = make_tuple(stride, nk), make_tuple(dilation, nk)
+    if len(s_) != nk or len(d_) != nk:
+      raise ValueError(f"pool: stride {s_} and dilation {d_} need one entry per kernel dim of {k_}")
+    if self.ndim < nk: raise ValueError(f"pool: can't slide a {nk}-d kernel {k_} over shape {self.shape}")
+    lead, i_ = self.shape[:-nk], self.shape[-nk:]
+    for k, d, i in zip(k_, d_, i_):
+      if d * (k - 1) + 1 > i: raise ValueError(f"pool: kernel {k_} with dilation {d_} is larger than the input {i_}")
+    o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, k_, s_)]
+    keep = [None] * len(lead)
+    if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
+      # windows don't overlap: cut each dim into o blocks of s and keep the first k of each block
+      x = self.pad_(tuple([(0, 0)] * len(lead) + [(0, max(0, o * s - i)) for i, o, s in zip(i_, o_, s_)]))
+      x = x.shrink(tuple(keep + [(0, o * s) for o, s in zip(o_, s_)]))
+      x = x.reshape(lead + tuple(flatten((o, s) for o, s in zip(o_, s_))))
+      x = x.shrink(tuple(keep + flatten(((0, o), (0, k)) for o, k in zip(o_, k_))))
+      return x.permute(*range(len(lead)), *[len(lead) + 2 * j for j in range(nk)],
+                       *[len(lead) + 2 * j + 1 for j in range(nk)])
+    # overlapping or dilated windows: tile each dim so that row r of a (k, i*f + d) reshape starts at element
+    # r*d (mod i); taking every s-th column of those rows then reads x[r*d + o*s] with no gather at all.
+    # f = 2 when o*s would run past a single copy plus d
+    f_ = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(o_, s_, i_, d_, k_)]
+    rows = [i * f + d for i, f, d in zip(i_, f_, d_)]
+    x = self.repeat([1] * len(lead) + [ceildiv(k * r, i) for k, r, i in zip(k_, rows, i_)])
+    x = x.shrink(tuple(keep + [(0, k * r) for k, r in zip(k_, rows)]))
+    x = x.reshape(lead + tuple(flatten((k, r) for k, r in zip(k_, rows))))             # (..., k, i*f+d) per dim
+    x = x.shrink(tuple(keep + flatten(((0, k), (0, o * s)) for k, o, s in zip(k_, o_, s_))))
+    x = x.reshape(lead + tuple(flatten((k, o, s) for k, o, s in zip(k_, o_, s_))))     # (..., k, o, s) per dim
+    x = x.shrink(tuple(keep + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(k_, o_))))
+    x = x.reshape(lead + tuple(flatten((k, o) for k, o in zip(k_, o_))))               # (..., k, o) per dim
+    return x.permute(*range(len(lead)), *[len(lead) + 2 * j + 1 for j in range(nk)],
+                     *[len(lead) + 2 * j for j in range(nk)])
+
+  def _pool_pads(self: Tensor, padding: int | Sequence[int], dims: int, op: str) -> list[int]:
+    """Padding as a flat PyTorch-order list (last dim first, (before, after) each) from an int, one int per dim
+    (first dim first, like PyTorch's conv padding) or a flat list of 2*dims."""
+    if isinstance(padding, int): return [padding] * (2 * dims)
+    pads = [int(p) for p in padding]
+    if len(pads) == 2 * dims: return pads
+    if len(pads) == dims: return [p for p in reversed(pads) for _ in range(2)]
+    raise ValueError(f"{op}: padding must be an int or a sequence of {dims} or {2 * dims} ints, got {padding!r}")
+
+  def _ceil_pads(self: Tensor, pads: list[int], k_: tuple[int, ...], stride: int | tuple[int, ...],
+                 dilation: int | tuple[int, ...]) -> list[int]:
+    """Extra right padding so pooling counts a last, partial window (ceil_mode), as in PyTorch: a window may run off
+    the end but must start inside the input or the left padding."""
+    nk = len(k_)
+    s_, d_, i_ = make_tuple(stride, nk), make_tuple(dilation, nk), self.shape[-nk:]
+    out = list(pads)
+    for j, (i, s, k, d) in enumerate(zip(i_, s_, k_, d_)):
+      before, after = pads[2 * (nk - 1 - j)], pads[2 * (nk - 1 - j) + 1]
+      span = d * (k - 1) + 1
+      o = ceildiv(i + before + after - span, s) + 1
+      if s * (o - 1) >= before + i: o -= 1  # the last window would start in the right padding
+      out[2 * (nk - 1 - j) + 1] += max(0, s * (o - 1) + span - (i + before + after))
+    return out
+
+  def max_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = (2, 2), stride: int | tuple[int, ...] | None = None,
+                 dilation: int | tuple[int, ...] = 1, padding: int | Sequence[int] = 0,
+                 ceil_mode: bool = False) -> Tensor:
+    """The maximum of each window over the last len(kernel_size) dims (an int kernel_size means 2 dims);
+    stride defaults to the kernel size. Works for 1-d and 3-d kernels too.
+
+    >>> Tensor([[[[1, 2, 3, 4], [5, 6, 7, 8]]]]).max_pool2d((2, 2)).tolist()
+    [[[[6, 8]]]]
+    """
+    k_ = make_tuple(kernel_size, 2)
+    s_ = k_ if stride is None else stride
+    pads = self._pool_pads(padding, len(k_), "max_pool2d")
+    if ceil_mode: pads = self._ceil_pads(pads, k_, s_, dilation)
+    x = self.pad(pads, value=dtypes.min(self.dtype)) if any(pads) else self
+    return x._pool(k_, s_, dilation).max(tuple(range(-len(k_), 0)))
+
+  def avg_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = (2, 2), stride: int | tuple[int, ...] | None = None,
+                 dilation: int | tuple[int, ...] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> Tensor:
+    """The mean of each window over the last len(kernel_size) dims; stride defaults to the kernel size.
+    count_include_pad=False divides by the number of input (not padding) elements in each window.
+
+    >>> Tensor([[[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]]]).avg_pool2d((2, 2)).tolist()
+    [[[[3.5, 5.5]]]]
+    """
+    k_ = make_tuple(kernel_size, 2)
+    s_ = k_ if stride is None else stride
+    axes = tuple(range(-len(k_), 0))
+    def pool(x: Tensor, pads: Sequence[int]) -> Tensor: return x.pad(pads)._pool(k_, s_, dilation).sum(axes)
+    reg = self._pool_pads(padding, len(k_), "avg_pool2d")
+    pads = self._ceil_pads(reg, k_, s_, dilation) if ceil_mode else reg
+    x = self._f()
+    if not count_include_pad: return pool(x, pads) / pool(x.ones_like(), pads)
+    if not ceil_mode: return pool(x, reg) / prod(k_)
+    # ceil mode counts the padding but not the extra cells past it that only the last, partial window covers
+    extra = [p - r for p, r in zip(pads, reg)]
+    return pool(x, pads) / pool(x.pad(reg).ones_like(), extra)
+
+  def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+             stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
+             padding: int | str | Sequence[int] = 0) -> Tensor:
+    """Convolution (PyTorch's cross-correlation) of (N, C_in, *spatial) with weight (C_out, C_in/groups, *kernel);
+    any number of spatial dims. padding is an int, one int per spatial dim, a flat PyTorch-order list of 2 per dim
+    (last dim first, may be asymmetric), 'valid' or 'same'.
+
+    >>> x = Tensor([[[1.0, 2.0, 3.0, 4.0]]])
+    >>> x.conv2d(Tensor([[[1.0, -1.0]]])).tolist()
+    [[[-1.0, -1.0, -1.0]]]
+    """
+    if self.ndim < 3 or weight.ndim != self.ndim:
+      raise ValueError(f"conv2d: input (N, C, *spatial) and weight (C_out, C_in/groups, *kernel) need the same number "
+                       f"of dims (at least 3), got {self.shape} and {weight.shape}")
+    (bs, cin_), (cout, cin), k_ = self.shape[:2], weight.shape[:2], tuple(weight.shape[2:])
+    if groups < 1 or cin * groups != cin_ or cout % groups:
+      raise ValueError(f"conv2d: input channels {cin_} must be groups * weight.shape[1] = {groups} * {cin} and output "
+                       f"channels {cout} divisible by groups; input {self.shape}, weight {weight.shape}")
+    pads = _conv_pads(self, padding, k_, stride, dilation)
+    x = self.pad(pads) if any(pads) else self
+    x = x._pool(k_, stride, dilation)                                     # (N, groups*cin, *o, *k)
+    o_ = x.shape[2:2 + len(k_)]
+    rcout, nk = cout // groups, len(k_)
+    # (N, groups, 1, *o, cin, *k) times weight (1, groups, rcout, 1.., cin, *k), summed over (cin, *k)
+    x = x.reshape(bs, groups, cin, *o_, *k_).permute(0, 1, *range(3, 3 + nk), 2, *range(3 + nk, 3 + 2 * nk))
+    x = x.reshape(bs, groups, 1, *o_, cin, *k_)
+    w = weight.reshape(1, groups, rcout, *[1] * nk, cin, *k_)
+    out = (x * w).sum(tuple(range(-1 - nk, 0))).reshape(bs, cout, *o_)
+    return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
+
+  def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                       stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
+                       padding: int | Sequence[int] = 0, output_padding: int | tuple[int, ...] = 0) -> Tensor:
+    """Transposed convolution of (N, C_in, *spatial) with weight (C_in, C_out/groups, *kernel), any number of
+    spatial dims: zeros are inserted between inputs (stride) and the result is convolved with the flipped kernel.
+
+    >>> Tensor([[[1.0, 2.0]]]).conv_transpose2d(Tensor([[[1.0, 10.0]]]), stride=2).tolist()
+    [[[1.0, 10.0, 2.0, 20.0]]]
+    """
+    if self.ndim < 3 or weight.ndim != self.ndim:
+      raise ValueError(f"conv_transpose2d: input (N, C, *spatial) and weight (C_in, C_out/groups, *kernel) need the "
+                       f"same number of dims (at least 3), got {self.shape} and {weight.shape}")
+    k_, nk = tuple(weight.shape[2:]), weight.ndim - 2
+    if weight.shape[0] != self.shape[1] or weight.shape[0] % groups:
+      raise ValueError(f"conv_transpose2d: weight.shape[0] {weight.shape[0]} must equal the input channels "
+                       f"{self.shape[1]} and be divisible by groups {groups}")
+    s_, d_, op_ = make_tuple(stride, nk), make_tuple(dilation, nk), make_tuple(output_padding, nk)
+    # (C_in, C_out/g, *k) -> (g, C_in/g, C_out/g, *k) -> (g, C_out/g, C_in/g, *k), flipped -> (C_out, C_in/g, *k)
+    w = weight.unflatten(0, (groups, -1)).transpose(1, 2).flip(*range(3, 3 + nk)).flatten(0, 1)
+    x = self
+    if any(s > 1 for s in s_):
+      # (.., n) -> (.., n, 1) -> pad (.., n, s) -> (.., n*s) -> cut the trailing s-1 zeros: s-1 zeros between inputs
+      sp = x.shape[2:]
+      x = x.reshape(*x.shape[:2], *flatten((n, 1) for n in sp))
+      x = x.pad_(((0, 0), (0, 0)) + tuple(flatten(((0, 0), (0, s - 1)) for s in s_)))
+      x = x.reshape(*x.shape[:2], *[n * s for n, s in zip(sp, s_)])
+      x = x.shrink((None, None) + tuple((0, n * s - (s - 1)) for n, s in zip(sp, s_)))
+    pads = self._pool_pads(padding, nk, "conv_transpose2d")  # flat, last dim first
+    conv_pads: list[int] = []
+    for j in range(nk):  # also last dim first
+      k, d, o = k_[nk - 1 - j], d_[nk - 1 - j], op_[nk - 1 - j]
+      conv_pads += [(k - 1) * d - pads[2 * j], (k - 1) * d - pads[2 * j + 1] + o]
+    return x.conv2d(w, bias, groups=groups, dilation=d_, padding=conv_pads)
+
+  # ***** resampling *****
+
+  def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
+    """Resize the last len(size) dims to `size`. mode 'linear' interpolates along every resized dim ('bilinear' and
+    'trilinear' are the same thing); 'nearest' and 'nearest-exact' pick one input per output, as in PyTorch.
+
+    >>> Tensor([[[1.0, 3.0]]]).interpolate((4,), align_corners=True).tolist()
+    [[[1.0, 1.6666667461395264, 2.3333334922790527, 3.0]]]
+    """
+    if mode not in INTERPOLATE_MODES:
+      raise ValueError(f"interpolate: mode must be one of {INTERPOLATE_MODES}, got {mode!r}")
+    if align_corners and not mode.endswith("linear"):
+      raise ValueError(f"interpolate: align_corners only applies to the linear modes, got mode={mode!r}")
+    if not isinstance(size, (tuple, list)) or not 0 < len(size) <= self.ndim or \
+       any(not isinstance(s, int) or s < 1 for s in size):
+      raise ValueError(f"interpolate: size must be a tuple of 1 to {self.ndim} positive ints, got {size!r}")
+    x, shape = self._f(), list(self.shape)
+    for d in range(self.ndim - len(size), self.ndim):
+      n_in, n_out = self.shape[d], size[d - self.ndim + len(size)]
+      shape[d] = n_out
+      ar = type(self).arange(n_out, device=self.device, dtype=dtypes.float32)
+      def along(t: Tensor) -> Tensor:
+        return t.reshape(tuple(n_out if j == d else 1 for j in range(self.ndim))).expand(tuple(shape))
+      if mode.endswith("linear"):
+        if align_corners: src = ar * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+        else: src = ((ar + 0.5) * (n_in / n_out) - 0.5).maximum(0)
+        src = src.minimum(n_in - 1)
+        lo = src.floor()
+        # interpolate between the two neighbours; where src is integral both are the same element
+        below, above = x.gather(d, along(lo.cast(dtypes.int32))), x.gather(d, along(src.ceil().cast(dtypes.int32)))
+        x = below.lerp(above, along(src - lo))
+      else:
+        src = ((ar + 0.5) if mode == "nearest-exact" else ar) * (n_in / n_out)
+        x = x.gather(d, along(src.floor().minimum(n_in - 1).cast(dtypes.int32)))
+    return x.cast(self.dtype)
+
+  # ***** attention *****
+
+  def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                   dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
+    """softmax(q @ k^T / sqrt(d) + mask) @ v with this tensor as the query (..., L, d). A bool attn_mask keeps the
+    positions where it is true; a float one is added to the scores. is_causal masks keys after each query.
+
+    >>> q = Tensor([[1.0, 0.0]])
+    >>> q.scaled_dot_product_attention(q, Tensor([[2.0, 3.0]])).tolist()
+    [[2.0, 3.0]]
+    """
+    qk = self.dot(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
+    if is_causal:
+      if attn_mask is not None: raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+      attn_mask = type(self).full(qk.shape[-2:], True, dtype=dtypes.bool, device=self.device).tril()
+    if attn_mask is not None:
+      if attn_mask.dtype is dtypes.bool: attn_mask = attn_mask.where(0.0, -math.inf)
+      qk = qk + attn_mask
+    return qk.softmax(-1).dropout(dropout_p).dot(value)
+
+  # ***** losses *****
+
+  def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                      reduction: str = "mean") -> Tensor:
+    """Cross-entropy of logits (..., C) against class indices Y (...); entries equal to ignore_index add nothing
+    and don't count in the mean.
+
+    >>> round(Tensor([[0.0, 0.0]]).sparse_categorical_crossentropy(Tensor([1])).item(), 4)
+    0.6931
+    """
+    _check_reduction(reduction, "sparse_categorical_crossentropy")
+    if not 0.0 <= label_smoothing <= 1.0:
+      raise ValueError(f"sparse_categorical_crossentropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    log_probs = self.log_softmax(-1)
+    mask = Y.ne(ignore_index)
+    hot = _one_hot_along(Y.unsqueeze(-1), self.shape[-1], -1) & mask.unsqueeze(-1)
+    picked = hot.where(log_probs, 0.0).sum(-1)
+    smooth = mask.where(log_probs.mean(-1), 0.0)
+    loss = -((1 - label_smoothing) * picked + label_smoothing * smooth)
+    if reduction == "none": return loss
+    return loss.sum() / mask.sum() if reduction == "mean" else loss.sum()
+
+  def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of logits (N, C, ...) (or (C,)) against class indices (N, ...) or class probabilities of the
+    logits' shape, as PyTorch's F.cross_entropy.
+
+    >>> round(Tensor([[0.0, 0.0]]).cross_entropy(Tensor([0])).item(), 4)
+    0.6931
+    """
+    _check_reduction(reduction, "cross_entropy")
+    if not 0.0 <= label_smoothing <= 1.0:
+      raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    cdim = 0 if self.ndim == 1 else 1
+    n = self.shape[cdim]
+    if Y.shape != self.shape:
+      if Y.shape != self.shape[:cdim] + self.shape[cdim + 1:]:
+        want = self.shape[:cdim] + self.shape[cdim + 1:]
+        raise ValueError(f"cross_entropy: targets must be class indices of shape {want} or probabilities of shape "
+                         f"{self.shape}, got {Y.shape}")
+      Y = _one_hot_along(Y.unsqueeze(cdim), n, cdim).cast(self._f().dtype)
+    Y = (1 - label_smoothing) * Y + label_smoothing / n
+    return _reduce(-(self.log_softmax(cdim) * Y).sum(cdim), reduction)
+
+  def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+               reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of log-probabilities (N, C, ...) at class indices Y (N, ...), optionally weighted
+    per class; the mean divides by the total weight of the counted targets, as in PyTorch.
+
+    >>> Tensor([[-1.0, -2.0]]).nll_loss(Tensor([1])).item()
+    2.0
+    """
+    _check_reduction(reduction, "nll_loss")
+    cdim = 0 if self.ndim == 1 else 1
+    hot = _one_hot_along(Y.unsqueeze(-1), self.shape[cdim], -1)  # (N, ..., C)
+    w = hot.where(weight, 0.0).sum(-1) if weight is not None else Y.ones_like(dtype=self._f().dtype)
+    if ignore_index is not None: w = Y.ne(ignore_index).where(w, 0.0)
+    picked = self.gather(cdim, Y.unsqueeze(cdim)).squeeze(cdim)
+    nll = -picked * w
+    return nll.sum() / w.sum() if reduction == "mean" else _reduce(nll, reduction)
+
+  def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+    """Binary cross-entropy of probabilities against targets in [0, 1]; logs are clamped at -100 like PyTorch.
+
+    >>> round(Tensor([0.5]).binary_crossentropy(Tensor([1.0])).item(), 4)
+    0.6931
+    """
+    _check_reduction(reduction, "binary_crossentropy")
+    return _reduce(-(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100)), reduction)
+
+  def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",
+                                 pos_weight: Tensor | None = None) -> Tensor:
+    """Binary cross-entropy of logits (sigmoid applied inside, stably); pos_weight scales the positive term.
+
+    >>> round(Tensor([0.0]).binary_crossentropy_logits(Tensor([1.0])).item(), 4)
+    0.6931
+    """
+    _check_reduction(reduction, "binary_crossentropy_logits")
+    pos = Y * self.logsigmoid()
+    if pos_weight is not None: pos = pos * pos_weight
+    return _reduce(-(pos + (1 - Y) * (-self).logsigmoid()), reduction)
+
+  def mse_loss(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+    """Squared error (x - Y)^2, reduced.
+
+    >>> Tensor([1.0, 3.0]).mse_loss(Tensor([0.0, 0.0])).item()
+    5.0
+    """
+    _check_reduction(reduction, "mse_loss")
+    return _reduce((self - Y).square(), reduction)
+
+  def l1_loss(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+    """Absolute error |x - Y|, reduced.
+
+    >>> Tensor([1.0, -3.0]).l1_loss(Tensor([0.0, 0.0])).item()
+    2.0
+    """
+    _check_reduction(reduction, "l1_loss")
+    return _reduce((self - Y).abs(), reduction)
+
+  def smooth_l1_loss(self: Tensor, Y: Tensor, beta: float = 1.0, reduction: str = "mean") -> Tensor:
+    """Huber-like error: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = x - Y), reduced.
+
+    >>> Tensor([0.5, 3.0]).smooth_l1_loss(Tensor([0.0, 0.0]), reduction="none").tolist()
+    [0.125, 2.5]
+    """
+    _check_reduction(reduction, "smooth_l1_loss")
+    if beta < 0: raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+    d = (self - Y).abs()
+    if beta == 0: return _reduce(d, reduction)
+    return _reduce((d < beta).where(0.5 * d * d / beta, d - 0.5 * beta), reduction)
+
+  # ***** sorting *****
+
+  def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """(values, indices) sorted along `dim`; ties keep their order (stable) and NaN sorts as the largest value.
+    It compares every pair of elements, so it costs O(n^2) per row.
+
+    >>> v, i = Tensor([3, 1, 2, 1]).sort()
+    >>> v.tolist(), i.tolist()
+    ([1, 1, 2, 3], [1, 3, 2, 0])
+    """
+    if self.ndim == 0: return self, self.zeros_like(dtype=dtypes.int32)
+    d = self._resolve_axis(dim, "sort")
+    x = self.transpose(d, -1)
+    n = x.shape[-1]
+    ar = type(self).arange(n, device=self.device, dtype=dtypes.int32)
+    # rank of i = how many j sort before it: strictly smaller (larger) values, or equal ones earlier in the row
+    a, b = x.unsqueeze(-1), x.unsqueeze(-2)                              # (..., n, 1) element i, (..., 1, n) element j
+    first = (b > a) if descending else (b < a)
+    same = a.eq(b)
+    if dtypes.is_float(self.dtype):
+      an, bn = a.isnan(), b.isnan()
+      first = first | ((bn & an.logical_not()) if descending else (an & bn.logical_not()))
+      same = same | (an & bn)
+    earlier = ar.reshape(1, n) < ar.reshape(n, 1)                        # (n, n): j < i
+    rank = (first | (same & earlier)).sum(-1, dtype=dtypes.int32)        # (..., n)
+    # rank is a permutation: position r holds the i whose rank is r
+    hot = rank.unsqueeze(-1).eq(ar)                                      # (..., i, r)
+    idx = hot.where(ar.reshape(n, 1), 0).sum(-2, dtype=dtypes.int32)
+    vals = hot.where(x.unsqueeze(-1), x._const_like(0)).sum(-2, dtype=x.dtype) if x.dtype is not dtypes.bool \
+      else hot.where(x.unsqueeze(-1), False).any(-2)
+    return vals.transpose(d, -1), idx.transpose(d, -1)
+
+  def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+    """The indices that sort the tensor along `dim` (stable).
+
+    >>> Tensor([3.0, 1.0, 2.0]).argsort().tolist()
+    [1, 2, 0]
+    """
+    return self.sort(dim, descending)[1]
+
+  def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    """(values, indices) of the k largest (or smallest) elements along `dim`, in sorted order.
+
+    >>> v, i = Tensor([1.0, 5.0, 3.0]).topk(2)
+    >>> v.tolist(), i.tolist()
+    ([5.0, 3.0], [1, 2])
+    """
+    d = self._resolve_axis(dim, "topk") if self.ndim else 0
+    n = self.shape[d] if self.ndim else 1
+    if not 0 <= k <= n: raise ValueError(f"topk: k must be in [0, {n}] for dim {d} of {self.shape}, got {k}")
+    vals, idx = self.sort(d, descending=largest)
+    if self.ndim == 0: return vals, idx
+    keep = tuple((0, k) if j == d else None for j in range(self.ndim))
+    return vals.shrink(keep), idx.shrink(keep)
+
+# ***** helpers *****
+
+def _one_hot_along(index: Tensor, n: int, dim: int) -> Tensor:
+  """Bools: true where the coordinate along `dim` (a size-1 dim of `index`) equals the index."""
+  from attograd.tensor import Tensor
+  d = index._resolve_axis(dim, "one_hot")
+  ar = Tensor.arange(n, device=index.device, dtype=dtypes.int32)
+  return index.eq(ar.reshape(tuple(n if j == d else 1 for j in range(index.ndim))))
+
+def _check_reduction(reduction: str, op: str) -> None:
+  if reduction not in REDUCTIONS: raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+def _reduce(x: Tensor, reduction: str) -> Tensor:
+  return x if reduction == "none" else x.mean() if reduction == "mean" else x.sum()
+
+def _conv_pads(x: Tensor, padding: int | str | Sequence[int], k_: tuple[int, ...], stride: int | tuple[int, ...],
+               dilation: int | tuple[int, ...]) -> list[int]:
+  """conv2d's padding as a flat PyTorch-order list; 'same' puts the odd element of the padding after, as PyTorch."""
+  nk = len(k_)
+  if padding == "valid": return [0] * (2 * nk)
+  if padding == "same":
+    if any(s != 1 for s in make_tuple(stride, nk)):
+      raise ValueError(f"conv2d: padding='same' needs stride 1, got stride={stride}")
+    totals = [d * (k - 1) for d, k in zip(make_tuple(dilation, nk), k_)]
+    return [p for t in reversed(totals) for p in (t // 2, t - t // 2)]
+  if isinstance(padding, str): raise ValueError(f"conv2d: padding must be ints, 'same' or 'valid', got {padding!r}")
+  return x._pool_pads(padding, nk, "conv2d")
