@@ -4,3 +4,4 @@ from attograd.dtype import dtypes  # noqa: F401
 from attograd.device import Device  # noqa: F401
 from attograd.uop.ops import UOp, Variable  # noqa: F401
 from attograd.tensor import Tensor  # noqa: F401
+from attograd import nn  # noqa: F401,E402

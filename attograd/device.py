@@ -117,6 +117,7 @@ class Buffer:
     if size < 0: raise ValueError(f"Buffer size must be >= 0, got {size}")
     self.device, self.size, self.dtype = device, size, dtype
     self._buf: Any = None
+    self.version = 0  # bumped by every in-place write (assign), so stale memoized results are not reused
     if initial is not None:
       self.allocate()
       self.copyin(memoryview(initial))

@@ -8,12 +8,22 @@ from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_b
                             sum_acc_dtype, to_dtype)
 from attograd.helpers import DEBUG, GlobalCounters, all_int, argfix, fully_flatten, make_tuple, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint
-from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop, realized
+from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop, remember
 from attograd.engine.realize import run_schedule
 from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
 from attograd.mixin.nn import NNMixin
 from attograd.mixin.grad import GradMixin
+
+def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+  """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
+  @functools.wraps(fn)
+  def wrapper(*args: Any, **kw: Any) -> Tensor:
+    rg = kw.pop("requires_grad", None)
+    out = fn(*args, **kw)
+    if rg is not None: out.requires_grad = rg
+    return out
+  return wrapper
 
 def _shape_of_data(data: Any) -> tuple[int, ...]:
   shape: list[int] = []
@@ -62,7 +72,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     elif data is None: uop = _buffer_from_bytes(b"", (0,), dtype or dtypes.default_float, device)
     elif isinstance(data, (bool, int, float)):
       d = dtype or dtypes.from_py(data)
-      uop = _const(data, d, device)
+      # a leaf that wants a gradient gets its own buffer: as a constant it would be the same node as every equal literal
+      uop = _const(data, d, device) if not requires_grad else _buffer_from_bytes(_pack([data], d), (), d, device)
     elif isinstance(data, (bytes, bytearray, memoryview)):
       raw = bytes(data)
       uop = _buffer_from_bytes(raw, (len(raw),), dtypes.uint8, device)
@@ -109,6 +120,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     if self.numel() != 1: raise RuntimeError(f"the truth value of a Tensor with shape {self.shape} is ambiguous; use .any() or .all()")
     return bool(self.item())
   def _new(self, uop: UOp) -> Tensor:
+    _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
     t.uop, t.requires_grad, t.grad, t._device = uop, None, None, self._device
     return t
@@ -128,7 +140,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     items, becomes = create_schedule(outs)
     run_schedule(items)
     for o, b in becomes.items():
-      if b is not o: realized[o] = b
+      if b is not o: remember(o, b)
     for t in todo: t.uop = becomes.get(t.uop, t.uop)
     if DEBUG >= 1:
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
@@ -179,11 +191,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def to_(self, device: str | None) -> Tensor:
     self.uop = self.to(device).uop
     return self
-  def clone(self) -> Tensor: return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def clone(self) -> Tensor: return self._new(_unique_contiguous(self.uop))
   def contiguous(self) -> Tensor:
-    """A tensor whose data is laid out contiguously in its own buffer."""
+    """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it)."""
     if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
-    return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+    return self._new(_unique_contiguous(self.uop))
   def detach(self) -> Tensor:
     """The same values, cut off from the graph that gradients flow through."""
     return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)))
@@ -214,25 +226,34 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
 
   # ***** creation *****
   @staticmethod
+  @_takes_requires_grad
   def empty(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     shp = _check_shape(argfix(*shape), "empty")
     return Tensor(_reshape_uop(new_buffer_uop(Device.canonicalize(device), prod(shp), d), shp), device=device, **kw)
   @staticmethod
+  @_takes_requires_grad
   def full(shape: Any, fill_value: ConstType, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
     d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     return Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw).reshape((1,) * len(shp)).expand(shp)
   @staticmethod
+  @_takes_requires_grad
   def zeros(*shape: Any, **kw: Any) -> Tensor: return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kw})
   @staticmethod
+  @_takes_requires_grad
   def ones(*shape: Any, **kw: Any) -> Tensor: return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kw})
+  @_takes_requires_grad
   def full_like(self, fill_value: ConstType, **kw: Any) -> Tensor:
     return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kw})
+  @_takes_requires_grad
   def zeros_like(self, **kw: Any) -> Tensor: return self.full_like(0, **kw)
+  @_takes_requires_grad
   def ones_like(self, **kw: Any) -> Tensor: return self.full_like(1, **kw)
+  @_takes_requires_grad
   def empty_like(self, **kw: Any) -> Tensor: return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kw})
   @staticmethod
+  @_takes_requires_grad
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
     """Evenly spaced values in [start, stop): `Tensor.arange(5)` is 0, 1, 2, 3, 4."""
     if stop is None: start, stop = 0, start
@@ -245,6 +266,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     if dtypes.is_int(dtype) and (step != 1 or start != 0): out = (idx * step + start).cast(dtype)
     return Tensor(out.uop, device=device, **kw)
   @staticmethod
+  @_takes_requires_grad
   def linspace(start: float, stop: float, steps: int, **kw: Any) -> Tensor:
     if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
     dtype = to_dtype(kw.pop("dtype", dtypes.default_float))
@@ -252,6 +274,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
             * ((stop - start) / (steps - 1)) + start).cast(dtype)
   @staticmethod
+  @_takes_requires_grad
   def eye(n: int, m: int | None = None, **kw: Any) -> Tensor:
     m = n if m is None else m
     dtype = kw.pop("dtype", dtypes.default_float)
@@ -275,6 +298,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     x = _hash32(x + (key ^ 0x6A09E667))
     return x.reshape(shape)
   @staticmethod
+  @_takes_requires_grad
   def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     """Uniform random values in [0, 1)."""
     shp = _check_shape(argfix(*shape), "rand")
@@ -282,6 +306,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     bits = Tensor._random_bits(shp, device)
     return Tensor((bits >> 8).cast(dtypes.float32).mul(1.0 / (1 << 24)).cast(d).uop, device=device, **kw)
   @staticmethod
+  @_takes_requires_grad
   def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     """Standard normal values (Box-Muller)."""
     shp = _check_shape(argfix(*shape), "randn")
@@ -290,20 +315,24 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     return Tensor((r * (u[1] * (2 * math.pi)).cos()).cast(d).uop, **kw)
   @staticmethod
+  @_takes_requires_grad
   def randint(*shape: Any, low: int = 0, high: int = 10, **kw: Any) -> Tensor:
     if not isinstance(low, int) or not isinstance(high, int) or high <= low:
       raise ValueError(f"randint: need integers low < high, got low={low!r} high={high!r}")
     dtype = to_dtype(kw.pop("dtype", dtypes.int32))
     return (Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw) * (high - low)).floor().cast(dtype) + low
   @staticmethod
+  @_takes_requires_grad
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
     return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low) + low).cast(dtype)
   @staticmethod
+  @_takes_requires_grad
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
     return (Tensor.randn(*shape, dtype=dtypes.float32, **kw) * std + mean).cast(dtype)
   @staticmethod
+  @_takes_requires_grad
   def randperm(n: int, device: str | None = None, dtype: DType = dtypes.int32, **kw: Any) -> Tensor:
     """A random permutation of 0..n-1 (argsort of random keys)."""
     keys = Tensor.rand(n, device=device).realize()
@@ -822,6 +851,12 @@ def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int
     if shape: u = UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape)),), shape)
     _const_cache[key] = u
   return u
+
+_n_contiguous = [0]
+def _unique_contiguous(u: UOp) -> UOp:
+  # hash-consing would make two copies of equal graphs one node (one buffer): an assign into one would show in both
+  _n_contiguous[0] += 1
+  return UOp(Ops.CONTIGUOUS, u.dtype, (u,), _n_contiguous[0])
 
 def _reshape_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
   if u.shape == shape: return u

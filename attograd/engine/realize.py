@@ -36,6 +36,9 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
 
 def _copy(dst: Buffer, src: Buffer) -> None:
   dst.allocate()
+  if hasattr(dst.allocator, "as_memoryview"):  # host memory: copy straight into it, no staging copy
+    src.copyout(dst.allocator.as_memoryview(dst._buf, dst.nbytes))
+    return
   mv = memoryview(bytearray(src.nbytes))
   src.copyout(mv)
   dst.copyin(mv)

@@ -14,6 +14,20 @@ from attograd.uop.view import ShapeTracker
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # graph nodes that were realized: node -> a view of the BUFFER now holding its value
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+_realized_version: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+
+def remember(node: UOp, view: UOp) -> None:
+  """node's value now lives in view's buffer (until that buffer is written in place)."""
+  realized[node] = view
+  if (b := buffers.get(view.base)) is not None: _realized_version[node] = b.version
+
+def lookup_realized(node: UOp) -> UOp | None:
+  if (r := realized.get(node)) is None: return None
+  b = buffers.get(r.base)
+  if b is not None and _realized_version.get(node, b.version) != b.version:  # written in place since: stale
+    del realized[node]
+    return None
+  return r
 
 _uid = 0
 def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
@@ -39,7 +53,7 @@ def resolve(roots: list[UOp]) -> dict[UOp, UOp]:
   while stack:
     n, visited = stack.pop()
     if n in done: continue
-    if (r := realized.get(n)) is not None and not visited:
+    if (r := lookup_realized(n)) is not None and not visited:
       done[n] = r
       continue
     if visited:
@@ -194,6 +208,7 @@ class _Template:
   new_bufs: tuple[UOp, ...]                   # placeholders to allocate, in order
   becomes: tuple[UOp | None, ...]             # per output: its new home (over placeholders)
   realized_roots: tuple[tuple[UOp, UOp], ...] # intermediate roots (normalized) -> their home
+  assign_targets: tuple[UOp, ...] = ()        # buffers written in place
 
 _NEW = 1 << 40
 _schedule_cache: dict[tuple[UOp, ...], _Template] = {}
@@ -205,12 +220,13 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[UOp], dict[UOp, UOp]]:
   inputs: list[UOp] = []
   norm: dict[UOp, UOp] = {}
   orig: dict[UOp, UOp] = {}
+  n_unique = [0]
   stack: list[tuple[UOp, int, UOp | None]] = [(o, 0, None) for o in reversed(outs)]
   while stack:
     n, state, alias = stack.pop()
     if n in norm: continue
     if state == 0:
-      if (r := realized.get(n)) is not None and r is not n:  # its value is in a buffer: use that view instead
+      if (r := lookup_realized(n)) is not None and r is not n:  # its value is in a buffer: use that view instead
         stack.append((n, 2, r))
         stack.append((r, 0, None))
         continue
@@ -225,6 +241,10 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[UOp], dict[UOp, UOp]]:
       nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]))
       inputs.append(n)
     elif n.op is Ops.DETACH or n.op is Ops.CONTIGUOUS_BACKWARD: nn = norm[n.src[0]]  # markers for autograd only
+    elif n.op is Ops.CONTIGUOUS and n.arg is not None:  # a unique copy: number it by appearance in this graph
+      n_unique[0] += 1
+      nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique[0])
+      _ = nn.shape, nn.device
     else:
       src = tuple([norm[x] for x in n.src])
       if src == n.src: nn = n
@@ -252,7 +272,8 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   for o, home in zip(outs, tmpl.becomes):
     becomes[o] = o if home is None else _rebind(home, bind)
   for r, home in tmpl.realized_roots:
-    if (o := orig.get(r)) is not None: realized[o] = _rebind(home, bind)
+    if (o := orig.get(r)) is not None: remember(o, _rebind(home, bind))
+  for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
   return items, becomes
 
 def _rebind(u: UOp, bind: dict[UOp, UOp]) -> UOp:
@@ -296,7 +317,8 @@ def _make_template(routs: list[UOp]) -> _Template:
     elif ro.base in node_buffer: becomes.append(_apply_movements(ro, node_buffer))
     else: becomes.append(ro)  # already a view of a buffer (or a constant): its resolved form
   realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots if r not in routs and r.op is not Ops.ASSIGN)
-  return _Template(tuple(items), tuple(new_bufs), tuple(becomes), realized_roots)
+  targets = tuple(dict.fromkeys(node_buffer[r] for r in roots if r.op is Ops.ASSIGN))
+  return _Template(tuple(items), tuple(new_bufs), tuple(becomes), realized_roots, targets)
 
 def _view_of(buf: UOp, shape: tuple[int, ...]) -> UOp:
   return buf if shape == (buf.arg[1],) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)

@@ -1,5 +1,156 @@
 """Autograd on Tensor: backward(), gradient(), requires_grad and the train() switch."""
 from __future__ import annotations
+import weakref
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from attograd.dtype import dtypes
+from attograd.gradient import compute_gradient, full_like, reshape
+from attograd.uop.ops import Ops, UOp
+from attograd.engine.schedule import lookup_realized
+if TYPE_CHECKING: from attograd.tensor import Tensor
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# every live Tensor with requires_grad=True, by id: UOps can't lead back to Tensors, so backward() looks here.
+# Keyed by id because Tensor.__eq__ is elementwise (a WeakSet would compare tensors with it).
+_grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+class _Train:
+  """`with Tensor.train():` or `@Tensor.train()`: sets Tensor.training for the block, then restores it."""
+  def __init__(self, mode: bool = True): self.mode = mode
+  def __enter__(self) -> None:
+    from attograd.tensor import Tensor
+    self.prev, Tensor.training = Tensor.training, self.mode
+  def __exit__(self, typ: type[BaseException] | None, val: BaseException | None, tb: TracebackType | None) -> None:
+    from attograd.tensor import Tensor
+    Tensor.training = self.prev
+  def __call__(self, fn: F) -> F:
+    mode = self.mode
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+      with _Train(mode): return fn(*args, **kwargs)
+    wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = fn.__name__, fn.__doc__, fn  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
 
 class GradMixin:
-  pass
+  train = _Train
+
+  # ***** requires_grad *****
+  @property
+  def requires_grad(self) -> bool | None:
+    """True: backward() fills this tensor's .grad. None (the default) and False: it doesn't."""
+    return getattr(self, "_requires_grad", None)
+  @requires_grad.setter
+  def requires_grad(self, flag: bool | None) -> None:
+    self._requires_grad = flag
+    if not flag:
+      _grad_tensors.pop(id(self), None)
+      return
+    _grad_tensors[id(self)] = self  # type: ignore[assignment]
+    # UOps are hash-consed, so a tensor made of constants only (Tensor.ones(3)) is the very same graph as every equal
+    # one, and gradients couldn't tell them apart: such a tensor gets a buffer of its own. (Not yet possible inside
+    # Tensor.__init__, which sets requires_grad before the uop.)
+    u = self.__dict__.get("uop")
+    if u is not None and u.size and not any(n.op is Ops.BUFFER for n in u.toposort()):
+      _own_buffer(self)  # type: ignore[arg-type]
+  def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
+    """Set requires_grad in place and return this tensor."""
+    self.requires_grad = requires_grad
+    return self
+
+  # ***** gradients *****
+  def gradient(self: Tensor, *targets: Tensor, gradient: Tensor | None = None,
+               materialize_grads: bool = False) -> list[Tensor]:
+    """The gradients of this tensor with respect to `targets`, as lazy Tensors (which can be differentiated again).
+
+    >>> from attograd import Tensor
+    >>> x = Tensor([1.0, 2.0, 3.0])
+    >>> (x * x).sum().gradient(x)[0].tolist()
+    [2.0, 4.0, 6.0]
+    """
+    for t in targets:
+      if not dtypes.is_float(t.dtype): raise RuntimeError(f"gradient: only float tensors have gradients, not {t.dtype}")
+    by_current = _graph_index(self.uop)
+    grads = _gradients(self, [_group(t.uop, by_current) for t in targets], [t.shape for t in targets], gradient)
+    out: list[Tensor] = []
+    for t, g in zip(targets, grads):
+      if g is None:
+        if not materialize_grads:
+          raise RuntimeError(f"gradient: a target of shape {t.shape} is not in the output's graph (or only through "
+                             "detach()); pass materialize_grads=True to get zeros")
+        g = full_like(t.uop, 0)
+      out.append(_grad_tensor(t, g))
+    return out
+
+  def backward(self: Tensor, gradient: Tensor | None = None) -> Tensor:
+    """Add the gradient of this tensor to `.grad` of every tensor with requires_grad=True that it depends on.
+
+    >>> from attograd import Tensor
+    >>> w = Tensor([1.0, -2.0], requires_grad=True)
+    >>> _ = (w * w).sum().backward()
+    >>> w.grad.tolist()
+    [2.0, -4.0]
+    """
+    by_current = _graph_index(self.uop)
+    found = [(t, grp) for t in list(_grad_tensors.values()) if (grp := _group(t.uop, by_current))]
+    grads = _gradients(self, [grp for _, grp in found], [t.shape for t, _ in found], gradient)
+    tensors = [t for t, _ in found]
+    for t, g in zip(tensors, grads):
+      if g is None: continue  # only reached through detach(): like PyTorch, .grad is left alone
+      gt = _grad_tensor(t, g)
+      t.grad = gt if t.grad is None else t.grad + gt
+    return self
+
+def _own_buffer(t: Tensor) -> None:
+  t.uop = type(t).empty(t.shape, dtype=t.dtype, device=t.device).assign(t).uop
+
+def _graph_index(root: UOp) -> dict[UOp, list[UOp]]:
+  """Each node of `root`'s graph under its current form: itself, and the buffer view it was realized into since the
+  graph was built (a realized tensor holds that view, while the graph still holds the node it came from)."""
+  by_current: dict[UOp, list[UOp]] = {}
+  for n in root.toposort():
+    by_current.setdefault(n, []).append(n)
+    if (r := lookup_realized(n)) is not None and r is not n: by_current.setdefault(r, []).append(n)
+  return by_current
+
+def _strip_reshapes(u: UOp) -> UOp:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u
+
+def _group(u: UOp, by_current: dict[UOp, list[UOp]]) -> list[UOp]:
+  """The graph nodes that hold the value of the tensor whose node is `u` (empty if it isn't used)."""
+  cands = [u]
+  # Tensor.reshape composes reshapes (x.reshape(a).reshape(b) is one RESHAPE of x), so a graph can use a reshaped
+  # tensor through its source without holding its node. The source stands in for it when that source is the
+  # tensor's own storage (a BUFFER), or when the tensor's node is missing from the graph altogether.
+  if (b := _strip_reshapes(u)) is not u and (b.op is Ops.BUFFER or u not in by_current): cands.append(b)
+  members = dict.fromkeys(n for c in cands for n in by_current.get(c, ()))
+  # a reshape of another member passes its gradient on to that member: counting both would count it twice
+  return [n for n in members if not (n.op is Ops.RESHAPE and _strip_reshapes(n) in members)]
+
+def _gradients(out: Tensor, groups: list[list[UOp]], shapes: list[tuple], gradient: Tensor | None) -> list[UOp | None]:
+  """The gradient of `out` for each group of nodes, summed over the group and reshaped to `shapes`; None where no
+  gradient flows."""
+  from attograd.tensor import Tensor
+  if gradient is None:
+    if out.shape != (): raise RuntimeError(f"backward: the output has shape {out.shape}; need a scalar or `gradient`")
+    gradient = Tensor(1.0, device=out.device, dtype=out.dtype)
+  elif gradient.shape != out.shape:
+    raise ValueError(f"backward: `gradient` has shape {gradient.shape} but the output has shape {out.shape}")
+  if not dtypes.is_float(out.dtype): raise RuntimeError(f"backward: only float tensors have gradients, not {out.dtype}")
+  seed = gradient.uop if gradient.dtype == out.dtype else gradient.cast(out.dtype).uop
+  grads = compute_gradient(out.uop, seed, {u for group in groups for u in group})
+  ret: list[UOp | None] = []
+  for group, shape in zip(groups, shapes):
+    found = [reshape(grads[u], shape) for u in group if u in grads]
+    ret.append(_sum_all(found) if found else None)
+  return ret
+
+def _sum_all(gs: list[UOp]) -> UOp:
+  acc = gs[0]
+  for g in gs[1:]: acc = acc + g
+  return acc
+
+def _grad_tensor(t: Tensor, g: UOp) -> Tensor:
+  from attograd.tensor import Tensor
+  assert g.shape == t.shape, f"gradient shape {g.shape} != tensor shape {t.shape}"
+  return Tensor(g if g.dtype == t.dtype else g.cast(t.dtype), device=t.device)

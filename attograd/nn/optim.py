@@ -1,0 +1,279 @@
+"""Optimizers (SGD, Adam, AdamW, LAMB, LARS): one step updates every parameter and its state in a single realize.
+
+A step is planned as lazy in-place writes (ASSIGN nodes) of all parameters and state, scheduled and run together;
+`lr` is a tensor, so changing it between steps reuses the compiled kernels.
+"""
+from __future__ import annotations
+from typing import Any, Sequence
+from attograd.dtype import dtypes, least_upper_dtype
+from attograd.engine.schedule import buffers, new_buffer_uop
+from attograd.tensor import Tensor
+from attograd.uop.ops import Ops, UOp
+
+# ***** the plan of one step: lazy in-place writes, realized together *****
+
+def _whole_buffer(t: Tensor) -> bool:
+  """True when `t` is a realized buffer seen whole (through reshapes only): only those can be written in place."""
+  u = t.uop
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+def _dedup(ts: Sequence[Tensor]) -> list[Tensor]:
+  # by identity: Tensor.__eq__ is elementwise
+  return list({id(t): t for t in ts}.values())
+
+class _StepPlan:
+  """One optimizer step as lazy tensors: gradients first (materialized), then an in-place write per tensor.
+
+  Tensor.assign runs at once; here every write waits, so the whole step is one schedule. Two rules keep the
+  writes safe when they run in one schedule:
+  - a value that needs another tensor's *new* value reads it through the write returned by `assign`, so the
+    scheduler runs that write first;
+  - gradients may read parameters anywhere (a flip, a matmul), so they are computed into their own buffers before
+    any write runs: they come first in `tensors()`.
+  """
+  def __init__(self) -> None:
+    self.grads: list[Tensor] = []
+    self.writes: list[Tensor] = []
+  def grad(self, p: Tensor, g: Tensor) -> Tensor:
+    """`g` as a tensor that is safe to read while the parameters are written."""
+    if g.shape != p.shape: raise ValueError(f"step: a parameter of shape {p.shape} has a .grad of shape {g.shape}")
+    if g.device != p.device: raise ValueError(f"step: a parameter on {p.device} has a .grad on {g.device}")
+    if g.dtype != p.dtype: g = g.cast(p.dtype)
+    if g.uop.base.op is not Ops.BUFFER:
+      g = g.contiguous()
+      self.grads.append(g)
+    return g
+  def assign(self, target: Tensor, value: Tensor) -> Tensor:
+    """Write `value` into `target`'s buffer when the plan is realized. Returns the write, to read the new value.
+
+    `target` then refers to a new version of its buffer right away, as after Tensor.assign: graphs built from the
+    old version (cached results included) are never mistaken for the new one.
+    """
+    assert _whole_buffer(target), "optimizer state must be realized buffers"
+    assert value.shape == target.shape, f"optimizer update of shape {value.shape} for a tensor of shape {target.shape}"
+    if value.dtype != target.dtype: value = value.cast(target.dtype)
+    write = Tensor(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)), device=target.device)
+    self.writes.append(write)
+    base = target.uop.base
+    nxt = new_buffer_uop(target.device, base.arg[1], target.dtype, buffers[base])
+    target.uop = nxt if target.shape == (base.arg[1],) else UOp(Ops.RESHAPE, target.dtype, (nxt,), target.shape)
+    return write
+  def tensors(self) -> list[Tensor]: return self.grads + self.writes
+
+def _own_buffers(ts: Sequence[Tensor]) -> None:
+  """Give each tensor a realized buffer of its own, so it can be written in place (one realize in the usual case).
+
+  A lazy value is realized as itself, so graphs built from it before (a forward pass run before the optimizer was
+  made) still reach it for backward(). What can't be written in place gets a copy in a fresh Tensor.empty: a
+  constant, a non-contiguous view, and a buffer shared with another of `ts` (equal graphs are one node, so
+  `Tensor.zeros(n).contiguous()` made twice realizes into one buffer).
+  """
+  uses: dict[UOp, int] = {}
+  for t in ts: uses[t.uop] = uses.get(t.uop, 0) + 1
+  lazy = [t for t in ts if not _whole_buffer(t) and t.uop.base.op is not Ops.CONST and uses[t.uop] == 1]
+  if lazy: Tensor.realize(*lazy)
+  plan, seen = _StepPlan(), set()
+  for t in ts:
+    if _whole_buffer(t) and id(buf := buffers[t.uop.base]) not in seen:
+      seen.add(id(buf))
+      continue
+    home = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device)
+    plan.assign(home, t)
+    t.uop = home.uop
+  if plan.writes: Tensor.realize(*plan.tensors())
+
+# ***** the optimizers *****
+
+class Optimizer:
+  """The base class: the parameters, a learning rate tensor, zero_grad() and step(). Subclasses write `_step`.
+
+  Parameters with requires_grad None are switched to True; those with False are kept in `buffers` and not updated.
+  """
+  def __init__(self, params: Sequence[Tensor], lr: float | Tensor):
+    params = list(params)
+    for x in params:
+      if x.requires_grad is None: x.requires_grad = True
+    self.params: list[Tensor] = _dedup([x for x in params if x.requires_grad])
+    if not self.params: raise ValueError("optimizer: no parameters with requires_grad to optimize (got an empty list "
+                                         "or only requires_grad=False tensors)")
+    self.buffers: list[Tensor] = _dedup([x for x in params if not x.requires_grad])
+    self.device = self.params[0].device
+    # a (1,) tensor like tinygrad's, at least float32: a new lr is written into it, so the step isn't recompiled
+    lr_dtype = least_upper_dtype(dtypes.default_float, dtypes.float32)
+    if isinstance(lr, Tensor):
+      if lr.numel() != 1: raise ValueError(f"optimizer: lr must be a single value, got a tensor of shape {lr.shape}")
+      self.lr = lr.reshape(1).cast(lr_dtype).to(self.device)
+    else: self.lr = Tensor([lr], device=self.device, dtype=lr_dtype)
+  def __setattr__(self, name: str, value: Any) -> None:
+    # `opt.lr = 0.01` writes into the existing lr tensor rather than replacing it: a replaced Python float would be
+    # baked into the kernels (a recompile per change), and a replaced tensor would be missed by a captured step
+    if name == "lr" and isinstance(self.__dict__.get("lr"), Tensor):
+      lr: Tensor = self.__dict__["lr"]
+      new = value if isinstance(value, Tensor) else Tensor([value], device=lr.device, dtype=lr.dtype)
+      if new.numel() != 1: raise ValueError(f"optimizer: lr must be a single value, got a tensor of shape {new.shape}")
+      lr.assign(new.reshape(lr.shape).cast(lr.dtype).to(lr.device))
+      return
+    super().__setattr__(name, value)
+  def _new_optim_param(self) -> list[Tensor]:
+    """A zero state tensor per parameter (a constant until _realize_state gives it a buffer)."""
+    return [Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device) for t in self.params]
+  def _realize_state(self, *state: Tensor) -> None: _own_buffers([self.lr, *self.params, *state])
+
+  def zero_grad(self) -> None:
+    """Forget the gradients: the next backward() sets .grad afresh instead of adding to it."""
+    for p in self.params: p.grad = None
+  def step(self) -> None:
+    """Update every parameter from its .grad. The whole update is one realize (a few kernels per parameter).
+
+    Parameters whose .grad is None are skipped, as in PyTorch. Read (or realize) the loss before step(): a lazy loss
+    computed afterwards would see the new weights. `loss.realize(*opt.schedule_step())` does both in one go.
+    """
+    Tensor.realize(*self.schedule_step())
+  def schedule_step(self) -> list[Tensor]:
+    """The lazy tensors that perform one step when realized together (the parameters refer to their updated
+    buffers at once). Realize them first thing, before other work that reads the parameters."""
+    plan = _StepPlan()
+    self._plan_step(plan)
+    return self.buffers + plan.tensors()  # lazy buffers (state the forward pass left) see the weights before the step
+  def _plan_step(self, plan: _StepPlan) -> None:
+    self._realize_state()  # only does something if a parameter was rebound to a lazy value since the last step
+    items = [(i, p, p.grad) for i, p in enumerate(self.params) if p.grad is not None]
+    if not items: raise RuntimeError("step: no parameter has a .grad; call loss.backward() before opt.step()")
+    todo = [(i, p, plan.grad(p, g)) for i, p, g in items]
+    for (_, p, _), update in zip(todo, self._step(plan, todo)):
+      plan.assign(p, p.detach() - update)
+  def _step(self, plan: _StepPlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
+    """The amount to subtract from each parameter, given (index in self.params, parameter, gradient) triples.
+    State is written with plan.assign, whose result reads the new value."""
+    raise NotImplementedError(f"{type(self).__name__} must implement _step")
+
+class OptimizerGroup(Optimizer):
+  """Several optimizers stepped as one (e.g. different learning rates for two parts of a model); one realize per step.
+
+  >>> from attograd import Tensor
+  >>> a, b = Tensor([1.0], requires_grad=True), Tensor([1.0], requires_grad=True)
+  >>> opt = OptimizerGroup(SGD([a], lr=0.1), SGD([b], lr=0.5))
+  >>> a.grad, b.grad = Tensor([1.0]), Tensor([1.0])
+  >>> opt.step()
+  >>> [round(a.item(), 6), round(b.item(), 6)]
+  [0.9, 0.5]
+  """
+  def __init__(self, *optimizers: Optimizer):
+    if not optimizers: raise ValueError("OptimizerGroup: needs at least one optimizer")
+    self.optimizers = optimizers
+    self.params = [p for o in optimizers for p in o.params]
+    self.buffers = [b for o in optimizers for b in o.buffers]
+    self.device = self.params[0].device
+  def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
+  def zero_grad(self) -> None:
+    for o in self.optimizers: o.zero_grad()
+  def _plan_step(self, plan: _StepPlan) -> None:
+    for o in self.optimizers: o._plan_step(plan)
+
+class LARS(Optimizer):
+  """SGD with momentum and layer-wise adaptive rate scaling (You et al. 2017): each layer's step is scaled by
+  tcoef * |w| / (|g| + weight_decay * |w|). tcoef=0 turns the scaling off (that is SGD).
+
+  classic=True is Sutskever momentum (lr inside the momentum buffer: b = m*b + lr*g; w -= b); classic=False is
+  PyTorch's (b = m*b + g; w -= lr*b). Weight decay is added to the gradient first.
+  """
+  def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.9,
+               weight_decay: float = 1e-4, nesterov: bool = False, classic: bool = True, tcoef: float = 0.001):
+    super().__init__(params, lr)
+    if nesterov and momentum <= 0:
+      raise ValueError(f"{type(self).__name__}: nesterov needs momentum > 0, got momentum={momentum}")
+    self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
+    self.b = self._new_optim_param() if self.momentum else []
+    self._realize_state(*self.b)
+  def _step(self, plan: _StepPlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
+    lr = self.lr.reshape(())
+    ret = []
+    for i, t, g in todo:
+      w = t.detach()
+      r: Tensor | float = 1.0
+      if self.tcoef != 0:
+        r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
+        # a zero weight or gradient norm leaves the step unscaled
+        r = (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
+      if self.wd != 0: g = g + self.wd * w
+      scale = lr if self.tcoef == 0 else r * lr
+      if self.classic: g = g * scale
+      if self.momentum:
+        b = plan.assign(self.b[i], self.momentum * self.b[i] + g)  # the first step gives b = g, like PyTorch
+        g = g + self.momentum * b if self.nesterov else b
+      if not self.classic: g = g * scale
+      ret.append(g)
+    return ret
+
+class SGD(LARS):
+  """Stochastic gradient descent, optionally with momentum (PyTorch's kind by default), Nesterov momentum and L2
+  weight decay.
+
+  >>> from attograd import Tensor
+  >>> w = Tensor([1.0, 2.0], requires_grad=True)
+  >>> opt = SGD([w], lr=0.1)
+  >>> w.grad = Tensor([1.0, -1.0])
+  >>> opt.step()
+  >>> [round(v, 6) for v in w.tolist()]
+  [0.9, 2.1]
+  """
+  def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.0,
+               weight_decay: float = 0.0, nesterov: bool = False, classic: bool = False):
+    super().__init__(params, lr, momentum, weight_decay, nesterov, classic, tcoef=0.0)
+
+class LAMB(Optimizer):
+  """Adam with a layer-wise trust ratio (You et al. 2019): each layer's step is scaled by |w| / |update|.
+  adam=True drops the ratio, which gives AdamW (decoupled weight decay) or, with weight_decay=0, Adam.
+  """
+  def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,
+               eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False):
+    super().__init__(params, lr)
+    self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
+    self.l2 = 0.0  # PyTorch Adam's weight_decay: added to the gradient (see Adam)
+    # b1**t and b2**t for the bias correction, kept as tensors so the step's kernels don't change with t
+    self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device) for _ in range(2))
+    self.m, self.v = self._new_optim_param(), self._new_optim_param()
+    self._realize_state(self.b1_t, self.b2_t, *self.m, *self.v)
+  def _step(self, plan: _StepPlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
+    lr = self.lr.reshape(())
+    b1_t = plan.assign(self.b1_t, self.b1_t * self.b1).reshape(())
+    b2_t = plan.assign(self.b2_t, self.b2_t * self.b2).reshape(())
+    ret = []
+    for i, t, g in todo:
+      w = t.detach()
+      if self.l2 != 0: g = g + self.l2 * w
+      m = plan.assign(self.m[i], self.b1 * self.m[i] + (1.0 - self.b1) * g)
+      v = plan.assign(self.v[i], self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
+      m_hat = m / (1.0 - b1_t).cast(m.dtype)
+      v_hat = v / (1.0 - b2_t).cast(v.dtype)
+      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w
+      r: Tensor | float = 1.0
+      if not self.adam:
+        r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
+        r = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
+      ret.append(lr * r * up)
+    return ret
+
+class Adam(LAMB):
+  """Adam (Kingma & Ba 2014). weight_decay is PyTorch Adam's L2 penalty, added to the gradient; for decoupled weight
+  decay use AdamW.
+
+  >>> from attograd import Tensor
+  >>> w = Tensor([1.0, 2.0], requires_grad=True)
+  >>> opt = Adam([w], lr=0.1)
+  >>> w.grad = Tensor([1.0, -1.0])
+  >>> opt.step()  # the first Adam step moves each weight by about lr
+  >>> [round(v, 4) for v in w.tolist()]
+  [0.9, 2.1]
+  """
+  def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,
+               eps: float = 1e-8, weight_decay: float = 0.0):
+    super().__init__(params, lr, b1, b2, eps, 0.0, adam=True)
+    self.l2 = weight_decay
+
+class AdamW(LAMB):
+  """Adam with decoupled weight decay (Loshchilov & Hutter 2017): w -= lr * (adam_update + weight_decay * w)."""
+  def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,
+               eps: float = 1e-8, weight_decay: float = 0.01):
+    super().__init__(params, lr, b1, b2, eps, weight_decay, adam=True)

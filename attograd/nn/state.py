@@ -1,0 +1,544 @@
+"""Weights in and out: safetensors files, PyTorch .pt/.pth files (read without torch and without running anything from
+the file), and state dicts (a model's Tensors by dotted name). Loaded tensors are DISK views of the file until moved."""
+from __future__ import annotations
+import _compat_pickle, io, json, os, pickle, struct, time, zipfile
+from collections import OrderedDict
+from typing import Any, Callable
+from attograd.device import Device
+from attograd.dtype import DType, dtypes, to_dtype
+from attograd.helpers import prod
+from attograd.tensor import Tensor
+from attograd.engine.schedule import new_buffer_uop
+from attograd.runtime.ops_disk import DiskBuffer, DiskMapping
+
+PathLike = str | os.PathLike
+
+def _disk() -> Any: return Device["DISK"]
+
+def _short(keys: list[str], n: int = 10) -> str:
+  return str(keys[:n])[:-1] + (f", ... and {len(keys) - n} more]" if len(keys) > n else "]")
+
+# ***** DISK tensors *****
+
+def disk_tensor(source: PathLike | bytes | DiskMapping, offset: int = 0, shape: tuple[int, ...] | None = None,
+                dtype: DType | str = dtypes.uint8) -> Tensor:
+  """A DISK tensor over bytes [offset, offset + numel*itemsize) of a file, which is memory-mapped, not read.
+  Move it with `.to(device)` to copy exactly those bytes; `shape=None` takes the rest of the file as one dim.
+
+  >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(bytes(range(8)))
+  >>> disk_tensor(p, 2, (2, 2)).to("CPU").tolist()
+  [[2, 3], [4, 5]]
+  """
+  mapping = _disk().open(source)
+  d = to_dtype(dtype)
+  if shape is None: shape = ((mapping.size - offset) // d.itemsize,)
+  n = prod(shape)
+  if offset < 0 or offset + n * d.itemsize > mapping.size:
+    raise ValueError(f"disk_tensor: {mapping.path}: {n} elements of {d} at byte {offset} end at byte "
+                     f"{offset + n * d.itemsize}, past the end of the file ({mapping.size} bytes)")
+  buf = _disk().buffer(mapping, offset, n, d)
+  t = Tensor(new_buffer_uop("DISK", n, d, buf), device="DISK")
+  return t.reshape(tuple(shape)) if tuple(shape) != (n,) else t
+
+def _disk_view(t: Tensor) -> tuple[DiskMapping, int] | None:
+  """(mapping, byte offset) when `t` is a whole DISK buffer, else None."""
+  if t.device != "DISK": return None
+  buf, _ = t._buffer()
+  return (buf._buf.mapping, buf._buf.offset) if isinstance(buf, DiskBuffer) else None
+
+def _mapping_of(src: PathLike | Tensor, op: str) -> tuple[DiskMapping, int, int]:
+  """The bytes to parse: (mapping, start, size). A path is mapped; a uint8 Tensor is read (or reused if on DISK)."""
+  if isinstance(src, Tensor):
+    if src.dtype is not dtypes.uint8 or src.ndim != 1: raise TypeError(f"{op}: need a 1-D uint8 Tensor, got {src}")
+    if (v := _disk_view(src)) is not None: return v[0], v[1], src.numel()
+    raw = src.data()
+    return _disk().open(raw.cast("B") if raw.nbytes else b""), 0, src.numel()
+  mapping = _disk().open(src)
+  return mapping, 0, mapping.size
+
+# ***** safetensors *****
+
+# the file format's dtype names; the order (widest first) is the order the `safetensors` package writes tensors in
+safe_dtypes: dict[str, DType] = {
+  "U64": dtypes.uint64, "I64": dtypes.int64, "F64": dtypes.float64, "F32": dtypes.float32, "U32": dtypes.uint32,
+  "I32": dtypes.int32, "BF16": dtypes.bfloat16, "F16": dtypes.float16, "U16": dtypes.uint16, "I16": dtypes.int16,
+  "I8": dtypes.int8, "U8": dtypes.uint8, "BOOL": dtypes.bool}
+inverse_safe_dtypes: dict[DType, str] = {v: k for k, v in safe_dtypes.items()}
+_SAFE_RANK = {d: i for i, d in enumerate(safe_dtypes.values())}
+
+def _safe_header(mapping: DiskMapping, start: int, size: int) -> tuple[dict[str, Any], int]:
+  """The validated JSON header and where the data section starts. Every offset is checked against the file."""
+  name = mapping.path
+  if size < 8: raise ValueError(f"safe_load: {name}: the file is {size} bytes, too short for the 8-byte header length")
+  n = struct.unpack("<Q", mapping.read(start, 8))[0]
+  if 8 + n > size:
+    raise ValueError(f"safe_load: {name}: the header length {n} runs past the end of the file ({size} bytes); "
+                     "the file is truncated or not a safetensors file")
+  try: header = json.loads(bytes(mapping.read(start + 8, n)).decode("utf-8"))
+  except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    raise ValueError(f"safe_load: {name}: the header is not valid JSON: {err}") from None
+  if not isinstance(header, dict):
+    raise ValueError(f"safe_load: {name}: the header must be a JSON object, got {type(header).__name__}")
+  if not isinstance(header.get("__metadata__", {}), dict):
+    raise ValueError(f"safe_load: {name}: __metadata__ must be a JSON object, got {header['__metadata__']!r:.80}")
+  data_len = size - 8 - n
+  spans: list[tuple[int, int, str]] = []
+  for k, info in header.items():
+    if k == "__metadata__": continue
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+      raise ValueError(f"safe_load: {name}: tensor {k!r} needs dtype, shape and data_offsets, got {info!r:.120}")
+    dt, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
+    if dt not in safe_dtypes:
+      raise ValueError(f"safe_load: {name}: tensor {k!r} has unknown dtype {dt!r}; known: {list(safe_dtypes)}")
+    if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+      raise ValueError(f"safe_load: {name}: tensor {k!r} has a bad shape {shape!r}; need a list of non-negative ints")
+    if not isinstance(offs, list) or len(offs) != 2 or not all(type(o) is int for o in offs):
+      raise ValueError(f"safe_load: {name}: tensor {k!r} has bad data_offsets {offs!r}; need [begin, end]")
+    b, e = offs
+    if not 0 <= b <= e <= data_len:
+      raise ValueError(f"safe_load: {name}: tensor {k!r} has data_offsets [{b}, {e}] outside the data section of "
+                       f"{data_len} bytes" + (" (the file may be truncated)" if e > data_len else ""))
+    want = prod(shape) * safe_dtypes[dt].itemsize
+    if e - b != want:
+      raise ValueError(f"safe_load: {name}: tensor {k!r} has {e - b} bytes (data_offsets [{b}, {e}]) but shape {shape} "
+                       f"of {dt} needs {want}")
+    if e > b: spans.append((b, e, k))
+  spans.sort()
+  for (b0, e0, k0), (b1, e1, k1) in zip(spans, spans[1:]):
+    if b1 < e0: raise ValueError(f"safe_load: {name}: tensors {k0!r} [{b0}, {e0}] and {k1!r} [{b1}, {e1}] overlap")
+  return header, start + 8 + n
+
+def safe_load_metadata(fn: PathLike | Tensor) -> tuple[Tensor, int, dict[str, Any]]:
+  """(the file as a uint8 DISK tensor, where the data starts, the JSON header), as in tinygrad.
+  The header maps tensor names to {dtype, shape, data_offsets}; user metadata is under "__metadata__"."""
+  mapping, start, size = _mapping_of(fn, "safe_load_metadata")
+  header, data_start = _safe_header(mapping, start, size)
+  return disk_tensor(mapping, start, (size,)), data_start - start, header
+
+def safe_load(fn: PathLike | Tensor) -> dict[str, Tensor]:
+  """The tensors of a .safetensors file (a path, or its bytes as a uint8 Tensor), by name, in file order.
+  They are DISK views of the file: nothing is read until `.to(device)`, `.numpy()` or `load_state_dict`.
+
+  >>> import tempfile; p = tempfile.mktemp()
+  >>> safe_save({"w": Tensor([[1.0, 2.0]])}, p)
+  >>> safe_load(p)["w"].to("CPU").tolist()
+  [[1.0, 2.0]]
+  """
+  mapping, start, size = _mapping_of(fn, "safe_load")
+  header, data_start = _safe_header(mapping, start, size)
+  out: dict[str, Tensor] = {}
+  for k, info in header.items():
+    if k == "__metadata__": continue
+    begin = data_start + info["data_offsets"][0]
+    out[k] = disk_tensor(mapping, begin, tuple(info["shape"]), safe_dtypes[info["dtype"]])
+  return out
+
+def safe_save(tensors: dict[str, Tensor], fn: PathLike, metadata: dict[str, str] | None = None) -> None:
+  """Write `tensors` to a .safetensors file, byte for byte as the `safetensors` package writes it (tensors widest dtype
+  first, then by name; header padded with spaces to 8 bytes). Metadata keys are sorted; the package writes them in hash
+  order, which varies between runs, so only there can its files differ. The file is replaced atomically, so tensors
+  still mapped from an old version of it stay valid."""
+  for k, t in tensors.items():
+    if not isinstance(k, str): raise TypeError(f"safe_save: tensor names must be strings, got {k!r}")
+    if not isinstance(t, Tensor): raise TypeError(f"safe_save: {k!r} is a {type(t).__name__}, not a Tensor")
+    if t.dtype not in inverse_safe_dtypes:
+      raise ValueError(f"safe_save: {k!r} has dtype {t.dtype}, which safetensors can't store")
+  header: dict[str, Any] = {}
+  if metadata is not None:
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+      raise TypeError(f"safe_save: metadata must map strings to strings (as the safetensors format requires), "
+                      f"got {metadata!r:.120}")
+    header["__metadata__"] = dict(sorted(metadata.items()))
+  order = sorted(tensors.items(), key=lambda kv: (_SAFE_RANK[kv[1].dtype], kv[0]))
+  offset = 0
+  for k, t in order:
+    header[k] = {"dtype": inverse_safe_dtypes[t.dtype], "shape": list(t.shape),
+                 "data_offsets": [offset, offset + t.nbytes()]}
+    offset += t.nbytes()
+  j = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+  j += b" " * ((8 - len(j) % 8) % 8)
+  _write_atomic(fn, [struct.pack("<Q", len(j)), j] + [t.data() for _, t in order])
+
+def _write_atomic(fn: PathLike, chunks: list[Any]) -> None:
+  path = os.fspath(fn)
+  tmp = f"{path}.tmp{os.getpid()}"
+  try:
+    with open(tmp, "wb") as f:
+      for c in chunks:
+        if c.nbytes if isinstance(c, memoryview) else len(c): f.write(c)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp): os.unlink(tmp)
+
+# ***** state dicts *****
+
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+  """Every Tensor reachable from `obj` through attributes, lists, tuples and dicts, by dotted name.
+
+  >>> class Net:
+  ...   def __init__(self): self.l1, self.blocks = Tensor.zeros(2), [Tensor.zeros(3)]
+  >>> list(get_state_dict(Net()))
+  ['l1', 'blocks.0']
+  """
+  out: dict[str, Tensor] = {}
+  _collect(obj, prefix, tensor_type, out, set())
+  return out
+
+def _collect(obj: Any, prefix: str, tensor_type: type, out: dict[str, Any], path: set[int]) -> None:
+  if isinstance(obj, tensor_type):
+    out[prefix.strip(".")] = obj
+    return
+  if id(obj) in path: return  # a cycle (a child pointing at its parent): each object once per path
+  if hasattr(obj, "_asdict"): items: Any = obj._asdict().items()  # namedtuples by field name
+  elif isinstance(obj, (list, tuple)): items = enumerate(obj)
+  elif isinstance(obj, dict): items = obj.items()
+  elif hasattr(obj, "__dict__"): items = vars(obj).items()
+  else: return
+  path.add(id(obj))
+  for k, v in list(items): _collect(v, f"{prefix}{k}.", tensor_type, out, path)
+  path.discard(id(obj))
+
+def get_parameters(obj: Any) -> list[Tensor]:
+  """The Tensors of `obj` (see get_state_dict), each once even when reachable by several names."""
+  return list({id(t): t for t in get_state_dict(obj).values()}.values())
+
+def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True, verbose: bool = False,
+                    consume: bool = False, realize: bool = True) -> None:
+  """Copy `state_dict`'s tensors into `model`'s, by dotted name, moved to each parameter's device and cast to its dtype.
+  strict=True refuses missing and unexpected keys; a shape mismatch is always an error. consume=True deletes each
+  entry from `state_dict` once loaded, so its memory can go."""
+  model_sd = get_state_dict(model)
+  missing = [k for k in model_sd if k not in state_dict]
+  unexpected = [k for k in state_dict if k not in model_sd]
+  if strict and (missing or unexpected):
+    why = []
+    if missing: why.append(f"missing {len(missing)} key(s) the model has: {_short(missing)}")
+    if unexpected: why.append(f"{len(unexpected)} unexpected key(s) the model doesn't have: {_short(unexpected)}")
+    raise ValueError(f"load_state_dict: the state dict is {'; and '.join(why)} "
+                     "(strict=False loads only the keys in both)")
+  st, nbytes = time.perf_counter(), 0
+  for k, p in model_sd.items():
+    if k not in state_dict: continue
+    v: Any = state_dict[k]
+    if not isinstance(v, Tensor): v = Tensor(v, device=p.device)
+    if v.shape != p.shape:
+      raise ValueError(f"load_state_dict: shape mismatch for {k!r}: the model has {p.shape}, "
+                       f"the state dict has {v.shape}")
+    if v.device != p.device: v = v.to(p.device)
+    p.assign(v.cast(p.dtype) if v.dtype != p.dtype else v)
+    if realize: p.realize()
+    nbytes += p.nbytes()
+    if consume: del state_dict[k]
+  if verbose:
+    print(f"load_state_dict: loaded {len(model_sd) - len(missing)} tensors ({nbytes / 1e6:.2f} MB) "
+          f"in {time.perf_counter() - st:.2f} s" + (f"; not in the state dict: {_short(missing)}" if missing else "")
+          + (f"; unused: {_short(unexpected)}" if unexpected else ""))
+
+# ***** PyTorch .pt / .pth *****
+# torch.save pickles the object with every tensor storage replaced by a persistent id; the storages' bytes are stored
+# apart (zip format: one zip entry per storage; legacy format: after the pickle). A pickle can name any Python global,
+# and unpickling calls what it names, so the unpickler below resolves names only from an allow-list, to our stand-ins.
+
+_TORCH_STORAGES = {
+  "FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64, "HalfStorage": dtypes.float16,
+  "BFloat16Storage": dtypes.bfloat16, "LongStorage": dtypes.int64, "IntStorage": dtypes.int32,
+  "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool}
+_TORCH_DTYPES = {
+  "float32": dtypes.float32, "float": dtypes.float32, "float64": dtypes.float64, "double": dtypes.float64,
+  "float16": dtypes.float16, "half": dtypes.float16, "bfloat16": dtypes.bfloat16, "int64": dtypes.int64,
+  "long": dtypes.int64, "int32": dtypes.int32, "int": dtypes.int32, "int16": dtypes.int16, "short": dtypes.int16,
+  "int8": dtypes.int8, "uint8": dtypes.uint8, "bool": dtypes.bool, "uint16": dtypes.uint16, "uint32": dtypes.uint32,
+  "uint64": dtypes.uint64}
+_LEGACY_MAGIC, _LEGACY_PROTOCOL = 0x1950A86A20F9469CFC6C, 1001
+
+class _Frozen:
+  """What the unpickler hands out: slotted (no __dict__) and read-only, so a pickle's BUILD opcode (which sets
+  attributes or calls __setstate__) can't change it. (A frozen slotted dataclass won't do: it has a __setstate__.)"""
+  __slots__: tuple[str, ...] = ()
+  def __init__(self, *args: Any) -> None:
+    for k, v in zip(self.__slots__, args): object.__setattr__(self, k, v)
+  def __setattr__(self, k: str, v: Any) -> None:
+    raise pickle.UnpicklingError(f"torch_load: the file tries to set {k!r} on {self!r}")
+
+class _Marker(_Frozen):
+  """An allow-listed torch name that is data (a storage type, a dtype, a tensor class): it can't be called."""
+  __slots__ = ("name", "dtype")
+  name: str
+  dtype: DType | None
+  def __call__(self, *args: Any, **kw: Any) -> Any:
+    raise pickle.UnpicklingError(f"torch_load: the file calls {self.name}, which isn't allowed")
+  def __repr__(self) -> str: return self.name
+
+class _Rebuild(_Frozen):
+  """An allow-listed torch function, replaced by our own code that only records what to build."""
+  __slots__ = ("name", "fn")
+  name: str
+  fn: Callable[..., Any]
+  def __call__(self, *args: Any) -> Any: return self.fn(*args)
+  def __repr__(self) -> str: return self.name
+
+class _StorageRef(_Frozen):
+  """A storage named by a persistent id: `numel` elements of `dtype`, `offset` elements into the bytes of `key`."""
+  __slots__ = ("key", "dtype", "numel", "offset")
+  key: str
+  dtype: DType
+  numel: int
+  offset: int
+  def __repr__(self) -> str: return f"<storage {self.key!r} of {self.numel} {self.dtype}>"
+
+class _TensorRef(_Frozen):
+  """A tensor to build once the storages' places in the file are known."""
+  __slots__ = ("storage", "offset", "size", "stride", "dtype")
+  storage: _StorageRef
+  offset: int
+  size: tuple[int, ...]
+  stride: tuple[int, ...]
+  dtype: DType
+  def __repr__(self) -> str: return f"<tensor {self.size} {self.dtype}>"
+
+def _check_ints(what: str, xs: Any) -> tuple[int, ...]:
+  if not isinstance(xs, (tuple, list)) or not all(type(x) is int and x >= 0 for x in xs):
+    raise pickle.UnpicklingError(f"torch_load: bad tensor {what} {xs!r:.80}; need a tuple of non-negative ints")
+  return tuple(xs)
+
+def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: DType | None = None) -> _TensorRef:
+  if not isinstance(storage, _StorageRef):
+    raise pickle.UnpicklingError(f"torch_load: a tensor's storage is {storage!r:.80}, not a storage")
+  if type(offset) is not int or offset < 0:
+    raise pickle.UnpicklingError(f"torch_load: bad storage offset {offset!r:.80}")
+  size, stride = _check_ints("size", size), _check_ints("stride", stride)
+  if len(size) != len(stride):
+    raise pickle.UnpicklingError(f"torch_load: tensor size {size} and stride {stride} differ in length")
+  return _TensorRef(storage, offset, size, stride, dtype or storage.dtype)
+
+def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> _TensorRef:
+  return _rebuild_tensor(storage, offset, size, stride)
+def _rebuild_tensor_v3(storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, hooks: Any, dtype: Any,
+                       *rest: Any) -> _TensorRef:
+  # dtypes without a typed storage class (uint16/32/64): a byte storage plus the dtype
+  if not isinstance(dtype, _Marker) or dtype.dtype is None:
+    raise pickle.UnpicklingError(f"torch_load: {dtype!r:.80} is not a dtype")
+  return _rebuild_tensor(storage, offset, size, stride, dtype.dtype)
+def _rebuild_parameter(data: Any, *rest: Any) -> Any:
+  if not isinstance(data, _TensorRef):
+    raise pickle.UnpicklingError(f"torch_load: a Parameter's data is {data!r:.80}, not a tensor")
+  return data
+def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
+  # how torch pickles a tensor with Python attributes: func(*args) builds it, then the attributes are set (we drop them)
+  if not isinstance(func, _Rebuild) or not isinstance(args, tuple):
+    raise pickle.UnpicklingError(f"torch_load: bad tensor rebuild {func!r:.80}")
+  return func(*args)
+
+_SAFE_BUILTINS: dict[str, Any] = {"set": set, "frozenset": frozenset, "slice": slice}
+
+def _allowed_global(module: str, name: str) -> Any:
+  """The stand-in for an allow-listed global, or None."""
+  if module == "collections" and name == "OrderedDict": return OrderedDict
+  if module == "builtins" and name in _SAFE_BUILTINS: return _SAFE_BUILTINS[name]
+  if module == "torch._utils":
+    fns = {"_rebuild_tensor_v2": _rebuild_tensor_v2, "_rebuild_tensor_v3": _rebuild_tensor_v3,
+           "_rebuild_parameter": _rebuild_parameter, "_rebuild_parameter_with_state": _rebuild_parameter}
+    if name in fns: return _Rebuild(f"{module}.{name}", fns[name])
+  if module == "torch._tensor" and name == "_rebuild_from_type_v2":
+    return _Rebuild(f"{module}.{name}", _rebuild_from_type_v2)
+  if module == "torch" and name in _TORCH_STORAGES: return _Marker(f"torch.{name}", _TORCH_STORAGES[name])
+  if module == "torch" and name in _TORCH_DTYPES: return _Marker(f"torch.{name}", _TORCH_DTYPES[name])
+  if module == "torch" and name == "Size": return tuple
+  if (module, name) in (("torch.storage", "UntypedStorage"), ("torch", "UntypedStorage")):
+    return _Marker(f"{module}.{name}", dtypes.uint8)
+  if (module, name) in (("torch.storage", "TypedStorage"), ("torch", "Tensor"), ("torch._tensor", "Tensor"),
+                        ("torch.nn.parameter", "Parameter")): return _Marker(f"{module}.{name}", None)
+  return None
+
+class _TorchUnpickler(pickle.Unpickler):
+  """Resolves globals only from the allow-list; storages become _StorageRefs, tensors _TensorRefs."""
+  def __init__(self, f: Any, path: str, storages: dict[str, _StorageRef]):
+    super().__init__(f)
+    self.path, self.storages = path, storages
+  def find_class(self, module: str, name: str) -> Any:
+    # protocol 0-2 pickles name Python 2 modules (__builtin__.set); map them as pickle itself would
+    if (module, name) in _compat_pickle.NAME_MAPPING: module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+    else: module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+    if (obj := _allowed_global(module, name)) is not None: return obj
+    raise pickle.UnpicklingError(f"torch_load: {self.path} refers to the global {module}.{name}, which is not allowed: "
+                                 "only torch's tensor-rebuilding functions, storage types and dtypes (and "
+                                 "collections.OrderedDict, set, frozenset, slice) can be loaded. "
+                                 "Nothing from the file was run.")
+  def persistent_load(self, pid: Any) -> Any:
+    if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
+      raise pickle.UnpicklingError(f"torch_load: {self.path}: unknown persistent id {pid!r:.80}")
+    stype, key, numel = pid[1], pid[2], pid[4]
+    if not isinstance(stype, _Marker) or stype.dtype is None:
+      raise pickle.UnpicklingError(f"torch_load: {self.path}: storage type {stype!r:.80} is not supported; "
+                                   f"supported: {sorted(_TORCH_STORAGES)} and UntypedStorage")
+    if not isinstance(key, str) or type(numel) is not int or numel < 0:
+      raise pickle.UnpicklingError(f"torch_load: {self.path}: bad storage id {pid!r:.120}")
+    if (s := self.storages.get(key)) is None: s = self.storages[key] = _StorageRef(key, stype.dtype, numel, 0)
+    view = pid[5] if len(pid) > 5 else None
+    if view is not None:  # very old files: a storage view (view key, element offset, size) into the root storage
+      if not (isinstance(view, tuple) and len(view) == 3 and all(type(v) is int and v >= 0 for v in view[1:])):
+        raise pickle.UnpicklingError(f"torch_load: {self.path}: bad storage view {view!r:.80}")
+      return _StorageRef(key, stype.dtype, view[2], view[1])
+    return s
+
+def _unpickle(f: Any, path: str, storages: dict[str, _StorageRef], what: str) -> Any:
+  """One pickle from `f`, through the allow-list. A refused name is an UnpicklingError; a broken pickle a ValueError."""
+  try: return _TorchUnpickler(f, path, storages).load()
+  except pickle.UnpicklingError as e:
+    if path in str(e): raise
+    if str(e).startswith("torch_load: "): raise pickle.UnpicklingError(f"torch_load: {path}: {str(e)[12:]}") from None
+    raise ValueError(f"torch_load: {path}: its {what} is not a valid pickle ({e})") from None
+  except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError, RecursionError) as e:
+    raise ValueError(f"torch_load: {path}: its {what} is not a valid pickle ({type(e).__name__}: {e})") from None
+
+def torch_load(fn: PathLike) -> Any:
+  """Read a file written by `torch.save` (zip or legacy format) without importing torch and without running anything
+  from it: only an allow-list of torch's tensor-rebuilding names is resolved, and any other global is an error.
+  Returns the saved object (usually a state dict) with every torch tensor as a Tensor: contiguous ones are DISK views
+  of the file; strided ones (a transpose, a slice with a step) are read and viewed on Device.DEFAULT."""
+  path = os.fspath(fn)
+  mapping = _disk().open(path)
+  storages: dict[str, _StorageRef] = {}
+  places: dict[str, tuple[DiskMapping, int, int]]
+  if mapping.size >= 4 and bytes(mapping.read(0, 4)) == b"PK\x03\x04": obj, places = _load_zip(path, mapping, storages)
+  else: obj, places = _load_legacy(path, mapping, storages)
+  return _resolve(obj, places, path, "", set())
+
+Places = dict[str, tuple[DiskMapping, int, int]]  # storage key -> (mapping, byte offset, byte size)
+
+def _load_zip(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef]) -> tuple[Any, Places]:
+  try: zf = zipfile.ZipFile(path)
+  except zipfile.BadZipFile as e:
+    raise ValueError(f"torch_load: {path} starts like a zip file but isn't one: {e}") from None
+  with zf:
+    infos = {i.filename: i for i in zf.infolist()}
+    pkls = [n for n in infos if n.endswith("/data.pkl") and n.count("/") == 1]
+    if not pkls:
+      raise ValueError(f"torch_load: {path} is a zip file without <archive>/data.pkl, so not a torch.save file")
+    prefix = pkls[0][:-len("data.pkl")]
+    if (bo := infos.get(prefix + "byteorder")) is not None and zf.read(bo).strip() != b"little":
+      raise ValueError(f"torch_load: {path} was saved on a big-endian machine ({zf.read(bo)!r}), which isn't supported")
+    obj = _unpickle(io.BytesIO(zf.read(pkls[0])), path, storages, pkls[0])
+    places: Places = {}
+    for key in storages:
+      info = infos.get(f"{prefix}data/{key}")
+      if info is None:
+        raise ValueError(f"torch_load: {path}: storage {key!r} is missing (no zip entry {prefix}data/{key})")
+      if info.compress_type == zipfile.ZIP_STORED:
+        # torch stores entries uncompressed: the bytes sit in the file after the entry's local header
+        hdr = bytes(mapping.read(info.header_offset, 30))
+        if hdr[:4] != b"PK\x03\x04": raise ValueError(f"torch_load: {path}: bad zip header for entry {info.filename}")
+        name_len, extra_len = struct.unpack("<HH", hdr[26:30])
+        start = info.header_offset + 30 + name_len + extra_len
+        if start + info.file_size > mapping.size:
+          raise ValueError(f"torch_load: {path}: storage {key!r} ({info.file_size} bytes at {start}) runs past the end "
+                           f"of the file ({mapping.size} bytes); the file is truncated")
+        places[key] = (mapping, start, info.file_size)
+      else: places[key] = (_disk().open(zf.read(info)), 0, info.file_size)  # recompressed by some tool: read it
+  return obj, places
+
+def _load_legacy(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef]) -> tuple[Any, Places]:
+  places: Places = {}
+  with open(path, "rb") as f:
+    def load(what: str) -> Any: return _unpickle(f, path, storages, what)
+    try: magic = load("magic number")
+    except ValueError:
+      raise ValueError(f"torch_load: {path} is not a torch.save file: it starts with neither a zip header "
+                       "nor a pickle") from None
+    if magic != _LEGACY_MAGIC: raise ValueError(f"torch_load: {path} is not a torch.save file (bad magic number)")
+    if (proto := load("protocol version")) != _LEGACY_PROTOCOL:
+      raise ValueError(f"torch_load: {path}: legacy protocol version {proto!r} is not supported "
+                       f"(only {_LEGACY_PROTOCOL})")
+    info = load("system info")
+    if isinstance(info, dict) and info.get("little_endian") is False:
+      raise ValueError(f"torch_load: {path} was saved on a big-endian machine, which isn't supported")
+    obj = load("pickled object")
+    keys = load("storage keys")
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+      raise ValueError(f"torch_load: {path}: bad storage key list {keys!r:.80}")
+    pos = f.tell()
+  # then each storage: its element count (int64) and its bytes
+  for key in keys:
+    if key not in storages:
+      raise ValueError(f"torch_load: {path}: storage {key!r} is stored but never used, so its dtype is unknown")
+    if pos + 8 > mapping.size:
+      raise ValueError(f"torch_load: {path}: the file ends inside storage {key!r}'s header; the file is truncated")
+    numel = struct.unpack("<q", mapping.read(pos, 8))[0]
+    nbytes = numel * storages[key].dtype.itemsize
+    if numel < 0 or pos + 8 + nbytes > mapping.size:
+      raise ValueError(f"torch_load: {path}: storage {key!r} ({numel} elements of {storages[key].dtype} at byte "
+                       f"{pos + 8}) runs past the end of the file ({mapping.size} bytes); the file is truncated")
+    places[key] = (mapping, pos + 8, nbytes)
+    pos += 8 + nbytes
+  return obj, places
+
+def _resolve(obj: Any, places: Places, path: str, where: str, seen: set[int]) -> Any:
+  """The unpickled object with every _TensorRef built into a Tensor (containers are updated in place)."""
+  if isinstance(obj, _TensorRef): return _tensor_from_ref(obj, places, path, where.strip("."))
+  if isinstance(obj, (dict, list)):
+    if id(obj) in seen: return obj
+    seen.add(id(obj))
+    keys = obj.keys() if isinstance(obj, dict) else range(len(obj))
+    for k in list(keys): obj[k] = _resolve(obj[k], places, path, f"{where}{k}.", seen)
+  elif isinstance(obj, tuple):
+    return tuple(_resolve(x, places, path, f"{where}{i}.", seen) for i, x in enumerate(obj))
+  return obj
+
+def _tensor_from_ref(ref: _TensorRef, places: Places, path: str, name: str) -> Tensor:
+  st = ref.storage
+  if st.key not in places:
+    raise ValueError(f"torch_load: {path}: tensor {name!r} uses storage {st.key!r}, which isn't in the file")
+  mapping, start, nbytes = places[st.key]
+  base = start + st.offset * st.dtype.itemsize  # storage views (old files) start inside their root storage
+  avail = nbytes - st.offset * st.dtype.itemsize
+  isz = ref.dtype.itemsize
+  if prod(ref.size) == 0: return disk_tensor(mapping, base, ref.size, ref.dtype)
+  end = (ref.offset + sum((n - 1) * s for n, s in zip(ref.size, ref.stride)) + 1) * isz
+  have = min(avail, st.numel * st.dtype.itemsize)
+  if end > have:
+    raise ValueError(f"torch_load: {path}: tensor {name!r} (offset {ref.offset}, size {ref.size}, stride {ref.stride}) "
+                     f"reads up to byte {end} of its storage, which has {have}")
+  if _is_contiguous(ref.size, ref.stride): return disk_tensor(mapping, base + ref.offset * isz, ref.size, ref.dtype)
+  # strided: copy the span it covers, then view it with movement ops on the compute device
+  lo = ref.offset
+  span = end // isz - lo
+  flat = disk_tensor(mapping, base + lo * isz, (span,), ref.dtype).to(Device.DEFAULT)
+  return as_strided(flat, ref.size, ref.stride, 0)
+
+def _is_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+  acc = 1
+  for n, s in reversed(list(zip(size, stride))):
+    if n != 1 and s != acc: return False
+    acc *= n
+  return True
+
+def as_strided(flat: Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int = 0) -> Tensor:
+  """Elements flat[offset + sum(i_k * stride_k)] in shape `size`, from a 1-D tensor, with movement ops only (like
+  torch.as_strided; strides must be >= 0). Non-overlapping strides are one reshape chain; overlapping ones are
+  concatenated slice by slice along the outermost dim."""
+  dims = [i for i, (n, s) in enumerate(zip(size, stride)) if n != 1 and s != 0]
+  order = sorted(dims, key=lambda i: -stride[i])
+  # nested: each dim's elements fit within one step of the next-larger stride, so (n, stride) reshapes peel them off
+  nested = all(stride[a] >= (size[b] - 1) * stride[b] + 1 for a, b in zip(order, order[1:]))
+  if not nested:
+    a = order[0]
+    rest_size, rest_stride = size[:a] + (1,) + size[a + 1:], stride[:a] + (0,) + stride[a + 1:]
+    parts = [as_strided(flat, rest_size, rest_stride, offset + i * stride[a]) for i in range(size[a])]
+    return parts[0].cat(*parts[1:], dim=a)
+  def window(x: Tensor, start: int, length: int) -> Tensor:
+    # [start, start + length) of the last dim, padded past its end (those places are never picked)
+    have = x.shape[-1]
+    x = x.shrink(tuple(None for _ in x.shape[:-1]) + ((min(start, have), min(start + length, have)),))
+    return x.pad(tuple((0, 0) for _ in x.shape[:-1]) + ((0, length - x.shape[-1]),)) if x.shape[-1] < length else x
+  if not order: x = window(flat, offset, 1)
+  else:
+    x = window(flat, offset, size[order[0]] * stride[order[0]]).reshape(size[order[0]], stride[order[0]])
+    for b in order[1:]:
+      x = window(x, 0, size[b] * stride[b])
+      x = x.reshape(x.shape[:-1] + (size[b], stride[b]))
+    x = window(x, 0, 1)
+  x = x.reshape(tuple(size[i] for i in order))
+  # back to the original dim order, then size-1 and stride-0 dims
+  x = x.permute(tuple(sorted(range(len(order)), key=lambda j: order[j]))) if order else x
+  x = x.reshape(tuple(size[i] if i in dims else 1 for i in range(len(size))))
+  return x.expand(size) if x.shape != tuple(size) else x

@@ -1,0 +1,88 @@
+"""The DISK device: files memory-mapped read-only. A DISK buffer is a view (offset, size) of a mapped file, so
+loading a model makes tensors over its bytes without reading them; `.to(device)` copies exactly those bytes.
+No kernel runs here."""
+from __future__ import annotations
+import mmap, os, weakref
+from typing import Any
+from attograd.device import Allocator, Buffer, Compiled, Compiler
+from attograd.dtype import DType
+from attograd.renderer import Renderer
+
+_NO_COMPUTE = ("DISK tensors are read-only views of files: no kernel runs on DISK. Move the tensor to a compute device "
+               "first, e.g. t.to('CPU'), and apply casts, bitcasts and views there")
+
+class DiskMapping:
+  """One file (or bytes object) mapped read-only. Views keep it alive; the mapping closes with its last view."""
+  def __init__(self, source: str | os.PathLike | bytes | bytearray | memoryview):
+    if isinstance(source, (bytes, bytearray, memoryview)):
+      self.path, self.mm = "<memory>", None
+      self.data: memoryview = memoryview(source).cast("B")
+    else:
+      self.path = os.fspath(source)
+      with open(self.path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        # mmap refuses empty files; an empty file has no bytes to view anyway
+        self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+      self.data = memoryview(self.mm) if self.mm is not None else memoryview(b"")
+  @property
+  def size(self) -> int: return self.data.nbytes
+  def read(self, offset: int, nbytes: int) -> memoryview:
+    """A zero-copy view of bytes [offset, offset+nbytes)."""
+    if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+      raise ValueError(f"DISK: {self.path}: bytes [{offset}, {offset + nbytes}) are outside it ({self.size} bytes)")
+    return self.data[offset:offset + nbytes]
+  def __repr__(self) -> str: return f"<DiskMapping {self.path} {self.size} bytes>"
+
+class DiskView:
+  """What a DISK buffer holds instead of device memory: (mapping, byte offset, byte size)."""
+  __slots__ = ("mapping", "offset", "nbytes")
+  def __init__(self, mapping: DiskMapping, offset: int, nbytes: int):
+    mapping.read(offset, nbytes)  # validates the range
+    self.mapping, self.offset, self.nbytes = mapping, offset, nbytes
+  def __repr__(self) -> str: return f"<DiskView {self.mapping.path} [{self.offset}, {self.offset + self.nbytes})>"
+
+class DiskAllocator(Allocator):
+  """Reads only: a DISK buffer can't be allocated fresh or written, since it is a view of a file."""
+  def alloc(self, nbytes: int) -> Any: raise RuntimeError(f"DISK: can't allocate a {nbytes}-byte buffer. {_NO_COMPUTE}")
+  def copyin(self, dest: Any, src: memoryview) -> None:
+    raise RuntimeError(f"DISK: can't write into {dest}. {_NO_COMPUTE}")
+  def copyout(self, dest: memoryview, src: DiskView) -> None: dest[:] = src.mapping.read(src.offset, src.nbytes)
+
+class DiskBuffer(Buffer):
+  """A Buffer whose memory is a view of a mapped file. It holds no device memory, so it isn't counted in mem_used."""
+  def __init__(self, device: str, view: DiskView, size: int, dtype: DType, allocator: DiskAllocator):
+    if view.nbytes != size * dtype.itemsize:
+      raise ValueError(f"DISK: a view of {view.nbytes} bytes can't hold {size} elements of {dtype}")
+    super().__init__(device, size, dtype)
+    self._buf, self.allocator = view, allocator
+  def __del__(self) -> None: pass
+  def __repr__(self) -> str: return f"<DiskBuffer {self._buf} {self.size} {self.dtype}>"
+
+class DiskRenderer(Renderer):
+  def __init__(self) -> None: super().__init__(device="DISK")
+  def prepare(self, sink: Any) -> Any: raise RuntimeError(_NO_COMPUTE)
+  def render(self, name: str, uops: list) -> str: raise RuntimeError(_NO_COMPUTE)
+
+class DiskCompiler(Compiler):
+  def compile(self, src: str) -> bytes: raise RuntimeError(_NO_COMPUTE)
+
+def _no_program(*args: Any, **kwargs: Any) -> Any: raise RuntimeError(_NO_COMPUTE)
+
+class DiskDevice(Compiled):
+  def __init__(self, device: str):
+    super().__init__(device, DiskAllocator(), DiskRenderer(), DiskCompiler(), _no_program)
+    # one mapping per open file: loading the same file twice shares it
+    self._mappings: weakref.WeakValueDictionary[tuple[Any, ...], DiskMapping] = weakref.WeakValueDictionary()
+  def open(self, source: str | os.PathLike | bytes | bytearray | memoryview | DiskMapping) -> DiskMapping:
+    """The read-only mapping of a file path (shared while in use), or of bytes already in memory."""
+    if isinstance(source, DiskMapping): return source
+    if isinstance(source, (bytes, bytearray, memoryview)): return DiskMapping(source)
+    st = os.stat(source)
+    # a file rewritten in place gets a new mtime or size, and so a new mapping
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if (m := self._mappings.get(key)) is None: m = self._mappings[key] = DiskMapping(source)
+    return m
+  def buffer(self, mapping: DiskMapping, offset: int, size: int, dtype: DType) -> DiskBuffer:
+    """`size` elements of `dtype` at byte `offset` of `mapping`, without reading them."""
+    assert isinstance(self.allocator, DiskAllocator)
+    return DiskBuffer(self.device, DiskView(mapping, offset, size * dtype.itemsize), size, dtype, self.allocator)

@@ -1,0 +1,127 @@
+"""nn.datasets (MNIST from the real IDX files, checksums, downloads, the offline error) and nn.data (DataLoader)."""
+from __future__ import annotations
+import gzip, os, shutil, struct
+import numpy as np
+import pytest
+from attograd import Device, Tensor, dtypes
+from attograd.nn import datasets
+from attograd.nn.data import DataLoader, normalize_mnist
+from attograd.nn.datasets import fashion_mnist, mnist
+
+SHARED = "/work/shared/datasets/mnist"
+needs_mnist = pytest.mark.skipif(not all(os.path.exists(os.path.join(SHARED, f)) for f in datasets._FILES),
+                                 reason=f"the MNIST files are not in {SHARED}")
+
+def _no_download(url: str, dest: str) -> None: raise OSError("network disabled in tests")
+
+# ***** MNIST *****
+
+@needs_mnist
+def test_mnist_real_files(monkeypatch) -> None:
+  monkeypatch.setenv("MNIST_DIR", SHARED)
+  monkeypatch.setattr(datasets, "_download", _no_download)
+  X, Y, Xt, Yt = mnist()
+  assert (X.shape, Y.shape, Xt.shape, Yt.shape) == ((60000, 1, 28, 28), (60000,), (10000, 1, 28, 28), (10000,))
+  assert X.dtype is Y.dtype is Xt.dtype is Yt.dtype is dtypes.uint8 and X.device == Device.DEFAULT
+  assert np.bincount(Y.numpy()).tolist() == [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+  assert np.bincount(Yt.numpy()).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+  assert abs(X.float().mean().item() - 33.3184) < 1e-3 and abs(Xt.float().mean().item() - 33.7912) < 1e-3
+  assert X.max().item() == 255 and X.min().item() == 0
+
+@needs_mnist
+def test_mnist_downloads_missing_files_and_checks_them(tmp_path, monkeypatch, capsys) -> None:
+  # a mirror served from the shared copy over file:// runs the real download code (urllib, progress bar, rename)
+  monkeypatch.setenv("MNIST_DIR", str(tmp_path / "dl"))
+  monkeypatch.setitem(datasets._MIRRORS, "mnist", ["file:///nonexistent/", f"file://{SHARED}/"])
+  _, Y, _, _ = mnist()
+  assert Y.shape == (60000,) and sorted(os.listdir(tmp_path / "dl")) == sorted(datasets._FILES)
+  assert "train-images-idx3-ubyte.gz: [##############################]" in capsys.readouterr().err
+
+def test_mnist_offline_and_missing_says_where_to_put_the_files(tmp_path, monkeypatch) -> None:
+  monkeypatch.setenv("MNIST_DIR", str(tmp_path))
+  monkeypatch.setattr(datasets, "_download", _no_download)
+  with pytest.raises(FileNotFoundError) as e: mnist()
+  msg = str(e.value)
+  assert f"train-images-idx3-ubyte.gz is not in {tmp_path} and could not be downloaded" in msg
+  assert "network disabled" in msg
+  assert all(f in msg for f in datasets._FILES) and "set MNIST_DIR to a folder that holds them" in msg
+  assert os.listdir(tmp_path) == []
+
+def test_fashion_mnist_has_its_own_dir(tmp_path, monkeypatch) -> None:
+  monkeypatch.setenv("FASHION_MNIST_DIR", str(tmp_path))
+  monkeypatch.setattr(datasets, "_download", _no_download)
+  with pytest.raises(FileNotFoundError, match="fashion_mnist: .* set FASHION_MNIST_DIR"): fashion_mnist()
+
+def test_default_dir_is_under_the_cache(tmp_path, monkeypatch) -> None:
+  monkeypatch.delenv("MNIST_DIR", raising=False)
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  assert datasets.dataset_dir("mnist") == os.path.join(str(tmp_path), "datasets", "mnist")
+
+@needs_mnist
+def test_mnist_corrupt_file_is_reported(tmp_path, monkeypatch) -> None:
+  for f in datasets._FILES: shutil.copy(os.path.join(SHARED, f), tmp_path / f)
+  with open(tmp_path / datasets._FILES[1], "r+b") as fh: fh.write(b"\0")
+  monkeypatch.setenv("MNIST_DIR", str(tmp_path))
+  with pytest.raises(ValueError, match=r"train-labels-idx1-ubyte\.gz is corrupt \(md5 [0-9a-f]{32}, expected d53e105e"):
+    mnist()
+
+def _idx(magic: int, dims: tuple[int, ...], data: bytes) -> bytes:
+  return struct.pack(f">I{len(dims)}I", magic, *dims) + data
+
+@pytest.mark.parametrize("content, msg", [
+  (_idx(0x801, (2, 28, 28), bytes(2 * 784)), r"has magic 0x801, expected 0x803"),
+  (_idx(0x803, (2, 28, 28), bytes(100)), r"has 100 data bytes, but its dims \(2, 28, 28\) need 1568"),
+  (b"\0\0\x08", r"is 3 bytes, too short for its header"),
+])
+def test_idx_header_validation(tmp_path, content: bytes, msg: str) -> None:
+  p = tmp_path / "x.gz"
+  with gzip.open(p, "wb") as f: f.write(content)
+  with pytest.raises(ValueError, match=msg): datasets._parse_idx(str(p), 0x803, 3)
+
+# ***** DataLoader *****
+
+X = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+Y = np.arange(10, dtype=np.int64)
+
+def _epoch(dl: DataLoader) -> list[tuple[list, list]]: return [(xb.tolist(), yb.tolist()) for xb, yb in dl]
+
+@pytest.mark.parametrize("as_tensor", [False, True], ids=["numpy", "tensor"])
+def test_dataloader_in_order(as_tensor: bool) -> None:
+  dl = DataLoader(Tensor(X) if as_tensor else X, Tensor(Y) if as_tensor else Y, batch_size=4, shuffle=False)
+  ep = _epoch(dl)
+  assert len(dl) == 3 and [y for _, y in ep] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+  assert ep[2][0] == X[8:].tolist()
+  xb, yb = next(iter(dl))
+  assert xb.dtype is dtypes.float32 and yb.dtype is dtypes.int64 and xb.device == Device.DEFAULT
+
+def test_dataloader_drop_last() -> None:
+  dl = DataLoader(X, Y, batch_size=4, shuffle=False, drop_last=True)
+  assert len(dl) == 2 and [y for _, y in _epoch(dl)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+  assert len(DataLoader(X, Y, batch_size=5, drop_last=True)) == 2
+  assert len(DataLoader(X, Y, batch_size=11, drop_last=True)) == 0
+
+def test_dataloader_shuffle_is_seeded_and_complete() -> None:
+  a, b = DataLoader(X, Y, 3, seed=7), DataLoader(Tensor(X), Tensor(Y), 3, seed=7)
+  ea1, ea2, eb1 = _epoch(a), _epoch(a), _epoch(b)
+  assert ea1 == eb1  # same seed, same order, whatever the input type
+  assert ea1 != ea2  # a new order each epoch
+  for ep in (ea1, ea2):
+    ys = [y for _, yb in ep for y in yb]
+    assert sorted(ys) == list(range(10)) and ys != list(range(10))
+    for xb, yb in ep: assert xb == X[yb].tolist()  # rows stay paired
+  assert _epoch(DataLoader(X, Y, 3, seed=8)) != ea1
+
+def test_dataloader_batches_on_device(device: str) -> None:
+  xb, yb = next(iter(DataLoader(X, Y, 4, seed=0, device=device)))
+  assert xb.device == yb.device == device and (xb.sum(1) == Tensor(X[yb.numpy()].sum(1), device=device)).all().item()
+
+def test_dataloader_errors() -> None:
+  with pytest.raises(ValueError, match=r"X and Y need the same length, got X \(10, 3\) and Y \(9,\)"):
+    DataLoader(X, Y[:9], 2)
+  with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"): DataLoader(X, Y, 0)
+  with pytest.raises(TypeError, match="X must be a Tensor or a NumPy array, got list"): DataLoader([1, 2], Y, 2)
+
+def test_normalize_mnist() -> None:
+  x = normalize_mnist(Tensor([0, 255, 33], dtype=dtypes.uint8))
+  assert x.dtype is dtypes.float32
+  np.testing.assert_allclose(x.numpy(), (np.array([0, 255, 33]) / 255 - 0.1307) / 0.3081, rtol=1e-6)
