@@ -122,7 +122,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def _new(self, uop: UOp) -> Tensor:
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
-    t.uop, t.requires_grad, t.grad, t._device = uop, None, None, self._device
+    t.uop, t._requires_grad, t.grad, t._device = uop, None, None, self._device  # a new tensor is in no registry yet
     return t
 
   # ***** realize and data access *****
@@ -561,7 +561,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     if not dtypes.is_float(self.dtype): return self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
     return (self.eq(math.inf) & detect_positive) | (self.eq(-math.inf) & detect_negative)
   def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
-  def relu(self) -> Tensor: return (self > 0).where(self, self._const_like(0))
+  def relu(self) -> Tensor:
+    """max(x, 0), with gradient 0 at 0 like PyTorch (so not MAX, whose ties split the gradient)."""
+    u = self.uop
+    zero = _broadcast_const(0, u.dtype, self.device, u.shape)
+    return self._new(UOp(Ops.WHERE, u.dtype, (UOp(Ops.CMPLT, dtypes.bool, (zero, u)), u, zero)))
   def sigmoid(self) -> Tensor:
     # e = exp(-|x|) never overflows, so neither the value nor its gradient meets inf * 0
     x = self._f()

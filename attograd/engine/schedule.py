@@ -1,7 +1,6 @@
 """The scheduler: cuts a tensor graph into kernels (fusion decisions) and writes each kernel as an AST
 whose movement ops have been pushed into the views of its loads."""
 from __future__ import annotations
-import weakref
 from dataclasses import dataclass
 from typing import Any
 from attograd.dtype import DType, dtypes
@@ -10,24 +9,33 @@ from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp
 from attograd.uop.view import ShapeTracker
 
+class _BufferTable:
+  """BUFFER node -> its Buffer, kept on the node itself: it lives exactly as long as the node, and a lookup is one
+  dict access (a WeakKeyDictionary makes a weakref per lookup, which showed up in per-realize overhead)."""
+  def __getitem__(self, u: UOp) -> Buffer:
+    if (b := u.__dict__.get("buffer")) is None: raise KeyError(f"{u.op} has no Buffer")
+    return b
+  def get(self, u: UOp, default: Buffer | None = None) -> Buffer | None: return u.__dict__.get("buffer", default)
+  def __setitem__(self, u: UOp, b: Buffer) -> None: u.__dict__["buffer"] = b
+  def __contains__(self, u: UOp) -> bool: return "buffer" in u.__dict__
+
 # realized buffers: each BUFFER UOp (one per buffer version) points at its Buffer
-buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-# graph nodes that were realized: node -> a view of the BUFFER now holding its value
-realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-_realized_version: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+buffers = _BufferTable()
+# A realized node remembers, on itself, the view of the BUFFER now holding its value and that buffer's version then:
+# the memo lives exactly as long as the node, and looking it up is one dict access (no weakref per lookup).
 
 def remember(node: UOp, view: UOp) -> None:
   """node's value now lives in view's buffer (until that buffer is written in place)."""
-  realized[node] = view
-  if (b := buffers.get(view.base)) is not None: _realized_version[node] = b.version
+  b = buffers.get(view.base)
+  node.__dict__["_realized"] = (view, b.version if b is not None else 0)
 
 def lookup_realized(node: UOp) -> UOp | None:
-  if (r := realized.get(node)) is None: return None
-  b = buffers.get(r.base)
-  if b is not None and _realized_version.get(node, b.version) != b.version:  # written in place since: stale
-    del realized[node]
+  if (m := node.__dict__.get("_realized")) is None: return None
+  b = buffers.get(m[0].base)
+  if b is not None and m[1] != b.version:  # written in place since: stale
+    del node.__dict__["_realized"]
     return None
-  return r
+  return m[0]
 
 _uid = 0
 def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
