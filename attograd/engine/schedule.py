@@ -118,28 +118,47 @@ def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, boo
   out: list[tuple[UOp, bool]] = []
   seen: set[tuple[UOp, bool, bool, bool]] = set()
   signature: list[tuple[Any, ...]] = []
-  stack = [(root.src[0] if root.op is Ops.CONTIGUOUS else root, True, False, False)]
-  if root.op in (Ops.ASSIGN,): stack = [(root.src[1], True, False, False)]
+  stack = [(root.src[0] if root.op is Ops.CONTIGUOUS else root, True, False, False, False)]
+  if root.op in (Ops.ASSIGN,): stack = [(root.src[1], True, False, False, False)]
   while stack:
-    n, only_reshapes, below_reduce, padded = stack.pop()
-    if (n, only_reshapes, below_reduce, padded) in seen: continue
-    seen.add((n, only_reshapes, below_reduce, padded))
+    n, only_reshapes, below_reduce, padded, expanded = stack.pop()
+    if (n, only_reshapes, below_reduce, padded, expanded) in seen: continue
+    seen.add((n, only_reshapes, below_reduce, padded, expanded))
     if n is not root and (n in roots or _is_leaf(n)): continue
+    if expanded and n.op in GroupOp.Elementwise and _costly(n, roots):
+      # read through an EXPAND inside a reduce, each element would be recomputed for every output it feeds
+      out.append((n, False))
+      continue
     if n.op is Ops.REDUCE_AXIS:
       sig = (n.src[0].shape, n.arg[1])
       ok = only_reshapes and not below_reduce and (not signature or signature[0] == sig)
       out.append((n, ok))
       if not ok: continue
       if not signature: signature.append(sig)
-      stack.append((n.src[0], True, True, False))
+      stack.append((n.src[0], True, True, False, False))
       continue
     if padded and n.op in _PAD_UNSAFE:
       out.append((n, False))
       continue
     if n.op in (Ops.COPY,): continue
     keeps = only_reshapes and n.op not in GroupOp.Movement or n.op is Ops.RESHAPE and only_reshapes
-    for s in n.src: stack.append((s, keeps, below_reduce, padded or n.op is Ops.PAD))
+    grows = n.op is Ops.EXPAND and below_reduce and prod(n.shape) > prod(n.src[0].shape)
+    for s in n.src: stack.append((s, keeps, below_reduce, padded or n.op is Ops.PAD, expanded or grows))
   return out
+
+def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> bool:
+  """More than `limit` ALU ops below n inside this kernel: worth a buffer rather than recomputing per use."""
+  count, stack, seen = 0, [n], set()
+  while stack:
+    u = stack.pop()
+    if u in seen or (u is not n and (u in roots or _is_leaf(u))): continue
+    seen.add(u)
+    if u.op in GroupOp.ALU:
+      count += 1
+      if count > limit: return True
+    if u.op is Ops.REDUCE_AXIS: return True
+    stack.extend(u.src)
+  return False
 
 # ***** 3. write each kernel as an AST with views at the leaves *****
 

@@ -542,3 +542,4 @@ def as_strided(flat: Tensor, size: tuple[int, ...], stride: tuple[int, ...], off
   x = x.permute(tuple(sorted(range(len(order)), key=lambda j: order[j]))) if order else x
   x = x.reshape(tuple(size[i] if i in dims else 1 for i in range(len(size))))
   return x.expand(size) if x.shape != tuple(size) else x
+from attograd.nn.gguf import gguf_load  # noqa: F401,E402

@@ -1,0 +1,213 @@
+"""GGUF model files (llama.cpp's format): the header and metadata, checked against the file size; plain tensors as
+DISK views; ggml block-quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K) dequantized by Tensor ops."""
+from __future__ import annotations
+import os, struct
+from typing import Any, Callable
+from attograd.device import Device
+from attograd.dtype import DType, dtypes
+from attograd.helpers import prod
+from attograd.tensor import Tensor
+from attograd.runtime.ops_disk import DiskMapping
+# attograd.nn.state re-exports gguf_load, so its helpers are imported where used, not here (an import cycle)
+
+GGUF_MAGIC = b"GGUF"
+GGUF_DEFAULT_ALIGNMENT = 32
+_MAX_DIMS = 8  # ggml uses 4; a little slack, and a bound on what a corrupt n_dims can make us read
+
+# metadata value types: id -> (name, struct format); STRING (8) and ARRAY (9) are read separately
+_KV_SCALARS: dict[int, tuple[str, str]] = {
+  0: ("UINT8", "<B"), 1: ("INT8", "<b"), 2: ("UINT16", "<H"), 3: ("INT16", "<h"), 4: ("UINT32", "<I"),
+  5: ("INT32", "<i"), 6: ("FLOAT32", "<f"), 7: ("BOOL", "<?"), 10: ("UINT64", "<Q"), 11: ("INT64", "<q"),
+  12: ("FLOAT64", "<d")}
+_KV_STRING, _KV_ARRAY = 8, 9
+
+# ggml tensor types: id -> (name, elements per block, bytes per block)
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+  0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
+  7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
+  12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+  16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50),
+  20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
+  24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8),
+  29: ("IQ1_M", 256, 56), 30: ("BF16", 1, 2)}
+
+# types stored as plain arrays: a DISK view with this dtype, no conversion
+_PLAIN: dict[str, DType] = {
+  "F32": dtypes.float32, "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F64": dtypes.float64,
+  "I8": dtypes.int8, "I16": dtypes.int16, "I32": dtypes.int32, "I64": dtypes.int64}
+
+# ***** header parsing *****
+
+class _Reader:
+  """Reads little-endian fields from [start, start + size) of a mapping; every read is bounds-checked first."""
+  def __init__(self, mapping: DiskMapping, start: int, size: int, name: str):
+    self.mapping, self.start, self.size, self.name, self.pos = mapping, start, size, name, 0
+  def need(self, n: int, what: str) -> None:
+    if n < 0 or self.pos + n > self.size:
+      raise ValueError(f"gguf_load: {self.name}: {what} needs {n} bytes at byte {self.pos}, past the end of the file "
+                       f"({self.size} bytes); the file is truncated or corrupt")
+  def bytes(self, n: int, what: str) -> bytes:
+    self.need(n, what)
+    out = bytes(self.mapping.read(self.start + self.pos, n))
+    self.pos += n
+    return out
+  def unpack(self, fmt: str, what: str) -> Any: return struct.unpack(fmt, self.bytes(struct.calcsize(fmt), what))[0]
+  def u32(self, what: str) -> int: return self.unpack("<I", what)
+  def u64(self, what: str) -> int: return self.unpack("<Q", what)
+  def string(self, what: str) -> str:
+    n = self.u64(f"{what} (length)")
+    raw = self.bytes(n, f"{what} ({n}-byte string)")
+    try: return raw.decode("utf-8")
+    except UnicodeDecodeError as err: raise ValueError(f"gguf_load: {self.name}: {what} is not UTF-8: {err}") from None
+
+def _read_value(r: _Reader, vtype: int, what: str, depth: int = 0) -> Any:
+  if vtype in _KV_SCALARS: return r.unpack(_KV_SCALARS[vtype][1], what)
+  if vtype == _KV_STRING: return r.string(what)
+  if vtype != _KV_ARRAY:
+    raise ValueError(f"gguf_load: {r.name}: {what} has unknown value type {vtype}; known: 0..12")
+  if depth > 16: raise ValueError(f"gguf_load: {r.name}: {what} nests arrays more than 16 deep")
+  etype, n = r.u32(f"{what} (array element type)"), r.u64(f"{what} (array length)")
+  if etype in _KV_SCALARS:
+    # numbers in one unpack; the bounds check comes first so a corrupt length can't make a huge read
+    fmt = _KV_SCALARS[etype][1]
+    r.need(n * struct.calcsize(fmt), f"{what} ({n} x {_KV_SCALARS[etype][0]})")
+    return list(struct.unpack(f"<{n}{fmt[1]}", r.bytes(n * struct.calcsize(fmt), what)))
+  if etype not in (_KV_STRING, _KV_ARRAY):
+    raise ValueError(f"gguf_load: {r.name}: {what} is an array of unknown value type {etype}; known: 0..12")
+  # each string or inner array takes at least 8 bytes, so this bounds n before the loop
+  r.need(n * 8, f"{what} ({n} array elements)")
+  return [_read_value(r, etype, f"{what}[{i}]", depth + 1) for i in range(n)]
+
+def _tensor_info(r: _Reader, i: int) -> TensorInfo:
+  """Tensor info number i."""
+  name = r.string(f"tensor {i} name")
+  n_dims = r.u32(f"tensor {name!r} n_dims")
+  if n_dims > _MAX_DIMS:
+    raise ValueError(f"gguf_load: {r.name}: tensor {name!r} has n_dims={n_dims}, more than {_MAX_DIMS}")
+  dims = tuple(r.u64(f"tensor {name!r} dim {d}") for d in range(n_dims))
+  gtype = r.u32(f"tensor {name!r} type")
+  offset = r.u64(f"tensor {name!r} offset")
+  return name, dims, gtype, offset
+
+TensorInfo = tuple[str, tuple[int, ...], int, int]  # name, ggml dims (ne0 first), ggml type, offset in the data
+
+def _parse(mapping: DiskMapping, start: int, size: int) -> tuple[dict[str, Any], list[TensorInfo], int]:
+  """The metadata, the tensor infos and the absolute byte where the data section starts."""
+  r = _Reader(mapping, start, size, mapping.path)
+  magic = r.bytes(4, "the magic number")
+  if magic != GGUF_MAGIC:
+    raise ValueError(f"gguf_load: {r.name}: bad magic {magic!r}, expected {GGUF_MAGIC!r}; not a GGUF file")
+  version = r.u32("the version")
+  if version not in (2, 3):
+    raise ValueError(f"gguf_load: {r.name}: GGUF version {version} is not supported (only 2 and 3)")
+  n_tensors, n_kv = r.u64("the tensor count"), r.u64("the metadata count")
+  # a kv pair takes >= 12 bytes (key length + type), a tensor info >= 24 (name length, n_dims, type, offset)
+  r.need(n_kv * 12 + n_tensors * 24, f"{n_kv} metadata pairs and {n_tensors} tensor infos")
+  kv: dict[str, Any] = {}
+  for i in range(n_kv):
+    key = r.string(f"metadata key {i}")
+    if key in kv: raise ValueError(f"gguf_load: {r.name}: metadata key {key!r} appears twice")
+    kv[key] = _read_value(r, r.u32(f"metadata {key!r} type"), f"metadata {key!r}")
+  infos = [_tensor_info(r, i) for i in range(n_tensors)]
+  align = kv.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+  if not isinstance(align, int) or isinstance(align, bool) or align <= 0 or align & (align - 1):
+    raise ValueError(f"gguf_load: {r.name}: general.alignment must be a power of two, got {align!r}")
+  data_start = (r.pos + align - 1) // align * align
+  _check_tensors(r.name, infos, align, size - data_start if data_start <= size else -1)
+  return kv, infos, start + data_start
+
+def _type_info(name: str, tname: str, gtype: int) -> tuple[str, int, int]:
+  if gtype not in GGML_TYPES:
+    raise ValueError(f"gguf_load: {name}: tensor {tname!r} has unknown ggml type {gtype}; known: {sorted(GGML_TYPES)}")
+  return GGML_TYPES[gtype]
+
+def _nbytes(name: str, tname: str, dims: tuple[int, ...], gtype: int) -> int:
+  tn, blk, bsz = _type_info(name, tname, gtype)
+  if dims and dims[0] % blk:
+    raise ValueError(f"gguf_load: {name}: tensor {tname!r} is {tn} with row length ne0={dims[0]}, "
+                     f"not a multiple of its block size {blk}")
+  return prod(dims) // blk * bsz
+
+def _check_tensors(name: str, infos: list[TensorInfo], align: int, data_len: int) -> None:
+  seen: set[str] = set()
+  spans: list[tuple[int, int, str]] = []
+  for tname, dims, gtype, offset in infos:
+    if tname in seen: raise ValueError(f"gguf_load: {name}: tensor {tname!r} appears twice")
+    seen.add(tname)
+    nbytes = _nbytes(name, tname, dims, gtype)
+    if offset % align:
+      raise ValueError(f"gguf_load: {name}: tensor {tname!r} offset {offset} isn't a multiple of the alignment {align}")
+    if offset + nbytes > data_len:
+      raise ValueError(f"gguf_load: {name}: tensor {tname!r} ({nbytes} bytes at data offset {offset}) ends at "
+                       f"{offset + nbytes}, past the end of the data section ({max(data_len, 0)} bytes); "
+                       "the file is truncated or corrupt")
+    spans.append((offset, offset + nbytes, tname))
+  spans.sort()
+  for (_, end, a), (lo, _, b) in zip(spans, spans[1:]):
+    if lo < end: raise ValueError(f"gguf_load: {name}: tensors {a!r} and {b!r} overlap (bytes {lo}..{end} of the data)")
+
+# ***** dequantization: (n_blocks, block_bytes) uint8 on the compute device -> (n_blocks, block_elems) float32 *****
+
+def _f16(blocks: Tensor, i: int) -> Tensor:
+  """The little-endian float16 at bytes [i, i+2) of each block, as float32, shape (n_blocks, 1)."""
+  b = blocks[:, i:i + 2].cast(dtypes.uint16)
+  return (b[:, 0:1] | (b[:, 1:2] << 8)).bitcast(dtypes.float16).float()
+
+def _nibbles(qs: Tensor) -> Tensor:
+  """16 bytes per block to 32 values: the low nibbles are elements 0..15, the high ones 16..31."""
+  return (qs & 0xF).cat(qs >> 4, dim=1)
+
+def _high_bits(qh: Tensor) -> Tensor:
+  """4 bytes per block (a little-endian uint32) to its 32 bits, bit j for element j, as 0 or 16."""
+  shifts = Tensor.arange(8, device=qh.device).cast(dtypes.uint8)
+  return ((qh.reshape(qh.shape[0], 4, 1) >> shifts) & 1).reshape(qh.shape[0], 32) << 4
+
+def _q4_0(b: Tensor) -> Tensor: return (_nibbles(b[:, 2:18]).float() - 8) * _f16(b, 0)
+def _q4_1(b: Tensor) -> Tensor: return _nibbles(b[:, 4:20]).float() * _f16(b, 0) + _f16(b, 2)
+def _q5_0(b: Tensor) -> Tensor: return ((_nibbles(b[:, 6:22]) | _high_bits(b[:, 2:6])).float() - 16) * _f16(b, 0)
+def _q5_1(b: Tensor) -> Tensor:
+  return (_nibbles(b[:, 8:24]) | _high_bits(b[:, 4:8])).float() * _f16(b, 0) + _f16(b, 2)
+def _q8_0(b: Tensor) -> Tensor: return b[:, 2:34].bitcast(dtypes.int8).float() * _f16(b, 0)
+
+def _q6_k(b: Tensor) -> Tensor:
+  """256 values in two halves of 128: ql[64] (low 4 bits), qh[32] (2 high bits each), then 16 int8 scales and f16 d.
+  In a half, ql's low nibbles are elements 0..63 and its high nibbles 64..127; qh bit pairs 0,2,4,6 of byte l go to
+  elements l, l+32, l+64, l+96; each scale covers 16 consecutive elements."""
+  nb = b.shape[0]
+  ql, qh = b[:, 0:128].reshape(nb, 2, 64), b[:, 128:192].reshape(nb, 2, 1, 32)
+  shifts = (Tensor.arange(4, device=b.device) * 2).cast(dtypes.uint8).reshape(1, 1, 4, 1)
+  hi = ((qh >> shifts) & 3).reshape(nb, 2, 128)
+  q = ((ql & 0xF).cat(ql >> 4, dim=2) | (hi << 4)).reshape(nb, 256).float() - 32
+  scales = b[:, 192:208].bitcast(dtypes.int8).float().reshape(nb, 16, 1).expand(nb, 16, 16).reshape(nb, 256)
+  return _f16(b, 208) * scales * q
+
+DEQUANTIZERS: dict[str, Callable[[Tensor], Tensor]] = {
+  "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0, "Q6_K": _q6_k}
+
+def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: tuple[int, ...], gtype: int) -> Tensor:
+  from attograd.nn.state import disk_tensor
+  tn, blk, bsz = GGML_TYPES[gtype]
+  shape = tuple(reversed(dims))
+  if tn in _PLAIN: return disk_tensor(mapping, start, shape, _PLAIN[tn])
+  if tn not in DEQUANTIZERS:
+    raise ValueError(f"gguf_load: {path}: tensor {tname!r} has ggml type {tn}, which isn't supported yet; "
+                     f"supported: {list(_PLAIN) + list(DEQUANTIZERS)}")
+  n_blocks = prod(dims) // blk
+  raw = disk_tensor(mapping, start, (n_blocks * bsz,)).to(Device.DEFAULT)
+  return DEQUANTIZERS[tn](raw.reshape(n_blocks, bsz)).reshape(shape)
+
+def gguf_load(src: str | os.PathLike | Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
+  """Metadata and tensors of a GGUF file (a path, or a 1-D uint8 Tensor of its bytes). Shapes are numpy order (ggml
+  dims reversed). F32/F16/BF16 (and the int types) are DISK views of the file in their own dtype, until moved;
+  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q6_K tensors are dequantized to float32 on Device.DEFAULT.
+
+  >>> kv, weights = gguf_load("/work/shared/datasets/llm/stories260K.gguf")  # doctest: +SKIP
+  >>> kv["general.architecture"], weights["token_embd.weight"].shape  # doctest: +SKIP
+  ('llama', (512, 64))
+  """
+  from attograd.nn.state import _mapping_of
+  mapping, start, size = _mapping_of(src, "gguf_load")
+  kv, infos, data_start = _parse(mapping, start, size)
+  tensors = {tname: _load_tensor(mapping, mapping.path, data_start + off, tname, dims, gtype)
+             for tname, dims, gtype, off in infos}
+  return kv, tensors
