@@ -18,11 +18,13 @@ class Sizes:
   elementwise: int  # elements per input of the 5-op chain
   reduce: int  # elements summed
   overhead: int = 16  # elements per tensor in the 10-op overhead graph
+  conv_batch: int = 32  # conv2d forward+backward: batch, 32->64 channels, 3x3, 32x32
+  mnist_batch: int = 512  # MNIST CNN training step
 
 FULL = Sizes(matmul=1024, elementwise=16 * 1024 * 1024, reduce=16 * 1024 * 1024)
-QUICK = Sizes(matmul=256, elementwise=1024 * 1024, reduce=1024 * 1024)
+QUICK = Sizes(matmul=256, elementwise=1024 * 1024, reduce=1024 * 1024, conv_batch=8, mnist_batch=64)
 # the PYTHON device interprets every element in Python: anything bigger takes minutes
-TINY = Sizes(matmul=32, elementwise=4096, reduce=4096)
+TINY = Sizes(matmul=32, elementwise=4096, reduce=4096, conv_batch=1, mnist_batch=4)
 
 # ***** timing *****
 
@@ -46,7 +48,9 @@ class Row:
   unit: str  # "GFLOPS" or "GB/s": higher is better; "us": lower is better
   work: float  # flops or bytes per call; for "us" rows unused
   values: dict[str, float | str] = field(default_factory=dict)  # framework -> figure, or the error text
-  def figure(self, seconds: float) -> float: return seconds * 1e6 if self.unit == "us" else self.work / seconds / 1e9
+  def figure(self, seconds: float) -> float:
+    if self.unit == "us": return seconds * 1e6
+    return self.work / seconds if self.unit == "steps/s" else self.work / seconds / 1e9
 
 @dataclass
 class Bench:
@@ -164,11 +168,71 @@ def make_overhead(n: int) -> Bench:
             fresh.name: lambda: _graph10(torch.from_numpy(xs[next(it) % 64].copy()), ty, torch.relu)}
   return Bench("overhead", [same, fresh], {"attograd": attograd, "numpy": numpy_, "torch": torch})
 
+def make_conv(batch: int) -> Bench:
+  rng = np.random.default_rng(5)
+  xn, wn = rng.standard_normal((batch, 32, 32, 32), dtype=np.float32), rng.standard_normal((64, 32, 3, 3), dtype=np.float32)
+  row = Row(f"conv2d fwd+bwd b{batch} 32->64 3x3 32x32", "us", 0.0)
+  def attograd() -> dict[str, Callable[[], Any]]:
+    from attograd import Tensor
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    def step() -> Any:
+      x.grad = w.grad = None
+      x.conv2d(w, padding=1).square().mean().backward()
+      return Tensor.realize(x.grad, w.grad)  # type: ignore[arg-type]
+    return {row.name: step}
+  def torch() -> dict[str, Callable[[], Any]]:
+    import torch
+    x, w = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
+    def step() -> Any:
+      x.grad = w.grad = None
+      torch.nn.functional.conv2d(x, w, padding=1).square().mean().backward()
+      return w.grad
+    return {row.name: step}
+  return Bench("conv", [row], {"attograd": attograd, "torch": torch})
+
+def make_mnist(batch: int) -> Bench:
+  """One training step of the classic MNIST CNN (as in examples/beautiful_mnist.py) with Adam."""
+  rng = np.random.default_rng(6)
+  xn, yn = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, batch).astype(np.int32)
+  row = Row(f"MNIST CNN train step, batch {batch}", "steps/s", 1.0)
+  def attograd() -> dict[str, Callable[[], Any]]:
+    from attograd import Tensor, nn
+    layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32), Tensor.max_pool2d,
+              nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, nn.BatchNorm(64), Tensor.max_pool2d,
+              lambda x: x.flatten(1), nn.Linear(576, 10)]
+    opt = nn.optim.Adam(nn.state.get_parameters(layers))
+    x, y = Tensor(xn).realize(), Tensor(yn).realize()
+    def step() -> Any:
+      with Tensor.train():
+        opt.zero_grad()
+        loss = x.sequential(layers).sparse_categorical_crossentropy(y).backward()
+        opt.step()
+      return loss
+    return {row.name: step}
+  def torch() -> dict[str, Callable[[], Any]]:
+    import torch
+    tnn = torch.nn
+    model = tnn.Sequential(tnn.Conv2d(1, 32, 5), tnn.ReLU(), tnn.Conv2d(32, 32, 5), tnn.ReLU(), tnn.BatchNorm2d(32),
+                           tnn.MaxPool2d(2), tnn.Conv2d(32, 64, 3), tnn.ReLU(), tnn.Conv2d(64, 64, 3), tnn.ReLU(),
+                           tnn.BatchNorm2d(64), tnn.MaxPool2d(2), tnn.Flatten(), tnn.Linear(576, 10))
+    opt = torch.optim.Adam(model.parameters())
+    x, y = torch.from_numpy(xn), torch.from_numpy(yn).long()
+    def step() -> Any:
+      opt.zero_grad()
+      loss = tnn.functional.cross_entropy(model(x), y)
+      loss.backward()
+      opt.step()
+      return loss
+    return {row.name: step}
+  return Bench("mnist", [row], {"attograd": attograd, "torch": torch})
+
 BENCHES: dict[str, Callable[[Sizes], Bench]] = {
   "matmul": lambda s: make_matmul(s.matmul),
   "elementwise": lambda s: make_elementwise(s.elementwise),
   "sum": lambda s: make_sum(s.reduce),
   "overhead": lambda s: make_overhead(s.overhead),
+  "conv": lambda s: make_conv(s.conv_batch),
+  "mnist": lambda s: make_mnist(s.mnist_batch),
 }
 
 # ***** running and printing *****
@@ -179,6 +243,7 @@ def _short_error(e: BaseException) -> str:
 
 def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
   for fw in frameworks:
+    if fw not in bench.setups: continue  # e.g. NumPy has no autograd: the cell stays "-"
     try:
       fns = bench.setups[fw]()
     except Exception as e:  # one broken framework must not stop the others

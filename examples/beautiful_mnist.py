@@ -1,6 +1,6 @@
 """Train the classic MNIST CNN: two 5x5 and two 3x3 conv blocks with BatchNorm and max-pooling, a Linear head, Adam.
 
-  python examples/beautiful_mnist.py            # STEPS=70 BS=512 by default; MNIST_DIR points at the IDX .gz files
+  python examples/beautiful_mnist.py            # STEPS=100 BS=512 by default; MNIST_DIR points at the IDX .gz files
 """
 from __future__ import annotations
 import os, sys, time
@@ -22,7 +22,7 @@ def test_accuracy(model: Model, X: Tensor, Y: Tensor, bs: int = 1000) -> float:
   return 100.0 * correct / X.shape[0]
 
 def main() -> float:
-  steps, bs = getenv("STEPS", 70), getenv("BS", 512)
+  steps, bs = getenv("STEPS", 100), getenv("BS", 512)
   X_train, Y_train, X_test, Y_test = nn.datasets.mnist()
   Tensor.manual_seed(getenv("SEED", 42))
   model = Model()
