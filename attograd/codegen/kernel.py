@@ -117,9 +117,14 @@ class Kernel:
       # matmul-like: output axes that an input broadcasts (stride 0) are tiled in registers; the innermost such
       # axis gets the wide tile, the next one a short one. Decided up front: splitting axes renumbers them.
       bcast = [ax for ax in range(self.first_reduce) if any(st.real_strides()[ax] == 0 for st in loads)]
+      # only axes a tile divides are candidates (a 3-wide kernel axis is not): the innermost gets the wide tile
       plan: list[tuple[int, int]] = []
-      for ax, amts in zip(reversed(bcast[-2:]), ((16, 8, 4), (4, 2))):
-        if (amt := next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] > a), 0)): plan.append((ax, amt))
+      for amts in ((16, 8, 4), (4, 2)):
+        for ax in reversed(bcast):
+          if ax in [a for a, _ in plan]: continue
+          if (amt := next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] > a), 0)):
+            plan.append((ax, amt))
+            break
       for ax, amt in sorted(plan, reverse=True): self.apply_opt(Opt("UPCAST", ax, amt))
     work = prod(self.full_shape)
     if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))
