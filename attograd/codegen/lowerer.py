@@ -141,5 +141,7 @@ pm_lowered = PatternMatcher([
 
 def estimate_ops(sink: UOp, k: Kernel) -> int:
   """ALU ops executed (for GFLOPS in DEBUG output)."""
-  n_alu = sum(1 for u in sink.toposort() if u.op in GroupOp.ALU and u.dtype in dtypes.floats)
+  # a vector op does one op per lane; a REDUCE is one accumulate per element it reduces
+  n_alu = sum(u.dtype.count for u in sink.toposort()
+              if (u.op in GroupOp.ALU or u.op is Ops.REDUCE) and u.dtype.scalar() in dtypes.floats)
   return n_alu * prod(s for i, s in enumerate(k.full_shape) if i not in k.upcasted and i not in k.unrolled)
