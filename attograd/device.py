@@ -2,7 +2,7 @@
 from __future__ import annotations
 import ctypes, hashlib, importlib, os, sys, tempfile
 from typing import Any, Callable
-from attograd.dtype import DType, dtypes
+from attograd.dtype import DType
 from attograd.helpers import DEBUG, GlobalCounters, cache_dir, getenv
 
 ALL_DEVICES = ["CPU", "PYTHON", "CL", "CUDA", "LLVM", "METAL", "DISK"]

@@ -1,12 +1,11 @@
 """The user API: a lazy Tensor over a UOp graph. Shapes and dtypes are checked when a method is called;
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
-import functools, math, struct, time, weakref
-from typing import Any, Callable, Iterable, Sequence
+import functools, math, struct, time
+from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
-from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, least_upper_float,
-                            sum_acc_dtype, to_dtype)
-from attograd.helpers import DEBUG, GlobalCounters, all_int, argfix, fully_flatten, make_tuple, prod
+from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
+from attograd.helpers import DEBUG, GlobalCounters, argfix, fully_flatten, make_tuple, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint
 from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop, remember
 from attograd.engine.realize import run_schedule
@@ -95,7 +94,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
       uop = _buffer_from_bytes(np.ascontiguousarray(arr).tobytes(), arr.shape, d, device)
       if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
     else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
-    if uop.device is None: uop = uop  # variables carry no device
     self.uop: UOp = uop
     self._device = device if uop.device is None else uop.device
 
@@ -216,13 +214,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
       x = x._new(UOp(Ops.CONTIGUOUS, x.dtype, (x.uop,)))
     target = new_buffer_uop(self.device, base.arg[1], self.dtype, buffers[base])
     assign = UOp(Ops.ASSIGN, self.dtype, (_reshape_uop(base, self.shape), x.uop))
-    Tensor._realize_assign(assign, self.shape)
+    run_schedule(create_schedule([assign])[0])
     self.uop = _reshape_uop(target, self.shape)
     return self
-  @staticmethod
-  def _realize_assign(assign: UOp, shape: tuple[int, ...]) -> None:
-    items, _ = create_schedule([assign])
-    run_schedule(items)
 
   # ***** creation *****
   @staticmethod
@@ -773,7 +767,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     k = x.shape[-1]
     xb = x.reshape(x.shape[:-1] + (1, k))                               # (..., M, 1, K)
     yb = y.transpose(-1, -2).reshape(y.shape[:-2] + (1, y.shape[-1], k))  # (..., 1, N, K)
-    out = (xb * yb).sum(-1, dtype=None if dtypes.is_float(x.dtype) else None)
+    out = (xb * yb).sum(-1)
     if squeeze_x: out = out.squeeze(-2)
     if squeeze_y: out = out.squeeze(-1)
     return out
@@ -874,7 +868,7 @@ def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device:
   return _reshape_uop(new_buffer_uop(device, n, dtype, buf), shape)
 
 def _is_realized(u: UOp) -> bool:
-  return u.base.op in (Ops.BUFFER,) or (u.base.op is Ops.CONST and False)
+  return u.base.op is Ops.BUFFER
 
 def _contiguous_view_of_buffer(u: UOp) -> bool:
   """A BUFFER seen whole through reshapes only."""

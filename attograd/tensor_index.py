@@ -24,23 +24,24 @@ def _normalize(t: Tensor, indices: Any) -> list[Any]:
   else: idx = idx + [slice(None)] * (t.ndim - n_real)
   return idx
 
+def _expand_bool_indices(x: Tensor, idx: list[Any]) -> list[Any]:
+  """Bool tensor indices as integer tensors of the true positions (read on the host, like NumPy's nonzero)."""
+  from attograd.tensor import Tensor
+  out: list[Any] = []
+  for i in idx:
+    if not (isinstance(i, Tensor) and i.dtype is dtypes.bool):
+      out.append(i)
+      continue
+    flat = [k for k, b in enumerate(i.flatten().tolist()) if b]
+    for d in range(i.ndim):
+      stride = prod(i.shape[d + 1:])
+      out.append(Tensor([(k // stride) % i.shape[d] for k in flat], device=x.device, dtype=dtypes.int32))
+  return out
+
 def _getitem(t: Tensor, indices: Any) -> Tensor:
   from attograd.tensor import Tensor
   idx = _normalize(t, indices)
-  # boolean mask indices select where true: turn them into integer indices on the host
-  expanded: list[Any] = []
-  for i in idx:
-    if isinstance(i, Tensor) and i.dtype is dtypes.bool:
-      flat_pos = [k for k, v in enumerate(i.flatten().tolist()) if v]
-      if i.ndim == 1: expanded.append(Tensor(flat_pos, device=t.device, dtype=dtypes.int32))
-      else:
-        coords = []
-        for d in range(i.ndim):
-          stride = prod(i.shape[d + 1:])
-          coords.append(Tensor([(p // stride) % i.shape[d] for p in flat_pos], device=t.device, dtype=dtypes.int32))
-        expanded.extend(coords)
-    else: expanded.append(i)
-  idx = expanded
+  idx = _expand_bool_indices(t, idx)  # boolean masks select where true: integer indices, read on the host
   # 1. basic indexing as views: shrink, flip, stride by reshape
   x = t
   dim = 0

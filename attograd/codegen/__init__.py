@@ -1,7 +1,7 @@
 """Code generation: one kernel AST -> optimized loops with explicit index math -> a linear program of UOps."""
 from __future__ import annotations
 from attograd.dtype import PtrDType
-from attograd.helpers import DEBUG, prod
+from attograd.helpers import DEBUG
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, UOp, pretty_print
 

@@ -1,7 +1,6 @@
 """Running a schedule: compile each kernel once (cached by its AST), copy between devices, report with DEBUG."""
 from __future__ import annotations
 import time
-from typing import Any
 from attograd.codegen import get_program
 from attograd.device import Buffer, Device
 from attograd.engine.schedule import ScheduleItem

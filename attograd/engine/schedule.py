@@ -89,7 +89,6 @@ def find_kernel_roots(outs: list[UOp]) -> dict[UOp, None]:
     if u.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): roots[u] = None
     if u.op in (Ops.COPY, Ops.ASSIGN):  # their sources are materialized first
       if not _is_leaf(u.src[0].base): roots[u.src[0].base] = None
-    if u.op is Ops.ASSIGN and not _is_leaf(u.src[1].base) and u.src[1].base.op is not Ops.CONTIGUOUS: pass
   for o in outs:
     if not _is_leaf(o.base): roots[o.base] = None
   # a reduce fuses into one consumer kernel, reached only through reshapes, and not below another reduce

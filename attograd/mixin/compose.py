@@ -360,7 +360,7 @@ def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None
   """For `x[indices] = value`: the value placed at its positions in x's shape, and where it was placed (None when
   that is everywhere); None when the indexed region is empty."""
   from attograd.tensor import Tensor, _broadcast_shape
-  from attograd.tensor_index import _normalize
+  from attograd.tensor_index import _expand_bool_indices, _normalize
   idx = _expand_bool_indices(x, _normalize(x, indices))
   # 1. basic indices: the region's shape B (tensor-indexed dims kept whole) and how to place it back in x
   region: list[int] = []
@@ -450,17 +450,3 @@ def _place(t: Tensor, p: int, start: int, step: int, size: int) -> Tensor:
     t = t.shrink(tuple((0, (n - 1) * step + 1) if k == p else None for k in range(t.ndim)))
   end = start + t.shape[p]
   return t.pad_(tuple(zeros[:p] + [(start, size - end)] + zeros[p + 1:]))
-
-def _expand_bool_indices(x: Tensor, idx: list[Any]) -> list[Any]:
-  """Bool tensor indices as integer tensors of the true positions (read on the host, like NumPy's nonzero)."""
-  from attograd.tensor import Tensor
-  out: list[Any] = []
-  for i in idx:
-    if not (isinstance(i, Tensor) and i.dtype is dtypes.bool):
-      out.append(i)
-      continue
-    flat = [k for k, b in enumerate(i.flatten().tolist()) if b]
-    for d in range(i.ndim):
-      stride = prod(i.shape[d + 1:])
-      out.append(Tensor([(k // stride) % i.shape[d] for k in flat], device=x.device, dtype=dtypes.int32))
-  return out

@@ -1,8 +1,7 @@
 """The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with OpenMP."""
 from __future__ import annotations
 import ctypes, ctypes.util, hashlib, os, shutil, subprocess, tempfile
-from typing import Any
-from attograd.device import Allocator, Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put
+from attograd.device import Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put
 from attograd.renderer.cstyle import ClangRenderer
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

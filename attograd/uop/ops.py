@@ -1,9 +1,9 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
-import functools, math, operator, weakref
+import math, operator, weakref
 from enum import IntEnum, auto
 from typing import Any, Callable, Iterator, Sequence
-from attograd.dtype import ConstType, DType, PtrDType, dtypes, truncate_to
+from attograd.dtype import ConstType, DType, dtypes, truncate_to
 from attograd.helpers import prod
 
 class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every hot path
