@@ -8,7 +8,8 @@ from attograd.uop.view import ShapeTracker
 
 @dataclass(frozen=True)
 class Opt:
-  """One action on an axis: UPCAST (unroll an output axis), UNROLL (unroll a reduce axis), THREAD (run across cores)."""
+  """One action on an axis: UPCAST (unroll an output axis), UNROLL (unroll a reduce axis), LANES / RLANES (the same,
+  and the unrolled axis becomes the lanes of vector registers), THREAD (run across cores)."""
   op: str
   axis: int
   amount: int
@@ -22,6 +23,7 @@ class Kernel:
   upcasted: list[int] = field(default_factory=list)     # output axes unrolled into registers (axis indices)
   unrolled: list[int] = field(default_factory=list)     # reduce axes unrolled
   parallel: bool = False                                # run the outermost output axis across cores
+  lane: int | None = None                               # the upcast/unrolled axis emitted as vector lanes
   applied: list[Opt] = field(default_factory=list)
 
   def __post_init__(self) -> None:
@@ -92,7 +94,10 @@ class Kernel:
   # ***** optimizations *****
   def apply_opt(self, opt: Opt) -> None:
     ax, amt = opt.axis, opt.amount
-    if opt.op in ("UPCAST", "UNROLL"):
+    if opt.op in ("UPCAST", "UNROLL", "LANES", "RLANES"):
+      if opt.op in ("LANES", "RLANES") and self.lane is not None: raise ValueError(f"{opt}: the kernel has lanes already")
+      if (opt.op in ("UNROLL", "RLANES")) != (ax >= self.first_reduce):
+        raise ValueError(f"{opt}: axis {ax} is {'a reduce' if ax >= self.first_reduce else 'an output'} axis")
       size = self.full_shape[ax]
       if size % amt: raise ValueError(f"{opt}: axis size {size} is not divisible by {amt}")
       # split the axis into (size/amt, amt); the new inner axis is unrolled
@@ -104,28 +109,70 @@ class Kernel:
       self.first_reduce = fr
       self.upcasted = [a + 1 if a > ax else a for a in self.upcasted]
       self.unrolled = [a + 1 if a > ax else a for a in self.unrolled]
+      if self.lane is not None and self.lane > ax: self.lane += 1
       (self.unrolled if is_reduce else self.upcasted).append(ax + 1)
+      if opt.op in ("LANES", "RLANES"): self.lane = ax + 1
     elif opt.op == "THREAD": self.parallel = True
     else: raise ValueError(f"unknown opt {opt}")
     self.applied.append(opt)
 
+  def _strides(self, ax: int) -> list[int | None]:
+    """The stride of every full-shape load along an axis (None where a mask or a second view gets in the way)."""
+    return [st.index_strides()[ax] for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
+  def _store_strides(self, ax: int) -> list[int | None]:
+    return [st.index_strides()[ax] for u, st in self.sts.items() if u.op is Ops.STORE]
+  def _lane_ok(self, ax: int) -> bool:
+    """Vector lanes on `ax`: every load walks it contiguously or not at all, and at least one walks it."""
+    ss = self._strides(ax)
+    return all(s in (0, 1) for s in ss) and 1 in ss and all(s in (0, 1) for s in self._store_strides(ax))
+
   def hand_coded_optimizations(self) -> None:
-    """A small heuristic: unroll register tiles for reductions, unroll short reduce loops, thread big kernels."""
+    """A small heuristic for reduce kernels:
+    1. vector lanes on an axis every input walks contiguously or not at all: an output axis, else the innermost
+       reduce axis (a dot product, summed across the lanes after the loop);
+    2. short window axes (loads are masked along them: the pieces of a stack) unrolled whole, so each copy reads
+       one piece with its mask folded away;
+    3. register tiles on output axes along which the vector loads repeat, so one load feeds several accumulators;
+    4. big kernels split across CPU threads on the outermost axis."""
     if NOOPT: return
-    loads = [st for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
-    if self.first_reduce < self.shape_len and self.first_reduce > 0:
-      # matmul-like: output axes that an input broadcasts (stride 0) are tiled in registers; the innermost such
-      # axis gets the wide tile, the next one a short one. Decided up front: splitting axes renumbers them.
-      bcast = [ax for ax in range(self.first_reduce) if any(st.real_strides()[ax] == 0 for st in loads)]
-      # only axes a tile divides are candidates (a 3-wide kernel axis is not): the innermost gets the wide tile
-      plan: list[tuple[int, int]] = []
-      for amts in ((16, 8, 4), (4, 2)):
-        for ax in reversed(bcast):
-          if ax in [a for a, _ in plan]: continue
-          if (amt := next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] > a), 0)):
-            plan.append((ax, amt))
-            break
-      for ax, amt in sorted(plan, reverse=True): self.apply_opt(Opt("UPCAST", ax, amt))
+    if 0 < self.first_reduce < self.shape_len:
+      amt_of = lambda ax, amts: next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] >= a), 0)
+      lane: tuple[str, int, int] | None = None
+      for ax in reversed(range(self.first_reduce)):
+        if self._lane_ok(ax) and (a := amt_of(ax, (16, 8, 4))):
+          lane = ("LANES", ax, a)
+          break
+      last = self.shape_len - 1
+      if lane is None and self._lane_ok(last) and (a := amt_of(last, (16, 8, 4))): lane = ("RLANES", last, a)
+      plan: list[tuple[str, int, int]] = [lane] if lane else []
+      taken = {lane[1]} if lane else set()
+      # window axes, whole; the output ones count against the accumulator budget
+      n_unroll, n_acc = 1, 1
+      for ax in range(self.shape_len):
+        if ax in taken or (sz := self.full_shape[ax]) > 7 or None not in self._strides(ax): continue
+        if ax >= self.first_reduce and n_unroll * sz <= 49: plan.append(("UNROLL", ax, sz)); n_unroll *= sz  # noqa: E702
+        elif ax < self.first_reduce and n_acc * sz <= 32: plan.append(("UPCAST", ax, sz)); n_acc *= sz  # noqa: E702
+        else: continue
+        taken.add(ax)
+      if lane is not None:
+        vec = [st for st in self._loads_full() if st.index_strides()[lane[1]] == 1]
+        tiles = [ax for ax in reversed(range(self.first_reduce)) if any(st.index_strides()[ax] == 0 for st in vec)]
+        if lane[0] == "RLANES":  # a dot product: the other input repeats along the other output axes
+          tiles += [ax for ax in reversed(range(self.first_reduce)) if ax not in tiles
+                    and any(st.index_strides()[ax] == 0 for st in self._loads_full() if st not in vec)]
+        # one tall tile for a matmul-like kernel (8 accumulators hide the FMA latency), 4x4 for a dot product
+        amts = [(4, 2), (4, 2)] if lane[0] == "RLANES" else [(8, 4, 2)]
+      else:
+        # no vector lanes: scalar register tiles on broadcast axes (as for a matmul whose inputs are both strided)
+        tiles = [ax for ax in reversed(range(self.first_reduce)) if any(s == 0 for s in self._strides(ax))]
+        amts = [(4, 2), (4, 2)]
+      for ax in [t for t in tiles if t not in taken][:len(amts)]:
+        am = amts.pop(0)
+        if (a := amt_of(ax, am) if self.full_shape[ax] > 4 else self.full_shape[ax]) > 1 and n_acc * a <= 32:
+          plan.append(("UPCAST", ax, a))
+          n_acc *= a
+      for op, ax, amt in sorted(plan, key=lambda p: -p[1]): self.apply_opt(Opt(op, ax, amt))
     work = prod(self.full_shape)
     if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))
     if DEBUG >= 3 and self.applied: print(f"opts: {self.applied} full_shape={self.full_shape}")
+  def _loads_full(self) -> list[ShapeTracker]: return [st for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]

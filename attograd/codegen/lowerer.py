@@ -13,7 +13,12 @@ def _identity(op: Ops, dtype) -> object:
   return dtypes.min(dtype)  # MAX
 
 def lower(k: Kernel, vectors: bool = False) -> UOp:
-  """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges)."""
+  """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges). With vectors, the
+  kernel's lane axis becomes the lanes of vector values where every use allows it; otherwise it is unrolled."""
+  if vectors and k.lane is not None and (vec := _lower(k, k.lane)) is not None: return vec
+  return _lower(k, None)
+
+def _lower(k: Kernel, lane_ax: int | None) -> UOp | None:
   d = dtypes.int32
   idxs: list[UOp] = []
   placeholders: dict[int, UOp] = {}
@@ -27,7 +32,7 @@ def lower(k: Kernel, vectors: bool = False) -> UOp:
       idxs.append(UOp(Ops.RANGE, d, (UOp.const(d, s),), (i, kind)))
   out_idxs = [x if i < k.first_reduce else UOp.const(d, 0) for i, x in enumerate(idxs)]
   reduce_ranges = tuple(x for i, x in enumerate(idxs) if i >= k.first_reduce and x.op is Ops.RANGE)
-  unroll_vars = [placeholders[i] for i in k.unrolled]
+  unroll_vars = [placeholders[i] for i in k.unrolled if i != lane_ax]
 
   memo: dict[UOp, UOp] = {}
   for u in k.ast.toposort():
@@ -58,10 +63,9 @@ def lower(k: Kernel, vectors: bool = False) -> UOp:
     elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
     else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
   sink = memo[k.ast]
-  # upcast output axes: one copy of every store per unrolled position. With vectors, the innermost upcast axis
-  # becomes the lanes of one vector instead (if every use of it is a contiguous load/store or float math).
-  lane = placeholders[max(k.upcasted)] if k.upcasted and vectors else None
-  up_vars = [placeholders[i] for i in k.upcasted if placeholders[i] is not lane]
+  # upcast output axes: one copy of every store per unrolled position; the lane axis stays a variable for vectorize
+  lane = placeholders[lane_ax] if lane_ax is not None else None
+  up_vars = [placeholders[i] for i in k.upcasted if i != lane_ax]
   if up_vars:
     stores = []
     for vals in itertools.product(*[range(v.arg[2] + 1) for v in up_vars]):
@@ -69,14 +73,11 @@ def lower(k: Kernel, vectors: bool = False) -> UOp:
       stores.extend(sub.src)
     sink = UOp(Ops.SINK, dtypes.void, tuple(stores))
   sink = graph_rewrite(sink, symbolic + pm_lowered)
-  if lane is not None:
-    if (vec := vectorize(sink, lane)) is not None: return vec
-    stores = [st for v in range(lane.arg[2] + 1) for st in sink.substitute({lane: UOp.const(d, v)}).src]
-    sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic + pm_lowered)
-  return sink
+  return vectorize(sink, lane, reduce_lane=lane_ax >= k.first_reduce) if lane is not None and lane_ax is not None else sink
 
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}
 _VEC_DTYPES = (dtypes.float32, dtypes.float64)  # half vectors can't mix with float scalars in C
+_MASK = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}  # the lane mask type of a float vector
 
 def _lane_base(idx: UOp, lane: UOp) -> UOp | None:
   """idx == base + lane with base free of lane: the base, else None."""
@@ -87,22 +88,49 @@ def _lane_base(idx: UOp, lane: UOp) -> UOp | None:
   if any(lane in t.toposort() for t, _ in rest): return None
   return build_sum(rest, const, idx.dtype)
 
-def vectorize(sink: UOp, lane: UOp) -> UOp | None:
+def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
   """Turn every node that depends on `lane` into a vector of lane.arg[2]+1 elements. None when some use of the lane
-  is not a contiguous load/store or float arithmetic (the caller then unrolls the lanes as scalars)."""
+  is not a contiguous load/store or float arithmetic (the caller then unrolls the lanes as scalars). A reduce lane
+  (an unrolled reduce axis) accumulates in a vector that is summed across its lanes after the loop."""
   width = lane.arg[2] + 1
   dep: dict[UOp, bool] = {}
   out: dict[UOp, UOp] = {}
   index_only: set[UOp] = set()
+  masks: dict[UOp, object] = {}  # comparison results kept as lane masks -> the float dtype they compared
   for u in sink.toposort():
     d = u is lane or any(dep[s] for s in u.src)
     dep[u] = d
     if not d:
-      out[u] = u
+      out[u] = u if all(out[s] is s for s in u.src) else UOp(u.op, u.dtype, tuple(out[s] for s in u.src), u.arg)
+      continue
+    if reduce_lane and u.op is Ops.REDUCE:
+      if u.arg is not Ops.ADD or u.src[0] in index_only or u.dtype not in _VEC_DTYPES: return None
+      acc = UOp(Ops.REDUCE, u.dtype.vec(width), (out[u.src[0]],) + u.src[1:], u.arg)
+      lanes = [UOp(Ops.GEP, u.dtype, (acc,), i) for i in range(width)]
+      while len(lanes) > 1:  # a balanced tree: fewer dependent adds
+        lanes = [UOp(Ops.ADD, u.dtype, (a, b)) for a, b in zip(lanes[::2], lanes[1::2])] + lanes[len(lanes) // 2 * 2:]
+      out[u], dep[u] = lanes[0], False
       continue
     if u is lane or (u.dtype in dtypes.ints and u.op in GroupOp.ALU):
       index_only.add(u)  # index math: only a load/store address may use it
       continue
+    if any(s in index_only for s in u.src) and u.op not in (Ops.LOAD, Ops.STORE): return None
+    # comparisons of float lanes give lane masks (all bits set or clear, as wide as the compared floats)
+    if u.op in GroupOp.Comparison and u.src[0].dtype in _VEC_DTYPES:
+      out[u] = UOp(u.op, _MASK[u.src[0].dtype].vec(width), tuple(out[s] for s in u.src))
+      masks[u] = u.src[0].dtype
+      continue
+    if u.op in (Ops.AND, Ops.OR) and all(s in masks for s in u.src) and len({masks[s] for s in u.src}) == 1:
+      out[u] = UOp(u.op, out[u.src[0]].dtype, tuple(out[s] for s in u.src))
+      masks[u] = masks[u.src[0]]
+      continue
+    if u.op is Ops.WHERE and u.dtype in _VEC_DTYPES and (masks.get(u.src[0]) is u.dtype or not dep[u.src[0]]):
+      out[u] = UOp(Ops.WHERE, u.dtype.vec(width), tuple(out[s] for s in u.src))
+      continue
+    if u.op is Ops.MAX and u.dtype in _VEC_DTYPES:
+      out[u] = UOp(Ops.MAX, u.dtype.vec(width), tuple(out[s] for s in u.src))
+      continue
+    if u.op is Ops.STORE and u.src[2] in masks: return None
     if u.dtype not in _VEC_DTYPES and u.op is not Ops.STORE and u.op is not Ops.SINK: return None
     if u.op is Ops.LOAD:
       if len(u.src) == 3 and dep[u.src[2]] or (base := _lane_base(u.src[1], lane)) is None: return None

@@ -145,6 +145,22 @@ def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, boo
     for s in n.src: stack.append((s, keeps, below_reduce, padded or n.op is Ops.PAD, expanded or grows))
   return out
 
+def _is_cat(u: UOp) -> bool:
+  """A sum of padded pieces that don't overlap (what cat and stack build): each element reads one piece, so the adds
+  cost nothing once the kernel unrolls the axis that selects the piece. Overlapping pads (a scatter-add) do cost."""
+  if u.op is not Ops.ADD: return False
+  pieces: list[UOp] = []
+  stack = list(u.src)
+  while stack:
+    x = stack.pop()
+    if x.op is Ops.ADD: stack.extend(x.src)
+    elif x.op is Ops.PAD: pieces.append(x)
+    else: return False
+  def region(p: UOp) -> list[tuple[int, int]]: return [(b, n - a) for (b, a), n in zip(p.arg, p.shape)]
+  regions = [region(p) for p in pieces]
+  return all(any(r1[ax][1] <= r2[ax][0] or r2[ax][1] <= r1[ax][0] for ax in range(len(r1)))
+             for i, r1 in enumerate(regions) for r2 in regions[i + 1:])
+
 def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> bool:
   """More than `limit` ALU ops below n inside this kernel: worth a buffer rather than recomputing per use."""
   count, stack, seen = 0, [n], set()
@@ -152,10 +168,10 @@ def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> bool:
     u = stack.pop()
     if u in seen or (u is not n and (u in roots or _is_leaf(u))): continue
     seen.add(u)
-    if u.op in GroupOp.ALU:
+    if u.op in GroupOp.ALU and not _is_cat(u):
       count += 1
       if count > limit: return True
-    if u.op is Ops.REDUCE_AXIS: return True
+    if u.op is Ops.REDUCE_AXIS: continue  # a reduce under an expand gets its own kernel anyway: a leaf here
     stack.extend(u.src)
   return False
 

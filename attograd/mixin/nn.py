@@ -239,20 +239,23 @@ class NNMixin:
       x = x.shrink(tuple(keep + flatten(((0, o), (0, k)) for o, k in zip(o_, k_))))
       return x.permute(*range(len(lead)), *[len(lead) + 2 * j for j in range(nk)],
                        *[len(lead) + 2 * j + 1 for j in range(nk)])
-    # overlapping or dilated windows: tile each dim so that row r of a (k, i*f + d) reshape starts at element
-    # r*d (mod i); taking every s-th column of those rows then reads x[r*d + o*s] with no gather at all.
-    # f = 2 when o*s would run past a single copy plus d
-    f_ = [1 + int(o * s > i - d * (k - 1)) for o, s, i, d, k in zip(o_, s_, i_, d_, k_)]
-    rows = [i * f + d for i, f, d in zip(i_, f_, d_)]
-    x = self.repeat([1] * len(lead) + [ceildiv(k * r, i) for k, r, i in zip(k_, rows, i_)])
-    x = x.shrink(tuple(keep + [(0, k * r) for k, r in zip(k_, rows)]))
-    x = x.reshape(lead + tuple(flatten((k, r) for k, r in zip(k_, rows))))             # (..., k, i*f+d) per dim
-    x = x.shrink(tuple(keep + flatten(((0, k), (0, o * s)) for k, o, s in zip(k_, o_, s_))))
-    x = x.reshape(lead + tuple(flatten((k, o, s) for k, o, s in zip(k_, o_, s_))))     # (..., k, o, s) per dim
-    x = x.shrink(tuple(keep + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(k_, o_))))
-    x = x.reshape(lead + tuple(flatten((k, o) for k, o in zip(k_, o_))))               # (..., k, o) per dim
-    return x.permute(*range(len(lead)), *[len(lead) + 2 * j + 1 for j in range(nk)],
-                     *[len(lead) + 2 * j for j in range(nk)])
+    # overlapping or dilated windows: per dim, a stack of the k shifted (and strided) slices. Every slice is one plain
+    # view, so a kernel that unrolls the window axis reads each with simple index math and no bounds checks, and the
+    # gradient is a sum of k padded slices (not a scatter).
+    x, sp = self, len(lead)
+    for j, (k, d, s, o) in enumerate(zip(k_, d_, s_, o_)):
+      ax = sp + j
+      def window(kk: int, x: Tensor = x, ax: int = ax, d: int = d, s: int = s, o: int = o) -> Tensor:
+        arg = [None] * x.ndim
+        arg[ax] = (kk * d, kk * d + (o - 1) * s + 1)
+        w = x.shrink(tuple(arg))
+        if s == 1: return w
+        # every s-th element: pad to o*s, split into (o, s), keep column 0
+        w = w.pad_(tuple((0, 0) if a != ax else (0, o * s - w.shape[ax]) for a in range(w.ndim)))
+        w = w.reshape(*w.shape[:ax], o, s, *w.shape[ax + 1:])
+        return w.shrink(tuple((0, 1) if a == ax + 1 else None for a in range(w.ndim))).reshape(*w.shape[:ax], o, *w.shape[ax + 2:])
+      x = window(0).unsqueeze(-1) if k == 1 else type(self).stack(*[window(kk) for kk in range(k)], dim=-1)
+    return x
 
   def _pool_pads(self: Tensor, padding: int | Sequence[int], dims: int, op: str) -> list[int]:
     """Padding as a flat PyTorch-order list (last dim first, (before, after) each) from an int, one int per dim
@@ -335,15 +338,19 @@ class NNMixin:
       raise ValueError(f"conv2d: input channels {cin_} must be groups * weight.shape[1] = {groups} * {cin} and output "
                        f"channels {cout} divisible by groups; input {self.shape}, weight {weight.shape}")
     pads = _conv_pads(self, padding, k_, stride, dilation)
+    # a big padded input gets its own buffer: windows over it then read whole rows with no bounds checks, which lets
+    # the kernels run on vector lanes (the copy is cheap next to the convolution; small convs stay one kernel)
     x = self.pad(pads) if any(pads) else self
+    if any(pads) and prod(self.shape) >= 1 << 16: x = x.contiguous()
     x = x._pool(k_, stride, dilation)                                     # (N, groups*cin, *o, *k)
     o_ = x.shape[2:2 + len(k_)]
     rcout, nk = cout // groups, len(k_)
-    # (N, groups, 1, *o, cin, *k) times weight (1, groups, rcout, 1.., cin, *k), summed over (cin, *k)
-    x = x.reshape(bs, groups, cin, *o_, *k_).permute(0, 1, *range(3, 3 + nk), 2, *range(3 + nk, 3 + 2 * nk))
-    x = x.reshape(bs, groups, 1, *o_, cin, *k_)
-    w = weight.reshape(1, groups, rcout, *[1] * nk, cin, *k_)
-    out = (x * w).sum(tuple(range(-1 - nk, 0))).reshape(bs, cout, *o_)
+    # (N, groups, 1, cin, *k, *o) times weight (1, groups, rcout, cin, *k, 1..), summed over (cin, *k): the output
+    # positions stay innermost, so the gradient of the windows is laid out with whole output rows contiguous
+    x = x.reshape(bs, groups, cin, *o_, *k_).permute(0, 1, 2, *range(3 + nk, 3 + 2 * nk), *range(3, 3 + nk))
+    x = x.reshape(bs, groups, 1, cin, *k_, *o_)
+    w = weight.reshape(1, groups, rcout, cin, *k_, *[1] * nk)
+    out = (x * w).sum(tuple(range(3, 4 + nk))).reshape(bs, cout, *o_)
     return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
 
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,

@@ -16,6 +16,8 @@ def _promote_to_float(x: UOp) -> UOp | None:
     return ret if x.dtype is dtypes.bool else ret.cast(x.dtype)
   return None
 
+def _mask_of(d: DType) -> DType: return (dtypes.int64 if d.scalar() is dtypes.float64 else dtypes.int32).vec(d.count)
+
 pm_promote_half = PatternMatcher([(UPat(GroupOp.ALU, name="x"), _promote_to_float)])
 
 class CStyleLanguage(Renderer):
@@ -133,13 +135,26 @@ class CStyleLanguage(Renderer):
         val = r[u.src[2]]
         if u.src[2].dtype is dtypes.bool: val = f"(unsigned char)({val})"
         emit(f"{r[u.src[0]]}[{r[u.src[1]]}] = {val};")
+      elif d.count > 1 and op in (Ops.MAX, Ops.WHERE) and (op is Ops.MAX or u.src[0].dtype.count > 1):
+        # lane-wise select through the bits: C has no ?: on vectors (MAX keeps NaN like the scalar form)
+        m = _mask_of(d)
+        vecs.add(m)
+        T, M = self.render_dtype(d), self.render_dtype(m)
+        a, b = (f"(({r[s]})-({T}){{0}})" for s in u.src[-2:])  # a scalar operand becomes a vector, -0.0 intact
+        c = f"((({r[u.src[0]]})>({r[u.src[1]]}))|(({r[u.src[0]]})!=({r[u.src[0]]})))" if op is Ops.MAX else r[u.src[0]]
+        r[u] = newname("alu")
+        emit(f"{T} {r[u]} = ({T})((({M}){c}&({M}){a})|(~({M}){c}&({M}){b}));")
       else:
         if op in GroupOp.Unary: expr = self.code_for_unary(op, r[u.src[0]], d)
         elif op is Ops.MAX: expr = self.code_for_max(r[u.src[0]], r[u.src[1]], d)
         elif op in self.infix: expr = f"({r[u.src[0]]}{self.infix[op]}{r[u.src[1]]})"
+        elif op is Ops.WHERE and d.count > 1:  # a scalar condition choosing between vectors: both sides vectors
+          T = self.render_dtype(d)
+          expr = f"({r[u.src[0]]}?(({r[u.src[1]]})-({T}){{0}}):(({r[u.src[2]]})-({T}){{0}}))"
         elif op is Ops.WHERE: expr = f"({r[u.src[0]]}?{r[u.src[1]]}:{r[u.src[2]]})"
         elif op is Ops.CAST: expr = self.render_cast(r[u.src[0]], u.src[0].dtype, d)
         elif op is Ops.BITCAST: expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, d)
+        elif op is Ops.GEP: expr = f"{r[u.src[0]]}[{u.arg}]"
         elif op is Ops.POW: expr = f"pow{'f' if d is dtypes.float32 else ''}({r[u.src[0]]}, {r[u.src[1]]})"
         else: raise RuntimeError(f"C renderer: no code for {op}")
         r[u] = newname("alu")

@@ -212,5 +212,26 @@ class ShapeTracker:
     if v.mask is None: return v.strides
     return tuple(None if m != (0, s) else st for st, m, s in zip(v.strides, v.mask, v.shape))
 
+  def index_strides(self) -> tuple[int | None, ...]:
+    """The stride of each dim as seen in the simplified index math, even through stacked views (a window view is
+    often two views whose composition is still linear); None for a dim that indexes non-linearly or that the
+    validity mask depends on. Cached: kernels ask for it once per axis choice."""
+    return _index_strides(self)
+
+@functools.lru_cache(maxsize=4096)
+def _index_strides(st: ShapeTracker) -> tuple[int | None, ...]:
+    if len(st.views) == 1: return st.real_strides()
+    from attograd.uop.symbolic import split_terms, symbolic
+    from attograd.uop.ops import graph_rewrite
+    d = dtypes.int32
+    axv = [UOp(Ops.DEFINE_VAR, d, (), (f"_ax{i}", 0, s - 1)) if s > 1 else UOp.const(d, 0) for i, s in enumerate(st.shape)]
+    idx, valid = st.to_indexed(axv)
+    idx, valid = graph_rewrite(idx, symbolic), graph_rewrite(valid, symbolic)
+    in_valid = set(valid.toposort())
+    terms, _ = split_terms(idx)
+    coef = {t: c for t, c in terms}
+    bad = {u for t in coef if t.op is not Ops.DEFINE_VAR for u in t.toposort()}
+    return tuple(0 if s == 1 else None if (v in in_valid or v in bad) else coef.get(v, 0) for v, s in zip(axv, st.shape))
+
 _movement_names = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad",
                    Ops.SHRINK: "shrink", Ops.FLIP: "flip"}

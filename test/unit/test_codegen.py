@@ -53,3 +53,55 @@ def test_large_matmul_cpu() -> None:
   rng = np.random.default_rng(4)
   a, b = rng.standard_normal((256, 128), dtype=np.float32), rng.standard_normal((128, 192), dtype=np.float32)
   np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-3)
+
+def _opts(t: Tensor) -> list:
+  items, _ = create_schedule([t.uop])
+  return [o.op for o in get_program(items[-1].ast, Device["CPU"].renderer).applied_opts]
+
+@pytest.mark.parametrize("m,k,n", [(32, 64, 32), (8, 48, 12), (5, 48, 7)])
+def test_dot_product_form_reduces_across_lanes(m: int, k: int, n: int) -> None:
+  # a @ b.T walks the reduce axis contiguously in both inputs: the lanes run along it and are summed at the end
+  rng = np.random.default_rng(5)
+  a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((n, k), dtype=np.float32)
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  assert "RLANES" in _opts(ta @ tb.T)
+  assert "[15]" in _src(ta @ tb.T) or k % 16  # the horizontal sum reads every lane
+  np.testing.assert_allclose((ta @ tb.T).numpy(), a @ b.T, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_vector_selects_match_numpy(dtype: str) -> None:
+  # relu, where and maximum on vector lanes go through bit masks; NaN and -0.0 must come out as in NumPy
+  rng = np.random.default_rng(6)
+  a, b = rng.standard_normal((32, 32)).astype(dtype), rng.standard_normal((32, 32)).astype(dtype)
+  a[0, :4] = [np.nan, -0.0, 0.0, np.inf]
+  b[1, :3] = [np.nan, -np.inf, -0.0]
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  for got, want in [(ta.relu() @ tb, np.where(a > 0, a, 0) @ b), (ta.maximum(tb) @ tb, np.maximum(a, b) @ b),
+                    ((ta < tb).where(ta, tb * 2) @ tb, np.where(a < b, a, b * 2) @ b)]:
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+  src = _src(ta @ tb.relu())  # the relu'd input is the one read along the lanes: a lane mask, no scalar select
+  assert "vector_size" in src and "?" not in src.split("for", 1)[1]
+  # a select on the accumulated lanes, stored straight to memory
+  np.testing.assert_allclose((ta @ tb).relu().numpy(), np.where(a @ b > 0, a @ b, 0), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose((ta @ tb).maximum(tb).numpy(), np.maximum(a @ b, b), rtol=1e-4, atol=1e-4)
+
+def test_window_axes_unroll_and_strides() -> None:
+  # conv windows are stacked slices: the window axes are unrolled whole and the output row gets vector lanes
+  x, w = Tensor.rand(2, 8, 18, 18).realize(), Tensor.rand(16, 8, 3, 3).realize()
+  opts = _opts(x.conv2d(w))
+  assert opts.count("UNROLL") == 2 and "LANES" in opts
+  # strides come from the simplified index math, also through stacked views whose composition is linear
+  from attograd.uop.view import ShapeTracker
+  tiled = ShapeTracker.from_shape((10,)).reshape((1, 10)).expand((3, 10)).reshape((30,)).pad(((0, 3),))
+  window = tiled.reshape((3, 11)).shrink(((0, 3), (0, 8)))  # element (k, o) is x[k + o]
+  assert len(window.views) > 1 and window.index_strides() == (1, 1)
+  mixed = ShapeTracker.from_shape((4, 10)).permute((1, 0)).reshape((40,)).reshape((5, 8))
+  assert mixed.index_strides() == (2, None)
+
+def test_stack_is_free_but_scatter_add_is_not() -> None:
+  from attograd.engine.schedule import _is_cat
+  a = Tensor.rand(4, 5)
+  stacked = Tensor.stack(a, a * 2, dim=0).uop
+  assert _is_cat(stacked)
+  overlapping = (a.pad(((1, 0), (0, 0))) + a.pad(((0, 1), (0, 0)))).uop
+  assert not _is_cat(overlapping)
