@@ -194,6 +194,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it)."""
     if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
     return self._new(_unique_contiguous(self.uop))
+  def contiguous_backward(self) -> Tensor:
+    """The same values; the gradient flowing back through this point gets its own contiguous buffer (in this
+    tensor's shape and order), so the kernels that read it walk it in that layout."""
+    return self._new(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
   def detach(self) -> Tensor:
     """The same values, cut off from the graph that gradients flow through."""
     return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)))

@@ -121,10 +121,12 @@ class Kernel:
     return [st.index_strides()[ax] for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
   def _store_strides(self, ax: int) -> list[int | None]:
     return [st.index_strides()[ax] for u, st in self.sts.items() if u.op is Ops.STORE]
-  def _lane_ok(self, ax: int) -> bool:
-    """Vector lanes on `ax`: every load walks it contiguously or not at all, and at least one walks it."""
+  def _lane_ok(self, ax: int, strided_store: bool = False) -> bool:
+    """Vector lanes on `ax`: every load walks it contiguously or not at all, and at least one walks it; the stores
+    walk it contiguously too (or, with strided_store, with any fixed stride: one scalar store per lane)."""
     ss = self._strides(ax)
-    return all(s in (0, 1) for s in ss) and 1 in ss and all(s in (0, 1) for s in self._store_strides(ax))
+    ok_store = (lambda x: x is not None) if strided_store else (lambda x: x in (0, 1))
+    return all(s in (0, 1) for s in ss) and 1 in ss and all(ok_store(s) for s in self._store_strides(ax))
 
   def hand_coded_optimizations(self) -> None:
     """A small heuristic for reduce kernels:
@@ -137,13 +139,21 @@ class Kernel:
     if NOOPT: return
     if 0 < self.first_reduce < self.shape_len:
       amt_of = lambda ax, amts: next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] >= a), 0)
-      lane: tuple[str, int, int] | None = None
-      for ax in reversed(range(self.first_reduce)):
-        if self._lane_ok(ax) and (a := amt_of(ax, (16, 8, 4))):
-          lane = ("LANES", ax, a)
-          break
+      # the widest lanes win; on a tie, an axis the output is stored contiguously along, then the innermost
+      cands = [(a, self._lane_ok(ax), ax) for ax in range(self.first_reduce)
+               if self._lane_ok(ax, strided_store=True) and (a := amt_of(ax, (16, 8, 4)))]
+      lane: tuple[str, int, int] | None = ("LANES", max(cands)[2], max(cands)[0]) if cands else None
       last = self.shape_len - 1
-      if lane is None and self._lane_ok(last) and (a := amt_of(last, (16, 8, 4))): lane = ("RLANES", last, a)
+      if (lane is None or lane[2] < 8) and self._lane_ok(last) and (a := amt_of(last, (16, 8, 4))) and (lane is None or a > lane[2]):
+        lane = ("RLANES", last, a)
+      win_out = prod(sz for ax in range(self.first_reduce) if (sz := self.full_shape[ax]) <= 7 and None in self._strides(ax))
+      if (lane is None or lane[2] < 8) and win_out >= 4:
+        # short rows everywhere: 16 lanes on an output axis that one input walks with a stride (a gather) and the
+        # others not at all beat 4 contiguous ones, when each gathered vector feeds a window's worth of accumulators
+        gathers = [ax for ax in range(self.first_reduce) if self.full_shape[ax] % 16 == 0 and
+                   sum(1 for s in self._strides(ax) if s != 0) == 1 and None not in self._strides(ax)
+                   and None not in self._store_strides(ax)]
+        if gathers: lane = ("LANES", gathers[0], 16)
       plan: list[tuple[str, int, int]] = [lane] if lane else []
       taken = {lane[1]} if lane else set()
       # window axes, whole; the output ones count against the accumulator budget

@@ -79,14 +79,18 @@ _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}
 _VEC_DTYPES = (dtypes.float32, dtypes.float64)  # half vectors can't mix with float scalars in C
 _MASK = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}  # the lane mask type of a float vector
 
-def _lane_base(idx: UOp, lane: UOp) -> UOp | None:
-  """idx == base + lane with base free of lane: the base, else None."""
+def _lane_base(idx: UOp, lane: UOp, stride: int = 1) -> UOp | None:
+  """idx == base + stride*lane with base free of lane: the base, else None."""
   from attograd.uop.symbolic import build_sum, split_terms
   terms, const = split_terms(idx)
-  if (lane, 1) not in terms: return None
+  if (lane, stride) not in terms: return None
   rest = [(t, c) for t, c in terms if t is not lane]
   if any(lane in t.toposort() for t, _ in rest): return None
   return build_sum(rest, const, idx.dtype)
+
+def _lane_stride(idx: UOp, lane: UOp) -> int | None:
+  from attograd.uop.symbolic import split_terms
+  return next((c for t, c in split_terms(idx)[0] if t is lane), None)
 
 def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
   """Turn every node that depends on `lane` into a vector of lane.arg[2]+1 elements. None when some use of the lane
@@ -133,16 +137,28 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
     if u.op is Ops.STORE and u.src[2] in masks: return None
     if u.dtype not in _VEC_DTYPES and u.op is not Ops.STORE and u.op is not Ops.SINK: return None
     if u.op is Ops.LOAD:
-      if len(u.src) == 3 and dep[u.src[2]] or (base := _lane_base(u.src[1], lane)) is None: return None
-      out[u] = UOp(Ops.LOAD, u.dtype.vec(width), (u.src[0], base) + u.src[2:])
+      if len(u.src) == 3 and dep[u.src[2]]: return None
+      if (base := _lane_base(u.src[1], lane)) is not None: out[u] = UOp(Ops.LOAD, u.dtype.vec(width), (u.src[0], base) + u.src[2:])
+      elif (stride := _lane_stride(u.src[1], lane)) is not None and (base := _lane_base(u.src[1], lane, stride)) is not None:
+        # lanes apart in memory: a gather of one scalar load per lane
+        out[u] = UOp(Ops.VECTORIZE, u.dtype.vec(width), tuple(UOp(Ops.LOAD, u.dtype, (u.src[0], base + i * stride) + u.src[2:])
+                                                             for i in range(width)))
+      else: return None
     elif u.op is Ops.STORE:
-      if not dep[u.src[2]] or (base := _lane_base(u.src[1], lane)) is None or u.src[2] in index_only: return None
-      out[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], base, out[u.src[2]]))
+      if not dep[u.src[2]] or u.src[2] in index_only: return None
+      if (base := _lane_base(u.src[1], lane)) is not None: out[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], base, out[u.src[2]]))
+      else:
+        # lanes that land apart in memory: one scalar store per lane (cheap after a long reduce)
+        if (stride := _lane_stride(u.src[1], lane)) is None or (base := _lane_base(u.src[1], lane, stride)) is None: return None
+        v = out[u.src[2]]
+        out[u] = UOp(Ops.SINK, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (u.src[0], base + i * stride, UOp(Ops.GEP, v.dtype.scalar(), (v,), i)))
+                                                  for i in range(width)))
     elif u.op is Ops.REDUCE and u.arg in (Ops.ADD, Ops.MUL) and u.src[0] not in index_only:
       out[u] = UOp(Ops.REDUCE, u.dtype.vec(width), (out[u.src[0]],) + u.src[1:], u.arg)
     elif u.op in _VEC_ALU and dtypes.is_float(u.dtype) and not any(s in index_only for s in u.src):
       out[u] = UOp(u.op, u.dtype.vec(width), tuple(out[s] for s in u.src), u.arg)
-    elif u.op is Ops.SINK: out[u] = UOp(Ops.SINK, dtypes.void, tuple(out[s] for s in u.src))
+    elif u.op is Ops.SINK:
+      out[u] = UOp(Ops.SINK, dtypes.void, tuple(x for s in u.src for x in (out[s].src if out[s].op is Ops.SINK else (out[s],))))
     else: return None
   return out[sink]
 

@@ -349,8 +349,15 @@ class NNMixin:
     # positions stay innermost, so the gradient of the windows is laid out with whole output rows contiguous
     x = x.reshape(bs, groups, cin, *o_, *k_).permute(0, 1, 2, *range(3 + nk, 3 + 2 * nk), *range(3, 3 + nk))
     x = x.reshape(bs, groups, 1, cin, *k_, *o_)
-    w = weight.reshape(1, groups, rcout, cin, *k_, *[1] * nk)
-    out = (x * w).sum(tuple(range(3, 4 + nk))).reshape(bs, cout, *o_)
+    w = weight.reshape(groups, rcout, cin, *k_)
+    short_rows = o_[-1] % 16 and rcout % 8 == 0 and bs * cout * prod(o_) >= 1 << 16
+    if short_rows:
+      # output rows too short for vector lanes: the kernels run their lanes over output channels instead, reading a
+      # copy of the weight with the output channel innermost (a small copy)
+      w = w.permute(0, 2, *range(3, 3 + nk), 1).contiguous().permute(0, nk + 2, 1, *range(2, 2 + nk))
+    w = w.reshape(1, groups, rcout, cin, *k_, *[1] * nk)
+    out = (x * w).sum(tuple(range(3, 4 + nk)))                           # (N, groups, rcout, *o)
+    out = out.reshape(bs, cout, *o_)
     return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
 
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,

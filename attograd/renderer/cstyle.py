@@ -155,6 +155,7 @@ class CStyleLanguage(Renderer):
         elif op is Ops.CAST: expr = self.render_cast(r[u.src[0]], u.src[0].dtype, d)
         elif op is Ops.BITCAST: expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, d)
         elif op is Ops.GEP: expr = f"{r[u.src[0]]}[{u.arg}]"
+        elif op is Ops.VECTORIZE: expr = f"(({self.render_dtype(d)}){{{', '.join(r[s] for s in u.src)}}})"
         elif op is Ops.POW: expr = f"pow{'f' if d is dtypes.float32 else ''}({r[u.src[0]]}, {r[u.src[1]]})"
         else: raise RuntimeError(f"C renderer: no code for {op}")
         r[u] = newname("alu")

@@ -105,3 +105,31 @@ def test_stack_is_free_but_scatter_add_is_not() -> None:
   assert _is_cat(stacked)
   overlapping = (a.pad(((1, 0), (0, 0))) + a.pad(((0, 1), (0, 0)))).uop
   assert not _is_cat(overlapping)
+
+def test_short_rows_use_channel_lanes_with_strided_stores_and_gathers() -> None:
+  # 6-wide output rows: the forward conv runs 16 lanes over output channels (stored one lane at a time) and the
+  # weight gradient gathers the output gradient across channels; both agree with plain loops (NOOPT)
+  rng = np.random.default_rng(7)
+  x, w = rng.standard_normal((64, 16, 8, 8), dtype=np.float32), rng.standard_normal((32, 16, 3, 3), dtype=np.float32)
+  def run() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    out = tx.conv2d(tw)
+    (out * out).sum().backward()
+    return out.numpy(), tx.grad.numpy(), tw.grad.numpy()
+  got = run()
+  with Context(NOOPT=1): want = run()
+  for g, e in zip(got, want): np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-3)
+  tx, tw = Tensor(x).realize(), Tensor(w).realize()
+  src = _src(tx.conv2d(tw))
+  assert "vector_size(64)" in src and "[15];" in src  # lanes over channels, one store per lane
+  tdo = Tensor(rng.standard_normal((64, 32, 6, 6), dtype=np.float32)).realize()
+  items, _ = create_schedule([(tx.conv2d(tw.requires_grad_()) * tdo).sum().gradient(tw)[0].uop])
+  srcs = [get_program(si.ast, Device["CPU"].renderer).src for si in items if si.ast.op is not None]
+  assert any("((float16){" in s for s in srcs)  # the gathered vector
+
+def test_contiguous_backward() -> None:
+  x = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+  y = (x * 2).T.contiguous_backward()
+  (y * Tensor([[1.0, 10.0], [100.0, 1000.0]])).sum().backward()
+  assert y.tolist() == [[2.0, 6.0], [4.0, 8.0]]
+  assert x.grad.tolist() == [[2.0, 200.0], [20.0, 2000.0]]
