@@ -1,0 +1,224 @@
+"""The memory planner: buffers that live only inside one schedule (or one captured jit) share storage when their
+lifetimes don't overlap, and a schedule's peak memory is known, and checked against the device's limit, before any of
+its kernels runs."""
+from __future__ import annotations
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Sequence, TYPE_CHECKING
+from attograd.device import Buffer, Device
+from attograd.helpers import DEBUG, getenv
+from attograd.uop.ops import UOp
+if TYPE_CHECKING:
+  from attograd.engine.schedule import _Template
+
+class MemoryLimitError(MemoryError):
+  """A schedule needs more memory at its peak than its device's limit allows (raised before any kernel runs)."""
+
+class PooledBuffer(Buffer):
+  """A buffer whose storage is a slot it shares with other buffers whose lifetimes don't overlap with its own.
+  The slot owns the memory: this buffer only points into it."""
+  def __init__(self, device: str, size: int, dtype: Any, slot: Buffer):
+    super().__init__(device, size, dtype)
+    self.slot = slot
+  def allocate(self) -> Buffer:
+    if self._buf is None:
+      s = self.slot.allocate()
+      self.allocator = s.allocator
+      # host memoryviews are sliced to this buffer's size (copies check sizes); device handles are shared as is
+      self._buf = s._buf[:max(self.nbytes, 1)] if isinstance(s._buf, memoryview) else s._buf
+    return self
+  def __del__(self) -> None: pass  # the slot frees the memory
+
+# ***** lifetimes and best fit *****
+
+@dataclass
+class Plan:
+  """Which slot each pooled buffer uses, the slots' sizes, and the peak bytes per device with and without pooling."""
+  slot_of: dict[Hashable, int]
+  slots: list[tuple[str, int]]  # (device, bytes)
+  peak: dict[str, int]
+  unpooled_peak: dict[str, int]
+  at_peak: dict[str, list[Hashable]]  # per device, the buffers (not slots) alive at the peak, largest first
+
+def plan_memory(steps: Sequence[Sequence[Hashable]], info: Callable[[Hashable], tuple[str, int]],
+                pooled: set[Hashable], resident: set[Hashable]) -> Plan:
+  """Plan storage for buffers used by `steps` (each step: the buffers one kernel touches, the written one first).
+
+  `pooled` buffers live from their first to their last use and share slots (greedy best fit by bytes, per device;
+  each must be written by its first use). `resident` ones exist before the steps and after them. The rest are made
+  at their first use and kept to the end."""
+  first: dict[Hashable, int] = {}
+  last: dict[Hashable, int] = {}
+  for i, step in enumerate(steps):
+    for k in step:
+      if k not in first: first[k] = i
+      last[k] = i
+  n = len(steps)
+  slot_of: dict[Hashable, int] = {}
+  slots: list[list[Any]] = []  # [device, bytes, first step, last step]
+  for k in sorted((k for k in pooled if k in first), key=lambda k: (first[k], -info(k)[1])):
+    dev, nb = info(k)
+    free = [j for j, s in enumerate(slots) if s[0] == dev and s[3] < first[k]]
+    fits = [j for j in free if slots[j][1] >= nb]
+    if fits: j = min(fits, key=lambda j: slots[j][1])     # the smallest slot that fits
+    elif free: j = max(free, key=lambda j: slots[j][1])   # else grow the largest free one (nothing is allocated yet)
+    else:
+      slots.append([dev, nb, first[k], last[k]])
+      j = len(slots) - 1
+    slots[j][1], slots[j][3] = max(slots[j][1], nb), last[k]
+    slot_of[k] = j
+  # live bytes per device per step: a difference array of (device, start, end inclusive, bytes) spans
+  def peaks(spans: list[tuple[str, int, int, int]]) -> tuple[dict[str, int], dict[str, int]]:
+    delta: dict[str, list[int]] = {}
+    for dev, a, b, nb in spans:
+      d = delta.setdefault(dev, [0] * (n + 1))
+      d[a] += nb
+      d[b + 1] -= nb
+    peak, when = {}, {}
+    for dev, d in delta.items():
+      live, best, at = 0, 0, 0
+      for i in range(n):
+        live += d[i]
+        if live > best: best, at = live, i
+      peak[dev], when[dev] = best, at
+    return peak, when
+  own = [k for k in first if k not in pooled]
+  spans = [(info(k)[0], 0 if k in resident else first[k], n - 1, info(k)[1]) for k in own]
+  peak, when = peaks(spans + [(s[0], s[2], s[3], s[1]) for s in slots])
+  unpooled, _ = peaks(spans + [(info(k)[0], first[k], n - 1, info(k)[1]) for k in slot_of])
+  at_peak: dict[str, list[Hashable]] = {}
+  for k in first:
+    dev, nb = info(k)
+    i = when.get(dev, 0)
+    alive = first[k] <= i <= last[k] if k in slot_of else (k in resident or first[k] <= i)
+    if alive: at_peak.setdefault(dev, []).append(k)
+  for ks in at_peak.values(): ks.sort(key=lambda k: -info(k)[1])
+  return Plan(slot_of, [(s[0], s[1]) for s in slots], peak, unpooled, at_peak)
+
+def memory_limit(device: str) -> int:
+  """The most bytes a schedule may use on `device` at its peak: `Device[d].memory_limit` if set, else $MEMORY_LIMIT,
+  else no limit (0)."""
+  lim = getattr(Device[device], "memory_limit", None)
+  return int(lim) if lim else getenv("MEMORY_LIMIT", 0)
+
+def _fmt_bytes(n: int) -> str: return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n} bytes"
+
+def check_plan(plan: Plan, describe: Callable[[Hashable], str], what: str) -> None:
+  """Report the peak with DEBUG>=2; raise MemoryLimitError if it is over a device's limit."""
+  for dev, pk in plan.peak.items():
+    if DEBUG >= 2:
+      npool = sum(1 for s in plan.slots if s[0] == dev)
+      saved = plan.unpooled_peak.get(dev, pk) - pk
+      print(f"memory: {what} on {dev} peaks at {_fmt_bytes(pk)} ({len([k for k in plan.slot_of])} buffers in {npool} shared slots, "
+            f"saving {_fmt_bytes(saved)})")
+    if (lim := memory_limit(dev)) and pk > lim:
+      biggest = ", ".join(describe(k) for k in plan.at_peak.get(dev, [])[:3])
+      raise MemoryLimitError(f"{what} needs {pk} bytes on {dev} at its peak, over the limit of {lim} bytes; the largest "
+                             f"buffers then: {biggest}. Raise Device[{dev!r}].memory_limit (or MEMORY_LIMIT), or make the work smaller")
+
+# ***** a schedule: pool the intermediates nobody can read afterwards *****
+
+_calibration: list[int] = []
+
+def _raw_surplus(orig: dict[UOp, UOp]) -> dict[int, int]:
+  """For every node of the graph: references to it beyond those the graph itself (and `orig`) holds, plus a constant."""
+  nodes = {id(v): v for v in orig.values()}
+  internal = dict.fromkeys(nodes, 0)
+  for k, v in orig.items(): internal[id(v)] += 2 if k is v else 1
+  for v in nodes.values():
+    for s in v.src:
+      if (i := id(s)) in internal: internal[i] += 1
+  return {i: sys.getrefcount(v) - internal[i] for i, v in nodes.items()}
+
+def _base_surplus() -> int:
+  """The surplus _raw_surplus reports for a node that nothing else references, on this Python."""
+  if not _calibration:
+    from attograd.uop.ops import Ops
+    x = UOp(Ops.DEFINE_VAR, arg=("_memory_calibration", 0, 1))
+    y = UOp(Ops.NEG, x.dtype, (x,))
+    _calibration.append(_raw_surplus({x: x, y: y})[id(x)] - 1)  # `x` here is the one other reference
+    del x, y
+  return _calibration[0]
+
+def held_nodes(orig: dict[UOp, UOp], outs: set[UOp]) -> set[UOp]:
+  """Graph nodes something outside the graph still references (a Tensor, a graph built on them), and every node below
+  them down to the outputs (which will be realized, so nothing needs what is below them)."""
+  surplus, base = _raw_surplus(orig), _base_surplus()
+  nodes = {id(v): v for v in orig.values()}
+  stack = [v for i, v in nodes.items() if surplus[i] > base and v not in outs]
+  held: set[UOp] = set()
+  while stack:
+    v = stack.pop()
+    if v in held: continue
+    held.add(v)
+    stack.extend(s for s in v.src if id(s) in nodes and s not in outs)
+  return held
+
+def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dict[UOp, Buffer]:
+  """Pooled buffers for the template's intermediates whose original node nobody can reach after this schedule (so
+  their values are not remembered), and a check of the schedule's peak. Returns placeholder -> its pooled Buffer."""
+  cands: frozenset[UOp] = frozenset()
+  if tmpl.realized_roots:
+    held = held_nodes(orig, set(outs))
+    homes = {home.base for home in tmpl.becomes if home is not None}  # an output can be a view of an intermediate
+    cands = frozenset(b for r, home in tmpl.realized_roots
+                      if ((o := orig.get(r)) is None or o not in held) and (b := home.base) not in homes)
+  cache: dict[frozenset[UOp], Plan] = tmpl.__dict__.setdefault("_plans", {})
+  if (plan := cache.get(cands)) is None:
+    resident = {b for _, bufs, _ in tmpl.items for b in bufs if b not in tmpl.new_bufs}
+    plan = cache[cands] = plan_memory([bufs for _, bufs, _ in tmpl.items], _ph_info, set(cands), resident)
+  if DEBUG >= 2 or plan.peak and any(memory_limit(d) for d in plan.peak):
+    check_plan(plan, lambda k: _describe(k), f"a schedule of {len(tmpl.items)} kernels")  # type: ignore[arg-type]
+  if not plan.slot_of: return {}
+  slots = [Buffer(dev, nb, _u8()) for dev, nb in plan.slots]
+  return {ph: PooledBuffer(ph.device, ph.arg[1], ph.dtype, slots[j]) for ph, j in plan.slot_of.items()}  # type: ignore[union-attr]
+
+def _u8() -> Any:
+  from attograd.dtype import dtypes
+  return dtypes.uint8
+
+def _ph_info(k: Hashable) -> tuple[str, int]:
+  assert isinstance(k, UOp)
+  return k.device, k.arg[1] * k.dtype.itemsize
+
+def _describe(k: Hashable) -> str:
+  if isinstance(k, UOp): return f"{k.arg[1]} x {k.dtype} ({k.arg[1] * k.dtype.itemsize} bytes)"
+  assert isinstance(k, Buffer)
+  return f"{k.size} x {k.dtype} ({k.nbytes} bytes)"
+
+# ***** a captured jit: pool every buffer only the jit still uses *****
+
+def plan_jit(rec: list[tuple[Any, tuple[Buffer, ...], dict[str, int]]], inputs: list[Buffer], outputs: list[Buffer]) -> list[tuple[Any, tuple[Buffer, ...], dict[str, int]]]:
+  """The recorded kernels with the buffers that nothing but the recording references (dead once the captured call
+  returned) moved into shared slots. A buffer qualifies only if its first use writes it whole."""
+  import gc
+  from attograd.uop.ops import Ops, UOpMetaClass
+  gc.collect()  # once per capture: let cycles holding tensors go, so the buffers they held show as free
+  held = {id(u.__dict__["buffer"]) for u in list(UOpMetaClass.ucache.values()) if u.op is Ops.BUFFER and "buffer" in u.__dict__}
+  keep = {id(b) for b in inputs + outputs}
+  seen: set[int] = set()
+  pooled: set[Hashable] = set()
+  for runner, bufs, _ in rec:
+    written = _written(runner, bufs)
+    for i, b in enumerate(bufs):
+      if id(b) in seen: continue
+      seen.add(id(b))
+      # written whole by its first use (and not read by it), and nobody outside the recording can reach it
+      if i in written and not any(x is b for j, x in enumerate(bufs) if j not in written) and id(b) not in held \
+         and id(b) not in keep and type(b) in (Buffer, PooledBuffer):
+        pooled.add(b)
+  if not pooled: return rec
+  resident = {b for _, bufs, _ in rec for b in bufs if b not in pooled}
+  plan = plan_memory([_ordered(r, bufs) for r, bufs, _ in rec], lambda b: (b.device, b.nbytes), pooled, resident)  # type: ignore[attr-defined]
+  check_plan(plan, _describe, "the captured jit")
+  slots = [Buffer(dev, nb, _u8()) for dev, nb in plan.slots]
+  new: dict[int, Buffer] = {id(b): PooledBuffer(b.device, b.size, b.dtype, slots[j]) for b, j in plan.slot_of.items()}  # type: ignore[attr-defined]
+  return [(r, tuple(new.get(id(b), b) for b in bufs), vv) for r, bufs, vv in rec]
+
+def _written(runner: Any, bufs: tuple[Buffer, ...]) -> set[int]:
+  spec = getattr(runner, "spec", None)
+  return set(spec.outs) if spec is not None else {0}
+
+def _ordered(runner: Any, bufs: tuple[Buffer, ...]) -> list[Buffer]:
+  w = _written(runner, bufs)
+  return [bufs[i] for i in sorted(w)] + [b for i, b in enumerate(bufs) if i not in w]
