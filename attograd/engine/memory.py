@@ -6,10 +6,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence, TYPE_CHECKING
 from attograd.device import Buffer, Device
-from attograd.helpers import DEBUG, getenv
+from attograd.helpers import DEBUG, ContextVar, getenv
 from attograd.uop.ops import UOp
 if TYPE_CHECKING:
   from attograd.engine.schedule import _Template
+
+# NO_MEMORY_PLANNER=1 gives every buffer its own storage (to compare results, or to rule the planner out)
+NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
 
 class MemoryLimitError(MemoryError):
   """A schedule needs more memory at its peak than its device's limit allows (raised before any kernel runs)."""
@@ -118,8 +121,6 @@ def check_plan(plan: Plan, describe: Callable[[Hashable], str], what: str) -> No
 
 # ***** a schedule: pool the intermediates nobody can read afterwards *****
 
-_calibration: list[int] = []
-
 def _raw_surplus(orig: dict[UOp, UOp]) -> dict[int, int]:
   """For every node of the graph: references to it beyond those the graph itself (and `orig`) holds, plus a constant."""
   nodes = {id(v): v for v in orig.values()}
@@ -130,20 +131,23 @@ def _raw_surplus(orig: dict[UOp, UOp]) -> dict[int, int]:
       if (i := id(s)) in internal: internal[i] += 1
   return {i: sys.getrefcount(v) - internal[i] for i, v in nodes.items()}
 
-def _base_surplus() -> int:
-  """The surplus _raw_surplus reports for a node that nothing else references, on this Python."""
-  if not _calibration:
-    from attograd.uop.ops import Ops
-    x = UOp(Ops.DEFINE_VAR, arg=("_memory_calibration", 0, 1))
-    y = UOp(Ops.NEG, x.dtype, (x,))
-    _calibration.append(_raw_surplus({x: x, y: y})[id(x)] - 1)  # `x` here is the one other reference
-    del x, y
-  return _calibration[0]
-
 def held_nodes(orig: dict[UOp, UOp], outs: set[UOp]) -> set[UOp]:
   """Graph nodes something outside the graph still references (a Tensor, a graph built on them), and every node below
-  them down to the outputs (which will be realized, so nothing needs what is below them)."""
-  surplus, base = _raw_surplus(orig), _base_surplus()
+  them down to the outputs (which will be realized, so nothing needs what is below them).
+
+  Reference counts are compared with those of a sentinel node that only the graph holds, measured in the same pass
+  (the constant part of a count depends on the Python version). A wrong guess costs memory or a recomputation,
+  never a wrong result: a pooled intermediate is not remembered."""
+  from attograd.uop.ops import Ops
+  leaf = UOp(Ops.DEFINE_VAR, arg=("_memory_sentinel", 0, 1))
+  top = UOp(Ops.NEG, leaf.dtype, (UOp(Ops.NEG, leaf.dtype, (leaf,)),))
+  sentinel = id(top.src[0])
+  for n in (top, top.src[0], leaf): orig[n] = n
+  del leaf
+  try: surplus = _raw_surplus(orig)
+  finally:
+    for n in (top, top.src[0], top.src[0].src[0]): del orig[n]
+  base = surplus[sentinel]
   nodes = {id(v): v for v in orig.values()}
   stack = [v for i, v in nodes.items() if surplus[i] > base and v not in outs]
   held: set[UOp] = set()
@@ -158,7 +162,7 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
   """Pooled buffers for the template's intermediates whose original node nobody can reach after this schedule (so
   their values are not remembered), and a check of the schedule's peak. Returns placeholder -> its pooled Buffer."""
   cands: frozenset[UOp] = frozenset()
-  if tmpl.realized_roots:
+  if tmpl.realized_roots and not NO_MEMORY_PLANNER:
     held = held_nodes(orig, set(outs))
     homes = {home.base for home in tmpl.becomes if home is not None}  # an output can be a view of an intermediate
     cands = frozenset(b for r, home in tmpl.realized_roots
@@ -167,8 +171,9 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
   if (plan := cache.get(cands)) is None:
     resident = {b for _, bufs, _ in tmpl.items for b in bufs if b not in tmpl.new_bufs}
     plan = cache[cands] = plan_memory([bufs for _, bufs, _ in tmpl.items], _ph_info, set(cands), resident)
-  if DEBUG >= 2 or plan.peak and any(memory_limit(d) for d in plan.peak):
-    check_plan(plan, lambda k: _describe(k), f"a schedule of {len(tmpl.items)} kernels")  # type: ignore[arg-type]
+  if DEBUG >= 2 or any(memory_limit(d) for d in plan.peak):
+    shapes = {h.base: h.shape for h in list(tmpl.becomes) + [h for _, h in tmpl.realized_roots] if h is not None}
+    check_plan(plan, lambda k: _describe(k, shapes.get(k)), f"a schedule of {len(tmpl.items)} kernels")
   if not plan.slot_of: return {}
   slots = [Buffer(dev, nb, _u8()) for dev, nb in plan.slots]
   return {ph: PooledBuffer(ph.device, ph.arg[1], ph.dtype, slots[j]) for ph, j in plan.slot_of.items()}  # type: ignore[union-attr]
@@ -181,10 +186,10 @@ def _ph_info(k: Hashable) -> tuple[str, int]:
   assert isinstance(k, UOp)
   return k.device, k.arg[1] * k.dtype.itemsize
 
-def _describe(k: Hashable) -> str:
-  if isinstance(k, UOp): return f"{k.arg[1]} x {k.dtype} ({k.arg[1] * k.dtype.itemsize} bytes)"
+def _describe(k: Hashable, shape: Any = None) -> str:
+  if isinstance(k, UOp): return f"{shape or (k.arg[1],)} {k.dtype} ({k.arg[1] * k.dtype.itemsize} bytes)"
   assert isinstance(k, Buffer)
-  return f"{k.size} x {k.dtype} ({k.nbytes} bytes)"
+  return f"({k.size},) {k.dtype} ({k.nbytes} bytes)"
 
 # ***** a captured jit: pool every buffer only the jit still uses *****
 
@@ -193,6 +198,7 @@ def plan_jit(rec: list[tuple[Any, tuple[Buffer, ...], dict[str, int]]], inputs: 
   returned) moved into shared slots. A buffer qualifies only if its first use writes it whole."""
   import gc
   from attograd.uop.ops import Ops, UOpMetaClass
+  if NO_MEMORY_PLANNER: return rec
   gc.collect()  # once per capture: let cycles holding tensors go, so the buffers they held show as free
   held = {id(u.__dict__["buffer"]) for u in list(UOpMetaClass.ucache.values()) if u.op is Ops.BUFFER and "buffer" in u.__dict__}
   keep = {id(b) for b in inputs + outputs}
@@ -207,10 +213,10 @@ def plan_jit(rec: list[tuple[Any, tuple[Buffer, ...], dict[str, int]]], inputs: 
       if i in written and not any(x is b for j, x in enumerate(bufs) if j not in written) and id(b) not in held \
          and id(b) not in keep and type(b) in (Buffer, PooledBuffer):
         pooled.add(b)
-  if not pooled: return rec
   resident = {b for _, bufs, _ in rec for b in bufs if b not in pooled}
   plan = plan_memory([_ordered(r, bufs) for r, bufs, _ in rec], lambda b: (b.device, b.nbytes), pooled, resident)  # type: ignore[attr-defined]
   check_plan(plan, _describe, "the captured jit")
+  if not plan.slot_of: return rec
   slots = [Buffer(dev, nb, _u8()) for dev, nb in plan.slots]
   new: dict[int, Buffer] = {id(b): PooledBuffer(b.device, b.size, b.dtype, slots[j]) for b, j in plan.slot_of.items()}  # type: ignore[attr-defined]
   return [(r, tuple(new.get(id(b), b) for b in bufs), vv) for r, bufs, vv in rec]
