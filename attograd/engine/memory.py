@@ -2,17 +2,21 @@
 lifetimes don't overlap, and a schedule's peak memory is known, and checked against the device's limit, before any of
 its kernels runs."""
 from __future__ import annotations
-import sys
+import gc, sys
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence, TYPE_CHECKING
 from attograd.device import Buffer, Device
 from attograd.helpers import DEBUG, ContextVar, getenv
-from attograd.uop.ops import UOp
+from attograd.dtype import dtypes
+from attograd.uop.ops import Ops, UOp, UOpMetaClass
 if TYPE_CHECKING:
   from attograd.engine.schedule import _Template
 
 # NO_MEMORY_PLANNER=1 gives every buffer its own storage (to compare results, or to rule the planner out)
 NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
+
+# a schedule whose intermediates add up to less than this is not pooled
+POOL_MIN_BYTES = 1 << 16
 
 class MemoryLimitError(MemoryError):
   """A schedule needs more memory at its peak than its device's limit allows (raised before any kernel runs)."""
@@ -101,8 +105,8 @@ def plan_memory(steps: Sequence[Sequence[Hashable]], info: Callable[[Hashable], 
 def memory_limit(device: str) -> int:
   """The most bytes a schedule may use on `device` at its peak: `Device[d].memory_limit` if set, else $MEMORY_LIMIT,
   else no limit (0)."""
-  lim = getattr(Device[device], "memory_limit", None)
-  return int(lim) if lim else getenv("MEMORY_LIMIT", 0)
+  dev = Device._opened.get(device) or Device[device]  # the open device without parsing its name: this runs per realize
+  return int(getattr(dev, "memory_limit", 0) or getenv("MEMORY_LIMIT", 0))
 
 def _fmt_bytes(n: int) -> str: return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n} bytes"
 
@@ -121,15 +125,29 @@ def check_plan(plan: Plan, describe: Callable[[Hashable], str], what: str) -> No
 
 # ***** a schedule: pool the intermediates nobody can read afterwards *****
 
-def _raw_surplus(orig: dict[UOp, UOp]) -> dict[int, int]:
-  """For every node of the graph: references to it beyond those the graph itself (and `orig`) holds, plus a constant."""
-  nodes = {id(v): v for v in orig.values()}
-  internal = dict.fromkeys(nodes, 0)
-  for k, v in orig.items(): internal[id(v)] += 2 if k is v else 1
-  for v in nodes.values():
+def _internal_refs(orig: dict[UOp, UOp]) -> dict[int, int]:
+  """References to each node that the graph (its nodes' sources) and `orig` itself hold. A function of its own: its
+  loop variables must be gone when the counts are compared."""
+  internal: dict[int, int] = {}
+  for k, v in orig.items(): internal[id(v)] = internal.get(id(v), 0) + (2 if k is v else 1)
+  for v in set(orig.values()):
     for s in v.src:
       if (i := id(s)) in internal: internal[i] += 1
-  return {i: sys.getrefcount(v) - internal[i] for i, v in nodes.items()}
+  return internal
+
+def _raw_surplus(orig: dict[UOp, UOp]) -> dict[int, int]:
+  """For every node of the graph: references to it beyond those the graph itself (and `orig`) holds, plus a constant
+  that is the same for every node."""
+  internal = _internal_refs(orig)
+  return {id(v): sys.getrefcount(v) - internal[id(v)] for v in orig.values()}
+
+_sentinel_top: list[UOp] = []
+def _sentinel() -> UOp:
+  """A node whose source (the sentinel) nothing but this node holds."""
+  if not _sentinel_top:
+    leaf = UOp(Ops.DEFINE_VAR, dtypes.int32, arg=("_memory_sentinel", 0, 1))
+    _sentinel_top.append(UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32, (leaf,)),)))
+  return _sentinel_top[0]
 
 def held_nodes(orig: dict[UOp, UOp], outs: set[UOp]) -> set[UOp]:
   """Graph nodes something outside the graph still references (a Tensor, a graph built on them), and every node below
@@ -138,16 +156,14 @@ def held_nodes(orig: dict[UOp, UOp], outs: set[UOp]) -> set[UOp]:
   Reference counts are compared with those of a sentinel node that only the graph holds, measured in the same pass
   (the constant part of a count depends on the Python version). A wrong guess costs memory or a recomputation,
   never a wrong result: a pooled intermediate is not remembered."""
-  from attograd.uop.ops import Ops
-  leaf = UOp(Ops.DEFINE_VAR, arg=("_memory_sentinel", 0, 1))
-  top = UOp(Ops.NEG, leaf.dtype, (UOp(Ops.NEG, leaf.dtype, (leaf,)),))
-  sentinel = id(top.src[0])
-  for n in (top, top.src[0], leaf): orig[n] = n
-  del leaf
+  top = _sentinel()
+  orig[top] = top
+  orig[top.src[0]] = top.src[0]  # no local name may hold the sentinel: that would be a reference of its own
   try: surplus = _raw_surplus(orig)
   finally:
-    for n in (top, top.src[0], top.src[0].src[0]): del orig[n]
-  base = surplus[sentinel]
+    del orig[top.src[0]]
+    del orig[top]
+  base = surplus[id(top.src[0])]
   nodes = {id(v): v for v in orig.values()}
   stack = [v for i, v in nodes.items() if surplus[i] > base and v not in outs]
   held: set[UOp] = set()
@@ -162,7 +178,10 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
   """Pooled buffers for the template's intermediates whose original node nobody can reach after this schedule (so
   their values are not remembered), and a check of the schedule's peak. Returns placeholder -> its pooled Buffer."""
   cands: frozenset[UOp] = frozenset()
-  if tmpl.realized_roots and not NO_MEMORY_PLANNER:
+  if (inter := tmpl.__dict__.get("_inter_bytes")) is None:
+    inter = tmpl.__dict__["_inter_bytes"] = sum(_ph_info(h.base)[1] for _, h in tmpl.realized_roots)
+  # small intermediates aren't worth the liveness pass (a walk over the graph on every realize)
+  if inter >= POOL_MIN_BYTES and not NO_MEMORY_PLANNER:
     held = held_nodes(orig, set(outs))
     homes = {home.base for home in tmpl.becomes if home is not None}  # an output can be a view of an intermediate
     cands = frozenset(b for r, home in tmpl.realized_roots
@@ -175,12 +194,8 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
     shapes = {h.base: h.shape for h in list(tmpl.becomes) + [h for _, h in tmpl.realized_roots] if h is not None}
     check_plan(plan, lambda k: _describe(k, shapes.get(k)), f"a schedule of {len(tmpl.items)} kernels")
   if not plan.slot_of: return {}
-  slots = [Buffer(dev, nb, _u8()) for dev, nb in plan.slots]
+  slots = [Buffer(dev, nb, dtypes.uint8) for dev, nb in plan.slots]
   return {ph: PooledBuffer(ph.device, ph.arg[1], ph.dtype, slots[j]) for ph, j in plan.slot_of.items()}  # type: ignore[union-attr]
-
-def _u8() -> Any:
-  from attograd.dtype import dtypes
-  return dtypes.uint8
 
 def _ph_info(k: Hashable) -> tuple[str, int]:
   assert isinstance(k, UOp)
@@ -196,8 +211,6 @@ def _describe(k: Hashable, shape: Any = None) -> str:
 def plan_jit(rec: list[tuple[Any, tuple[Buffer, ...], dict[str, int]]], inputs: list[Buffer], outputs: list[Buffer]) -> list[tuple[Any, tuple[Buffer, ...], dict[str, int]]]:
   """The recorded kernels with the buffers that nothing but the recording references (dead once the captured call
   returned) moved into shared slots. A buffer qualifies only if its first use writes it whole."""
-  import gc
-  from attograd.uop.ops import Ops, UOpMetaClass
   if NO_MEMORY_PLANNER: return rec
   gc.collect()  # once per capture: let cycles holding tensors go, so the buffers they held show as free
   held = {id(u.__dict__["buffer"]) for u in list(UOpMetaClass.ucache.values()) if u.op is Ops.BUFFER and "buffer" in u.__dict__}
@@ -217,7 +230,7 @@ def plan_jit(rec: list[tuple[Any, tuple[Buffer, ...], dict[str, int]]], inputs: 
   plan = plan_memory([_ordered(r, bufs) for r, bufs, _ in rec], lambda b: (b.device, b.nbytes), pooled, resident)  # type: ignore[attr-defined]
   check_plan(plan, _describe, "the captured jit")
   if not plan.slot_of: return rec
-  slots = [Buffer(dev, nb, _u8()) for dev, nb in plan.slots]
+  slots = [Buffer(dev, nb, dtypes.uint8) for dev, nb in plan.slots]
   new: dict[int, Buffer] = {id(b): PooledBuffer(b.device, b.size, b.dtype, slots[j]) for b, j in plan.slot_of.items()}  # type: ignore[attr-defined]
   return [(r, tuple(new.get(id(b), b) for b in bufs), vv) for r, bufs, vv in rec]
 
