@@ -149,9 +149,10 @@ def _sentinel() -> UOp:
     _sentinel_top.append(UOp(Ops.NEG, dtypes.int32, (UOp(Ops.NEG, dtypes.int32, (leaf,)),)))
   return _sentinel_top[0]
 
-def held_nodes(orig: dict[UOp, UOp], outs: set[UOp]) -> set[UOp]:
-  """Graph nodes something outside the graph still references (a Tensor, a graph built on them), and every node below
-  them down to the outputs (which will be realized, so nothing needs what is below them).
+def held_nodes(orig: dict[UOp, UOp], outs: set[UOp], roots: list[UOp]) -> set[UOp]:
+  """The original nodes of `roots` (normalized nodes: keys of `orig`) that stay reachable after this schedule: below a node something outside the graph references (a
+  Tensor, a graph built on it), not counting paths through the outputs (they will be realized, so nothing needs what
+  is below them).
 
   Reference counts are compared with those of a sentinel node that only the graph holds, measured in the same pass
   (the constant part of a count depends on the Python version). A wrong guess costs memory or a recomputation,
@@ -164,15 +165,19 @@ def held_nodes(orig: dict[UOp, UOp], outs: set[UOp]) -> set[UOp]:
     del orig[top.src[0]]
     del orig[top]
   base = surplus[id(top.src[0])]
-  nodes = {id(v): v for v in orig.values()}
-  stack = [v for i, v in nodes.items() if surplus[i] > base and v not in outs]
-  held: set[UOp] = set()
-  while stack:
+  targets = {o for r in roots if (o := orig.get(r)) is not None}  # made only now: they would count as references
+  nodes = set(orig.values())
+  stack = [v for v in nodes if surplus[id(v)] > base and v not in outs]
+  seen: set[UOp] = set()
+  found: set[UOp] = set()
+  while stack and len(found) < len(targets):  # done as soon as every target is known to be held
     v = stack.pop()
-    if v in held: continue
-    held.add(v)
-    stack.extend(s for s in v.src if id(s) in nodes and s not in outs)
-  return held
+    if v in seen: continue
+    seen.add(v)
+    if v in targets: found.add(v)
+    for x in v.src:
+      if x in nodes and x not in seen and x not in outs: stack.append(x)
+  return found
 
 def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dict[UOp, Buffer]:
   """Pooled buffers for the template's intermediates whose original node nobody can reach after this schedule (so
@@ -182,10 +187,10 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
     inter = tmpl.__dict__["_inter_bytes"] = sum(_ph_info(h.base)[1] for _, h in tmpl.realized_roots)
   # small intermediates aren't worth the liveness pass (a walk over the graph on every realize)
   if inter >= POOL_MIN_BYTES and not NO_MEMORY_PLANNER:
-    held = held_nodes(orig, set(outs))
     homes = {home.base for home in tmpl.becomes if home is not None}  # an output can be a view of an intermediate
-    cands = frozenset(b for r, home in tmpl.realized_roots
-                      if ((o := orig.get(r)) is None or o not in held) and (b := home.base) not in homes)
+    roots = [(r, b) for r, home in tmpl.realized_roots if (b := home.base) not in homes]
+    held = held_nodes(orig, set(outs), [r for r, _ in roots])
+    cands = frozenset(b for r, b in roots if (o := orig.get(r)) is None or o not in held)
   cache: dict[frozenset[UOp], Plan] = tmpl.__dict__.setdefault("_plans", {})
   if (plan := cache.get(cands)) is None:
     resident = {b for _, bufs, _ in tmpl.items for b in bufs if b not in tmpl.new_bufs}
