@@ -1,10 +1,10 @@
 """TinyJit: the first call of a function of Tensors runs it normally, the second records the kernels it runs, and later
 calls replay those kernels with the new input buffers and variable values: no graph building, scheduling or compiling."""
 from __future__ import annotations
-import functools, time
+import functools, struct, time
 from typing import Any, Callable, Generic, TypeVar
 from attograd.device import Buffer
-from attograd.dtype import DType
+from attograd.dtype import DType, dtypes
 from attograd.engine import realize as _realize
 from attograd.engine.memory import plan_jit
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
@@ -113,6 +113,7 @@ class CapturedJit:
       base = t.uop.base
       self.outs.append((t.uop, buffers[base] if base.op is Ops.BUFFER else None))
     self.written = [b for k, b in written.items() if k not in where]
+    self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
 
   def __call__(self, tensors: list[Tensor], variables: dict[str, UOp]) -> Any:
     for t, (name, (shape, dtype, device)) in zip(tensors, zip(self.names, self.specs)):
@@ -125,6 +126,9 @@ class CapturedJit:
       raw = b._buf
       for args, pos, want_raw in slots: args[pos] = raw if want_raw else b
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
+    if self.rng is not None:
+      self.rng[0].copyin(memoryview(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF)))
+      Tensor._rng_counter += self.rng[1]
     for fn, args in self.calls: fn(*args)
     for b in self.written: b.version += 1  # results memoized in these buffers are stale now
     GlobalCounters.kernel_count += self.n_kernels
@@ -202,12 +206,15 @@ class TinyJit(Generic[ReturnType]):
       return ret
     # the second call: record every kernel it runs
     rec: list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]] = []
-    _realize.capturing, _capturing = rec, self
+    # random numbers read their counter from this buffer while capturing, so each replay draws new ones
+    rng_start = Tensor._rng_counter
+    rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
+    _realize.capturing, _capturing, Tensor._rng_base = rec, self, (rng, rng_start)
     try:
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])
-    finally: _realize.capturing, _capturing = None, None
+    finally: _realize.capturing, _capturing, Tensor._rng_base = None, None, None
     if not rec:
       raise RuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its results "
                          "would never change. Return Tensors computed from the inputs, or don't jit it")
@@ -218,6 +225,7 @@ class TinyJit(Generic[ReturnType]):
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(t.shape, t.dtype, t.device) for t in tensors]
     self.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
+    if (used := Tensor._rng_counter - rng_start): self.captured.rng = (buffers[rng.uop.base], used)
     self._constants = self._constants_of(args, kwargs)
     self.cnt = 2
     if DEBUG >= 1: print(f"jit: captured {len(rec)} kernels of {self!r}")

@@ -221,3 +221,30 @@ def test_replay_overhead() -> None:
   per_kernel = (time.perf_counter() - st) / reps / n
   assert out.numpy()[0] == n
   assert per_kernel < 100e-6, f"replay costs {per_kernel * 1e6:.1f} us per kernel"
+
+def test_random_numbers_advance_on_replay() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return x + Tensor.rand(4)
+  def plain(x: Tensor) -> Tensor: return x + Tensor.rand(4)
+  Tensor.manual_seed(3)
+  ref = [plain(Tensor(rnd(4, seed=i))).numpy() for i in range(5)]
+  Tensor.manual_seed(3)
+  got = [f(Tensor(rnd(4, seed=i))).numpy() for i in range(5)]
+  for a, b in zip(ref, got): np.testing.assert_allclose(b, a, rtol=1e-6)
+  assert len({tuple(g - rnd(4, seed=i)) for i, g in enumerate(got)}) == 5  # new random numbers on every call
+
+def test_dropout_training_step_matches() -> None:
+  def run(jit: bool) -> list[float]:
+    Tensor.manual_seed(2)
+    lin = nn.Linear(8, 4)
+    opt = nn.optim.SGD([lin.weight, lin.bias], lr=0.1)
+    def step(x: Tensor) -> Tensor:
+      with Tensor.train():
+        opt.zero_grad()
+        loss = lin(x).dropout(0.5).square().mean().backward()
+        loss.realize()
+        opt.step()
+      return loss
+    fn = TinyJit(step) if jit else step
+    return [fn(Tensor(rnd(3, 8, seed=i))).item() for i in range(5)]
+  np.testing.assert_allclose(run(True), run(False), rtol=1e-5)
