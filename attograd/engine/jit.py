@@ -25,7 +25,7 @@ def _is_whole_buffer(u: UOp) -> bool:
 def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any], list[str], list[Tensor], dict[str, UOp]]:
   """Realize every Tensor argument into a contiguous buffer of its own (a non-contiguous view gets a copy).
   Returns the arguments to call with, the Tensor arguments' names and Tensors, and the bound Variables by name."""
-  named = [(f"argument {i}", v) for i, v in enumerate(args)] + [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
+  named = [(f"argument {i}", v) for i, v in enumerate(args)] + [(f"keyword argument {k!r}", kwargs[k]) for k in sorted(kwargs)]
   todo = [v for _, v in named if isinstance(v, Tensor) and v.uop.base.op is not Ops.BUFFER]
   if todo: todo[0].realize(*todo[1:])
   fixed: dict[int, Tensor] = {}

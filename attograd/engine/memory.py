@@ -193,7 +193,8 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
     cands = frozenset(b for r, b in roots if (o := orig.get(r)) is None or o not in held)
   cache: dict[frozenset[UOp], Plan] = tmpl.__dict__.setdefault("_plans", {})
   if (plan := cache.get(cands)) is None:
-    resident = {b for _, bufs, _ in tmpl.items for b in bufs if b not in tmpl.new_bufs}
+    new = set(tmpl.new_bufs)
+    resident = {b for _, bufs, _ in tmpl.items for b in bufs if b not in new}
     plan = cache[cands] = plan_memory([bufs for _, bufs, _ in tmpl.items], _ph_info, set(cands), resident)
   if DEBUG >= 2 or any(memory_limit(d) for d in plan.peak):
     shapes = {h.base: h.shape for h in list(tmpl.becomes) + [h for _, h in tmpl.realized_roots] if h is not None}

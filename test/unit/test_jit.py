@@ -47,12 +47,12 @@ def test_replay_does_not_schedule_or_compile(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_return_structure_and_kwargs(device: str) -> None:
   @TinyJit
-  def f(x: Tensor, *, scale: Tensor) -> Any: return {"a": x * scale, "b": [x.sum(), None, (x - 1,)]}
+  def f(x: Tensor, *, scale: Tensor, shift: Tensor) -> Any: return {"a": x * scale + shift, "b": [x.sum(), None, (x - 1,)]}
   for i in range(4):
-    x, s = rnd(5, seed=i), rnd(5, seed=20 + i)
-    r = f(Tensor(x), scale=Tensor(s))
+    x, s, t = rnd(5, seed=i), rnd(5, seed=20 + i), rnd(5, seed=40 + i)
+    r = f(Tensor(x), shift=Tensor(t), scale=Tensor(s)) if i == 3 else f(Tensor(x), scale=Tensor(s), shift=Tensor(t))
     assert set(r) == {"a", "b"} and r["b"][1] is None and isinstance(r["b"][2], tuple)
-    np.testing.assert_allclose(r["a"].numpy(), x * s, rtol=1e-6)
+    np.testing.assert_allclose(r["a"].numpy(), x * s + t, rtol=1e-6)
     np.testing.assert_allclose(r["b"][0].numpy(), x.sum(), rtol=1e-5)
     np.testing.assert_allclose(r["b"][2][0].numpy(), x - 1, rtol=1e-6)
 
