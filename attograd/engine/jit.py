@@ -1,5 +1,6 @@
-"""TinyJit: the first call of a function of Tensors runs it normally, the second records the kernels it runs, and later
-calls replay those kernels with the new input buffers and variable values: no graph building, scheduling or compiling."""
+"""TinyJit: the first call of a function of Tensors runs it normally, the second records the kernels it runs, and
+later calls replay those kernels with the new input buffers and variable values: no graph building, scheduling or
+compiling."""
 from __future__ import annotations
 import functools, struct, time
 from typing import Any, Callable, Generic, TypeVar
@@ -14,6 +15,9 @@ from attograd.tensor import Tensor
 from attograd.uop.ops import GroupOp, Ops, UOp
 
 ReturnType = TypeVar("ReturnType")
+Recording = list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]]
+InputSpec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device
+Prepared = tuple[tuple[Any, ...], dict[str, Any], list[str], list[Tensor], dict[str, UOp]]
 
 # the TinyJit now recording, if any: a jitted function called while another records can't be captured correctly
 _capturing: TinyJit | None = None
@@ -22,10 +26,15 @@ def _is_whole_buffer(u: UOp) -> bool:
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
 
-def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any], list[str], list[Tensor], dict[str, UOp]]:
+def _named(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+  """(name for messages, value) of every argument; keywords sorted, so their order in the call doesn't matter."""
+  return [(f"argument {i}", v) for i, v in enumerate(args)] + [(f"keyword argument {k!r}", kwargs[k])
+                                                                for k in sorted(kwargs)]
+
+def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
   """Realize every Tensor argument into a contiguous buffer of its own (a non-contiguous view gets a copy).
   Returns the arguments to call with, the Tensor arguments' names and Tensors, and the bound Variables by name."""
-  named = [(f"argument {i}", v) for i, v in enumerate(args)] + [(f"keyword argument {k!r}", kwargs[k]) for k in sorted(kwargs)]
+  named = _named(args, kwargs)
   todo = [v for _, v in named if isinstance(v, Tensor) and v.uop.base.op is not Ops.BUFFER]
   if todo: todo[0].realize(*todo[1:])
   fixed: dict[int, Tensor] = {}
@@ -42,7 +51,8 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tupl
     if isinstance(v, UOp) and v.op is Ops.BIND:
       vname = v.src[0].arg[0]
       if vname in variables and variables[vname] is not v:
-        raise ValueError(f"TinyJit: Variable {vname!r} is bound twice in one call, to {variables[vname].val} and {v.val}")
+        raise ValueError(f"TinyJit: Variable {vname!r} is bound twice in one call, to {variables[vname].val} and "
+                         f"{v.val}")
       variables[vname] = v
   return args, kwargs, names, tensors, variables
 
@@ -52,8 +62,8 @@ def _output_tensors(ret: Any, where: str = "the return value") -> list[Tensor]:
   if ret is None: return []
   if isinstance(ret, (tuple, list)): return [t for i, x in enumerate(ret) for t in _output_tensors(x, f"{where}[{i}]")]
   if isinstance(ret, dict): return [t for k, x in ret.items() for t in _output_tensors(x, f"{where}[{k!r}]")]
-  raise TypeError(f"TinyJit: {where} is a {type(ret).__name__} ({ret!r:.40}), not a Tensor; on replay it would keep its "
-                  "value from the captured call. Return Tensors (or None), and read values with .item() outside the jit")
+  raise TypeError(f"TinyJit: {where} is a {type(ret).__name__} ({ret!r:.40}), not a Tensor; on replay it would keep "
+                  "its value from the captured call. Return Tensors (or None), and read values with .item() outside")
 
 def _rebuild(ret: Any, outs: list[Tensor]) -> Any:
   """`ret` with its Tensors replaced, in order, by `outs`."""
@@ -74,9 +84,8 @@ def _swap_base(u: UOp, base: UOp) -> UOp:
 class CapturedJit:
   """The recorded kernels of one call, as prebuilt (function, argument list) pairs, and where each call's input
   buffers and variable values go in those argument lists."""
-  def __init__(self, rec: list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]], inputs: list[Buffer],
-               names: list[str], specs: list[tuple[tuple[Any, ...], DType, str]], var_names: dict[str, UOp],
-               ret: Any, outs: list[Tensor]):
+  def __init__(self, rec: Recording, inputs: list[Buffer], names: list[str], specs: list[InputSpec],
+               var_names: dict[str, UOp], ret: Any, outs: list[Tensor]):
     self.names, self.specs, self.var_names, self.ret = names, specs, var_names, ret
     self.n_kernels = sum(1 for r, _, _ in rec if isinstance(r, CompiledRunner))
     self.ops = sum(r.spec.op_estimate for r, _, _ in rec if isinstance(r, CompiledRunner))
@@ -118,8 +127,9 @@ class CapturedJit:
   def __call__(self, tensors: list[Tensor], variables: dict[str, UOp]) -> Any:
     for t, (name, (shape, dtype, device)) in zip(tensors, zip(self.names, self.specs)):
       if t.shape != shape or t.dtype != dtype or t.device != device:
-        raise ValueError(f"TinyJit: {name} has shape {t.shape} ({t.dtype}, {t.device}), but the function was captured with "
-                         f"shape {shape} ({dtype}, {device}); inputs can't change between calls (call jit.reset() to capture anew)")
+        raise ValueError(f"TinyJit: {name} has shape {t.shape} ({t.dtype}, {t.device}), but the function was captured "
+                         f"with shape {shape} ({dtype}, {device}); inputs can't change between calls (call jit.reset() "
+                         "to capture anew)")
     st = time.perf_counter() if DEBUG >= 1 else 0.0
     for t, slots in zip(tensors, self.in_slots):
       b = buffers[t.uop.base]
@@ -186,8 +196,9 @@ class TinyJit(Generic[ReturnType]):
     if self.captured is not None:
       if names != self.captured.names:
         raise ValueError(f"TinyJit: called with Tensor arguments {names}, but captured with {self.captured.names}")
-      if set(variables) != set(self.captured.var_names) or any(v.src[0] is not self.captured.var_names[n].src[0] for n, v in variables.items()):
-        raise ValueError(f"TinyJit: called with Variables {sorted(variables)}, but captured with {sorted(self.captured.var_names)} "
+      known = self.captured.var_names
+      if set(variables) != set(known) or any(v.src[0] is not known[n].src[0] for n, v in variables.items()):
+        raise ValueError(f"TinyJit: called with Variables {sorted(variables)}, but captured with {sorted(known)} "
                          "(names and bounds must stay the same)")
       self._check_constants(args, kwargs)
       self.cnt += 1
@@ -205,7 +216,7 @@ class TinyJit(Generic[ReturnType]):
       self._constants = self._constants_of(args, kwargs)
       return ret
     # the second call: record every kernel it runs
-    rec: list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]] = []
+    rec: Recording = []
     # random numbers read their counter from this buffer while capturing, so each replay draws new ones
     rng_start = Tensor._rng_counter
     rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
@@ -216,12 +227,12 @@ class TinyJit(Generic[ReturnType]):
       if outs: outs[0].realize(*outs[1:])
     finally: _realize.capturing, _capturing, Tensor._rng_base = None, None, None
     if not rec:
-      raise RuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its results "
-                         "would never change. Return Tensors computed from the inputs, or don't jit it")
+      raise RuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
+                         "results would never change. Return Tensors computed from the inputs, or don't jit it")
     for i, t in enumerate(outs):
       if t.uop.base.op is Ops.BUFFER and id(b := buffers[t.uop.base]) in seen:
-        raise ValueError(f"TinyJit: output {i} is the same buffer as input {seen[id(b)]}; the replay would write into the "
-                         "caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
+        raise ValueError(f"TinyJit: output {i} is the same buffer as input {seen[id(b)]}; the replay would write into "
+                         "the caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(t.shape, t.dtype, t.device) for t in tensors]
     self.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
@@ -234,8 +245,7 @@ class TinyJit(Generic[ReturnType]):
   # plain Python numbers and strings passed as arguments are baked into the captured kernels: they must not change
   @staticmethod
   def _constants_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    named = [(f"argument {i}", v) for i, v in enumerate(args)] + [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
-    return {n: v for n, v in named if isinstance(v, (int, float, str, bool))}
+    return {n: v for n, v in _named(args, kwargs) if isinstance(v, (int, float, str, bool))}
   def _check_constants(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     now = self._constants_of(args, kwargs)
     if now != self._constants:

@@ -116,12 +116,13 @@ def check_plan(plan: Plan, describe: Callable[[Hashable], str], what: str) -> No
     if DEBUG >= 2:
       npool = sum(1 for s in plan.slots if s[0] == dev)
       saved = plan.unpooled_peak.get(dev, pk) - pk
-      print(f"memory: {what} on {dev} peaks at {_fmt_bytes(pk)} ({len([k for k in plan.slot_of])} buffers in {npool} shared slots, "
+      print(f"memory: {what} on {dev} peaks at {_fmt_bytes(pk)} ({len(plan.slot_of)} buffers in {npool} shared slots, "
             f"saving {_fmt_bytes(saved)})")
     if (lim := memory_limit(dev)) and pk > lim:
       biggest = ", ".join(describe(k) for k in plan.at_peak.get(dev, [])[:3])
-      raise MemoryLimitError(f"{what} needs {pk} bytes on {dev} at its peak, over the limit of {lim} bytes; the largest "
-                             f"buffers then: {biggest}. Raise Device[{dev!r}].memory_limit (or MEMORY_LIMIT), or make the work smaller")
+      raise MemoryLimitError(f"{what} needs {pk} bytes on {dev} at its peak, over the limit of {lim} bytes; the "
+                             f"largest buffers then: {biggest}. Raise Device[{dev!r}].memory_limit (or MEMORY_LIMIT), "
+                             "or make the work smaller")
 
 # ***** a schedule: pool the intermediates nobody can read afterwards *****
 
@@ -150,9 +151,9 @@ def _sentinel() -> UOp:
   return _sentinel_top[0]
 
 def held_nodes(orig: dict[UOp, UOp], outs: set[UOp], roots: list[UOp]) -> set[UOp]:
-  """The original nodes of `roots` (normalized nodes: keys of `orig`) that stay reachable after this schedule: below a node something outside the graph references (a
-  Tensor, a graph built on it), not counting paths through the outputs (they will be realized, so nothing needs what
-  is below them).
+  """The original nodes of `roots` (normalized nodes: keys of `orig`) that stay reachable after this schedule: those
+  below a node something outside the graph references (a Tensor, a graph built on it), not counting paths through
+  the outputs (they will be realized, so nothing needs what is below them).
 
   Reference counts are compared with those of a sentinel node that only the graph holds, measured in the same pass
   (the constant part of a count depends on the Python version). A wrong guess costs memory or a recomputation,
@@ -214,12 +215,16 @@ def _describe(k: Hashable, shape: Any = None) -> str:
 
 # ***** a captured jit: pool every buffer only the jit still uses *****
 
-def plan_jit(rec: list[tuple[Any, tuple[Buffer, ...], dict[str, int]]], inputs: list[Buffer], outputs: list[Buffer]) -> list[tuple[Any, tuple[Buffer, ...], dict[str, int]]]:
+Recording = list[tuple[Any, tuple[Buffer, ...], dict[str, int]]]
+
+def plan_jit(rec: Recording, inputs: list[Buffer], outputs: list[Buffer]) -> Recording:
   """The recorded kernels with the buffers that nothing but the recording references (dead once the captured call
   returned) moved into shared slots. A buffer qualifies only if its first use writes it whole."""
   if NO_MEMORY_PLANNER: return rec
   gc.collect()  # once per capture: let cycles holding tensors go, so the buffers they held show as free
-  held = {id(u.__dict__["buffer"]) for u in list(UOpMetaClass.ucache.values()) if u.op is Ops.BUFFER and "buffer" in u.__dict__}
+  live = list(UOpMetaClass.ucache.values())
+  held = {id(u.__dict__["buffer"]) for u in live if u.op is Ops.BUFFER and "buffer" in u.__dict__}
+  del live
   keep = {id(b) for b in inputs + outputs}
   seen: set[int] = set()
   pooled: set[Hashable] = set()

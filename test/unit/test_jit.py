@@ -11,7 +11,8 @@ from attograd import Context, Tensor, TinyJit, Variable, nn
 from attograd.engine.jit import TinyJit as TinyJit2
 from attograd.engine.memory import PooledBuffer
 
-def rnd(*shape: int, seed: int = 0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+def rnd(*shape: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 def test_exported() -> None: assert TinyJit is TinyJit2
 
@@ -47,7 +48,8 @@ def test_replay_does_not_schedule_or_compile(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_return_structure_and_kwargs(device: str) -> None:
   @TinyJit
-  def f(x: Tensor, *, scale: Tensor, shift: Tensor) -> Any: return {"a": x * scale + shift, "b": [x.sum(), None, (x - 1,)]}
+  def f(x: Tensor, *, scale: Tensor, shift: Tensor) -> Any:
+    return {"a": x * scale + shift, "b": [x.sum(), None, (x - 1,)]}
   for i in range(4):
     x, s, t = rnd(5, seed=i), rnd(5, seed=20 + i), rnd(5, seed=40 + i)
     r = f(Tensor(x), shift=Tensor(t), scale=Tensor(s)) if i == 3 else f(Tensor(x), scale=Tensor(s), shift=Tensor(t))
@@ -109,7 +111,8 @@ def test_reset() -> None:
   @TinyJit
   def f(x: Tensor) -> Tensor: return x.sum(0)
   for i in range(3): f(Tensor(rnd(2, 3, seed=i)))
-  with pytest.raises(ValueError, match=r"argument 0 has shape \(4, 3\).*captured with shape \(2, 3\)"): f(Tensor(rnd(4, 3)))
+  with pytest.raises(ValueError, match=r"argument 0 has shape \(4, 3\).*captured with shape \(2, 3\)"):
+    f(Tensor(rnd(4, 3)))
   f.reset()
   for i in range(3):
     x = rnd(4, 3, seed=i)
@@ -124,7 +127,8 @@ def test_error_shape_and_dtype_change() -> None:
   @TinyJit
   def f(x: Tensor, y: Tensor) -> Tensor: return x + y
   _captured(f, Tensor(rnd(3)), Tensor(rnd(3)))
-  with pytest.raises(ValueError, match=r"argument 1 has shape \(4,\).*captured with shape \(3,\)"): f(Tensor(rnd(3)), Tensor(rnd(4)))
+  with pytest.raises(ValueError, match=r"argument 1 has shape \(4,\).*captured with shape \(3,\)"):
+    f(Tensor(rnd(3)), Tensor(rnd(4)))
   with pytest.raises(ValueError, match=r"argument 0 has shape \(3,\) \(dtypes.int"):
     f(Tensor([1, 2, 3]), Tensor(rnd(3)))
 
@@ -162,7 +166,8 @@ def test_error_duplicate_inputs_and_changed_constants() -> None:
 
 class TinyNet:
   def __init__(self) -> None:
-    self.layers = [nn.Conv2d(1, 4, 3), Tensor.relu, nn.BatchNorm(4), Tensor.max_pool2d, lambda x: x.flatten(1), nn.Linear(36, 10)]
+    self.layers = [nn.Conv2d(1, 4, 3), Tensor.relu, nn.BatchNorm(4), Tensor.max_pool2d, lambda x: x.flatten(1),
+                   nn.Linear(36, 10)]
   def __call__(self, x: Tensor) -> Tensor: return x.sequential(self.layers)
 
 def _train(jit: bool, make_opt: Any, steps: int = 4) -> tuple[list[float], list[np.ndarray], list[np.ndarray]]:
@@ -186,8 +191,8 @@ def _train(jit: bool, make_opt: Any, steps: int = 4) -> tuple[list[float], list[
     evals.append(model(xt).numpy())  # the weights updated in place by a replay are seen outside the jit
   return losses, [p.numpy() for p in nn.state.get_state_dict(model).values()], evals
 
-@pytest.mark.parametrize("make_opt", [lambda ps: nn.optim.Adam(ps, lr=0.01), lambda ps: nn.optim.SGD(ps, lr=0.1, momentum=0.9)],
-                         ids=["adam", "sgd_momentum"])
+@pytest.mark.parametrize("make_opt", [lambda ps: nn.optim.Adam(ps, lr=0.01),
+                                      lambda ps: nn.optim.SGD(ps, lr=0.1, momentum=0.9)], ids=["adam", "sgd_momentum"])
 def test_training_step_matches(make_opt: Any) -> None:
   l0, w0, e0 = _train(False, make_opt)
   l1, w1, e1 = _train(True, make_opt)
@@ -201,7 +206,9 @@ def test_replay_uses_planned_buffers() -> None:
     for _ in range(6): x = (x * 2 + 1).contiguous()
     return x
   for i in range(3): out = f(Tensor(rnd(64, seed=i)))
-  np.testing.assert_allclose(out.numpy(), (((((rnd(64, seed=2) * 2 + 1) * 2 + 1) * 2 + 1) * 2 + 1) * 2 + 1) * 2 + 1, rtol=1e-5)
+  want = rnd(64, seed=2)
+  for _ in range(6): want = want * 2 + 1
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
   assert f.captured is not None
   pooled = {id(b): b for b in f.captured.keep if isinstance(b, PooledBuffer)}
   assert len(pooled) == 5 and len({id(b.slot) for b in pooled.values()}) == 2  # a ping-pong between two slots

@@ -14,7 +14,8 @@ import attograd.tensor
 def _pool_everything(monkeypatch: pytest.MonkeyPatch) -> None:
   monkeypatch.setattr(memory, "POOL_MIN_BYTES", 0)  # the tests' buffers are tiny
 
-def rnd(*shape: int, seed: int = 0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+def rnd(*shape: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 # ***** the planner on its own *****
 
