@@ -2,7 +2,8 @@
 lifetimes don't overlap, and a schedule's peak memory is known, and checked against the device's limit, before any of
 its kernels runs."""
 from __future__ import annotations
-import gc, sys
+import gc, itertools, sys
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence, TYPE_CHECKING
 from attograd.device import Buffer, Device
@@ -126,15 +127,13 @@ def check_plan(plan: Plan, describe: Callable[[Hashable], str], what: str) -> No
 
 # ***** a schedule: pool the intermediates nobody can read afterwards *****
 
-def _internal_refs(orig: dict[UOp, UOp]) -> dict[int, int]:
-  """References to each node that the graph (its nodes' sources) and `orig` itself hold. A function of its own: its
-  loop variables must be gone when the counts are compared."""
-  internal: dict[int, int] = {}
-  for k, v in orig.items(): internal[id(v)] = internal.get(id(v), 0) + (2 if k is v else 1)
-  for v in set(orig.values()):
-    for s in v.src:
-      if (i := id(s)) in internal: internal[i] += 1
-  return internal
+def _internal_refs(orig: dict[UOp, UOp]) -> Counter[int]:
+  """References to each node that the graph (its nodes' sources) and `orig` itself hold, by id. A function of its
+  own: no loop variable of it may still hold a node when the counts are compared."""
+  counts = Counter(map(id, orig.values()))
+  counts.update(map(id, orig.keys() & set(orig.values())))  # a key that is a graph node is one more reference
+  counts.update(map(id, itertools.chain.from_iterable(v.src for v in set(orig.values()))))
+  return counts
 
 def _raw_surplus(orig: dict[UOp, UOp]) -> dict[int, int]:
   """For every node of the graph: references to it beyond those the graph itself (and `orig`) holds, plus a constant
