@@ -35,6 +35,10 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
   """Realize every Tensor argument into a contiguous buffer of its own (a non-contiguous view gets a copy).
   Returns the arguments to call with, the Tensor arguments' names and Tensors, and the bound Variables by name."""
   named = _named(args, kwargs)
+  for n, v in named:
+    if isinstance(v, (list, tuple, dict)) and _holds_tensor(v):
+      raise TypeError(f"TinyJit: {n} is a {type(v).__name__} holding Tensors; a replay would keep reading the Tensors "
+                      "of the captured call. Pass each input Tensor as an argument of its own")
   todo = [v for _, v in named if isinstance(v, Tensor) and v.uop.base.op is not Ops.BUFFER]
   if todo: todo[0].realize(*todo[1:])
   fixed: dict[int, Tensor] = {}
@@ -64,6 +68,13 @@ def _output_tensors(ret: Any, where: str = "the return value") -> list[Tensor]:
   if isinstance(ret, dict): return [t for k, x in ret.items() for t in _output_tensors(x, f"{where}[{k!r}]")]
   raise TypeError(f"TinyJit: {where} is a {type(ret).__name__} ({ret!r:.40}), not a Tensor; on replay it would keep "
                   "its value from the captured call. Return Tensors (or None), and read values with .item() outside")
+
+def _holds_tensor(x: Any) -> bool:
+  """Whether a (nested) list, tuple or dict holds a Tensor."""
+  if isinstance(x, Tensor): return True
+  if isinstance(x, (list, tuple)): return any(_holds_tensor(y) for y in x)
+  if isinstance(x, dict): return any(_holds_tensor(y) for y in x.values())
+  return False
 
 def _rebuild(ret: Any, outs: list[Tensor]) -> Any:
   """`ret` with its Tensors replaced, in order, by `outs`."""

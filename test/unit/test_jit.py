@@ -255,3 +255,8 @@ def test_dropout_training_step_matches() -> None:
     fn = TinyJit(step) if jit else step
     return [fn(Tensor(rnd(3, 8, seed=i))).item() for i in range(5)]
   np.testing.assert_allclose(run(True), run(False), rtol=1e-5)
+
+def test_error_tensors_inside_a_list_argument() -> None:
+  @TinyJit
+  def f(xs: list[Tensor]) -> Tensor: return xs[0] + xs[1]
+  with pytest.raises(TypeError, match="argument 0 is a list holding Tensors"): f([Tensor(rnd(2)), Tensor(rnd(2))])
