@@ -103,6 +103,7 @@ class CapturedJit:
     self.mem = sum(sum(b.nbytes for b in bufs) for _, bufs, _ in rec)
     self.keep: list[Buffer] = []  # every buffer the argument lists point into stays alive with the jit
     self.calls: list[tuple[Callable[..., Any], list[Any]]] = []
+    self.kernel_names = [r.spec.name if isinstance(r, CompiledRunner) else "copy" for r, _, _ in rec]
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
     self.in_slots: list[list[tuple[list[Any], int, bool]]] = [[] for _ in inputs]
     self.var_slots: list[tuple[list[Any], int, str]] = []
@@ -150,7 +151,13 @@ class CapturedJit:
     if self.rng is not None:
       self.rng[0].copyin(memoryview(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF)))
       Tensor._rng_counter += self.rng[1]
-    for fn, args in self.calls: fn(*args)
+    if DEBUG >= 2:
+      for (fn, args), kname in zip(self.calls, self.kernel_names):
+        kt = time.perf_counter()
+        fn(*args)
+        print(f"*** jit {kname:32s} {(time.perf_counter() - kt) * 1e6:9.2f} us")
+    else:
+      for fn, args in self.calls: fn(*args)
     for b in self.written: b.version += 1  # results memoized in these buffers are stale now
     GlobalCounters.kernel_count += self.n_kernels
     GlobalCounters.global_ops += self.ops

@@ -260,3 +260,11 @@ def test_error_tensors_inside_a_list_argument() -> None:
   @TinyJit
   def f(xs: list[Tensor]) -> Tensor: return xs[0] + xs[1]
   with pytest.raises(TypeError, match="argument 0 is a list holding Tensors"): f([Tensor(rnd(2)), Tensor(rnd(2))])
+
+def test_debug_output(capsys: pytest.CaptureFixture[str]) -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x + 1).sum()
+  with Context(DEBUG=2):
+    for i in range(3): f(Tensor(rnd(4, seed=i)))
+  out = capsys.readouterr().out
+  assert "jit: captured 1 kernels" in out and "jit: replayed 1 kernels" in out and "*** jit r_" in out
