@@ -60,6 +60,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   training: bool = False
   _seed: int = 0
   _rng_counter: int = 0
+  _rng_base: tuple[Tensor, int] | None = None  # (uint32 tensor holding the counter at `int`) while a TinyJit captures
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None):
     device = Device.canonicalize(device)
@@ -290,7 +291,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     device = Device.canonicalize(device)
     start = Tensor._rng_counter
     Tensor._rng_counter += n
-    ctr = _index_tensor(n, device).cast(dtypes.uint32) + (start & 0xFFFFFFFF)
+    idx = _index_tensor(n, device).cast(dtypes.uint32)
+    if Tensor._rng_base is None: ctr = idx + (start & 0xFFFFFFFF)
+    else:  # a TinyJit is capturing: the counter comes from a buffer it refills on every replay (same values)
+      base, base_start = Tensor._rng_base
+      ctr = idx + base.to(device) + ((start - base_start) & 0xFFFFFFFF)
     key = _hash32_int((Tensor._seed * 0x9E3779B1 + (start >> 32) * 0x85EBCA77) & 0xFFFFFFFF)
     x = _hash32(ctr ^ key)
     x = _hash32(x + (key ^ 0x6A09E667))

@@ -1,4 +1,5 @@
-"""Running a schedule: compile each kernel once (cached by its AST), copy between devices, report with DEBUG."""
+"""Running a schedule: compile each kernel once (cached by its AST), copy between devices, report with DEBUG.
+While a TinyJit captures, every kernel run here is also recorded (runner, buffers, variable values)."""
 from __future__ import annotations
 import time
 from attograd.codegen import get_program
@@ -42,10 +43,21 @@ def _copy(dst: Buffer, src: Buffer) -> None:
   src.copyout(mv)
   dst.copyin(mv)
 
+class CopyRunner:
+  """A COPY between devices, as a runner the JIT can record and replay like a kernel."""
+  def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
+    _copy(bufs[0], bufs[1])
+    return 0.0
+copy_runner = CopyRunner()
+
+# the recording a TinyJit is making: (runner, buffers, variable values) per kernel run, or None when not capturing
+capturing: list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]] | None = None
+
 def run_schedule(items: list[ScheduleItem]) -> None:
   for si in items:
     for b in si.bufs: b.allocate()
     if si.ast.op is Ops.COPY:
+      if capturing is not None: capturing.append((copy_runner, si.bufs, {}))
       _copy(si.bufs[0], si.bufs[1])
       GlobalCounters.global_mem += si.bufs[0].nbytes
       if DEBUG >= 2: print(f"{colored('copy', 'yellow')} {si.bufs[0].nbytes:>10d} bytes {si.bufs[1].device} -> {si.bufs[0].device}")
@@ -53,6 +65,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     device = si.bufs[0].device
     runner = get_runner(device, si.ast)
     var_vals = {v.arg[0]: val for v, val in si.var_vals}
+    if capturing is not None: capturing.append((runner, si.bufs, var_vals))
     et = runner(list(si.bufs), var_vals)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += runner.spec.op_estimate

@@ -8,6 +8,7 @@ from attograd.device import Buffer
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp
 from attograd.uop.view import ShapeTracker
+from attograd.engine.memory import plan_schedule
 
 class _BufferTable:
   """BUFFER node -> its Buffer, kept on the node itself: it lives exactly as long as the node, and a lookup is one
@@ -308,13 +309,15 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   # bind placeholders to real buffers: inputs by position, new buffers freshly made
   bind: dict[UOp, UOp] = {}
   for i, b in enumerate(inputs): bind[UOp(Ops.BUFFER, b.dtype, b.src, (-i - 1, b.arg[1]))] = b
-  for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype)
+  # intermediates nobody can read afterwards share storage (and are not remembered); raises if over the memory limit
+  pooled = plan_schedule(tmpl, orig, outs)
+  for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype, pooled.get(ph))
   items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), vv) for ast, bufs, vv in tmpl.items]
   becomes: dict[UOp, UOp] = {}
   for o, home in zip(outs, tmpl.becomes):
     becomes[o] = o if home is None else _rebind(home, bind)
   for r, home in tmpl.realized_roots:
-    if (o := orig.get(r)) is not None: remember(o, _rebind(home, bind))
+    if (o := orig.get(r)) is not None and home.base not in pooled: remember(o, _rebind(home, bind))
   for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
   return items, becomes
 

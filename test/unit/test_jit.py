@@ -1,0 +1,270 @@
+"""TinyJit: replayed calls give the non-jitted results (inputs, kwargs, Variables, return structures, a training step),
+replays don't schedule or compile, misuse raises a clear error, and JIT=0 turns it off."""
+from __future__ import annotations
+import time
+from typing import Any
+import numpy as np
+import pytest
+import attograd.engine.realize as engine_realize
+import attograd.tensor
+from attograd import Context, Tensor, TinyJit, Variable, nn
+from attograd.engine.jit import TinyJit as TinyJit2
+from attograd.engine.memory import PooledBuffer
+
+def rnd(*shape: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+def test_exported() -> None: assert TinyJit is TinyJit2
+
+def test_replay_matches(device: str) -> None:
+  calls = []
+  @TinyJit
+  def f(x: Tensor, y: Tensor) -> Tensor:
+    calls.append(1)
+    return (x @ y + 1).relu().sum(axis=1)
+  for i in range(5):
+    a, b = rnd(3, 4, seed=i), rnd(4, 5, seed=10 + i)
+    np.testing.assert_allclose(f(Tensor(a), Tensor(b)).numpy(), np.maximum(a @ b + 1, 0).sum(1), rtol=1e-5, atol=1e-5)
+  assert len(calls) == 2 and f.cnt == 5  # run, capture, then three replays that don't call the function
+
+def test_replay_does_not_schedule_or_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x * 2).sum() + x.max()
+  for i in range(2): f(Tensor(rnd(8, seed=i)))
+  counts = {"schedule": 0, "runner": 0}
+  real_sched, real_runner = attograd.tensor.create_schedule, engine_realize.get_runner
+  def sched(*a: Any) -> Any:
+    counts["schedule"] += 1
+    return real_sched(*a)
+  def runner(*a: Any) -> Any:
+    counts["runner"] += 1
+    return real_runner(*a)
+  monkeypatch.setattr(attograd.tensor, "create_schedule", sched)
+  monkeypatch.setattr(engine_realize, "get_runner", runner)
+  x = rnd(8, seed=5)
+  out = f(Tensor(x))
+  assert counts == {"schedule": 0, "runner": 0}
+  np.testing.assert_allclose(out.numpy(), (x * 2).sum() + x.max(), rtol=1e-5)
+
+def test_return_structure_and_kwargs(device: str) -> None:
+  @TinyJit
+  def f(x: Tensor, *, scale: Tensor, shift: Tensor) -> Any:
+    return {"a": x * scale + shift, "b": [x.sum(), None, (x - 1,)]}
+  for i in range(4):
+    x, s, t = rnd(5, seed=i), rnd(5, seed=20 + i), rnd(5, seed=40 + i)
+    r = f(Tensor(x), shift=Tensor(t), scale=Tensor(s)) if i == 3 else f(Tensor(x), scale=Tensor(s), shift=Tensor(t))
+    assert set(r) == {"a", "b"} and r["b"][1] is None and isinstance(r["b"][2], tuple)
+    np.testing.assert_allclose(r["a"].numpy(), x * s + t, rtol=1e-6)
+    np.testing.assert_allclose(r["b"][0].numpy(), x.sum(), rtol=1e-5)
+    np.testing.assert_allclose(r["b"][2][0].numpy(), x - 1, rtol=1e-6)
+
+def test_non_contiguous_and_lazy_inputs() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return x * 3
+  for i in range(4):
+    a = rnd(4, 6, seed=i)
+    t = Tensor(a).permute(1, 0) + 0 if i % 2 else Tensor(a).permute(1, 0)  # a lazy graph, then a strided view
+    np.testing.assert_allclose(f(t).numpy(), a.T * 3, rtol=1e-6)
+
+def test_outputs_are_fresh_and_usable_after_replay() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return x + 1
+  for i in range(3): f(Tensor(rnd(4, seed=i)))
+  a, b = rnd(4, seed=7), rnd(4, seed=8)
+  oa = f(Tensor(a))
+  np.testing.assert_allclose((oa * 2).numpy(), (a + 1) * 2, rtol=1e-6)
+  ob = f(Tensor(b))
+  np.testing.assert_allclose((ob * 2).numpy(), (b + 1) * 2, rtol=1e-6)  # no stale result of the graph over oa
+  assert oa.uop is not ob.uop
+
+def test_variables(device: str) -> None:
+  v = Variable("n", 1, 100)
+  @TinyJit
+  def f(x: Tensor, n: Any) -> Tensor: return x * Tensor(n).cast(x.dtype) + 1
+  for n in (3, 7, 11, 42):
+    x = rnd(4, seed=n)
+    np.testing.assert_allclose(f(Tensor(x), v.bind(n)).numpy(), x * n + 1, rtol=1e-6)
+  w = Variable("m", 1, 100)
+  with pytest.raises(ValueError, match="Variables"): f(Tensor(rnd(4)), w.bind(3))
+
+def test_jitted_method() -> None:
+  class M:
+    def __init__(self) -> None: self.w = Tensor(rnd(3, seed=1))
+    @TinyJit
+    def __call__(self, x: Tensor) -> Tensor: return x * self.w
+  m = M()
+  for i in range(4):
+    x = rnd(3, seed=i)
+    np.testing.assert_allclose(m(Tensor(x)).numpy(), x * m.w.numpy(), rtol=1e-6)
+
+def test_jit_off() -> None:
+  calls = []
+  def body(x: Tensor) -> Tensor:
+    calls.append(1)
+    return x + 1
+  f = TinyJit(body)
+  with Context(JIT=0):
+    for i in range(4): np.testing.assert_allclose(f(Tensor(rnd(2, seed=i))).numpy(), rnd(2, seed=i) + 1)
+  assert len(calls) == 4 and f.captured is None
+
+def test_reset() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return x.sum(0)
+  for i in range(3): f(Tensor(rnd(2, 3, seed=i)))
+  with pytest.raises(ValueError, match=r"argument 0 has shape \(4, 3\).*captured with shape \(2, 3\)"):
+    f(Tensor(rnd(4, 3)))
+  f.reset()
+  for i in range(3):
+    x = rnd(4, 3, seed=i)
+    np.testing.assert_allclose(f(Tensor(x)).numpy(), x.sum(0), rtol=1e-5)
+
+# ***** misuse *****
+
+def _captured(f: TinyJit, *args: Any) -> None:
+  for _ in range(2): f(*args)
+
+def test_error_shape_and_dtype_change() -> None:
+  @TinyJit
+  def f(x: Tensor, y: Tensor) -> Tensor: return x + y
+  _captured(f, Tensor(rnd(3)), Tensor(rnd(3)))
+  with pytest.raises(ValueError, match=r"argument 1 has shape \(4,\).*captured with shape \(3,\)"):
+    f(Tensor(rnd(3)), Tensor(rnd(4)))
+  with pytest.raises(ValueError, match=r"argument 0 has shape \(3,\) \(dtypes.int"):
+    f(Tensor([1, 2, 3]), Tensor(rnd(3)))
+
+def test_error_non_tensor_output() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Any: return x.sum(), x.sum().item()
+  with pytest.raises(TypeError, match=r"return value\[1\] is a float"): f(Tensor(rnd(3)))
+
+def test_error_nested_jit() -> None:
+  inner = TinyJit(lambda x: x * 2)
+  @TinyJit
+  def outer(x: Tensor) -> Tensor: return inner(x) + 1
+  outer(Tensor(rnd(3)))  # the first call only runs
+  with pytest.raises(RuntimeError, match="while .* is capturing"): outer(Tensor(rnd(3)))
+
+def test_error_input_is_output() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Any: return (x + 1).sum(), x
+  with pytest.raises(ValueError, match="output 1 is the same buffer as input argument 0"): _captured(f, Tensor(rnd(3)))
+
+def test_error_no_kernels() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return Tensor.zeros(3)
+  with pytest.raises(RuntimeError, match="ran no kernels"): _captured(f, Tensor(rnd(3)))
+
+def test_error_duplicate_inputs_and_changed_constants() -> None:
+  @TinyJit
+  def f(x: Tensor, y: Tensor, k: float = 1.0) -> Tensor: return x + y * k
+  t = Tensor(rnd(3))
+  with pytest.raises(ValueError, match="argument 0 and argument 1 are the same buffer"): f(t, t)
+  _captured(f, Tensor(rnd(3)), Tensor(rnd(3)), 2.0)
+  with pytest.raises(ValueError, match="argument 2 is 3.0 but was 2.0"): f(Tensor(rnd(3)), Tensor(rnd(3)), 3.0)
+
+# ***** a training step *****
+
+class TinyNet:
+  def __init__(self) -> None:
+    self.layers = [nn.Conv2d(1, 4, 3), Tensor.relu, nn.BatchNorm(4), Tensor.max_pool2d, lambda x: x.flatten(1),
+                   nn.Linear(36, 10)]
+  def __call__(self, x: Tensor) -> Tensor: return x.sequential(self.layers)
+
+def _train(jit: bool, make_opt: Any, steps: int = 4) -> tuple[list[float], list[np.ndarray], list[np.ndarray]]:
+  Tensor.manual_seed(1)
+  model = TinyNet()
+  opt = make_opt(nn.state.get_parameters(model))
+  def step(x: Tensor, y: Tensor) -> Tensor:
+    with Tensor.train():
+      opt.zero_grad()
+      loss = model(x).sparse_categorical_crossentropy(y).backward()
+      loss.realize()
+      opt.step()
+    return loss
+  fn = TinyJit(step) if jit else step
+  rng = np.random.default_rng(0)
+  xt = Tensor(rng.standard_normal((2, 1, 8, 8)).astype(np.float32))
+  losses, evals = [], []
+  for _ in range(steps):
+    x, y = rng.standard_normal((4, 1, 8, 8)).astype(np.float32), rng.integers(0, 10, 4).astype(np.int32)
+    losses.append(fn(Tensor(x), Tensor(y)).item())
+    evals.append(model(xt).numpy())  # the weights updated in place by a replay are seen outside the jit
+  return losses, [p.numpy() for p in nn.state.get_state_dict(model).values()], evals
+
+@pytest.mark.parametrize("make_opt", [lambda ps: nn.optim.Adam(ps, lr=0.01),
+                                      lambda ps: nn.optim.SGD(ps, lr=0.1, momentum=0.9)], ids=["adam", "sgd_momentum"])
+def test_training_step_matches(make_opt: Any) -> None:
+  l0, w0, e0 = _train(False, make_opt)
+  l1, w1, e1 = _train(True, make_opt)
+  np.testing.assert_allclose(l1, l0, rtol=1e-5, atol=1e-6)
+  assert len(set(l1)) == len(l1)  # the loss moves: the weights really are updated on replay
+  for a, b in zip(w0 + e0, w1 + e1): np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+def test_replay_uses_planned_buffers() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor:
+    for _ in range(6): x = (x * 2 + 1).contiguous()
+    return x
+  for i in range(3): out = f(Tensor(rnd(64, seed=i)))
+  want = rnd(64, seed=2)
+  for _ in range(6): want = want * 2 + 1
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+  assert f.captured is not None
+  pooled = {id(b): b for b in f.captured.keep if isinstance(b, PooledBuffer)}
+  assert len(pooled) == 5 and len({id(b.slot) for b in pooled.values()}) == 2  # a ping-pong between two slots
+
+def test_replay_overhead() -> None:
+  """Replay is a loop of prebuilt calls: generous bound here (the figure is reported in the README/bench)."""
+  n = 40
+  @TinyJit
+  def f(x: Tensor) -> Tensor:
+    for _ in range(n): x = (x + 1).contiguous()
+    return x
+  x = Tensor.zeros(16).contiguous().realize()
+  for _ in range(3): f(x)
+  reps = 20
+  st = time.perf_counter()
+  for _ in range(reps): out = f(x)
+  per_kernel = (time.perf_counter() - st) / reps / n
+  assert out.numpy()[0] == n
+  assert per_kernel < 100e-6, f"replay costs {per_kernel * 1e6:.1f} us per kernel"
+
+def test_random_numbers_advance_on_replay() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return x + Tensor.rand(4)
+  def plain(x: Tensor) -> Tensor: return x + Tensor.rand(4)
+  Tensor.manual_seed(3)
+  ref = [plain(Tensor(rnd(4, seed=i))).numpy() for i in range(5)]
+  Tensor.manual_seed(3)
+  got = [f(Tensor(rnd(4, seed=i))).numpy() for i in range(5)]
+  for a, b in zip(ref, got): np.testing.assert_allclose(b, a, rtol=1e-6)
+  assert len({tuple(g - rnd(4, seed=i)) for i, g in enumerate(got)}) == 5  # new random numbers on every call
+
+def test_dropout_training_step_matches() -> None:
+  def run(jit: bool) -> list[float]:
+    Tensor.manual_seed(2)
+    lin = nn.Linear(8, 4)
+    opt = nn.optim.SGD([lin.weight, lin.bias], lr=0.1)
+    def step(x: Tensor) -> Tensor:
+      with Tensor.train():
+        opt.zero_grad()
+        loss = lin(x).dropout(0.5).square().mean().backward()
+        loss.realize()
+        opt.step()
+      return loss
+    fn = TinyJit(step) if jit else step
+    return [fn(Tensor(rnd(3, 8, seed=i))).item() for i in range(5)]
+  np.testing.assert_allclose(run(True), run(False), rtol=1e-5)
+
+def test_error_tensors_inside_a_list_argument() -> None:
+  @TinyJit
+  def f(xs: list[Tensor]) -> Tensor: return xs[0] + xs[1]
+  with pytest.raises(TypeError, match="argument 0 is a list holding Tensors"): f([Tensor(rnd(2)), Tensor(rnd(2))])
+
+def test_debug_output(capsys: pytest.CaptureFixture[str]) -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x + 1).sum()
+  with Context(DEBUG=2):
+    for i in range(3): f(Tensor(rnd(4, seed=i)))
+  out = capsys.readouterr().out
+  assert "jit: captured 1 kernels" in out and "jit: replayed 1 kernels" in out and "*** jit r_" in out
