@@ -19,7 +19,7 @@ class _Device:
   def register(self, name: str, make: Callable[[str], Compiled]) -> None:
     """Add a device that lives outside attograd: `make("NAME:1")` builds it (docs/adding-an-accelerator.md)."""
     base = name.upper()
-    if not base.isidentifier() or ":" in base: raise ValueError(f"device name must be a plain word like 'TOY', got {name!r}")
+    if not base.isidentifier(): raise ValueError(f"device name must be a plain word like 'TOY', got {name!r}")
     if base in ALL_DEVICES or base in _ALIASES: raise ValueError(f"device {base} is already registered")
     ALL_DEVICES.append(base)
     self._registered[base] = make

@@ -62,7 +62,8 @@ class ToyRenderer(ClangRenderer):
 
 class ToyCompiler(Compiler):
   """compile(src) returns the bytes the Program loads. Compiler.compile_cached stores them in the on-disk cache
-  under a hash of (cachekey, src), so cachekey must change whenever the bytes would (compiler version, flags, target)."""
+  under a hash of (cachekey, src), so cachekey must change whenever the bytes would (compiler version, flags,
+  target)."""
   def __init__(self) -> None:
     self.cc = ClangCompiler(find_c_compiler())  # raises DeviceUnavailable with a hint when there is no compiler
     self.cachekey = f"toy:{self.cc.cachekey}"   # set cachekey = None to never cache (e.g. while debugging)

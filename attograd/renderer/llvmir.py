@@ -81,7 +81,9 @@ def float_literal(v: float, d: DType) -> str:
   return "0x" + struct.pack(">d", v).hex().upper()
 
 def render_const(v: object, d: DType) -> str:
-  if d.count > 1: return "<" + ", ".join(f"{ltype(d.scalar())} {render_const(v, d.scalar())}" for _ in range(d.count)) + ">"
+  if d.count > 1:
+    lane = f"{ltype(d.scalar())} {render_const(v, d.scalar())}"
+    return "<" + ", ".join([lane] * d.count) + ">"
   if d is dtypes.bool: return "true" if v else "false"
   if d is dtypes.bfloat16:
     from attograd.dtype import float_to_bf16_bits
@@ -146,7 +148,8 @@ class _FunctionWriter:
       return self.ins(f"fptrunc float {self.ins(f'call float @__f64_to_f32_odd(double {x})')} to half")
     if dtypes.is_float(src) and dtypes.is_float(dst):
       return self.ins(f"{'fpext' if src.itemsize < dst.itemsize else 'fptrunc'} {s} {x} to {t}")
-    if dtypes.is_float(dst): return self.ins(f"{'sitofp' if dtypes.is_int(src) and not dtypes.is_unsigned(src) else 'uitofp'} {s} {x} to {t}")
+    signed = dtypes.is_int(src) and not dtypes.is_unsigned(src)
+    if dtypes.is_float(dst): return self.ins(f"{'sitofp' if signed else 'uitofp'} {s} {x} to {t}")
     if dtypes.is_float(src):
       # narrow ints convert through i64 and wrap, like the C compiler on x86 (a direct fptosi to i8 would be poison)
       if dst.itemsize < 8: return self.ins(f"trunc i64 {self.ins(f'fptosi {s} {x} to i64')} to {t}")
@@ -154,7 +157,7 @@ class _FunctionWriter:
     sbits, tbits = (1 if src is dtypes.bool else src.itemsize * 8), dst.itemsize * 8
     if sbits == tbits: return x
     if sbits > tbits: return self.ins(f"trunc {s} {x} to {t}")
-    return self.ins(f"{'sext' if dtypes.is_int(src) and not dtypes.is_unsigned(src) else 'zext'} {s} {x} to {t}")
+    return self.ins(f"{'sext' if signed else 'zext'} {s} {x} to {t}")
 
   def alu(self, u: UOp) -> str:
     op, d = u.op, u.dtype
@@ -183,7 +186,8 @@ class _FunctionWriter:
       if not is_f:
         if op is Ops.TRUNC: return xs[0]
         raise RuntimeError(f"LLVM renderer: {op} needs a float operand, got {sd}")
-      fn = f"llvm.{intrinsics[op]}.{'v' + str(d.count) if d.count > 1 else ''}{llvm_type[sd].replace('float', 'f32').replace('double', 'f64')}"
+      suffix = {dtypes.float32: "f32", dtypes.float64: "f64"}[sd]
+      fn = f"llvm.{intrinsics[op]}.{'v' + str(d.count) if d.count > 1 else ''}{suffix}"
       self.decls.add(f"declare {t} @{fn}({', '.join([t] * len(xs))})")
       return self.ins(f"call {t} @{fn}({', '.join(f'{t} {x}' for x in xs)})")
     if is_f and op in float_binary: return self.ins(f"{float_binary[op]} {FMF} {t} {xs[0]}, {xs[1]}")
@@ -225,7 +229,8 @@ class _FunctionWriter:
       gate = self.val(u.src[2])
       idx = self.ins(f"select i1 {gate}, i32 {self.val(u.src[1])}, i32 0")
       st_ = storage_type.get(buf.dtype.base, llvm_type[buf.dtype.base])
-      v = self.ins(f"load {st}, ptr {self.ins(f'getelementptr inbounds {st_}, ptr {self.r[buf]}, i32 {idx}')}, align {align}")
+      addr = self.ins(f"getelementptr inbounds {st_}, ptr {self.r[buf]}, i32 {idx}")
+      v = self.ins(f"load {st}, ptr {addr}, align {align}")
       if d is dtypes.bool: v = self.ins(f"icmp ne i8 {v}, 0")
       return self.ins(f"select i1 {gate}, {ltype(d)} {v}, {ltype(d)} {render_const(dtypes.as_const(0, d), d)}")
     v = self.ins(f"load {st}, ptr {self.address(buf, u.src[1])}, align {align}")

@@ -20,7 +20,7 @@ class _Llvmlite:
   """llvmlite: parse, run the O3 pipeline, emit an object; MCJIT links it into this process."""
   name = "llvmlite"
   def __init__(self) -> None:
-    import llvmlite.binding as llvm
+    import llvmlite.binding as llvm  # type: ignore[import-untyped]
     self.llvm = llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
@@ -77,12 +77,16 @@ class _LibLLVM:
       "LLVMNormalizeTargetTriple": (vp, [cp]),
       "LLVMGetTargetFromTriple": (ctypes.c_int, [cp, ctypes.POINTER(vp), ctypes.POINTER(vp)]),
       "LLVMCreateTargetMachine": (vp, [vp, cp, cp, cp, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
-      "LLVMCreateTargetDataLayout": (vp, [vp]), "LLVMSetModuleDataLayout": (None, [vp, vp]), "LLVMSetTarget": (None, [vp, cp]),
+      "LLVMCreateTargetDataLayout": (vp, [vp]), "LLVMSetModuleDataLayout": (None, [vp, vp]),
+      "LLVMSetTarget": (None, [vp, cp]),
       "LLVMCreatePassBuilderOptions": (vp, []), "LLVMDisposePassBuilderOptions": (None, [vp]),
-      "LLVMRunPasses": (vp, [vp, cp, vp, vp]), "LLVMGetErrorMessage": (vp, [vp]), "LLVMDisposeErrorMessage": (None, [vp]),
+      "LLVMRunPasses": (vp, [vp, cp, vp, vp]), "LLVMGetErrorMessage": (vp, [vp]),
+      "LLVMDisposeErrorMessage": (None, [vp]),
       "LLVMVerifyModule": (ctypes.c_int, [vp, ctypes.c_int, ctypes.POINTER(vp)]),
-      "LLVMTargetMachineEmitToMemoryBuffer": (ctypes.c_int, [vp, vp, ctypes.c_int, ctypes.POINTER(vp), ctypes.POINTER(vp)]),
-      "LLVMGetBufferStart": (vp, [vp]), "LLVMGetBufferSize": (ctypes.c_size_t, [vp]), "LLVMDisposeMemoryBuffer": (None, [vp]),
+      "LLVMTargetMachineEmitToMemoryBuffer": (ctypes.c_int, [vp, vp, ctypes.c_int, ctypes.POINTER(vp),
+                                                             ctypes.POINTER(vp)]),
+      "LLVMGetBufferStart": (vp, [vp]), "LLVMGetBufferSize": (ctypes.c_size_t, [vp]),
+      "LLVMDisposeMemoryBuffer": (None, [vp]),
       "LLVMDisposeModule": (None, [vp]), "LLVMDisposeMessage": (None, [vp]),
       "LLVMOrcCreateLLJITBuilder": (vp, []), "LLVMOrcCreateLLJIT": (vp, [ctypes.POINTER(vp), vp]),
       "LLVMOrcLLJITGetMainJITDylib": (vp, [vp]), "LLVMOrcLLJITGetGlobalPrefix": (ctypes.c_char, [vp]),
@@ -145,8 +149,9 @@ class _LibLLVM:
     self._error(lib.LLVMOrcCreateLLJIT(ctypes.byref(jit), lib.LLVMOrcCreateLLJITBuilder()), "creating a JIT")
     jd, gen = lib.LLVMOrcLLJITGetMainJITDylib(jit), ctypes.c_void_p()
     # libm's exp2f, sinf, ... resolve to this process's own symbols
-    self._error(lib.LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(ctypes.byref(gen), lib.LLVMOrcLLJITGetGlobalPrefix(jit),
-                                                                         None, None), "a symbol generator")
+    prefix = lib.LLVMOrcLLJITGetGlobalPrefix(jit)
+    self._error(lib.LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(ctypes.byref(gen), prefix, None, None),
+                "a symbol generator")
     lib.LLVMOrcJITDylibAddGenerator(jd, gen)
     buf = lib.LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, len(obj), name.encode())
     self._error(lib.LLVMOrcLLJITAddObjectFile(jit, jd, buf), "adding the object file")
@@ -157,14 +162,16 @@ class _LibLLVM:
 def _open_backend() -> Any:
   """llvmlite if it imports, else libLLVM; the error names what each attempt lacked."""
   want = os.getenv("LLVM_BACKEND", "").lower()
-  if want not in ("", "llvmlite", "libllvm"): raise DeviceUnavailable(f"LLVM: LLVM_BACKEND={want!r}; use 'llvmlite' or 'libllvm'")
+  if want not in ("", "llvmlite", "libllvm"):
+    raise DeviceUnavailable(f"LLVM: LLVM_BACKEND={want!r}; use 'llvmlite' or 'libllvm'")
   reasons = []
   for cls in (_Llvmlite, _LibLLVM):
     if want and cls.name != want: continue
     try: return cls()
     except (ImportError, OSError, AttributeError) as e: reasons.append(f"{cls.name}: {e}")
   raise DeviceUnavailable("LLVM: no LLVM to compile with (" + "; ".join(reasons) + "). Install it with "
-                          "`pip install llvmlite` (or `pip install attograd[llvm]`), or a system libLLVM 15+ (`apt-get install libllvm15`).")
+                          "`pip install llvmlite` (or `pip install attograd[llvm]`), "
+                          "or a system libLLVM 15+ (`apt-get install libllvm15`).")
 
 # ***** the device *****
 
