@@ -14,6 +14,15 @@ from attograd.runtime.ops_cpu import MallocAllocator
 
 OPT_PIPELINE = "default<O3>"
 
+def _runtime_library() -> str | None:
+  """Code generation may call helper routines (__truncdfhf2, __extendhfsf2 on CPUs without F16C, ...); on Linux they
+  live in libgcc_s, a runtime library that is installed without any compiler. Loaded globally so the JIT finds them."""
+  path = ctypes.util.find_library("gcc_s")
+  if path is None: return None
+  try: ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+  except OSError: return None
+  return path
+
 # ***** llvmlite *****
 
 class _Llvmlite:
@@ -26,6 +35,7 @@ class _Llvmlite:
     llvm.initialize_native_asmprinter()
     self.triple = llvm.get_process_triple()
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    if (rt := _runtime_library()) is not None: llvm.load_library_permanently(rt)
     self.tm = llvm.Target.from_triple(self.triple).create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
                                                                          codemodel="default")
     self.ident = f"llvmlite:{llvm.llvm_version_info}:{self.triple}:{cpu}:{features}"
@@ -107,6 +117,7 @@ class _LibLLVM:
     # 3 = CodeGenLevelAggressive, 2 = RelocPIC, 0 = CodeModelDefault
     self.tm = lib.LLVMCreateTargetMachine(target, self.triple.encode(), cpu.encode(), features.encode(), 3, 2, 0)
     self.ctx = lib.LLVMContextCreate()
+    _runtime_library()
     self.ident = f"libllvm:{os.path.basename(path)}:{self.triple}:{cpu}:{features}"
   def _take(self, p: int | None) -> str:
     """An LLVM-owned message as a str; the message is freed."""
