@@ -151,9 +151,21 @@ class _FunctionWriter:
     signed = dtypes.is_int(src) and not dtypes.is_unsigned(src)
     if dtypes.is_float(dst): return self.ins(f"{'sitofp' if signed else 'uitofp'} {s} {x} to {t}")
     if dtypes.is_float(src):
-      # narrow ints convert through i64 and wrap, like the C compiler on x86 (a direct fptosi to i8 would be poison)
-      if dst.itemsize < 8: return self.ins(f"trunc i64 {self.ins(f'fptosi {s} {x} to i64')} to {t}")
-      return self.ins(f"{'fptoui' if dtypes.is_unsigned(dst) else 'fptosi'} {s} {x} to {t}")
+      # the PYTHON device's rule: truncate, then wrap to the width (-1.5 -> uint8 is 255); NaN and inf give the
+      # smallest value (0 for unsigned). Exact for values in [-2**63, 2**64); LLVM's plain fptosi would be poison.
+      if src is dtypes.float16: x, src, s = self.ins(f"fpext half {x} to float"), dtypes.float32, "float"
+      fsuf = "f32" if src is dtypes.float32 else "f64"
+      for fn in (f"llvm.fptosi.sat.i64.{fsuf}", f"llvm.fptoui.sat.i64.{fsuf}"):
+        self.decls.add(f"declare i64 @{fn}({s})")
+      self.decls.add(f"declare {s} @llvm.fabs.{fsuf}({s})")
+      low = self.ins(f"call i64 @llvm.fptosi.sat.i64.{fsuf}({s} {x})")
+      high = self.ins(f"call i64 @llvm.fptoui.sat.i64.{fsuf}({s} {x})")
+      big = self.ins(f"fcmp oge {s} {x}, {render_const(2.0 ** 63, src)}")
+      wide = self.ins(f"select i1 {big}, i64 {high}, i64 {low}")
+      out = wide if dst.itemsize == 8 else self.ins(f"trunc i64 {wide} to {t}")
+      mag = self.ins(f"call {s} @llvm.fabs.{fsuf}({s} {x})")
+      special = self.ins(f"fcmp ueq {s} {mag}, {render_const(math.inf, src)}")  # NaN or +-inf
+      return self.ins(f"select i1 {special}, {t} {dtypes.min(dst)}, {t} {out}")
     sbits, tbits = (1 if src is dtypes.bool else src.itemsize * 8), dst.itemsize * 8
     if sbits == tbits: return x
     if sbits > tbits: return self.ins(f"trunc {s} {x} to {t}")
@@ -203,6 +215,13 @@ class _FunctionWriter:
         # x / -1 is -x and x % -1 is 0 (wrapping at INT_MIN)
         neg1 = self.ins(f"select i1 {zero}, {t} 0, {t} {self.ins(f'sub {t} 0, {xs[0]}') if op is Ops.IDIV else '0'}")
         return self.ins(f"select i1 {bad}, {t} {neg1}, {t} {res}")
+      bits = 1 if sd is dtypes.bool else sd.itemsize * 8
+      if op in (Ops.SHL, Ops.SHR) and not (u.src[1].op is Ops.CONST and 0 <= u.src[1].arg < bits):
+        # a shift by the width or more is poison in LLVM; the PYTHON device shifts everything out (or in: sign bits)
+        ok = self.ins(f"icmp ult {t} {xs[1]}, {bits}")
+        res = self.ins(f"{instr} {t} {xs[0]}, {self.ins(f'select i1 {ok}, {t} {xs[1]}, {t} 0')}")
+        out = self.ins(f"ashr {t} {xs[0]}, {bits - 1}") if instr == "ashr" else "0"
+        return self.ins(f"select i1 {ok}, {t} {res}, {t} {out}")
       return self.ins(f"{instr} {t} {xs[0]}, {xs[1]}")
     raise RuntimeError(f"LLVM renderer: no code for {op} on {d}")
 
@@ -295,5 +314,5 @@ class _FunctionWriter:
     for i in sorted(globals_): args.append(f"ptr noalias nocapture %data{i}")
     args += [f"i32 %var_{n}" for n in sorted(variables)]
     body = "\n".join(["entry:"] + self.allocas + self.lines + ["  ret void"])
-    decls = "".join(d + "\n" for d in sorted(self.decls))
+    decls = "".join(d + "\n" for d in sorted(self.decls) if d not in BF16_HELPERS)
     return f"{BF16_HELPERS}{decls}define void @{self.name}({', '.join(args)}) nounwind {{\n{body}\n}}\n"

@@ -71,3 +71,21 @@ def test_half_and_bfloat16_casts_match_python() -> None:
       got = Tensor(vals, dtype=src, device="LLVM").cast(dst).cast(dtypes.float32).tolist()
       want = Tensor(vals, dtype=src, device="PYTHON").cast(dst).cast(dtypes.float32).tolist()
       assert got == want, (src, dst)
+
+@needs_llvm
+@pytest.mark.parametrize("src", [dtypes.float32, dtypes.float64, dtypes.float16])
+def test_float_to_int_edges_match_python(src) -> None:
+  # LLVM's fptosi is poison out of range; the renderer wraps like the PYTHON device and maps NaN/inf to the minimum
+  vals = [1.5, -1.5, 300.7, -2.0, 65504.0, -65504.0, float("nan"), float("inf"), -float("inf")]
+  if src is not dtypes.float16: vals += [1e10, 1.8e19, -9e18]
+  for dst in dtypes.ints:
+    got = Tensor(vals, dtype=src, device="LLVM").cast(dst).tolist()
+    assert got == Tensor(vals, dtype=src, device="PYTHON").cast(dst).tolist(), (src, dst)
+
+@needs_llvm
+@pytest.mark.parametrize("dt", [dtypes.int8, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64])
+def test_shifts_past_the_width_match_python(dt) -> None:
+  xs, ys = [5, 7, 100, 1, 3] if dtypes.is_unsigned(dt) else [5, -7, 100, -1, 3], [1, 3, 40, 70, 0]
+  for op in (Ops.SHL, Ops.SHR):
+    got = Tensor(xs, dtype=dt, device="LLVM")._alu(op, Tensor(ys, dtype=dt, device="LLVM")).tolist()
+    assert got == Tensor(xs, dtype=dt, device="PYTHON")._alu(op, Tensor(ys, dtype=dt, device="PYTHON")).tolist(), op
