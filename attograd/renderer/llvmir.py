@@ -3,6 +3,8 @@
 Loops become a header block with a phi for the index, accumulators become allocas (mem2reg turns them back into
 phis), gated loads read index 0 instead and select zero, and the lowerer's vector lanes become LLVM vector types.
 Half and bfloat16 math runs in float (like the PYTHON device and NumPy); bfloat16 is stored as its 16 bits.
+A "parallel" loop is split by two trailing arguments (core_id, core_count): the runtime calls the kernel once per
+thread, with the GIL released, instead of OpenMP.
 """
 from __future__ import annotations
 import math, struct
@@ -94,7 +96,7 @@ def render_const(v: object, d: DType) -> str:
 class LLVMRenderer(Renderer):
   """LLVM IR (opaque pointers, LLVM 15 or newer) for the LLVM device."""
   def __init__(self, device: str = "LLVM"):
-    super().__init__(device=device, has_threads=False, supports_float16=False, supports_vectors=True)
+    super().__init__(device=device, has_threads=True, supports_float16=False, supports_vectors=True)
   def prepare(self, sink: UOp) -> UOp: return graph_rewrite(sink, pm_promote_half)
   def render(self, name: str, uops: list[UOp]) -> str: return _FunctionWriter(name, uops).write()
 
@@ -109,6 +111,7 @@ class _FunctionWriter:
     self.accs: dict[UOp, str] = {}  # DEFINE_ACC -> its alloca
     self.n = 0
     self.block = "entry"
+    self.parallel = 0
 
   def tmp(self, prefix: str = "v") -> str:
     self.n += 1
@@ -278,11 +281,19 @@ class _FunctionWriter:
       elif op is Ops.RANGE:
         lp = self.tmp("loop")[1:]
         idx, nxt = f"%{lp}_i", f"%{lp}_next"
+        lo, hi = "0", self.val(u.src[0])
+        if u.arg[1] == "parallel":  # this thread's share: [id*chunk, min((id+1)*chunk, n)), chunk = ceil(n/count)
+          self.parallel = u.src[0].arg if u.src[0].op is Ops.CONST else -1
+          up = self.ins(f"add i32 {hi}, {self.ins('sub i32 %core_count, 1')}")
+          chunk = self.ins(f"sdiv i32 {up}, %core_count")
+          lo = self.ins(f"mul i32 %core_id, {chunk}")
+          end = self.ins(f"add i32 {lo}, {chunk}")
+          hi = self.ins(f"select i1 {self.ins(f'icmp slt i32 {end}, {hi}')}, i32 {end}, i32 {hi}")
         pre = self.block
         self.lines.append(f"  br label %{lp}_head")
         self.label(f"{lp}_head")
-        self.lines.append(f"  {idx} = phi i32 [0, %{pre}], [{nxt}, %{lp}_latch]")
-        go = self.ins(f"icmp slt i32 {idx}, {self.val(u.src[0])}")
+        self.lines.append(f"  {idx} = phi i32 [{lo}, %{pre}], [{nxt}, %{lp}_latch]")
+        go = self.ins(f"icmp slt i32 {idx}, {hi}")
         self.lines.append(f"  br i1 {go}, label %{lp}_body, label %{lp}_exit")
         self.label(f"{lp}_body")
         self.r[u] = idx
@@ -313,6 +324,9 @@ class _FunctionWriter:
     args = []
     for i in sorted(globals_): args.append(f"ptr noalias nocapture %data{i}")
     args += [f"i32 %var_{n}" for n in sorted(variables)]
+    args += ["i32 %core_id", "i32 %core_count"]  # which share of the parallel loop to run; (0, 1) runs all of it
     body = "\n".join(["entry:"] + self.allocas + self.lines + ["  ret void"])
     decls = "".join(d + "\n" for d in sorted(self.decls) if d not in BF16_HELPERS)
-    return f"{BF16_HELPERS}{decls}define void @{self.name}({', '.join(args)}) nounwind {{\n{body}\n}}\n"
+    # the runtime reads how far the kernel can be split: 0 not at all, -1 a variable number of ways, else n ways
+    split = f"@{self.name}_parallel = constant i32 {self.parallel}\n"
+    return f"{BF16_HELPERS}{decls}{split}define void @{self.name}({', '.join(args)}) nounwind {{\n{body}\n}}\n"

@@ -3,10 +3,12 @@
 Two ways to reach LLVM, tried in order: the `llvmlite` wheel (`pip install attograd[llvm]`), else the system's
 libLLVM (15 or newer) through its C API with ctypes. Either way the object file is cached on disk and loaded by an
 in-process JIT linker (llvmlite's MCJIT, or ORC's LLJIT), so neither gcc nor ld ever runs. Memory is host memory,
-shared with the CPU device's allocator. Set LLVM_BACKEND=llvmlite or LLVM_BACKEND=libllvm to force one.
+shared with the CPU device's allocator. Set LLVM_BACKEND=llvmlite or LLVM_BACKEND=libllvm to force one, and
+LLVM_THREADS=n to cap the threads a parallel kernel uses (default: the cores this process may run on).
 """
 from __future__ import annotations
 import ctypes, ctypes.util, glob, os, platform
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from attograd.device import Compiled, Compiler, DeviceUnavailable
 from attograd.renderer.llvmir import LLVMRenderer
@@ -48,16 +50,16 @@ class _Llvmlite:
     pb = llvm.create_pass_builder(self.tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return self.tm.emit_object(mod)
-  def load(self, obj: bytes, name: str) -> tuple[int, Any]:
+  def load(self, obj: bytes, names: list[str]) -> tuple[list[int], Any]:
     llvm = self.llvm
     empty = llvm.parse_assembly("")
     empty.triple = self.triple
     engine = llvm.create_mcjit_compiler(empty, self.tm)
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
-    addr = engine.get_function_address(name)
-    if not addr: raise RuntimeError(f"LLVM: kernel {name} not found in its object file")
-    return addr, engine  # the engine owns the code: keep it alive as long as the function
+    addrs = [engine.get_global_value_address(n) for n in names]
+    if not all(addrs): raise RuntimeError(f"LLVM: {names} not all found in the kernel's object file")
+    return addrs, engine  # the engine owns the code: keep it alive as long as the function
 
 # ***** the system libLLVM through the C API *****
 
@@ -154,7 +156,7 @@ class _LibLLVM:
       lib.LLVMDisposeMemoryBuffer(out)
       return obj
     finally: lib.LLVMDisposeModule(mod)
-  def load(self, obj: bytes, name: str) -> tuple[int, Any]:
+  def load(self, obj: bytes, names: list[str]) -> tuple[list[int], Any]:
     lib = self.lib
     jit = ctypes.c_void_p()
     self._error(lib.LLVMOrcCreateLLJIT(ctypes.byref(jit), lib.LLVMOrcCreateLLJITBuilder()), "creating a JIT")
@@ -164,11 +166,14 @@ class _LibLLVM:
     self._error(lib.LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(ctypes.byref(gen), prefix, None, None),
                 "a symbol generator")
     lib.LLVMOrcJITDylibAddGenerator(jd, gen)
-    buf = lib.LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, len(obj), name.encode())
+    buf = lib.LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, len(obj), names[0].encode())
     self._error(lib.LLVMOrcLLJITAddObjectFile(jit, jd, buf), "adding the object file")
-    addr = ctypes.c_uint64()
-    self._error(lib.LLVMOrcLLJITLookup(jit, ctypes.byref(addr), name.encode()), f"finding kernel {name}")
-    return addr.value, jit  # never disposed: kernels live as long as the process (the runner caches them)
+    addrs = []
+    for n in names:
+      addr = ctypes.c_uint64()
+      self._error(lib.LLVMOrcLLJITLookup(jit, ctypes.byref(addr), n.encode()), f"finding {n}")
+      addrs.append(addr.value)
+    return addrs, jit  # never disposed: kernels live as long as the process (the runner caches them)
 
 def _open_backend() -> Any:
   """llvmlite if it imports, else libLLVM; the error names what each attempt lacked."""
@@ -192,16 +197,39 @@ class LLVMCompiler(Compiler):
     self.cachekey = f"llvm:{backend.ident}:{OPT_PIPELINE}"
   def compile(self, src: str) -> bytes: return self.backend.compile(src)
 
+def _cores() -> int:
+  # read on every new kernel (not helpers.getenv, which caches): tests and users can change it between kernels
+  want = os.getenv("LLVM_THREADS", "")
+  if want:
+    if not want.isdigit() or int(want) < 1: raise ValueError(f"LLVM_THREADS={want!r} should be a positive integer")
+    return int(want)
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+_pool: ThreadPoolExecutor | None = None
+def _thread_pool() -> ThreadPoolExecutor:
+  global _pool
+  if _pool is None: _pool = ThreadPoolExecutor(max_workers=max(_cores() - 1, 1), thread_name_prefix="attograd-llvm")
+  return _pool
+
 class LLVMProgram:
-  """A kernel linked into this process; call it with buffer addresses and variable values."""
+  """A kernel linked into this process; call it with buffer addresses and variable values.
+  A kernel with a parallel loop runs as one call per core, each taking a share of that loop; ctypes releases the
+  GIL during each call, so the shares run at the same time (the caller's thread runs share 0)."""
   def __init__(self, name: str, lib: bytes, backend: Any):
     self.name = name
-    self.addr, self._keepalive = backend.load(lib, name)
+    (self.addr, split_addr), self._keepalive = backend.load(lib, [name, f"{name}_parallel"])
+    split = ctypes.c_int32.from_address(split_addr).value  # 0: no parallel loop, -1: its size is a variable
+    self.threads = 1 if split == 0 else (_cores() if split < 0 else min(_cores(), split))
     self.fxn: Any = None
   def __call__(self, *bufs: int, vals: tuple[int, ...] = ()) -> None:
     if self.fxn is None:
-      self.fxn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)))(self.addr)
-    self.fxn(*bufs, *vals)
+      args = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * (len(vals) + 2)
+      self.fxn = ctypes.CFUNCTYPE(None, *args)(self.addr)
+    n = self.threads
+    if n == 1: return self.fxn(*bufs, *vals, 0, 1)
+    rest = [_thread_pool().submit(self.fxn, *bufs, *vals, i, n) for i in range(1, n)]
+    self.fxn(*bufs, *vals, 0, n)
+    for r in rest: r.result()
 
 class LlvmDevice(Compiled):
   def __init__(self, device: str):

@@ -1,6 +1,7 @@
 """The LLVM device: runs with no C compiler, both ways of reaching LLVM, its cache, its IR, and C edge cases."""
 from __future__ import annotations
 import os, subprocess, sys, textwrap
+import numpy as np
 import pytest
 from attograd import Device, Tensor, dtypes
 from attograd.codegen import get_program
@@ -89,3 +90,16 @@ def test_shifts_past_the_width_match_python(dt) -> None:
   for op in (Ops.SHL, Ops.SHR):
     got = Tensor(xs, dtype=dt, device="LLVM")._alu(op, Tensor(ys, dtype=dt, device="LLVM")).tolist()
     assert got == Tensor(xs, dtype=dt, device="PYTHON")._alu(op, Tensor(ys, dtype=dt, device="PYTHON")).tolist(), op
+
+@needs_llvm
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_parallel_kernels_split_across_threads(threads: int, monkeypatch) -> None:
+  from attograd.engine.realize import get_runner
+  monkeypatch.setenv("LLVM_THREADS", str(threads))
+  rows = 257 + threads  # a fresh kernel per case (programs are cached by their AST), and rows % threads != 0
+  x = np.random.default_rng(0).standard_normal((rows, 300)).astype(np.float32)
+  t = Tensor(x, device="LLVM")
+  out = (t * 2).sum(1) + t.max(1)
+  items, _ = create_schedule([out.uop])
+  assert any(get_runner("LLVM", si.ast).prg.threads == min(threads, rows) for si in items)
+  np.testing.assert_allclose(out.numpy(), (x * 2).sum(1) + x.max(1), rtol=1e-5, atol=1e-4)
