@@ -66,7 +66,8 @@ class _Llvmlite:
 def _find_libllvm() -> str | None:
   if (path := os.getenv("LIBLLVM")): return path
   found = []
-  for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"):
+  dirs = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"]
+  for d in dirs + sorted(glob.glob("/usr/lib/llvm-*/lib")):
     found += glob.glob(os.path.join(d, "libLLVM-[0-9]*.so")) + glob.glob(os.path.join(d, "libLLVM.so.[0-9]*"))
   def version(p: str) -> int:
     digits = "".join(c if c.isdigit() else " " for c in os.path.basename(p)).split()
