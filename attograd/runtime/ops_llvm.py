@@ -7,7 +7,7 @@ shared with the CPU device's allocator. Set LLVM_BACKEND=llvmlite or LLVM_BACKEN
 LLVM_THREADS=n to cap the threads a parallel kernel uses (default: the cores this process may run on).
 """
 from __future__ import annotations
-import ctypes, ctypes.util, glob, os, platform
+import ctypes, ctypes.util, glob, os, platform, struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from attograd.device import Compiled, Compiler, DeviceUnavailable
@@ -24,6 +24,20 @@ def _runtime_library() -> str | None:
   try: ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
   except OSError: return None
   return path
+
+def elf_undefined_symbols(obj: bytes) -> list[str]:
+  """Names an ELF64 object file uses but does not define ([] for other formats): what the JIT must find elsewhere."""
+  if obj[:5] != b"\x7fELF\x02": return []
+  shoff, shentsize, shnum = struct.unpack_from("<Q", obj, 0x28)[0], *struct.unpack_from("<HH", obj, 0x3A)
+  sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+  out = []
+  for _, sh_type, _, _, off, size, link, _, _, entsize in sections:
+    if sh_type != 2: continue  # SHT_SYMTAB
+    stroff = sections[link][4]
+    for at in range(off, off + size, entsize):
+      name, _, _, shndx = struct.unpack_from("<IBBH", obj, at)
+      if shndx == 0 and name: out.append(obj[stroff + name:obj.index(b"\0", stroff + name)].decode())
+  return out
 
 # ***** llvmlite *****
 
@@ -54,6 +68,11 @@ class _Llvmlite:
     llvm = self.llvm
     empty = llvm.parse_assembly("")
     empty.triple = self.triple
+    # MCJIT crashes on a symbol it cannot resolve, so check first (e.g. a compiler-rt helper no library provides)
+    process = ctypes.CDLL(None)  # dlsym over the global scope: the program, libm, libgcc_s, ...
+    missing = [n for n in elf_undefined_symbols(obj) if not llvm.address_of_symbol(n) and not hasattr(process, n)]
+    if missing:
+      raise RuntimeError(f"LLVM: kernel {names[0]} calls {missing}, which no library loaded in this process defines")
     engine = llvm.create_mcjit_compiler(empty, self.tm)
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()

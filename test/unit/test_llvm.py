@@ -103,3 +103,18 @@ def test_parallel_kernels_split_across_threads(threads: int, monkeypatch) -> Non
   items, _ = create_schedule([out.uop])
   assert any(get_runner("LLVM", si.ast).prg.threads == min(threads, rows) for si in items)
   np.testing.assert_allclose(out.numpy(), (x * 2).sum(1) + x.max(1), rtol=1e-5, atol=1e-4)
+
+@pytest.mark.parametrize("backend", ["llvmlite", "libllvm"])
+def test_unresolved_symbol_is_an_error_not_a_crash(backend: str) -> None:
+  code = """
+  from attograd.runtime import ops_llvm
+  be = ops_llvm._open_backend()
+  obj = be.compile("declare float @no_such_fn(float)\\ndefine void @k(ptr %o) {\\n"
+                   "  %v = call float @no_such_fn(float 1.0)\\n  store float %v, ptr %o\\n  ret void\\n}\\n")
+  try: be.load(obj, ["k"])
+  except RuntimeError as e: print("error:", e)
+  """
+  r = run_py(code, LLVM_BACKEND=backend)
+  if r.returncode != 0 and "no LLVM to compile with" in r.stderr: pytest.skip(f"{backend} not installed here")
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.startswith("error:") and ("no_such_fn" in r.stdout or "no_such_fn" in r.stderr)
