@@ -15,6 +15,14 @@ class _Device:
   def __init__(self) -> None:
     self._opened: dict[str, Compiled] = {}
     self._default: str | None = None
+    self._registered: dict[str, Callable[[str], Compiled]] = {}
+  def register(self, name: str, make: Callable[[str], Compiled]) -> None:
+    """Add a device that lives outside attograd: `make("NAME:1")` builds it (docs/adding-an-accelerator.md)."""
+    base = name.upper()
+    if not base.isidentifier(): raise ValueError(f"device name must be a plain word like 'TOY', got {name!r}")
+    if base in ALL_DEVICES or base in _ALIASES: raise ValueError(f"device {base} is already registered")
+    ALL_DEVICES.append(base)
+    self._registered[base] = make
   def canonicalize(self, device: str | None) -> str:
     if device is None: return self.DEFAULT
     if not isinstance(device, str): raise TypeError(f"device must be a string like 'CPU' or 'PYTHON', got {device!r}")
@@ -27,6 +35,9 @@ class _Device:
     name = self.canonicalize(device)
     if (d := self._opened.get(name)) is not None: return d
     base = name.split(":")[0]
+    if (make := self._registered.get(base)) is not None:
+      self._opened[name] = dev = make(name)
+      return dev
     try: mod = importlib.import_module(f"attograd.runtime.ops_{base.lower()}")
     except ModuleNotFoundError as e:
       if e.name is not None and e.name.startswith("attograd.runtime.ops_"):

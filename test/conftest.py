@@ -17,6 +17,7 @@ def _backends() -> list[str]:
   names = ["CPU", "PYTHON"]
   # CL joins the suite once it has a runtime; looking for the file keeps collection free of imports
   if os.path.exists(os.path.join(_ROOT, "attograd", "runtime", "ops_cl.py")): names.append("CL")
+  if os.path.exists(os.path.join(_ROOT, "attograd", "runtime", "ops_llvm.py")): names.append("LLVM")
   return names
 
 BACKENDS = _backends()

@@ -1,0 +1,332 @@
+"""The LLVM IR renderer: the same linear UOp programs the C renderer gets, written as one LLVM IR function.
+
+Loops become a header block with a phi for the index, accumulators become allocas (mem2reg turns them back into
+phis), gated loads read index 0 instead and select zero, and the lowerer's vector lanes become LLVM vector types.
+Half and bfloat16 math runs in float (like the PYTHON device and NumPy); bfloat16 is stored as its 16 bits.
+A "parallel" loop is split by two trailing arguments (core_id, core_count): the runtime calls the kernel once per
+thread, with the GIL released, instead of OpenMP.
+"""
+from __future__ import annotations
+import math, struct
+from attograd.dtype import DType, PtrDType, dtypes
+from attograd.renderer import Renderer
+from attograd.renderer.cstyle import pm_promote_half
+from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite
+
+# ***** the rule tables *****
+
+llvm_type: dict[DType, str] = {
+  dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
+  dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
+  dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double"}
+storage_type: dict[DType, str] = {dtypes.bool: "i8"}  # memory holds a bool as a byte
+
+# fast-math flags matching the C compiler's: reassociation (reductions vectorize) and contraction; NaN/inf kept
+FMF = "reassoc nsz contract"
+float_binary = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
+# (signed, unsigned) instruction for each integer op; bool uses the unsigned column
+int_binary = {Ops.ADD: ("add", "add"), Ops.SUB: ("sub", "sub"), Ops.MUL: ("mul", "mul"), Ops.IDIV: ("sdiv", "udiv"),
+              Ops.MOD: ("srem", "urem"), Ops.AND: ("and", "and"), Ops.OR: ("or", "or"), Ops.XOR: ("xor", "xor"),
+              Ops.SHL: ("shl", "shl"), Ops.SHR: ("ashr", "lshr")}
+# (signed int, unsigned int, float) predicate; float != is unordered so NaN != NaN, like C
+comparisons = {Ops.CMPLT: ("slt", "ult", "olt"), Ops.CMPNE: ("ne", "ne", "une"), Ops.CMPEQ: ("eq", "eq", "oeq")}
+# math ops as LLVM intrinsics (the backend turns them into instructions or libm calls: exp2f, sinf, ...)
+intrinsics = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
+
+# bfloat16 <-> float, defined once per module and always inlined (round to nearest even, NaN stays NaN), and
+# double -> float rounded to odd: rounding that to half then equals rounding the double to half directly
+BF16_HELPERS = """define internal float @__bf16_to_f32(i16 %b) alwaysinline {
+  %u = zext i16 %b to i32
+  %s = shl i32 %u, 16
+  %f = bitcast i32 %s to float
+  ret float %f
+}
+define internal i16 @__f32_to_bf16(float %f) alwaysinline {
+  %u = bitcast float %f to i32
+  %a = and i32 %u, 2147483647
+  %nan = icmp ugt i32 %a, 2139095040
+  %h = lshr i32 %u, 16
+  %lsb = and i32 %h, 1
+  %bias = add i32 %lsb, 32767
+  %r = add i32 %u, %bias
+  %rh = lshr i32 %r, 16
+  %t = trunc i32 %rh to i16
+  %o = select i1 %nan, i16 32704, i16 %t
+  ret i16 %o
+}
+define internal float @__f64_to_f32_odd(double %d) alwaysinline {
+  %f = fptrunc double %d to float
+  %back = fpext float %f to double
+  %exact = fcmp ueq double %back, %d
+  %bits = bitcast float %f to i32
+  %fa = call double @llvm.fabs.f64(double %back)
+  %da = call double @llvm.fabs.f64(double %d)
+  %away = fcmp ogt double %fa, %da
+  %down = sub i32 %bits, 1
+  %toward0 = select i1 %away, i32 %down, i32 %bits
+  %odd = or i32 %toward0, 1
+  %obits = select i1 %exact, i32 %bits, i32 %odd
+  %o = bitcast i32 %obits to float
+  ret float %o
+}
+declare double @llvm.fabs.f64(double)
+"""
+
+def ltype(d: DType) -> str:
+  """The LLVM type of a value of dtype `d` (vectors as <N x T>)."""
+  return f"<{d.count} x {llvm_type[d.scalar()]}>" if d.count > 1 else llvm_type[d]
+
+def float_literal(v: float, d: DType) -> str:
+  """LLVM writes float/double constants as the hex bits of a double (exact for every float32 value); half as 0xH."""
+  if d is dtypes.float16: return "0xH" + struct.pack(">e", v).hex().upper()
+  if d is dtypes.float32 and not math.isnan(v) and not math.isinf(v): v = struct.unpack("<f", struct.pack("<f", v))[0]
+  return "0x" + struct.pack(">d", v).hex().upper()
+
+def render_const(v: object, d: DType) -> str:
+  if d.count > 1:
+    lane = f"{ltype(d.scalar())} {render_const(v, d.scalar())}"
+    return "<" + ", ".join([lane] * d.count) + ">"
+  if d is dtypes.bool: return "true" if v else "false"
+  if d is dtypes.bfloat16:
+    from attograd.dtype import float_to_bf16_bits
+    return str(float_to_bf16_bits(float(v)))  # type: ignore[arg-type]
+  if dtypes.is_float(d): return float_literal(float(v), d)  # type: ignore[arg-type]
+  return str(int(v))  # type: ignore[call-overload]
+
+class LLVMRenderer(Renderer):
+  """LLVM IR (opaque pointers, LLVM 15 or newer) for the LLVM device."""
+  def __init__(self, device: str = "LLVM"):
+    super().__init__(device=device, has_threads=True, supports_float16=False, supports_vectors=True)
+  def prepare(self, sink: UOp) -> UOp: return graph_rewrite(sink, pm_promote_half)
+  def render(self, name: str, uops: list[UOp]) -> str: return _FunctionWriter(name, uops).write()
+
+class _FunctionWriter:
+  """One pass over a linear program, writing SSA instructions into basic blocks."""
+  def __init__(self, name: str, uops: list[UOp]):
+    self.name, self.uops = name, uops
+    self.lines: list[str] = []
+    self.allocas: list[str] = []
+    self.decls: set[str] = set()
+    self.r: dict[UOp, str] = {}
+    self.accs: dict[UOp, str] = {}  # DEFINE_ACC -> its alloca
+    self.n = 0
+    self.block = "entry"
+    self.parallel = 0
+
+  def tmp(self, prefix: str = "v") -> str:
+    self.n += 1
+    return f"%{prefix}{self.n}"
+  def ins(self, expr: str) -> str:
+    """Emit `%vN = expr` and return %vN."""
+    name = self.tmp()
+    self.lines.append(f"  {name} = {expr}")
+    return name
+  def label(self, lbl: str) -> None:
+    self.lines.append(f"{lbl}:")
+    self.block = lbl
+
+  def val(self, u: UOp, like: DType | None = None) -> str:
+    """The SSA value of `u` (an accumulator is loaded here), splatted to a vector when `like` is one."""
+    if u in self.accs: v = self.ins(f"load {ltype(u.dtype)}, ptr {self.accs[u]}")
+    elif u.op is Ops.CONST: v = render_const(u.arg, u.dtype if like is None or like.count == 1 else like)
+    else: v = self.r[u]
+    if like is not None and like.count > 1 and u.dtype.count == 1 and u.op is not Ops.CONST:
+      one = self.ins(f"insertelement {ltype(like)} poison, {ltype(u.dtype)} {v}, i32 0")
+      v = self.ins(f"shufflevector {ltype(like)} {one}, {ltype(like)} poison, <{like.count} x i32> zeroinitializer")
+    return v
+
+  def cast(self, x: str, src: DType, dst: DType) -> str:
+    """C conversion semantics; bfloat16 goes through float, half through the LLVM half type."""
+    if src is dst: return x
+    if src is dtypes.bfloat16:
+      x, src = self.ins(f"call float @__bf16_to_f32(i16 {x})"), dtypes.float32
+      if dst is dtypes.float32: return x
+    if dst is dtypes.bfloat16:
+      if src is not dtypes.float32: x = self.cast(x, src, dtypes.float32)
+      return self.ins(f"call i16 @__f32_to_bf16(float {x})")
+    s, t = ltype(src), ltype(dst)
+    if dst is dtypes.bool:
+      return self.ins(f"fcmp une {s} {x}, {render_const(0.0, src)}" if dtypes.is_float(src) else f"icmp ne {s} {x}, 0")
+    if src is dtypes.float64 and dst is dtypes.float16:  # no instruction does this; avoid the __truncdfhf2 libcall
+      return self.ins(f"fptrunc float {self.ins(f'call float @__f64_to_f32_odd(double {x})')} to half")
+    if dtypes.is_float(src) and dtypes.is_float(dst):
+      return self.ins(f"{'fpext' if src.itemsize < dst.itemsize else 'fptrunc'} {s} {x} to {t}")
+    signed = dtypes.is_int(src) and not dtypes.is_unsigned(src)
+    if dtypes.is_float(dst): return self.ins(f"{'sitofp' if signed else 'uitofp'} {s} {x} to {t}")
+    if dtypes.is_float(src):
+      # the PYTHON device's rule: truncate, then wrap to the width (-1.5 -> uint8 is 255); NaN and inf give the
+      # smallest value (0 for unsigned). Exact for values in [-2**63, 2**64); LLVM's plain fptosi would be poison.
+      if src is dtypes.float16: x, src, s = self.ins(f"fpext half {x} to float"), dtypes.float32, "float"
+      fsuf = "f32" if src is dtypes.float32 else "f64"
+      for fn in (f"llvm.fptosi.sat.i64.{fsuf}", f"llvm.fptoui.sat.i64.{fsuf}"):
+        self.decls.add(f"declare i64 @{fn}({s})")
+      self.decls.add(f"declare {s} @llvm.fabs.{fsuf}({s})")
+      low = self.ins(f"call i64 @llvm.fptosi.sat.i64.{fsuf}({s} {x})")
+      high = self.ins(f"call i64 @llvm.fptoui.sat.i64.{fsuf}({s} {x})")
+      big = self.ins(f"fcmp oge {s} {x}, {render_const(2.0 ** 63, src)}")
+      wide = self.ins(f"select i1 {big}, i64 {high}, i64 {low}")
+      out = wide if dst.itemsize == 8 else self.ins(f"trunc i64 {wide} to {t}")
+      mag = self.ins(f"call {s} @llvm.fabs.{fsuf}({s} {x})")
+      special = self.ins(f"fcmp ueq {s} {mag}, {render_const(math.inf, src)}")  # NaN or +-inf
+      return self.ins(f"select i1 {special}, {t} {dtypes.min(dst)}, {t} {out}")
+    sbits, tbits = (1 if src is dtypes.bool else src.itemsize * 8), dst.itemsize * 8
+    if sbits == tbits: return x
+    if sbits > tbits: return self.ins(f"trunc {s} {x} to {t}")
+    return self.ins(f"{'sext' if signed else 'zext'} {s} {x} to {t}")
+
+  def alu(self, u: UOp) -> str:
+    op, d = u.op, u.dtype
+    sd = u.src[0].dtype.scalar() if op in GroupOp.Comparison or op is Ops.WHERE else d.scalar()
+    t = ltype(d)
+    if op is Ops.WHERE:
+      c, a, b = self.val(u.src[0]), self.val(u.src[1], d), self.val(u.src[2], d)
+      return self.ins(f"select i1 {c}, {t} {a}, {t} {b}")
+    xs = [self.val(s, d if d.count > 1 else None) for s in u.src]
+    is_f = dtypes.is_float(sd)
+    unsigned = dtypes.is_unsigned(sd) or sd is dtypes.bool
+    if op in comparisons:
+      pred = comparisons[op][2 if is_f else (1 if unsigned else 0)]
+      return self.ins(f"{'fcmp' if is_f else 'icmp'} {pred} {ltype(u.src[0].dtype)} {xs[0]}, {xs[1]}")
+    if op is Ops.NEG:
+      if is_f: return self.ins(f"fneg {FMF} {t} {xs[0]}")
+      return self.ins(f"xor i1 {xs[0]}, true" if sd is dtypes.bool else f"sub {t} 0, {xs[0]}")
+    if op is Ops.RECIP: return self.ins(f"fdiv {FMF} {t} {render_const(1.0, d)}, {xs[0]}")
+    if op is Ops.MAX:
+      if is_f:  # (a > b || a != a) ? a : b, the C renderer's NaN-propagating max
+        gt, nan = self.ins(f"fcmp ogt {t} {xs[0]}, {xs[1]}"), self.ins(f"fcmp uno {t} {xs[0]}, {xs[0]}")
+        pick = self.ins(f"or i1 {gt}, {nan}")
+      else: pick = self.ins(f"icmp {'ugt' if unsigned else 'sgt'} {t} {xs[0]}, {xs[1]}")
+      return self.ins(f"select i1 {pick}, {t} {xs[0]}, {t} {xs[1]}")
+    if op in intrinsics:
+      if not is_f:
+        if op is Ops.TRUNC: return xs[0]
+        raise RuntimeError(f"LLVM renderer: {op} needs a float operand, got {sd}")
+      suffix = {dtypes.float32: "f32", dtypes.float64: "f64"}[sd]
+      fn = f"llvm.{intrinsics[op]}.{'v' + str(d.count) if d.count > 1 else ''}{suffix}"
+      self.decls.add(f"declare {t} @{fn}({', '.join([t] * len(xs))})")
+      return self.ins(f"call {t} @{fn}({', '.join(f'{t} {x}' for x in xs)})")
+    if is_f and op in float_binary: return self.ins(f"{float_binary[op]} {FMF} {t} {xs[0]}, {xs[1]}")
+    if not is_f and op in int_binary:
+      instr = int_binary[op][1 if unsigned else 0]
+      if op in (Ops.IDIV, Ops.MOD) and not (u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1)):
+        # C leaves x/0 and INT_MIN/-1 undefined and x86 traps on them; answer 0 like the PYTHON device instead
+        zero = self.ins(f"icmp eq {t} {xs[1]}, 0")
+        bad = zero if unsigned else self.ins(f"or i1 {zero}, {self.ins(f'icmp eq {t} {xs[1]}, -1')}")
+        safe = self.ins(f"select i1 {bad}, {t} 1, {t} {xs[1]}")
+        res = self.ins(f"{instr} {t} {xs[0]}, {safe}")
+        if unsigned: return self.ins(f"select i1 {bad}, {t} 0, {t} {res}")
+        # x / -1 is -x and x % -1 is 0 (wrapping at INT_MIN)
+        neg1 = self.ins(f"select i1 {zero}, {t} 0, {t} {self.ins(f'sub {t} 0, {xs[0]}') if op is Ops.IDIV else '0'}")
+        return self.ins(f"select i1 {bad}, {t} {neg1}, {t} {res}")
+      bits = 1 if sd is dtypes.bool else sd.itemsize * 8
+      if op in (Ops.SHL, Ops.SHR) and not (u.src[1].op is Ops.CONST and 0 <= u.src[1].arg < bits):
+        # a shift by the width or more is poison in LLVM; the PYTHON device shifts everything out (or in: sign bits)
+        ok = self.ins(f"icmp ult {t} {xs[1]}, {bits}")
+        res = self.ins(f"{instr} {t} {xs[0]}, {self.ins(f'select i1 {ok}, {t} {xs[1]}, {t} 0')}")
+        out = self.ins(f"ashr {t} {xs[0]}, {bits - 1}") if instr == "ashr" else "0"
+        return self.ins(f"select i1 {ok}, {t} {res}, {t} {out}")
+      return self.ins(f"{instr} {t} {xs[0]}, {xs[1]}")
+    raise RuntimeError(f"LLVM renderer: no code for {op} on {d}")
+
+  def address(self, buf: UOp, idx: UOp) -> str:
+    assert isinstance(buf.dtype, PtrDType)
+    st = storage_type.get(buf.dtype.base, llvm_type[buf.dtype.base])
+    return self.ins(f"getelementptr inbounds {st}, ptr {self.r[buf]}, i32 {self.val(idx)}")
+
+  def load(self, u: UOp) -> str:
+    buf, d = u.src[0], u.dtype
+    assert isinstance(buf.dtype, PtrDType)
+    align = buf.dtype.base.itemsize
+    st = ltype(d) if d is not dtypes.bool else "i8"
+    if len(u.src) == 3 and d.count > 1:  # a gated vector: branch around the load
+      gate, pre = self.val(u.src[2]), self.block
+      n = self.tmp("g")[1:]
+      self.lines.append(f"  br i1 {gate}, label %{n}_load, label %{n}_join")
+      self.label(f"{n}_load")
+      v = self.ins(f"load {st}, ptr {self.address(buf, u.src[1])}, align {align}")
+      self.lines.append(f"  br label %{n}_join")
+      self.label(f"{n}_join")
+      return self.ins(f"phi {st} [{v}, %{n}_load], [{render_const(dtypes.as_const(0, d.scalar()), d)}, %{pre}]")
+    if len(u.src) == 3:  # a gated scalar: read element 0 (always there) when the gate is off, then select zero
+      gate = self.val(u.src[2])
+      idx = self.ins(f"select i1 {gate}, i32 {self.val(u.src[1])}, i32 0")
+      st_ = storage_type.get(buf.dtype.base, llvm_type[buf.dtype.base])
+      addr = self.ins(f"getelementptr inbounds {st_}, ptr {self.r[buf]}, i32 {idx}")
+      v = self.ins(f"load {st}, ptr {addr}, align {align}")
+      if d is dtypes.bool: v = self.ins(f"icmp ne i8 {v}, 0")
+      return self.ins(f"select i1 {gate}, {ltype(d)} {v}, {ltype(d)} {render_const(dtypes.as_const(0, d), d)}")
+    v = self.ins(f"load {st}, ptr {self.address(buf, u.src[1])}, align {align}")
+    return self.ins(f"icmp ne i8 {v}, 0") if d is dtypes.bool else v
+
+  def store(self, u: UOp) -> None:
+    buf, x = u.src[0], u.src[2]
+    assert isinstance(buf.dtype, PtrDType)
+    v, t = self.val(x), ltype(x.dtype)
+    if x.dtype is dtypes.bool: v, t = self.ins(f"zext i1 {v} to i8"), "i8"
+    self.lines.append(f"  store {t} {v}, ptr {self.address(buf, u.src[1])}, align {buf.dtype.base.itemsize}")
+
+  def write(self) -> str:
+    globals_: dict[int, UOp] = {}
+    variables: dict[str, UOp] = {}
+    loops: dict[UOp, tuple[str, str]] = {}  # open RANGE -> (label prefix, next-index name)
+    for u in self.uops:
+      op = u.op
+      if op is Ops.DEFINE_GLOBAL:
+        globals_[u.arg] = u
+        self.r[u] = f"%data{u.arg}"
+      elif op is Ops.DEFINE_VAR:
+        variables[u.arg[0]] = u
+        self.r[u] = f"%var_{u.arg[0]}"
+      elif op is Ops.CONST: self.r[u] = render_const(u.arg, u.dtype)
+      elif op is Ops.RANGE:
+        lp = self.tmp("loop")[1:]
+        idx, nxt = f"%{lp}_i", f"%{lp}_next"
+        lo, hi = "0", self.val(u.src[0])
+        if u.arg[1] == "parallel":  # this thread's share: [id*chunk, min((id+1)*chunk, n)), chunk = ceil(n/count)
+          self.parallel = u.src[0].arg if u.src[0].op is Ops.CONST else -1
+          up = self.ins(f"add i32 {hi}, {self.ins('sub i32 %core_count, 1')}")
+          chunk = self.ins(f"sdiv i32 {up}, %core_count")
+          lo = self.ins(f"mul i32 %core_id, {chunk}")
+          end = self.ins(f"add i32 {lo}, {chunk}")
+          hi = self.ins(f"select i1 {self.ins(f'icmp slt i32 {end}, {hi}')}, i32 {end}, i32 {hi}")
+        pre = self.block
+        self.lines.append(f"  br label %{lp}_head")
+        self.label(f"{lp}_head")
+        self.lines.append(f"  {idx} = phi i32 [{lo}, %{pre}], [{nxt}, %{lp}_latch]")
+        go = self.ins(f"icmp slt i32 {idx}, {hi}")
+        self.lines.append(f"  br i1 {go}, label %{lp}_body, label %{lp}_exit")
+        self.label(f"{lp}_body")
+        self.r[u] = idx
+        loops[u] = (lp, nxt)
+      elif op is Ops.ENDRANGE:
+        lp, nxt = loops.pop(u.src[0])
+        self.lines.append(f"  br label %{lp}_latch")
+        self.label(f"{lp}_latch")
+        self.lines.append(f"  {nxt} = add nuw nsw i32 {self.r[u.src[0]]}, 1")
+        self.lines.append(f"  br label %{lp}_head")
+        self.label(f"{lp}_exit")
+      elif op is Ops.DEFINE_ACC:
+        slot = self.tmp("acc")
+        self.allocas.append(f"  {slot} = alloca {ltype(u.dtype)}")
+        self.lines.append(f"  store {ltype(u.dtype)} {self.val(u.src[0])}, ptr {slot}")
+        self.accs[u] = slot
+      elif op is Ops.ACC_ASSIGN:
+        acc = u.src[0]
+        self.lines.append(f"  store {ltype(acc.dtype)} {self.val(u.src[1])}, ptr {self.accs[acc]}")
+      elif op is Ops.LOAD: self.r[u] = self.load(u)
+      elif op is Ops.STORE: self.store(u)
+      elif op is Ops.CAST: self.r[u] = self.cast(self.val(u.src[0]), u.src[0].dtype, u.dtype)
+      elif op is Ops.BITCAST:
+        s, t = ltype(u.src[0].dtype), ltype(u.dtype)
+        self.r[u] = self.val(u.src[0]) if s == t else self.ins(f"bitcast {s} {self.val(u.src[0])} to {t}")
+      elif op in GroupOp.ALU: self.r[u] = self.alu(u)
+      else: raise RuntimeError(f"LLVM renderer: can't render {op}")
+    args = []
+    for i in sorted(globals_): args.append(f"ptr noalias nocapture %data{i}")
+    args += [f"i32 %var_{n}" for n in sorted(variables)]
+    args += ["i32 %core_id", "i32 %core_count"]  # which share of the parallel loop to run; (0, 1) runs all of it
+    body = "\n".join(["entry:"] + self.allocas + self.lines + ["  ret void"])
+    decls = "".join(d + "\n" for d in sorted(self.decls) if d not in BF16_HELPERS)
+    # the runtime reads how far the kernel can be split: 0 not at all, -1 a variable number of ways, else n ways
+    split = f"@{self.name}_parallel = constant i32 {self.parallel}\n"
+    return f"{BF16_HELPERS}{decls}{split}define void @{self.name}({', '.join(args)}) nounwind {{\n{body}\n}}\n"
