@@ -180,23 +180,35 @@ class _FunctionWriter:
     t = ltype(d)
     if op is Ops.WHERE:
       c, a, b = self.val(u.src[0]), self.val(u.src[1], d), self.val(u.src[2], d)
-      return self.ins(f"select i1 {c}, {t} {a}, {t} {b}")
-    xs = [self.val(s, d if d.count > 1 else None) for s in u.src]
+      cd = u.src[0].dtype
+      if cd.count > 1 and cd.scalar() is not dtypes.bool:  # a lane mask (all bits set or clear) from a comparison
+        c = self.ins(f"trunc {ltype(cd)} {c} to <{cd.count} x i1>")
+      ct = f"<{cd.count} x i1>" if cd.count > 1 else "i1"
+      return self.ins(f"select {ct} {c}, {t} {a}, {t} {b}")
+    if op in (Ops.AND, Ops.OR) and d.count > 1 and d.scalar() is not dtypes.bool:  # lane masks
+      return self.ins(f"{'and' if op is Ops.AND else 'or'} {t} {self.val(u.src[0])}, {self.val(u.src[1])}")
+    vec = d if d.count > 1 and op not in comparisons else (u.src[0].dtype if u.src[0].dtype.count > 1 else
+                                                           u.src[1].dtype if len(u.src) > 1 and u.src[1].dtype.count > 1 else None)
+    xs = [self.val(s, vec) for s in u.src]
     is_f = dtypes.is_float(sd)
     unsigned = dtypes.is_unsigned(sd) or sd is dtypes.bool
     if op in comparisons:
       pred = comparisons[op][2 if is_f else (1 if unsigned else 0)]
-      return self.ins(f"{'fcmp' if is_f else 'icmp'} {pred} {ltype(u.src[0].dtype)} {xs[0]}, {xs[1]}")
+      st = ltype(vec) if vec is not None else ltype(u.src[0].dtype)
+      res = self.ins(f"{'fcmp' if is_f else 'icmp'} {pred} {st} {xs[0]}, {xs[1]}")
+      # a vector comparison is a lane mask: all bits set where true, as wide as the compared lanes
+      return self.ins(f"sext <{d.count} x i1> {res} to {t}") if d.count > 1 and d.scalar() is not dtypes.bool else res
     if op is Ops.NEG:
       if is_f: return self.ins(f"fneg {FMF} {t} {xs[0]}")
       return self.ins(f"xor i1 {xs[0]}, true" if sd is dtypes.bool else f"sub {t} 0, {xs[0]}")
     if op is Ops.RECIP: return self.ins(f"fdiv {FMF} {t} {render_const(1.0, d)}, {xs[0]}")
     if op is Ops.MAX:
+      bt = f"<{d.count} x i1>" if d.count > 1 else "i1"
       if is_f:  # (a > b || a != a) ? a : b, the C renderer's NaN-propagating max
         gt, nan = self.ins(f"fcmp ogt {t} {xs[0]}, {xs[1]}"), self.ins(f"fcmp uno {t} {xs[0]}, {xs[0]}")
-        pick = self.ins(f"or i1 {gt}, {nan}")
+        pick = self.ins(f"or {bt} {gt}, {nan}")
       else: pick = self.ins(f"icmp {'ugt' if unsigned else 'sgt'} {t} {xs[0]}, {xs[1]}")
-      return self.ins(f"select i1 {pick}, {t} {xs[0]}, {t} {xs[1]}")
+      return self.ins(f"select {bt} {pick}, {t} {xs[0]}, {t} {xs[1]}")
     if op in intrinsics:
       if not is_f:
         if op is Ops.TRUNC: return xs[0]
@@ -319,6 +331,11 @@ class _FunctionWriter:
       elif op is Ops.BITCAST:
         s, t = ltype(u.src[0].dtype), ltype(u.dtype)
         self.r[u] = self.val(u.src[0]) if s == t else self.ins(f"bitcast {s} {self.val(u.src[0])} to {t}")
+      elif op is Ops.GEP: self.r[u] = self.ins(f"extractelement {ltype(u.src[0].dtype)} {self.val(u.src[0])}, i32 {u.arg}")
+      elif op is Ops.VECTORIZE:
+        v = "poison"
+        for i, x in enumerate(u.src): v = self.ins(f"insertelement {ltype(u.dtype)} {v}, {ltype(x.dtype)} {self.val(x)}, i32 {i}")
+        self.r[u] = v
       elif op in GroupOp.ALU: self.r[u] = self.alu(u)
       else: raise RuntimeError(f"LLVM renderer: can't render {op}")
     args = []

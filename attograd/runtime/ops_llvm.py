@@ -240,15 +240,16 @@ class LLVMProgram:
     (self.addr, split_addr), self._keepalive = backend.load(lib, [name, f"{name}_parallel"])
     split = ctypes.c_int32.from_address(split_addr).value  # 0: no parallel loop, -1: its size is a variable
     self.threads = 1 if split == 0 else (_cores() if split < 0 else min(_cores(), split))
-    self.fxn: Any = None
+    # not named `fxn`: callers (TinyJit) call that directly, but this function takes (share, shares) after the args
+    self._cfn: Any = None
   def __call__(self, *bufs: int, vals: tuple[int, ...] = ()) -> None:
-    if self.fxn is None:
+    if self._cfn is None:
       args = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * (len(vals) + 2)
-      self.fxn = ctypes.CFUNCTYPE(None, *args)(self.addr)
+      self._cfn = ctypes.CFUNCTYPE(None, *args)(self.addr)
     n = self.threads
-    if n == 1: return self.fxn(*bufs, *vals, 0, 1)
-    rest = [_thread_pool().submit(self.fxn, *bufs, *vals, i, n) for i in range(1, n)]
-    self.fxn(*bufs, *vals, 0, n)
+    if n == 1: return self._cfn(*bufs, *vals, 0, 1)
+    rest = [_thread_pool().submit(self._cfn, *bufs, *vals, i, n) for i in range(1, n)]
+    self._cfn(*bufs, *vals, 0, n)
     for r in rest: r.result()
 
 class LlvmDevice(Compiled):
