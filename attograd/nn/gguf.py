@@ -197,7 +197,8 @@ def _q2_k(b: Tensor) -> Tensor:
 def _q3_k(b: Tensor) -> Tensor:
   """hmask[32], qs[64], 12 bytes of 16 packed 6-bit scales, f16 d. Element 128n + 32j + l has its low 2 bits in field j
   of qs[32n + l] and its high bit in bit 4n + j of hmask[l]; value (low | high << 2) - 4, times d * (scale - 32).
-  Scale k: low nibble from byte k % 8 (low nibble for k < 8, else high), 2 high bits from byte 8 + k % 4, at 2 * (k//4)."""
+  Scale k: its low 4 bits are byte k % 8's low (k < 8) or high nibble, its high 2 bits are at 2 * (k // 4) in
+  byte 8 + k % 4."""
   nb, dev = b.shape[0], b.device
   low = (b[:, 32:96].reshape(nb, 2, 1, 32) >> _u8_range(4, 2, dev, (1, 1, 4, 1))) & 3
   high = (b[:, 0:32].reshape(nb, 1, 1, 32) >> _u8_range(8, 1, dev, (1, 2, 4, 1))) & 1
