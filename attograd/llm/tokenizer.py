@@ -172,6 +172,9 @@ class Tokenizer(ABC):
     self.unk_id = _opt_id(kv, "tokenizer.ggml.unknown_token_id", n)
     self.add_bos = bool(kv.get("tokenizer.ggml.add_bos_token", self.model == "llama"))
     self.chat_template: Optional[str] = kv.get("tokenizer.chat_template")
+    if types is None:  # without token types, the ids named in the metadata are still the special tokens
+      for tid, kind in ((self.bos_id, CONTROL), (self.eos_id, CONTROL), (self.unk_id, UNKNOWN)):
+        if tid is not None: self.types[tid] = kind
     self.eot_ids: set[int] = {i for i in (self.eos_id, _opt_id(kv, "tokenizer.ggml.eot_token_id", n),
                                           _opt_id(kv, "tokenizer.ggml.eom_token_id", n)) if i is not None}
     self.eot_ids |= {self.vocab[t] for t in _EOT_NAMES if t in self.vocab}

@@ -134,6 +134,13 @@ def test_spm_merge_order() -> None:
   del kv["tokenizer.ggml.unknown_token_id"]
   with pytest.raises(ValueError, match="'q' isn't in the vocab"): Tokenizer.from_gguf(kv).encode("q")
 
+def test_spm_without_token_types() -> None:
+  kv = spm_kv()
+  del kv["tokenizer.ggml.token_type"]
+  tok = Tokenizer.from_gguf(kv)  # <0xNN> names are byte tokens; the BOS/EOS/UNK ids are special
+  assert tok.encode("<s>z</s>") == [1, 3, 11, 2] and tok.decode([1, 3, 11, 2]) == "z"
+  assert tok.encode("<s>", allow_special=False) == [3, 0, 0, 0]  # "▁" then <, s, > as <unk>: no byte tokens for them
+
 def test_merge_pairs() -> None:
   ranks = {("a", "b"): 1, ("b", "c"): 0, ("ab", "c"): 2, ("a", "a"): 3}
   key = lambda a, b: ranks.get((a, b))  # noqa: E731
