@@ -129,7 +129,7 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
         m = Llama(cfg, {k: Tensor(v) for k, v in w.items()}, max_context=max_context)
         logits[fw] = m.prefill(prompt).numpy()
         pre = _median_s(lambda: m.prefill(prompt), 3)
-        dec = _decode_tok_s(lambda t, p: int(m.step(t, p).argmax().item()), prompt_len, n_decode)
+        dec = _decode_tok_s(lambda t, p: (m.step(t, p), m.greedy_token())[1], prompt_len, n_decode)
       else:
         import torch
         with torch.inference_mode():

@@ -124,7 +124,7 @@ class LLM:
     logits = self.model.prefill(tokens)
     st.prefill_s = time.perf_counter() - t0
     while True:
-      nxt = sampler(logits, tokens)
+      nxt = sampler(logits, tokens) if sampler.needs_logits(tokens) else self.model.greedy_token()
       if nxt in stop_ids:
         st.finish_reason = "stop"
         break

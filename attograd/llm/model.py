@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from attograd.device import Buffer, Device
 from attograd.dtype import dtypes
-from attograd.engine.realize import run_schedule
+from attograd.engine.realize import get_runner, run_schedule
 from attograd.engine.schedule import ScheduleItem, buffers, create_schedule
-from attograd.helpers import prod
+from attograd.helpers import DEBUG, GlobalCounters, prod
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp
 
@@ -159,6 +159,7 @@ class Llama:
     self.cache_v = [Tensor.zeros(*shape, device=self.device).contiguous().realize() for _ in self.layers]
     self._decode: Replay | None = None
     self._prefills: dict[int, Replay] = {}
+    self._last: Replay | None = None
     tick("kv cache")
 
   @staticmethod
@@ -216,7 +217,8 @@ class Llama:
   def _logits(self, x: Tensor) -> Tensor: return self._norm_matmul(x, self.output_norm, self.output)
 
   def decode_step(self, x: Tensor, pos: Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
-    """One token: x (1, C) at position pos (an int32 tensor of shape (1,)) -> [logits (V,), then the cache writes].
+    """One token: x (1, C) at position pos (an int32 tensor of shape (1,)) -> [logits (V,), their argmax (the greedy
+    token, so greedy decoding reads back 4 bytes), then the cache writes].
     Every shape is fixed, so every call runs the same kernels."""
     cfg = self.cfg
     H, Hkv, D, S = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.max_context
@@ -233,11 +235,12 @@ class Llama:
       attn = attend(visible.where(scores, -math.inf), cv).reshape(1, H * D)  # (Hkv, g, D) -> (1, C)
       x = self._block_output(layer, x, attn)
       writes += [ck, cv]
-    return [self._logits(x).reshape(cfg.vocab_size)] + writes
+    logits = self._logits(x).reshape(cfg.vocab_size)
+    return [logits, logits.argmax()] + writes
 
   def prefill_step(self, x: Tensor, last: Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
-    """A prompt from position 0: x (T, C) -> [the logits (V,) at row `last` (an int32 tensor of shape (1,)), then the
-    cache writes]. Rows after `last` are padding: causal masking keeps them out of the real rows, and decoding
+    """A prompt from position 0: x (T, C) -> [the logits (V,) at row `last` (an int32 tensor of shape (1,)), their
+    argmax, then the cache writes]. Rows after `last` are padding: causal masking keeps them out of the real rows, and decoding
     overwrites them in the cache before it looks at them."""
     cfg = self.cfg
     T, H, Hkv, D, S = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.max_context
@@ -250,10 +253,12 @@ class Llama:
       qh = q.reshape(T, Hkv, g, D).permute(1, 2, 0, 3)  # (Hkv, g, T, D)
       scores = (qh @ k.reshape(Hkv, 1, T, D).transpose(2, 3)) * (1 / math.sqrt(D))  # (Hkv, g, T, T)
       attn = attend(causal.where(scores, -math.inf), v.reshape(Hkv, 1, T, D)).permute(2, 0, 1, 3).reshape(T, H * D)
+      attn = attn.contiguous()  # rows in (T, C) order: the output projection's matmul then reads them with vector loads
       x = self._block_output(layer, x, attn)
       writes += [assign_later(ck, k.pad((None, (0, S - T), None))), assign_later(cv, v.pad((None, (0, S - T), None)))]
     pick = (Tensor.arange(T, device=self.device, dtype=dtypes.int32) == last).reshape(T, 1)
-    return [self._logits(pick.where(x, 0.0).sum(0, keepdim=True)).reshape(cfg.vocab_size)] + writes
+    logits = self._logits(pick.where(x, 0.0).sum(0, keepdim=True)).reshape(cfg.vocab_size)
+    return [logits, logits.argmax()] + writes
 
   # ***** token-level driver *****
 
@@ -268,6 +273,7 @@ class Llama:
       run = self._prefills[T] = Replay(self.prefill_step, [((T, self.cfg.dim), dtypes.float32), ((1,), dtypes.int32),
                                                           ((T, 1, R), dtypes.float32), ((T, 1, R), dtypes.float32)], self.device)
     cos, sin = self._rope_bytes(0, T)
+    self._last = run
     return run(self._embed(tokens, T), array("i", [n - 1]).tobytes(), cos, sin)
 
   def step(self, token: int, pos: int) -> Tensor:
@@ -278,7 +284,13 @@ class Llama:
       self._decode = Replay(self.decode_step, [((1, self.cfg.dim), dtypes.float32), ((1,), dtypes.int32),
                                                ((1, 1, R), dtypes.float32), ((1, 1, R), dtypes.float32)], self.device)
     cos, sin = self._rope_bytes(pos, 1)
+    self._last = self._decode
     return self._decode(self._embed([token], 1), array("i", [pos]).tobytes(), cos, sin)
+
+  def greedy_token(self) -> int:
+    """The argmax of the logits the last prefill or step returned (computed with them: no extra kernel)."""
+    if self._last is None or self._last.second is None: raise RuntimeError("Llama.greedy_token: nothing has run yet")
+    return int.from_bytes(self._last.second.as_bytes(), "little", signed=True)
 
 def assign_later(target: Tensor, value: Tensor) -> Tensor:
   """`value` written into target's buffer when the result is realized (Tensor.assign writes at once). The value may
@@ -299,7 +311,9 @@ class Replay:
     self.inputs = [Tensor.empty(*shape, dtype=dtype, device=device) for shape, dtype in inputs]
     self.bufs: list[Buffer] = [buffers[t.uop.base] for t in self.inputs]
     self.items: list[ScheduleItem] | None = None
+    self.calls: list[tuple[Any, tuple[Any, ...]]] | None = None
     self.out: Tensor | None = None
+    self.second: Buffer | None = None  # the buffer of the second output, read directly by the owner
 
   def __call__(self, *raw: bytes) -> Tensor:
     for buf, data in zip(self.bufs, raw):
@@ -309,9 +323,24 @@ class Replay:
       outs = self.fn(*self.inputs)
       self.items, becomes = create_schedule([t.uop for t in outs])
       self.out = Tensor(becomes[outs[0].uop], device=outs[0].device)
+      self.second = buffers[becomes[outs[1].uop].base] if len(outs) > 1 else None
       run_schedule(self.items)
+      self.calls = self._direct_calls(self.items)
+    elif self.calls is None or DEBUG >= 2: run_schedule(self.items)
     else:
-      run_schedule(self.items)
-      for si in self.items: si.bufs[0].version += 1
+      for prg, args in self.calls: prg(*args)
+      GlobalCounters.kernel_count += len(self.calls)
+    for si in self.items: si.bufs[0].version += 1
     assert self.out is not None
     return self.out
+
+  @staticmethod
+  def _direct_calls(items: list[ScheduleItem]) -> list[tuple[Any, tuple[Any, ...]]] | None:
+    """Each kernel's program and its buffer arguments, bound once: a replay is then one call per kernel. None when a
+    step has copies or variables, which need run_schedule."""
+    calls = []
+    for si in items:
+      if si.ast.op is Ops.COPY or si.var_vals: return None
+      runner = get_runner(si.bufs[0].device, si.ast)
+      calls.append((runner.prg, tuple(si.bufs[i]._buf for i in runner.spec.globals)))
+    return calls

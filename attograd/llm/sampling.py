@@ -61,6 +61,10 @@ class Sampler:
     total = sum(weights)
     return {i: w / total for i, w in zip(ids, weights)}
 
+  def needs_logits(self, history: Sequence[int]) -> bool:
+    """False when the pick is plain argmax (greedy, no penalty to apply): a model can then give its argmax directly."""
+    return not self.greedy or self._penalizes(history)
+
   def _penalizes(self, history: Sequence[int]) -> bool:
     return self.repeat_penalty != 1.0 and self.repeat_last_n > 0 and len(history) > 0
 
