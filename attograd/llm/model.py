@@ -68,10 +68,15 @@ class LlamaConfig:
 
 # ***** the math, as Tensor functions of Tensors *****
 
-def linear(x: Tensor, w: Tensor) -> Tensor:
-  """x (T, K) @ w.T for w (N, K), as one broadcast multiply and sum (fewer graph nodes than matmul's transposes)."""
+def linear(x: Tensor, w: Tensor, block_bytes: int = 2 << 20) -> Tensor:
+  """x (T, K) @ w.T for w (N, K), as one broadcast multiply and sum (fewer graph nodes than matmul's transposes).
+  With several rows, w is cut into blocks of output columns of about block_bytes: each block's matmul then reads its
+  weights from cache for every row tile, instead of streaming the whole matrix from memory again and again."""
   T, K = x.shape
-  return (x.reshape(T, 1, K) * w.reshape(1, w.shape[0], K)).sum(-1)
+  N = w.shape[0]
+  rows = max(16, block_bytes // (K * w.dtype.itemsize) // 16 * 16)
+  if T == 1 or N <= rows: return (x.reshape(T, 1, K) * w.reshape(1, N, K)).sum(-1)
+  return Tensor.cat(*[linear(x, w[i:min(i + rows, N)], block_bytes) for i in range(0, N, rows)], dim=-1)
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
   """Rotate pairs of dims of x (T, heads, D): out = x * cos + swap(x) * sin, where swap exchanges the two members of
