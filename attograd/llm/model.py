@@ -200,24 +200,45 @@ class Llama:
   # ***** the forward passes *****
 
   def _norm_matmul(self, x: Tensor, norm: Tensor, w: Tensor) -> Tensor:
-    """rms_norm(x) @ w.T (RMSNorm with weight `norm`) with the per-row scale applied after the matmul, so the norm costs no extra kernel."""
-    scale = (x.square().mean(-1, keepdim=True) + self.cfg.norm_eps).rsqrt()
-    return linear(x * norm, w) * scale
+    """rms_norm(x) @ w.T (RMSNorm with weight `norm`), the per-row scale applied after the matmul: no extra kernel."""
+    return linear(x * norm, w) * self._rms_scale(x)
+  def _rms_scale(self, x: Tensor) -> Tensor: return (x.square().mean(-1, keepdim=True) + self.cfg.norm_eps).rsqrt()
 
   def _block_input(self, layer: Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """q (T, H, D), k and v (T, Hkv, D) of one layer, with rope applied."""
     cfg = self.cfg
     T, H, Hkv, D = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    qkv = self._norm_matmul(x, layer.attn_norm, layer.wqkv)
-    if layer.bqkv is not None: qkv = qkv + layer.bqkv
-    qk = rope(qkv[:, :(H + Hkv) * D].reshape(T, H + Hkv, D), cos, sin, cfg.rope_style)
-    return qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].reshape(T, Hkv, D)
+    if T == 1:  # one matmul for q, k and v, one rope for q and k
+      qkv = self._norm_matmul(x, layer.attn_norm, layer.wqkv)
+      if layer.bqkv is not None: qkv = qkv + layer.bqkv
+      qk = rope(qkv[:, :(H + Hkv) * D].reshape(T, H + Hkv, D), cos, sin, cfg.rope_style)
+      return qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].reshape(T, Hkv, D)
+    # several rows: separate matmuls, so no consumer reads through a concatenation of column blocks
+    xn, scale = x * layer.attn_norm, self._rms_scale(x)
+    outs = []
+    for lo, hi in ((0, H * D), (H * D, (H + Hkv) * D), ((H + Hkv) * D, (H + 2 * Hkv) * D)):
+      y = linear(xn, layer.wqkv[lo:hi]) * scale
+      outs.append(y if layer.bqkv is None else y + layer.bqkv[lo:hi])
+    q, k, v = outs[0].reshape(T, H, D), outs[1].reshape(T, Hkv, D), outs[2].reshape(T, Hkv, D)
+    return rope(q, cos, sin, cfg.rope_style), rope(k, cos, sin, cfg.rope_style), v
 
-  def _block_output(self, layer: Layer, x: Tensor, attn: Tensor) -> Tensor:
+  def _block_output(self, layer: Layer, x: Tensor, attn: Tensor, block_bytes: int = 2 << 20) -> Tensor:
     x = x + linear(attn, layer.wo)
-    F = self.cfg.hidden_dim
-    gu = self._norm_matmul(x, layer.ffn_norm, layer.wgate_up)
-    return x + linear(gu[:, :F].silu() * gu[:, F:], layer.wdown)
+    T, C, F = x.shape[0], self.cfg.dim, self.cfg.hidden_dim
+    if T == 1:
+      gu = self._norm_matmul(x, layer.ffn_norm, layer.wgate_up)
+      return x + linear(gu[:, :F].silu() * gu[:, F:], layer.wdown)
+    # several rows: the FFN in blocks of hidden units whose gate, up and down weights fit in cache; the down
+    # projection of each block is a partial sum, so no block's output is ever concatenated
+    xn, scale = x * layer.ffn_norm, self._rms_scale(x)
+    n_blocks = -(-F * C * 4 // block_bytes)
+    step = -(-F // n_blocks // 16) * 16
+    out = x
+    for lo in range(0, F, step):
+      hi = min(lo + step, F)
+      gate, up = linear(xn, layer.wgate_up[lo:hi]) * scale, linear(xn, layer.wgate_up[F + lo:F + hi]) * scale
+      out = out + linear(gate.silu() * up, layer.wdown[:, lo:hi])
+    return out
 
   def _logits(self, x: Tensor) -> Tensor: return self._norm_matmul(x, self.output_norm, self.output)
 
