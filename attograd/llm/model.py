@@ -68,7 +68,7 @@ class LlamaConfig:
 
 # ***** the math, as Tensor functions of Tensors *****
 
-def linear(x: Tensor, w: Tensor, block_bytes: int = 2 << 20) -> Tensor:
+def linear(x: Tensor, w: Tensor, block_bytes: int = 4 << 20) -> Tensor:
   """x (T, K) @ w.T for w (N, K), as one broadcast multiply and sum (fewer graph nodes than matmul's transposes).
   With several rows, w is cut into blocks of output columns of about block_bytes: each block's matmul then reads its
   weights from cache for every row tile, instead of streaming the whole matrix from memory again and again."""
@@ -76,7 +76,8 @@ def linear(x: Tensor, w: Tensor, block_bytes: int = 2 << 20) -> Tensor:
   N = w.shape[0]
   rows = max(16, block_bytes // (K * w.dtype.itemsize) // 16 * 16)
   if T == 1 or N <= rows: return (x.reshape(T, 1, K) * w.reshape(1, N, K)).sum(-1)
-  return Tensor.cat(*[linear(x, w[i:min(i + rows, N)], block_bytes) for i in range(0, N, rows)], dim=-1)
+  # contiguous: a consumer would otherwise read every element through the concatenation's per-block conditions
+  return Tensor.cat(*[linear(x, w[i:min(i + rows, N)], block_bytes) for i in range(0, N, rows)], dim=-1).contiguous()
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
   """Rotate pairs of dims of x (T, heads, D): out = x * cos + swap(x) * sin, where swap exchanges the two members of
@@ -91,7 +92,8 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
 
 def attend(scores: Tensor, v: Tensor) -> Tensor:
   """softmax(scores) @ v, normalized after the matmul: the probabilities never need their own buffer."""
-  e = (scores - scores.max(-1, keepdim=True)).exp()
+  # e gets its own buffer: read by the value matmul, each exp would otherwise be recomputed for every output dim
+  e = (scores - scores.max(-1, keepdim=True)).exp().contiguous()
   return (e @ v) / e.sum(-1, keepdim=True)
 
 @dataclass
@@ -236,7 +238,9 @@ class Llama:
     out = x
     for lo in range(0, F, step):
       hi = min(lo + step, F)
-      gate, up = linear(xn, layer.wgate_up[lo:hi]) * scale, linear(xn, layer.wgate_up[F + lo:F + hi]) * scale
+      # gate in its own kernel: fused with up's, the two matmuls' accumulators don't fit in registers
+      gate = linear(xn, layer.wgate_up[lo:hi]).contiguous() * scale
+      up = linear(xn, layer.wgate_up[F + lo:F + hi]) * scale
       out = out + linear(gate.silu() * up, layer.wdown[:, lo:hi])
     return out
 
