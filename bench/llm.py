@@ -60,7 +60,8 @@ class TorchLlama:
     self.ck = [torch.zeros(shape) for _ in self.layers]
     self.cv = [torch.zeros(shape) for _ in self.layers]
 
-  def _rms(self, x: Any, w: Any) -> Any: return x * self.torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps) * w
+  def _rms(self, x: Any, w: Any) -> Any:
+    return x * self.torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps) * w
   def _rope(self, x: Any, start: int) -> Any:  # x (T, heads, D)
     T = x.shape[0]
     c, s = self.cos[start:start + T, None], self.sin[start:start + T, None]
@@ -95,11 +96,13 @@ class TorchLlama:
 # ***** measuring *****
 
 def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], prompt_len: int, n_decode: int,
-                max_context: int, frameworks: list[str], rounds: int = 3, verbose: bool = False) -> list[dict[str, Any]]:
+                max_context: int, frameworks: list[str], rounds: int = 3,
+                verbose: bool = False) -> list[dict[str, Any]]:
   """Prefill and decode tokens/s per framework. The machine may be shared and busy: the frameworks take turns, round
   by round (one prefill, then n_decode greedy steps), after one warm-up round that compiles; the best round counts."""
-  rows = [{"name": f"{name} prefill {prompt_len} tok", "unit": "tok/s", "work": 0.0, "values": {}},
-          {"name": f"{name} decode (ctx {max_context})", "unit": "tok/s", "work": 0.0, "values": {}}]
+  rows: list[dict[str, Any]] = [
+    {"name": f"{name} prefill {prompt_len} tok", "unit": "tok/s", "work": 0.0, "values": {}},
+    {"name": f"{name} decode (ctx {max_context})", "unit": "tok/s", "work": 0.0, "values": {}}]
   def fail(fw: str, e: BaseException) -> None:
     if verbose: traceback.print_exc()
     for r in rows: r["values"][fw] = _short_error(e)
@@ -155,7 +158,7 @@ def _short_error(e: BaseException) -> str:
   return f"{type(e).__name__}: {msg}"[:160]
 
 def run(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
-  """Rows {name, unit, work, values: {framework: tokens/s or error text}}; frameworks attograd and torch (if installed)."""
+  """Rows {name, unit, work, values: {framework: tokens/s or error text}} for attograd and torch (if installed)."""
   frameworks = ["attograd"]
   try:
     import torch  # noqa: F401

@@ -2,11 +2,11 @@
 `python -m attograd.llm serve --model FILE --port N` runs the OpenAI-compatible HTTP server with a chat page."""
 from __future__ import annotations
 import argparse, random, sys, time
-from typing import Callable
+from typing import Callable, TextIO
 from attograd.llm.generate import LLM, chat_format
 from attograd.llm.sampling import Sampler
 
-def progress_bar(path: str, out: object = None, width: int = 30) -> Callable[[int, int, str], None]:
+def progress_bar(path: str, out: TextIO | None = None, width: int = 30) -> Callable[[int, int, str], None]:
   """A progress callback for Llama loading that redraws one stderr line."""
   stream = out if out is not None else sys.stderr
   start = time.perf_counter()
@@ -14,12 +14,13 @@ def progress_bar(path: str, out: object = None, width: int = 30) -> Callable[[in
     filled = width * done // total
     line = f"\rloading {path} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<12.12}"
     if done == total: line += f" {time.perf_counter() - start:.1f} s\n"
-    stream.write(line)  # type: ignore[attr-defined]
-    stream.flush()  # type: ignore[attr-defined]
+    stream.write(line)
+    stream.flush()
   return show
 
 def _context_arg(p: argparse.ArgumentParser) -> None:
-  p.add_argument("--max-context", type=int, default=None, help="KV cache positions (default: the model's context length)")
+  p.add_argument("--max-context", type=int, default=None,
+                 help="KV cache positions (default: the model's context length)")
 
 def _load(args: argparse.Namespace) -> LLM:
   return LLM.load(args.model, args.max_context, progress_bar(args.model))
@@ -40,8 +41,8 @@ def _stream(llm: LLM, ids: list[int], sampler: Sampler, max_tokens: int) -> str:
   return "".join(out)
 
 def generate_main(argv: list[str]) -> int:
-  p = argparse.ArgumentParser(prog="python -m attograd.llm", description="Generate text with a GGUF llama-family model.",
-                              epilog="Serve it over HTTP instead with: python -m attograd.llm serve --model FILE --port N")
+  p = argparse.ArgumentParser(prog="python -m attograd.llm", description="Generate text with a GGUF llama model.",
+                              epilog="Serve it over HTTP with: python -m attograd.llm serve --model FILE --port N")
   p.add_argument("--model", required=True, help="a GGUF file (llama, mistral or qwen2; F32, F16, Q8_0, Q4_0, ...)")
   p.add_argument("--prompt", help="the prompt; with --chat and no prompt, an interactive chat reads lines from stdin")
   p.add_argument("--max-tokens", type=int, default=256, help="tokens to generate at most (default 256)")

@@ -35,7 +35,8 @@ def render_chat(messages: Sequence[dict[str, Any]], template: str | None, bos: s
   if fmt == "chatml":
     return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs) + "<|im_start|>assistant\n"
   if fmt == "llama3":
-    return "".join(f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content'].strip()}<|eot_id|>" for m in msgs) + \
+    head = "<|start_header_id|>{}<|end_header_id|>\n\n"
+    return "".join(head.format(m["role"]) + m["content"].strip() + "<|eot_id|>" for m in msgs) + \
       "<|start_header_id|>assistant<|end_header_id|>\n\n"
   # [INST] families: the system prompt goes into the first user turn; turns alternate user, assistant
   system = "\n\n".join(m["content"] for m in msgs if m["role"] == "system")
@@ -50,13 +51,15 @@ def render_chat(messages: Sequence[dict[str, Any]], template: str | None, bos: s
     else: out += f" {m['content'].strip()} {eos}"
   return out
 
+ROLES = ("system", "user", "assistant")
+
 def _check_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
   if not isinstance(messages, (list, tuple)) or not messages:
     raise ValueError("chat: messages must be a non-empty list of {role, content} objects")
   out = []
   for i, m in enumerate(messages):
-    if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") or not isinstance(m.get("content"), str):
-      raise ValueError(f"chat: messages[{i}] must be {{\"role\": \"system\"|\"user\"|\"assistant\", \"content\": str}}, "
+    if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+      raise ValueError(f"chat: messages[{i}] must be {{\"role\": one of {'|'.join(ROLES)}, \"content\": str}}, "
                        f"got {str(m)[:80]}")
     out.append({"role": m["role"], "content": m["content"]})
   return out
@@ -111,8 +114,10 @@ class LLM:
     self.stats says which and how fast. Like llama2.c, a piece right after BOS loses its leading space."""
     if not prompt: raise ValueError("LLM.stream: the prompt has no tokens")
     ctx = self.model.max_context
-    if len(prompt) > ctx: raise ValueError(f"LLM.stream: the prompt has {len(prompt)} tokens, more than the context ({ctx})")
-    if not isinstance(max_tokens, int) or max_tokens < 0: raise ValueError(f"LLM.stream: max_tokens must be >= 0, got {max_tokens!r}")
+    if len(prompt) > ctx:
+      raise ValueError(f"LLM.stream: the prompt has {len(prompt)} tokens, more than the context ({ctx})")
+    if not isinstance(max_tokens, int) or max_tokens < 0:
+      raise ValueError(f"LLM.stream: max_tokens must be >= 0, got {max_tokens!r}")
     t = self.tokenizer
     stop_ids = set(t.eot_ids) | ({t.bos_id} if t.bos_id is not None else set())
     self.stats = st = Stats(prompt_tokens=len(prompt))

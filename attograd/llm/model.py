@@ -38,7 +38,8 @@ class LlamaConfig:
   def __post_init__(self) -> None:
     if self.n_heads % self.n_kv_heads:
       raise ValueError(f"LlamaConfig: n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
-    if self.rope_style not in ("normal", "neox"): raise ValueError(f"LlamaConfig: unknown rope_style {self.rope_style!r}")
+    if self.rope_style not in ("normal", "neox"):
+      raise ValueError(f"LlamaConfig: unknown rope_style {self.rope_style!r}")
     if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
       raise ValueError(f"LlamaConfig: rope_dim={self.rope_dim} must be even and at most head_dim={self.head_dim}")
   @property
@@ -50,18 +51,21 @@ class LlamaConfig:
     if arch not in ROPE_STYLE:
       raise ValueError(f"LlamaConfig: architecture {arch!r} is not supported; supported: {sorted(ROPE_STYLE)}")
     def get(key: str, default: Any = None) -> Any:
-      if (v := kv.get(f"{arch}.{key}", default)) is None: raise ValueError(f"LlamaConfig: GGUF metadata lacks {arch}.{key}")
+      if (v := kv.get(f"{arch}.{key}", default)) is None:
+        raise ValueError(f"LlamaConfig: GGUF metadata lacks {arch}.{key}")
       return v
     dim, n_heads = get("embedding_length"), get("attention.head_count")
     head_dim = get("attention.key_length", dim // n_heads)
     scaling = get("rope.scaling.type", "none")
     if scaling not in ("none", "linear"):
       raise ValueError(f"LlamaConfig: rope scaling {scaling!r} is not supported (only none and linear)")
-    if "token_embd.weight" not in tensors: raise ValueError("LlamaConfig: the GGUF file has no token_embd.weight tensor")
+    if "token_embd.weight" not in tensors:
+      raise ValueError("LlamaConfig: the GGUF file has no token_embd.weight tensor")
     return LlamaConfig(dim=dim, n_layers=get("block_count"), n_heads=n_heads,
                        n_kv_heads=get("attention.head_count_kv", n_heads), head_dim=head_dim,
                        hidden_dim=get("feed_forward_length"), vocab_size=tensors["token_embd.weight"].shape[0],
-                       context_length=get("context_length", 2048), norm_eps=get("attention.layer_norm_rms_epsilon", 1e-5),
+                       context_length=get("context_length", 2048),
+                       norm_eps=get("attention.layer_norm_rms_epsilon", 1e-5),
                        rope_theta=get("rope.freq_base", 10000.0), rope_dim=get("rope.dimension_count", head_dim),
                        rope_style=ROPE_STYLE[arch], arch=arch,
                        rope_scale=get("rope.scaling.factor", 1.0) if scaling == "linear" else 1.0)
@@ -142,15 +146,16 @@ class Llama:
     self.layers: list[Layer] = []
     for i in range(cfg.n_layers):
       p = f"blk.{i}."
-      q, k, v = need(w(p + "attn_q.weight"), (H * D, C), p + "attn_q.weight"), \
-        need(w(p + "attn_k.weight"), (Hkv * D, C), p + "attn_k.weight"), need(w(p + "attn_v.weight"), (Hkv * D, C), p + "attn_v.weight")
+      q, k, v = (need(w(p + f"attn_{n}.weight"), (rows * D, C), p + f"attn_{n}.weight")
+                 for n, rows in (("q", H), ("k", Hkv), ("v", Hkv)))
       bias = None
       if p + "attn_q.bias" in weights:
         bias = w(p + "attn_q.bias").cat(w(p + "attn_k.bias"), w(p + "attn_v.bias")).realize()
-      gate, up = need(w(p + "ffn_gate.weight"), (F, C), p + "ffn_gate.weight"), need(w(p + "ffn_up.weight"), (F, C), p + "ffn_up.weight")
+      gate, up = (need(w(p + f"ffn_{n}.weight"), (F, C), p + f"ffn_{n}.weight") for n in ("gate", "up"))
       self.layers.append(Layer(
         attn_norm=need(w(p + "attn_norm.weight"), (C,), p + "attn_norm.weight").realize(),
-        wqkv=q.cat(k, v).realize(), bqkv=bias, wo=need(w(p + "attn_output.weight"), (C, H * D), p + "attn_output.weight").realize(),
+        wqkv=q.cat(k, v).realize(), bqkv=bias,
+        wo=need(w(p + "attn_output.weight"), (C, H * D), p + "attn_output.weight").realize(),
         ffn_norm=need(w(p + "ffn_norm.weight"), (C,), p + "ffn_norm.weight").realize(), wgate_up=gate.cat(up).realize(),
         wdown=need(w(p + "ffn_down.weight"), (C, F), p + "ffn_down.weight").realize()))
       tick(f"blk.{i}")
@@ -183,7 +188,8 @@ class Llama:
     """The embedding rows of tokens, then zero rows up to T."""
     C, V = self.cfg.dim, self.cfg.vocab_size
     for t in tokens:
-      if not isinstance(t, int) or not 0 <= t < V: raise ValueError(f"Llama: token id {t!r} is outside the vocabulary [0, {V})")
+      if not isinstance(t, int) or not 0 <= t < V:
+        raise ValueError(f"Llama: token id {t!r} is outside the vocabulary [0, {V})")
     return b"".join(self._embedding[t * C * 4:(t + 1) * C * 4] for t in tokens) + bytes(4 * C * (T - len(tokens)))
   def _angles(self, pos: int) -> tuple[bytes, bytes]:
     """cos and sin for every rotated dim at one position, laid out as `rope` wants them."""
@@ -270,8 +276,8 @@ class Llama:
 
   def prefill_step(self, x: Tensor, last: Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
     """A prompt from position 0: x (T, C) -> [the logits (V,) at row `last` (an int32 tensor of shape (1,)), their
-    argmax, then the cache writes]. Rows after `last` are padding: causal masking keeps them out of the real rows, and decoding
-    overwrites them in the cache before it looks at them."""
+    argmax, then the cache writes]. Rows after `last` are padding: causal masking keeps them out of the real rows,
+    and decoding overwrites them in the cache before it looks at them."""
     cfg = self.cfg
     T, H, Hkv, D, S = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.max_context
     g = H // Hkv
@@ -296,19 +302,21 @@ class Llama:
     """Run a prompt from position 0 (what the cache held before is dropped); the logits (V,) after its last token."""
     n = len(tokens)
     if n == 0: raise ValueError("Llama.prefill: the prompt has no tokens")
-    if n > self.max_context: raise ValueError(f"Llama.prefill: the prompt has {n} tokens, more than the context {self.max_context}")
+    if n > self.max_context:
+      raise ValueError(f"Llama.prefill: the prompt has {n} tokens, more than the context {self.max_context}")
     T = min(max(8, 1 << (n - 1).bit_length()), self.max_context)
     if (run := self._prefills.get(T)) is None:
-      R = self.cfg.rotary_dim
-      run = self._prefills[T] = Replay(self.prefill_step, [((T, self.cfg.dim), dtypes.float32), ((1,), dtypes.int32),
-                                                          ((T, 1, R), dtypes.float32), ((T, 1, R), dtypes.float32)], self.device)
+      R, f32 = self.cfg.rotary_dim, dtypes.float32
+      inputs = [((T, self.cfg.dim), f32), ((1,), dtypes.int32), ((T, 1, R), f32), ((T, 1, R), f32)]
+      run = self._prefills[T] = Replay(self.prefill_step, inputs, self.device)
     cos, sin = self._rope_bytes(0, T)
     self._last = run
     return run(self._embed(tokens, T), array("i", [n - 1]).tobytes(), cos, sin)
 
   def step(self, token: int, pos: int) -> Tensor:
     """Feed one token at position pos (the cache must hold positions 0..pos-1); the logits (V,) after it."""
-    if not 0 <= pos < self.max_context: raise ValueError(f"Llama.step: position {pos} is outside the context [0, {self.max_context})")
+    if not 0 <= pos < self.max_context:
+      raise ValueError(f"Llama.step: position {pos} is outside the context [0, {self.max_context})")
     if self._decode is None:
       R = self.cfg.rotary_dim
       self._decode = Replay(self.decode_step, [((1, self.cfg.dim), dtypes.float32), ((1,), dtypes.int32),

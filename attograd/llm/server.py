@@ -3,7 +3,6 @@ server-sent events with `stream: true`), GET /v1/models, and a chat page at GET 
 (a lock serializes generation; other requests wait); bad requests get a 4xx with an OpenAI-style error body."""
 from __future__ import annotations
 import argparse, json, os, sys, threading, time, uuid
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 from attograd.llm.generate import LLM
@@ -40,7 +39,8 @@ def _int(req: dict[str, Any], key: str, default: int | None, lo: int) -> int | N
 def sampler_from(req: dict[str, Any]) -> Sampler:
   """OpenAI's sampling fields (temperature default 1, top_p default 1), plus llama.cpp's top_k and repeat_penalty."""
   for key in ("frequency_penalty", "presence_penalty"):
-    if _number(req, key, 0.0, -2.0, 2.0) != 0.0: raise APIError(400, f"{key} is not supported (use repeat_penalty)", key)
+    if _number(req, key, 0.0, -2.0, 2.0) != 0.0:
+      raise APIError(400, f"{key} is not supported (use repeat_penalty)", key)
   if _int(req, "n", 1, 1) != 1: raise APIError(400, "n must be 1: one choice per request", "n")
   for key in ("logprobs", "echo", "suffix", "tools"):
     if req.get(key) not in (None, False): raise APIError(400, f"{key} is not supported", key)
@@ -120,8 +120,9 @@ class Handler(BaseHTTPRequestHandler):
     elif path in ("/v1/models", "/models"):
       self._json(200, {"object": "list", "data": [self._model_card()]})
     elif path.startswith("/v1/models/"):
-      if path[len("/v1/models/"):] == self.server.name: self._json(200, self._model_card())
-      else: self._error(APIError(404, f"the model {path[len('/v1/models/'):]!r} does not exist", "model", "model_not_found"))
+      name = path[len("/v1/models/"):]
+      if name == self.server.name: self._json(200, self._model_card())
+      else: self._error(APIError(404, f"the model {name!r} does not exist", "model", "model_not_found"))
     elif path in ("/v1/completions", "/v1/chat/completions"):
       self._error(APIError(405, f"{path} takes POST, not GET"))
     else: self._error(APIError(404, f"no route {path}; try /v1/models, /v1/completions, /v1/chat/completions or /"))
@@ -144,7 +145,8 @@ class Handler(BaseHTTPRequestHandler):
     if n < 0 or n > MAX_BODY: raise APIError(413, f"the body is {n} bytes; the limit is {MAX_BODY}")
     raw = self.rfile.read(n)
     try: req = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise APIError(400, f"the body is not valid JSON: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise APIError(400, f"the body is not valid JSON: {e}") from None
     if not isinstance(req, dict): raise APIError(400, f"the body must be a JSON object, got {type(req).__name__}")
     return req
 
@@ -152,7 +154,8 @@ class Handler(BaseHTTPRequestHandler):
     srv = self.server
     model = req.get("model")
     if model is not None and model != srv.name:
-      raise APIError(404, f"the model {model!r} does not exist; this server has {srv.name!r}", "model", "model_not_found")
+      raise APIError(404, f"the model {model!r} does not exist; this server has {srv.name!r}", "model",
+                     "model_not_found")
     try: sampler = sampler_from(req)
     except ValueError as e: raise APIError(400, str(e)) from None
     key = "max_completion_tokens" if chat and "max_completion_tokens" in req else "max_tokens"
@@ -173,7 +176,8 @@ class Handler(BaseHTTPRequestHandler):
 
   def _usage(self) -> dict[str, int]:
     st = self.server.llm.stats
-    return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.generated, "total_tokens": st.prompt_tokens + st.generated}
+    return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.generated,
+            "total_tokens": st.prompt_tokens + st.generated}
 
   def _envelope(self, rid: str, chat: bool, chunk: bool, text: str | None, finish: str | None) -> dict[str, Any]:
     """One response object (or one streamed chunk) in OpenAI's shape."""
@@ -218,7 +222,8 @@ def serve_main(argv: list[str]) -> int:
   p.add_argument("--model", required=True, help="a GGUF file")
   p.add_argument("--port", type=int, default=8000)
   p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-  p.add_argument("--max-context", type=int, default=None, help="KV cache positions (default: the model's context length)")
+  p.add_argument("--max-context", type=int, default=None,
+                 help="KV cache positions (default: the model's context length)")
   p.add_argument("--name", default=None, help="the model id clients use (default: the file name without .gguf)")
   p.add_argument("-v", "--verbose", action="store_true", help="log every request")
   args = p.parse_args(argv)
@@ -227,7 +232,8 @@ def serve_main(argv: list[str]) -> int:
     sys.stderr.write(f"error: {e}\n")
     return 2
   srv = LLMServer((args.host, args.port), llm, args.name, quiet=not args.verbose)
-  sys.stderr.write(f"serving {srv.name!r} on http://{args.host}:{srv.server_address[1]}/ (chat page at /, API at /v1)\n")
+  url = f"http://{args.host}:{srv.server_address[1]}/"
+  sys.stderr.write(f"serving {srv.name!r} on {url} (chat page at /, API at /v1)\n")
   try: srv.serve_forever()
   except KeyboardInterrupt: pass
   finally: srv.server_close()

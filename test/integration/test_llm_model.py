@@ -148,7 +148,8 @@ def _random_weights(cfg: LlamaConfig, bias: bool, tied: bool, seed: int) -> dict
   for i in range(cfg.n_layers):
     p = f"blk.{i}."
     w.update({p + "attn_norm.weight": 1 + r(C), p + "ffn_norm.weight": 1 + r(C), p + "attn_q.weight": r(H * D, C),
-              p + "attn_k.weight": r(Hkv * D, C), p + "attn_v.weight": r(Hkv * D, C), p + "attn_output.weight": r(C, H * D),
+              p + "attn_k.weight": r(Hkv * D, C), p + "attn_v.weight": r(Hkv * D, C),
+              p + "attn_output.weight": r(C, H * D),
               p + "ffn_gate.weight": r(F, C), p + "ffn_up.weight": r(F, C), p + "ffn_down.weight": r(C, F)})
     if bias: w.update({p + "attn_q.bias": r(H * D), p + "attn_k.bias": r(Hkv * D), p + "attn_v.bias": r(Hkv * D)})
   return w
@@ -177,18 +178,23 @@ def test_config_errors() -> None:
   emb = {"token_embd.weight": Tensor.zeros(10, 8)}
   with pytest.raises(ValueError, match="not supported"): LlamaConfig.from_gguf({"general.architecture": "gpt2"}, emb)
   with pytest.raises(ValueError, match="lacks llama.block_count"):
-    LlamaConfig.from_gguf({"general.architecture": "llama", "llama.embedding_length": 8, "llama.attention.head_count": 2}, emb)
+    kv = {"general.architecture": "llama", "llama.embedding_length": 8, "llama.attention.head_count": 2}
+    LlamaConfig.from_gguf(kv, emb)
   with pytest.raises(ValueError, match="multiple"):
     LlamaConfig(dim=8, n_layers=1, n_heads=3, n_kv_heads=2, head_dim=4, hidden_dim=8, vocab_size=10, context_length=8)
-  cfg = LlamaConfig(dim=8, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, hidden_dim=8, vocab_size=10, context_length=8)
+  cfg = LlamaConfig(dim=8, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, hidden_dim=8, vocab_size=10,
+                    context_length=8)
   w = _random_weights(cfg, False, False, 0)
   del w["blk.0.ffn_up.weight"]
-  with pytest.raises(ValueError, match="missing weight 'blk.0.ffn_up.weight'"): Llama(cfg, {k: Tensor(v) for k, v in w.items()})
+  with pytest.raises(ValueError, match="missing weight 'blk.0.ffn_up.weight'"):
+    Llama(cfg, {k: Tensor(v) for k, v in w.items()})
 
 # ***** chat templates: recognised by family, rendered by our own small renderers *****
 
-CHATML = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-LLAMA3 = "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' %}"
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
+          " + '\\n'}}{% endfor %}")
+LLAMA3 = ("{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+          " + message['content'] | trim + '<|eot_id|>' %}")
 LLAMA2 = "{{ bos_token + '[INST] ' + '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + content + ' [/INST]' }}"
 MISTRAL = "{{ bos_token }}{% for message in messages %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endfor %}"
 
@@ -203,7 +209,8 @@ def test_chat_templates() -> None:
                                        "<|im_start|>assistant\n")
   assert render_chat(msgs[1:2], LLAMA3) == \
     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-  assert render_chat(msgs, LLAMA2) == "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
+  assert render_chat(msgs, LLAMA2) == \
+    "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
   assert render_chat(msgs, MISTRAL) == "[INST] Be brief.\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
   assert render_chat(msgs[1:2], None) == "Hi"
   with pytest.raises(ValueError, match="known families"): render_chat(msgs, "{{ weird }}")

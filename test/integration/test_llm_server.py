@@ -77,7 +77,8 @@ def test_completion_json_and_stream(server: tuple[str, LLM]) -> None:
   assert [c["choices"][0]["finish_reason"] for c in chunks][-2:] == [None, "length"]
   # stop strings end the text before them; the default max_tokens for completions is 16
   r = json.loads(post(base + "/v1/completions", {"prompt": "Once upon a time", "temperature": 0, "stop": ["Lily"]})[1])
-  assert r["choices"][0] == {"index": 0, "text": ", there was a little girl named ", "logprobs": None, "finish_reason": "stop"}
+  assert r["choices"][0] == {"index": 0, "text": ", there was a little girl named ", "logprobs": None,
+                             "finish_reason": "stop"}
   r = json.loads(post(base + "/v1/completions", {"prompt": [1, 403], "temperature": 0})[1])  # token ids as the prompt
   assert r["usage"]["completion_tokens"] == 16 and r["choices"][0]["text"] == direct(llm, [1, 403], 16)
 
@@ -90,8 +91,8 @@ def test_chat_json_and_stream(server: tuple[str, LLM]) -> None:
   r = json.loads(body)
   assert r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-")
   assert r["choices"][0]["message"] == {"role": "assistant", "content": want}
-  status, body, _ = post(base + "/v1/chat/completions", {"messages": msgs, "max_completion_tokens": 20, "temperature": 0,
-                                                         "stream": True})
+  req = {"messages": msgs, "max_completion_tokens": 20, "temperature": 0, "stream": True}
+  status, body, _ = post(base + "/v1/chat/completions", req)
   chunks = events(body)
   assert all(c["object"] == "chat.completion.chunk" for c in chunks)
   assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -150,7 +151,8 @@ def test_concurrent_requests_are_serialized(server: tuple[str, LLM]) -> None:
   got: dict[str, str] = {}
   def ask(p: str) -> None:
     r = post(base + "/v1/completions", {"prompt": p, "max_tokens": 12, "temperature": 0, "stream": p == "The dog"})
-    got[p] = "".join(c["choices"][0]["text"] for c in events(r[1])) if p == "The dog" else json.loads(r[1])["choices"][0]["text"]
+    if p == "The dog": got[p] = "".join(c["choices"][0]["text"] for c in events(r[1]))
+    else: got[p] = json.loads(r[1])["choices"][0]["text"]
   threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]
   for t in threads: t.start()
   for t in threads: t.join(120)
@@ -166,7 +168,8 @@ class WebSocket:
     u = urllib.parse.urlparse(url)
     self.sock = socket.create_connection((u.hostname, u.port), timeout=60)
     key = base64.b64encode(os.urandom(16)).decode()
-    self.sock.sendall(f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    self.sock.sendall(f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
+                      "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                       f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head: head += self.sock.recv(1)
@@ -242,14 +245,14 @@ def test_chat_page_in_headless_chromium(server: tuple[str, LLM]) -> None:
         except RuntimeError: pass  # the page is still loading
         time.sleep(0.1)
       raise AssertionError(f"timed out waiting for {what}")
-    assert wait_for("document.getElementById('model') && document.getElementById('model').textContent === 'stories260K'",
+    assert wait_for("(document.getElementById('model') || {}).textContent === 'stories260K'",
                     "the page to load the model list")
     # type the prompt into the box and press Enter, as a user would
     ws.eval("document.getElementById('prompt').focus()")
     ws.call("Input.insertText", text="Once upon a time")
     for kind in ("keyDown", "keyUp"):
       ws.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
-    answer = wait_for("(() => { const a = document.querySelector('.msg.assistant[data-done]'); return a && a.textContent; })()",
+    answer = wait_for("(document.querySelector('.msg.assistant[data-done]') || {}).textContent",
                       "the streamed answer")
     msgs = [{"role": "user", "content": "Once upon a time"}]
     assert answer == direct(llm, llm.chat_prompt(msgs), 24)

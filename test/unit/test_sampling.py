@@ -46,7 +46,8 @@ def test_temperature_shapes_distribution():
     want = softmax(LOGITS, t)
     for i, v in probs.items(): assert v == pytest.approx(want[i], rel=1e-9)
 
-@pytest.mark.parametrize("kw", [dict(temperature=1.0), dict(temperature=0.7, top_k=3), dict(temperature=1.3, top_p=0.8)])
+@pytest.mark.parametrize("kw", [dict(temperature=1.0), dict(temperature=0.7, top_k=3),
+                                dict(temperature=1.3, top_p=0.8)])
 def test_draws_follow_distribution(kw):
   s = Sampler(seed=1234, **kw)
   n = 20000
