@@ -231,6 +231,8 @@ def serve_main(argv: list[str]) -> int:
   except (ValueError, OSError) as e:
     sys.stderr.write(f"error: {e}\n")
     return 2
+  sys.stderr.write("compiling the decode step...\n")  # so that the first request doesn't wait for it
+  llm.generate(llm.encode("Hello") or [0], Sampler(), 2)
   srv = LLMServer((args.host, args.port), llm, args.name, quiet=not args.verbose)
   url = f"http://{args.host}:{srv.server_address[1]}/"
   sys.stderr.write(f"serving {srv.name!r} on {url} (chat page at /, API at /v1)\n")
