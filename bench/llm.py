@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse, math, os, time, traceback
 from typing import Any, Callable
 
+# spinning OpenMP waits collapse on a shared, busy machine; applies to both frameworks, when set before either
+# loads its OpenMP runtime (so only under `python -m bench.llm`, not after other benchmarks ran in the same process)
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 STORIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "datasets", "llm",
                        "stories260K.gguf")
 STORIES_FALLBACK = "/work/shared/datasets/llm/stories260K.gguf"
