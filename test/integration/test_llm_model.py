@@ -2,7 +2,7 @@
 F16, Q8_0 and Q4_0; logits match a reference; decode compiles nothing after its first step; and synthetic models
 (GQA, neox rope with q/k/v biases, tied output, partial rotary) match a NumPy forward pass written here."""
 from __future__ import annotations
-import json, math, os, subprocess, sys
+import json, math, os, struct, subprocess, sys
 import pytest
 from attograd import GlobalCounters, Tensor
 from attograd.engine import realize
@@ -67,6 +67,18 @@ def test_decode_compiles_nothing_after_first_step(stories: LLM) -> None:
     counts.append(GlobalCounters.kernel_count - k0)
   assert len(realize._runners) == runners, "a decode step compiled a new kernel"
   assert len(set(counts)) == 1, counts
+  # without the replay: the step function's graph, built anew for another position, schedules onto the same kernels
+  # (what a TinyJit wrapping decode_step relies on)
+  from array import array
+  from attograd.dtype import dtypes
+  for pos in (12, 13):
+    cos, sin = (Tensor(list(struct.unpack(f"{len(b) // 4}f", b)), dtype=dtypes.float32).reshape(1, 1, -1)
+                for b in m._rope_bytes(pos, 1))
+    x = Tensor(list(struct.unpack(f"{m.cfg.dim}f", m._embed([tok], 1)))).reshape(1, -1)
+    outs = m.decode_step(x, Tensor(array("i", [pos]).tolist(), dtype=dtypes.int32), cos, sin)
+    Tensor.realize(*outs)
+    if pos == 12: runners = len(realize._runners)
+  assert len(realize._runners) == runners
 
 @needs_model
 def test_prefill_equals_stepping(stories: LLM) -> None:
