@@ -1,5 +1,5 @@
 """GGUF model files (llama.cpp's format): the header and metadata, checked against the file size; plain tensors as
-DISK views; ggml block-quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K) dequantized by Tensor ops."""
+DISK views; ggml block-quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K) dequantized by Tensor ops."""
 from __future__ import annotations
 import os, struct
 from typing import Any, Callable
@@ -123,8 +123,8 @@ def _type_info(name: str, tname: str, gtype: int) -> tuple[str, int, int]:
 
 def _nbytes(name: str, tname: str, dims: tuple[int, ...], gtype: int) -> int:
   tn, blk, bsz = _type_info(name, tname, gtype)
-  if dims and dims[0] % blk:
-    raise ValueError(f"gguf_load: {name}: tensor {tname!r} is {tn} with row length ne0={dims[0]}, "
+  if (dims[0] if dims else 1) % blk:
+    raise ValueError(f"gguf_load: {name}: tensor {tname!r} is {tn} with row length ne0={dims[0] if dims else 1}, "
                      f"not a multiple of its block size {blk}")
   return prod(dims) // blk * bsz
 
@@ -181,8 +181,63 @@ def _q6_k(b: Tensor) -> Tensor:
   scales = b[:, 192:208].bitcast(dtypes.int8).float().reshape(nb, 16, 1).expand(nb, 16, 16).reshape(nb, 256)
   return _f16(b, 208) * scales * q
 
+def _u8_range(n: int, step: int, device: str, shape: tuple[int, ...]) -> Tensor:
+  """0, step, 2*step, ... (n values) as uint8 shift amounts, reshaped to broadcast."""
+  return (Tensor.arange(n, device=device) * step).cast(dtypes.uint8).reshape(shape)
+
+def _q2_k(b: Tensor) -> Tensor:
+  """scales[16] (low nibble scale, high nibble min, one pair per 16 elements), qs[64], f16 d, f16 dmin. In each half
+  of 128 elements, 2-bit field j (bits 2j, 2j+1) of qs byte l is element 32j + l."""
+  nb = b.shape[0]
+  sc = b[:, 0:16]
+  q = ((b[:, 16:80].reshape(nb, 2, 1, 32) >> _u8_range(4, 2, b.device, (1, 1, 4, 1))) & 3).reshape(nb, 16, 16)
+  d, m = (_f16(b, 80) * (sc & 0xF).float()).reshape(nb, 16, 1), (_f16(b, 82) * (sc >> 4).float()).reshape(nb, 16, 1)
+  return (d * q.float() - m).reshape(nb, 256)
+
+def _q3_k(b: Tensor) -> Tensor:
+  """hmask[32], qs[64], 12 bytes of 16 packed 6-bit scales, f16 d. Element 128n + 32j + l has its low 2 bits in field j
+  of qs[32n + l] and its high bit in bit 4n + j of hmask[l]; value (low | high << 2) - 4, times d * (scale - 32).
+  Scale k: its low 4 bits are byte k % 8's low (k < 8) or high nibble, its high 2 bits are at 2 * (k // 4) in
+  byte 8 + k % 4."""
+  nb, dev = b.shape[0], b.device
+  low = (b[:, 32:96].reshape(nb, 2, 1, 32) >> _u8_range(4, 2, dev, (1, 1, 4, 1))) & 3
+  high = (b[:, 0:32].reshape(nb, 1, 1, 32) >> _u8_range(8, 1, dev, (1, 2, 4, 1))) & 1
+  q = (low | (high << 2)).reshape(nb, 16, 16).float() - 4
+  s = b[:, 96:108]
+  lo = (s[:, 0:8] & 0xF).cat(s[:, 0:8] >> 4, dim=1)
+  hi = ((s[:, 8:12].reshape(nb, 1, 4) >> _u8_range(4, 2, dev, (1, 4, 1))) & 3).reshape(nb, 16)
+  return ((_f16(b, 108) * ((lo | (hi << 4)).float() - 32)).reshape(nb, 16, 1) * q).reshape(nb, 256)
+
+def _scale_min_k4(s: Tensor) -> tuple[Tensor, Tensor]:
+  """The 8 6-bit scales and 8 6-bit mins packed in 12 bytes (ggml's get_scale_min_k4), each (n_blocks, 8) float32."""
+  a, b, c = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+  sc = (a & 63).cat((c & 0xF) | ((a >> 6) << 4), dim=1)
+  mn = (b & 63).cat((c >> 4) | ((b >> 6) << 4), dim=1)
+  return sc.float(), mn.float()
+
+def _k4_apply(b: Tensor, q: Tensor) -> Tensor:
+  """d * scale * q - dmin * min for Q4_K/Q5_K blocks (f16 d, f16 dmin, 12 scale bytes first); q is (n_blocks, 8, 32)."""
+  nb = b.shape[0]
+  sc, mn = _scale_min_k4(b[:, 4:16])
+  return ((_f16(b, 0) * sc).reshape(nb, 8, 1) * q.float() - (_f16(b, 2) * mn).reshape(nb, 8, 1)).reshape(nb, 256)
+
+def _q4_k(b: Tensor) -> Tensor:
+  """f16 d, f16 dmin, 12 scale bytes, qs[128]: in chunk c of 64 elements, low nibbles of qs[32c..32c+32) are
+  sub-block 2c and the high nibbles sub-block 2c+1 (8 sub-blocks of 32, each with its own scale and min)."""
+  nb = b.shape[0]
+  qs = b[:, 16:144].reshape(nb, 4, 32)
+  return _k4_apply(b, (qs & 0xF).cat(qs >> 4, dim=2).reshape(nb, 8, 32))
+
+def _q5_k(b: Tensor) -> Tensor:
+  """Q4_K with qh[32] between the scales and qs: bit s of qh[l] is the 5th bit (16) of element l of sub-block s."""
+  nb = b.shape[0]
+  qs = b[:, 48:176].reshape(nb, 4, 32)
+  hi = ((b[:, 16:48].reshape(nb, 1, 32) >> _u8_range(8, 1, b.device, (1, 8, 1))) & 1) << 4
+  return _k4_apply(b, (qs & 0xF).cat(qs >> 4, dim=2).reshape(nb, 8, 32) | hi)
+
 DEQUANTIZERS: dict[str, Callable[[Tensor], Tensor]] = {
-  "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0, "Q6_K": _q6_k}
+  "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0, "Q2_K": _q2_k, "Q3_K": _q3_k,
+  "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
 
 def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: tuple[int, ...], gtype: int) -> Tensor:
   from attograd.nn.state import disk_tensor
@@ -199,7 +254,7 @@ def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: 
 def gguf_load(src: str | os.PathLike | Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
   """Metadata and tensors of a GGUF file (a path, or a 1-D uint8 Tensor of its bytes). Shapes are numpy order (ggml
   dims reversed). F32/F16/BF16 (and the int types) are DISK views of the file in their own dtype, until moved;
-  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q6_K tensors are dequantized to float32 on Device.DEFAULT.
+  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K tensors are dequantized to float32 on Device.DEFAULT.
 
   >>> kv, weights = gguf_load("/work/shared/datasets/llm/stories260K.gguf")  # doctest: +SKIP
   >>> kv["general.architecture"], weights["token_embd.weight"].shape  # doctest: +SKIP

@@ -21,7 +21,8 @@ needs_data = pytest.mark.skipif(not os.path.exists(F32_FILE), reason=f"{F32_FILE
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
 _FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f", BOOL: "<?", U64: "<Q", I64: "<q",
         F64: "<d"}
-GGML = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14, "BF16": 30}
+GGML = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12,
+        "Q5_K": 13, "Q6_K": 14, "IQ2_XXS": 16, "BF16": 30}
 
 def _str(s: str) -> bytes: return struct.pack("<Q", len(s.encode())) + s.encode()
 
@@ -54,7 +55,11 @@ def write_file(tmp_path: Any, blob: bytes, name: str = "t.gguf") -> str:
 
 # ***** NumPy reference dequantizers (ggml's block layouts) *****
 
-BLOCK = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34, "Q6_K": 210}
+BLOCK = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34, "Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176,
+         "Q6_K": 210}
+# where each block keeps its f16 scales: (first byte, how many)
+F16_AT = {"Q4_1": (0, 2), "Q5_1": (0, 2), "Q2_K": (80, 2), "Q3_K": (108, 1), "Q4_K": (0, 2), "Q5_K": (0, 2),
+          "Q6_K": (208, 1)}
 
 def _f16(b: np.ndarray, i: int) -> np.ndarray: return b[:, i:i + 2].copy().view(np.float16).astype(np.float32)
 def _nib(qs: np.ndarray) -> np.ndarray: return np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int32)
@@ -78,9 +83,76 @@ def ref_q6_k(b: np.ndarray) -> np.ndarray:
         y[j + 96] = d * s[k + 6] * (int((ql[j + 32] >> 4) | ((qh[j] >> 6) & 3) << 4) - 32)
   return out
 
+def _h(blk: np.ndarray, i: int) -> np.float32: return blk[i:i + 2].copy().view(np.float16).astype(np.float32)[0]
+
+def ref_q2_k(b: np.ndarray) -> np.ndarray:
+  """ggml's dequantize_row_q2_K, loop for loop: scales[16], qs[64], d, dmin."""
+  out = np.zeros((b.shape[0], 256), np.float32)
+  for i, blk in enumerate(b):
+    d, dmin, sc, y, k = _h(blk, 80), _h(blk, 82), blk[0:16], out[i], 0
+    for n in range(2):
+      q = blk[16 + 32 * n:]
+      for j in range(4):
+        for half in range(2):
+          s = int(sc[2 * (4 * n + j) + half])
+          dl, ml = d * np.float32(s & 0xF), dmin * np.float32(s >> 4)
+          for l in range(16):
+            y[k] = dl * np.float32((int(q[16 * half + l]) >> (2 * j)) & 3) - ml
+            k += 1
+  return out
+
+def ref_q3_k(b: np.ndarray) -> np.ndarray:
+  """ggml's dequantize_row_q3_K: hmask[32], qs[64], 12 bytes of 6-bit scales unpacked with kmask1/kmask2, d."""
+  out = np.zeros((b.shape[0], 256), np.float32)
+  kmask1, kmask2 = 0x03030303, 0x0F0F0F0F
+  for i, blk in enumerate(b):
+    aux = [int(x) for x in blk[96:108].copy().view("<u4")] + [0]
+    tmp = aux[2]
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4)
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4)
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4)
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4)
+    scales = np.array(aux, "<u4").view(np.int8)
+    d_all, hm, y, k, m, is_ = _h(blk, 108), blk[0:32], out[i], 0, 1, 0
+    for n in range(2):
+      q = blk[32 + 32 * n:]
+      for j in range(4):
+        for half in range(2):
+          dl = d_all * np.float32(int(scales[is_]) - 32)
+          is_ += 1
+          for l in range(16 * half, 16 * half + 16):
+            y[k] = dl * np.float32(((int(q[l]) >> (2 * j)) & 3) - (0 if int(hm[l]) & m else 4))
+            k += 1
+        m <<= 1
+  return out
+
+def _scale_min_k4(j: int, q: np.ndarray) -> tuple[int, int]:
+  if j < 4: return int(q[j]) & 63, int(q[j + 4]) & 63
+  return (int(q[j + 4]) & 0xF) | ((int(q[j - 4]) >> 6) << 4), (int(q[j + 4]) >> 4) | ((int(q[j]) >> 6) << 4)
+
+def ref_q45_k(b: np.ndarray, five: bool) -> np.ndarray:
+  """ggml's dequantize_row_q4_K / q5_K: d, dmin, scales[12], (q5: qh[32]), qs[128]."""
+  out = np.zeros((b.shape[0], 256), np.float32)
+  for i, blk in enumerate(b):
+    d, dmin, scales, y, k = _h(blk, 0), _h(blk, 2), blk[4:16], out[i], 0
+    qh, ql = (blk[16:48], blk[48:176]) if five else (None, blk[16:144])
+    for c in range(4):
+      for half in range(2):
+        sc, mn = _scale_min_k4(2 * c + half, scales)
+        d1, m1 = d * np.float32(sc), dmin * np.float32(mn)
+        for l in range(32):
+          q = (int(ql[32 * c + l]) >> (4 * half)) & 0xF
+          if qh is not None and int(qh[l]) & (1 << (2 * c + half)): q += 16
+          y[k] = d1 * np.float32(q) - m1
+          k += 1
+  return out
+
 def ref_dequant(raw: bytes, qtype: str) -> np.ndarray:
   b = np.frombuffer(raw, np.uint8).reshape(-1, BLOCK[qtype])
   if qtype == "Q6_K": return ref_q6_k(b)
+  if qtype == "Q2_K": return ref_q2_k(b)
+  if qtype == "Q3_K": return ref_q3_k(b)
+  if qtype in ("Q4_K", "Q5_K"): return ref_q45_k(b, qtype == "Q5_K")
   if qtype == "Q4_0": return (_nib(b[:, 2:18]) - 8).astype(np.float32) * _f16(b, 0)
   if qtype == "Q4_1": return _nib(b[:, 4:20]).astype(np.float32) * _f16(b, 0) + _f16(b, 2)
   if qtype == "Q5_0": return ((_nib(b[:, 6:22]) | _hbits(b[:, 2:6])) - 16).astype(np.float32) * _f16(b, 0)
@@ -92,10 +164,9 @@ def random_blocks(qtype: str, n_blocks: int, seed: int = 0) -> bytes:
   """Random quant bytes with finite f16 scales (and mins) in front."""
   rng = np.random.default_rng(seed)
   b = rng.integers(0, 256, (n_blocks, BLOCK[qtype]), dtype=np.uint8)
-  n_scales = 2 if qtype in ("Q4_1", "Q5_1") else 1
+  at, n_scales = F16_AT.get(qtype, (0, 1))
   scales = rng.uniform(-2, 2, (n_blocks, n_scales)).astype(np.float16)
-  where = slice(208, 210) if qtype == "Q6_K" else slice(0, 2 * n_scales)  # Q6_K keeps d at the end
-  b[:, where] = scales.view(np.uint8).reshape(n_blocks, 2 * n_scales)
+  b[:, at:at + 2 * n_scales] = scales.view(np.uint8).reshape(n_blocks, 2 * n_scales)
   return b.tobytes()
 
 # ***** the real files *****
@@ -191,6 +262,38 @@ def test_q5_high_bits(tmp_path: Any, device: str) -> None:
   want[5] = 0
   np.testing.assert_array_equal(w["w"].numpy(), want)
 
+def _k_block(qtype: str) -> tuple[bytes, np.ndarray]:
+  """One hand-made block of a k-quant and its values worked out by hand from ggml's layout (not by the reference)."""
+  b, want = np.zeros(BLOCK[qtype], np.uint8), np.zeros(256, np.float32)
+  one, half = np.frombuffer(np.float16(1).tobytes(), np.uint8), np.frombuffer(np.float16(0.5).tobytes(), np.uint8)
+  if qtype == "Q2_K":  # scale/min pair 5 (elements 80..95: half 0, field 2, qs bytes 16..31) = 3, 2
+    b[80:82], b[82:84], b[5] = one, one, 0x23
+    b[16 + 16 + 7] = 3 << 4  # field 2 of qs byte 23 is element 64 + 23 = 87
+    want[80:96] = -2
+    want[87] = 3 * 3 - 2
+  elif qtype == "Q3_K":  # every 6-bit scale 0 -> -32 except k=13 (elements 208..223) = 45 -> 13; every q = 0 - 4
+    b[108:110], b[96 + 5], b[96 + 9] = one, 13 << 4, 2 << 6
+    want[:] = -32 * -4
+    want[208:224] = 13 * -4
+    b[32 + 32 + 19], b[19] = 3 << 4, 1 << 6  # element 128 + 64 + 19 = 211: qs[32 + 19] field 2 = 3, hmask bit 4+2
+    want[211] = 13 * 3
+  else:  # sub-block 5 (elements 160..191): scale 7 | 3 << 4 = 55, min 3 | 2 << 4 = 35; every nibble of sub-block 5 = 2
+    b[0:2], b[2:4], b[4 + 9], b[4 + 1], b[4 + 5] = one, half, 0x37, 0xC0, 0x80
+    qs = 48 if qtype == "Q5_K" else 16
+    b[qs:qs + 128] = 0x21
+    want[160:192] = 55 * 2 - 0.5 * 35
+    if qtype == "Q5_K":
+      b[16 + 3] = 1 << 5  # qh bit 5 of byte 3: element 3 of sub-block 5 gets +16
+      want[163] = 55 * 18 - 0.5 * 35
+  return b.tobytes(), want
+
+@pytest.mark.parametrize("qtype", ["Q2_K", "Q3_K", "Q4_K", "Q5_K"])
+def test_k_quant_by_hand(tmp_path: Any, qtype: str) -> None:
+  blk, want = _k_block(qtype)
+  np.testing.assert_array_equal(ref_dequant(blk, qtype)[0], want)
+  _, w = gguf_load(write_file(tmp_path, write_gguf([], [("w", (256,), GGML[qtype], blk)])))
+  np.testing.assert_array_equal(w["w"].numpy(), want)
+
 def test_metadata_types_v2(tmp_path: Any) -> None:
   kv = [("u8", U8, 255), ("i8", I8, -128), ("u16", U16, 65535), ("i16", I16, -32768), ("u32", U32, 2**32 - 1),
         ("i32", I32, -2**31), ("f32", F32, 1.5), ("b", BOOL, True), ("s", STR, "héllo"), ("u64", U64, 2**64 - 1),
@@ -203,6 +306,19 @@ def test_metadata_types_v2(tmp_path: Any) -> None:
     assert got == {"u8": 255, "i8": -128, "u16": 65535, "i16": -32768, "u32": 2**32 - 1, "i32": -2**31, "f32": 1.5,
                    "b": True, "s": "héllo", "u64": 2**64 - 1, "i64": -2**63, "f64": 0.1, "strs": ["a", "", "▁the"],
                    "nested": [[1, 2], ["x"], []], "empty": [], "bools": [True, False]}
+
+def test_arrays_of_every_type(tmp_path: Any) -> None:
+  vals = {U8: [0, 255], I8: [-128, 127], U16: [0, 65535], I16: [-32768, 7], U32: [2**32 - 1], I32: [-2**31, 2**31 - 1],
+          F32: [0.5, -2.25], BOOL: [False, True], STR: ["", "é", "<|im_end|>"], U64: [2**64 - 1], I64: [-2**63],
+          F64: [1e300, -0.1]}
+  deep: Any = (I8, [-1])
+  for _ in range(5): deep = (ARR, [deep, (ARR, [])])  # nested arrays five deep, with empty siblings
+  kv = [(f"a{t}", ARR, (t, v)) for t, v in vals.items()] + [("deep", ARR, deep)]
+  got, _ = gguf_load(write_file(tmp_path, write_gguf(kv, [])))
+  assert {k: got[f"a{t}"] for t, k in zip(vals, vals)} == vals
+  want: Any = [-1]
+  for _ in range(5): want = [want, []]
+  assert got["deep"] == want
 
 def test_plain_types_and_alignment(tmp_path: Any) -> None:
   a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -270,7 +386,7 @@ def test_unknown_ggml_type(tmp_path: Any) -> None:
   _bad(tmp_path, write_gguf([], [("w", (32,), 99, bytes(128))]), "tensor 'w'", "unknown ggml type 99")
 
 def test_unsupported_ggml_type(tmp_path: Any) -> None:
-  _bad(tmp_path, write_gguf([], [("w", (256,), GGML["Q4_K"], bytes(144))]), "tensor 'w'", "Q4_K", "supported")
+  _bad(tmp_path, write_gguf([], [("w", (256,), GGML["IQ2_XXS"], bytes(66))]), "tensor 'w'", "IQ2_XXS", "supported")
 
 def test_bad_row_length(tmp_path: Any) -> None:
   _bad(tmp_path, write_gguf([], [("w", (16,), GGML["Q8_0"], bytes(34))]), "tensor 'w'", "ne0=16", "block size 32")
@@ -284,3 +400,36 @@ def test_overlap_and_alignment(tmp_path: Any) -> None:
 
 def test_duplicate_names(tmp_path: Any) -> None:
   _bad(tmp_path, write_gguf([], [("a", (32,), 0, bytes(128)), ("a", (32,), 0, bytes(128))]), "'a' appears twice")
+
+def test_bogus_n_dims(tmp_path: Any) -> None:
+  good = _good()
+  at = good.index(_str("w")) + len(_str("w"))
+  _bad(tmp_path, good[:at] + struct.pack("<I", 2**31) + good[at + 4:], "tensor 'w'", "n_dims=2147483648")
+  _bad(tmp_path, good[:at + 4] + struct.pack("<Q", 2**62) + good[at + 12:], "tensor 'w'", "past the end")  # huge dim
+
+def test_quantized_scalar(tmp_path: Any) -> None:  # n_dims=0 is one element: no whole block
+  _bad(tmp_path, write_gguf([], [("w", (), GGML["Q8_0"], bytes(34))]), "tensor 'w'", "block size 32")
+
+def test_bad_strings(tmp_path: Any) -> None:
+  blob = write_gguf([("general.name", STR, "xy")], [])
+  _bad(tmp_path, blob.replace(b"xy", b"\xff\xfe"), "'general.name'", "not UTF-8")
+  blob = write_gguf([], [("w", (32,), GGML["F32"], bytes(128))])
+  _bad(tmp_path, blob.replace(_str("w"), struct.pack("<Q", 2**63) + b"w"), "tensor 0 name", "past the end")
+
+def test_bad_arrays(tmp_path: Any) -> None:
+  blob = write_gguf([("a", ARR, (U8, [1, 2]))], [])
+  _bad(tmp_path, blob.replace(struct.pack("<IQ", U8, 2), struct.pack("<IQ", 13, 2)), "'a'", "unknown value type 13")
+  _bad(tmp_path, blob.replace(struct.pack("<IQ", U8, 2), struct.pack("<IQ", U8, 2**62)), "'a'", "past the end")
+  deep: Any = (U8, [])
+  for _ in range(20): deep = (ARR, [deep])
+  _bad(tmp_path, write_gguf([("d", ARR, deep)], []), "'d'", "more than 16 deep")
+
+def test_data_section_missing(tmp_path: Any) -> None:
+  good = _good()
+  head = len(good) - 128
+  _bad(tmp_path, good[:head], "tensor 'w'", "128 bytes at data offset 0", "past the end of the data section")
+  _bad(tmp_path, good[:head - 5], "tensor 'w'", "past the end of the data section \\(0 bytes\\)")
+
+def test_bytes_source_checked(tmp_path: Any) -> None:  # a Tensor of the bytes gets the same checks
+  with pytest.raises(ValueError, match="past the end of the data section"):
+    gguf_load(Tensor(np.frombuffer(_good()[:-4], np.uint8)))

@@ -1,0 +1,199 @@
+"""`python -m bench.llm`: LLM inference speed, attograd next to an equivalent PyTorch eager model (same weights, same
+math): prompt (prefill) and generation (decode) tokens/s for stories260K.gguf and a GPT-2-small-shaped llama with
+random weights (12 layers, width 768, 12 heads, FFN 3072, vocab 32000)."""
+from __future__ import annotations
+import argparse, math, os, time, traceback
+from typing import Any, Callable
+
+# spinning OpenMP waits collapse on a shared, busy machine; applies to both frameworks, when set before either
+# loads its OpenMP runtime (so only under `python -m bench.llm`, not after other benchmarks ran in the same process)
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+STORIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "datasets", "llm",
+                       "stories260K.gguf")
+STORIES_FALLBACK = "/work/shared/datasets/llm/stories260K.gguf"
+
+# ***** the models' weights, as NumPy arrays under their GGUF names *****
+
+def gpt2_shaped(seed: int = 0) -> tuple[Any, dict[str, Any]]:
+  """A llama with GPT-2 small's shape and random weights (std 0.02, norms 1), built in memory."""
+  import numpy as np
+  from attograd.llm.model import LlamaConfig
+  C, F, V, L = 768, 3072, 32000, 12
+  cfg = LlamaConfig(dim=C, n_layers=L, n_heads=12, n_kv_heads=12, head_dim=64, hidden_dim=F, vocab_size=V,
+                    context_length=1024)
+  rng = np.random.default_rng(seed)
+  def rand(*shape: int) -> Any: return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02))
+  w = {"token_embd.weight": rand(V, C), "output.weight": rand(V, C), "output_norm.weight": np.ones(C, np.float32)}
+  for i in range(L):
+    p = f"blk.{i}."
+    for name, shape in (("attn_q", (C, C)), ("attn_k", (C, C)), ("attn_v", (C, C)), ("attn_output", (C, C)),
+                        ("ffn_gate", (F, C)), ("ffn_up", (F, C)), ("ffn_down", (C, F))):
+      w[p + name + ".weight"] = rand(*shape)
+    w[p + "attn_norm.weight"], w[p + "ffn_norm.weight"] = np.ones(C, np.float32), np.ones(C, np.float32)
+  return cfg, w
+
+def stories() -> tuple[Any, dict[str, Any]]:
+  from attograd.llm.model import LlamaConfig
+  from attograd.nn.state import gguf_load
+  path = STORIES if os.path.exists(STORIES) else STORIES_FALLBACK
+  if not os.path.exists(path): raise FileNotFoundError(f"{path} is missing (the shared datasets are not mounted)")
+  kv, tensors = gguf_load(path)
+  return LlamaConfig.from_gguf(kv, tensors), {k: t.float().numpy() for k, t in tensors.items()}
+
+# ***** the same model in PyTorch, written the way an eager implementation usually is *****
+
+class TorchLlama:
+  """Llama forward in PyTorch eager: a preallocated KV cache, attention over the filled part of it."""
+  def __init__(self, cfg: Any, w: dict[str, Any], max_context: int):
+    import torch
+    self.torch, self.cfg, self.S = torch, cfg, max_context
+    t = lambda name: torch.from_numpy(w[name].copy())  # noqa: E731
+    self.emb, self.out_norm = t("token_embd.weight"), t("output_norm.weight")
+    self.out = t("output.weight") if "output.weight" in w else self.emb
+    self.layers = []
+    for i in range(cfg.n_layers):
+      p = f"blk.{i}."
+      self.layers.append({k: t(p + k + ".weight") for k in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                                             "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+    R = cfg.rotary_dim
+    inv = torch.tensor([cfg.rope_theta ** (-2 * i / R) for i in range(R // 2)], dtype=torch.float64)
+    ang = torch.arange(max_context, dtype=torch.float64)[:, None] * inv[None]
+    self.cos, self.sin = ang.cos().float(), ang.sin().float()
+    shape = (cfg.n_kv_heads, max_context, cfg.head_dim)
+    self.ck = [torch.zeros(shape) for _ in self.layers]
+    self.cv = [torch.zeros(shape) for _ in self.layers]
+
+  def _rms(self, x: Any, w: Any) -> Any:
+    return x * self.torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps) * w
+  def _rope(self, x: Any, start: int) -> Any:  # x (T, heads, D)
+    T = x.shape[0]
+    c, s = self.cos[start:start + T, None], self.sin[start:start + T, None]
+    if self.cfg.rope_style == "normal":
+      a, b = x[..., 0::2], x[..., 1::2]
+      return self.torch.stack((a * c - b * s, a * s + b * c), -1).flatten(-2)
+    h = x.shape[-1] // 2
+    a, b = x[..., :h], x[..., h:]
+    return self.torch.cat((a * c - b * s, a * s + b * c), -1)
+
+  def forward(self, tokens: list[int], start: int) -> Any:
+    """Logits (V,) after the last of `tokens`, which sit at positions start, start+1, ..."""
+    torch, cfg = self.torch, self.cfg
+    T, H, Hkv, D = len(tokens), cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    x = self.emb[torch.tensor(tokens)]
+    end = start + T
+    mask = torch.ones(T, end, dtype=torch.bool).tril(start)
+    for lw, ck, cv in zip(self.layers, self.ck, self.cv):
+      h = self._rms(x, lw["attn_norm"])
+      q = self._rope((h @ lw["attn_q"].T).view(T, H, D), start)
+      k = self._rope((h @ lw["attn_k"].T).view(T, Hkv, D), start)
+      ck[:, start:end] = k.transpose(0, 1)
+      cv[:, start:end] = (h @ lw["attn_v"].T).view(T, Hkv, D).transpose(0, 1)
+      qh = q.view(T, Hkv, H // Hkv, D).permute(1, 2, 0, 3)  # (Hkv, g, T, D)
+      scores = (qh @ ck[:, None, :end].transpose(-1, -2)) / math.sqrt(D)
+      probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)
+      x = x + (probs @ cv[:, None, :end]).permute(2, 0, 1, 3).reshape(T, H * D) @ lw["attn_output"].T
+      h = self._rms(x, lw["ffn_norm"])
+      x = x + (torch.nn.functional.silu(h @ lw["ffn_gate"].T) * (h @ lw["ffn_up"].T)) @ lw["ffn_down"].T
+    return self._rms(x[-1], self.out_norm) @ self.out.T
+
+# ***** measuring *****
+
+def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], prompt_len: int, n_decode: int,
+                max_context: int, frameworks: list[str], rounds: int = 3,
+                verbose: bool = False) -> list[dict[str, Any]]:
+  """Prefill and decode tokens/s per framework. The machine may be shared and busy: the frameworks take turns, round
+  by round (one prefill, then n_decode greedy steps), after one warm-up round that compiles; the best round counts."""
+  rows: list[dict[str, Any]] = [
+    {"name": f"{name} prefill {prompt_len} tok", "unit": "tok/s", "work": 0.0, "values": {}},
+    {"name": f"{name} decode (ctx {max_context})", "unit": "tok/s", "work": 0.0, "values": {}}]
+  def fail(fw: str, e: BaseException) -> None:
+    if verbose: traceback.print_exc()
+    for r in rows: r["values"][fw] = _short_error(e)
+  try: cfg, w = make()
+  except Exception as e:
+    for fw in frameworks: fail(fw, e)
+    return rows
+  prompt = [1 + (i * 7919) % (cfg.vocab_size - 1) for i in range(prompt_len)]
+  # framework -> (prefill the prompt, one greedy step: (token, pos) -> next token)
+  runs: dict[str, tuple[Callable[[], Any], Callable[[int, int], int]]] = {}
+  logits: dict[str, Any] = {}
+  for fw in frameworks:
+    try:
+      if fw == "attograd":
+        from attograd import Tensor
+        from attograd.llm.model import Llama
+        m = Llama(cfg, {k: Tensor(v) for k, v in w.items()}, max_context=max_context)
+        logits[fw] = m.prefill(prompt).numpy()
+        runs[fw] = (lambda: m.prefill(prompt), lambda t, p: (m.step(t, p), m.greedy_token())[1])
+      else:
+        import torch
+        tm = TorchLlama(cfg, w, max_context)
+        with torch.inference_mode(): logits[fw] = tm.forward(prompt, 0).numpy()
+        runs[fw] = (torch.inference_mode()(lambda: tm.forward(prompt, 0)),
+                    torch.inference_mode()(lambda t, p: int(tm.forward([t], p).argmax())))
+    except Exception as e: fail(fw, e)  # one broken framework must not stop the other
+  if "attograd" in logits and "torch" in logits:
+    import numpy as np
+    err = float(np.abs(logits["attograd"] - logits["torch"]).max())
+    if err > 1e-3 * max(1.0, float(np.abs(logits["torch"]).max())):
+      fail("attograd", AssertionError(f"prefill logits differ from torch's by {err:.3g}"))
+      runs.pop("attograd")
+  best: dict[str, list[float]] = {fw: [math.inf, math.inf] for fw in runs}
+  for rnd in range(rounds + 1):
+    for fw, (prefill, step) in list(runs.items()):
+      try:
+        st = time.perf_counter()
+        prefill()
+        t_pre = time.perf_counter() - st
+        tok, st = 1, time.perf_counter()
+        for p in range(prompt_len, prompt_len + n_decode): tok = step(tok, p)
+        t_dec = time.perf_counter() - st
+      except Exception as e:
+        fail(fw, e)
+        runs.pop(fw)
+        continue
+      if rnd > 0: best[fw] = [min(best[fw][0], t_pre), min(best[fw][1], t_dec)]
+  for fw in runs: rows[0]["values"][fw], rows[1]["values"][fw] = prompt_len / best[fw][0], n_decode / best[fw][1]
+  return rows
+
+def _short_error(e: BaseException) -> str:
+  msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+  return f"{type(e).__name__}: {msg}"[:160]
+
+def run(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
+  """Rows {name, unit, work, values: {framework: tokens/s or error text}} for attograd and torch (if installed)."""
+  frameworks = ["attograd"]
+  try:
+    import torch  # noqa: F401
+    frameworks.append("torch")
+  except ImportError: pass
+  n, rounds, prompt = (8, 2, 32) if quick else (32, 3, 128)
+  return (bench_model("stories260K", stories, prompt, n, 512, frameworks, rounds, verbose) +
+          bench_model("gpt2-small-shaped", gpt2_shaped, prompt, n, 256 if quick else 512, frameworks, rounds, verbose))
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m bench.llm", description=__doc__)
+  parser.add_argument("--quick", action="store_true", help="shorter prompts and fewer decoded tokens")
+  parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks of failing benchmarks")
+  args = parser.parse_args(argv)
+  rows = run(args.quick, args.verbose)
+  print(f"{'benchmark':<44}{'unit':>7}{'attograd':>11}{'torch':>11}{'ratio':>8}")
+  errors: list[str] = []
+  for r in rows:
+    cells = []
+    for fw in ("attograd", "torch"):
+      v = r["values"].get(fw)
+      if isinstance(v, str):
+        if v not in errors: errors.append(v)
+        cells.append(f"error[{errors.index(v) + 1}]")
+      else: cells.append("-" if v is None else f"{v:.1f}")
+    a, b = r["values"].get("attograd"), r["values"].get("torch")
+    ratio = f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) and b else "-"
+    print(f"{r['name']:<44}{r['unit']:>7}{cells[0]:>11}{cells[1]:>11}{ratio:>8}")
+  print("ratio = attograd tokens/s / torch tokens/s (> 1: attograd is faster)")
+  for i, e in enumerate(errors): print(f"[{i + 1}] {e}")
+  return 1 if errors else 0
+
+if __name__ == "__main__":
+  raise SystemExit(main())
