@@ -350,15 +350,15 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                    epilog="Exit status is 1 when any benchmark failed (its error is printed), else 0.")
   parser.add_argument("--quick", action="store_true", help="smaller sizes, for a fast smoke run")
-  parser.add_argument("--only", metavar="NAME", help=f"comma-separated subset of: {', '.join(BENCHES)}")
+  parser.add_argument("--only", metavar="NAME", help=f"comma-separated subset of: {', '.join(BENCHES)}, llm")
   parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks of failing benchmarks")
   args = parser.parse_args(argv)
   if np is None:
     print("bench: NumPy is needed for the reference figures; install it with `pip install -e '.[test]'`")
     return 1
-  names = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHES)
-  if (unknown := [n for n in names if n not in BENCHES]):
-    parser.error(f"--only: unknown benchmark {', '.join(unknown)}; choose from {', '.join(BENCHES)}")
+  names = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHES) + ["llm"]
+  if (unknown := [n for n in names if n not in BENCHES and n != "llm"]):
+    parser.error(f"--only: unknown benchmark {', '.join(unknown)}; choose from {', '.join(BENCHES)}, llm")
 
   device = _attograd_device()
   sizes = TINY if device == "PYTHON" else QUICK if args.quick else FULL
@@ -377,6 +377,14 @@ def main(argv: list[str] | None = None) -> int:
 
   rows: list[Row] = []
   for name in names:
+    if name == "llm":  # measured by bench/llm.py (frameworks take turns, best round): its rows come back filled in
+      try:
+        from bench import llm
+        rows.extend(Row(r["name"], r["unit"], r["work"], r["values"]) for r in llm.run(args.quick or sizes is TINY, args.verbose))
+      except Exception as e:
+        if args.verbose: traceback.print_exc()
+        rows.append(Row(name, "-", 0.0, {fw: _short_error(e) for fw in frameworks}))
+      continue
     try: bench = BENCHES[name](sizes)
     except Exception as e:
       if args.verbose: traceback.print_exc()

@@ -138,7 +138,8 @@ class Kernel:
     4. big kernels split across CPU threads on the outermost axis."""
     if NOOPT: return
     if 0 < self.first_reduce < self.shape_len:
-      amt_of = lambda ax, amts: next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] >= a), 0)
+      def amt_of(ax: int, amts: tuple[int, ...]) -> int:
+        return next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] >= a), 0)
       # the widest lanes win; on a tie, an axis the output is stored contiguously along, then the innermost
       cands = [(a, self._lane_ok(ax), ax) for ax in range(self.first_reduce)
                if self._lane_ok(ax, strided_store=True) and (a := amt_of(ax, (16, 8, 4)))]

@@ -1,11 +1,8 @@
 """Command line: `python -m attograd.llm --model FILE --prompt TEXT` streams a completion to stdout (speeds on stderr);
 `python -m attograd.llm serve --model FILE --port N` runs the OpenAI-compatible HTTP server with a chat page."""
 from __future__ import annotations
-import argparse, os, random, sys, time
+import argparse, random, sys, time
 from typing import Callable, TextIO
-# OpenMP threads that spin while waiting for a descheduled sibling made decoding ~20x slower on a busy machine
-# (stories260K, 2 cores: 46 vs 940 tok/s); sleeping waits cost little. Set before the first kernel loads libgomp.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 from attograd.llm.generate import LLM, chat_format
 from attograd.llm.sampling import Sampler
 

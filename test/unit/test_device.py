@@ -3,7 +3,7 @@ from __future__ import annotations
 import os, subprocess, sys, textwrap
 import pytest
 from attograd import Device, GlobalCounters, Tensor
-from attograd.device import DeviceUnavailable, disk_cache_get, disk_cache_put, _cache_path
+from attograd.device import disk_cache_get, disk_cache_put, _cache_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
