@@ -225,7 +225,9 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
     s = u.src[0].shape
     if u.dtype.itemsize == u.src[0].dtype.itemsize or not s: return s
     return s[:-1] + (s[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize,)
-  return u.src[0].shape
+  # in a kernel a Variable has no view (shape ()), so an expression over Variables only takes the others' shape
+  s = u.src[0].shape if u.src else ()
+  return s if s or len(u.src) < 2 else next((t for x in u.src[1:] if (t := x.shape)), ())
 
 # ***** bounds of integer/boolean expressions (for the symbolic simplifier) *****
 

@@ -87,6 +87,20 @@ def test_variables(device: str) -> None:
   w = Variable("m", 1, 100)
   with pytest.raises(ValueError, match="Variables"): f(Tensor(rnd(4)), w.bind(3))
 
+def test_variable_operands_before_a_reduce(device: str) -> None:
+  # a bound Variable used as a value (masks against a position, a scale) in kernels that reduce: plain and jitted
+  pos = Variable("pos", 0, 7)
+  def f(x: Tensor, p: Any) -> tuple[Tensor, Tensor, Tensor]:
+    ar = Tensor.arange(8, device=device)
+    return (ar <= p).where(x, -1e9).max(-1), (ar == p).where(x, 0.0).sum(-1), (x * Tensor(p).cast(x.dtype)).sum(-1)
+  jf = TinyJit(f)
+  for p in (3, 0, 7, 5, 2):
+    x = rnd(2, 8, seed=p)
+    want = (x[:, :p + 1].max(-1), x[:, p], (x * p).sum(-1))
+    for got in (f(Tensor(x, device=device), pos.bind(p)), jf(Tensor(x, device=device), pos.bind(p))):
+      for g, w in zip(got, want): np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)
+  assert jf.captured is not None and jf.captured.var_names.keys() == {"pos"}
+
 def test_jitted_method() -> None:
   class M:
     def __init__(self) -> None: self.w = Tensor(rnd(3, seed=1))
