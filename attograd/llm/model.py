@@ -1,5 +1,6 @@
 """Llama-family decoder-only transformers (llama 1/2/3, mistral, qwen2) built from GGUF metadata and weights, with a
-KV cache, a one-pass prefill and a decode step whose kernels are the same for every token."""
+KV cache, a one-pass prefill and a jitted decode step whose position is a Variable: its kernels are the same for every
+token."""
 from __future__ import annotations
 import math, os
 from array import array
@@ -7,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from attograd.device import Buffer, Device
 from attograd.dtype import dtypes
-from attograd.engine.realize import get_runner, run_schedule
-from attograd.engine.schedule import ScheduleItem, buffers, create_schedule
-from attograd.helpers import DEBUG, GlobalCounters, prod
+from attograd.engine.jit import TinyJit
+from attograd.engine.schedule import buffers
+from attograd.helpers import prod
 from attograd.tensor import Tensor
-from attograd.uop.ops import Ops, UOp
+from attograd.uop.ops import Ops, UOp, Variable
 
 # llama.cpp's rope types: "normal" rotates consecutive pairs (x0, x1), (x2, x3), ...; "neox" rotates x[i] with
 # x[i + d/2]. The llama converter permutes Q/K rows so that normal mode is right for "llama" GGUFs.
@@ -113,9 +114,10 @@ class Layer:
 class Llama:
   """A llama-family model with a KV cache of `max_context` positions.
 
-  Decoding attends over the whole cache with a mask built from a position tensor, so every decode step runs the
-  same kernels: nothing is compiled after the first token. A prompt runs as one prefill pass, padded to a power of
-  two length, so prompts compile one set of kernels per length bucket.
+  Decoding attends over the whole cache with masks built from a position Variable (a kernel argument, not a
+  constant), so every decode step runs the same kernels: a TinyJit captures them once and replays them for every
+  later token, with nothing scheduled or compiled. A prompt runs as one prefill pass, padded to a power of two
+  length: one TinyJit per length bucket, its last real row a Variable too.
   """
   def __init__(self, cfg: LlamaConfig, weights: dict[str, Tensor], max_context: int | None = None,
                progress: Callable[[int, int, str], None] | None = None):
@@ -169,9 +171,11 @@ class Llama:
     shape = (cfg.n_kv_heads, self.max_context, cfg.head_dim)
     self.cache_k = [Tensor.zeros(*shape, device=self.device).contiguous().realize() for _ in self.layers]
     self.cache_v = [Tensor.zeros(*shape, device=self.device).contiguous().realize() for _ in self.layers]
-    self._decode: Replay | None = None
-    self._prefills: dict[int, Replay] = {}
-    self._last: Replay | None = None
+    self.pos = Variable("pos", 0, self.max_context - 1)  # the decode step's position
+    self.last = Variable("last", 0, self.max_context - 1)  # the prefill's last real row
+    self._decode: Step | None = None
+    self._prefills: dict[int, Step] = {}
+    self._argmax: Buffer | None = None  # where the last call left its greedy token
     tick("kv cache")
 
   @staticmethod
@@ -252,10 +256,10 @@ class Llama:
 
   def _logits(self, x: Tensor) -> Tensor: return self._norm_matmul(x, self.output_norm, self.output)
 
-  def decode_step(self, x: Tensor, pos: Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
-    """One token: x (1, C) at position pos (an int32 tensor of shape (1,)) -> [logits (V,), their argmax (the greedy
-    token, so greedy decoding reads back 4 bytes), then the cache writes].
-    Every shape is fixed, so every call runs the same kernels."""
+  def decode_step(self, x: Tensor, pos: UOp | Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
+    """One token: x (1, C) at position pos (a bound Variable, or an int32 tensor of shape (1,)) -> [logits (V,), their
+    argmax (the greedy token, so greedy decoding reads back 4 bytes), then the cache writes]. Every shape is fixed
+    and the position only enters as a value, so every call runs the same kernels."""
     cfg = self.cfg
     H, Hkv, D, S = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.max_context
     g = H // Hkv
@@ -274,8 +278,8 @@ class Llama:
     logits = self._logits(x).reshape(cfg.vocab_size)
     return [logits, logits.argmax()] + writes
 
-  def prefill_step(self, x: Tensor, last: Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
-    """A prompt from position 0: x (T, C) -> [the logits (V,) at row `last` (an int32 tensor of shape (1,)), their
+  def prefill_step(self, x: Tensor, last: UOp | Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
+    """A prompt from position 0: x (T, C) -> [the logits (V,) at row `last` (a bound Variable), their
     argmax, then the cache writes]. Rows after `last` are padding: causal masking keeps them out of the real rows,
     and decoding overwrites them in the cache before it looks at them."""
     cfg = self.cfg
@@ -306,12 +310,10 @@ class Llama:
       raise ValueError(f"Llama.prefill: the prompt has {n} tokens, more than the context {self.max_context}")
     T = min(max(8, 1 << (n - 1).bit_length()), self.max_context)
     if (run := self._prefills.get(T)) is None:
-      R, f32 = self.cfg.rotary_dim, dtypes.float32
-      inputs = [((T, self.cfg.dim), f32), ((1,), dtypes.int32), ((T, 1, R), f32), ((T, 1, R), f32)]
-      run = self._prefills[T] = Replay(self.prefill_step, inputs, self.device)
+      R = self.cfg.rotary_dim
+      run = self._prefills[T] = Step(self.prefill_step, [(T, self.cfg.dim), (T, 1, R), (T, 1, R)], self.device)
     cos, sin = self._rope_bytes(0, T)
-    self._last = run
-    return run(self._embed(tokens, T), array("i", [n - 1]).tobytes(), cos, sin)
+    return self._result(run(self._embed(tokens, T), self.last.bind(n - 1), cos, sin))
 
   def step(self, token: int, pos: int) -> Tensor:
     """Feed one token at position pos (the cache must hold positions 0..pos-1); the logits (V,) after it."""
@@ -319,16 +321,40 @@ class Llama:
       raise ValueError(f"Llama.step: position {pos} is outside the context [0, {self.max_context})")
     if self._decode is None:
       R = self.cfg.rotary_dim
-      self._decode = Replay(self.decode_step, [((1, self.cfg.dim), dtypes.float32), ((1,), dtypes.int32),
-                                               ((1, 1, R), dtypes.float32), ((1, 1, R), dtypes.float32)], self.device)
+      self._decode = Step(self.decode_step, [(1, self.cfg.dim), (1, 1, R), (1, 1, R)], self.device)
     cos, sin = self._rope_bytes(pos, 1)
-    self._last = self._decode
-    return self._decode(self._embed([token], 1), array("i", [pos]).tobytes(), cos, sin)
+    return self._result(self._decode(self._embed([token], 1), self.pos.bind(pos), cos, sin))
+
+  def _result(self, outs: tuple[Tensor, Tensor]) -> Tensor:
+    self._argmax = buffers[outs[1].uop.base]
+    return outs[0]
 
   def greedy_token(self) -> int:
     """The argmax of the logits the last prefill or step returned (computed with them: no extra kernel)."""
-    if self._last is None or self._last.second is None: raise RuntimeError("Llama.greedy_token: nothing has run yet")
-    return int.from_bytes(self._last.second.as_bytes(), "little", signed=True)
+    if self._argmax is None: raise RuntimeError("Llama.greedy_token: nothing has run yet")
+    return int.from_bytes(self._argmax.as_bytes(), "little", signed=True)
+
+class Step:
+  """A jitted step function of float32 inputs of fixed shapes, fed raw bytes, and one bound Variable. The inputs are
+  Tensors of their own: each call copies new bytes into their buffers, so the TinyJit replays its kernels on the same
+  buffers with the Variable's new value. The function returns [result, its argmax, then in-place writes]; a call
+  realizes them all and returns the first two."""
+  def __init__(self, fn: Callable[..., list[Tensor]], shapes: list[tuple[int, ...]], device: str):
+    self.fn = fn
+    self.inputs = [Tensor.empty(*shape, dtype=dtypes.float32, device=device) for shape in shapes]
+    self.bufs: list[Buffer] = [buffers[t.uop.base] for t in self.inputs]
+    self.jit = TinyJit(self._run)
+
+  def _run(self, x: Tensor, var: UOp, *rest: Tensor) -> tuple[Tensor, Tensor]:
+    outs = self.fn(x, var, *rest)
+    outs[0].realize(*outs[1:])  # the writes are realized here, so the jit doesn't rebuild Tensors for them
+    return outs[0], outs[1]
+
+  def __call__(self, x: bytes, var: UOp, *rest: bytes) -> tuple[Tensor, Tensor]:
+    for buf, data in zip(self.bufs, (x, *rest)):
+      buf.copyin(memoryview(data))
+      buf.version += 1  # results computed from the old bytes are stale
+    return self.jit(self.inputs[0], var, *self.inputs[1:])
 
 def assign_later(target: Tensor, value: Tensor) -> Tensor:
   """`value` written into target's buffer when the result is realized (Tensor.assign writes at once). The value may
@@ -338,47 +364,3 @@ def assign_later(target: Tensor, value: Tensor) -> Tensor:
   if value.shape != target.shape or value.dtype != target.dtype:
     raise ValueError(f"assign_later: target is {target.shape} {target.dtype}, value {value.shape} {value.dtype}")
   return target._new(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)))
-
-class Replay:
-  """A step function of fixed-shape input tensors, run through the whole stack once, then replayed: later calls copy
-  new bytes into the same input buffers and run the same kernels on the same buffers. No graph is built, scheduled or
-  compiled after the first call. (A TinyJit for this model, specialised: its inputs are raw bytes, its first output
-  is the result, the other outputs are in-place writes.)"""
-  def __init__(self, fn: Callable[..., list[Tensor]], inputs: list[tuple[tuple[int, ...], Any]], device: str):
-    self.fn = fn
-    self.inputs = [Tensor.empty(*shape, dtype=dtype, device=device) for shape, dtype in inputs]
-    self.bufs: list[Buffer] = [buffers[t.uop.base] for t in self.inputs]
-    self.items: list[ScheduleItem] | None = None
-    self.calls: list[tuple[Any, tuple[Any, ...]]] | None = None
-    self.out: Tensor | None = None
-    self.second: Buffer | None = None  # the buffer of the second output, read directly by the owner
-
-  def __call__(self, *raw: bytes) -> Tensor:
-    for buf, data in zip(self.bufs, raw):
-      buf.copyin(memoryview(data))
-      buf.version += 1  # results computed from the old bytes are stale
-    if self.items is None:
-      outs = self.fn(*self.inputs)
-      self.items, becomes = create_schedule([t.uop for t in outs])
-      self.out = Tensor(becomes[outs[0].uop], device=outs[0].device)
-      self.second = buffers[becomes[outs[1].uop].base] if len(outs) > 1 else None
-      run_schedule(self.items)
-      self.calls = self._direct_calls(self.items)
-    elif self.calls is None or DEBUG >= 2: run_schedule(self.items)
-    else:
-      for prg, args in self.calls: prg(*args)
-      GlobalCounters.kernel_count += len(self.calls)
-    for si in self.items: si.bufs[0].version += 1
-    assert self.out is not None
-    return self.out
-
-  @staticmethod
-  def _direct_calls(items: list[ScheduleItem]) -> list[tuple[Any, tuple[Any, ...]]] | None:
-    """Each kernel's program and its buffer arguments, bound once: a replay is then one call per kernel. None when a
-    step has copies or variables, which need run_schedule."""
-    calls = []
-    for si in items:
-      if si.ast.op is Ops.COPY or si.var_vals: return None
-      runner = get_runner(si.bufs[0].device, si.ast)
-      calls.append((runner.prg, tuple(si.bufs[i]._buf for i in runner.spec.globals)))
-    return calls

@@ -3,8 +3,10 @@ F16, Q8_0 and Q4_0; logits match a reference; decode compiles nothing after its 
 (GQA, neox rope with q/k/v biases, tied output, partial rotary) match a NumPy forward pass written here."""
 from __future__ import annotations
 import json, math, os, struct, subprocess, sys
+from typing import Any
 import pytest
-from attograd import GlobalCounters, Tensor
+import attograd.tensor as tensor_mod
+from attograd import Context, GlobalCounters, Tensor, TinyJit
 from attograd.engine import realize
 from attograd.llm.generate import LLM
 from attograd.llm.model import Llama, LlamaConfig
@@ -67,18 +69,49 @@ def test_decode_compiles_nothing_after_first_step(stories: LLM) -> None:
     counts.append(GlobalCounters.kernel_count - k0)
   assert len(realize._runners) == runners, "a decode step compiled a new kernel"
   assert len(set(counts)) == 1, counts
-  # without the replay: the step function's graph, built anew for another position, schedules onto the same kernels
-  # (what a TinyJit wrapping decode_step relies on)
-  from array import array
+  # without the jit: the step function's graph, built anew for another position, schedules onto the same kernels
   from attograd.dtype import dtypes
   for pos in (12, 13):
     cos, sin = (Tensor(list(struct.unpack(f"{len(b) // 4}f", b)), dtype=dtypes.float32).reshape(1, 1, -1)
                 for b in m._rope_bytes(pos, 1))
     x = Tensor(list(struct.unpack(f"{m.cfg.dim}f", m._embed([tok], 1)))).reshape(1, -1)
-    outs = m.decode_step(x, Tensor(array("i", [pos]).tolist(), dtype=dtypes.int32), cos, sin)
+    outs = m.decode_step(x, m.pos.bind(pos), cos, sin)
     Tensor.realize(*outs)
     if pos == 12: runners = len(realize._runners)
   assert len(realize._runners) == runners
+
+@needs_model
+def test_decode_is_a_tinyjit_with_a_variable_position(stories: LLM, monkeypatch: pytest.MonkeyPatch) -> None:
+  m = stories.model
+  logits = m.prefill([1, 403])
+  tok = int(logits.argmax().item())
+  for pos in (2, 3): tok = int(m.step(tok, pos).argmax().item())  # run, then capture
+  jit = m._decode.jit
+  assert isinstance(jit, TinyJit) and jit.captured is not None
+  assert set(jit.captured.var_names) == {"pos"}  # the position is a kernel argument, not a constant
+  assert m.pos.arg == ("pos", 0, m.max_context - 1)
+  calls = {"schedule": 0, "compile": 0}
+  def counting(name: str, real: Any) -> Any:
+    def f(*a: Any, **k: Any) -> Any:
+      calls[name] += 1
+      return real(*a, **k)
+    return f
+  monkeypatch.setattr(tensor_mod, "create_schedule", counting("schedule", tensor_mod.create_schedule))
+  monkeypatch.setattr(realize, "get_runner", counting("compile", realize.get_runner))
+  cnt, runners, ids = jit.cnt, len(realize._runners), []
+  for pos in range(4, 9):
+    ids.append(tok)
+    m.step(tok, pos)
+    tok = m.greedy_token()  # the argmax computed in the step: reading it schedules nothing
+  assert jit.cnt == cnt + 5 and calls == {"schedule": 0, "compile": 0} and len(realize._runners) == runners
+  # the replays at different positions are right: the same tokens as stepping without the jit
+  with Context(JIT=0):
+    m.prefill([1, 403])
+    t = int(m.step(int(logits.argmax().item()), 2).argmax().item())
+    for pos in range(3, 9):
+      if pos >= 4: assert t == ids[pos - 4]
+      t = int(m.step(t, pos).argmax().item())
+  assert t == tok
 
 @needs_model
 def test_prefill_equals_stepping(stories: LLM) -> None:
