@@ -206,11 +206,20 @@ def _half_bits(v: float) -> int:
   import struct
   return struct.unpack("<H", struct.pack("<e", v))[0]
 
+def _reduce_in_float(x: UOp) -> UOp | None:
+  """half and bfloat16 reductions accumulate in float32 (their accumulator has no arithmetic of its own here)."""
+  if x.dtype not in (dtypes.float16, dtypes.bfloat16): return None
+  return UOp(Ops.REDUCE, dtypes.float32, (x.src[0].cast(dtypes.float32),) + x.src[1:], x.arg).cast(x.dtype)
+pm_reduce_in_float = PatternMatcher([(UPat(Ops.REDUCE, name="x"), _reduce_in_float)])
+
 class GPUCStyle(CStyleLanguage):
   """Shared by the GPU C dialects: no loops over outputs (threads instead), no vector lanes, float math for half
   when the device has no native half, and bfloat16 held as its 16 bits like the C renderer does."""
   half_bits = False   # True: half values live in registers as their 16 bits (no native half arithmetic)
   half_from_bits, half_to_bits = "__half_to_f32", "__f32_to_half"
+  def prepare(self, sink: UOp) -> UOp:
+    if self.supports_float16: return graph_rewrite(sink, pm_bf16_only + pm_reduce_in_float)
+    return graph_rewrite(sink, pm_promote_half + pm_reduce_in_float)
   def render_const(self, v: object, d: DType) -> str:
     if d is dtypes.float16 and self.half_bits:
       assert isinstance(v, float)
@@ -219,7 +228,8 @@ class GPUCStyle(CStyleLanguage):
     return super().render_const(v, d)
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
     if self.half_bits and dst is dtypes.float16:
-      return f"{self.half_to_bits}((float)({x}))" if src is not dtypes.float16 else x
+      if src is dtypes.float16: return x
+      return f"{self.half_to_bits}((float)({'__bf16_to_f32(' + x + ')' if src is dtypes.bfloat16 else x}))"
     if self.half_bits and src is dtypes.float16:
       if dst is dtypes.bfloat16: return f"__f32_to_bf16({self.half_from_bits}({x}))"
       x, src = f"{self.half_from_bits}({x})", dtypes.float32
