@@ -158,7 +158,8 @@ class Kernel:
     threads = 1
     for ax in reversed(range(self.first_reduce)):  # innermost output axes first: neighbours share cache lines
       if len(self.locals_) == 2: break
-      amt = next((a for a in (32, 16, 8, 4, 2) if threads * a <= min(local_max, 128) and self.full_shape[ax] % a == 0), 0)
+      fits = [a for a in (32, 16, 8, 4, 2) if threads * a <= min(local_max, 128) and self.full_shape[ax] % a == 0]
+      amt = fits[0] if fits else 0
       if amt > 1:
         self.apply_opt(Opt("LOCAL", ax, amt))
         threads *= amt

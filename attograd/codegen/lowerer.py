@@ -102,7 +102,8 @@ def _special_dims(prefix: str, axes: list[int], shape: tuple[int, ...], maxes: t
       idx[a] = x % shape[a] if j > 0 else x
   return idx, tuple(sizes) if sizes else (1,)
 
-def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None) -> tuple[dict[int, UOp], tuple[int, ...], tuple[int, ...]]:
+def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None,
+               ) -> tuple[dict[int, UOp], tuple[int, ...], tuple[int, ...]]:
   """(index of each axis run by the GPU, global size in work-groups, local size in threads)."""
   shape = k.full_shape
   glob = [i for i in range(k.first_reduce) if shape[i] != 1 and i not in k.upcasted and i not in k.locals_]

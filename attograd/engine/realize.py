@@ -17,7 +17,7 @@ class CompiledRunner:
     self.prg = dev.runtime(spec.name, lib)
     self.var_names = [v.arg[0] for v in spec.vars if not v.arg[0].startswith("_")]
     # GPU kernels launch with their work-group counts and sizes; C kernels loop over everything themselves
-    self.launch = {"global_size": spec.global_size, "local_size": spec.local_size} if spec.global_size is not None else {}
+    self.launch = {} if spec.global_size is None else {"global_size": spec.global_size, "local_size": spec.local_size}
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
     args = [bufs[i]._buf for i in self.spec.globals]
     vals = tuple(var_vals[n] for n in self.var_names)

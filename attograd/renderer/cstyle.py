@@ -120,7 +120,8 @@ class CStyleLanguage(Renderer):
       elif op is Ops.DEFINE_LOCAL:
         r[u] = u.arg[0]
         assert isinstance(d, PtrDType)
-        local_decls.append(f"  {self.smem_prefix}{self.storage_map.get(d.base, self.render_dtype(d.base))} {u.arg[0]}[{u.arg[1]}];")
+        ctype = self.storage_map.get(d.base, self.render_dtype(d.base))
+        local_decls.append(f"  {self.smem_prefix}{ctype} {u.arg[0]}[{u.arg[1]}];")
       elif op is Ops.BARRIER:
         r[u] = r[u.src[0]]
         emit(self.barrier)
@@ -271,7 +272,8 @@ class OpenCLRenderer(GPUCStyle):
     if self.fp16 and dtypes.float16 in used: out.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
     if dtypes.bfloat16 in used:
       out.append("float __bf16_to_f32(ushort b) { return as_float(((uint)b) << 16); }")
-      out.append("ushort __f32_to_bf16(float f) { uint u = as_uint(f); if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0;"
+      out.append("ushort __f32_to_bf16(float f) { uint u = as_uint(f);"
+                 " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0;"
                  " u += 0x7fff + ((u >> 16) & 1); return (ushort)(u >> 16); }")
     if self.half_bits and dtypes.float16 in used:
       out.append("float __half_to_f32(ushort b) { return vload_half(0, (__private const half*)&b); }")
@@ -288,15 +290,18 @@ class CUDARenderer(GPUCStyle):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False,
                      global_max=(2**31 - 1, 65535, 65535))
     self.arch = arch
-    self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.float16: "half", dtypes.bfloat16: "__nv_bfloat16"}
+    self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.float16: "half",
+                     dtypes.bfloat16: "__nv_bfloat16"}
     self.storage_map = {dtypes.bool: "unsigned char"}
-  def render_special(self, name: str) -> str: return f"{'blockIdx' if name[0] == 'g' else 'threadIdx'}.{'xyz'[int(name[-1])]}"
+  def render_special(self, name: str) -> str:
+    return f"{'blockIdx' if name[0] == 'g' else 'threadIdx'}.{'xyz'[int(name[-1])]}"
   def render_const(self, v: object, d: DType) -> str:
     # NVRTC has no math.h: NAN and INFINITY are spelled as bits
     if d in (dtypes.float16, dtypes.bfloat16):
       assert isinstance(v, float)
       from attograd.dtype import float_to_bf16_bits
-      return f"__ushort_as_half({_half_bits(v)})" if d is dtypes.float16 else f"__ushort_as_bfloat16({float_to_bf16_bits(v)})"
+      if d is dtypes.float16: return f"__ushort_as_half({_half_bits(v)})"
+      return f"__ushort_as_bfloat16({float_to_bf16_bits(v)})"
     if d is dtypes.float32 and isinstance(v, float) and not math.isfinite(v):
       return f"__int_as_float({0x7fc00000 if math.isnan(v) else (0xff800000 if v < 0 else 0x7f800000):#x})"
     if d is dtypes.float64 and isinstance(v, float) and not math.isfinite(v):

@@ -1,5 +1,5 @@
 """The CL device: OpenCL through ctypes on the system's libOpenCL (any ICD: PoCL, NVIDIA, AMD, Intel).
-"CL" is the first device of all platforms, "CL:1" the second. Compiled programs are cached on disk as device binaries."""
+"CL" is the first device of all platforms, "CL:1" the second. Programs are cached on disk as device binaries."""
 from __future__ import annotations
 import ctypes, ctypes.util, os
 from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator
@@ -13,7 +13,8 @@ c_p, c_int, c_uint, c_size, c_ulong = ctypes.c_void_p, ctypes.c_int32, ctypes.c_
 CL_DEVICE_TYPE_ALL, CL_MEM_READ_WRITE, CL_QUEUE_PROFILING_ENABLE, CL_QUEUE_PROPERTIES = 0xFFFFFFFF, 1, 2, 0x1093
 CL_DEVICE_NAME, CL_DEVICE_VERSION, CL_DRIVER_VERSION, CL_DEVICE_EXTENSIONS = 0x102B, 0x102F, 0x102D, 0x1030
 CL_DEVICE_MAX_WORK_GROUP_SIZE, CL_PLATFORM_NAME, CL_PROGRAM_BUILD_LOG = 0x1004, 0x0902, 0x1183
-CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES, CL_PROFILING_COMMAND_START, CL_PROFILING_COMMAND_END = 0x1165, 0x1166, 0x1282, 0x1283
+CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
+CL_PROFILING_COMMAND_START, CL_PROFILING_COMMAND_END = 0x1282, 0x1283
 
 def _load_lib() -> ctypes.CDLL:
   names = [n for n in (ctypes.util.find_library("OpenCL"), "libOpenCL.so.1", "libOpenCL.so") if n]
@@ -94,6 +95,11 @@ def list_devices() -> list[tuple[int, int]]:
     out.extend((p, d) for d in devs)
   return out
 
+def _host(mv: memoryview) -> ctypes.Array:
+  """A ctypes view of host bytes to copy from (a private copy when the memoryview is read-only)."""
+  if mv.readonly: return ctypes.create_string_buffer(bytes(mv), mv.nbytes)
+  return (ctypes.c_char * mv.nbytes).from_buffer(mv)
+
 class CLAllocator(LRUAllocator):
   """A buffer is a cl_mem handle. Copies block; kernels run in order on one queue, so reads see earlier writes."""
   def __init__(self, dev: ClDevice):
@@ -102,15 +108,18 @@ class CLAllocator(LRUAllocator):
   def _alloc(self, nbytes: int) -> int:
     err = c_int()
     mem = cl().clCreateBuffer(self.dev.ctx, CL_MEM_READ_WRITE, nbytes, None, ctypes.byref(err))
-    if err.value != 0 or not mem: raise MemoryError(f"CL: could not allocate {nbytes} bytes on {self.dev.name} (error {err.value})")
+    if err.value != 0 or not mem:
+      raise MemoryError(f"CL: could not allocate {nbytes} bytes on {self.dev.name} (error {err.value})")
     return mem
   def _free(self, buf: int, nbytes: int) -> None: cl().clReleaseMemObject(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
-    host = (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else ctypes.create_string_buffer(bytes(src), src.nbytes)
-    check(cl().clEnqueueWriteBuffer(self.dev.queue, dest, 1, 0, src.nbytes, ctypes.addressof(host), 0, None, None), "copy in")
+    host = _host(src)
+    check(cl().clEnqueueWriteBuffer(self.dev.queue, dest, 1, 0, src.nbytes, ctypes.addressof(host), 0, None, None),
+          "copy in")
   def copyout(self, dest: memoryview, src: int) -> None:
     host = (ctypes.c_char * dest.nbytes).from_buffer(dest)
-    check(cl().clEnqueueReadBuffer(self.dev.queue, src, 1, 0, dest.nbytes, ctypes.addressof(host), 0, None, None), "copy out")
+    check(cl().clEnqueueReadBuffer(self.dev.queue, src, 1, 0, dest.nbytes, ctypes.addressof(host), 0, None, None),
+          "copy out")
 
 class CLCompiler(Compiler):
   """OpenCL C -> the device's program binary (for PoCL, and for most GPU drivers, loadable again later)."""
@@ -123,21 +132,24 @@ class CLCompiler(Compiler):
     lib = cl()
     status = lib.clBuildProgram(prg, 1, ctypes.byref(c_p(self.dev.device_id)), self.options.encode(), None, None)
     if status != 0:
-      log = _info_str(lambda o, p, s, v, r: lib.clGetProgramBuildInfo(o, self.dev.device_id, p, s, v, r), prg, CL_PROGRAM_BUILD_LOG)
+      def build_info(o: int, p: int, s: int, v: object, r: object) -> int:
+        return lib.clGetProgramBuildInfo(o, self.dev.device_id, p, s, v, r)
+      log = _info_str(build_info, prg, CL_PROGRAM_BUILD_LOG)
       lib.clReleaseProgram(prg)
       raise RuntimeError(f"CL: building the program failed (error {status}):\n{log}\n--- source ---\n{src}")
   def compile(self, src: str) -> bytes:
     lib = cl()
     err = c_int()
     raw = src.encode()
-    prg = lib.clCreateProgramWithSource(self.dev.ctx, 1, (ctypes.c_char_p * 1)(raw), (c_size * 1)(len(raw)), ctypes.byref(err))
+    prg = lib.clCreateProgramWithSource(self.dev.ctx, 1, (ctypes.c_char_p * 1)(raw), (c_size * 1)(len(raw)),
+                                        ctypes.byref(err))
     check(err.value, "clCreateProgramWithSource")
     self.build(prg, src)
     size = c_size()
-    check(lib.clGetProgramInfo(prg, CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(size), ctypes.byref(size), None), "binary size")
+    check(lib.clGetProgramInfo(prg, CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(size), ctypes.byref(size), None), "sizes")
     binary = ctypes.create_string_buffer(size.value)
-    check(lib.clGetProgramInfo(prg, CL_PROGRAM_BINARIES, ctypes.sizeof(c_p), ctypes.byref(c_p(ctypes.addressof(binary))),
-                               None), "get binary")
+    where = c_p(ctypes.addressof(binary))
+    check(lib.clGetProgramInfo(prg, CL_PROGRAM_BINARIES, ctypes.sizeof(c_p), ctypes.byref(where), None), "get binary")
     lib.clReleaseProgram(prg)
     return binary.raw
 
@@ -148,7 +160,8 @@ class CLProgram:
     cl_, err, status = cl(), c_int(), c_int()
     binary = ctypes.create_string_buffer(lib, len(lib))
     self.prg = cl_.clCreateProgramWithBinary(dev.ctx, 1, ctypes.byref(c_p(dev.device_id)), (c_size * 1)(len(lib)),
-                                             (c_p * 1)(ctypes.addressof(binary)), ctypes.byref(status), ctypes.byref(err))
+                                             (c_p * 1)(ctypes.addressof(binary)), ctypes.byref(status),
+                                             ctypes.byref(err))
     check(err.value or status.value, f"loading the binary of {name}")
     dev.compiler.build(self.prg, f"<binary of {name}>")
     self.kernel = cl_.clCreateKernel(self.prg, name.encode(), ctypes.byref(err))
@@ -156,7 +169,8 @@ class CLProgram:
   def __call__(self, *bufs: int, global_size: tuple[int, ...] = (1,), local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     lib = cl()
-    for i, b in enumerate(bufs): check(lib.clSetKernelArg(self.kernel, i, ctypes.sizeof(c_p), ctypes.byref(c_p(b))), "set arg")
+    for i, b in enumerate(bufs):
+      check(lib.clSetKernelArg(self.kernel, i, ctypes.sizeof(c_p), ctypes.byref(c_p(b))), "set arg")
     for j, v in enumerate(vals):
       check(lib.clSetKernelArg(self.kernel, len(bufs) + j, 4, ctypes.byref(c_int(v))), "set arg")
     dims = max(len(global_size), len(local_size or ()))
@@ -193,7 +207,8 @@ class ClDevice(Compiled):
     self.driver_version = _info_str(lib.clGetDeviceInfo, self.device_id, CL_DRIVER_VERSION)
     exts = _info_str(lib.clGetDeviceInfo, self.device_id, CL_DEVICE_EXTENSIONS).split()
     wg = c_size()
-    check(lib.clGetDeviceInfo(self.device_id, CL_DEVICE_MAX_WORK_GROUP_SIZE, ctypes.sizeof(wg), ctypes.byref(wg), None), "info")
+    check(lib.clGetDeviceInfo(self.device_id, CL_DEVICE_MAX_WORK_GROUP_SIZE, ctypes.sizeof(wg), ctypes.byref(wg), None),
+          "device info")
     err = c_int()
     self.ctx = lib.clCreateContext(None, 1, ctypes.byref(c_p(self.device_id)), None, None, ctypes.byref(err))
     check(err.value, "clCreateContext")
@@ -202,7 +217,8 @@ class ClDevice(Compiled):
       self.queue = lib.clCreateCommandQueueWithProperties(self.ctx, self.device_id, props, ctypes.byref(err))
     else: self.queue = lib.clCreateCommandQueue(self.ctx, self.device_id, CL_QUEUE_PROFILING_ENABLE, ctypes.byref(err))
     check(err.value, "creating the command queue")
-    renderer = OpenCLRenderer(device, fp16="cl_khr_fp16" in exts, fp64="cl_khr_fp64" in exts, local_max=min(wg.value, 256))
+    renderer = OpenCLRenderer(device, fp16="cl_khr_fp16" in exts, fp64="cl_khr_fp64" in exts,
+                              local_max=min(wg.value, 256))
     self.compiler = CLCompiler(self)
     super().__init__(device, CLAllocator(self), renderer, self.compiler, lambda name, lib: CLProgram(self, name, lib))
   def synchronize(self) -> None: check(cl().clFinish(self.queue), "clFinish")

@@ -52,7 +52,8 @@ def check(status: int, what: str) -> None:
 
 def cuda_include_dirs() -> list[str]:
   """Where cuda_fp16.h lives, for NVRTC (nvcc finds it by itself)."""
-  roots = [os.getenv("CUDA_HOME", ""), os.getenv("CUDA_PATH", ""), "/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"))
+  roots = [os.getenv("CUDA_HOME", ""), os.getenv("CUDA_PATH", ""), "/usr/local/cuda"]
+  roots += sorted(glob.glob("/usr/local/cuda-*"))
   return [os.path.join(r, "include") for r in roots if r and os.path.exists(os.path.join(r, "include", "cuda_fp16.h"))]
 
 class NVRTCCompiler(Compiler):
@@ -61,9 +62,11 @@ class NVRTCCompiler(Compiler):
     self.arch = arch
     self.nvrtc = _try_load([n for n in (ctypes.util.find_library("nvrtc"), "libnvrtc.so", "libnvrtc.so.13",
                                         "libnvrtc.so.12", "libnvrtc.so.11.2") if n])
-    self.nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    default_nvcc = "/usr/local/cuda/bin/nvcc"
+    self.nvcc = shutil.which("nvcc") or (default_nvcc if os.path.exists(default_nvcc) else None)
     if self.nvrtc is None and self.nvcc is None:
-      raise DeviceUnavailable("CUDA: neither libnvrtc.so nor nvcc was found to compile kernels. Install the CUDA toolkit "
+      raise DeviceUnavailable("CUDA: neither libnvrtc.so nor nvcc was found to compile kernels. Install the CUDA "
+                              "toolkit "
                               "(or just its NVRTC library, e.g. `pip install nvidia-cuda-nvrtc-cu12`).")
     self.cachekey = f"cuda:{arch}:{'nvrtc' if self.nvrtc is not None else 'nvcc'}"
   def compile(self, src: str) -> bytes: return self._nvrtc(src) if self.nvrtc is not None else self._nvcc(src)
@@ -98,6 +101,11 @@ class NVRTCCompiler(Compiler):
       if p.returncode != 0: raise RuntimeError(f"CUDA: nvcc failed to compile:\n{p.stderr}\n--- source ---\n{src}")
       with open(ptx, "rb") as f: return f.read() + b"\0"
 
+def _host(mv: memoryview) -> ctypes.Array:
+  """A ctypes view of host bytes to copy from (a private copy when the memoryview is read-only)."""
+  if mv.readonly: return ctypes.create_string_buffer(bytes(mv), mv.nbytes)
+  return (ctypes.c_char * mv.nbytes).from_buffer(mv)
+
 class CUDAAllocator(LRUAllocator):
   """A buffer is a device address. Copies go through the default stream after our stream has finished."""
   def __init__(self, dev: CudaDevice):
@@ -106,16 +114,18 @@ class CUDAAllocator(LRUAllocator):
   def _alloc(self, nbytes: int) -> int:
     ptr = ctypes.c_uint64()
     cuda().cuCtxSetCurrent(self.dev.ctx)
-    if cuda().cuMemAlloc_v2(ctypes.byref(ptr), nbytes) != 0: raise MemoryError(f"CUDA: could not allocate {nbytes} bytes")
+    if cuda().cuMemAlloc_v2(ctypes.byref(ptr), nbytes) != 0:
+      raise MemoryError(f"CUDA: could not allocate {nbytes} bytes")
     return ptr.value
   def _free(self, buf: int, nbytes: int) -> None: cuda().cuMemFree_v2(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
     self.dev.synchronize()
-    host = (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else ctypes.create_string_buffer(bytes(src), src.nbytes)
+    host = _host(src)
     check(cuda().cuMemcpyHtoD_v2(dest, ctypes.addressof(host), src.nbytes), "copy in")
   def copyout(self, dest: memoryview, src: int) -> None:
     self.dev.synchronize()
-    check(cuda().cuMemcpyDtoH_v2(ctypes.addressof((ctypes.c_char * dest.nbytes).from_buffer(dest)), src, dest.nbytes), "copy out")
+    host = (ctypes.c_char * dest.nbytes).from_buffer(dest)
+    check(cuda().cuMemcpyDtoH_v2(ctypes.addressof(host), src, dest.nbytes), "copy out")
 
 class CUDAProgram:
   """One kernel from PTX; call with device addresses, launch sizes and int variable values."""
@@ -136,7 +146,8 @@ class CUDAProgram:
       lib.cuEventCreate(ctypes.byref(start), 0)
       lib.cuEventCreate(ctypes.byref(end), 0)
       lib.cuEventRecord(start, self.dev.stream)
-    check(lib.cuLaunchKernel(self.fxn, *g, *b, 0, self.dev.stream, params, None), f"launching {self.name} grid {g} block {b}")
+    check(lib.cuLaunchKernel(self.fxn, *g, *b, 0, self.dev.stream, params, None),
+          f"launching {self.name} grid {g} block {b}")
     if not wait: return None
     lib.cuEventRecord(end, self.dev.stream)
     check(lib.cuEventSynchronize(end), "waiting for the kernel")

@@ -1,7 +1,7 @@
 """CUDA codegen without a GPU: render the kernels of representative ops for CUDA and compile them to PTX with nvcc
 (or NVRTC when its library is found). Nothing runs; the CL suite checks the same GPU lowering numerically."""
 from __future__ import annotations
-import os, re, shutil, subprocess, tempfile
+import re, shutil
 import numpy as np
 import pytest
 from attograd.codegen import get_program
@@ -29,9 +29,13 @@ def cases() -> list[tuple[str, list, list | None]]:
             dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.bool):
     a, b = _x((4, 33), d), _x((4, 33), d)
     if d is dtypes.bool: out.append((f"logic_{d.name}", kernels((a & b) | a.logical_not(), a.where(1.0, 2.0)), None))
-    else: out.append((f"elementwise_{d.name}", kernels(a + b * a, (a < b).where(a, b), a.maximum(b), a.cast(dtypes.float32)), None))
-    if dtypes.is_float(d): out.append((f"math_{d.name}", kernels(a.exp(), a.log(), a.sin(), a.sqrt(), a.pow(b), a / b,
-                                                                  a.isnan(), a.max(axis=1), (a * float("inf")).sum()), None))
+    else:
+      ew = kernels(a + b * a, (a < b).where(a, b), a.maximum(b), a.cast(dtypes.float32))
+      out.append((f"elementwise_{d.name}", ew, None))
+    if dtypes.is_float(d):
+      math = kernels(a.exp(), a.log(), a.sin(), a.sqrt(), a.pow(b), a / b, a.isnan(), a.max(axis=1),
+                     (a * float("inf")).sum())
+      out.append((f"math_{d.name}", math, None))
   x = _x((64, 256))
   out += [("sum_rows", kernels(x.sum(axis=1)), None), ("sum_all", kernels(x.sum()), None),
           ("max_cols", kernels(x.max(axis=0)), None), ("softmax", kernels(x.softmax(axis=1)), None),

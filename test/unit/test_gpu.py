@@ -56,7 +56,8 @@ def test_cpu_renderer_is_untouched_by_gpu_opts() -> None:
 
 @needs_cl
 @pytest.mark.parametrize("opts", [[Opt("LOCAL", 0, 4)], [Opt("GROUP", 1, 16)], [Opt("GROUPTOP", 1, 64)],
-                                  [Opt("LOCAL", 0, 2), Opt("GROUPTOP", 2, 8)], [Opt("UNROLL", 1, 4), Opt("GROUP", 1, 8)]])
+                                  [Opt("LOCAL", 0, 2), Opt("GROUPTOP", 2, 8)],
+                                  [Opt("UNROLL", 1, 4), Opt("GROUP", 1, 8)]])
 def test_reduce_opts_on_cl(opts: list[Opt]) -> None:
   x = _data(8, 256)
   t = Tensor(x, device="CL").max(axis=1) + Tensor(x, device="CL").sum(axis=1) * 0  # max: a non-ADD combine too
@@ -121,3 +122,23 @@ def test_cl_storage_dtypes(dtype) -> None:
   want = x.astype(np.float64) if dtype is not dtypes.int64 else x.astype(np.int64)
   want = (want != 0) if dtype is dtypes.bool else want + want
   np.testing.assert_allclose(got, np.asarray(want, np.float32))
+
+def _available_cl_in_subprocess(code: str = "", **env: str) -> str:
+  import os, subprocess, sys
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  prog = code + "\nfrom attograd import Device\nprint(Device.available('CL'))"
+  r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120,
+                     env={**os.environ, "PYTHONPATH": root, **env})
+  assert r.returncode == 0, r.stderr
+  return r.stdout
+
+def test_cl_without_library_says_what_to_install() -> None:
+  hide = ("import ctypes\nclass NoCL(ctypes.CDLL):\n  def __init__(self, name, *a, **k):\n"
+          "    if name and 'OpenCL' in str(name): raise OSError(name)\n    super().__init__(name, *a, **k)\nctypes.CDLL = NoCL")
+  out = _available_cl_in_subprocess(hide)
+  assert "False" in out and "libOpenCL.so was not found" in out and "pocl-opencl-icd" in out
+
+def test_cl_without_platform_says_so(tmp_path) -> None:
+  if not CL_OK: pytest.skip(f"CL unavailable: {CL_WHY}")
+  out = _available_cl_in_subprocess(OCL_ICD_VENDORS=str(tmp_path))  # the ICD loader finds no drivers there
+  assert "False" in out and "no OpenCL platform" in out

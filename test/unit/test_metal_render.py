@@ -1,5 +1,6 @@
 """Golden tests of the Metal Shading Language renderer (there is no Metal runtime off macOS): the exact source for a
 few kernels, read and checked by hand once. A change here is a change in what every Metal kernel looks like."""
+# ruff: noqa: E501
 from __future__ import annotations
 import numpy as np
 from attograd.codegen import get_program
