@@ -15,7 +15,6 @@ class Renderer:
   # GPU-style languages: output axes become work-group (gidx) and thread (lidx) indices instead of loops
   has_local: bool = False
   local_max: int = 256          # threads in one work-group
-  shared_max: int = 16384       # bytes of work-group (local) memory a kernel may use
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
 
 @dataclass(frozen=True)
