@@ -6,7 +6,8 @@ from attograd.dtype import DType
 from attograd.helpers import DEBUG, GlobalCounters, cache_dir, getenv
 
 ALL_DEVICES = ["CPU", "PYTHON", "CL", "CUDA", "LLVM", "METAL", "DISK"]
-_ALIASES = {"CLANG": "CPU", "GPU": "CL", "OPENCL": "CL", "NV": "CUDA"}
+_ALIASES = {"CLANG": "CPU", "OPENCL": "CL", "NV": "CUDA"}
+_GPU_ORDER = ["CUDA", "CL"]  # "GPU" names the first of these that starts here
 
 class DeviceUnavailable(RuntimeError):
   """A backend could not start on this machine; the message says what is missing."""
@@ -16,6 +17,7 @@ class _Device:
     self._opened: dict[str, Compiled] = {}
     self._default: str | None = None
     self._registered: dict[str, Callable[[str], Compiled]] = {}
+    self._gpu: str | None = None
   def register(self, name: str, make: Callable[[str], Compiled]) -> None:
     """Add a device that lives outside attograd: `make("NAME:1")` builds it (docs/adding-an-accelerator.md)."""
     base = name.upper()
@@ -28,6 +30,7 @@ class _Device:
     if not isinstance(device, str): raise TypeError(f"device must be a string like 'CPU' or 'PYTHON', got {device!r}")
     base, _, num = device.partition(":")
     base = _ALIASES.get(base.upper(), base.upper())
+    if base == "GPU": base = self.best_gpu()
     if base not in ALL_DEVICES: raise ValueError(f"unknown device {device!r}; known devices are {ALL_DEVICES}")
     if num and not num.isdigit(): raise ValueError(f"bad device number in {device!r}; write it like '{base}:1'")
     return base if num in ("", "0") or base == "DISK" else f"{base}:{num}"
@@ -51,11 +54,23 @@ class _Device:
     if self._default is None:
       if (dev := os.getenv("DEV")): self._default = self.canonicalize(dev)
       else:
-        flags = [d for d in ALL_DEVICES + list(_ALIASES) if d != "DISK" and getenv(d, 0) == 1]
+        flags = [d for d in ALL_DEVICES + list(_ALIASES) + ["GPU"] if d != "DISK" and getenv(d, 0) == 1]
         self._default = self.canonicalize(flags[0]) if flags else "CPU"
     return self._default
   @DEFAULT.setter
   def DEFAULT(self, name: str) -> None: self._default = self.canonicalize(name)
+  def best_gpu(self) -> str:
+    """The device "GPU" stands for: CUDA, else CL; DeviceUnavailable listing each one's reason when neither starts."""
+    if self._gpu is None:
+      why = []
+      for name in _GPU_ORDER:
+        ok, reason = self.available(name)
+        if ok:
+          self._gpu = name
+          break
+        why.append(reason)
+      else: raise DeviceUnavailable("GPU: no GPU-style device can start here. " + " ".join(why))
+    return self._gpu
   def available(self, name: str) -> tuple[bool, str]:
     """(True, "") if `name` can start here, else (False, the reason)."""
     try:

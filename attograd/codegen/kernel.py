@@ -9,7 +9,9 @@ from attograd.uop.view import ShapeTracker
 @dataclass(frozen=True)
 class Opt:
   """One action on an axis: UPCAST (unroll an output axis), UNROLL (unroll a reduce axis), LANES / RLANES (the same,
-  and the unrolled axis becomes the lanes of vector registers), THREAD (run across cores)."""
+  and the unrolled axis becomes the lanes of vector registers), THREAD (run across cores).
+  GPU only: LOCAL (split an output axis across a work-group's threads), GROUP / GROUPTOP (split a reduce axis across
+  a work-group's threads, strided / in contiguous chunks, combined through local memory after a barrier)."""
   op: str
   axis: int
   amount: int
@@ -24,6 +26,8 @@ class Kernel:
   unrolled: list[int] = field(default_factory=list)     # reduce axes unrolled
   parallel: bool = False                                # run the outermost output axis across cores
   lane: int | None = None                               # the upcast/unrolled axis emitted as vector lanes
+  locals_: list[int] = field(default_factory=list)      # GPU: output axes run by the threads of one work-group
+  grouped: list[int] = field(default_factory=list)      # GPU: reduce axes split across a work-group's threads
   applied: list[Opt] = field(default_factory=list)
 
   def __post_init__(self) -> None:
@@ -112,7 +116,9 @@ class Kernel:
       if self.lane is not None and self.lane > ax: self.lane += 1
       (self.unrolled if is_reduce else self.upcasted).append(ax + 1)
       if opt.op in ("LANES", "RLANES"): self.lane = ax + 1
+      if self.locals_ or self.grouped: self._shift_gpu_axes(ax)
     elif opt.op == "THREAD": self.parallel = True
+    elif opt.op in ("LOCAL", "GROUP", "GROUPTOP"): self._apply_gpu_opt(opt)
     else: raise ValueError(f"unknown opt {opt}")
     self.applied.append(opt)
 
@@ -127,6 +133,57 @@ class Kernel:
     ss = self._strides(ax)
     ok_store = (lambda x: x is not None) if strided_store else (lambda x: x in (0, 1))
     return all(s in (0, 1) for s in ss) and 1 in ss and all(ok_store(s) for s in self._store_strides(ax))
+
+  # ***** GPU optimizations *****
+  def _shift_gpu_axes(self, ax: int) -> None:
+    self.locals_ = [a + 1 if a > ax else a for a in self.locals_]
+    self.grouped = [a + 1 if a > ax else a for a in self.grouped]
+
+  def _apply_gpu_opt(self, opt: Opt) -> None:
+    """Split axis `ax` into two; the part of size `amt` runs across the threads of a work-group."""
+    ax, amt = opt.axis, opt.amount
+    if not 0 <= ax < self.shape_len: raise ValueError(f"{opt}: axis {ax} out of range for shape {self.full_shape}")
+    if ax in self.upcasted + self.unrolled + self.locals_ + self.grouped:
+      raise ValueError(f"{opt}: axis {ax} is already upcast, unrolled, local or grouped")
+    is_reduce = ax >= self.first_reduce
+    if opt.op == "LOCAL" and is_reduce: raise ValueError(f"{opt}: LOCAL needs an output axis, {ax} is a reduce axis")
+    if opt.op != "LOCAL":
+      if not is_reduce: raise ValueError(f"{opt}: {opt.op} needs a reduce axis, {ax} is an output axis")
+      if self.grouped or self.upcasted: raise ValueError(f"{opt}: one GROUP per kernel, and not with UPCAST")
+    size = self.full_shape[ax]
+    if amt < 1 or size % amt: raise ValueError(f"{opt}: axis size {size} is not divisible by {amt}")
+    top = opt.op == "GROUPTOP"  # the work-group part is the outer one: each thread reduces one contiguous chunk
+    new_full = self.full_shape[:ax] + ((amt, size // amt) if top else (size // amt, amt)) + self.full_shape[ax + 1:]
+    fr = self.first_reduce + (0 if is_reduce else 1)
+    self._reshape(new_full, tuple(s if j < fr else 1 for j, s in enumerate(new_full)))
+    self.first_reduce = fr
+    self.upcasted = [a + 1 if a > ax else a for a in self.upcasted]
+    self.unrolled = [a + 1 if a > ax else a for a in self.unrolled]
+    if self.lane is not None and self.lane > ax: self.lane += 1
+    self._shift_gpu_axes(ax)
+    (self.locals_ if opt.op == "LOCAL" else self.grouped).append(ax if top else ax + 1)
+
+  def gpu_optimizations(self, local_max: int = 256) -> None:
+    """A simple heuristic for GPU renderers: reductions with few outputs split each reduce across a work-group
+    (GROUPTOP); everything else puts up to `local_max` neighbouring outputs into one work-group (LOCAL)."""
+    if NOOPT: return
+    out_size = prod(self.full_shape[:self.first_reduce])
+    if self.first_reduce < self.shape_len and out_size <= 2048:
+      ax = self.shape_len - 1  # the innermost reduce axis
+      amt = next((a for a in (256, 128, 64, 32, 16) if a <= local_max and self.full_shape[ax] % a == 0
+                  and self.full_shape[ax] >= 4 * a), 0)
+      if amt:
+        self.apply_opt(Opt("GROUPTOP", ax, amt))
+        return
+    threads = 1
+    for ax in reversed(range(self.first_reduce)):  # innermost output axes first: neighbours share cache lines
+      if len(self.locals_) == 2: break
+      fits = [a for a in (32, 16, 8, 4, 2) if threads * a <= min(local_max, 128) and self.full_shape[ax] % a == 0]
+      amt = fits[0] if fits else 0
+      if amt > 1:
+        self.apply_opt(Opt("LOCAL", ax, amt))
+        threads *= amt
+    if DEBUG >= 3 and self.applied: print(f"opts: {self.applied} full_shape={self.full_shape}")
 
   def hand_coded_optimizations(self) -> None:
     """A small heuristic for reduce kernels:

@@ -16,6 +16,7 @@ def linearize(sink: UOp) -> list[UOp]:
     elif u.op is Ops.REDUCE: deps[u] = deps[u.src[0]].union(*[deps[s] for s in u.src[1:]]) - frozenset(u.src[1:])
     else: deps[u] = frozenset().union(*[deps[s] for s in u.src]) if u.src else frozenset()
   reduces = [u for u in topo if u.op is Ops.REDUCE]
+  has_barrier = any(u.op is Ops.BARRIER for u in topo)
   out: list[UOp] = []
   visible: list[set[UOp]] = [set()]   # emitted nodes per open scope
   acc_of: dict[UOp, UOp] = {}
@@ -69,6 +70,8 @@ def linearize(sink: UOp) -> list[UOp]:
       out.append(acc)
       acc_of[x] = acc
     for x in group: emit_tree(x.src[0], hoist=True)  # loop-invariant work first
+    for x in group if has_barrier else ():  # GPU: what a barrier waits for is done once, before the loop reading it
+      for b in [n for n in x.src[0].toposort() if n.op is Ops.BARRIER]: emit_tree(b)
     for rng in rngs:
       out.append(rng)
       visible.append({rng})

@@ -1,6 +1,6 @@
 """Lowering: a Kernel's AST becomes loops (RANGE), index arithmetic from each view, loads, reduces and stores."""
 from __future__ import annotations
-import itertools
+import functools, itertools
 from attograd.codegen.kernel import Kernel
 from attograd.dtype import dtypes
 from attograd.helpers import prod
@@ -12,18 +12,23 @@ def _identity(op: Ops, dtype) -> object:
   if op is Ops.MUL: return 1
   return dtypes.min(dtype)  # MAX
 
-def lower(k: Kernel, vectors: bool = False) -> UOp:
+def lower(k: Kernel, vectors: bool = False, gpu: bool = False, global_max: tuple[int, ...] | None = None) -> UOp:
   """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges). With vectors, the
-  kernel's lane axis becomes the lanes of vector values where every use allows it; otherwise it is unrolled."""
-  if vectors and k.lane is not None and (vec := _lower(k, k.lane)) is not None: return vec
-  return _lower(k, None)
+  kernel's lane axis becomes the lanes of vector values where every use allows it; otherwise it is unrolled.
+  gpu=True: output axes (and LOCAL/GROUP axes) are work-group and thread indices (SPECIAL) instead of loops."""
+  if vectors and k.lane is not None and (vec := _lower(k, k.lane, gpu, global_max)) is not None: return vec
+  out = _lower(k, None, gpu, global_max)
+  assert out is not None
+  return out
 
-def _lower(k: Kernel, lane_ax: int | None) -> UOp | None:
+def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...] | None) -> UOp | None:
   d = dtypes.int32
   idxs: list[UOp] = []
   placeholders: dict[int, UOp] = {}
+  specials = gpu_launch(k, global_max)[0] if gpu else {}
   for i, s in enumerate(k.full_shape):
     if s == 1: idxs.append(UOp.const(d, 0))
+    elif i in specials: idxs.append(specials[i])
     elif i in k.upcasted or i in k.unrolled:
       placeholders[i] = UOp(Ops.DEFINE_VAR, d, (), (f"_unroll{i}", 0, s - 1))
       idxs.append(placeholders[i])
@@ -55,6 +60,7 @@ def _lower(k: Kernel, lane_ax: int | None) -> UOp | None:
         src = copies[0]
         for c in copies[1:]: src = UOp(op, src.dtype, (src, c))
       memo[u] = UOp(Ops.REDUCE, u.dtype, (src,) + reduce_ranges, op) if reduce_ranges else src
+      if k.grouped: memo[u] = _group_reduce(k, memo[u], specials, op, len([x for x in memo if x.op is Ops.REDUCE_AXIS]))
     elif u.op is Ops.STORE:
       st = k.sts[u]
       idx, _ = st.to_indexed(out_idxs)
@@ -63,6 +69,9 @@ def _lower(k: Kernel, lane_ax: int | None) -> UOp | None:
     elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
     else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
   sink = memo[k.ast]
+  if k.grouped:  # every thread of a work-group holds the reduced value: the first one stores it
+    first = functools.reduce(lambda a, b: a & b, [specials[a].eq(0) for a in k.grouped if a in specials])
+    sink = UOp(Ops.SINK, dtypes.void, tuple(st.replace(src=st.src + (first,)) for st in sink.src))
   # upcast output axes: one copy of every store per unrolled position; the lane axis stays a variable for vectorize
   lane = placeholders[lane_ax] if lane_ax is not None else None
   up_vars = [placeholders[i] for i in k.upcasted if i != lane_ax]
@@ -74,6 +83,52 @@ def _lower(k: Kernel, lane_ax: int | None) -> UOp | None:
     sink = UOp(Ops.SINK, dtypes.void, tuple(stores))
   sink = graph_rewrite(sink, symbolic + pm_lowered)
   return vectorize(sink, lane, reduce_lane=lane_ax >= k.first_reduce) if lane is not None and lane_ax is not None else sink
+
+# ***** GPU: thread indices and work-group reductions *****
+
+def _special_dims(prefix: str, axes: list[int], shape: tuple[int, ...], maxes: tuple[int, ...] | None,
+                  ) -> tuple[dict[int, UOp], tuple[int, ...]]:
+  """Each axis gets an index from one launch dimension (the innermost axis -> dimension 0). Past 3 axes, or when a
+  dimension exceeds its limit, outer axes share one dimension and are recovered with // and %."""
+  groups = [[a] for a in reversed(axes)]  # in dimension order; each group lists its axes outermost first
+  while len(groups) > 3: groups[-2:] = [groups[-1] + groups[-2]]
+  if maxes is not None and any(prod(shape[a] for a in g) > m for g, m in zip(groups, maxes)): groups = [list(axes)]
+  idx: dict[int, UOp] = {}
+  sizes: list[int] = []
+  for dim, g in enumerate(groups):
+    sizes.append(prod(shape[a] for a in g))
+    sp = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{prefix}{dim}", sizes[-1]))
+    for j, a in enumerate(g):
+      inner = prod(shape[b] for b in g[j + 1:])
+      x = sp // inner if inner > 1 else sp
+      idx[a] = x % shape[a] if j > 0 else x
+  return idx, tuple(sizes) if sizes else (1,)
+
+def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None,
+               ) -> tuple[dict[int, UOp], tuple[int, ...], tuple[int, ...]]:
+  """(index of each axis run by the GPU, global size in work-groups, local size in threads)."""
+  shape = k.full_shape
+  glob = [i for i in range(k.first_reduce) if shape[i] != 1 and i not in k.upcasted and i not in k.locals_]
+  loc = [i for i in range(k.shape_len) if shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
+  gidx, gsize = _special_dims("gidx", glob, shape, global_max)
+  lidx, lsize = _special_dims("lidx", loc, shape, None)
+  return {**gidx, **lidx}, gsize, lsize
+
+def _group_reduce(k: Kernel, partial: UOp, specials: dict[int, UOp], op: Ops, n: int) -> UOp:
+  """Each thread's partial result goes to local memory; after a barrier every thread combines the work-group's."""
+  loc = [i for i in range(k.shape_len) if k.full_shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
+  d = dtypes.int32
+  slot, stride, strides = UOp.const(d, 0), 1, {}
+  for a in reversed(loc):
+    strides[a] = stride
+    slot = slot + specials[a] * stride
+    stride *= k.full_shape[a]
+  buf = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(stride), (), (f"temp{n}", stride))
+  after = UOp(Ops.BARRIER, buf.dtype, (buf, UOp(Ops.STORE, dtypes.void, (buf, slot, partial))))
+  ga = k.grouped[0]
+  rng = UOp(Ops.RANGE, d, (UOp.const(d, k.full_shape[ga]),), (k.shape_len + n, "reduce"))
+  others = slot - specials[ga] * strides[ga]
+  return UOp(Ops.REDUCE, partial.dtype, (UOp(Ops.LOAD, partial.dtype, (after, others + rng * strides[ga])), rng), op)
 
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}
 _VEC_DTYPES = (dtypes.float32, dtypes.float64)  # half vectors can't mix with float scalars in C

@@ -173,9 +173,10 @@ def _fast_call(runner: CompiledRunner, nbufs: int) -> Callable[..., Any]:
   """The cheapest callable running this kernel with (buffer handles..., variable values...): the ctypes function
   itself where the runtime exposes one with its argument types set, else a call through the program object."""
   fxn = getattr(runner.prg, "fxn", None)
-  if fxn is not None and getattr(fxn, "argtypes", None) is not None: return fxn
+  launch = getattr(runner, "launch", None) or {}  # GPU programs: global and local sizes
+  if fxn is not None and getattr(fxn, "argtypes", None) is not None and not launch: return fxn
   prg = runner.prg
-  def call(*args: Any) -> None: prg(*args[:nbufs], vals=tuple(args[nbufs:]))
+  def call(*args: Any) -> None: prg(*args[:nbufs], vals=tuple(args[nbufs:]), **launch)
   return call
 
 class TinyJit(Generic[ReturnType]):

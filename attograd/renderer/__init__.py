@@ -12,6 +12,9 @@ class Renderer:
   supports_float16: bool = True
   supports_vectors: bool = False
   global_max: tuple[int, ...] | None = None
+  # GPU-style languages: output axes become work-group (gidx) and thread (lidx) indices instead of loops
+  has_local: bool = False
+  local_max: int = 256          # threads in one work-group
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
 
 @dataclass(frozen=True)
@@ -27,3 +30,5 @@ class ProgramSpec:
   op_estimate: int = 0
   mem_estimate: int = 0
   applied_opts: tuple = field(default_factory=tuple)
+  global_size: tuple[int, ...] | None = None   # GPU launch: work-groups per dimension (None: not a GPU kernel)
+  local_size: tuple[int, ...] | None = None    # GPU launch: threads per work-group per dimension

@@ -2,6 +2,7 @@
 from __future__ import annotations
 import math
 from attograd.dtype import DType, PtrDType, dtypes
+from attograd.helpers import prod
 from attograd.renderer import Renderer
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
@@ -34,6 +35,9 @@ class CStyleLanguage(Renderer):
   infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
            Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
   preamble = ""
+  # GPU dialects: work-group memory and barrier (see OpenCLRenderer, CUDARenderer, MetalRenderer)
+  smem_prefix = ""
+  barrier = ""
 
   def render_dtype(self, d: DType) -> str:
     if d.count > 1: return f"{self.type_map[d.scalar()].replace(' ', '_')}{d.count}"  # a typedef'd vector type
@@ -82,6 +86,12 @@ class CStyleLanguage(Renderer):
     s, t = self.render_dtype(src), self.render_dtype(dst)
     return f"(__extension__({{ {s} __s = ({x}); {t} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d; }}))"
   def loop_pragma(self, kind: str) -> str: return ""
+  def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow{'f' if d is dtypes.float32 else ''}({a}, {b})"
+  def render_special(self, name: str) -> str: raise RuntimeError(f"{type(self).__name__}: no GPU thread index {name}")
+  def render_buffer_arg(self, i: int, ctype: str) -> str: return f"{self.buffer_prefix}{ctype}* {self.restrict} data{i}"
+  def render_var_arg(self, name: str, i: int) -> str: return f"const int {name}"
+  def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
+    return f"{self.kernel_prefix} {name}({', '.join(args)})"
 
   def render(self, name: str, uops: list[UOp]) -> str:
     r: dict[UOp, str] = {}
@@ -95,6 +105,7 @@ class CStyleLanguage(Renderer):
       return f"{prefix}{counters[prefix] - 1}"
     def emit(s: str) -> None: lines.append("  " * depth + s)
     vecs: set[DType] = set()
+    local_decls: list[str] = []
     for u in uops:
       op, d = u.op, u.dtype
       if d.count > 1: vecs.add(d)
@@ -105,6 +116,17 @@ class CStyleLanguage(Renderer):
         variables[u.arg[0]] = u
         r[u] = u.arg[0]
       elif op is Ops.CONST: r[u] = self.render_const(u.arg, d)
+      elif op is Ops.SPECIAL:
+        r[u] = u.arg[0]
+        emit(f"int {u.arg[0]} = {self.render_special(u.arg[0])}; /* {u.arg[1]} */")
+      elif op is Ops.DEFINE_LOCAL:
+        r[u] = u.arg[0]
+        assert isinstance(d, PtrDType)
+        ctype = self.storage_map.get(d.base, self.render_dtype(d.base))
+        local_decls.append(f"  {self.smem_prefix}{ctype} {u.arg[0]}[{u.arg[1]}];")
+      elif op is Ops.BARRIER:
+        r[u] = r[u.src[0]]
+        emit(self.barrier)
       elif op is Ops.RANGE:
         r[u] = f"ridx{u.arg[0]}"
         if (p := self.loop_pragma(u.arg[1])): emit(p)
@@ -134,7 +156,8 @@ class CStyleLanguage(Renderer):
       elif op is Ops.STORE:
         val = r[u.src[2]]
         if u.src[2].dtype is dtypes.bool: val = f"(unsigned char)({val})"
-        emit(f"{r[u.src[0]]}[{r[u.src[1]]}] = {val};")
+        gate = f"if ({r[u.src[3]]}) " if len(u.src) == 4 else ""  # GPU: one thread of a work-group stores
+        emit(f"{gate}{r[u.src[0]]}[{r[u.src[1]]}] = {val};")
       elif d.count > 1 and op in (Ops.MAX, Ops.WHERE) and (op is Ops.MAX or u.src[0].dtype.count > 1):
         # lane-wise select through the bits: C has no ?: on vectors (MAX keeps NaN like the scalar form)
         m = _mask_of(d)
@@ -156,7 +179,7 @@ class CStyleLanguage(Renderer):
         elif op is Ops.BITCAST: expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, d)
         elif op is Ops.GEP: expr = f"{r[u.src[0]]}[{u.arg}]"
         elif op is Ops.VECTORIZE: expr = f"(({self.render_dtype(d)}){{{', '.join(r[s] for s in u.src)}}})"
-        elif op is Ops.POW: expr = f"pow{'f' if d is dtypes.float32 else ''}({r[u.src[0]]}, {r[u.src[1]]})"
+        elif op is Ops.POW: expr = self.code_for_pow(r[u.src[0]], r[u.src[1]], d)
         else: raise RuntimeError(f"C renderer: no code for {op}")
         r[u] = newname("alu")
         emit(f"{self.render_dtype(d)} {r[u]} = {expr};")
@@ -166,10 +189,12 @@ class CStyleLanguage(Renderer):
       assert isinstance(g.dtype, PtrDType)
       base = g.dtype.base
       ctype = self.storage_map.get(base, self.render_dtype(base))
-      args.append(f"{self.buffer_prefix}{ctype}* {self.restrict} data{i}")
-    args += [f"const int {n}" for n in sorted(variables)]
+      args.append(self.render_buffer_arg(i, ctype))
+    args += [self.render_var_arg(n, len(globals_) + j) for j, n in enumerate(sorted(variables))]
     typedefs = "".join(self.render_vector_typedef(v) + "\n" for v in sorted(vecs, key=lambda v: (v.name, v.count)))
-    return f"{self.preamble}{typedefs}{self.kernel_prefix} {name}({', '.join(args)}) {{\n" + "\n".join(lines) + "\n}\n"
+    return (f"{self.render_preamble(uops)}{typedefs}{self.render_signature(name, args, uops)} {{\n"
+            + "\n".join(local_decls + lines) + "\n}\n")
+  def render_preamble(self, uops: list[UOp]) -> str: return self.preamble
 
   def prepare(self, sink: UOp) -> UOp:
     """The language's own rewrites on the lowered graph, before linearizing."""
@@ -191,3 +216,172 @@ class ClangRenderer(CStyleLanguage):
   def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True):
     super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True)
   def loop_pragma(self, kind: str) -> str: return "#pragma omp parallel for" if kind == "parallel" and self.has_threads else ""
+
+# ***** GPU dialects *****
+
+def _half_bits(v: float) -> int:
+  import struct
+  return struct.unpack("<H", struct.pack("<e", v))[0]
+
+def _reduce_in_float(x: UOp) -> UOp | None:
+  """half and bfloat16 reductions accumulate in float32 (their accumulator has no arithmetic of its own here)."""
+  if x.dtype not in (dtypes.float16, dtypes.bfloat16): return None
+  return UOp(Ops.REDUCE, dtypes.float32, (x.src[0].cast(dtypes.float32),) + x.src[1:], x.arg).cast(x.dtype)
+pm_reduce_in_float = PatternMatcher([(UPat(Ops.REDUCE, name="x"), _reduce_in_float)])
+
+class GPUCStyle(CStyleLanguage):
+  """Shared by the GPU C dialects: no loops over outputs (threads instead), no vector lanes, float math for half
+  when the device has no native half, and bfloat16 held as its 16 bits like the C renderer does."""
+  half_bits = False   # True: half values live in registers as their 16 bits (no native half arithmetic)
+  half_from_bits, half_to_bits = "__half_to_f32", "__f32_to_half"
+  def prepare(self, sink: UOp) -> UOp:
+    if self.supports_float16: return graph_rewrite(sink, pm_bf16_only + pm_reduce_in_float)
+    return graph_rewrite(sink, pm_promote_half + pm_reduce_in_float)
+  def render_const(self, v: object, d: DType) -> str:
+    if d is dtypes.float16 and self.half_bits:
+      assert isinstance(v, float)
+      return f"(({self.type_map[d]}){_half_bits(v)})"
+    if d is dtypes.bfloat16: return f"(({self.type_map[d]}){super().render_const(v, d)})"
+    return super().render_const(v, d)
+  def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if self.half_bits and dst is dtypes.float16:
+      if src is dtypes.float16: return x
+      return f"{self.half_to_bits}((float)({'__bf16_to_f32(' + x + ')' if src is dtypes.bfloat16 else x}))"
+    if self.half_bits and src is dtypes.float16:
+      if dst is dtypes.bfloat16: return f"__f32_to_bf16({self.half_from_bits}({x}))"
+      x, src = f"{self.half_from_bits}({x})", dtypes.float32
+    return super().render_cast(x, src, dst)
+
+class OpenCLRenderer(GPUCStyle):
+  """OpenCL C. Without cl_khr_fp16, half is stored as half but computed in float (vload_half/vstore_half are core)."""
+  kernel_prefix = "__kernel void"
+  buffer_prefix = "__global "
+  smem_prefix = "__local "
+  barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+  float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
+  def __init__(self, device: str = "CL", fp16: bool = False, fp64: bool = True, local_max: int = 256):
+    super().__init__(device=device, has_local=True, local_max=local_max, supports_float16=fp16, supports_vectors=False)
+    self.fp16, self.fp64, self.half_bits = fp16, fp64, not fp16
+    self.type_map = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
+                     dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
+                     dtypes.uint64: "ulong", dtypes.float16: "half" if fp16 else "ushort", dtypes.bfloat16: "ushort",
+                     dtypes.float32: "float", dtypes.float64: "double"}
+    self.storage_map = {dtypes.bool: "uchar"}
+  def render_special(self, name: str) -> str:
+    return f"get_{'group' if name[0] == 'g' else 'local'}_id({name[-1]})"
+  def render_const(self, v: object, d: DType) -> str:
+    if d is dtypes.int64: return f"{v}l" if v != -2**63 else "(-9223372036854775807l-1)"
+    if d is dtypes.uint64: return f"{v}ul"
+    return super().render_const(v, d)
+  def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
+    fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
+    if op in fns: return f"{fns[op]}({x})"
+    if op is Ops.TRUNC: return f"trunc({x})" if dtypes.is_float(d) else x
+    if op is Ops.RECIP: return f"(({self.render_dtype(d)})1/{x})"
+    return super().code_for_unary(op, x, d)
+  def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_{self.render_dtype(dst)}({x})"
+  def render_preamble(self, uops: list[UOp]) -> str:
+    used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
+    out = []
+    if self.fp64 and dtypes.float64 in used: out.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    if self.fp16 and dtypes.float16 in used: out.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    if dtypes.bfloat16 in used:
+      out.append("float __bf16_to_f32(ushort b) { return as_float(((uint)b) << 16); }")
+      out.append("ushort __f32_to_bf16(float f) { uint u = as_uint(f);"
+                 " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0;"
+                 " u += 0x7fff + ((u >> 16) & 1); return (ushort)(u >> 16); }")
+    if self.half_bits and dtypes.float16 in used:
+      out.append("float __half_to_f32(ushort b) { return vload_half(0, (__private const half*)&b); }")
+      out.append("ushort __f32_to_half(float f) { ushort b; vstore_half_rte(f, 0, (__private half*)&b); return b; }")
+    return "".join(x + "\n" for x in out)
+
+class CUDARenderer(GPUCStyle):
+  """CUDA C for NVRTC or nvcc. half and bfloat16 are stored natively and computed in float."""
+  kernel_prefix = 'extern "C" __global__ void'
+  restrict = "__restrict__"
+  smem_prefix = "__shared__ "
+  barrier = "__syncthreads();"
+  def __init__(self, device: str = "CUDA", arch: str = "sm_80"):
+    super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False,
+                     global_max=(2**31 - 1, 65535, 65535))
+    self.arch = arch
+    self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.float16: "half",
+                     dtypes.bfloat16: "__nv_bfloat16"}
+    self.storage_map = {dtypes.bool: "unsigned char"}
+  def render_special(self, name: str) -> str:
+    return f"{'blockIdx' if name[0] == 'g' else 'threadIdx'}.{'xyz'[int(name[-1])]}"
+  def render_const(self, v: object, d: DType) -> str:
+    # NVRTC has no math.h: NAN and INFINITY are spelled as bits
+    if d in (dtypes.float16, dtypes.bfloat16):
+      assert isinstance(v, float)
+      from attograd.dtype import float_to_bf16_bits
+      if d is dtypes.float16: return f"__ushort_as_half({_half_bits(v)})"
+      return f"__ushort_as_bfloat16({float_to_bf16_bits(v)})"
+    if d is dtypes.float32 and isinstance(v, float) and not math.isfinite(v):
+      return f"__int_as_float({0x7fc00000 if math.isnan(v) else (0xff800000 if v < 0 else 0x7f800000):#x})"
+    if d is dtypes.float64 and isinstance(v, float) and not math.isfinite(v):
+      bits = 0x7ff8000000000000 if math.isnan(v) else (0xfff0000000000000 if v < 0 else 0x7ff0000000000000)
+      return f"__longlong_as_double({bits:#x}ll)"
+    return super().render_const(v, d)
+  def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if src is dtypes.float16: x, src = f"__half2float({x})", dtypes.float32
+    if src is dtypes.bfloat16: x, src = f"__bfloat162float({x})", dtypes.float32
+    if dst is dtypes.float16: return f"__float2half_rn((float)({x}))"
+    if dst is dtypes.bfloat16: return f"__float2bfloat16_rn((float)({x}))"
+    if dst is dtypes.bool: return f"({x}!=0)"
+    return f"({self.render_dtype(dst)})({x})"
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    return f"__atto_bitcast<{self.render_dtype(dst)}, {self.render_dtype(src)}>({x})"
+  def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
+    threads = prod(u.arg[1] for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"))
+    return f"{self.kernel_prefix} __launch_bounds__({threads}) {name}({', '.join(args)})"
+  def render_preamble(self, uops: list[UOp]) -> str:
+    used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
+    out = []
+    if dtypes.float16 in used: out.append("#include <cuda_fp16.h>")
+    if dtypes.bfloat16 in used: out.append("#include <cuda_bf16.h>")
+    if any(u.op is Ops.BITCAST for u in uops):
+      out.append("#ifndef ATTO_BITCAST\n#define ATTO_BITCAST\ntemplate <class T, class F> __device__ __forceinline__ T "
+                 "__atto_bitcast(F x) { union { F f; T t; } u; u.f = x; return u.t; }\n#endif")
+    return "".join(x + "\n" for x in out)
+
+class MetalRenderer(GPUCStyle):
+  """Metal Shading Language: buffers are `device` pointers bound by [[buffer(i)]], thread positions come in as
+  [[attributes]], work-group memory is `threadgroup`. half and bfloat are native types computed in float here."""
+  kernel_prefix = "kernel void"
+  buffer_prefix = "device "
+  smem_prefix = "threadgroup "
+  barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+  restrict = ""
+  def __init__(self, device: str = "METAL"):
+    super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False)
+    self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
+                     dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
+                     dtypes.float16: "half", dtypes.bfloat16: "bfloat"}
+    self.storage_map = {dtypes.bool: "uchar"}
+  def render_special(self, name: str) -> str: return f"{'gid' if name[0] == 'g' else 'lid'}.{'xyz'[int(name[-1])]}"
+  def render_buffer_arg(self, i: int, ctype: str) -> str: return f"device {ctype}* data{i} [[buffer({i})]]"
+  def render_var_arg(self, name: str, i: int) -> str: return f"constant int& {name} [[buffer({i})]]"
+  def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
+    args = args + ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
+    return f"{self.kernel_prefix} {name}({', '.join(args)})"
+  def render_const(self, v: object, d: DType) -> str:
+    if d is dtypes.int64: return f"{v}l" if v != -2**63 else "(-9223372036854775807l-1)"
+    if d is dtypes.uint64: return f"{v}ul"
+    if d in (dtypes.float16, dtypes.bfloat16, dtypes.float32) and isinstance(v, float) and not math.isfinite(v):
+      return f"(({self.render_dtype(d)}){'NAN' if math.isnan(v) else ('-' if v < 0 else '') + 'INFINITY'})"
+    if d in (dtypes.float16, dtypes.bfloat16): return f"(({self.render_dtype(d)}){float(v)!r}f)"  # type: ignore[arg-type]
+    return super().render_const(v, d)
+  def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if dst is dtypes.bool: return f"({x}!=0)"
+    return f"({self.render_dtype(dst)})({x})"
+  def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
+    fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "precise::sin", Ops.SQRT: "sqrt"}
+    if op in fns: return f"{fns[op]}({x})"
+    if op is Ops.TRUNC: return f"trunc({x})" if dtypes.is_float(d) else x
+    if op is Ops.RECIP: return f"(({self.render_dtype(d)})1/{x})"
+    return super().code_for_unary(op, x, d)
+  def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_type<{self.render_dtype(dst)}>({x})"
+  def render_preamble(self, uops: list[UOp]) -> str: return "#include <metal_stdlib>\nusing namespace metal;\n"

@@ -27,6 +27,7 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   # kernel level (after lowering)
   DEFINE_GLOBAL = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); ENDRANGE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACC_ASSIGN = auto(); VECTORIZE = auto(); GEP = auto(); SPECIAL = auto()  # noqa: E702
+  DEFINE_LOCAL = auto(); BARRIER = auto()  # noqa: E702  GPU: work-group shared memory, and a work-group barrier
   def __repr__(self) -> str: return f"Ops.{self.name}"
   def __str__(self) -> str: return f"Ops.{self.name}"
 

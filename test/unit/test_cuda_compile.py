@@ -1,0 +1,102 @@
+"""CUDA codegen without a GPU: render the kernels of representative ops for CUDA and compile them to PTX with nvcc
+(or NVRTC when its library is found). Nothing runs; the CL suite checks the same GPU lowering numerically."""
+from __future__ import annotations
+import re, shutil
+import numpy as np
+import pytest
+from attograd.codegen import get_program
+from attograd.codegen.kernel import Opt
+from attograd.dtype import dtypes
+from attograd.engine.schedule import create_schedule
+from attograd.renderer.cstyle import CUDARenderer
+from attograd.tensor import Tensor
+from attograd.uop.ops import Ops
+
+R = CUDARenderer("CUDA", "sm_80")
+
+def kernels(*ts: Tensor) -> list:
+  """The kernel ASTs that realizing `ts` would run (on the CPU, where their inputs live)."""
+  items, _ = create_schedule([t.uop for t in ts])
+  return [si.ast for si in items if si.ast.op is Ops.SINK]
+
+def _x(shape: tuple[int, ...], dtype=dtypes.float32) -> Tensor:
+  return Tensor(np.arange(int(np.prod(shape))).reshape(shape) % 7 - 3).cast(dtype).realize()
+
+def cases() -> list[tuple[str, list, list | None]]:
+  """(name, kernel ASTs, explicit opts or None for the heuristic)."""
+  out: list[tuple[str, list, list | None]] = []
+  for d in (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64, dtypes.int8, dtypes.uint8, dtypes.int16,
+            dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.bool):
+    a, b = _x((4, 33), d), _x((4, 33), d)
+    if d is dtypes.bool: out.append((f"logic_{d.name}", kernels((a & b) | a.logical_not(), a.where(1.0, 2.0)), None))
+    else:
+      ew = kernels(a + b * a, (a < b).where(a, b), a.maximum(b), a.cast(dtypes.float32))
+      out.append((f"elementwise_{d.name}", ew, None))
+    if dtypes.is_float(d):
+      math = kernels(a.exp(), a.log(), a.sin(), a.sqrt(), a.pow(b), a / b, a.isnan(), a.max(axis=1),
+                     (a * float("inf")).sum())
+      out.append((f"math_{d.name}", math, None))
+  x = _x((64, 256))
+  out += [("sum_rows", kernels(x.sum(axis=1)), None), ("sum_all", kernels(x.sum()), None),
+          ("max_cols", kernels(x.max(axis=0)), None), ("softmax", kernels(x.softmax(axis=1)), None),
+          ("argmax", kernels(x.argmax(axis=1)), None), ("mean_half", kernels(x.half().mean(axis=1)), None),
+          ("matmul", kernels(_x((32, 64)) @ _x((64, 48))), None),
+          ("matmul_bf16", kernels(_x((16, 32), dtypes.bfloat16) @ _x((32, 16), dtypes.bfloat16)), None),
+          ("conv2d", kernels(_x((2, 3, 12, 12)).conv2d(_x((8, 3, 3, 3)), padding=1)), None),
+          ("bitcast", kernels(_x((8,)).bitcast(dtypes.int32), _x((8,), dtypes.float16).bitcast(dtypes.int16)), None),
+          ("random", kernels(Tensor.rand(4, 4, device="CPU")), None)]
+  big = kernels(_x((16, 512)).sum(axis=1))
+  out += [("local", kernels(_x((32, 64)).T * 2), [Opt("LOCAL", 1, 16), Opt("LOCAL", 0, 4)]),
+          ("group", big, [Opt("GROUP", 1, 32)]), ("grouptop", big, [Opt("GROUPTOP", 1, 64)]),
+          ("local_group", big, [Opt("LOCAL", 0, 4), Opt("GROUPTOP", 2, 16)]),
+          ("local_upcast", kernels(_x((16, 64)).T + 1), [Opt("UPCAST", 1, 4), Opt("LOCAL", 0, 8)])]
+  return out
+
+def render_all() -> list[tuple[str, str, object]]:
+  out = []
+  for name, asts, opts in cases():
+    for i, ast in enumerate(asts):
+      spec = get_program(ast, R, opts)
+      out.append((f"{name}_{i}", spec.src.replace(f" {spec.name}(", f" {name}_{i}("), spec))
+  return out
+
+def test_render_cuda_dialect() -> None:
+  for name, src, spec in render_all():
+    assert 'extern "C" __global__ void __launch_bounds__(' in src, name
+    assert "for (int ridx0" not in src or spec.global_size == (1,), f"{name}: output axes should be threads\n{src}"
+    assert spec.global_size is not None and spec.local_size is not None
+    if "GROUP" in str(spec.applied_opts):
+      assert "__shared__" in src and "__syncthreads();" in src, name
+    if "half" in src: assert "#include <cuda_fp16.h>" in src, name
+    if "__nv_bfloat16" in src: assert "#include <cuda_bf16.h>" in src, name
+    assert "NAN" not in src and "INFINITY" not in src, f"{name}: NVRTC has no math.h\n{src}"
+    assert len(spec.local_size) <= 3 and len(spec.global_size) <= 3
+
+def test_launch_dims_fold_past_three_axes() -> None:
+  (ast,) = kernels(_x((2, 3, 5, 7, 11)).permute(4, 3, 2, 1, 0) + 1)
+  spec = get_program(ast, R, [])
+  assert len(spec.global_size) == 3 and np.prod(spec.global_size) == 2 * 3 * 5 * 7 * 11
+
+def _compiler() -> tuple[str, str] | None:
+  from attograd.runtime.ops_cuda import NVRTCCompiler
+  try: c = NVRTCCompiler("sm_80")
+  except Exception: return None
+  return ("nvrtc", "") if c.nvrtc is not None else ("nvcc", c.nvcc or "")
+
+@pytest.mark.skipif(_compiler() is None, reason="neither nvcc nor libnvrtc is installed")
+def test_compile_to_ptx() -> None:
+  """Every kernel in one translation unit (one nvcc run); each must come out as a PTX entry point."""
+  from attograd.runtime.ops_cuda import NVRTCCompiler
+  rendered = render_all()
+  src = "\n".join(s for _, s, _ in rendered)
+  ptx = NVRTCCompiler("sm_80").compile(src).decode()
+  entries = set(re.findall(r"\.entry\s+(\w+)", ptx))
+  missing = [n for n, _, _ in rendered if n not in entries]
+  assert not missing, f"no PTX entry for {missing}"
+  assert "bar.sync" in ptx  # __syncthreads of the GROUP kernels
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_compile_error_has_log() -> None:
+  from attograd.runtime.ops_cuda import NVRTCCompiler
+  with pytest.raises(RuntimeError, match="not_a_type"):
+    NVRTCCompiler("sm_80").compile('extern "C" __global__ void k() { not_a_type x; }')
