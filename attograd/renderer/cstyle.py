@@ -17,6 +17,14 @@ def _promote_to_float(x: UOp) -> UOp | None:
     return ret if x.dtype is dtypes.bool else ret.cast(x.dtype)
   return None
 
+def _overloaded_unary(r: CStyleLanguage, op: Ops, x: str, d: DType, sin: str) -> str | None:
+  """Math for languages whose functions are overloaded on the type (OpenCL C, Metal): no f suffixes."""
+  fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: sin, Ops.SQRT: "sqrt"}
+  if op in fns: return f"{fns[op]}({x})"
+  if op is Ops.TRUNC: return f"trunc({x})" if dtypes.is_float(d) else x
+  if op is Ops.RECIP: return f"(({r.render_dtype(d)})1/{x})"
+  return None
+
 def _mask_of(d: DType) -> DType: return (dtypes.int64 if d.scalar() is dtypes.float64 else dtypes.int32).vec(d.count)
 
 pm_promote_half = PatternMatcher([(UPat(GroupOp.ALU, name="x"), _promote_to_float)])
@@ -274,11 +282,7 @@ class OpenCLRenderer(GPUCStyle):
     if d is dtypes.uint64: return f"{v}ul"
     return super().render_const(v, d)
   def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
-    fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
-    if op in fns: return f"{fns[op]}({x})"
-    if op is Ops.TRUNC: return f"trunc({x})" if dtypes.is_float(d) else x
-    if op is Ops.RECIP: return f"(({self.render_dtype(d)})1/{x})"
-    return super().code_for_unary(op, x, d)
+    return _overloaded_unary(self, op, x, d, "sin") or super().code_for_unary(op, x, d)
   def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_{self.render_dtype(dst)}({x})"
   def render_preamble(self, uops: list[UOp]) -> str:
@@ -377,11 +381,7 @@ class MetalRenderer(GPUCStyle):
     if dst is dtypes.bool: return f"({x}!=0)"
     return f"({self.render_dtype(dst)})({x})"
   def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
-    fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "precise::sin", Ops.SQRT: "sqrt"}
-    if op in fns: return f"{fns[op]}({x})"
-    if op is Ops.TRUNC: return f"trunc({x})" if dtypes.is_float(d) else x
-    if op is Ops.RECIP: return f"(({self.render_dtype(d)})1/{x})"
-    return super().code_for_unary(op, x, d)
+    return _overloaded_unary(self, op, x, d, "precise::sin") or super().code_for_unary(op, x, d)
   def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_type<{self.render_dtype(dst)}>({x})"
   def render_preamble(self, uops: list[UOp]) -> str: return "#include <metal_stdlib>\nusing namespace metal;\n"
