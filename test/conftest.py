@@ -15,15 +15,44 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _backends() -> list[str]:
   if (env := os.getenv("TEST_DEVICES")): return [d.strip().upper() for d in env.split(",") if d.strip()]
   names = ["CPU", "PYTHON"]
-  # CL joins the suite once it has a runtime; looking for the file keeps collection free of imports
-  if os.path.exists(os.path.join(_ROOT, "attograd", "runtime", "ops_cl.py")): names.append("CL")
-  if os.path.exists(os.path.join(_ROOT, "attograd", "runtime", "ops_llvm.py")): names.append("LLVM")
+  # every device with a runtime joins the suite (one that can't start here is skipped with its reason);
+  # looking for the file keeps collection free of imports
+  for dev in ("CL", "LLVM", "CUDA", "METAL"):
+    if os.path.exists(os.path.join(_ROOT, "attograd", "runtime", f"ops_{dev.lower()}.py")): names.append(dev)
   return names
 
 BACKENDS = _backends()
 
 def pytest_configure(config: pytest.Config) -> None:
   config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
+
+# ***** per-device counts at the end of the run: which backends the device suite really ran on *****
+
+_counts: dict[str, dict[str, int]] = {}
+_skip_reason: dict[str, str] = {}
+
+def _device_of(nodeid: str) -> str | None:
+  if "[" not in nodeid: return None
+  params = nodeid.rsplit("[", 1)[1].rstrip("]").split("-")
+  return next((p for p in params if p in BACKENDS), None)
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+  if (dev := _device_of(report.nodeid)) is None: return
+  if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+    c = _counts.setdefault(dev, {"passed": 0, "failed": 0, "skipped": 0})
+    c[report.outcome] = c.get(report.outcome, 0) + 1
+    if report.skipped and isinstance(report.longrepr, tuple) and f"{dev} unavailable" in str(report.longrepr[2]):
+      _skip_reason[dev] = str(report.longrepr[2]).removeprefix("Skipped: ")
+      # one summary line per missing device, not one per test location
+      report.longrepr = (os.path.join("test", "conftest.py"), 0, report.longrepr[2])
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+  if not _counts: return
+  terminalreporter.write_sep("=", "device suite")
+  for dev in BACKENDS:
+    c = _counts.get(dev, {})
+    line = f"{dev:8s} passed {c.get('passed', 0):6d}  failed {c.get('failed', 0):4d}  skipped {c.get('skipped', 0):6d}"
+    terminalreporter.write_line(line + (f"  ({_skip_reason[dev]})" if dev in _skip_reason else ""))
 
 @pytest.fixture(params=BACKENDS)
 def device(request: pytest.FixtureRequest) -> Iterator[str]:
