@@ -99,7 +99,8 @@ class Kernel:
   def apply_opt(self, opt: Opt) -> None:
     ax, amt = opt.axis, opt.amount
     if opt.op in ("UPCAST", "UNROLL", "LANES", "RLANES"):
-      if opt.op in ("LANES", "RLANES") and self.lane is not None: raise ValueError(f"{opt}: the kernel has lanes already")
+      if opt.op in ("LANES", "RLANES") and self.lane is not None:
+        raise ValueError(f"{opt}: the kernel has lanes already")
       if (opt.op in ("UNROLL", "RLANES")) != (ax >= self.first_reduce):
         raise ValueError(f"{opt}: axis {ax} is {'a reduce' if ax >= self.first_reduce else 'an output'} axis")
       size = self.full_shape[ax]
@@ -202,18 +203,27 @@ class Kernel:
                if self._lane_ok(ax, strided_store=True) and (a := amt_of(ax, (16, 8, 4)))]
       lane: tuple[str, int, int] | None = ("LANES", max(cands)[2], max(cands)[0]) if cands else None
       last = self.shape_len - 1
-      if (lane is None or lane[2] < 8) and self._lane_ok(last) and (a := amt_of(last, (16, 8, 4))) and (lane is None or a > lane[2]):
-        lane = ("RLANES", last, a)
-      win_out = prod(sz for ax in range(self.first_reduce) if (sz := self.full_shape[ax]) <= 7 and None in self._strides(ax))
+      if (lane is None or lane[2] < 8) and self._lane_ok(last) and (a := amt_of(last, (16, 8, 4))) \
+         and (lane is None or a > lane[2]): lane = ("RLANES", last, a)
+      extra_unroll: tuple[int, int] | None = None
+      win_out = prod(sz for ax in range(self.first_reduce)
+                     if (sz := self.full_shape[ax]) <= 7 and None in self._strides(ax))
       if (lane is None or lane[2] < 8) and win_out >= 4:
         # short rows everywhere: 16 lanes on an output axis that one input walks with a stride (a gather) and the
         # others not at all beat 4 contiguous ones, when each gathered vector feeds a window's worth of accumulators
         gathers = [ax for ax in range(self.first_reduce) if self.full_shape[ax] % 16 == 0 and
                    sum(1 for s in self._strides(ax) if s != 0) == 1 and None not in self._strides(ax)
                    and None not in self._store_strides(ax)]
-        if gathers: lane = ("LANES", gathers[0], 16)
+        if gathers:
+          lane = ("LANES", gathers[0], 16)
+          # neighbouring reduce steps read overlapping window inputs: unrolling the innermost reduce axis lets the
+          # copies share those loads (a weight gradient reads x[o + k] for every o and k)
+          if (a := amt_of(self.shape_len - 1, (4, 2))): extra_unroll = (self.shape_len - 1, a)
       plan: list[tuple[str, int, int]] = [lane] if lane else []
       taken = {lane[1]} if lane else set()
+      if extra_unroll is not None:
+        plan.append(("UNROLL", *extra_unroll))
+        taken.add(extra_unroll[0])
       # window axes, whole; the output ones count against the accumulator budget
       n_unroll, n_acc = 1, 1
       for ax in range(self.shape_len):
@@ -243,4 +253,5 @@ class Kernel:
     work = prod(self.full_shape)
     if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))
     if DEBUG >= 3 and self.applied: print(f"opts: {self.applied} full_shape={self.full_shape}")
-  def _loads_full(self) -> list[ShapeTracker]: return [st for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
+  def _loads_full(self) -> list[ShapeTracker]:
+    return [st for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]

@@ -82,7 +82,8 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       stores.extend(sub.src)
     sink = UOp(Ops.SINK, dtypes.void, tuple(stores))
   sink = graph_rewrite(sink, symbolic + pm_lowered)
-  return vectorize(sink, lane, reduce_lane=lane_ax >= k.first_reduce) if lane is not None and lane_ax is not None else sink
+  if lane is None or lane_ax is None: return sink
+  return vectorize(sink, lane, reduce_lane=lane_ax >= k.first_reduce)
 
 # ***** GPU: thread indices and work-group reductions *****
 
@@ -193,27 +194,33 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
     if u.dtype not in _VEC_DTYPES and u.op is not Ops.STORE and u.op is not Ops.SINK: return None
     if u.op is Ops.LOAD:
       if len(u.src) == 3 and dep[u.src[2]]: return None
-      if (base := _lane_base(u.src[1], lane)) is not None: out[u] = UOp(Ops.LOAD, u.dtype.vec(width), (u.src[0], base) + u.src[2:])
-      elif (stride := _lane_stride(u.src[1], lane)) is not None and (base := _lane_base(u.src[1], lane, stride)) is not None:
+      if (base := _lane_base(u.src[1], lane)) is not None:
+        out[u] = UOp(Ops.LOAD, u.dtype.vec(width), (u.src[0], base) + u.src[2:])
+      elif (stride := _lane_stride(u.src[1], lane)) is not None and \
+           (base := _lane_base(u.src[1], lane, stride)) is not None:
         # lanes apart in memory: a gather of one scalar load per lane
-        out[u] = UOp(Ops.VECTORIZE, u.dtype.vec(width), tuple(UOp(Ops.LOAD, u.dtype, (u.src[0], base + i * stride) + u.src[2:])
-                                                             for i in range(width)))
+        out[u] = UOp(Ops.VECTORIZE, u.dtype.vec(width),
+                     tuple(UOp(Ops.LOAD, u.dtype, (u.src[0], base + i * stride) + u.src[2:]) for i in range(width)))
       else: return None
     elif u.op is Ops.STORE:
       if not dep[u.src[2]] or u.src[2] in index_only: return None
-      if (base := _lane_base(u.src[1], lane)) is not None: out[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], base, out[u.src[2]]))
+      if (base := _lane_base(u.src[1], lane)) is not None:
+        out[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], base, out[u.src[2]]))
       else:
         # lanes that land apart in memory: one scalar store per lane (cheap after a long reduce)
-        if (stride := _lane_stride(u.src[1], lane)) is None or (base := _lane_base(u.src[1], lane, stride)) is None: return None
+        if (stride := _lane_stride(u.src[1], lane)) is None or (base := _lane_base(u.src[1], lane, stride)) is None:
+          return None
         v = out[u.src[2]]
-        out[u] = UOp(Ops.SINK, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (u.src[0], base + i * stride, UOp(Ops.GEP, v.dtype.scalar(), (v,), i)))
+        out[u] = UOp(Ops.SINK, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (u.src[0], base + i * stride,
+                                                                               UOp(Ops.GEP, v.dtype.scalar(), (v,), i)))
                                                   for i in range(width)))
     elif u.op is Ops.REDUCE and u.arg in (Ops.ADD, Ops.MUL) and u.src[0] not in index_only:
       out[u] = UOp(Ops.REDUCE, u.dtype.vec(width), (out[u.src[0]],) + u.src[1:], u.arg)
     elif u.op in _VEC_ALU and dtypes.is_float(u.dtype) and not any(s in index_only for s in u.src):
       out[u] = UOp(u.op, u.dtype.vec(width), tuple(out[s] for s in u.src), u.arg)
     elif u.op is Ops.SINK:
-      out[u] = UOp(Ops.SINK, dtypes.void, tuple(x for s in u.src for x in (out[s].src if out[s].op is Ops.SINK else (out[s],))))
+      out[u] = UOp(Ops.SINK, dtypes.void,
+                   tuple(x for s in u.src for x in (out[s].src if out[s].op is Ops.SINK else (out[s],))))
     else: return None
   return out[sink]
 

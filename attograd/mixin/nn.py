@@ -253,7 +253,8 @@ class NNMixin:
         # every s-th element: pad to o*s, split into (o, s), keep column 0
         w = w.pad_(tuple((0, 0) if a != ax else (0, o * s - w.shape[ax]) for a in range(w.ndim)))
         w = w.reshape(*w.shape[:ax], o, s, *w.shape[ax + 1:])
-        return w.shrink(tuple((0, 1) if a == ax + 1 else None for a in range(w.ndim))).reshape(*w.shape[:ax], o, *w.shape[ax + 2:])
+        w = w.shrink(tuple((0, 1) if a == ax + 1 else None for a in range(w.ndim)))
+        return w.reshape(*w.shape[:ax], o, *w.shape[ax + 2:])
       x = window(0).unsqueeze(-1) if k == 1 else type(self).stack(*[window(kk) for kk in range(k)], dim=-1)
     return x
 
