@@ -1,16 +1,69 @@
 """Code generation: one kernel AST -> optimized loops with explicit index math -> a linear program of UOps."""
 from __future__ import annotations
+import functools, hashlib, json, os
+from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType
-from attograd.helpers import DEBUG
+from attograd.helpers import DEBUG, NOOPT, getenv
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, UOp, pretty_print
+
+CACHE_PROGRAMS = getenv("CACHE_PROGRAMS", 1)
 
 def kernel_name(k) -> str:
   """r_ for kernels with a reduce, E_ for elementwise, then the loop sizes: e.g. r_64_128."""
   prefix = "r" if k.first_reduce < k.shape_len else "E"
   return f"{prefix}_" + "_".join(str(s) for s in k.full_shape) if k.full_shape else f"{prefix}_1"
 
+# ***** programs cached on disk: a new process skips lowering and linearizing kernels it has seen before *****
+
+@functools.cache
+def _code_version() -> str:
+  """A hash of attograd's own source: a cached program is only reused by the code that made it."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  h = hashlib.sha256()
+  for d, _, files in sorted(os.walk(root)):
+    for f in sorted(files):
+      if f.endswith(".py"):
+        with open(os.path.join(d, f), "rb") as fh: h.update(f.encode() + fh.read())
+  return h.hexdigest()
+
+def _ast_key(ast: UOp, renderer: Renderer, opts: list | None) -> str:
+  ids: dict[UOp, int] = {}
+  parts = [_code_version(), type(renderer).__name__, repr(sorted(vars(renderer).items(), key=lambda kv: kv[0])),
+           repr(opts), str(NOOPT.value)]
+  for u in ast.toposort():
+    ids[u] = len(ids)
+    parts.append(f"{u.op.name}|{u.dtype!r}|{u.arg!r}|{[ids[s] for s in u.src]}")
+  return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+def _spec_to_bytes(sp: ProgramSpec) -> bytes:
+  return json.dumps({"name": sp.name, "src": sp.src, "device": sp.device, "globals": sp.globals, "outs": sp.outs,
+                     "vars": [[v.arg[0], v.arg[1], v.arg[2]] for v in sp.vars], "op_estimate": sp.op_estimate,
+                     "mem_estimate": sp.mem_estimate, "opts": [[o.op, o.axis, o.amount] for o in sp.applied_opts],
+                     "global_size": sp.global_size, "local_size": sp.local_size}).encode()
+
+def _spec_from_bytes(data: bytes) -> ProgramSpec | None:
+  from attograd.codegen.kernel import Opt
+  from attograd.dtype import dtypes
+  try:
+    d = json.loads(data)
+    tup = lambda x: tuple(x) if x is not None else None  # noqa: E731
+    return ProgramSpec(d["name"], d["src"], d["device"], (), tuple(d["globals"]), tuple(d["outs"]),
+                       tuple(UOp(Ops.DEFINE_VAR, dtypes.int32, (), tuple(v)) for v in d["vars"]), d["op_estimate"],
+                       d["mem_estimate"], tuple(Opt(*o) for o in d["opts"]), tup(d["global_size"]), tup(d["local_size"]))
+  except (ValueError, KeyError, TypeError): return None  # an entry from another layout: rebuilt
+
 def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
+  """The program for a kernel: from the on-disk cache when this code made it before (not for the PYTHON device,
+  whose programs are pickles), else built by the pipeline."""
+  if renderer.device == "PYTHON" or DEBUG >= 3 or not CACHE_PROGRAMS: return _build_program(ast, renderer, opts)
+  key = _ast_key(ast, renderer, opts)
+  if (data := disk_cache_get("program", key)) is not None and (sp := _spec_from_bytes(data)) is not None: return sp
+  sp = _build_program(ast, renderer, opts)
+  disk_cache_put("program", key, _spec_to_bytes(sp))
+  return sp
+
+def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
   """The pipeline, one named pass a line."""
   from attograd.codegen.kernel import Kernel
   from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower

@@ -133,3 +133,20 @@ def test_contiguous_backward() -> None:
   (y * Tensor([[1.0, 10.0], [100.0, 1000.0]])).sum().backward()
   assert y.tolist() == [[2.0, 6.0], [4.0, 8.0]]
   assert x.grad.tolist() == [[2.0, 200.0], [20.0, 2000.0]]
+
+def test_programs_come_back_from_the_disk_cache(tmp_path, monkeypatch) -> None:
+  # a new process skips lowering: the program for a kernel it has seen comes from the cache, equal to a fresh build
+  import attograd.codegen as cg
+  from attograd import device as dev
+  monkeypatch.setattr(dev, "cache_dir", lambda: str(tmp_path))
+  a, b = Tensor.rand(32, 48).realize(), Tensor.rand(48, 16).realize()
+  items, _ = create_schedule([(a @ b).relu().uop])
+  ast, r = items[-1].ast, Device["CPU"].renderer
+  built = cg._build_program(ast, r)
+  first, calls = cg.get_program(ast, r), []
+  monkeypatch.setattr(cg, "_build_program", lambda *args: calls.append(args) or built)
+  again = cg.get_program(ast, r)
+  assert not calls, "the second get_program was built again instead of read from the cache"
+  for f in ("name", "src", "globals", "vars", "op_estimate", "mem_estimate", "applied_opts"):
+    assert getattr(again, f) == getattr(built, f) == getattr(first, f), f
+  assert cg._spec_from_bytes(b"not json") is None  # a corrupt entry is rebuilt, not trusted
