@@ -180,7 +180,8 @@ def make_conv(batch: int) -> Bench:
     def step() -> Any:
       x.grad = w.grad = None
       x.conv2d(w, padding=1).square().mean().backward()
-      return Tensor.realize(x.grad, w.grad)  # type: ignore[arg-type]
+      Tensor.realize(x.grad, w.grad)  # type: ignore[arg-type]
+      return _attograd_sync(w.grad)
     return {row.name: step}
   def torch() -> dict[str, Callable[[], Any]]:
     import torch
@@ -209,7 +210,7 @@ def make_mnist(batch: int) -> Bench:
         opt.zero_grad()
         loss = x.sequential(layers).sparse_categorical_crossentropy(y).backward()
         opt.step()
-      return loss
+      return _attograd_sync(loss)
     return {row.name: step}
   def torch() -> dict[str, Callable[[], Any]]:
     import torch
