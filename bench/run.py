@@ -1,7 +1,7 @@
 """`python -m bench`: attograd next to NumPy (and PyTorch when installed) on matmul, a fused elementwise chain,
 a sum reduction and per-realize framework overhead, all measured in one run."""
 from __future__ import annotations
-import argparse, os, platform, statistics, subprocess, sys, time, traceback
+import argparse, os, platform, statistics, subprocess, sys, tempfile, time, traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -150,6 +150,7 @@ def make_overhead(n: int) -> Bench:
   # "new input": one input is a fresh tensor every call (made from NumPy in every framework), so the kernel runs.
   same = Row(f"10-op graph, {n} elems, same inputs", "us", 0.0)
   fresh = Row(f"10-op graph, {n} elems, new input", "us", 0.0)
+  jitted = Row("  the same, TinyJit", "us", 0.0)
   xs = [x + np.float32(i) for i in range(64)]
   np_relu = lambda a: np.maximum(a, np.float32(0))  # noqa: E731
   def attograd() -> dict[str, Callable[[], Any]]:
@@ -157,8 +158,11 @@ def make_overhead(n: int) -> Bench:
     tx, ty = Tensor(x).realize(), Tensor(y).realize()
     _check(same.name, _graph10(tx, ty, lambda t: t.relu()).numpy(), _graph10(x, y, np_relu))
     it = iter(range(1 << 62))
+    from attograd import TinyJit
+    graph = TinyJit(lambda a, b: _graph10(a, b, lambda t: t.relu()).realize())
     return {same.name: lambda: _attograd_sync(_graph10(tx, ty, lambda t: t.relu())),
-            fresh.name: lambda: _attograd_sync(_graph10(Tensor(xs[next(it) % 64]), ty, lambda t: t.relu()))}
+            fresh.name: lambda: _attograd_sync(_graph10(Tensor(xs[next(it) % 64]), ty, lambda t: t.relu())),
+            jitted.name: lambda: _attograd_sync(graph(Tensor(xs[next(it) % 64]), ty))}
   def numpy_() -> dict[str, Callable[[], Any]]:
     it = iter(range(1 << 62))
     return {same.name: lambda: _graph10(x, y, np_relu), fresh.name: lambda: _graph10(xs[next(it) % 64].copy(), y, np_relu)}
@@ -168,7 +172,7 @@ def make_overhead(n: int) -> Bench:
     it = iter(range(1 << 62))
     return {same.name: lambda: _graph10(tx, ty, torch.relu),
             fresh.name: lambda: _graph10(torch.from_numpy(xs[next(it) % 64].copy()), ty, torch.relu)}
-  return Bench("overhead", [same, fresh], {"attograd": attograd, "numpy": numpy_, "torch": torch})
+  return Bench("overhead", [same, fresh, jitted], {"attograd": attograd, "numpy": numpy_, "torch": torch})
 
 def make_conv(batch: int) -> Bench:
   rng = np.random.default_rng(5)
@@ -274,8 +278,67 @@ else:
 print(time.perf_counter() - st)
 """
 
+def _merge(name: str, benches: list[Bench]) -> Bench:
+  """One bench of several: rows side by side, each framework's setups merged."""
+  fws = {fw for b in benches for fw in b.setups}
+  def merged(fw: str) -> Callable[[], dict[str, Callable[[], Any]]]:
+    return lambda: {k: v for b in benches if fw in b.setups for k, v in b.setups[fw]().items()}
+  return Bench(name, [r for b in benches for r in b.rows], {fw: merged(fw) for fw in fws})
+
+def make_softmax(n: int) -> Bench:
+  """Softmax over the rows of an (n, n) float32 matrix; bytes counted once (read the input, write the output)."""
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((n, n), dtype=np.float32)
+  row = Row(f"row softmax {n}x{n}", "GB/s", 8.0 * n * n)
+  def np_softmax(a: Any) -> Any:
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+  def attograd() -> dict[str, Callable[[], Any]]:
+    from attograd import Tensor
+    tx = Tensor(x).realize()
+    _check(row.name, tx.softmax(-1).numpy(), np_softmax(x))
+    return {row.name: lambda: _attograd_sync(tx.softmax(-1))}
+  def torch() -> dict[str, Callable[[], Any]]:
+    import torch
+    tx = torch.from_numpy(x)
+    return {row.name: lambda: torch.softmax(tx, -1)}
+  return Bench("softmax", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: np_softmax(x)}, "torch": torch})
+
+_LATENCY = {
+  "attograd": "from attograd import Tensor\n"
+              "a, b = Tensor.ones({n}, {n}).contiguous(), Tensor.ones({n}, {n}).contiguous()\n"
+              "(a @ b).relu().sum().item()\n",
+  "numpy": "import numpy as np\na, b = np.ones(({n}, {n}), np.float32), np.ones(({n}, {n}), np.float32)\n"
+           "float(np.maximum(a @ b, 0).sum())\n",
+  "torch": "import torch\na, b = torch.ones({n}, {n}), torch.ones({n}, {n})\n(a @ b).relu().sum().item()\n"}
+
+def make_latency(n: int) -> Bench:
+  """A whole new process: import, an (n, n) matmul, relu and sum, read back. Cold: an empty kernel cache."""
+  warm = Row(f"new process: import+mm{n}+relu+sum", "s", 0.0)
+  cold = Row("  the same, empty kernel cache", "s", 0.0)
+  def timed(fw: str, cache: str | None) -> Callable[[], float]:
+    def run() -> float:
+      env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT] + sys.path)}
+      with tempfile.TemporaryDirectory() as tmp:
+        if cache == "empty": env["ATTOGRAD_CACHE_DIR"] = tmp
+        st = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", _LATENCY[fw].format(n=n)], capture_output=True, text=True,
+                             timeout=600, env=env)
+        et = time.perf_counter() - st
+      if out.returncode != 0: raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
+      return et
+    run.self_timed = True  # type: ignore[attr-defined]
+    return run
+  def setup(fw: str) -> Callable[[], dict[str, Callable[[], Any]]]:
+    rows = {warm.name: timed(fw, None)}
+    if fw == "attograd": rows[cold.name] = timed(fw, "empty")
+    return lambda: rows
+  return Bench("latency", [warm, cold], {fw: setup(fw) for fw in ("attograd", "numpy", "torch")})
+
 BENCHES: dict[str, Callable[[Sizes], Bench]] = {
-  "matmul": lambda s: make_matmul(s.matmul),
+  "matmul": lambda s: _merge("matmul", [make_matmul(n) for n in ((512, 1024, 2048) if s.matmul == 1024 else (s.matmul,))]),
+  "softmax": lambda s: make_softmax(s.matmul * 4),
+  "latency": lambda s: make_latency(s.matmul),
   "elementwise": lambda s: make_elementwise(s.elementwise),
   "sum": lambda s: make_sum(s.reduce),
   "overhead": lambda s: make_overhead(s.overhead),
@@ -302,7 +365,7 @@ def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
     kw = {"min_runs": 50, "max_runs": 2000} if bench.name == "overhead" else {}
     measured: dict[int, float | str] = {}  # rows that share one callable are timed once
     for row in bench.rows:
-      fn = fns[row.name]
+      if (fn := fns.get(row.name)) is None: continue  # this framework has no such row: the cell stays "-"
       if id(fn) not in measured:
         try:
           # a self-timed callable returns its own figure (seconds), e.g. measured inside a fresh process

@@ -164,11 +164,11 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
       out[u] = u if all(out[s] is s for s in u.src) else UOp(u.op, u.dtype, tuple(out[s] for s in u.src), u.arg)
       continue
     if reduce_lane and u.op is Ops.REDUCE:
-      if u.arg is not Ops.ADD or u.src[0] in index_only or u.dtype not in _VEC_DTYPES: return None
+      if u.arg not in (Ops.ADD, Ops.MAX) or u.src[0] in index_only or u.dtype not in _VEC_DTYPES: return None
       acc = UOp(Ops.REDUCE, u.dtype.vec(width), (out[u.src[0]],) + u.src[1:], u.arg)
       lanes = [UOp(Ops.GEP, u.dtype, (acc,), i) for i in range(width)]
-      while len(lanes) > 1:  # a balanced tree: fewer dependent adds
-        lanes = [UOp(Ops.ADD, u.dtype, (a, b)) for a, b in zip(lanes[::2], lanes[1::2])] + lanes[len(lanes) // 2 * 2:]
+      while len(lanes) > 1:  # a balanced tree: fewer dependent ops
+        lanes = [UOp(u.arg, u.dtype, (a, b)) for a, b in zip(lanes[::2], lanes[1::2])] + lanes[len(lanes) // 2 * 2:]
       out[u], dep[u] = lanes[0], False
       continue
     if u is lane or (u.dtype in dtypes.ints and u.op in GroupOp.ALU):
@@ -214,7 +214,7 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
         out[u] = UOp(Ops.SINK, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (u.src[0], base + i * stride,
                                                                                UOp(Ops.GEP, v.dtype.scalar(), (v,), i)))
                                                   for i in range(width)))
-    elif u.op is Ops.REDUCE and u.arg in (Ops.ADD, Ops.MUL) and u.src[0] not in index_only:
+    elif u.op is Ops.REDUCE and u.arg in (Ops.ADD, Ops.MUL, Ops.MAX) and u.src[0] not in index_only:
       out[u] = UOp(Ops.REDUCE, u.dtype.vec(width), (out[u.src[0]],) + u.src[1:], u.arg)
     elif u.op in _VEC_ALU and dtypes.is_float(u.dtype) and not any(s in index_only for s in u.src):
       out[u] = UOp(u.op, u.dtype.vec(width), tuple(out[s] for s in u.src), u.arg)

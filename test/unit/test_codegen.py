@@ -150,3 +150,16 @@ def test_programs_come_back_from_the_disk_cache(tmp_path, monkeypatch) -> None:
   for f in ("name", "src", "globals", "vars", "op_estimate", "mem_estimate", "applied_opts"):
     assert getattr(again, f) == getattr(built, f) == getattr(first, f), f
   assert cg._spec_from_bytes(b"not json") is None  # a corrupt entry is rebuilt, not trusted
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_reduce_on_lanes(dtype: str) -> None:
+  # a max over contiguous rows runs on reduce lanes, one over columns on output lanes; NaN wins as in NumPy
+  rng = np.random.default_rng(8)
+  x = rng.standard_normal((64, 96)).astype(dtype)
+  x[3, 17], x[5, :] = np.nan, -np.inf
+  tx = Tensor(x).realize()
+  assert "RLANES" in _opts(tx.max(1))
+  np.testing.assert_array_equal(tx.max(1).numpy(), x.max(1))
+  np.testing.assert_array_equal(tx.max(0).numpy(), x.max(0))
+  np.testing.assert_allclose(tx.softmax(-1).numpy()[6:], (np.exp(x - x.max(1, keepdims=True)) /
+                             np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True))[6:], rtol=1e-5, atol=1e-6)
