@@ -3,7 +3,7 @@ from __future__ import annotations
 import functools, hashlib, json, os
 from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType
-from attograd.helpers import DEBUG, NOOPT, getenv
+from attograd.helpers import BEAM, DEBUG, NOOPT, getenv
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, UOp, pretty_print
 
@@ -50,12 +50,16 @@ def _spec_from_bytes(data: bytes) -> ProgramSpec | None:
     tup = lambda x: tuple(x) if x is not None else None  # noqa: E731
     return ProgramSpec(d["name"], d["src"], d["device"], (), tuple(d["globals"]), tuple(d["outs"]),
                        tuple(UOp(Ops.DEFINE_VAR, dtypes.int32, (), tuple(v)) for v in d["vars"]), d["op_estimate"],
-                       d["mem_estimate"], tuple(Opt(*o) for o in d["opts"]), tup(d["global_size"]), tup(d["local_size"]))
+                       d["mem_estimate"], tuple(Opt(*o) for o in d["opts"]), tup(d["global_size"]),
+                       tup(d["local_size"]))
   except (ValueError, KeyError, TypeError): return None  # an entry from another layout: rebuilt
 
 def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
   """The program for a kernel: from the on-disk cache when this code made it before (not for the PYTHON device,
   whose programs are pickles), else built by the pipeline."""
+  if opts is None and BEAM and renderer.device != "PYTHON":  # search the actions by timing them (cached on disk)
+    from attograd.codegen.search import beam_search
+    opts = beam_search(ast, renderer, int(BEAM.value))
   if renderer.device == "PYTHON" or DEBUG >= 3 or not CACHE_PROGRAMS: return _build_program(ast, renderer, opts)
   key = _ast_key(ast, renderer, opts)
   if (data := disk_cache_get("program", key)) is not None and (sp := _spec_from_bytes(data)) is not None: return sp

@@ -163,3 +163,22 @@ def test_max_reduce_on_lanes(dtype: str) -> None:
   np.testing.assert_array_equal(tx.max(0).numpy(), x.max(0))
   np.testing.assert_allclose(tx.softmax(-1).numpy()[6:], (np.exp(x - x.max(1, keepdims=True)) /
                              np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True))[6:], rtol=1e-5, atol=1e-6)
+
+def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatch) -> None:
+  import attograd.codegen.search as search
+  from attograd import device as dev
+  monkeypatch.setattr(dev, "cache_dir", lambda: str(tmp_path))
+  monkeypatch.setattr(search, "MAX_ROUNDS", 1)
+  monkeypatch.setattr(search, "MAX_CANDIDATES", 8)
+  rng = np.random.default_rng(9)
+  a, b = rng.standard_normal((32, 64), dtype=np.float32), rng.standard_normal((64, 48), dtype=np.float32)
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  items, _ = create_schedule([(ta @ tb).uop])
+  ast, r = items[-1].ast, Device["CPU"].renderer
+  timings: list[object] = []
+  real_time = search._time
+  monkeypatch.setattr(search, "_time", lambda spec, bufs: timings.append(spec) or real_time(spec, bufs))
+  opts = search.beam_search(ast, r, 2)
+  assert 2 < len(timings) <= 10, "the seeds and up to MAX_CANDIDATES candidates are timed"
+  assert search.beam_search(ast, r, 2) == opts and len(timings) <= 10, "the second search comes from the disk cache"
+  with Context(BEAM=2): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
