@@ -135,6 +135,11 @@ class Compiled:
   def synchronize(self) -> None: pass
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.device}>"
 
+def host_bytes(mv: memoryview) -> ctypes.Array:
+  """A ctypes view of host bytes to copy from, without a copy (a private copy only when the memoryview is read-only)."""
+  if mv.readonly: return ctypes.create_string_buffer(bytes(mv), mv.nbytes)
+  return (ctypes.c_char * mv.nbytes).from_buffer(mv)
+
 # ***** buffers *****
 
 class Buffer:

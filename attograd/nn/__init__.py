@@ -28,6 +28,11 @@ def _filled(shape: int | tuple[int, ...], value: float, dtype: DType | None = No
   t.requires_grad = requires_grad
   return t
 
+def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+  """x * weight + bias per channel (dim 1), or x unchanged without them."""
+  if weight is None or bias is None: return x
+  return x * weight.reshape(_channel_shape(x)) + bias.reshape(_channel_shape(x))
+
 def _channel_shape(x: Tensor) -> tuple[int, ...]:
   """The shape that lays a per-channel (dim 1) vector along x's channels: (1, C, 1, ...)."""
   return (1, -1) + (1,) * (x.ndim - 2)
@@ -227,8 +232,7 @@ class GroupNorm:
     if x.ndim < 2 or x.shape[1] != self.num_channels:
       raise ValueError(f"GroupNorm: input must be (N, {self.num_channels}, ...), got shape {x.shape}")
     x = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
-    if self.weight is None or self.bias is None: return x
-    return x * self.weight.reshape(_channel_shape(x)) + self.bias.reshape(_channel_shape(x))
+    return _affine(x, self.weight, self.bias)
 
 class InstanceNorm:
   """Normalize each channel of each sample of (N, C, ...) over its spatial dims, then scale and shift per channel.
@@ -246,8 +250,7 @@ class InstanceNorm:
     if x.ndim < 3 or x.shape[1] != self.num_features:
       raise ValueError(f"InstanceNorm: input must be (N, {self.num_features}, *spatial), got shape {x.shape}")
     x = x.reshape(x.shape[0], self.num_features, -1).layernorm(eps=self.eps).reshape(x.shape)
-    if self.weight is None or self.bias is None: return x
-    return x * self.weight.reshape(_channel_shape(x)) + self.bias.reshape(_channel_shape(x))
+    return _affine(x, self.weight, self.bias)
 
 # ***** embedding and recurrent *****
 

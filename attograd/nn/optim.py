@@ -4,7 +4,7 @@ A step is planned as lazy in-place writes (ASSIGN nodes) of all parameters and s
 `lr` is a tensor, so changing it between steps reuses the compiled kernels.
 """
 from __future__ import annotations
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.engine.schedule import buffers, new_buffer_uop
 from attograd.tensor import Tensor
@@ -91,6 +91,9 @@ class Optimizer:
   Parameters with requires_grad None are switched to True; those with False are kept in `buffers` and not updated.
   """
   def __init__(self, params: Sequence[Tensor], lr: float | Tensor):
+    if not hasattr(self, "_step") and type(self)._plan_step is Optimizer._plan_step:
+      raise TypeError(f"{type(self).__name__}: an optimizer subclass defines _step (the update of each parameter); "
+                      "use SGD, Adam, AdamW, LAMB or LARS, or write one")
     params = list(params)
     for x in params:
       if x.requires_grad is None: x.requires_grad = True
@@ -143,10 +146,10 @@ class Optimizer:
     todo = [(i, p, plan.grad(p, g)) for i, p, g in items]
     for (_, p, _), update in zip(todo, self._step(plan, todo)):
       plan.assign(p, p.detach() - update)
-  def _step(self, plan: _StepPlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
-    """The amount to subtract from each parameter, given (index in self.params, parameter, gradient) triples.
-    State is written with plan.assign, whose result reads the new value."""
-    raise NotImplementedError(f"{type(self).__name__} must implement _step")
+  # subclasses define `_step(plan, todo) -> list[Tensor]`: the amount to subtract from each parameter, given
+  # (index in self.params, parameter, gradient) triples; state is written with plan.assign, whose result reads the
+  # new value. (OptimizerGroup plans its members' steps instead.)
+  _step: Callable[[_StepPlan, list[tuple[int, Tensor, Tensor]]], list[Tensor]]
 
 class OptimizerGroup(Optimizer):
   """Several optimizers stepped as one (e.g. different learning rates for two parts of a model); one realize per step.

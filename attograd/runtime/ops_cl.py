@@ -2,7 +2,7 @@
 "CL" is the first device of all platforms, "CL:1" the second. Programs are cached on disk as device binaries."""
 from __future__ import annotations
 import ctypes, ctypes.util, os
-from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator
+from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator, host_bytes
 from attograd.helpers import cache_dir
 from attograd.renderer.cstyle import OpenCLRenderer
 
@@ -95,11 +95,6 @@ def list_devices() -> list[tuple[int, int]]:
     out.extend((p, d) for d in devs)
   return out
 
-def _host(mv: memoryview) -> ctypes.Array:
-  """A ctypes view of host bytes to copy from (a private copy when the memoryview is read-only)."""
-  if mv.readonly: return ctypes.create_string_buffer(bytes(mv), mv.nbytes)
-  return (ctypes.c_char * mv.nbytes).from_buffer(mv)
-
 class CLAllocator(LRUAllocator):
   """A buffer is a cl_mem handle. Copies block; kernels run in order on one queue, so reads see earlier writes."""
   def __init__(self, dev: ClDevice):
@@ -113,7 +108,7 @@ class CLAllocator(LRUAllocator):
     return mem
   def _free(self, buf: int, nbytes: int) -> None: cl().clReleaseMemObject(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
-    host = _host(src)
+    host = host_bytes(src)
     check(cl().clEnqueueWriteBuffer(self.dev.queue, dest, 1, 0, src.nbytes, ctypes.addressof(host), 0, None, None),
           "copy in")
   def copyout(self, dest: memoryview, src: int) -> None:

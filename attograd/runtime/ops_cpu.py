@@ -1,7 +1,7 @@
 """The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with OpenMP."""
 from __future__ import annotations
 import ctypes, ctypes.util, hashlib, os, shutil, subprocess, tempfile
-from attograd.device import Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put
+from attograd.device import Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put, host_bytes
 from attograd.renderer.cstyle import ClangRenderer
 
 # OpenMP threads sleep between kernels instead of spinning: spinning workers steal the cores that other processes
@@ -22,7 +22,7 @@ class MallocAllocator(LRUAllocator):
     return p.value
   def _free(self, buf: int, nbytes: int) -> None: _libc.free(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
-    ctypes.memmove(dest, (ctypes.c_char * src.nbytes).from_buffer(src) if not src.readonly else bytes(src), src.nbytes)
+    ctypes.memmove(dest, host_bytes(src), src.nbytes)
   def copyout(self, dest: memoryview, src: int) -> None:
     ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src, dest.nbytes)
   def as_memoryview(self, buf: int, nbytes: int) -> memoryview:

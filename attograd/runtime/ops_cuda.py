@@ -2,7 +2,7 @@
 `nvcc --ptx` when NVRTC is missing. "CUDA:1" is the second GPU."""
 from __future__ import annotations
 import ctypes, ctypes.util, glob, os, shutil, subprocess, tempfile
-from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator
+from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator, host_bytes
 from attograd.renderer.cstyle import CUDARenderer
 
 c_p, c_int, c_uint, c_size = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
@@ -101,11 +101,6 @@ class NVRTCCompiler(Compiler):
       if p.returncode != 0: raise RuntimeError(f"CUDA: nvcc failed to compile:\n{p.stderr}\n--- source ---\n{src}")
       with open(ptx, "rb") as f: return f.read() + b"\0"
 
-def _host(mv: memoryview) -> ctypes.Array:
-  """A ctypes view of host bytes to copy from (a private copy when the memoryview is read-only)."""
-  if mv.readonly: return ctypes.create_string_buffer(bytes(mv), mv.nbytes)
-  return (ctypes.c_char * mv.nbytes).from_buffer(mv)
-
 class CUDAAllocator(LRUAllocator):
   """A buffer is a device address. Copies go through the default stream after our stream has finished."""
   def __init__(self, dev: CudaDevice):
@@ -120,7 +115,7 @@ class CUDAAllocator(LRUAllocator):
   def _free(self, buf: int, nbytes: int) -> None: cuda().cuMemFree_v2(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
     self.dev.synchronize()
-    host = _host(src)
+    host = host_bytes(src)
     check(cuda().cuMemcpyHtoD_v2(dest, ctypes.addressof(host), src.nbytes), "copy in")
   def copyout(self, dest: memoryview, src: int) -> None:
     self.dev.synchronize()

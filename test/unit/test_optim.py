@@ -392,3 +392,7 @@ def test_conv_batchnorm_training_matches_torch(device: str) -> None:
   np.testing.assert_allclose(conv.weight.numpy(), tconv.weight.detach().numpy(), atol=1e-5)
   np.testing.assert_allclose(bn.bias.numpy(), tbn.bias.detach().numpy(), atol=1e-5)  # type: ignore[union-attr]
   np.testing.assert_allclose(bn.running_var.numpy(), tbn.running_var.numpy(), atol=1e-5)
+
+def test_optimizer_base_class_needs_a_step_rule() -> None:
+  from attograd.nn.optim import Optimizer
+  with pytest.raises(TypeError, match="defines _step"): Optimizer([Tensor([1.0], requires_grad=True)], lr=0.1)
