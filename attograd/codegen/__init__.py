@@ -73,7 +73,8 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower
   from attograd.codegen.linearize import linearize
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
-  k = Kernel(ast)                                      # the loop space: full shape, reduce axes, views over it
+  k = Kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
+                                                       # the loop space: full shape, reduce axes, views over it
   if opts is None and renderer.has_local: k.gpu_optimizations(renderer.local_max)  # work-groups for GPUs
   elif opts is None: k.hand_coded_optimizations()      # pick upcasts/unrolls/threads by heuristic
   else:
