@@ -2,6 +2,7 @@
 (actions on axes) that reshape that space before lowering."""
 from __future__ import annotations
 from dataclasses import dataclass, field
+from attograd.dtype import DType
 from attograd.helpers import DEBUG, NOOPT, prod
 from attograd.uop.ops import Ops, UOp
 from attograd.uop.view import ShapeTracker
@@ -11,10 +12,22 @@ class Opt:
   """One action on an axis: UPCAST (unroll an output axis), UNROLL (unroll a reduce axis), LANES / RLANES (the same,
   and the unrolled axis becomes the lanes of vector registers), THREAD (run across cores).
   GPU only: LOCAL (split an output axis across a work-group's threads), GROUP / GROUPTOP (split a reduce axis across
-  a work-group's threads, strided / in contiguous chunks, combined through local memory after a barrier)."""
+  a work-group's threads, strided / in contiguous chunks, combined through local memory after a barrier).
+  TC (GPUs with tensor cores, axis and amount unused): a half/bfloat16 matmul runs as 16x8x16 warp tiles (see TensorCore)."""
   op: str
   axis: int
   amount: int
+
+@dataclass(frozen=True)
+class TensorCore:
+  """Where a TC kernel's tile lives: output axes m (16 rows) and n (8 columns), reduce axis k (16), each the inner
+  part of a split axis; the input dtype; swap: the MUL's second operand is the row-major A (m x k) tile."""
+  m: int
+  n: int
+  k: int
+  dtype: DType
+  swap: bool
+  dims = (16, 8, 16)
 
 @dataclass
 class Kernel:
@@ -29,6 +42,10 @@ class Kernel:
   locals_: list[int] = field(default_factory=list)      # GPU: output axes run by the threads of one work-group
   grouped: list[int] = field(default_factory=list)      # GPU: reduce axes split across a work-group's threads
   applied: list[Opt] = field(default_factory=list)
+  # what the target offers (set from the renderer): tensor-core input dtypes, and the warp size for shuffles (0: none)
+  tensor_cores: tuple[DType, ...] = ()
+  warp_size: int = 0
+  tc: TensorCore | None = None                          # GPU: the matmul runs on tensor cores (Opt TC)
 
   def __post_init__(self) -> None:
     topo = self.ast.toposort()
@@ -98,6 +115,7 @@ class Kernel:
   # ***** optimizations *****
   def apply_opt(self, opt: Opt) -> None:
     ax, amt = opt.axis, opt.amount
+    if self.tc is not None: raise ValueError(f"{opt}: no actions after TC (its tiles fix the kernel's shape)")
     if opt.op in ("UPCAST", "UNROLL", "LANES", "RLANES"):
       if opt.op in ("LANES", "RLANES") and self.lane is not None:
         raise ValueError(f"{opt}: the kernel has lanes already")
@@ -120,6 +138,7 @@ class Kernel:
       if self.locals_ or self.grouped: self._shift_gpu_axes(ax)
     elif opt.op == "THREAD": self.parallel = True
     elif opt.op in ("LOCAL", "GROUP", "GROUPTOP"): self._apply_gpu_opt(opt)
+    elif opt.op == "TC": self._apply_tc(opt)
     else: raise ValueError(f"unknown opt {opt}")
     self.applied.append(opt)
 
@@ -164,10 +183,60 @@ class Kernel:
     self._shift_gpu_axes(ax)
     (self.locals_ if opt.op == "LOCAL" else self.grouped).append(ax if top else ax + 1)
 
+  def _tc_plan(self) -> TensorCore:
+    """The axes a TC action would tile (before splitting them), or a ValueError saying why the kernel can't."""
+    reduces = [u for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS]
+    if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or reduces[0].src[0].op is not Ops.MUL:
+      raise ValueError("TC: the kernel is not one sum of products")
+    if self.first_reduce != self.shape_len - 1: raise ValueError(f"TC: needs one reduce axis, shape {self.full_shape}")
+    mul = reduces[0].src[0]
+    if mul.dtype not in self.tensor_cores:
+      raise ValueError(f"TC: no tensor cores for {mul.dtype} on this target (it has {list(self.tensor_cores)})")
+    def strides(x: UOp, ax: int) -> list[int | None]:
+      return [self.sts[u].index_strides()[ax] for u in x.toposort() if u.op is Ops.LOAD]
+    (tm, tn, tk), kx = TensorCore.dims, self.shape_len - 1
+    if self.full_shape[kx] % tk: raise ValueError(f"TC: reduce size {self.full_shape[kx]} is not a multiple of {tk}")
+    for swap in (False, True):
+      a, b = mul.src[::-1] if swap else mul.src
+      sa = {ax: strides(a, ax) for ax in range(self.first_reduce)}
+      sb = {ax: strides(b, ax) for ax in range(self.first_reduce)}
+      # A varies along m and not n; B along n and not m; the innermost such axes that fit the tile
+      ms = [ax for ax in range(self.first_reduce) if self.full_shape[ax] % tm == 0 and all(s == 0 for s in sb[ax])
+            and any(s for s in sa[ax]) and None not in sa[ax]]
+      ns = [ax for ax in range(self.first_reduce) if self.full_shape[ax] % tn == 0 and all(s == 0 for s in sa[ax])
+            and any(s for s in sb[ax]) and None not in sb[ax]]
+      if ms and ns: return TensorCore(ms[-1], ns[-1], kx, mul.dtype, swap)
+    raise ValueError(f"TC: no output axes of shape {self.full_shape} fit {tm}x{tn} tiles of a matmul")
+
+  def _apply_tc(self, opt: Opt) -> None:
+    """Split m, n and k so that their inner parts are one warp's 16x8x16 tile (the lowerer maps them onto lanes)."""
+    if self.applied: raise ValueError(f"{opt}: TC must be the first action, not after {self.applied}")
+    plan = self._tc_plan()
+    sizes = dict(zip((plan.m, plan.n, plan.k), TensorCore.dims))
+    inner: dict[int, int] = {}
+    for ax in sorted(sizes, reverse=True):  # the highest axis first: lower axes keep their indices
+      size, amt = self.full_shape[ax], sizes[ax]
+      new_full = self.full_shape[:ax] + (size // amt, amt) + self.full_shape[ax + 1:]
+      fr = self.first_reduce + (0 if ax >= self.first_reduce else 1)
+      self._reshape(new_full, tuple(s if j < fr else 1 for j, s in enumerate(new_full)))
+      self.first_reduce = fr
+      inner = {a + 1 if a > ax else a: v for a, v in inner.items()}
+      inner[ax + 1] = ax
+    by_orig = {v: a for a, v in inner.items()}
+    self.tc = TensorCore(by_orig[plan.m], by_orig[plan.n], by_orig[plan.k], plan.dtype, plan.swap)
+
   def gpu_optimizations(self, local_max: int = 256) -> None:
-    """A simple heuristic for GPU renderers: reductions with few outputs split each reduce across a work-group
+    """A simple heuristic for GPU renderers: a half/bfloat16 matmul whose sizes are multiples of the tile runs on
+    tensor cores (TC) where the target has them; reductions with few outputs split each reduce across a work-group
     (GROUPTOP); everything else puts up to `local_max` neighbouring outputs into one work-group (LOCAL)."""
     if NOOPT: return
+    if self.tensor_cores:
+      try: self._tc_plan()
+      except ValueError: pass
+      else:
+        self.apply_opt(Opt("TC", 0, 0))
+        if DEBUG >= 3: print(f"opts: {self.applied} full_shape={self.full_shape}")
+        return
     out_size = prod(self.full_shape[:self.first_reduce])
     if self.first_reduce < self.shape_len and out_size <= 2048:
       ax = self.shape_len - 1  # the innermost reduce axis

@@ -1,7 +1,7 @@
 """Lowering: a Kernel's AST becomes loops (RANGE), index arithmetic from each view, loads, reduces and stores."""
 from __future__ import annotations
 import functools, itertools
-from attograd.codegen.kernel import Kernel
+from attograd.codegen.kernel import Kernel, TensorCore
 from attograd.dtype import dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite
@@ -16,6 +16,9 @@ def lower(k: Kernel, vectors: bool = False, gpu: bool = False, global_max: tuple
   """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges). With vectors, the
   kernel's lane axis becomes the lanes of vector values where every use allows it; otherwise it is unrolled.
   gpu=True: output axes (and LOCAL/GROUP axes) are work-group and thread indices (SPECIAL) instead of loops."""
+  if k.tc is not None:
+    if not gpu: raise ValueError(f"TC: tensor cores need a GPU renderer, kernel shape {k.full_shape}")
+    return _lower_tc(k, global_max)
   if vectors and k.lane is not None and (vec := _lower(k, k.lane, gpu, global_max)) is not None: return vec
   out = _lower(k, None, gpu, global_max)
   assert out is not None
@@ -109,6 +112,10 @@ def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None,
                ) -> tuple[dict[int, UOp], tuple[int, ...], tuple[int, ...]]:
   """(index of each axis run by the GPU, global size in work-groups, local size in threads)."""
   shape = k.full_shape
+  if k.tc is not None:  # one warp per work-group, one 16x8 output tile per warp
+    gidx, gsize = _special_dims("gidx", [i for i in range(k.first_reduce) if shape[i] != 1 and i not in
+                                         (k.tc.m, k.tc.n)], shape, global_max)
+    return gidx, gsize, (WARP,)
   glob = [i for i in range(k.first_reduce) if shape[i] != 1 and i not in k.upcasted and i not in k.locals_]
   loc = [i for i in range(k.shape_len) if shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
   gidx, gsize = _special_dims("gidx", glob, shape, global_max)
@@ -116,7 +123,8 @@ def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None,
   return {**gidx, **lidx}, gsize, lsize
 
 def _group_reduce(k: Kernel, partial: UOp, specials: dict[int, UOp], op: Ops, n: int) -> UOp:
-  """Each thread's partial result goes to local memory; after a barrier every thread combines the work-group's."""
+  """Each thread's partial result goes to local memory; after a barrier every thread combines the work-group's.
+  With warp shuffles, groups of whole warps on the innermost thread dimension first combine within each warp."""
   loc = [i for i in range(k.shape_len) if k.full_shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
   d = dtypes.int32
   slot, stride, strides = UOp.const(d, 0), 1, {}
@@ -124,12 +132,103 @@ def _group_reduce(k: Kernel, partial: UOp, specials: dict[int, UOp], op: Ops, n:
     strides[a] = stride
     slot = slot + specials[a] * stride
     stride *= k.full_shape[a]
+  if k.warp_size and (w := _warp_reduce(k, partial, specials, op, n, loc, strides, stride)) is not None: return w
   buf = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(stride), (), (f"temp{n}", stride))
   after = UOp(Ops.BARRIER, buf.dtype, (buf, UOp(Ops.STORE, dtypes.void, (buf, slot, partial))))
   ga = k.grouped[0]
   rng = UOp(Ops.RANGE, d, (UOp.const(d, k.full_shape[ga]),), (k.shape_len + n, "reduce"))
   others = slot - specials[ga] * strides[ga]
   return UOp(Ops.REDUCE, partial.dtype, (UOp(Ops.LOAD, partial.dtype, (after, others + rng * strides[ga])), rng), op)
+
+# ***** GPU: warps (shuffles, tensor cores) *****
+
+WARP = 32
+SHUFFLE_DTYPES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64,
+                  dtypes.float16, dtypes.bfloat16)
+
+def _warp_reduce(k: Kernel, partial: UOp, specials: dict[int, UOp], op: Ops, n: int, loc: list[int],
+                 strides: dict[int, int], size: int) -> UOp | None:
+  """A butterfly of xor shuffles leaves every lane of a warp holding the warp's total. A group of one warp needs
+  nothing more; a bigger one stores one value per warp to local memory, and after a barrier every thread combines
+  those. None when the group is not whole warps along thread dimension 0 (then local memory does it all)."""
+  ga = k.grouped[0]
+  g = k.full_shape[ga]
+  if g % k.warp_size or strides[ga] != 1 or partial.dtype not in SHUFFLE_DTYPES or k.warp_size != WARP: return None
+  mask = k.warp_size // 2
+  while mask:
+    partial = UOp(op, partial.dtype, (partial, UOp(Ops.SHUFFLE, partial.dtype, (partial,), mask)))
+    mask //= 2
+  if g == k.warp_size: return partial
+  d, nw = dtypes.int32, g // k.warp_size
+  base = functools.reduce(lambda x, y: x + y, [specials[a] * (strides[a] // g * nw) for a in loc if a != ga],
+                          UOp.const(d, 0))
+  buf = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(size // k.warp_size), (), (f"temp{n}", size // k.warp_size))
+  lane0 = (specials[ga] % k.warp_size).eq(0)
+  st = UOp(Ops.STORE, dtypes.void, (buf, base + specials[ga] // k.warp_size, partial, lane0))
+  after = UOp(Ops.BARRIER, buf.dtype, (buf, st))
+  rng = UOp(Ops.RANGE, d, (UOp.const(d, nw),), (k.shape_len + n, "reduce"))
+  return UOp(Ops.REDUCE, partial.dtype, (UOp(Ops.LOAD, partial.dtype, (after, base + rng)), rng), op)
+
+def tc_fragments(lane: UOp) -> tuple[list[tuple[UOp, UOp]], list[tuple[UOp, UOp]], list[tuple[UOp, UOp]]]:
+  """For mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"): the (row, col) in
+  the tile of each element a lane holds: A (16x16, 8 elements), B (16x8, 4), C and D (16x8, 4). With g = lane/4 and
+  t = lane%4: a_i is at row g (+8 for i in 2,3,6,7), col 2t + i%2 (+8 for i >= 4); b_i at row 2t + i%2 (+8 for
+  i >= 2), col g; c_i at row g (+8 for i >= 2), col 2t + i%2."""
+  g, t = lane // 4, lane % 4
+  a = [(g + 8 * ((i >> 1) & 1), t * 2 + (i & 1) + 8 * (i >> 2)) for i in range(8)]
+  b = [(t * 2 + (i & 1) + 8 * (i >> 1), g) for i in range(4)]
+  c = [(g + 8 * (i >> 1), t * 2 + (i & 1)) for i in range(4)]
+  return a, b, c
+
+def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
+  """A TC kernel: each warp (one work-group) computes one 16x8 output tile. Every lane loads its fragments of the A
+  and B tiles straight from the inputs, the reduce loop steps over k in 16s with one WMMA each (accumulating in
+  float32), and every lane runs the code after the reduce for, and stores, the 4 output elements it holds."""
+  tc, d = k.tc, dtypes.int32
+  assert tc is not None
+  specials = gpu_launch(k, global_max)[0]
+  lane = UOp(Ops.SPECIAL, d, (), ("lidx0", WARP))
+  ph = {ax: UOp(Ops.DEFINE_VAR, d, (), (f"_tc{ax}", 0, k.full_shape[ax] - 1)) for ax in (tc.m, tc.n, tc.k)}
+  idxs: list[UOp] = []
+  for i, s in enumerate(k.full_shape):
+    if s == 1: idxs.append(UOp.const(d, 0))
+    elif i in ph: idxs.append(ph[i])
+    elif i in specials: idxs.append(specials[i])
+    else: idxs.append(UOp(Ops.RANGE, d, (UOp.const(d, s),), (i, "reduce")))  # k's outer part
+  out_idxs = [x if i < k.first_reduce else UOp.const(d, 0) for i, x in enumerate(idxs)]
+  rng = tuple(x for x in idxs if x.op is Ops.RANGE)
+  fa, fb, fc = tc_fragments(lane)
+  acc_t = dtypes.float32.vec(4)
+  memo: dict[UOp, UOp] = {}
+  red: UOp | None = None
+  for u in k.ast.toposort():
+    if u.op is Ops.VIEW: continue
+    if u.op is Ops.LOAD:
+      st = k.sts[u]
+      memo[u] = _load(u, *st.to_indexed(idxs if st.shape == k.full_shape else out_idxs))
+    elif u.op is Ops.CONST and u.src:
+      _, valid = k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs)
+      c = UOp.const(u.dtype, u.arg)
+      memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
+    elif u.op is Ops.REDUCE_AXIS:
+      a, b = (memo[s] for s in (u.src[0].src[::-1] if tc.swap else u.src[0].src))
+      av = [a.substitute({ph[tc.m]: r, ph[tc.k]: c}).cast(tc.dtype) for r, c in fa]
+      bv = [b.substitute({ph[tc.k]: r, ph[tc.n]: c}).cast(tc.dtype) for r, c in fb]
+      wmma = UOp(Ops.WMMA, acc_t, (UOp(Ops.VECTORIZE, tc.dtype.vec(8), tuple(av)),
+                                   UOp(Ops.VECTORIZE, tc.dtype.vec(4), tuple(bv)), UOp.const(acc_t, 0.0)),
+                 (*TensorCore.dims, tc.dtype, dtypes.float32))
+      red = UOp(Ops.REDUCE, acc_t, (wmma,) + rng, Ops.ADD) if rng else wmma
+      memo[u] = UOp(Ops.NOOP, u.dtype, (), "tc_acc")  # one element of the accumulator, filled in below
+    elif u.op is Ops.STORE: memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], k.sts[u].to_indexed(out_idxs)[0],
+                                                                   memo[u.src[2]]))
+    elif u.op is Ops.SINK: memo[u] = UOp(Ops.SINK, dtypes.void, tuple(memo[s] for s in u.src))
+    elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
+    else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
+  assert red is not None
+  acc = next(x for x in memo[k.ast].toposort() if x.op is Ops.NOOP)
+  stores = [st.substitute({acc: UOp(Ops.GEP, dtypes.float32, (red,), i).cast(acc.dtype), ph[tc.m]: r, ph[tc.n]: c})
+            for i, (r, c) in enumerate(fc) for st in memo[k.ast].src]
+  return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic + pm_lowered)
 
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}
 _VEC_DTYPES = (dtypes.float32, dtypes.float64)  # half vectors can't mix with float scalars in C
@@ -247,6 +346,7 @@ pm_lowered = PatternMatcher([
 
 def estimate_ops(sink: UOp, k: Kernel) -> int:
   """ALU ops executed (for GFLOPS in DEBUG output)."""
+  if k.tc is not None: return 2 * prod(k.full_shape)  # a multiply and an add per point of the m x n x k space
   # a vector op does one op per lane; a REDUCE is one accumulate per element it reduces
   n_alu = sum(u.dtype.count for u in sink.toposort()
               if (u.op in GroupOp.ALU or u.op is Ops.REDUCE) and u.dtype.scalar() in dtypes.floats)

@@ -94,6 +94,9 @@ class CStyleLanguage(Renderer):
     s, t = self.render_dtype(src), self.render_dtype(dst)
     return f"(__extension__({{ {s} __s = ({x}); {t} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d; }}))"
   def loop_pragma(self, kind: str) -> str: return ""
+  def code_for_op(self, u: UOp, srcs: list[str]) -> str | None:
+    """A dialect's own expression for an op (its vector types, tensor cores, shuffles), or None for the common one."""
+    return None
   def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow{'f' if d is dtypes.float32 else ''}({a}, {b})"
   def render_special(self, name: str) -> str: raise RuntimeError(f"{type(self).__name__}: no GPU thread index {name}")
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"{self.buffer_prefix}{ctype}* {self.restrict} data{i}"
@@ -175,6 +178,9 @@ class CStyleLanguage(Renderer):
         c = f"((({r[u.src[0]]})>({r[u.src[1]]}))|(({r[u.src[0]]})!=({r[u.src[0]]})))" if op is Ops.MAX else r[u.src[0]]
         r[u] = newname("alu")
         emit(f"{T} {r[u]} = ({T})((({M}){c}&({M}){a})|(~({M}){c}&({M}){b}));")
+      elif (expr := self.code_for_op(u, [r[s] for s in u.src])) is not None:
+        r[u] = newname("alu")
+        emit(f"{self.render_dtype(d)} {r[u]} = {expr};")
       else:
         if op in GroupOp.Unary: expr = self.code_for_unary(op, r[u.src[0]], d)
         elif op is Ops.MAX: expr = self.code_for_max(r[u.src[0]], r[u.src[1]], d)
@@ -300,22 +306,61 @@ class OpenCLRenderer(GPUCStyle):
       out.append("ushort __f32_to_half(float f) { ushort b; vstore_half_rte(f, 0, (__private half*)&b); return b; }")
     return "".join(x + "\n" for x in out)
 
+def fuse_wmma_acc(uops: list[UOp]) -> list[UOp]:
+  """After linearizing, a TC reduce reads `acc = acc + WMMA(a, b, 0)`: make it `acc = WMMA(a, b, acc)`, the
+  tensor core's own accumulate (the emulator and the CUDA source both run this form)."""
+  uses: dict[UOp, int] = {}
+  for u in uops:
+    for s in u.src: uses[s] = uses.get(s, 0) + 1
+  fuse = {u for u in uops if u.op is Ops.ADD and u.src[0].op is Ops.DEFINE_ACC and u.src[1].op is Ops.WMMA and
+          uses[u.src[1]] == 1 and u.src[1].src[2].op is Ops.CONST and u.src[1].src[2].arg == 0}
+  dropped = {u.src[1] for u in fuse}
+  remap: dict[UOp, UOp] = {}
+  out: list[UOp] = []
+  for u in uops:
+    if u in dropped: continue
+    if u in fuse:
+      w = u.src[1]
+      nu = remap[u] = UOp(Ops.WMMA, w.dtype, (remap.get(w.src[0], w.src[0]), remap.get(w.src[1], w.src[1]), u.src[0]),
+                          w.arg)
+    elif any(s in remap for s in u.src): nu = remap[u] = UOp(u.op, u.dtype, tuple(remap.get(s, s) for s in u.src), u.arg)
+    else: nu = u
+    out.append(nu)
+  return out
+
+_MMA_PTX = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
+
 class CUDARenderer(GPUCStyle):
   """CUDA C for NVRTC or nvcc. half and bfloat16 are stored natively and computed in float."""
   kernel_prefix = 'extern "C" __global__ void'
   restrict = "__restrict__"
   smem_prefix = "__shared__ "
   barrier = "__syncthreads();"
+  warp_size = 32  # reductions over a warp's lanes use __shfl_xor_sync
   def __init__(self, device: str = "CUDA", arch: str = "sm_80"):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False,
                      global_max=(2**31 - 1, 65535, 65535))
     self.arch = arch
+    # mma.sync m16n8k16 with f16/bf16 inputs and f32 accumulators needs sm_80 (Ampere) or newer
+    self.tensor_cores = (dtypes.float16, dtypes.bfloat16) if int(arch.removeprefix("sm_").rstrip("a")) >= 80 else ()
     self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.float16: "half",
                      dtypes.bfloat16: "__nv_bfloat16"}
     self.storage_map = {dtypes.bool: "unsigned char"}
   def render_special(self, name: str) -> str:
     return f"{'blockIdx' if name[0] == 'g' else 'threadIdx'}.{'xyz'[int(name[-1])]}"
+  def render(self, name: str, uops: list[UOp]) -> str: return super().render(name, fuse_wmma_acc(uops))
+  # vectors (only tensor-core fragments and accumulators use them) are small structs of one array
+  def render_dtype(self, d: DType) -> str:
+    return f"atto_{d.scalar().name}x{d.count}" if d.count > 1 else super().render_dtype(d)
+  def render_vector_typedef(self, d: DType) -> str: return ""  # in the preamble, before the helpers that use them
+  def code_for_op(self, u: UOp, srcs: list[str]) -> str | None:
+    if u.op is Ops.GEP: return f"{srcs[0]}.v[{u.arg}]"
+    if u.op is Ops.VECTORIZE: return f"{self.render_dtype(u.dtype)}{{{{{', '.join(srcs)}}}}}"
+    if u.op is Ops.WMMA: return f"__atto_mma_{_MMA_PTX[u.arg[3]]}({', '.join(srcs)})"
+    if u.op is Ops.SHUFFLE: return f"__shfl_xor_sync(0xffffffffu, {srcs[0]}, {u.arg})"
+    return None
   def render_const(self, v: object, d: DType) -> str:
+    if d.count > 1: return f"{self.render_dtype(d)}{{{{{', '.join([self.render_const(v, d.scalar())] * d.count)}}}}}"
     # NVRTC has no math.h: NAN and INFINITY are spelled as bits
     if d in (dtypes.float16, dtypes.bfloat16):
       assert isinstance(v, float)
@@ -348,7 +393,25 @@ class CUDARenderer(GPUCStyle):
     if any(u.op is Ops.BITCAST for u in uops):
       out.append("#ifndef ATTO_BITCAST\n#define ATTO_BITCAST\ntemplate <class T, class F> __device__ __forceinline__ T "
                  "__atto_bitcast(F x) { union { F f; T t; } u; u.f = x; return u.t; }\n#endif")
+    for v in sorted({u.dtype for u in uops if u.dtype.count > 1}, key=lambda v: self.render_dtype(v)):
+      n = self.render_dtype(v)
+      out.append(f"#ifndef {n.upper()}\n#define {n.upper()}\nstruct __align__({min(16, v.size)}) {n} "
+                 f"{{ {self.render_dtype(v.scalar())} v[{v.count}]; }};\n#endif")
+    for t in sorted({u.arg[3] for u in uops if u.op is Ops.WMMA}, key=lambda t: t.name): out.append(_mma_helper(self, t))
     return "".join(x + "\n" for x in out)
+
+def _mma_helper(r: CUDARenderer, t: DType) -> str:
+  """D = A*B + C for one warp: mma.sync m16n8k16, row-major A and column-major B fragments of `t` (two elements per
+  32-bit register, the lower index in the low half), float32 C and D; the element layout is in lowerer.tc_fragments."""
+  a, b, c = (r.render_dtype(x) for x in (t.vec(8), t.vec(4), dtypes.float32.vec(4)))
+  p = _MMA_PTX[t]
+  return (f"#ifndef ATTO_MMA_{p.upper()}\n#define ATTO_MMA_{p.upper()}\n"
+          f"__device__ __forceinline__ {c} __atto_mma_{p}({a} a, {b} b, {c} c) {{\n"
+          "  const unsigned *A = reinterpret_cast<const unsigned*>(a.v), *B = reinterpret_cast<const unsigned*>(b.v);\n"
+          f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{p}.{p}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, "\n'
+          '    "{%8, %9}, {%0, %1, %2, %3};" : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])\n'
+          '    : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));\n'
+          "  return c;\n}\n#endif")
 
 class MetalRenderer(GPUCStyle):
   """Metal Shading Language: buffers are `device` pointers bound by [[buffer(i)]], thread positions come in as

@@ -1,11 +1,13 @@
 """The PYTHON device: runs the same linear programs as every other backend, one UOp at a time, in plain Python.
 It needs no compiler and is the executable reference for what a program means."""
 from __future__ import annotations
-import pickle, struct
+import itertools, pickle, struct, time
 from typing import Any
 from attograd.device import Allocator, Compiled, Compiler
 from attograd.dtype import DType, PtrDType, bf16_bits_to_float, dtypes, float_to_bf16_bits, truncate_to
+from attograd.helpers import getenv, prod
 from attograd.renderer import Renderer
+from attograd.renderer.cstyle import CUDARenderer, fuse_wmma_acc
 from attograd.uop.ops import GroupOp, Ops, UOp, exec_alu
 
 class PythonAllocator(Allocator):
@@ -19,6 +21,12 @@ class PythonRenderer(Renderer):
   def __init__(self) -> None: super().__init__(device="PYTHON")
   def render(self, name: str, uops: list[UOp]) -> str: return pickle.dumps(uops).hex()
   def prepare(self, sink: UOp) -> UOp: return sink
+
+class PythonGPURenderer(CUDARenderer):
+  """Programs lowered exactly as for CUDA (thread indices, work-group memory, warp shuffles, tensor cores) and run by
+  the emulator below instead of a GPU: the executable check of the GPU lowering. PYTHON_GPU=1 gives PYTHON this one."""
+  def __init__(self, arch: str = "sm_80"): super().__init__(device="PYTHON", arch=arch)
+  def render(self, name: str, uops: list[UOp]) -> str: return pickle.dumps(fuse_wmma_acc(uops)).hex()
 
 class PythonCompiler(Compiler):
   cachekey = None
@@ -63,7 +71,13 @@ class PythonProgram:
       elif u.op is Ops.ENDRANGE:
         self.jump[starts[u.src[0]]] = i
         self.jump[i] = starts[u.src[0]]
-  def __call__(self, *bufs: memoryview, vals: tuple[int, ...] = ()) -> None:
+  def __call__(self, *bufs: memoryview, vals: tuple[int, ...] = (), global_size: tuple[int, ...] | None = None,
+               local_size: tuple[int, ...] | None = None, wait: bool = False) -> float | None:
+    st = time.perf_counter()
+    if global_size is not None: self._run_gpu(bufs, vals, tuple(global_size), tuple(local_size or (1,)))
+    else: self._run(bufs, vals)
+    return time.perf_counter() - st if wait else None
+  def _run(self, bufs: tuple[memoryview, ...], vals: tuple[int, ...]) -> None:
     uops, jump = self.uops, self.jump
     var_names = sorted({u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR})
     var_vals = dict(zip(var_names, vals))
@@ -113,6 +127,127 @@ class PythonProgram:
       else: raise RuntimeError(f"PYTHON: can't run {op}")
       pc += 1
 
+  # ***** GPU programs: every work-group's threads run each UOp together (SIMT), so barriers, shuffles and tensor
+  # cores see the whole group; values are lists with one entry per thread (thread id x + X*(y + Y*z), as in CUDA) *****
+  def _run_gpu(self, bufs: tuple[memoryview, ...], vals: tuple[int, ...], gsize: tuple[int, ...],
+               lsize: tuple[int, ...]) -> None:
+    var_vals = dict(zip(sorted({u.arg[0] for u in self.uops if u.op is Ops.DEFINE_VAR}), vals))
+    views = {u.arg: bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base)) for u in self.uops if u.op is Ops.DEFINE_GLOBAL
+             and isinstance(u.dtype, PtrDType)}
+    ls = lsize + (1,) * (3 - len(lsize))
+    n = prod(ls)
+    lids = [(t % ls[0], t // ls[0] % ls[1], t // (ls[0] * ls[1])) for t in range(n)]
+    for gid in itertools.product(*[range(g) for g in gsize]): self._run_group(views, var_vals, gid, lids)
+
+  def _run_group(self, views: dict[int, memoryview], var_vals: dict[str, int], gid: tuple[int, ...],
+                 lids: list[tuple[int, int, int]]) -> None:
+    uops, jump, n = self.uops, self.jump, len(lids)
+    v: dict[UOp, list[Any]] = {}
+    mem: dict[UOp, Any] = {}   # DEFINE_GLOBAL / DEFINE_LOCAL -> its memory (a local is a list of Python values)
+    count: dict[UOp, int] = {}
+    def memory(u: UOp) -> Any:
+      while u.op is Ops.BARRIER: u = u.src[0]
+      return mem[u]
+    pc = 0
+    while pc < len(uops):
+      u = uops[pc]
+      op = u.op
+      if op is Ops.RANGE:  # loop bounds are the same for every thread (constants or variables)
+        if count.get(u) is None: count[u] = 0
+        if count[u] >= v[u.src[0]][0]:
+          count[u] = None  # type: ignore[assignment]
+          pc = jump[pc] + 1
+          continue
+        v[u] = [count[u]] * n
+      elif op is Ops.ENDRANGE:
+        r = u.src[0]
+        count[r] += 1
+        if count[r] < v[r.src[0]][0]:
+          v[r] = [count[r]] * n
+          pc = jump[pc] + 1
+          continue
+        count[r] = None  # type: ignore[assignment]
+      elif op is Ops.CONST:
+        v[u] = [u.arg if u.dtype.count == 1 or isinstance(u.arg, tuple) else (u.arg,) * u.dtype.count] * n
+      elif op is Ops.DEFINE_GLOBAL: mem[u] = views[u.arg]
+      elif op is Ops.DEFINE_LOCAL: mem[u] = [0] * u.arg[1]
+      elif op is Ops.BARRIER: pass  # every thread has run every UOp before this one
+      elif op is Ops.DEFINE_VAR: v[u] = [var_vals[u.arg[0]]] * n
+      elif op is Ops.SPECIAL:
+        name, size = u.arg
+        dim = int(name[-1])
+        v[u] = [gid[dim]] * n if name.startswith("gidx") else [lid[dim] for lid in lids]
+        if any(x >= size for x in v[u]): raise RuntimeError(f"PYTHON: {self.name}: {name} runs past its size {size}")
+      elif op is Ops.LOAD:
+        buf, glob = memory(u.src[0]), u.src[0].op is Ops.DEFINE_GLOBAL
+        gate = v[u.src[2]] if len(u.src) == 3 else [True] * n
+        v[u] = [self._read(buf, glob, i, u.dtype) if ok else dtypes.as_const(0, u.dtype)
+                for i, ok in zip(v[u.src[1]], gate)]
+      elif op is Ops.STORE:
+        buf, dst = memory(u.src[0]), u.src[0]
+        while dst.op is Ops.BARRIER: dst = dst.src[0]
+        gate = v[u.src[3]] if len(u.src) == 4 else [True] * n
+        assert isinstance(dst.dtype, PtrDType)
+        for i, x, ok in zip(v[u.src[1]], v[u.src[2]], gate):
+          if not ok: continue
+          if not 0 <= i < len(buf): raise IndexError(f"PYTHON: {self.name} writes index {i} of a {len(buf)}-element buffer")
+          buf[i] = _to_raw(x, dst.dtype.base) if dst.op is Ops.DEFINE_GLOBAL else x
+      elif op is Ops.DEFINE_ACC: v[u] = list(v[u.src[0]])
+      elif op is Ops.ACC_ASSIGN: v[u.src[0]] = v[u.src[1]]
+      elif op is Ops.CAST: v[u] = [_cast(x, u.src[0].dtype, u.dtype) for x in v[u.src[0]]]
+      elif op is Ops.BITCAST: v[u] = [_bitcast(x, u.src[0].dtype, u.dtype) for x in v[u.src[0]]]
+      elif op is Ops.VECTORIZE: v[u] = [tuple(xs) for xs in zip(*(v[s] for s in u.src))]
+      elif op is Ops.GEP: v[u] = [x[u.arg] for x in v[u.src[0]]]
+      elif op is Ops.SHUFFLE: v[u] = shuffle_xor(v[u.src[0]], u.arg)
+      elif op is Ops.WMMA: v[u] = mma_m16n8k16(v[u.src[0]], v[u.src[1]], v[u.src[2]], u.arg[3])
+      elif op in GroupOp.ALU and u.dtype.count > 1:
+        v[u] = [tuple(exec_alu(op, u.dtype.scalar(), list(e)) for e in zip(*xs)) for xs in zip(*(v[s] for s in u.src))]
+      elif op in GroupOp.ALU: v[u] = [exec_alu(op, u.dtype, list(xs)) for xs in zip(*(v[s] for s in u.src))]
+      else: raise RuntimeError(f"PYTHON: can't run {op} in a GPU program")
+      pc += 1
+
+  def _read(self, buf: Any, glob: bool, i: int, d: DType) -> Any:
+    if not 0 <= i < len(buf): raise IndexError(f"PYTHON: {self.name} reads index {i} of a {len(buf)}-element buffer")
+    return _from_raw(buf[i], d) if glob else buf[i]
+
+WARP = 32
+
+def shuffle_xor(vals: list[Any], mask: int) -> list[Any]:
+  """__shfl_xor_sync(0xffffffff, x, mask) for every thread: each reads the lane whose index differs by `mask`."""
+  if len(vals) % WARP or not 0 < mask < WARP:
+    raise RuntimeError(f"PYTHON: a shuffle needs whole warps of {WARP} threads and a mask below {WARP}, got {len(vals)} "
+                       f"threads and mask {mask}")
+  return [vals[t ^ mask] for t in range(len(vals))]
+
+def mma_fragment_layout(lane: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
+  """Transcribed from the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"), written apart from
+  the lowerer's index math on purpose: (row, col) of each element lane `lane` holds of A (16x16), B (16x8), C/D (16x8)."""
+  group, tig = lane >> 2, lane % 4
+  a = [(group if i < 2 or 4 <= i < 6 else group + 8, tig * 2 + (i & 0x1) + (8 if i >= 4 else 0)) for i in range(8)]
+  b = [(tig * 2 + (i & 0x1) + (8 if i >= 2 else 0), group) for i in range(4)]
+  c = [(group if i < 2 else group + 8, tig * 2 + (i & 0x1)) for i in range(4)]
+  return a, b, c
+
+def mma_m16n8k16(a: list[tuple], b: list[tuple], c: list[tuple], dtype: DType) -> list[tuple]:
+  """mma.sync.aligned.m16n8k16.row.col.f32.<dtype>.<dtype>.f32 for every warp of a work-group: gather each warp's A,
+  B and C tiles from its lanes' fragments, D = A @ B + C (exact products, rounded to float32 once), scatter D back."""
+  if len(a) % WARP: raise RuntimeError(f"PYTHON: an mma needs whole warps of {WARP} threads, got {len(a)} threads")
+  out: list[tuple] = []
+  for w in range(0, len(a), WARP):
+    A = [[0.0] * 16 for _ in range(16)]
+    B = [[0.0] * 8 for _ in range(16)]
+    C = [[0.0] * 8 for _ in range(16)]
+    for lane in range(WARP):
+      fa, fb, fc = mma_fragment_layout(lane)
+      for (r, col), x in zip(fa, a[w + lane]): A[r][col] = truncate_to(float(x), dtype)
+      for (r, col), x in zip(fb, b[w + lane]): B[r][col] = truncate_to(float(x), dtype)
+      for (r, col), x in zip(fc, c[w + lane]): C[r][col] = float(x)
+    D = [[truncate_to(C[i][j] + sum(A[i][kk] * B[kk][j] for kk in range(16)), dtypes.float32) for j in range(8)]
+         for i in range(16)]
+    out += [tuple(D[r][col] for r, col in mma_fragment_layout(lane)[2]) for lane in range(WARP)]
+  return out
+
 class PythonDevice(Compiled):
   def __init__(self, device: str):
-    super().__init__(device, PythonAllocator(), PythonRenderer(), PythonCompiler(), PythonProgram)
+    renderer = PythonGPURenderer() if getenv("PYTHON_GPU", 0) else PythonRenderer()
+    super().__init__(device, PythonAllocator(), renderer, PythonCompiler(), PythonProgram)

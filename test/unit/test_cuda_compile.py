@@ -1,5 +1,6 @@
 """CUDA codegen without a GPU: render the kernels of representative ops for CUDA and compile them to PTX with nvcc
-(or NVRTC when its library is found). Nothing runs; the CL suite checks the same GPU lowering numerically."""
+(or NVRTC when its library is found), and to machine code (cubin, through ptxas) for sm_80 and sm_90 with nvcc.
+Nothing runs here; the CL suite and the PYTHON GPU emulator (test_tensor_cores.py) check the same lowering's numbers."""
 from __future__ import annotations
 import re, shutil
 import numpy as np
@@ -50,6 +51,15 @@ def cases() -> list[tuple[str, list, list | None]]:
           ("group", big, [Opt("GROUP", 1, 32)]), ("grouptop", big, [Opt("GROUPTOP", 1, 64)]),
           ("local_group", big, [Opt("LOCAL", 0, 4), Opt("GROUPTOP", 2, 16)]),
           ("local_upcast", kernels(_x((16, 64)).T + 1), [Opt("UPCAST", 1, 4), Opt("LOCAL", 0, 8)])]
+  # tensor cores (the heuristic picks them for these) and warp shuffles (a group of one warp, and of 4 warps)
+  h, hb = _x((32, 48), dtypes.float16), _x((48, 16), dtypes.float16)
+  out += [("tc_half", kernels(h @ hb), None), ("tc_half_epilogue", kernels((h @ hb).relu() * 2), None),
+          ("tc_bf16", kernels(_x((16, 32), dtypes.bfloat16) @ _x((32, 24), dtypes.bfloat16)), None),
+          ("tc_half_batched", kernels(_x((2, 16, 32), dtypes.float16) @ _x((2, 32, 8), dtypes.float16)), None),
+          ("shfl_warp", big, [Opt("GROUPTOP", 1, 32)]), ("shfl_4warps", big, [Opt("GROUP", 1, 128)]),
+          ("shfl_local", big, [Opt("LOCAL", 0, 4), Opt("GROUP", 2, 64)]),
+          ("shfl_half_max", kernels(_x((8, 512), dtypes.float16).max(axis=1)), [Opt("GROUPTOP", 1, 32)]),
+          ("shfl_int64", kernels(_x((8, 512), dtypes.int64).sum(axis=1)), [Opt("GROUPTOP", 1, 64)])]
   return out
 
 def render_all() -> list[tuple[str, str, object]]:
@@ -65,8 +75,12 @@ def test_render_cuda_dialect() -> None:
     assert 'extern "C" __global__ void __launch_bounds__(' in src, name
     assert "for (int ridx0" not in src or spec.global_size == (1,), f"{name}: output axes should be threads\n{src}"
     assert spec.global_size is not None and spec.local_size is not None
-    if "GROUP" in str(spec.applied_opts):
-      assert "__shared__" in src and "__syncthreads();" in src, name
+    if "GROUP" in str(spec.applied_opts):  # whole warps on threadIdx.x shuffle first; a bigger group meets in memory
+      g = next(o.amount for o in spec.applied_opts if o.op.startswith("GROUP"))
+      assert (g % 32 == 0) == ("__shfl_xor_sync(0xffffffffu" in src), name
+      assert (g != 32) == ("__shared__" in src and "__syncthreads();" in src), name
+    if name.startswith("tc_"):
+      assert spec.applied_opts[0].op == "TC" and spec.local_size == (32,) and "__atto_mma_" in src, name
     if "half" in src: assert "#include <cuda_fp16.h>" in src, name
     if "__nv_bfloat16" in src: assert "#include <cuda_bf16.h>" in src, name
     assert "NAN" not in src and "INFINITY" not in src, f"{name}: NVRTC has no math.h\n{src}"
@@ -100,3 +114,30 @@ def test_compile_error_has_log() -> None:
   from attograd.runtime.ops_cuda import NVRTCCompiler
   with pytest.raises(RuntimeError, match="not_a_type"):
     NVRTCCompiler("sm_80").compile('extern "C" __global__ void k() { not_a_type x; }')
+
+def test_tc_needs_sm80_and_matching_sizes() -> None:
+  (ast,) = kernels(_x((32, 48), dtypes.float16) @ _x((48, 16), dtypes.float16))
+  assert get_program(ast, CUDARenderer("CUDA", "sm_75")).applied_opts[:1] != (Opt("TC", 0, 0),)  # no mma.m16n8k16
+  (odd,) = kernels(_x((32, 40), dtypes.float16) @ _x((40, 16), dtypes.float16))  # k = 40: not a multiple of 16
+  assert all(o.op != "TC" for o in get_program(odd, R).applied_opts)
+  (f32,) = kernels(_x((32, 48)) @ _x((48, 16)))
+  assert all(o.op != "TC" for o in get_program(f32, R).applied_opts)
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_compile_tc_and_shuffles_to_cubin(arch: str, tmp_path) -> None:
+  """Through ptxas to machine code: the inline mma.sync and its register constraints are checked by the assembler,
+  which `--ptx` alone never runs."""
+  import subprocess
+  r = CUDARenderer("CUDA", arch)
+  rendered = [(n, get_program(a, r, o)) for n, asts, o in cases() if n.startswith(("tc_", "shfl_")) for a in asts]
+  src = "\n".join(sp.src.replace(f" {sp.name}(", f" {n}_{i}(") for i, (n, sp) in enumerate(rendered))
+  (tmp_path / "k.cu").write_text(src)
+  for flag, out in (("--ptx", "k.ptx"), ("-cubin", "k.cubin")):
+    p = subprocess.run(["nvcc", flag, f"-arch={arch}", str(tmp_path / "k.cu"), "-o", str(tmp_path / out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+  ptx = (tmp_path / "k.ptx").read_text()
+  assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx and "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in ptx
+  assert "shfl.sync.bfly" in ptx
+  assert (tmp_path / "k.cubin").stat().st_size > 0
