@@ -13,7 +13,7 @@ class Opt:
   and the unrolled axis becomes the lanes of vector registers), THREAD (run across cores).
   GPU only: LOCAL (split an output axis across a work-group's threads), GROUP / GROUPTOP (split a reduce axis across
   a work-group's threads, strided / in contiguous chunks, combined through local memory after a barrier).
-  TC (GPUs with tensor cores, axis and amount unused): a half/bfloat16 matmul runs as 16x8x16 warp tiles (see TensorCore)."""
+  TC (GPUs with tensor cores; axis and amount unused): a half/bfloat16 matmul runs as 16x8x16 warp tiles."""
   op: str
   axis: int
   amount: int

@@ -323,7 +323,8 @@ def fuse_wmma_acc(uops: list[UOp]) -> list[UOp]:
       w = u.src[1]
       nu = remap[u] = UOp(Ops.WMMA, w.dtype, (remap.get(w.src[0], w.src[0]), remap.get(w.src[1], w.src[1]), u.src[0]),
                           w.arg)
-    elif any(s in remap for s in u.src): nu = remap[u] = UOp(u.op, u.dtype, tuple(remap.get(s, s) for s in u.src), u.arg)
+    elif any(s in remap for s in u.src):
+      nu = remap[u] = UOp(u.op, u.dtype, tuple(remap.get(s, s) for s in u.src), u.arg)
     else: nu = u
     out.append(nu)
   return out
@@ -397,7 +398,7 @@ class CUDARenderer(GPUCStyle):
       n = self.render_dtype(v)
       out.append(f"#ifndef {n.upper()}\n#define {n.upper()}\nstruct __align__({min(16, v.size)}) {n} "
                  f"{{ {self.render_dtype(v.scalar())} v[{v.count}]; }};\n#endif")
-    for t in sorted({u.arg[3] for u in uops if u.op is Ops.WMMA}, key=lambda t: t.name): out.append(_mma_helper(self, t))
+    out += [_mma_helper(self, t) for t in sorted({u.arg[3] for u in uops if u.op is Ops.WMMA}, key=lambda t: t.name)]
     return "".join(x + "\n" for x in out)
 
 def _mma_helper(r: CUDARenderer, t: DType) -> str:
@@ -408,8 +409,9 @@ def _mma_helper(r: CUDARenderer, t: DType) -> str:
   return (f"#ifndef ATTO_MMA_{p.upper()}\n#define ATTO_MMA_{p.upper()}\n"
           f"__device__ __forceinline__ {c} __atto_mma_{p}({a} a, {b} b, {c} c) {{\n"
           "  const unsigned *A = reinterpret_cast<const unsigned*>(a.v), *B = reinterpret_cast<const unsigned*>(b.v);\n"
-          f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{p}.{p}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, "\n'
-          '    "{%8, %9}, {%0, %1, %2, %3};" : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])\n'
+          f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{p}.{p}.f32 "\n'
+          '    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
+          '    : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])\n'
           '    : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));\n'
           "  return c;\n}\n#endif")
 

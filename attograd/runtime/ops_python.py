@@ -190,7 +190,8 @@ class PythonProgram:
         assert isinstance(dst.dtype, PtrDType)
         for i, x, ok in zip(v[u.src[1]], v[u.src[2]], gate):
           if not ok: continue
-          if not 0 <= i < len(buf): raise IndexError(f"PYTHON: {self.name} writes index {i} of a {len(buf)}-element buffer")
+          if not 0 <= i < len(buf):
+            raise IndexError(f"PYTHON: {self.name} writes index {i} of a {len(buf)}-element buffer")
           buf[i] = _to_raw(x, dst.dtype.base) if dst.op is Ops.DEFINE_GLOBAL else x
       elif op is Ops.DEFINE_ACC: v[u] = list(v[u.src[0]])
       elif op is Ops.ACC_ASSIGN: v[u.src[0]] = v[u.src[1]]
@@ -215,13 +216,14 @@ WARP = 32
 def shuffle_xor(vals: list[Any], mask: int) -> list[Any]:
   """__shfl_xor_sync(0xffffffff, x, mask) for every thread: each reads the lane whose index differs by `mask`."""
   if len(vals) % WARP or not 0 < mask < WARP:
-    raise RuntimeError(f"PYTHON: a shuffle needs whole warps of {WARP} threads and a mask below {WARP}, got {len(vals)} "
-                       f"threads and mask {mask}")
+    raise RuntimeError(f"PYTHON: a shuffle needs whole warps of {WARP} threads and a mask below {WARP}, got "
+                       f"{len(vals)} threads and mask {mask}")
   return [vals[t ^ mask] for t in range(len(vals))]
 
 def mma_fragment_layout(lane: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
   """Transcribed from the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"), written apart from
-  the lowerer's index math on purpose: (row, col) of each element lane `lane` holds of A (16x16), B (16x8), C/D (16x8)."""
+  the lowerer's index math on purpose: (row, col) of each element lane `lane` holds of A (16x16), B (16x8) and
+  C/D (16x8)."""
   group, tig = lane >> 2, lane % 4
   a = [(group if i < 2 or 4 <= i < 6 else group + 8, tig * 2 + (i & 0x1) + (8 if i >= 4 else 0)) for i in range(8)]
   b = [(tig * 2 + (i & 0x1) + (8 if i >= 2 else 0), group) for i in range(4)]

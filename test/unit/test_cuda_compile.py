@@ -138,6 +138,7 @@ def test_compile_tc_and_shuffles_to_cubin(arch: str, tmp_path) -> None:
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
   ptx = (tmp_path / "k.ptx").read_text()
-  assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx and "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in ptx
+  assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+  assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
   assert "shfl.sync.bfly" in ptx
   assert (tmp_path / "k.cubin").stat().st_size > 0
