@@ -28,6 +28,10 @@ class TensorCore:
   dtype: DType
   swap: bool
   dims = (16, 8, 16)
+  def shifted(self, ax: int) -> TensorCore:
+    """The same tile after axis `ax` was split in two."""
+    m, n, k = (a + 1 if a > ax else a for a in (self.m, self.n, self.k))
+    return TensorCore(m, n, k, self.dtype, self.swap)
 
 @dataclass
 class Kernel:
@@ -115,7 +119,8 @@ class Kernel:
   # ***** optimizations *****
   def apply_opt(self, opt: Opt) -> None:
     ax, amt = opt.axis, opt.amount
-    if self.tc is not None: raise ValueError(f"{opt}: no actions after TC (its tiles fix the kernel's shape)")
+    if self.tc is not None and not (opt.op == "UPCAST" and ax < self.first_reduce and ax not in (self.tc.m, self.tc.n)):
+      raise ValueError(f"{opt}: after TC only UPCAST of an output axis outside the tile (a warp then does several)")
     if opt.op in ("UPCAST", "UNROLL", "LANES", "RLANES"):
       if opt.op in ("LANES", "RLANES") and self.lane is not None:
         raise ValueError(f"{opt}: the kernel has lanes already")
@@ -136,6 +141,7 @@ class Kernel:
       (self.unrolled if is_reduce else self.upcasted).append(ax + 1)
       if opt.op in ("LANES", "RLANES"): self.lane = ax + 1
       if self.locals_ or self.grouped: self._shift_gpu_axes(ax)
+      if self.tc is not None: self.tc = self.tc.shifted(ax)
     elif opt.op == "THREAD": self.parallel = True
     elif opt.op in ("LOCAL", "GROUP", "GROUPTOP"): self._apply_gpu_opt(opt)
     elif opt.op == "TC": self._apply_tc(opt)
@@ -235,6 +241,12 @@ class Kernel:
       except ValueError: pass
       else:
         self.apply_opt(Opt("TC", 0, 0))
+        # each warp does up to 2x4 tiles: one A fragment serves 4 n-tiles, one B fragment 2 m-tiles
+        assert self.tc is not None
+        for which, amts in (("n", (4, 2)), ("m", (2,))):
+          outer = getattr(self.tc, which) - 1  # the tile's axis is the inner part of a split axis
+          if (amt := next((a for a in amts if self.full_shape[outer] % a == 0), 0)):
+            self.apply_opt(Opt("UPCAST", outer, amt))
         if DEBUG >= 3: print(f"opts: {self.applied} full_shape={self.full_shape}")
         return
     out_size = prod(self.full_shape[:self.first_reduce])

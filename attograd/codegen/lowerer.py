@@ -114,7 +114,7 @@ def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None,
   shape = k.full_shape
   if k.tc is not None:  # one warp per work-group, one 16x8 output tile per warp
     gidx, gsize = _special_dims("gidx", [i for i in range(k.first_reduce) if shape[i] != 1 and i not in
-                                         (k.tc.m, k.tc.n)], shape, global_max)
+                                         (k.tc.m, k.tc.n) and i not in k.upcasted], shape, global_max)
     return gidx, gsize, (WARP,)
   glob = [i for i in range(k.first_reduce) if shape[i] != 1 and i not in k.upcasted and i not in k.locals_]
   loc = [i for i in range(k.shape_len) if shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
@@ -181,14 +181,16 @@ def tc_fragments(lane: UOp) -> tuple[list[tuple[UOp, UOp]], list[tuple[UOp, UOp]
   return a, b, c
 
 def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
-  """A TC kernel: each warp (one work-group) computes one 16x8 output tile. Every lane loads its fragments of the A
-  and B tiles straight from the inputs, the reduce loop steps over k in 16s with one WMMA each (accumulating in
-  float32), and every lane runs the code after the reduce for, and stores, the 4 output elements it holds."""
+  """A TC kernel: each warp (one work-group) computes one 16x8 output tile, or one per value of its upcast axes.
+  Every lane loads its fragments of the A and B tiles straight from the inputs (tiles that share a fragment share
+  its loads), the reduce loop steps over k in 16s with one WMMA per tile (accumulating in float32), and every lane
+  runs the code after the reduce for, and stores, the 4 output elements of each tile it holds."""
   tc, d = k.tc, dtypes.int32
   assert tc is not None
   specials = gpu_launch(k, global_max)[0]
   lane = UOp(Ops.SPECIAL, d, (), ("lidx0", WARP))
   ph = {ax: UOp(Ops.DEFINE_VAR, d, (), (f"_tc{ax}", 0, k.full_shape[ax] - 1)) for ax in (tc.m, tc.n, tc.k)}
+  ph.update({ax: UOp(Ops.DEFINE_VAR, d, (), (f"_unroll{ax}", 0, k.full_shape[ax] - 1)) for ax in k.upcasted})
   idxs: list[UOp] = []
   for i, s in enumerate(k.full_shape):
     if s == 1: idxs.append(UOp.const(d, 0))
@@ -200,7 +202,7 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
   fa, fb, fc = tc_fragments(lane)
   acc_t = dtypes.float32.vec(4)
   memo: dict[UOp, UOp] = {}
-  red: UOp | None = None
+  ab: tuple[UOp, UOp] | None = None
   for u in k.ast.toposort():
     if u.op is Ops.VIEW: continue
     if u.op is Ops.LOAD:
@@ -211,23 +213,27 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
     elif u.op is Ops.REDUCE_AXIS:
-      a, b = (memo[s] for s in (u.src[0].src[::-1] if tc.swap else u.src[0].src))
-      av = [a.substitute({ph[tc.m]: r, ph[tc.k]: c}).cast(tc.dtype) for r, c in fa]
-      bv = [b.substitute({ph[tc.k]: r, ph[tc.n]: c}).cast(tc.dtype) for r, c in fb]
-      wmma = UOp(Ops.WMMA, acc_t, (UOp(Ops.VECTORIZE, tc.dtype.vec(8), tuple(av)),
-                                   UOp(Ops.VECTORIZE, tc.dtype.vec(4), tuple(bv)), UOp.const(acc_t, 0.0)),
-                 (*TensorCore.dims, tc.dtype, dtypes.float32))
-      red = UOp(Ops.REDUCE, acc_t, (wmma,) + rng, Ops.ADD) if rng else wmma
-      memo[u] = UOp(Ops.NOOP, u.dtype, (), "tc_acc")  # one element of the accumulator, filled in below
+      ab = (memo[u.src[0].src[1]], memo[u.src[0].src[0]]) if tc.swap else (memo[u.src[0].src[0]], memo[u.src[0].src[1]])
+      memo[u] = UOp(Ops.NOOP, u.dtype, (), "tc_acc")  # one element of an accumulator, filled in below
     elif u.op is Ops.STORE: memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], k.sts[u].to_indexed(out_idxs)[0],
                                                                    memo[u.src[2]]))
     elif u.op is Ops.SINK: memo[u] = UOp(Ops.SINK, dtypes.void, tuple(memo[s] for s in u.src))
     elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
     else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
-  assert red is not None
+  assert ab is not None
   acc = next(x for x in memo[k.ast].toposort() if x.op is Ops.NOOP)
-  stores = [st.substitute({acc: UOp(Ops.GEP, dtypes.float32, (red,), i).cast(acc.dtype), ph[tc.m]: r, ph[tc.n]: c})
-            for i, (r, c) in enumerate(fc) for st in memo[k.ast].src]
+  stores: list[UOp] = []
+  for vals in itertools.product(*[range(k.full_shape[ax]) for ax in k.upcasted]):
+    up = {ph[ax]: UOp.const(d, v) for ax, v in zip(k.upcasted, vals)}
+    a, b = (x.substitute(up) for x in ab)
+    av = [a.substitute({ph[tc.m]: r, ph[tc.k]: c}).cast(tc.dtype) for r, c in fa]
+    bv = [b.substitute({ph[tc.k]: r, ph[tc.n]: c}).cast(tc.dtype) for r, c in fb]
+    wmma = UOp(Ops.WMMA, acc_t, (UOp(Ops.VECTORIZE, tc.dtype.vec(8), tuple(av)),
+                                 UOp(Ops.VECTORIZE, tc.dtype.vec(4), tuple(bv)), UOp.const(acc_t, 0.0)),
+               (*TensorCore.dims, tc.dtype, dtypes.float32))
+    red = UOp(Ops.REDUCE, acc_t, (wmma,) + rng, Ops.ADD) if rng else wmma
+    stores += [st.substitute({**up, acc: UOp(Ops.GEP, dtypes.float32, (red,), i).cast(acc.dtype), ph[tc.m]: r,
+                              ph[tc.n]: c}) for i, (r, c) in enumerate(fc) for st in memo[k.ast].src]
   return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic + pm_lowered)
 
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}

@@ -84,13 +84,14 @@ def test_emulated_shuffle_stays_in_its_warp() -> None:
 # ***** matmuls through the CUDA lowering, run by the emulator *****
 
 @pytest.mark.parametrize("d", [dtypes.float16, dtypes.bfloat16])
-@pytest.mark.parametrize("shape", [(16, 16, 8), (32, 48, 16), (48, 32, 24)])
-def test_tc_matmul_matches_numpy(d, shape: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize("shape, tiles", [((16, 16, 8), 1), ((32, 48, 16), 4), ((48, 32, 24), 1), ((32, 32, 64), 8)])
+def test_tc_matmul_matches_numpy(d, shape: tuple[int, int, int], tiles: int) -> None:
   m, k, n = shape
   a, b = _rand(m, k), _rand(k, n, seed=1)
   out, (sp,) = emulate(_low(a, d) @ _low(b, d))
-  assert sp.applied_opts == (Opt("TC", 0, 0),) and sp.local_size == (32,)
-  assert sum(u.op is Ops.WMMA for u in sp.uops) == 1 and not any(u.op is Ops.DEFINE_LOCAL for u in sp.uops)
+  assert sp.applied_opts[0] == Opt("TC", 0, 0) and sp.local_size == (32,)
+  # the heuristic gives each warp up to 2x4 tiles (UPCAST of the tile counts)
+  assert sum(u.op is Ops.WMMA for u in sp.uops) == tiles and not any(u.op is Ops.DEFINE_LOCAL for u in sp.uops)
   ref = _as_f32(a, d) @ _as_f32(b, d)
   np.testing.assert_allclose(out.astype(np.float32), ref, rtol=2e-2 if d is dtypes.bfloat16 else 2e-3, atol=3e-2)
 
@@ -99,7 +100,7 @@ def test_tc_batched_transposed_and_fused_epilogue() -> None:
   h = lambda x: _low(x, dtypes.float16)  # noqa: E731
   t = ((h(a).transpose(1, 2) @ h(b).transpose(1, 2)).float() + Tensor(bias)).relu()  # A and B both column-major
   out, specs = emulate(t)
-  assert [o.op for o in specs[-1].applied_opts] == ["TC"] and len(specs) == 1
+  assert specs[-1].applied_opts[0].op == "TC" and len(specs) == 1
   ah, bh = _as_f32(a, dtypes.float16), _as_f32(b, dtypes.float16)
   ref = np.maximum(ah.transpose(0, 2, 1) @ bh.transpose(0, 2, 1) + bias, 0)
   np.testing.assert_allclose(out, ref, rtol=2e-3, atol=2e-2)
@@ -148,9 +149,20 @@ def test_bad_tc_opts_say_why() -> None:
   k = _kernel(h @ h, **tcs)
   k.apply_opt(Opt("TC", 0, 0))
   assert k.full_shape == (2, 16, 4, 8, 2, 16) and k.first_reduce == 4
-  with pytest.raises(ValueError, match="no actions after TC"): k.apply_opt(Opt("UPCAST", 0, 2))
+  with pytest.raises(ValueError, match="after TC only UPCAST"): k.apply_opt(Opt("UPCAST", 1, 2))  # inside the tile
+  with pytest.raises(ValueError, match="after TC only UPCAST"): k.apply_opt(Opt("LOCAL", 0, 2))
+  k.apply_opt(Opt("UPCAST", 2, 4))  # 4 n-tiles per warp
+  assert k.tc is not None and (k.tc.m, k.tc.n, k.tc.k) == (1, 4, 6) and k.upcasted == [3]
   with pytest.raises(ValueError, match="GPU renderer"): lowerer.lower(k, gpu=False)
   with pytest.raises(ValueError, match="no tensor cores"): get_program(k.ast, ClangRenderer(), [Opt("TC", 0, 0)])
+
+def test_tc_explicit_tiles_per_warp() -> None:
+  a, b = _rand(32, 32), _rand(32, 16, seed=1)
+  h = lambda x: _low(x, dtypes.float16)  # noqa: E731
+  out, (sp,) = emulate(h(a) @ h(b), [Opt("TC", 0, 0), Opt("UPCAST", 0, 2), Opt("UPCAST", 3, 2)])
+  assert sum(u.op is Ops.WMMA for u in sp.uops) == 4 and sp.global_size == (1,)
+  np.testing.assert_allclose(out.astype(np.float32), _as_f32(a, dtypes.float16) @ _as_f32(b, dtypes.float16),
+                             rtol=2e-3, atol=3e-2)
 
 # ***** reductions: warp shuffles, and local memory where a group is not whole warps *****
 
