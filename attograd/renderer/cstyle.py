@@ -396,7 +396,7 @@ class CUDARenderer(GPUCStyle):
                  "__atto_bitcast(F x) { union { F f; T t; } u; u.f = x; return u.t; }\n#endif")
     for v in sorted({u.dtype for u in uops if u.dtype.count > 1}, key=lambda v: self.render_dtype(v)):
       n = self.render_dtype(v)
-      out.append(f"#ifndef {n.upper()}\n#define {n.upper()}\nstruct __align__({min(16, v.size)}) {n} "
+      out.append(f"#ifndef {n.upper()}\n#define {n.upper()}\nstruct alignas({min(16, v.size)}) {n} "
                  f"{{ {self.render_dtype(v.scalar())} v[{v.count}]; }};\n#endif")
     out += [_mma_helper(self, t) for t in sorted({u.arg[3] for u in uops if u.op is Ops.WMMA}, key=lambda t: t.name)]
     return "".join(x + "\n" for x in out)
