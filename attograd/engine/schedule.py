@@ -286,6 +286,10 @@ def _bind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
   if x.op is Ops.DEFINE_VAR: return x.bind(var_vals[x])
   return x.replace(src=tuple(_bind_size(s, var_vals) for s in x.src)) if x.src else x
 
+# a node built only from these over constants needs no normalizing (nor a walk below it) in any graph: its value
+# doesn't depend on any buffer or Variable, so even a realized copy of it may be recomputed in place
+_PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.CAST} | GroupOp.ALU
+
 def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[UOp, UOp], dict[UOp, int]]:
   """One pass that resolves realized nodes to their buffers and replaces every BUFFER by a numbered placeholder,
   so that graphs of the same structure get the same (hash-consed) nodes. Bound Variables become the Variables
@@ -301,6 +305,9 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
     n, state, alias = stack.pop()
     if n in norm: continue
     if state == 0:
+      if n.__dict__.get("_pure"):  # constants through movement and ALU ops: the same node in every graph
+        norm[n] = orig[n] = n
+        continue
       if (r := lookup_realized(n)) is not None and r is not n:  # its value is in a buffer: use that view instead
         stack.append((n, 2, r))
         stack.append((r, 0, None))
@@ -334,7 +341,10 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
       nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique[0])
     else:
       src = tuple([norm[x] for x in n.src])
-      nn = n if src == n.src else UOp(n.op, n.dtype, src, n.arg)
+      if src == n.src:
+        nn = n
+        if n.op in _PURE and all(x.__dict__.get("_pure") for x in src): n.__dict__["_pure"] = True
+      else: nn = UOp(n.op, n.dtype, src, n.arg)
     norm[n] = nn
     orig[nn] = n
   return [norm[o] for o in outs], inputs, orig, var_vals
