@@ -6,7 +6,7 @@ from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import DEBUG, GlobalCounters, argfix, fully_flatten, make_tuple, prod
-from attograd.uop.ops import GroupOp, Ops, UOp, sint
+from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop, remember
 from attograd.engine.realize import run_schedule
 from attograd.mixin.movement import MovementMixin
@@ -113,7 +113,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
-  def __repr__(self) -> str: return f"<Tensor shape={self.shape} dtype={self.dtype} device={self.device!r}>"
+  def __repr__(self) -> str:
+    dims = [str(d) if d.__class__ is int else f"{d.render()}={_sv(d)}" for d in self.shape]
+    return f"<Tensor shape=({', '.join(dims)}{',' if len(dims) == 1 else ''}) dtype={self.dtype} device={self.device!r}>"
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
     if self.numel() != 1: raise RuntimeError(f"the truth value of a Tensor with shape {self.shape} is ambiguous; use .any() or .all()")
@@ -146,30 +148,40 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
     t = self.realize()
-    if not _contiguous_view_of_buffer(t.uop): t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
+    if not (_contiguous_view_of_buffer(t.uop) or _prefix_of_buffer(t.uop)):
+      t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
     base = t.uop.base
     return buffers[base], 0
+  def _concrete(self) -> Tensor:
+    """This tensor seen with the bound values of its symbolic sizes (for reading its data out)."""
+    t = self.realize()
+    return self._new(_concrete_uop(t.uop))
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
+    if _symbolic(self.shape): return self._concrete().data()
     if 0 in self.shape: return memoryview(b"").cast("B")
     buf, _ = self._buffer()
     mv = memoryview(bytearray(buf.nbytes))
     buf.copyout(mv)
+    if buf.size != self.numel(): mv = mv[:self.numel() * self.dtype.itemsize]  # a symbolic shape's values: a prefix
     fmt = self.dtype.fmt if self.dtype is not dtypes.bfloat16 else "H"
     if fmt == "e" or self.dtype is dtypes.bfloat16: return mv
     return mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)
   def _raw(self) -> bytes:
+    if _symbolic(self.shape): return self._concrete()._raw()
     if self.numel() == 0: return b""
     buf, _ = self._buffer()
-    return buf.as_bytes()
+    return buf.as_bytes() if buf.size == self.numel() else buf.as_bytes()[:self.numel() * self.dtype.itemsize]
   def numpy(self) -> Any:
     """A NumPy array with a copy of the values."""
     import numpy as np
     from attograd.dtype import to_np_dtype
     if self.dtype is dtypes.bfloat16: return self.float().numpy()
+    if _symbolic(self.shape): return self._concrete().numpy()
     return np.frombuffer(self._raw(), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
   def tolist(self) -> Any:
     """The values as (nested) Python lists; a 0-d tensor gives a scalar."""
+    if _symbolic(self.shape): return self._concrete().tolist()
     vals = _unpack(self._raw(), self.dtype, self.numel())
     if self.dtype is dtypes.bool: vals = [bool(v) for v in vals]
     if not self.shape: return vals[0]
@@ -256,6 +268,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
     """Evenly spaced values in [start, stop): `Tensor.arange(5)` is 0, 1, 2, 3, 4."""
     if stop is None: start, stop = 0, start
+    for x in (start, stop, step):
+      if isinstance(x, UOp): _symbolic_error("arange", x)
     if step == 0: raise ValueError("arange: step must not be zero")
     dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.from_py([start, stop, step])
     n = max(0, math.ceil((stop - start) / step))
@@ -614,16 +628,21 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     if not -max(n, 1) <= axis < max(n, 1): raise IndexError(f"{op}: axis {axis} is out of range for a tensor with shape {self.shape}")
     return axis + n if axis < 0 else axis
   def reshape(self, shape: Any, *args: Any) -> Tensor:
-    """The same elements with a new shape; one dim may be -1."""
+    """The same elements with a new shape; one dim may be -1. A dim may be a bound Variable (or an expression of
+    them): the tensor then has a symbolic shape, and kernels over it compile once for every value."""
     new = argfix(shape, *args)
-    if any(not isinstance(s, int) for s in new): raise TypeError(f"reshape: shape must be ints, got {new}")
+    if any(not isinstance(s, int) for s in new):
+      if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
+      new = tuple(_size_arg(s, "reshape") for s in new)
     if new.count(-1) > 1: raise ValueError(f"reshape: only one dim can be -1, got {new}")
+    numel = self.numel()
     if -1 in new:
       rest = prod(s for s in new if s != -1)
-      if rest == 0 or self.numel() % rest: raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
-      new = tuple(self.numel() // rest if s == -1 else s for s in new)
-    if any(s < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
-    if prod(new) != self.numel(): raise ValueError(f"reshape: can't reshape {self.shape} ({self.numel()} elements) to {new} ({prod(new)} elements)")
+      if _sv(rest) == 0 or _sv(numel) % _sv(rest): raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
+      new = tuple(ssimp(numel // rest) if s == -1 else s for s in new)
+    if any(_sv(s) < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
+    if _sv(prod(new)) != _sv(numel):
+      raise ValueError(f"reshape: can't reshape {self.shape} ({_sv(numel)} elements) to {new} ({_sv(prod(new))} elements)")
     return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
   def permute(self, order: Any, *args: Any) -> Tensor:
@@ -633,7 +652,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return self if ax == tuple(range(self.ndim)) else self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), ax))
   def expand(self, shape: Any, *args: Any) -> Tensor:
     """Repeat size-1 dims without copying; -1 keeps a dim."""
-    new = argfix(shape, *args)
+    new = tuple(_size_arg(s, "expand") if isinstance(s, UOp) else s for s in argfix(shape, *args))
     if len(new) < self.ndim: raise ValueError(f"expand: shape {new} has fewer dims than the tensor's {self.shape}")
     old = (1,) * (len(new) - self.ndim) + self.shape
     new = tuple(o if n == -1 else n for o, n in zip(old, new))
@@ -641,16 +660,16 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
       if o != n and o != 1: raise ValueError(f"expand: can't expand {self.shape} to {new}")
     x = self.reshape(old) if old != self.shape else self
     return x if new == x.shape else x._new(UOp(Ops.EXPAND, x.dtype, (x.uop,), new))
-  def pad_(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
-    if all(b == 0 and a == 0 for b, a in arg): return self
+  def pad_(self, arg: tuple[tuple[sint, sint], ...]) -> Tensor:
+    if all(b.__class__ is int and a.__class__ is int and b == 0 and a == 0 for b, a in arg): return self
     return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), arg))
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) of each dim (None keeps the dim whole)."""
     if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
-    full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink"), _size_arg(a[1], "shrink")) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(full, self.shape):
-      if not 0 <= b <= e <= s: raise ValueError(f"shrink: {arg} is out of bounds for shape {self.shape}")
-    if all(b == 0 and e == s for (b, e), s in zip(full, self.shape)): return self
+      if not 0 <= _sv(b) <= _sv(e) <= _sv(s): raise ValueError(f"shrink: {arg} is out of bounds for shape {self.shape}")
+    if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
     axes = {self._resolve_axis(a, "flip") for a in argfix(axis, *args)}
@@ -834,16 +853,57 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
 
 # ***** helpers below the class *****
 
+def _size_arg(x: Any, op: str) -> sint:
+  """A size given to a movement op: an int, or an int expression over bound Variables (checked to have values)."""
+  if not isinstance(x, UOp): return int(x)
+  if not dtypes.is_int(x.dtype): raise TypeError(f"{op}: a symbolic size must be an int expression, got {x.dtype}")
+  try: sym_val(x)
+  except ValueError as e: raise ValueError(f"{op}: {e}") from None
+  return ssimp(x)
+
+def _symbolic(shape: tuple[sint, ...]) -> bool: return any(s.__class__ is not int for s in shape)
+
+def _concrete_uop(u: UOp) -> UOp:
+  """A view chain with each symbolic size in its movement args replaced by its bound value."""
+  if u.op not in GroupOp.Movement: return u
+  arg = tuple(tuple(_sv(b) for b in a) if isinstance(a, tuple) else (_sv(a) if isinstance(a, UOp) else a) for a in u.arg)
+  return UOp(u.op, u.dtype, (_concrete_uop(u.src[0]),), arg)
+
+def _sv(x: sint) -> int: return sym_val(x) if isinstance(x, UOp) else x
+
 def _empty_nested(shape: tuple[int, ...]) -> Any:
   if not shape: return []
   if shape[0] == 0: return []
   return [_empty_nested(shape[1:]) for _ in range(shape[0])]
 
-def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[int, ...]:
+def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  if op == "full" and _symbolic(shape):  # a constant over a symbolic shape is only a view: nothing to allocate
+    return tuple(_size_arg(s, op) if isinstance(s, UOp) else s for s in shape)
   for s in shape:
+    if isinstance(s, UOp): _symbolic_error(op, s)
     if not isinstance(s, int) or s < 0: raise ValueError(f"{op}: shape must be non-negative ints, got {shape}")
   return tuple(shape)
+
+def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
+  names = ", ".join(repr(v.expr) for v in size.variables())
+  raise ValueError(f"{op}: needs concrete sizes, but {where or 'it was given'} the symbolic size {size.render()} "
+                   f"(Variable {names}); use a concrete shape here (e.g. reshape to the bound value) or pad to the maximum")
+
+# ops whose sizes are Python ints in their construction (index ranges, windows, sort networks, random counters):
+# a tensor with a symbolic shape gets an error naming the op and the Variable instead of a failure deep inside
+_CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "argmax", "argmin", "argsort", "cumsum",
+                  "cumprod", "cummax", "sort", "topk", "one_hot", "interpolate", "gather", "scatter", "tril", "triu",
+                  "repeat_interleave", "roll", "masked_select")
+
+def _concrete_only(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+  @functools.wraps(fn)
+  def wrapper(self: Tensor, *args: Any, **kw: Any) -> Any:
+    for t in (self, *args, *kw.values()):
+      if isinstance(t, Tensor) and (dims := [d for d in t.shape if d.__class__ is not int]):
+        _symbolic_error(name, dims[0], f"a tensor of shape {t!r:.200} has")
+    return fn(self, *args, **kw)
+  return wrapper
 
 def _const(val: ConstType, dtype: DType, device: str) -> UOp:
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(val, dtype))
@@ -883,6 +943,12 @@ def _contiguous_view_of_buffer(u: UOp) -> bool:
   """A BUFFER seen whole through reshapes only."""
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
+
+def _prefix_of_buffer(u: UOp) -> bool:
+  """The first elements of a BUFFER, through reshapes (how a symbolic shape's values sit in a buffer sized for the
+  largest value of its Variables, here seen with their bound values)."""
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.SHRINK and len(u.arg) == 1 and u.arg[0][0] == 0 and u.src[0].op is Ops.BUFFER
 
 def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
 
@@ -945,3 +1011,5 @@ def _index_tensor(n: int, device: str) -> Tensor:
   return grid.reshape(a * b).shrink(((0, n),))
 
 from attograd.tensor_index import _getitem  # noqa: E402
+
+for _name in _CONCRETE_ONLY: setattr(Tensor, _name, _concrete_only(getattr(Tensor, _name), _name))

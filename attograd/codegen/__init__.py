@@ -12,7 +12,9 @@ CACHE_PROGRAMS = getenv("CACHE_PROGRAMS", 1)
 def kernel_name(k) -> str:
   """r_ for kernels with a reduce, E_ for elementwise, then the loop sizes: e.g. r_64_128."""
   prefix = "r" if k.first_reduce < k.shape_len else "E"
-  return f"{prefix}_" + "_".join(str(s) for s in k.full_shape) if k.full_shape else f"{prefix}_1"
+  def dim(s: object) -> str:  # a symbolic size by its Variables' names: r_bs_128
+    return str(s) if s.__class__ is int else "".join(c if c.isalnum() else "_" for c in s.render()).strip("_")  # type: ignore[attr-defined]
+  return f"{prefix}_" + "_".join(dim(s) for s in k.full_shape) if k.full_shape else f"{prefix}_1"
 
 # ***** programs cached on disk: a new process skips lowering and linearizing kernels it has seen before *****
 
@@ -54,10 +56,15 @@ def _spec_from_bytes(data: bytes) -> ProgramSpec | None:
                        tup(d["local_size"]))
   except (ValueError, KeyError, TypeError): return None  # an entry from another layout: rebuilt
 
+def _has_vars(ast: UOp) -> bool:
+  """Symbolic sizes (or Variables as values): BEAM can't time a kernel without values for them."""
+  from attograd.engine.schedule import ast_variables
+  return bool(ast_variables(ast))
+
 def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
   """The program for a kernel: from the on-disk cache when this code made it before (not for the PYTHON device,
   whose programs are pickles), else built by the pipeline."""
-  if opts is None and BEAM and renderer.device != "PYTHON":  # search the actions by timing them (cached on disk)
+  if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
     from attograd.codegen.search import beam_search
     opts = beam_search(ast, renderer, int(BEAM.value))
   if renderer.device == "PYTHON" or DEBUG >= 3 or not CACHE_PROGRAMS: return _build_program(ast, renderer, opts)

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from attograd.dtype import DType
 from attograd.helpers import DEBUG, NOOPT, prod
 from attograd.uop.ops import Ops, UOp
-from attograd.uop.view import ShapeTracker
+from attograd.uop.view import ShapeTracker, _mul, is_symbolic
+from attograd.uop.ops import sym_max
 
 @dataclass(frozen=True)
 class Opt:
@@ -99,7 +100,7 @@ class Kernel:
     while i >= 0:
       same_kind = (i + 1 < self.first_reduce) or (i >= self.first_reduce)
       if same_kind and self._mergeable(i):
-        new_full = self.full_shape[:i] + (self.full_shape[i] * self.full_shape[i + 1],) + self.full_shape[i + 2:]
+        new_full = self.full_shape[:i] + (_mul(self.full_shape[i], self.full_shape[i + 1]),) + self.full_shape[i + 2:]
         fr = self.first_reduce - (1 if i + 1 < self.first_reduce else 0)
         new_out = tuple(s if j < fr else 1 for j, s in enumerate(new_full))
         self._reshape(new_full, new_out)
@@ -113,7 +114,7 @@ class Kernel:
       if v.mask is not None and (v.mask[i] != (0, sh[i]) or v.mask[i + 1] != (0, sh[i + 1])):
         # a mask on the outer axis only still merges: (lo, hi) -> (lo*n, hi*n)
         if v.mask[i + 1] != (0, sh[i + 1]): return False
-      if sh[i] != 1 and sh[i + 1] != 1 and stv[i] != stv[i + 1] * sh[i + 1]: return False
+      if sh[i] != 1 and sh[i + 1] != 1 and stv[i] != _mul(stv[i + 1], sh[i + 1]): return False
     return True
 
   # ***** optimizations *****
@@ -236,7 +237,7 @@ class Kernel:
     tensor cores (TC) where the target has them; reductions with few outputs split each reduce across a work-group
     (GROUPTOP); everything else puts up to `local_max` neighbouring outputs into one work-group (LOCAL)."""
     if NOOPT: return
-    if self.tensor_cores:
+    if self.tensor_cores and not is_symbolic(self.full_shape):
       try: self._tc_plan()
       except ValueError: pass
       else:
@@ -249,7 +250,7 @@ class Kernel:
             self.apply_opt(Opt("UPCAST", outer, amt))
         if DEBUG >= 3: print(f"opts: {self.applied} full_shape={self.full_shape}")
         return
-    out_size = prod(self.full_shape[:self.first_reduce])
+    out_size = sym_max(prod(self.full_shape[:self.first_reduce]))
     if self.first_reduce < self.shape_len and out_size <= 2048:
       ax = self.shape_len - 1  # the innermost reduce axis
       amt = next((a for a in (256, 128, 64, 32, 16) if a <= local_max and self.full_shape[ax] % a == 0
@@ -274,8 +275,12 @@ class Kernel:
     2. short window axes (loads are masked along them: the pieces of a stack) unrolled whole, so each copy reads
        one piece with its mask folded away;
     3. register tiles on output axes along which the vector loads repeat, so one load feeds several accumulators;
-    4. big kernels split across CPU threads on the outermost axis."""
+    4. big kernels split across CPU threads on the outermost axis.
+    A kernel over symbolic sizes only gets the threads (its loop bounds are not known until it runs)."""
     if NOOPT: return
+    if is_symbolic(self.full_shape):
+      if self.first_reduce > 0 and sym_max(prod(self.full_shape)) >= 32768: self.apply_opt(Opt("THREAD", 0, 0))
+      return
     if 0 < self.first_reduce < self.shape_len:
       def amt_of(ax: int, amts: tuple[int, ...]) -> int:
         return next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] >= a), 0)

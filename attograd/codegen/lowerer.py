@@ -4,7 +4,7 @@ import functools, itertools
 from attograd.codegen.kernel import Kernel, TensorCore
 from attograd.dtype import dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite
+from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite, sym_max
 from attograd.uop.symbolic import symbolic
 
 def _identity(op: Ops, dtype) -> object:
@@ -37,7 +37,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       idxs.append(placeholders[i])
     else:
       kind = "reduce" if i >= k.first_reduce else ("parallel" if (k.parallel and i == _first_loop(k)) else "loop")
-      idxs.append(UOp(Ops.RANGE, d, (UOp.const(d, s),), (i, kind)))
+      idxs.append(UOp(Ops.RANGE, d, (s if isinstance(s, UOp) else UOp.const(d, s),), (i, kind)))
   out_idxs = [x if i < k.first_reduce else UOp.const(d, 0) for i, x in enumerate(idxs)]
   reduce_ranges = tuple(x for i, x in enumerate(idxs) if i >= k.first_reduce and x.op is Ops.RANGE)
   unroll_vars = [placeholders[i] for i in k.unrolled if i != lane_ax]
@@ -116,7 +116,9 @@ def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None,
     gidx, gsize = _special_dims("gidx", [i for i in range(k.first_reduce) if shape[i] != 1 and i not in
                                          (k.tc.m, k.tc.n) and i not in k.upcasted], shape, global_max)
     return gidx, gsize, (WARP,)
-  glob = [i for i in range(k.first_reduce) if shape[i] != 1 and i not in k.upcasted and i not in k.locals_]
+  # a symbolic axis stays a loop inside each thread: launch sizes are fixed when the program is built
+  glob = [i for i in range(k.first_reduce) if shape[i] != 1 and i not in k.upcasted and i not in k.locals_
+          and shape[i].__class__ is int]
   loc = [i for i in range(k.shape_len) if shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
   gidx, gsize = _special_dims("gidx", glob, shape, global_max)
   lidx, lsize = _special_dims("lidx", loc, shape, None)
@@ -356,4 +358,5 @@ def estimate_ops(sink: UOp, k: Kernel) -> int:
   # a vector op does one op per lane; a REDUCE is one accumulate per element it reduces
   n_alu = sum(u.dtype.count for u in sink.toposort()
               if (u.op in GroupOp.ALU or u.op is Ops.REDUCE) and u.dtype.scalar() in dtypes.floats)
-  return n_alu * prod(s for i, s in enumerate(k.full_shape) if i not in k.upcasted and i not in k.unrolled)
+  # symbolic sizes count at their largest
+  return n_alu * prod(sym_max(s) for i, s in enumerate(k.full_shape) if i not in k.upcasted and i not in k.unrolled)

@@ -12,7 +12,8 @@ from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.engine.schedule import buffers, new_buffer_uop
 from attograd.helpers import DEBUG, JIT, GlobalCounters
 from attograd.tensor import Tensor
-from attograd.uop.ops import GroupOp, Ops, UOp
+from attograd.uop.ops import GroupOp, Ops, UOp, unbind_sint
+from attograd.engine.schedule import _SIZED, _bind_size, _map_arg, _sym_arg, _unbind_size
 
 ReturnType = TypeVar("ReturnType")
 Recording = list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]]
@@ -23,8 +24,17 @@ Prepared = tuple[tuple[Any, ...], dict[str, Any], list[str], list[Tensor], dict[
 _capturing: TinyJit | None = None
 
 def _is_whole_buffer(u: UOp) -> bool:
+  """A buffer seen through reshapes, or (a symbolic shape) through the prefix of it that holds the values."""
   while u.op is Ops.RESHAPE: u = u.src[0]
+  if u.op is Ops.SHRINK and len(u.arg) == 1 and u.arg[0][0] == 0 and isinstance(u.arg[0][1], UOp): u = u.src[0]
   return u.op is Ops.BUFFER
+
+def _shape_vars(shape: tuple[Any, ...]) -> list[UOp]:
+  """The bound Variables in a symbolic shape."""
+  return [b for s in shape if isinstance(s, UOp) for b in s.toposort() if b.op is Ops.BIND]
+
+def _unbound_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+  return shape if all(s.__class__ is int for s in shape) else tuple(unbind_sint(s) for s in shape)
 
 def _named(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
   """(name for messages, value) of every argument; keywords sorted, so their order in the call doesn't matter."""
@@ -51,7 +61,8 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
   names = [n for n, v in named if isinstance(v, Tensor)]
   tensors = [v for _, v in named if isinstance(v, Tensor)]
   variables: dict[str, UOp] = {}
-  for n, v in named:
+  # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
+  for n, v in named + [(n, b) for n, t in zip(names, tensors) for b in _shape_vars(t.shape)]:
     if isinstance(v, UOp) and v.op is Ops.BIND:
       vname = v.src[0].arg[0]
       if vname in variables and variables[vname] is not v:
@@ -87,10 +98,17 @@ def _rebuild(ret: Any, outs: list[Tensor]) -> Any:
     return x
   return go(ret)
 
-def _swap_base(u: UOp, base: UOp) -> UOp:
-  """The movement ops above u's base, over `base` instead."""
+def _swap_base(u: UOp, base: UOp, vals: dict[UOp, int]) -> UOp:
+  """The movement ops above u's base, over `base` instead, with symbolic sizes bound to this call's values."""
   if u.op not in GroupOp.Movement: return base
-  return UOp(u.op, u.dtype, (_swap_base(u.src[0], base),), u.arg)
+  arg = _map_arg(u.arg, lambda x: _bind_size(x, vals)) if u.op in _SIZED and _sym_arg(u.arg) else u.arg
+  return UOp(u.op, u.dtype, (_swap_base(u.src[0], base, vals),), arg)
+
+def _unbind_chain(u: UOp) -> UOp:
+  """A view chain with its symbolic sizes unbound (bound again to each call's values on replay)."""
+  if u.op not in GroupOp.Movement: return u
+  arg = _map_arg(u.arg, lambda x: _unbind_size(x, {})) if u.op in _SIZED and _sym_arg(u.arg) else u.arg
+  return UOp(u.op, u.dtype, (_unbind_chain(u.src[0]),), arg)
 
 class CapturedJit:
   """The recorded kernels of one call, as prebuilt (function, argument list) pairs, and where each call's input
@@ -132,13 +150,13 @@ class CapturedJit:
     self.outs: list[tuple[UOp, Buffer | None]] = []
     for t in outs:
       base = t.uop.base
-      self.outs.append((t.uop, buffers[base] if base.op is Ops.BUFFER else None))
+      self.outs.append((_unbind_chain(t.uop), buffers[base] if base.op is Ops.BUFFER else None))
     self.written = [b for k, b in written.items() if k not in where]
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
 
   def __call__(self, tensors: list[Tensor], variables: dict[str, UOp]) -> Any:
     for t, (name, (shape, dtype, device)) in zip(tensors, zip(self.names, self.specs)):
-      if t.shape != shape or t.dtype != dtype or t.device != device:
+      if _unbound_shape(t.shape) != shape or t.dtype != dtype or t.device != device:
         raise ValueError(f"TinyJit: {name} has shape {t.shape} ({t.dtype}, {t.device}), but the function was captured "
                          f"with shape {shape} ({dtype}, {device}); inputs can't change between calls (call jit.reset() "
                          "to capture anew)")
@@ -164,9 +182,10 @@ class CapturedJit:
     GlobalCounters.global_mem += self.mem
     if DEBUG >= 1: print(f"jit: replayed {len(self.calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
     outs = []
+    vals = {v.src[0]: v.src[1].arg for v in variables.values()}
     for u, buf in self.outs:
-      if buf is None: outs.append(Tensor(u))
-      else: outs.append(Tensor(_swap_base(u, new_buffer_uop(buf.device, buf.size, buf.dtype, buf))))
+      if buf is None: outs.append(Tensor(_swap_base(u, u.base, vals)))
+      else: outs.append(Tensor(_swap_base(u, new_buffer_uop(buf.device, buf.size, buf.dtype, buf), vals)))
     return _rebuild(self.ret, outs)
 
 def _fast_call(runner: CompiledRunner, nbufs: int) -> Callable[..., Any]:
@@ -253,7 +272,7 @@ class TinyJit(Generic[ReturnType]):
         raise ValueError(f"TinyJit: output {i} is the same buffer as input {seen[id(b)]}; the replay would write into "
                          "the caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
-    specs = [(t.shape, t.dtype, t.device) for t in tensors]
+    specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]
     self.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
     if (used := Tensor._rng_counter - rng_start): self.captured.rng = (buffers[rng.uop.base], used)
     self._constants = self._constants_of(args, kwargs)

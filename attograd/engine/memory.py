@@ -9,7 +9,7 @@ from typing import Any, Callable, Hashable, Sequence, TYPE_CHECKING
 from attograd.device import Buffer, Device
 from attograd.helpers import DEBUG, ContextVar, getenv
 from attograd.dtype import dtypes
-from attograd.uop.ops import Ops, UOp, UOpMetaClass
+from attograd.uop.ops import Ops, UOp, UOpMetaClass, sym_max
 if TYPE_CHECKING:
   from attograd.engine.schedule import _Template
 
@@ -205,10 +205,10 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
 
 def _ph_info(k: Hashable) -> tuple[str, int]:
   assert isinstance(k, UOp)
-  return k.device, k.arg[1] * k.dtype.itemsize
+  return k.device, sym_max(k.arg[1]) * k.dtype.itemsize  # a symbolic input counts at its largest
 
 def _describe(k: Hashable, shape: Any = None) -> str:
-  if isinstance(k, UOp): return f"{shape or (k.arg[1],)} {k.dtype} ({k.arg[1] * k.dtype.itemsize} bytes)"
+  if isinstance(k, UOp): return f"{shape or (k.arg[1],)} {k.dtype} ({sym_max(k.arg[1]) * k.dtype.itemsize} bytes)"
   assert isinstance(k, Buffer)
   return f"({k.size},) {k.dtype} ({k.nbytes} bytes)"
 

@@ -1,12 +1,13 @@
 """The scheduler: cuts a tensor graph into kernels (fusion decisions) and writes each kernel as an AST
 whose movement ops have been pushed into the views of its loads."""
 from __future__ import annotations
+import functools
 from dataclasses import dataclass
 from typing import Any
 from attograd.dtype import DType, dtypes
 from attograd.device import Buffer
 from attograd.helpers import prod
-from attograd.uop.ops import GroupOp, Ops, UOp
+from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_max
 from attograd.uop.view import ShapeTracker
 from attograd.engine.memory import plan_schedule
 
@@ -142,7 +143,7 @@ def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, boo
       continue
     if n.op in (Ops.COPY,): continue
     keeps = only_reshapes and n.op not in GroupOp.Movement or n.op is Ops.RESHAPE and only_reshapes
-    grows = n.op is Ops.EXPAND and below_reduce and prod(n.shape) > prod(n.src[0].shape)
+    grows = n.op is Ops.EXPAND and below_reduce and any(a == 1 and b != 1 for a, b in zip(n.src[0].shape, n.shape))
     for s in n.src: stack.append((s, keeps, below_reduce, padded or n.op is Ops.PAD, expanded or grows))
   return out
 
@@ -240,6 +241,8 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
   out_view = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape(kshape))
   out_glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_buf.arg[1]), (), 0)
   ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_glob, out_view, value)),))
+  if ast_variables(ast):  # buffer sizes differ from value to value: leave them out so one program serves all
+    ast = ast.substitute({g: g.replace(dtype=g.dtype.base.ptr()) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL})
   return ast, list(inputs)
 
 # ***** 4. the whole schedule *****
@@ -256,11 +259,44 @@ class _Template:
 _NEW = 1 << 40
 _schedule_cache: dict[tuple[UOp, ...], _Template] = {}
 
-def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[UOp], dict[UOp, UOp]]:
+_SIZED = (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK)
+
+@functools.lru_cache(maxsize=8192)
+def _sym_arg(arg: Any) -> bool:
+  """A movement arg holding a symbolic size (cached: args are hashable tuples and few are symbolic)."""
+  return any(isinstance(a, UOp) or (isinstance(a, tuple) and any(isinstance(b, UOp) for b in a)) for a in arg)
+
+def _map_arg(arg: Any, f: Any) -> Any:
+  return tuple(tuple(f(b) for b in a) if isinstance(a, tuple) else f(a) for a in arg)
+
+def _unbind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
+  if not isinstance(x, UOp): return x
+  subs = {}
+  for b in x.toposort():
+    if b.op is Ops.BIND:
+      subs[b] = b.src[0]
+      if var_vals.setdefault(b.src[0], b.src[1].arg) != b.src[1].arg:
+        raise ValueError(f"Variable {b.src[0].arg[0]!r} is bound to both {var_vals[b.src[0]]} and {b.src[1].arg} in one graph")
+  return ssimp(x.substitute(subs))
+
+def _bind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
+  """Each Variable in a size bound to its value (a one-pass rebuild: a BIND holds its Variable, so a rewrite to a
+  fixed point would never end)."""
+  if not isinstance(x, UOp): return x
+  if x.op is Ops.DEFINE_VAR: return x.bind(var_vals[x])
+  return x.replace(src=tuple(_bind_size(s, var_vals) for s in x.src)) if x.src else x
+
+# a node built only from these over constants needs no normalizing (nor a walk below it) in any graph: its value
+# doesn't depend on any buffer or Variable, so even a realized copy of it may be recomputed in place
+_PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.CAST} | GroupOp.ALU
+
+def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[UOp, UOp], dict[UOp, int]]:
   """One pass that resolves realized nodes to their buffers and replaces every BUFFER by a numbered placeholder,
-  so that graphs of the same structure get the same (hash-consed) nodes. Returns the normalized outputs, the real
-  buffers in placeholder order, and normalized node -> original node."""
-  inputs: list[UOp] = []
+  so that graphs of the same structure get the same (hash-consed) nodes. Bound Variables become the Variables
+  themselves, so a graph differing only in the values of its Variables is the same graph too. Returns the normalized
+  outputs, (placeholder, real buffer) pairs, normalized node -> original node, and the Variables' values."""
+  inputs: list[tuple[UOp, UOp]] = []  # (placeholder, real BUFFER)
+  var_vals: dict[UOp, int] = {}
   norm: dict[UOp, UOp] = {}
   orig: dict[UOp, UOp] = {}
   n_unique = [0]
@@ -269,6 +305,9 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[UOp], dict[UOp, UOp]]:
     n, state, alias = stack.pop()
     if n in norm: continue
     if state == 0:
+      if n.__dict__.get("_pure"):  # constants through movement and ALU ops: the same node in every graph
+        norm[n] = orig[n] = n
+        continue
       if (r := lookup_realized(n)) is not None and r is not n:  # its value is in a buffer: use that view instead
         stack.append((n, 2, r))
         stack.append((r, 0, None))
@@ -282,51 +321,68 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[UOp], dict[UOp, UOp]]:
       continue
     if n.op is Ops.BUFFER:
       nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]))
-      inputs.append(n)
+      inputs.append((nn, n))
     elif n.op is Ops.DETACH or n.op is Ops.CONTIGUOUS_BACKWARD: nn = norm[n.src[0]]  # markers for autograd only
+    elif n.op is Ops.BIND:
+      nn = n.src[0]
+      if var_vals.setdefault(nn, n.src[1].arg) != n.src[1].arg:
+        raise ValueError(f"Variable {nn.arg[0]!r} is bound to both {var_vals[nn]} and {n.src[1].arg} in one graph")
+    elif n.op in _SIZED and _sym_arg(n.arg):
+      src, arg = norm[n.src[0]], _map_arg(n.arg, lambda x: _unbind_size(x, var_vals))
+      if n.op is Ops.RESHAPE and src.op is Ops.BUFFER and -_NEW < src.arg[0] < 0:
+        # a whole input buffer seen with a symbolic shape: its placeholder takes the symbolic size, so inputs of
+        # every size (one per value of the Variables) give the same graph
+        ph = UOp(Ops.BUFFER, src.dtype, src.src, (src.arg[0], ssimp(prod(arg))))
+        inputs.append((ph, inputs[-src.arg[0] - 1][1]))
+        src = ph
+      nn = UOp(n.op, n.dtype, (src,), arg)
     elif n.op is Ops.CONTIGUOUS and n.arg is not None:  # a unique copy: number it by appearance in this graph
       n_unique[0] += 1
       nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique[0])
-      _ = nn.shape, nn.device
     else:
       src = tuple([norm[x] for x in n.src])
-      if src == n.src: nn = n
-      else:
-        nn = UOp(n.op, n.dtype, src, n.arg)
-        _ = nn.shape, nn.device  # computed now, while the sources' are cached: no deep recursion later
+      if src == n.src:
+        nn = n
+        if n.op in _PURE and all(x.__dict__.get("_pure") for x in src): n.__dict__["_pure"] = True
+      else: nn = UOp(n.op, n.dtype, src, n.arg)
     norm[n] = nn
     orig[nn] = n
-  return [norm[o] for o in outs], inputs, orig
+  return [norm[o] for o in outs], inputs, orig, var_vals
 
 def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """Kernels (in dependency order) that compute `outs`, and for each output, the view of its new buffer.
   The same graph structure reuses its schedule: only buffers are bound anew."""
-  nouts, inputs, orig = _normalize(outs)
+  nouts, inputs, orig, var_vals = _normalize(outs)
   key = tuple(nouts)
   if (tmpl := _schedule_cache.get(key)) is None:
     if len(_schedule_cache) >= 4096: _schedule_cache.pop(next(iter(_schedule_cache)))  # bounded: oldest first
     tmpl = _schedule_cache[key] = _make_template(nouts)
   # bind placeholders to real buffers: inputs by position, new buffers freshly made
   bind: dict[UOp, UOp] = {}
-  for i, b in enumerate(inputs): bind[UOp(Ops.BUFFER, b.dtype, b.src, (-i - 1, b.arg[1]))] = b
+  for ph, b in inputs: bind[ph] = b
   # intermediates nobody can read afterwards share storage (and are not remembered); raises if over the memory limit
   pooled = plan_schedule(tmpl, orig, outs)
   for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype, pooled.get(ph))
-  items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), vv) for ast, bufs, vv in tmpl.items]
+  items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), tuple((v, var_vals[v]) for v in vs))
+           for ast, bufs, vs in tmpl.items]
   becomes: dict[UOp, UOp] = {}
   for o, home in zip(outs, tmpl.becomes):
-    becomes[o] = o if home is None else _rebind(home, bind)
+    becomes[o] = o if home is None else _rebind(home, bind, var_vals)
   for r, home in tmpl.realized_roots:
-    if (o := orig.get(r)) is not None and home.base not in pooled: remember(o, _rebind(home, bind))
+    if (o := orig.get(r)) is not None and home.base not in pooled: remember(o, _rebind(home, bind, var_vals))
   for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
   return items, becomes
 
-def _rebind(u: UOp, bind: dict[UOp, UOp]) -> UOp:
-  """A view chain over a placeholder, over the real buffer instead."""
+def _rebind(u: UOp, bind: dict[UOp, UOp], var_vals: dict[UOp, int]) -> UOp:
+  """A view chain over a placeholder, over the real buffer instead (and its symbolic sizes bound again)."""
   if u.op is Ops.BUFFER: return bind.get(u, u)
-  return UOp(u.op, u.dtype, tuple(_rebind(s, bind) for s in u.src), u.arg)
+  if u.op is Ops.DEFINE_VAR: return u.bind(var_vals[u])
+  arg = _map_arg(u.arg, lambda x: _bind_size(x, var_vals)) if u.op in _SIZED and _sym_arg(u.arg) else u.arg
+  return UOp(u.op, u.dtype, tuple(_rebind(s, bind, var_vals) for s in u.src), arg)
 
 def _make_template(routs: list[UOp]) -> _Template:
+  # shapes and devices of the normalized nodes, sources first (no deep recursion; a schedule-cache hit needs none)
+  for u in _topo_of(routs): _ = u.shape, u.device
   roots = find_kernel_roots(routs)
   node_buffer: dict[UOp, UOp] = {}
   new_bufs: list[UOp] = []
@@ -336,7 +392,8 @@ def _make_template(routs: list[UOp]) -> _Template:
       if tgt.op is not Ops.BUFFER: raise RuntimeError("assign: the target must be a realized tensor")
       node_buffer[r] = tgt
     else:
-      ph = UOp(Ops.BUFFER, r.dtype, (UOp(Ops.DEVICE, arg=r.device),), (-_NEW - len(new_bufs), prod(r.shape)))
+      # a symbolic shape gets room for the largest value of its Variables (one buffer serves every value)
+      ph = UOp(Ops.BUFFER, r.dtype, (UOp(Ops.DEVICE, arg=r.device),), (-_NEW - len(new_bufs), sym_max(prod(r.shape))))
       new_bufs.append(ph)
       node_buffer[r] = ph
   # order roots: a kernel runs after the kernels that produce its inputs
@@ -353,8 +410,7 @@ def _make_template(routs: list[UOp]) -> _Template:
       items.append((r, (node_buffer[r], src_buf), ()))
       continue
     ast, ins = build_kernel_ast(r, roots, node_buffer)
-    var_vals = tuple(sorted({(n.src[0], n.src[1].arg) for n in r.toposort() if n.op is Ops.BIND}, key=lambda x: x[0].arg))
-    items.append((ast, tuple([node_buffer[r]] + ins), var_vals))
+    items.append((ast, tuple([node_buffer[r]] + ins), ast_variables(ast)))
   # each output's new home: its buffer, viewed with its shape
   becomes: list[UOp | None] = []
   for ro in routs:
@@ -365,8 +421,19 @@ def _make_template(routs: list[UOp]) -> _Template:
   targets = tuple(dict.fromkeys(node_buffer[r] for r in roots if r.op is Ops.ASSIGN))
   return _Template(tuple(items), tuple(new_bufs), tuple(becomes), realized_roots, targets)
 
-def _view_of(buf: UOp, shape: tuple[int, ...]) -> UOp:
-  return buf if shape == (buf.arg[1],) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+def _view_of(buf: UOp, shape: tuple[sint, ...]) -> UOp:
+  if shape == (buf.arg[1],): return buf
+  if (n := ssimp(prod(shape))).__class__ is not int:  # the first n elements of a buffer sized for the largest n
+    buf = UOp(Ops.SHRINK, buf.dtype, (buf,), ((0, n),))
+  return UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+
+def ast_variables(ast: UOp) -> tuple[UOp, ...]:
+  """The Variables a kernel reads: as values, and inside its views' sizes, strides and masks."""
+  out: set[UOp] = set()
+  for u in ast.toposort():
+    if u.op is Ops.DEFINE_VAR: out.add(u)
+    elif u.op is Ops.VIEW: out.update(u.arg.variables())
+  return tuple(sorted(out, key=lambda v: v.arg))
 
 def _apply_movements(u: UOp, node_buffer: dict[UOp, UOp]) -> UOp:
   """Rebuild the movement ops over a node that now lives in a buffer."""

@@ -5,6 +5,8 @@ import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import argfix
+from attograd.uop.ops import UOp, ssimp, sym_val
+from attograd.uop.view import _smax
 
 if TYPE_CHECKING:
   from attograd.tensor import Tensor
@@ -12,8 +14,11 @@ if TYPE_CHECKING:
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 def _is_int(x: Any) -> bool:
-  # NumPy ints count too (they have __index__ and ndim 0); Tensors and arrays don't
+  # NumPy ints count too (they have __index__ and ndim 0), and symbolic sizes (int UOps); Tensors and arrays don't
+  if isinstance(x, UOp): return dtypes.is_int(x.dtype)
   return isinstance(x, int) or (hasattr(x, "__index__") and getattr(x, "ndim", 0) == 0)
+
+def _int(x: Any) -> Any: return x if isinstance(x, UOp) else int(x)
 
 def _ints(x: int | Sequence[int]) -> tuple[int, ...]:
   """One int or a sequence of them, as a tuple of Python ints."""
@@ -32,14 +37,14 @@ def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[in
     # flat, as in torch: (left, right, top, bottom, ...) names the LAST dim first
     if len(pads) % 2 or len(pads) // 2 > len(shape):
       raise ValueError(f"pad: flat padding {pads} needs an even length of at most {2 * len(shape)} for shape {shape}")
-    pairs = tuple((int(pads[i]), int(pads[i + 1])) for i in range(0, len(pads), 2))[::-1]
+    pairs = tuple((_int(pads[i]), _int(pads[i + 1])) for i in range(0, len(pads), 2))[::-1]
     return ((0, 0),) * (len(shape) - len(pairs)) + pairs
   if len(pads) != len(shape):
     raise ValueError(f"pad: need one (before, after) pair or None per dim of shape {shape}, got {len(pads)}: {padding}")
   out = []
   for p in pads:
     if p is None: out.append((0, 0))
-    elif isinstance(p, (tuple, list)) and len(p) == 2 and all(_is_int(v) for v in p): out.append((int(p[0]), int(p[1])))
+    elif isinstance(p, (tuple, list)) and len(p) == 2 and all(_is_int(v) for v in p): out.append((_int(p[0]), _int(p[1])))
     else: raise TypeError(f"pad: each entry of {padding} must be None or a (before, after) pair of ints, got {p!r}")
   return tuple(out)
 
@@ -65,9 +70,9 @@ class MovementMixin:
     if mode != "constant" and value != 0: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value!r}")
     pairs = _pad_pairs(padding, self.shape)
     for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
-      if max(-b, 0) + max(-a, 0) > s:
+      if sym_val(_smax(-b, 0) + _smax(-a, 0)) > sym_val(s):
         raise ValueError(f"pad: padding {tuple(padding)} removes more than the {s} elements of dim {d} of {self.shape}")
-    grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+    grow = tuple((_smax(b, 0), _smax(a, 0)) for b, a in pairs)
     if mode == "constant": return self._crop(pairs)._pad_constant(grow, value)
     # circular wraps the cropped tensor; reflect and replicate read the uncropped one (both as in PyTorch)
     if mode == "circular": return self._crop(pairs)._pad_circular(grow)
@@ -76,7 +81,7 @@ class MovementMixin:
 
   def _crop(self: Tensor, pairs: tuple[tuple[int, int], ...]) -> Tensor:
     """Apply the negative parts of `pairs` (a shrink); the positive parts are ignored."""
-    return self.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pairs, self.shape)))
+    return self.shrink(tuple((_smax(-b, 0), ssimp(s - _smax(-a, 0))) for (b, a), s in zip(pairs, self.shape)))
 
   def _pad_constant(self: Tensor, grow: tuple[tuple[int, int], ...], value: Any) -> Tensor:
     x = self.pad_(grow)

@@ -163,6 +163,17 @@ class UOp(metaclass=UOpMetaClass):
   def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
   __hash__ = object.__hash__
   __eq__ = object.__eq__  # hash-consed: identity is equality
+  def __bool__(self) -> bool:
+    """A comparison of symbolic sizes is True/False when the Variables' bounds decide it, else an error: a shape
+    check must never pass by accident (a UOp would otherwise always be truthy)."""
+    if self.dtype is not dtypes.bool: return True
+    if self.op is Ops.CONST: return bool(self.arg)
+    lo, hi = self.simplify().vmin_vmax
+    if lo == hi: return bool(lo)
+    raise TypeError(f"can't decide {self.render()} for every value of {', '.join(v.expr for v in self.variables())}: "
+                    "the answer depends on the Variable's value")
+  def __index__(self) -> int:
+    raise TypeError(f"a symbolic size {self.render()} was used where a concrete int is needed")
 
   # ***** symbolic bounds *****
   @cached
@@ -190,7 +201,9 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def expr(self) -> str: return self.arg[0]
   @property
-  def val(self) -> int: return self.unbind()[1]
+  def val(self) -> int:
+    """The value of a bound Variable, or of an expression over bound Variables."""
+    return sym_val(self)
   def variables(self) -> list[UOp]:
     return sorted({x.src[0] if x.op is Ops.BIND else x for x in self.toposort() if x.op in (Ops.DEFINE_VAR, Ops.BIND)},
                   key=lambda v: v.arg)
@@ -204,11 +217,48 @@ class UOp(metaclass=UOpMetaClass):
     ret = self.simplify()
     return ret.arg if ret.op is Ops.CONST else ret
 
+def is_sym(x: Any) -> bool: return isinstance(x, UOp)
+
+def sym_val(x: sint, vals: dict[str, int] | None = None) -> int:
+  """The value of a size: an int as is, an expression over bound Variables (or Variables named in `vals`) computed."""
+  if not isinstance(x, UOp): return x
+  if x.op is Ops.CONST: return x.arg
+  if x.op is Ops.BIND: return x.src[1].arg
+  if x.op is Ops.DEFINE_VAR:
+    if vals is None or x.arg[0] not in vals: raise ValueError(f"Variable {x.arg[0]!r} has no value: bind it first")
+    return vals[x.arg[0]]
+  return exec_alu(x.op, x.dtype, [sym_val(s, vals) for s in x.src])
+
+def ssimp(x: sint) -> sint:
+  """A size in its simplest form: an int when it is one."""
+  if not isinstance(x, UOp): return x
+  y = x.simplify()
+  return y.arg if y.op is Ops.CONST else y
+
+def sym_eq(a: sint, b: sint) -> bool:
+  """Two sizes are the same for every value of their Variables."""
+  if a is b or (not isinstance(a, UOp) and not isinstance(b, UOp)): return a == b
+  d = ssimp(a - b) if isinstance(a, UOp) else ssimp(b - a)  # type: ignore[operator]
+  return isinstance(d, int) and d == 0
+
+def unbind_sint(x: sint) -> sint:
+  """The size with each bound Variable replaced by the Variable itself (what a kernel sees)."""
+  if not isinstance(x, UOp): return x
+  return x.substitute({b: b.src[0] for b in x.toposort() if b.op is Ops.BIND})
+
+def sym_max(x: sint) -> int:
+  """The largest value a size can take (an int as is)."""
+  if not isinstance(x, UOp): return x
+  return int(unbind_sint(x).simplify().vmax)
+
 def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
   """A symbolic integer with known bounds, e.g. `Variable("bs", 1, 64)`; `.bind(10)` gives it a value."""
   return UOp.variable(name, min_val, max_val, dtype)
 
 # ***** shapes of tensor-level nodes *****
+
+def _ssum(d: sint, b: sint, a: sint) -> sint:
+  return d + b + a if d.__class__ is int and b.__class__ is int and a.__class__ is int else ssimp(d + b + a)
 
 def _shape_of(u: UOp) -> tuple[sint, ...]:
   op = u.op
@@ -216,8 +266,8 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
     if op is Ops.RESHAPE or op is Ops.EXPAND: return u.arg
     s = u.src[0].shape
     if op is Ops.PERMUTE: return tuple(s[i] for i in u.arg)
-    if op is Ops.PAD: return tuple(d + b + a for d, (b, a) in zip(s, u.arg))
-    if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+    if op is Ops.PAD: return tuple(_ssum(d, b, a) for d, (b, a) in zip(s, u.arg))
+    if op is Ops.SHRINK: return tuple(e - b if e.__class__ is int and b.__class__ is int else ssimp(e - b) for b, e in u.arg)
     return s  # FLIP
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(u.src[0].shape))
   if op is Ops.BUFFER: return (u.arg[1],)

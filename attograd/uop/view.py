@@ -3,16 +3,41 @@ a ShapeTracker is a stack of Views for the movement chains that do not merge int
 from __future__ import annotations
 import functools
 from dataclasses import dataclass
+from typing import Any
 from attograd.dtype import dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import Ops, UOp
+from attograd.uop.ops import Ops, UOp, sint, ssimp, sym_eq
+
+# sizes, strides, offsets and mask bounds are ints, or (symbolic shapes) index expressions over Variables; the
+# helpers below keep the int path as it was and simplify symbolic results so equal sizes are the same node
+def _mul(a: sint, b: sint) -> sint:
+  if a.__class__ is int and b.__class__ is int: return a * b
+  return b if a == 1 else a if b == 1 else ssimp(a * b)  # type: ignore[operator]
+def _smax(a: sint, b: sint) -> sint:
+  if a.__class__ is int and b.__class__ is int: return max(a, b)
+  return _pick(a, b, a >= b, b >= a)  # type: ignore[operator]
+def _smin(a: sint, b: sint) -> sint:
+  if a.__class__ is int and b.__class__ is int: return min(a, b)
+  return _pick(a, b, a <= b, b <= a)  # type: ignore[operator]
+def _pick(a: sint, b: sint, a_wins: UOp, b_wins: UOp) -> sint:
+  """a or b, decided from the Variables' bounds where they can, else left to the kernel as a WHERE."""
+  if _surely(a_wins): return a
+  if _surely(b_wins): return b
+  return ssimp(a_wins.simplify().where(a, b))
+def _surely(cond: Any) -> bool:
+  """True only when the condition holds for every value of its Variables."""
+  if not isinstance(cond, UOp): return bool(cond)
+  lo, hi = cond.simplify().vmin_vmax
+  return bool(lo) and bool(hi)
+def is_symbolic(shape: tuple[sint, ...]) -> bool: return any(s.__class__ is not int for s in shape)
 
 @functools.cache
-def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-  out, acc = [], 1
+def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
+  out: list[sint] = []
+  acc: sint = 1
   for s in reversed(shape):
     out.append(acc if s != 1 else 0)
-    acc *= s
+    acc = _mul(acc, s)
   return tuple(reversed(out))
 
 @dataclass(frozen=True)
@@ -30,14 +55,14 @@ class View:
     if strides is None: strides = strides_for_shape(shape)
     strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides))
     if mask is not None:
-      if any(lo >= hi for lo, hi in mask):  # nothing is valid
+      if any(_surely(lo >= hi) for lo, hi in mask):  # nothing is valid
         return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
-      if all(lo == 0 and hi == s for (lo, hi), s in zip(mask, shape)): mask = None
+      if all(sym_eq(lo, 0) and sym_eq(hi, s) for (lo, hi), s in zip(mask, shape)): mask = None
       else:  # a dim whose mask keeps one element never moves: fold its start into the offset
         new_strides = list(strides)
         for i, ((lo, hi), s) in enumerate(zip(mask, shape)):
           if hi - lo == 1 and strides[i] != 0:
-            offset += lo * strides[i]
+            offset = ssimp(offset + lo * strides[i])
             new_strides[i] = 0
         strides = tuple(new_strides)
     contiguous = offset == 0 and mask is None and strides == strides_for_shape(shape)
@@ -63,34 +88,43 @@ class View:
       mask = tuple(m if s == ns else (0, ns) for m, s, ns in zip(self.mask, self.shape, new_shape))
     return View.create(new_shape, tuple(st if s == ns else 0 for st, s, ns in zip(self.strides, self.shape, new_shape)),
                        self.offset, mask)
-  def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
-    offset = self.offset + sum(b * st for (b, _), st in zip(arg, self.strides))
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> View:
+    offset = ssimp(self.offset + sum(b * st for (b, _), st in zip(arg, self.strides)))
     mask = None
     if self.mask is not None:
-      mask = tuple((max(lo, b) - b, max(min(hi, e), max(lo, b)) - b) for (lo, hi), (b, e) in zip(self.mask, arg))
-    return View.create(tuple(e - b for b, e in arg), self.strides, offset, mask)
-  def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
-    if all(b == 0 and a == 0 for b, a in arg): return self
-    new_shape = tuple(s + b + a for s, (b, a) in zip(self.shape, arg))
+      mask = tuple((ssimp(_smax(lo, b) - b), ssimp(_smax(_smin(hi, e), _smax(lo, b)) - b))
+                   for (lo, hi), (b, e) in zip(self.mask, arg))
+    return View.create(tuple(ssimp(e - b) for b, e in arg), self.strides, offset, mask)
+  def pad(self, arg: tuple[tuple[sint, sint], ...]) -> View:
+    if all(b.__class__ is int and a.__class__ is int and b == 0 and a == 0 for b, a in arg): return self
+    new_shape = tuple(ssimp(s + b + a) for s, (b, a) in zip(self.shape, arg))
     old_mask = self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
-    mask = tuple((lo + b, hi + b) for (lo, hi), (b, _) in zip(old_mask, arg))
-    offset = self.offset - sum(b * st for (b, _), st in zip(arg, self.strides))
+    mask = tuple((ssimp(lo + b), ssimp(hi + b)) for (lo, hi), (b, _) in zip(old_mask, arg))
+    offset = ssimp(self.offset - sum(b * st for (b, _), st in zip(arg, self.strides)))
     return View.create(new_shape, self.strides, offset, mask)
   def flip(self, arg: tuple[bool, ...]) -> View:
-    offset = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, arg) if f)
+    offset = ssimp(self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, arg) if f))
     mask = None
     if self.mask is not None:
-      mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, arg))
+      mask = tuple((ssimp(s - hi), ssimp(s - lo)) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, arg))
     return View.create(self.shape, tuple(-st if f else st for st, f in zip(self.strides, arg)), offset, mask)
 
-  def reshape(self, new_shape: tuple[int, ...]) -> View | None:
+  def reshape(self, new_shape: tuple[sint, ...]) -> View | None:
     """The same elements seen with `new_shape`, or None when no single view can say it."""
     if self.shape == new_shape: return self
-    if prod(new_shape) != self.size:
+    if not sym_eq(prod(new_shape), self.size):
+      # a concrete shape seen as a symbolic one (or back): the tensor checked the sizes agree for the bound values
+      if is_symbolic(new_shape) or is_symbolic(self.shape): return View.create(new_shape) if self.contiguous else None
       raise ValueError(f"reshape: can't reshape {self.shape} ({self.size} elements) to {new_shape} ({prod(new_shape)})")
     if 0 in self.shape or 0 in new_shape: return View.create(new_shape)
     if self.contiguous: return View.create(new_shape)
     if self.is_empty_mask(): return View.empty(new_shape)
+    if is_symbolic(self.shape) or is_symbolic(new_shape) or is_symbolic(self.strides) or self.offset.__class__ is not int:
+      try: return self._reshape(new_shape)
+      except TypeError: return None  # a comparison the Variables' bounds can't decide: stack a view instead
+    return self._reshape(new_shape)
+
+  def _reshape(self, new_shape: tuple[sint, ...]) -> View | None:
     mask = self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
     old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, mask) if s != 1]
     # create() pins a dim whose mask keeps one element to stride 0; any stride works for it (the offset pays for it),
@@ -147,7 +181,7 @@ class View:
   def to_indexed(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
     """(flat index, validity) of the element at `idxs` as UOps (index math is int32)."""
     d = dtypes.int32
-    idx = UOp.const(d, self.offset)
+    idx = self.offset if isinstance(self.offset, UOp) else UOp.const(d, self.offset)
     for i, s, st in zip(idxs, self.shape, self.strides):
       if s != 1 and st != 0: idx = idx + i * st
     valid = UOp.const(dtypes.bool, True)
@@ -187,7 +221,7 @@ class ShapeTracker:
   def apply(self, op: Ops, arg: object) -> ShapeTracker: return getattr(self, _movement_names[op])(arg)
   def simplify(self) -> ShapeTracker:
     """Merge the top view into the one below when it only reshapes it."""
-    if len(self.views) >= 2 and (top := self.views[-1]).contiguous and top.size == (below := self.views[-2]).size:
+    if len(self.views) >= 2 and (top := self.views[-1]).contiguous and sym_eq(top.size, (below := self.views[-2]).size):
       # a contiguous top view of fewer elements is a prefix of the one below, not a reshape of it
       if (merged := below.reshape(top.shape)) is not None:
         return ShapeTracker(self.views[:-2] + (merged,)).simplify()
@@ -205,6 +239,10 @@ class ShapeTracker:
       valid = and_valid(valid, v_valid)
     return idx, valid
 
+  def variables(self) -> set[UOp]:
+    """The Variables in this tracker's sizes, strides, offsets and masks."""
+    return _st_variables(self)
+
   def real_strides(self) -> tuple[int | None, ...]:
     """Strides of the top view when it maps straight to the buffer; None for dims that do not."""
     if len(self.views) != 1: return (None,) * len(self.shape)
@@ -219,8 +257,17 @@ class ShapeTracker:
     return _index_strides(self)
 
 @functools.lru_cache(maxsize=4096)
+def _st_variables(st: ShapeTracker) -> set[UOp]:
+  out: set[UOp] = set()
+  for v in st.views:
+    for x in (*v.shape, *v.strides, v.offset, *(b for m in (v.mask or ()) for b in m)):
+      if isinstance(x, UOp): out.update(u for u in x.toposort() if u.op is Ops.DEFINE_VAR)
+  return out
+
+@functools.lru_cache(maxsize=4096)
 def _index_strides(st: ShapeTracker) -> tuple[int | None, ...]:
     if len(st.views) == 1: return st.real_strides()
+    if is_symbolic(st.shape): return (None,) * len(st.shape)
     from attograd.uop.symbolic import split_terms, symbolic
     from attograd.uop.ops import graph_rewrite
     d = dtypes.int32

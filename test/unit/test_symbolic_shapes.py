@@ -1,0 +1,136 @@
+"""Symbolic shapes: a dim that is a bound Variable. Kernels over it compile once and run for every value; the
+schedule is reused across values; TinyJit replays one capture for many sizes; clear errors where a size must
+be known."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from attograd import Tensor, TinyJit, Variable
+from attograd.engine import realize
+from attograd.engine.schedule import _schedule_cache
+
+def _sym(arr: np.ndarray, v, device: str, axis: int = 0) -> Tensor:
+  """`arr` as a Tensor whose dim `axis` is the bound Variable v."""
+  shape = list(arr.shape)
+  shape[axis] = v.bind(arr.shape[axis])
+  return Tensor(arr, device=device).reshape(tuple(shape))
+
+def _programs(device: str) -> int:
+  """Programs built for this device that take Variables (the concrete reference runs build others)."""
+  return sum(1 for (d, _), r in realize._runners.items() if d == device and r.spec.vars)
+
+@pytest.mark.parametrize("fn", [lambda x: x * 2 + 1, lambda x: (x - x.max(1, keepdim=True)).exp(), lambda x: x.sum(0),
+                                lambda x: x.sum(1), lambda x: x.sum(), lambda x: x.max(0), lambda x: x.mean(0),
+                                lambda x: x.softmax(1), lambda x: (x * x).mean(), lambda x: x.T.sum(0)])
+def test_ops_over_a_symbolic_batch_compile_once(device: str, fn) -> None:
+  v = Variable("bs", 1, 40)
+  rng = np.random.default_rng(0)
+  before = None
+  for n in (7, 1, 40, 13):
+    a = rng.standard_normal((n, 5)).astype(np.float32)
+    out = fn(_sym(a, v, device))
+    np.testing.assert_allclose(out.numpy(), np.asarray(fn(Tensor(a, device=device)).numpy()), rtol=1e-5, atol=1e-5)
+    if before is None: before = _programs(device)
+  assert _programs(device) == before, "a new value of the Variable compiled a new program"
+
+def test_symbolic_inner_dim(device: str) -> None:
+  # the Variable on the reduced (innermost) axis: a row sum and a matmul over a symbolic K
+  v = Variable("k", 1, 32)
+  rng = np.random.default_rng(1)
+  for n in (3, 32, 1):
+    a, b = rng.standard_normal((4, n)).astype(np.float32), rng.standard_normal((n, 3)).astype(np.float32)
+    x, y = _sym(a, v, device, axis=1), _sym(b, v, device, axis=0)
+    np.testing.assert_allclose(x.sum(1).numpy(), a.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((x @ y).numpy(), a @ b, rtol=1e-4, atol=1e-5)
+    assert (x @ y).shape == (4, 3)
+
+def test_shrink_to_a_symbolic_size(device: str) -> None:
+  # a fixed buffer (a KV cache, say) read up to a symbolic length
+  cache = np.arange(64 * 3, dtype=np.float32).reshape(64, 3)
+  c = Tensor(cache, device=device)
+  v = Variable("len", 1, 64)
+  for n in (5, 64, 1):
+    part = c.shrink(((0, v.bind(n)), None))
+    assert part.shape[0].val == n
+    np.testing.assert_allclose(part.sum(0).numpy(), cache[:n].sum(0))
+    np.testing.assert_allclose((part * 2).numpy(), cache[:n] * 2)
+    # a window starting at a symbolic offset
+    w = c.shrink(((v.bind(n) - 1, v.bind(n)), None))
+    np.testing.assert_allclose(w.numpy(), cache[n - 1:n])
+
+def test_pad_to_a_symbolic_size(device: str) -> None:
+  v = Variable("n", 1, 16)
+  for n in (3, 16):
+    a = np.arange(n * 2, dtype=np.float32).reshape(n, 2) + 1
+    x = _sym(a, v, device)
+    # pad a symbolic dim back up to a fixed one, and a fixed one by a symbolic amount
+    full = x.pad(((0, 16 - v.bind(n)), None))
+    assert full.shape == (16, 2)
+    np.testing.assert_allclose(full.numpy(), np.pad(a, ((0, 16 - n), (0, 0))))
+    t = Tensor(np.ones((2, 3), np.float32), device=device).pad((None, (v.bind(n), 0)))
+    assert t.shape[1].val == n + 3
+    np.testing.assert_allclose(t.numpy(), np.pad(np.ones((2, 3), np.float32), ((0, 0), (n, 0))))
+
+def test_reshape_and_expand_symbolic(device: str) -> None:
+  v = Variable("bs", 1, 8)
+  for n in (2, 8):
+    a = np.arange(n * 6, dtype=np.float32).reshape(n, 6)
+    x = _sym(a, v, device)
+    y = x.reshape(v.bind(n), 2, 3)
+    np.testing.assert_allclose(y.sum(2).numpy(), a.reshape(n, 2, 3).sum(2))
+    flat = x.reshape(-1)
+    assert flat.shape[0].render() in ("(bs*6)", "(6*bs)")
+    np.testing.assert_allclose(flat.numpy(), a.reshape(-1))
+    row = Tensor(np.arange(6, dtype=np.float32), device=device).reshape(1, 6).expand(v.bind(n), 6)
+    np.testing.assert_allclose((row + x).numpy(), a + np.arange(6))
+
+def test_schedule_reused_across_values() -> None:
+  v = Variable("bs", 1, 100)
+  def step(n: int) -> Tensor:
+    return (_sym(np.ones((n, 4), np.float32), v, "CPU") * 3).sum(1).realize()
+  step(5)
+  size = len(_schedule_cache)
+  for n in (6, 7, 99): assert step(n).numpy().tolist() == [12.0] * n
+  assert len(_schedule_cache) == size
+
+def test_jit_one_capture_for_many_sizes(device: str) -> None:
+  v = Variable("bs", 1, 64)
+  w = Tensor(np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32), device=device).realize()
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return ((x @ w).relu() * 2).sum(1)
+  for n in (10, 3, 17, 64, 1, 33):
+    a = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+    out = f(_sym(a, v, device))
+    assert out.shape[0].val == n
+    np.testing.assert_allclose(out.numpy(), (np.maximum(a @ w.numpy(), 0) * 2).sum(1), rtol=1e-5, atol=1e-5)
+  assert f.cnt == 6 and f.captured is not None
+
+def test_jit_rejects_a_different_variable() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return x * 2
+  for n in (3, 4): f(Tensor.ones(n, 2).reshape(Variable("a", 1, 9).bind(n), 2))
+  with pytest.raises(ValueError, match="captured with"):
+    f(Tensor.ones(5, 2).reshape(Variable("b", 1, 9).bind(5), 2))
+
+def test_errors() -> None:
+  v = Variable("bs", 1, 8)
+  x = Tensor.ones(4, 3)
+  with pytest.raises(ValueError, match="bind"):
+    x.reshape(v, 3)  # an unbound Variable has no value to check the size with
+  with pytest.raises(ValueError, match="can't reshape"):
+    x.reshape(v.bind(5), 3)  # 15 elements are not 12
+  with pytest.raises(ValueError, match="out of bounds"):
+    x.shrink(((0, v.bind(5)), None))
+  with pytest.raises(ValueError, match="outside"):
+    v.bind(9)
+  s = x.reshape(v.bind(4), 3)
+  for name, fn in [("arange", lambda: Tensor.arange(s.shape[0])), ("rand", lambda: Tensor.rand(s.shape[0], 2)),
+                   ("conv2d", lambda: s.reshape(1, 1, v.bind(4), 3).conv2d(Tensor.ones(1, 1, 2, 2))),
+                   ("argmax", lambda: s.argmax(0)), ("cumsum", lambda: s.cumsum(0))]:
+    with pytest.raises((TypeError, ValueError), match=rf"{name}.*bs|bs.*{name}"):
+      fn().realize()
+
+def test_bound_values_in_one_graph_must_agree() -> None:
+  v = Variable("bs", 1, 8)
+  a, b = Tensor.ones(2, 3).reshape(v.bind(2), 3), Tensor.ones(3, 3).reshape(v.bind(3), 3)
+  with pytest.raises(ValueError):
+    (a.sum() + b.sum()).realize()
