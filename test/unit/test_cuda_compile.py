@@ -11,7 +11,7 @@ from attograd.dtype import dtypes
 from attograd.engine.schedule import create_schedule
 from attograd.renderer.cstyle import CUDARenderer
 from attograd.tensor import Tensor
-from attograd.uop.ops import Ops
+from attograd.uop.ops import Ops, Variable
 
 R = CUDARenderer("CUDA", "sm_80")
 
@@ -60,6 +60,10 @@ def cases() -> list[tuple[str, list, list | None]]:
           ("shfl_local", big, [Opt("LOCAL", 0, 4), Opt("GROUP", 2, 64)]),
           ("shfl_half_max", kernels(_x((8, 512), dtypes.float16).max(axis=1)), [Opt("GROUPTOP", 1, 32)]),
           ("shfl_int64", kernels(_x((8, 512), dtypes.int64).sum(axis=1)), [Opt("GROUPTOP", 1, 64)])]
+  # symbolic shapes: the Variable is a kernel argument and its axis a loop inside each thread
+  bs = Variable("bs", 1, 64).bind(8)
+  xs = _x((8, 33)).reshape(bs, 33)
+  out += [("symbolic", kernels((xs * 2 + 1).sum(axis=0), xs.sum(axis=1), xs.softmax(axis=1)), None)]
   return out
 
 def render_all() -> list[tuple[str, str, object]]:
@@ -73,7 +77,9 @@ def render_all() -> list[tuple[str, str, object]]:
 def test_render_cuda_dialect() -> None:
   for name, src, spec in render_all():
     assert 'extern "C" __global__ void __launch_bounds__(' in src, name
-    assert "for (int ridx0" not in src or spec.global_size == (1,), f"{name}: output axes should be threads\n{src}"
+    assert "for (int ridx0" not in src or spec.global_size == (1,) or name.startswith("symbolic"), \
+      f"{name}: output axes should be threads\n{src}"
+    if name.startswith("symbolic"): assert "const int bs" in src and [v.arg[0] for v in spec.vars] == ["bs"], name
     assert spec.global_size is not None and spec.local_size is not None
     if "GROUP" in str(spec.applied_opts):  # whole warps on threadIdx.x shuffle first; a bigger group meets in memory
       g = next(o.amount for o in spec.applied_opts if o.op.startswith("GROUP"))
