@@ -151,6 +151,7 @@ def make_overhead(n: int) -> Bench:
   same = Row(f"10-op graph, {n} elems, same inputs", "us", 0.0)
   fresh = Row(f"10-op graph, {n} elems, new input", "us", 0.0)
   jitted = Row("  the same, TinyJit", "us", 0.0)
+  per_kernel = Row("  TinyJit replay, per kernel (of 16)", "us", 0.0)
   xs = [x + np.float32(i) for i in range(64)]
   np_relu = lambda a: np.maximum(a, np.float32(0))  # noqa: E731
   def attograd() -> dict[str, Callable[[], Any]]:
@@ -160,7 +161,21 @@ def make_overhead(n: int) -> Bench:
     it = iter(range(1 << 62))
     from attograd import TinyJit
     graph = TinyJit(lambda a, b: _graph10(a, b, lambda t: t.relu()).realize())
-    return {same.name: lambda: _attograd_sync(_graph10(tx, ty, lambda t: t.relu())),
+    # replay cost per kernel: a jitted function of 16 separate kernels, timed over many calls (self-timed row)
+    def chain16(a: Any) -> Any:
+      for i in range(16): a = (a * 0.5 + float(i)).contiguous()
+      return a.realize()
+    many = TinyJit(chain16)
+    for _ in range(3): many(tx)
+    def per_kernel_run() -> float:
+      Device = __import__("attograd").Device
+      st = time.perf_counter()
+      for _ in range(100): many(tx)
+      Device[tx.device].synchronize()
+      return (time.perf_counter() - st) / (100 * 16)
+    per_kernel_run.self_timed = True  # type: ignore[attr-defined]
+    return {per_kernel.name: per_kernel_run,
+            same.name: lambda: _attograd_sync(_graph10(tx, ty, lambda t: t.relu())),
             fresh.name: lambda: _attograd_sync(_graph10(Tensor(xs[next(it) % 64]), ty, lambda t: t.relu())),
             jitted.name: lambda: _attograd_sync(graph(Tensor(xs[next(it) % 64]), ty))}
   def numpy_() -> dict[str, Callable[[], Any]]:
@@ -172,7 +187,7 @@ def make_overhead(n: int) -> Bench:
     it = iter(range(1 << 62))
     return {same.name: lambda: _graph10(tx, ty, torch.relu),
             fresh.name: lambda: _graph10(torch.from_numpy(xs[next(it) % 64].copy()), ty, torch.relu)}
-  return Bench("overhead", [same, fresh, jitted], {"attograd": attograd, "numpy": numpy_, "torch": torch})
+  return Bench("overhead", [same, fresh, jitted, per_kernel], {"attograd": attograd, "numpy": numpy_, "torch": torch})
 
 def make_conv(batch: int) -> Bench:
   rng = np.random.default_rng(5)
