@@ -37,6 +37,8 @@ def lookup_realized(node: UOp) -> UOp | None:
   if b is not None and m[1] != b.version:  # written in place since: stale
     del node.__dict__["_realized"]
     return None
+  # a schedule made but never run (create_schedule alone, as tests and tools do) left its buffers unallocated
+  if b is not None and b._buf is None and b.size: return None
   return m[0]
 
 _uid = 0

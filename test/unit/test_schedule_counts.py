@@ -119,3 +119,14 @@ def test_deep_graph_realized_in_steps(device: str) -> None:
     x = x * 1 + 1
     if i % 50 == 49: x.realize()
   assert x.tolist() == [200.0, 201.0]
+
+def test_a_schedule_never_run_leaves_no_stale_results() -> None:
+  # create_schedule alone (as tools and the CUDA compile tests do) must not make the same expression read buffers
+  # that no kernel ever wrote
+  import numpy as np
+  from attograd.engine.schedule import create_schedule
+  x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+  def expr() -> Tensor: return ((x * 2).sum(1).reshape(3, 1) + x).exp2().sum(0)
+  create_schedule([expr().uop])
+  np.testing.assert_allclose(expr().numpy(), np.exp2((np.arange(12).reshape(3, 4) * 2).sum(1, keepdims=True)
+                                                    + np.arange(12).reshape(3, 4)).sum(0), rtol=1e-6)
