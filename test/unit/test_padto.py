@@ -153,7 +153,7 @@ def test_heuristic_pads_odd_matmuls_into_lanes_and_tiles(n: int) -> None:
   items, _ = create_schedule([(ta @ tb).uop])  # (only after realizing: scheduling first upsets the realize)
   prg = get_program(items[-1].ast, Device["CPU"].renderer)
   ops = [(o.op, o.amount) for o in prg.applied_opts]
-  assert ("PADTO", 16) in ops and ("LANES", 16) in ops and ("UPCAST", 8) in ops, ops
+  assert ("PADTO", 32) in ops and ("LANES", 16) in ops and ("UPCAST", 8) in ops and ("UPCAST", 2) in ops, ops
   assert "vector_size(64)" in prg.src  # real vectors, not the scalar fallback
 
 @pytest.mark.parametrize("n", [17, 33, 1001])
@@ -191,3 +191,38 @@ def test_forced_padding_stays_vectorized(forced) -> None:
     items, _ = create_schedule([t.uop])
     prg = get_program(items[-1].ast, Device["CPU"].renderer)
     assert "PADTO" in [o.op for o in prg.applied_opts] and "vector_size(32)" in prg.src, prg.src
+
+# ***** cache blocking (BLOCK) *****
+
+def block_plan(ax: int, blk: int, pad: int = 0) -> Plan:
+  def plan(k: Kernel) -> None:
+    if pad: k.apply_opt(Opt("PADTO", ax, pad))
+    k.apply_opt(Opt("BLOCK", ax, blk))
+    pad_all(4, reduce=False)(k)
+  return plan
+
+@pytest.mark.parametrize("m,k,n,blk,pad", [(8, 12, 32, 8, 0), (5, 7, 48, 16, 0), (9, 3, 13, 8, 8), (6, 17, 30, 16, 16)])
+def test_blocked_matmul(device: str, forced, m: int, k: int, n: int, blk: int, pad: int) -> None:
+  forced(block_plan(1, blk, pad))
+  a, b = _rng().standard_normal((m, k), dtype=np.float32), _rng(1).standard_normal((k, n), dtype=np.float32)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b) + 1).relu().numpy(), np.maximum(a @ b + 1, 0), rtol=1e-4, atol=1e-4)
+
+def test_block_moves_the_block_loop_outermost() -> None:
+  k = _kernel(Tensor.rand(24, 10).realize() @ Tensor.rand(10, 64).realize())
+  k.apply_opt(Opt("BLOCK", 1, 16))
+  assert k.full_shape == (4, 24, 16, 10) and k.first_reduce == 3
+  with pytest.raises(ValueError, match="not a multiple"): k.apply_opt(Opt("BLOCK", 1, 5))
+  k.apply_opt(Opt("LANES", 2, 16))
+  with pytest.raises(ValueError, match="before the other actions"): k.apply_opt(Opt("BLOCK", 1, 8))
+  with pytest.raises(ValueError, match="output axis"): _kernel(Tensor.rand(4, 6).realize().sum(1)).apply_opt(
+    Opt("BLOCK", 1, 2))
+
+def test_heuristic_blocks_big_matmuls_only() -> None:
+  def opts(n: int) -> list[tuple[str, int]]:
+    items, _ = create_schedule([(Tensor.empty(n, n) @ Tensor.empty(n, n)).uop])
+    return [(o.op, o.amount) for o in get_program(items[-1].ast, Device["CPU"].renderer).applied_opts]
+  assert ("BLOCK", 256) in opts(2048)
+  assert "BLOCK" not in [o for o, _ in opts(1024)] and ("UPCAST", 2) in opts(1024)  # the 8x32 tile
+  from attograd.codegen.search import _actions
+  assert Opt("BLOCK", 1, 64) in _actions(_kernel(Tensor.empty(256, 256) @ Tensor.empty(256, 256)))
