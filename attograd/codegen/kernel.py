@@ -194,7 +194,7 @@ class Kernel:
     matmul tile) if that adds at most 1/32 more work, else of 16 (8, 4) for at most a quarter more (a sixteenth when
     8 lanes fit already); then pad an odd-sized output axis the lanes' loads repeat along to a multiple of 8 for a
     register tile. E.g. a 1023x1023 matmul runs as 1024x1024 tiles with the last row and column masked."""
-    if not 0 < self.first_reduce < self.shape_len: return
+    if not 0 < self.first_reduce < self.shape_len or self._windowed(): return
     def fits(ax: int, amts: tuple[int, ...]) -> bool: return any(self.full_shape[ax] % a == 0 for a in amts)
     def pad(ax: int, amts: tuple[int, ...], waste: int = 4) -> bool:
       size = self.full_shape[ax]
@@ -243,7 +243,7 @@ class Kernel:
     """Heuristic: a matmul whose B (the input walked along the lane axis and strided along the reduce) is over
     twice the L2 size gets its lane axis blocked, so that one block of B (reduce size x block) is about L2's size.
     (Measured on 2048x2048: blocks of 256 columns 18 -> 65 GFLOPS; 1024x1024 gains nothing, so it is left alone.)"""
-    if not 0 < self.first_reduce < self.shape_len or self.first_reduce < 2: return
+    if not 0 < self.first_reduce < self.shape_len or self.first_reduce < 2 or self._windowed(): return
     last = self.shape_len - 1
     red = prod(self.full_shape[self.first_reduce:])
     for ax in reversed(range(self.first_reduce)):
@@ -256,6 +256,11 @@ class Kernel:
       while blk * 2 * red * item <= l2_bytes and size % (blk * 2) == 0: blk *= 2
       if blk < size and size % blk == 0: self.apply_opt(Opt("BLOCK", ax, blk))
       return
+
+  def _windowed(self) -> bool:
+    """Some load indexes an axis through a mask or a window (a conv, a stack): the padding and blocking heuristics
+    leave those kernels to the window heuristics."""
+    return any(None in st.index_strides() for st in self._loads_full())
 
   def _wide_tile(self, plan: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
     """Heuristic: a float32 matmul tile of 8 rows x 16 lanes grows to 8 x 32 (16 accumulators of AVX-512's 32
