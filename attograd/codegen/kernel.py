@@ -248,7 +248,8 @@ class Kernel:
     red = prod(self.full_shape[self.first_reduce:])
     for ax in reversed(range(self.first_reduce)):
       size = self.full_shape[ax]
-      walk = [st for st in self._loads_full() if st.index_strides()[ax] == 1 and (st.index_strides()[last] or 0) >= size]
+      walk = [st for st in self._loads_full()
+              if st.index_strides()[ax] == 1 and (st.index_strides()[last] or 0) >= size]
       if not walk or not self._lane_ok(ax): continue
       item = max(u.dtype.itemsize for u, st in self.sts.items() if u.op is Ops.LOAD and st in walk)
       if red * size * item <= 2 * l2_bytes: return
