@@ -258,6 +258,19 @@ class Kernel:
       if blk < size and size % blk == 0: self.apply_opt(Opt("BLOCK", ax, blk))
       return
 
+  def _pad_for_locals(self) -> None:
+    """GPU heuristic: an odd innermost output axis (1001) gets no work-group split at all; pad it to a multiple of
+    32 (16, 8) when that adds at most a quarter more threads, and the padded threads store nothing."""
+    if self.first_reduce == 0 or self.locals_ or self.grouped: return
+    ax = self.first_reduce - 1
+    size = self.full_shape[ax]
+    if size < 32 or any(size % a == 0 for a in (32, 16, 8)): return
+    for a in (32, 16, 8):
+      if (-(-size // a) * a - size) * 4 <= size:
+        try: self.apply_opt(Opt("PADTO", ax, a))
+        except ValueError: continue
+        return
+
   def _windowed(self) -> bool:
     """Some load indexes an axis through a mask or a window (a conv, a stack): the padding and blocking heuristics
     leave those kernels to the window heuristics."""
@@ -314,6 +327,7 @@ class Kernel:
       if amt:
         self.apply_opt(Opt("GROUPTOP", ax, amt))
         return
+    self._pad_for_locals()
     threads = 1
     for ax in reversed(range(self.first_reduce)):  # innermost output axes first: neighbours share cache lines
       if len(self.locals_) == 2: break

@@ -226,3 +226,19 @@ def test_heuristic_blocks_big_matmuls_only() -> None:
   assert "BLOCK" not in [o for o, _ in opts(1024)] and ("UPCAST", 2) in opts(1024)  # the 8x32 tile
   from attograd.codegen.search import _actions
   assert Opt("BLOCK", 1, 64) in _actions(_kernel(Tensor.empty(256, 256) @ Tensor.empty(256, 256)))
+
+def test_gpu_heuristic_pads_odd_axes_for_work_groups() -> None:
+  from attograd.renderer.cstyle import OpenCLRenderer
+  x = Tensor.empty(37, 1001)
+  items, _ = create_schedule([(x.exp() + 1).uop])
+  k = Kernel(items[-1].ast)
+  k.gpu_optimizations(OpenCLRenderer().local_max)
+  assert [(o.op, o.amount) for o in k.applied][:2] == [("PADTO", 32), ("LOCAL", 32)], k.applied
+
+@pytest.mark.parametrize("shape", [(3, 1001), (37, 33)])
+def test_gpu_heuristic_padding_matches_numpy(device: str, shape: tuple[int, int]) -> None:
+  if device not in ("CL", "CUDA", "METAL"): pytest.skip("the work-group heuristic runs on GPU devices")
+  x = _rng().standard_normal(shape, dtype=np.float32)
+  np.testing.assert_allclose((Tensor(x) * 2 + 1).numpy(), x * 2 + 1, rtol=1e-6)
+  np.testing.assert_allclose(Tensor(x).sum(axis=1).numpy(), x.sum(axis=1), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose((Tensor(x).T @ Tensor(x)).numpy(), x.T @ x, rtol=1e-4, atol=1e-4)
