@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from attograd.dtype import DType
 from attograd.helpers import DEBUG, NOOPT, prod
 from attograd.uop.ops import Ops, UOp
-from attograd.uop.view import ShapeTracker, _mul, is_symbolic
+from attograd.uop.view import ShapeTracker, View, _mul, is_symbolic
 from attograd.uop.ops import sym_max
 
 @dataclass(frozen=True)
@@ -14,7 +14,10 @@ class Opt:
   and the unrolled axis becomes the lanes of vector registers), THREAD (run across cores).
   GPU only: LOCAL (split an output axis across a work-group's threads), GROUP / GROUPTOP (split a reduce axis across
   a work-group's threads, strided / in contiguous chunks, combined through local memory after a barrier).
-  TC (GPUs with tensor cores; axis and amount unused): a half/bfloat16 matmul runs as 16x8x16 warp tiles."""
+  TC (GPUs with tensor cores; axis and amount unused): a half/bfloat16 matmul runs as 16x8x16 warp tiles.
+  PADTO rounds an axis up to a multiple of `amount` (so it splits evenly); the padded positions are masked out.
+  BLOCK splits an output axis into blocks of `amount` and runs the block loop outermost (cache blocking: a matmul
+  walks one block of B's columns for every row before moving on, so that block stays in L2)."""
   op: str
   axis: int
   amount: int
@@ -51,6 +54,9 @@ class Kernel:
   tensor_cores: tuple[DType, ...] = ()
   warp_size: int = 0
   tc: TensorCore | None = None                          # GPU: the matmul runs on tensor cores (Opt TC)
+  # PADTO masks: (terms, limit, gated) means sum(coef * index of axis) < limit must hold for the loads, masked
+  # constants and stores in `gated` to touch memory (the rest of the padded positions read or store nothing)
+  pads: list[tuple[tuple[tuple[int, int], ...], int, frozenset[UOp]]] = field(default_factory=list)
 
   def __post_init__(self) -> None:
     topo = self.ast.toposort()
@@ -139,6 +145,7 @@ class Kernel:
       self.upcasted = [a + 1 if a > ax else a for a in self.upcasted]
       self.unrolled = [a + 1 if a > ax else a for a in self.unrolled]
       if self.lane is not None and self.lane > ax: self.lane += 1
+      self._split_pads(ax, amt)
       (self.unrolled if is_reduce else self.upcasted).append(ax + 1)
       if opt.op in ("LANES", "RLANES"): self.lane = ax + 1
       if self.locals_ or self.grouped: self._shift_gpu_axes(ax)
@@ -146,6 +153,8 @@ class Kernel:
     elif opt.op == "THREAD": self.parallel = True
     elif opt.op in ("LOCAL", "GROUP", "GROUPTOP"): self._apply_gpu_opt(opt)
     elif opt.op == "TC": self._apply_tc(opt)
+    elif opt.op == "PADTO": self._apply_padto(opt)
+    elif opt.op == "BLOCK": self._apply_block(opt)
     else: raise ValueError(f"unknown opt {opt}")
     self.applied.append(opt)
 
@@ -160,6 +169,147 @@ class Kernel:
     ss = self._strides(ax)
     ok_store = (lambda x: x is not None) if strided_store else (lambda x: x in (0, 1))
     return all(s in (0, 1) for s in ss) and 1 in ss and all(ok_store(s) for s in self._store_strides(ax))
+
+  # ***** padding (PADTO) *****
+  # The rule for a padded axis: its extra positions are masked, so every load, masked constant and store that walks
+  # the axis reads 0 there (and reads no memory), and stores nothing. An output axis may always be padded (padded
+  # outputs are computed from zeros and thrown away), unless the kernel divides integers by a value that could then
+  # be 0. A reduce axis may be padded only for a sum whose summand is provably 0 when those loads are 0 (see
+  # _zero_at_pad): x*y, x+y, -x, casts, sqrt, where(c, x, y) with both sides 0... but not exp(x) or x < y.
+  def _apply_padto(self, opt: Opt) -> None:
+    ax, amt = opt.axis, opt.amount
+    if not 0 <= ax < self.shape_len: raise ValueError(f"{opt}: axis {ax} out of range for shape {self.full_shape}")
+    if ax in self.upcasted + self.unrolled + self.locals_ + self.grouped:
+      raise ValueError(f"{opt}: axis {ax} is already upcast, unrolled, local or grouped")
+    size = self.full_shape[ax]
+    if amt < 2 or size % amt == 0: raise ValueError(f"{opt}: axis size {size} is already a multiple of {amt}")
+    new = -(-size // amt) * amt
+    if new - size >= size: raise ValueError(f"{opt}: padding axis {ax} from {size} to {new} is mostly padding")
+    topo = self.ast.toposort()
+    if any(u.op in (Ops.IDIV, Ops.MOD) and not (u.src[1].op is Ops.CONST and u.src[1].arg != 0) for u in topo):
+      raise ValueError(f"{opt}: the kernel divides integers by a loaded value, which a padded 0 could make trap")
+    is_reduce = ax >= self.first_reduce
+    full, out = self.full_shape, self.output_shape
+    gated: set[UOp] = set()
+    new_sts: dict[UOp, ShapeTracker] = {}
+    for u, st in self.sts.items():
+      if st.shape == full or (not is_reduce and st.shape == out):
+        if st.index_strides()[ax] != 0: gated.add(u)  # walks the axis (or its mask does): masked at the padding
+        new_sts[u] = _pad_view(st, ax, new)
+      else: new_sts[u] = st
+    if is_reduce:
+      for r in (u for u in topo if u.op is Ops.REDUCE_AXIS):
+        if r.arg[0] is not Ops.ADD or not _zero_at_pad(r.src[0], gated, {}):
+          raise ValueError(f"{opt}: reduce axis {ax} can't be padded: the padded elements would not add 0 to the "
+                           f"{r.arg[0].name} reduce")
+    self.sts, self.full_shape = new_sts, full[:ax] + (new,) + full[ax + 1:]
+    self.pads.append((((ax, 1),), size, frozenset(gated)))
+
+  def _split_pads(self, ax: int, inner: int) -> None:
+    """Axis ax was split into (ax, ax+1) with an inner size `inner`: the pad masks follow (index = outer*inner+i)."""
+    def move(terms: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+      out: list[tuple[int, int]] = []
+      for a, c in terms:
+        if a == ax: out += [(ax, c * inner), (ax + 1, c)]
+        else: out.append((a + 1 if a > ax else a, c))
+      return tuple(out)
+    self.pads = [(move(t), lim, g) for t, lim, g in self.pads]
+
+  def _pad_odd_axes(self) -> None:
+    """Heuristic: when no axis splits into 16 vector lanes, pad the best lane axis up to a multiple of 32 (the wide
+    matmul tile) if that adds at most 1/32 more work, else of 16 (8, 4) for at most a quarter more (a sixteenth when
+    8 lanes fit already); then pad an odd-sized output axis the lanes' loads repeat along to a multiple of 8 for a
+    register tile. E.g. a 1023x1023 matmul runs as 1024x1024 tiles with the last row and column masked."""
+    if not 0 < self.first_reduce < self.shape_len or self._windowed(): return
+    def fits(ax: int, amts: tuple[int, ...]) -> bool: return any(self.full_shape[ax] % a == 0 for a in amts)
+    def pad(ax: int, amts: tuple[int, ...], waste: int = 4) -> bool:
+      size = self.full_shape[ax]
+      for a in amts:
+        if (-(-size // a) * a - size) * waste <= size:
+          try: self.apply_opt(Opt("PADTO", ax, a))
+          except ValueError: continue
+          return True
+      return False
+    last = self.shape_len - 1
+    outs = [ax for ax in range(self.first_reduce) if self._lane_ok(ax, strided_store=True)]
+    # the output axis stored contiguously first, then the innermost; else the reduce axis (a dot product)
+    order = sorted(outs, key=lambda ax: (not self._lane_ok(ax), -ax)) + ([last] if self._lane_ok(last) else [])
+    if any(fits(ax, (32,)) for ax in order): return
+    if any(fits(ax, (8,)) for ax in order):  # 8 or 16 lanes already: pad only when nearly free (1000 -> 1024)
+      lane = next((ax for ax in order if fits(ax, (8,)) and self.full_shape[ax] >= 256 and pad(ax, (32,), waste=32)),
+                  None)
+      if lane is None and not any(fits(ax, (16,)) for ax in order):
+        lane = next((ax for ax in order if fits(ax, (8,)) and pad(ax, (16,), waste=16)), None)
+    else: lane = next((ax for ax in order if pad(ax, (32,), waste=32) or pad(ax, (16, 8, 4))), None)
+    if lane is None or lane == last: return
+    vec = [st for st in self._loads_full() if st.index_strides()[lane] == 1]
+    tile = next((ax for ax in reversed(range(self.first_reduce)) if ax != lane
+                 and any(st.index_strides()[ax] == 0 for st in vec)), None)
+    if tile is not None and self.full_shape[tile] > 8 and not fits(tile, (8, 4)): pad(tile, (8, 4))
+
+  # ***** cache blocking (BLOCK) *****
+  def _apply_block(self, opt: Opt) -> None:
+    ax, amt = opt.axis, opt.amount
+    if not 0 <= ax < self.first_reduce: raise ValueError(f"{opt}: BLOCK needs an output axis, not {ax}")
+    if self.upcasted or self.unrolled or self.locals_ or self.grouped or self.lane is not None:
+      raise ValueError(f"{opt}: BLOCK comes before the other actions (PADTO aside)")
+    size = self.full_shape[ax]
+    if amt < 2 or size % amt or amt == size: raise ValueError(f"{opt}: axis size {size} is not a multiple of {amt}")
+    new_full = self.full_shape[:ax] + (size // amt, amt) + self.full_shape[ax + 1:]
+    self._reshape(new_full, tuple(s if j < self.first_reduce + 1 else 1 for j, s in enumerate(new_full)))
+    self.first_reduce += 1
+    self._split_pads(ax, amt)
+    # the block index moves to the front: axes before it shift in by one
+    perm = (ax,) + tuple(i for i in range(self.shape_len) if i != ax)
+    self._permute(perm)
+    where = {old: new for new, old in enumerate(perm)}
+    self.pads = [(tuple((where[a], c) for a, c in t), lim, g) for t, lim, g in self.pads]
+
+  def _block_for_cache(self, l2_bytes: int = 2 << 20) -> None:
+    """Heuristic: a matmul whose B (the input walked along the lane axis and strided along the reduce) is over
+    twice the L2 size gets its lane axis blocked, so that one block of B (reduce size x block) is about L2's size.
+    (Measured on 2048x2048: blocks of 256 columns 18 -> 65 GFLOPS; 1024x1024 gains nothing, so it is left alone.)"""
+    if not 0 < self.first_reduce < self.shape_len or self.first_reduce < 2 or self._windowed(): return
+    last = self.shape_len - 1
+    red = prod(self.full_shape[self.first_reduce:])
+    for ax in reversed(range(self.first_reduce)):
+      size = self.full_shape[ax]
+      walk = [st for st in self._loads_full()
+              if st.index_strides()[ax] == 1 and (st.index_strides()[last] or 0) >= size]
+      if not walk or not self._lane_ok(ax): continue
+      item = max(u.dtype.itemsize for u, st in self.sts.items() if u.op is Ops.LOAD and st in walk)
+      if red * size * item <= 2 * l2_bytes: return
+      blk = 32
+      while blk * 2 * red * item <= l2_bytes and size % (blk * 2) == 0: blk *= 2
+      if blk < size and size % blk == 0: self.apply_opt(Opt("BLOCK", ax, blk))
+      return
+
+  def _pad_for_locals(self) -> None:
+    """GPU heuristic: an odd innermost output axis (1001) gets no work-group split at all; pad it to a multiple of
+    32 (16, 8) when that adds at most a quarter more threads, and the padded threads store nothing."""
+    if self.first_reduce == 0 or self.locals_ or self.grouped: return
+    ax = self.first_reduce - 1
+    size = self.full_shape[ax]
+    if size.__class__ is not int or size < 32 or any(size % a == 0 for a in (32, 16, 8)): return  # type: ignore[operator]
+    for a in (32, 16, 8):
+      if (-(-size // a) * a - size) * 4 <= size:
+        try: self.apply_opt(Opt("PADTO", ax, a))
+        except ValueError: continue
+        return
+
+  def _windowed(self) -> bool:
+    """Some load indexes an axis through a mask or a window (a conv, a stack): the padding and blocking heuristics
+    leave those kernels to the window heuristics."""
+    return any(None in st.index_strides() for st in self._loads_full())
+
+  def _wide_tile(self, plan: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """Heuristic: a float32 matmul tile of 8 rows x 16 lanes grows to 8 x 32 (16 accumulators of AVX-512's 32
+    registers, half the loads of A per FMA): 1024x1024 28 -> 60 GFLOPS here."""
+    lanes = [p for p in plan if p[0] == "LANES" and p[2] == 16]
+    tall = [p for p in plan if p[0] == "UPCAST" and p[2] == 8 and p[1] < self.first_reduce]
+    if len(lanes) != 1 or len(tall) != 1 or len(plan) != 2 or self.full_shape[lanes[0][1]] % 32: return []
+    if any(u.dtype.itemsize > 4 for u in self.sts if u.op is Ops.LOAD): return []
+    return [("UPCAST", lanes[0][1], 2)]
 
   # ***** GPU optimizations *****
   def _shift_gpu_axes(self, ax: int) -> None:
@@ -187,6 +337,7 @@ class Kernel:
     self.upcasted = [a + 1 if a > ax else a for a in self.upcasted]
     self.unrolled = [a + 1 if a > ax else a for a in self.unrolled]
     if self.lane is not None and self.lane > ax: self.lane += 1
+    self._split_pads(ax, size // amt if top else amt)
     self._shift_gpu_axes(ax)
     (self.locals_ if opt.op == "LOCAL" else self.grouped).append(ax if top else ax + 1)
 
@@ -258,6 +409,7 @@ class Kernel:
       if amt:
         self.apply_opt(Opt("GROUPTOP", ax, amt))
         return
+    self._pad_for_locals()
     threads = 1
     for ax in reversed(range(self.first_reduce)):  # innermost output axes first: neighbours share cache lines
       if len(self.locals_) == 2: break
@@ -282,6 +434,8 @@ class Kernel:
       if self.first_reduce > 0 and sym_max(prod(self.full_shape)) >= 32768: self.apply_opt(Opt("THREAD", 0, 0))
       return
     if 0 < self.first_reduce < self.shape_len:
+      self._pad_odd_axes()
+      self._block_for_cache()
       def amt_of(ax: int, amts: tuple[int, ...]) -> int:
         return next((a for a in amts if self.full_shape[ax] % a == 0 and self.full_shape[ax] >= a), 0)
       # the widest lanes win; on a tie, an axis the output is stored contiguously along, then the innermost
@@ -335,9 +489,36 @@ class Kernel:
         if (a := amt_of(ax, am) if self.full_shape[ax] > 4 else self.full_shape[ax]) > 1 and n_acc * a <= 32:
           plan.append(("UPCAST", ax, a))
           n_acc *= a
+      plan += self._wide_tile(plan)
       for op, ax, amt in sorted(plan, key=lambda p: -p[1]): self.apply_opt(Opt(op, ax, amt))
     work = prod(self.full_shape)
     if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))
     if DEBUG >= 3 and self.applied: print(f"opts: {self.applied} full_shape={self.full_shape}")
   def _loads_full(self) -> list[ShapeTracker]:
     return [st for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
+
+def _pad_view(st: ShapeTracker, ax: int, new: int) -> ShapeTracker:
+  """The view with axis `ax` lengthened to `new`, walking on with the same stride (the kernel masks the extra
+  positions, so their addresses are never used); a partial mask on the axis keeps its bounds."""
+  v = st.views[-1]
+  mask = None
+  if v.mask is not None:
+    mask = tuple(((0, new) if m == (0, v.shape[ax]) else m) if i == ax else m for i, m in enumerate(v.mask))
+  nv = View.create(v.shape[:ax] + (new,) + v.shape[ax + 1:], v.strides, v.offset, mask)
+  return ShapeTracker(st.views[:-1] + (nv,))
+
+_ZERO_KEEPING = {Ops.ADD, Ops.SUB, Ops.MAX, Ops.NEG, Ops.CAST, Ops.BITCAST, Ops.SQRT, Ops.SIN, Ops.TRUNC, Ops.OR,
+                 Ops.XOR}
+
+def _zero_at_pad(u: UOp, gated: set[UOp], memo: dict[UOp, bool]) -> bool:
+  """Is u provably 0 at a padded position, where the loads (and masked constants) in `gated` read 0?"""
+  if u in memo: return memo[u]
+  if u in gated: r = True
+  elif u.op is Ops.CONST: r = not u.src and u.arg == 0
+  elif u.op in (Ops.MUL, Ops.AND): r = any(_zero_at_pad(s, gated, memo) for s in u.src)
+  elif u.op is Ops.FDIV: r = _zero_at_pad(u.src[0], gated, memo) and u.src[1].op is Ops.CONST and u.src[1].arg != 0
+  elif u.op is Ops.WHERE: r = all(_zero_at_pad(s, gated, memo) for s in u.src[1:])
+  elif u.op in _ZERO_KEEPING: r = all(_zero_at_pad(s, gated, memo) for s in u.src)
+  else: r = False
+  memo[u] = r
+  return r

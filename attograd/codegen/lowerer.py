@@ -48,10 +48,11 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
     if u.op is Ops.LOAD:
       st = k.sts[u]
       idx, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs)
-      memo[u] = _load(u, idx, valid)
+      memo[u] = _load(u, idx, _pad_valid(k, u, idxs, valid))
     elif u.op is Ops.CONST and u.src:
       st = k.sts[u]
       _, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs)
+      valid = _pad_valid(k, u, idxs, valid)
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
     elif u.op is Ops.REDUCE_AXIS:
@@ -67,14 +68,16 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
     elif u.op is Ops.STORE:
       st = k.sts[u]
       idx, _ = st.to_indexed(out_idxs)
-      memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], idx, memo[u.src[2]]))
+      gate = _pad_valid(k, u, idxs, UOp.const(dtypes.bool, True))  # padded outputs are not stored
+      memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], idx, memo[u.src[2]]) + (() if _true(gate) else (gate,)))
     elif u.op is Ops.SINK: memo[u] = UOp(Ops.SINK, dtypes.void, tuple(memo[s] for s in u.src))
     elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
     else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
   sink = memo[k.ast]
   if k.grouped:  # every thread of a work-group holds the reduced value: the first one stores it
     first = functools.reduce(lambda a, b: a & b, [specials[a].eq(0) for a in k.grouped if a in specials])
-    sink = UOp(Ops.SINK, dtypes.void, tuple(st.replace(src=st.src + (first,)) for st in sink.src))
+    sink = UOp(Ops.SINK, dtypes.void, tuple(st.replace(src=st.src[:3] + ((st.src[3] & first) if len(st.src) == 4
+                                                                             else first,)) for st in sink.src))
   # upcast output axes: one copy of every store per unrolled position; the lane axis stays a variable for vectorize
   lane = placeholders[lane_ax] if lane_ax is not None else None
   up_vars = [placeholders[i] for i in k.upcasted if i != lane_ax]
@@ -278,8 +281,10 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
         lanes = [UOp(u.arg, u.dtype, (a, b)) for a, b in zip(lanes[::2], lanes[1::2])] + lanes[len(lanes) // 2 * 2:]
       out[u], dep[u] = lanes[0], False
       continue
-    if u is lane or (u.dtype in dtypes.ints and u.op in GroupOp.ALU):
-      index_only.add(u)  # index math: only a load/store address may use it
+    if u is lane or (u.dtype in dtypes.ints and u.op in GroupOp.ALU) or \
+       (u.dtype is dtypes.bool and u.op in GroupOp.ALU and all(s in index_only or not dep[s] for s in u.src)
+        and any(s in index_only for s in u.src)):
+      index_only.add(u)  # index math (and masks on it): only a load/store address or gate may use it
       continue
     if any(s in index_only for s in u.src) and u.op not in (Ops.LOAD, Ops.STORE): return None
     # comparisons of float lanes give lane masks (all bits set or clear, as wide as the compared floats)
@@ -300,8 +305,10 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
     if u.op is Ops.STORE and u.src[2] in masks: return None
     if u.dtype not in _VEC_DTYPES and u.op is not Ops.STORE and u.op is not Ops.SINK: return None
     if u.op is Ops.LOAD:
-      if len(u.src) == 3 and dep[u.src[2]]: return None
-      if (base := _lane_base(u.src[1], lane)) is not None:
+      if len(u.src) == 3 and dep[u.src[2]]:  # a mask that differs across the lanes (padding, a pad's edge)
+        if (masked := _masked_vector_load(u, lane, width)) is None: return None
+        out[u] = masked
+      elif (base := _lane_base(u.src[1], lane)) is not None:
         out[u] = UOp(Ops.LOAD, u.dtype.vec(width), (u.src[0], base) + u.src[2:])
       elif (stride := _lane_stride(u.src[1], lane)) is not None and \
            (base := _lane_base(u.src[1], lane, stride)) is not None:
@@ -311,7 +318,14 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
       else: return None
     elif u.op is Ops.STORE:
       if not dep[u.src[2]] or u.src[2] in index_only: return None
-      if (base := _lane_base(u.src[1], lane)) is not None:
+      if len(u.src) == 4:  # a gated store (padded outputs): one scalar store per lane, each with its own gate
+        if (stride := _lane_stride(u.src[1], lane)) is None or (base := _lane_base(u.src[1], lane, stride)) is None:
+          return None
+        v = out[u.src[2]]
+        out[u] = UOp(Ops.SINK, dtypes.void, tuple(
+          UOp(Ops.STORE, dtypes.void, (u.src[0], base + i * stride, UOp(Ops.GEP, v.dtype.scalar(), (v,), i),
+                                       _at_lane(u.src[3], lane, i))) for i in range(width)))
+      elif (base := _lane_base(u.src[1], lane)) is not None:
         out[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], base, out[u.src[2]]))
       else:
         # lanes that land apart in memory: one scalar store per lane (cheap after a long reduce)
@@ -331,6 +345,46 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
     else: return None
   return out[sink]
 
+def _at_lane(x: UOp, lane: UOp, i: int) -> UOp:
+  return graph_rewrite(x.substitute({lane: UOp.const(lane.dtype, i)}), symbolic)
+
+def _monotone_gate(gate: UOp, lane: UOp) -> bool:
+  """gate is an AND of comparisons (or their negations) each linear in lane, so it holds on every lane when it
+  holds on the first and the last."""
+  from attograd.uop.symbolic import split_terms
+  def linear(x: UOp) -> bool: return all(t is lane or lane not in t.toposort() for t, _ in split_terms(x)[0])
+  if gate.op is Ops.AND: return all(_monotone_gate(s, lane) for s in gate.src)
+  if lane not in gate.toposort(): return True
+  if gate.op is Ops.CMPNE and gate.src[1].op is Ops.CONST and gate.src[1].arg is True: gate = gate.src[0]
+  return gate.op is Ops.CMPLT and gate.src[0].dtype in dtypes.ints and all(linear(s) for s in gate.src)
+
+def _masked_vector_load(u: UOp, lane: UOp, width: int) -> UOp | None:
+  """A load whose mask differs across the lanes: one vector load when every lane is valid (a predictable branch,
+  and the compiler can unswitch the loop on it), else one gated scalar load per lane; no lane reads past its mask."""
+  gate = u.src[2]
+  if (stride := _lane_stride(u.src[1], lane)) is None or (base := _lane_base(u.src[1], lane, stride)) is None \
+     or not _monotone_gate(gate, lane):
+    return None
+  gates = [_at_lane(gate, lane, i) for i in range(width)]
+  vd = u.dtype.vec(width)
+  if stride != 1:  # lanes apart in memory: a gather anyway
+    return UOp(Ops.VECTORIZE, vd, tuple(UOp(Ops.LOAD, u.dtype, (u.src[0], base + i * stride, g))
+                                        for i, g in enumerate(gates)))
+  every = gates[0] & gates[-1]
+  part = UOp(Ops.VECTORIZE, vd, tuple(UOp(Ops.LOAD, u.dtype, (u.src[0], base + i, g & every.logical_not()))
+                                      for i, g in enumerate(gates)))
+  return UOp(Ops.WHERE, vd, (every, UOp(Ops.LOAD, vd, (u.src[0], base, every)), part))
+
+def _true(x: UOp) -> bool: return x.op is Ops.CONST and x.arg is True
+
+def _pad_valid(k: Kernel, u: UOp, idxs: list[UOp], valid: UOp) -> UOp:
+  """valid, and for a load/constant/store that walks a padded axis: its index there is below the real size."""
+  for terms, limit, gated in k.pads:
+    if u not in gated: continue
+    x = functools.reduce(lambda a, b: a + b, [idxs[a] * c if c != 1 else idxs[a] for a, c in terms])
+    valid = x < limit if _true(valid) else valid & (x < limit)
+  return valid
+
 def _first_loop(k: Kernel) -> int:
   for i, s in enumerate(k.full_shape):
     if s != 1 and i not in k.upcasted: return i
@@ -347,9 +401,13 @@ def _fold_gate(x: UOp) -> UOp | None:
     return UOp(Ops.LOAD, x.dtype, x.src[:2]) if x.src[2].arg else UOp.const(x.dtype, 0)
   return None
 
+def _fold_store_gate(x: UOp) -> UOp | None:
+  return UOp(Ops.STORE, x.dtype, x.src[:3]) if len(x.src) == 4 and _true(x.src[3]) else None
+
 from attograd.uop.ops import PatternMatcher, UPat  # noqa: E402
 pm_lowered = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _fold_gate),
+  (UPat(Ops.STORE, name="x"), _fold_store_gate),
 ])
 
 def estimate_ops(sink: UOp, k: Kernel) -> int:

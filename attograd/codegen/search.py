@@ -25,6 +25,12 @@ def _actions(k: Kernel) -> list[Opt]:
       if size % amt or amt > size: continue
       acts.append(Opt("UNROLL" if red else "UPCAST", ax, amt))
       if k.lane is None and amt in (4, 8, 16): acts.append(Opt("RLANES" if red else "LANES", ax, amt))
+    for amt in (4, 8, 16):  # odd sizes: pad up to a multiple first (at most doubling the axis)
+      if size % amt and -(-size // amt) * amt - size < size and ax not in k.locals_ + k.grouped:
+        acts.append(Opt("PADTO", ax, amt))
+  if not (k.upcasted or k.unrolled or k.parallel):  # cache blocking comes first
+    acts += [Opt("BLOCK", ax, b) for ax in range(k.first_reduce) for b in (64, 128, 256, 512)
+             if k.full_shape[ax] % b == 0 and k.full_shape[ax] > b]
   if not k.parallel and k.first_reduce > 0: acts.append(Opt("THREAD", 0, 0))
   return acts
 

@@ -275,7 +275,14 @@ class _FunctionWriter:
     assert isinstance(buf.dtype, PtrDType)
     v, t = self.val(x), ltype(x.dtype)
     if x.dtype is dtypes.bool: v, t = self.ins(f"zext i1 {v} to i8"), "i8"
+    if len(u.src) == 4:  # a gated store (padded outputs): branch around it
+      gate, n = self.val(u.src[3]), self.tmp("s")[1:]
+      self.lines.append(f"  br i1 {gate}, label %{n}_store, label %{n}_join")
+      self.label(f"{n}_store")
     self.lines.append(f"  store {t} {v}, ptr {self.address(buf, u.src[1])}, align {buf.dtype.base.itemsize}")
+    if len(u.src) == 4:
+      self.lines.append(f"  br label %{n}_join")
+      self.label(f"{n}_join")
 
   def write(self) -> str:
     globals_: dict[int, UOp] = {}

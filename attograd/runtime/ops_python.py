@@ -117,8 +117,10 @@ class PythonProgram:
         g = u.src[0]
         assert isinstance(g.dtype, PtrDType)
         x, idx, buf = v[u.src[2]], v[u.src[1]], views[v[g]]
-        if not 0 <= idx < len(buf): raise IndexError(f"PYTHON: {self.name} writes index {idx} of a {len(buf)}-element buffer")
-        buf[idx] = _to_raw(x, g.dtype.base)
+        if len(u.src) < 4 or v[u.src[3]]:  # a gated store whose gate is off writes nothing
+          if not 0 <= idx < len(buf):
+            raise IndexError(f"PYTHON: {self.name} writes index {idx} of a {len(buf)}-element buffer")
+          buf[idx] = _to_raw(x, g.dtype.base)
       elif op is Ops.DEFINE_ACC: v[u] = v[u.src[0]]
       elif op is Ops.ACC_ASSIGN: v[u.src[0]] = v[u.src[1]]
       elif op is Ops.CAST: v[u] = _cast(v[u.src[0]], u.src[0].dtype, u.dtype)
