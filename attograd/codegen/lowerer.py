@@ -131,7 +131,8 @@ def _group_reduce(k: Kernel, partial: UOp, specials: dict[int, UOp], op: Ops, n:
   others = slot - specials[ga] * strides[ga]
   return UOp(Ops.REDUCE, partial.dtype, (UOp(Ops.LOAD, partial.dtype, (after, others + rng * strides[ga])), rng), op)
 
-_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}
+# EXP2 and LOG2 too: CPU renderers decompose them into plain arithmetic on the lanes (codegen/transcendental.py)
+_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIP, Ops.EXP2, Ops.LOG2}
 _VEC_DTYPES = (dtypes.float32, dtypes.float64)  # half vectors can't mix with float scalars in C
 _MASK = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}  # the lane mask type of a float vector
 
