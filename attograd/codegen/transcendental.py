@@ -16,7 +16,7 @@ ROUND_MAGIC = 12582912.0     # 1.5*2^23: x + this has round-to-nearest(x) in its
 ROUND_MAGIC_BITS = 0x4B400000
 SQRT_HALF_BITS = 0x3F3504F3  # the bits of sqrt(2)/2: mantissas are reduced into [sqrt(2)/2, sqrt(2))
 
-# ***** building blocks: each works on a scalar or on a vector of lanes (constants stay scalar: renderers broadcast) *****
+# ***** building blocks, on a scalar or on vector lanes alike (constants stay scalar: renderers broadcast them) *****
 
 def _as(x: UOp, scalar: DType) -> DType: return scalar.vec(x.dtype.count) if x.dtype.count > 1 else scalar
 def _alu(op: Ops, a: UOp, b: UOp | float | int) -> UOp:
