@@ -176,6 +176,11 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
       index_only.add(u)  # index math: only a load/store address may use it
       continue
     if any(s in index_only for s in u.src) and u.op not in (Ops.LOAD, Ops.STORE): return None
+    if u.op is Ops.CMPNE and u.src[0] in masks and u.src[1].op is Ops.CONST and u.src[1].arg is True:
+      m = out[u.src[0]]  # logical not of a lane mask (x >= y is not(x < y)): every bit flipped
+      out[u] = UOp(Ops.XOR, m.dtype, (m, UOp.const(m.dtype.scalar(), -1)))
+      masks[u] = masks[u.src[0]]
+      continue
     # comparisons of float lanes give lane masks (all bits set or clear, as wide as the compared floats)
     if u.op in GroupOp.Comparison and u.src[0].dtype in _VEC_DTYPES:
       out[u] = UOp(u.op, _MASK[u.src[0].dtype].vec(width), tuple(out[s] for s in u.src))

@@ -79,6 +79,16 @@ def test_exp_log_on_vector_lanes(device: str) -> None:
   y = np.abs(x) + 1e-3
   np.testing.assert_allclose(Tensor(y).log().sum(1).numpy(), np.log(y.astype(np.float64)).sum(1), rtol=1e-5)
   np.testing.assert_allclose(Tensor(x).softmax(-1).numpy(), _np_softmax(x), rtol=3e-6, atol=1e-9)
+  np.testing.assert_allclose(Tensor(y).reciprocal().sum(1).numpy(), (1 / y.astype(np.float64)).sum(1), rtol=1e-5)
+
+def test_sigmoid_like_reduces_on_vector_lanes(device: str) -> None:
+  # sigmoid picks a branch by x >= 0, the logical not of a lane mask; inf, -inf and +-0 included
+  x = (np.random.default_rng(5).standard_normal((16, 512)) * 10).astype(np.float32)
+  x[0, :4] = [np.inf, -np.inf, 0.0, -0.0]
+  sig = 1 / (1 + np.exp(-x.astype(np.float64)))
+  np.testing.assert_allclose(Tensor(x).sigmoid().sum(1).numpy(), sig.sum(1), rtol=1e-6)
+  np.testing.assert_allclose(Tensor(x[1:]).silu().sum(1).numpy(), (x[1:] * sig[1:]).sum(1), rtol=1e-5)
+  np.testing.assert_array_equal((Tensor(x) >= 0).where(1.0, 0.0).sum(1).numpy(), (x >= 0).sum(1))
 
 def _np_softmax(x: np.ndarray) -> np.ndarray:
   e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
@@ -146,6 +156,11 @@ def test_softmax_sum_on_lanes_without_libm() -> None:
   assert "exp2" not in src
   ir = _program(Tensor.empty(64, 1024, device="CPU").exp().sum(1), LLVMRenderer())
   assert "llvm.exp2" not in ir and "x float>" in ir
+
+@pytest.mark.parametrize("fn", ["sigmoid", "silu", "gelu", "tanh"])
+def test_activation_reduces_get_lanes(fn: str) -> None:
+  src = _program(getattr(Tensor.empty(64, 1024, device="CPU"), fn)().sum(1), ClangRenderer())
+  assert "float16 " in src or "float8 " in src
 
 def test_gpu_renderers_keep_native_exp2() -> None:
   src = _program(Tensor.empty(64, 64, device="CPU").exp2(), OpenCLRenderer())
