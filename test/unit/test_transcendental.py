@@ -126,6 +126,18 @@ def test_rules_in_the_reference_interpreter(monkeypatch: pytest.MonkeyPatch) -> 
   y = np.array(LOG2_SPECIAL + list(bits.view(np.float32)), np.float32)
   check(Tensor(y, device="PYTHON").log2().numpy(), y, np.log2, LOG2_ULP)
 
+def test_noopt_scalar_code(monkeypatch: pytest.MonkeyPatch) -> None:
+  # NOOPT=1: no lanes, no unrolling; the decomposed scalar code must agree too
+  from attograd.helpers import Context
+  monkeypatch.setattr(realize, "_runners", {})
+  x = np.array(EXP2_SPECIAL + list(np.random.default_rng(6).uniform(-160, 160, 4000)), np.float32).reshape(-1, 1)
+  with Context(NOOPT=1):
+    got_exp, got_log, got_sm = Tensor(x).exp2().numpy(), Tensor(x).log2().numpy(), Tensor(x.reshape(-1, 15)).softmax(-1)
+    got_sm = got_sm.numpy()
+  check(got_exp.ravel(), x.ravel(), np.exp2, EXP2_ULP)
+  check(got_log.ravel(), x.ravel(), np.log2, LOG2_ULP)
+  np.testing.assert_allclose(got_sm, _np_softmax(x.reshape(-1, 15)), rtol=3e-6, atol=1e-9)
+
 # ***** which renderers use them, and what they leave behind *****
 
 def test_renderer_flags() -> None:
