@@ -1,7 +1,8 @@
 """`python -m bench`: attograd next to NumPy (and PyTorch when installed) on matmul, a fused elementwise chain,
 a sum reduction and per-realize framework overhead, all measured in one run."""
 from __future__ import annotations
-import argparse, os, platform, statistics, subprocess, sys, tempfile, time, traceback
+import argparse, importlib.metadata, importlib.util, os, platform, statistics, subprocess, sys, tempfile, time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -442,14 +443,13 @@ def main(argv: list[str] | None = None) -> int:
   device = _attograd_device()
   sizes = TINY if device == "PYTHON" else QUICK if args.quick else FULL
   frameworks = ["attograd", "numpy"]
-  try:
-    import torch
+  # torch is first imported by its own runs, after attograd's kernels have loaded the system's OpenMP: a torch imported
+  # here would put its bundled libgomp under attograd's CPU kernels too (2x slower on a busy 2-core machine). So the
+  # version comes from the package metadata; a broken install shows up as error cells in the torch columns.
+  if importlib.util.find_spec("torch") is not None:
     frameworks.append("torch")
-    torch_line = f"torch {torch.__version__} ({torch.get_num_threads()} threads)"
-  except ImportError:
-    torch_line = "torch: not installed"
-  except Exception as e:  # installed but broken (missing shared library, ...)
-    torch_line = f"torch: failed to import ({_short_error(e)})"
+    torch_line = f"torch {importlib.metadata.version('torch')}"
+  else: torch_line = "torch: not installed"
   print(f"attograd device {device}" + (" (tiny sizes: the PYTHON device is an interpreter)" if sizes is TINY else ""))
   print(f"numpy {np.__version__}, {torch_line}, python {platform.python_version()}, {os.cpu_count()} cpus")
   print()

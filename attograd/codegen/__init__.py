@@ -5,7 +5,7 @@ from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType
 from attograd.helpers import BEAM, DEBUG, NOOPT, getenv
 from attograd.renderer import ProgramSpec, Renderer
-from attograd.uop.ops import Ops, UOp, pretty_print
+from attograd.uop.ops import Ops, UOp, graph_rewrite, pretty_print
 
 CACHE_PROGRAMS = getenv("CACHE_PROGRAMS", 1)
 
@@ -79,6 +79,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   from attograd.codegen.kernel import Kernel
   from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower
   from attograd.codegen.linearize import linearize
+  from attograd.codegen.transcendental import pm_transcendental
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
   k = Kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
                                                        # the loop space: full shape, reduce axes, views over it
@@ -89,6 +90,8 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   if not renderer.has_threads: k.parallel = False
   sink = lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)  # loops (or GPU thread
                                                        # indices), index math from views, simplified; lanes as vectors
+  if renderer.decompose_transcendentals:               # exp2/log2 as arithmetic: vector lanes instead of libm calls
+    sink = graph_rewrite(sink, pm_transcendental)
   sink = renderer.prepare(sink)                        # the language's own rewrites (e.g. half -> float math)
   uops = linearize(sink)                               # a flat ordered program
   name = kernel_name(k)

@@ -241,7 +241,8 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
                               ph[tc.n]: c}) for i, (r, c) in enumerate(fc) for st in memo[k.ast].src]
   return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic + pm_lowered)
 
-_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG}
+# EXP2 and LOG2 too: CPU renderers decompose them into plain arithmetic on the lanes (codegen/transcendental.py)
+_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIP, Ops.EXP2, Ops.LOG2}
 _VEC_DTYPES = (dtypes.float32, dtypes.float64)  # half vectors can't mix with float scalars in C
 _MASK = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}  # the lane mask type of a float vector
 
@@ -287,6 +288,11 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
       index_only.add(u)  # index math (and masks on it): only a load/store address or gate may use it
       continue
     if any(s in index_only for s in u.src) and u.op not in (Ops.LOAD, Ops.STORE): return None
+    if u.op is Ops.CMPNE and u.src[0] in masks and u.src[1].op is Ops.CONST and u.src[1].arg is True:
+      m = out[u.src[0]]  # logical not of a lane mask (x >= y is not(x < y)): every bit flipped
+      out[u] = UOp(Ops.XOR, m.dtype, (m, UOp.const(m.dtype.scalar(), -1)))
+      masks[u] = masks[u.src[0]]
+      continue
     # comparisons of float lanes give lane masks (all bits set or clear, as wide as the compared floats)
     if u.op in GroupOp.Comparison and u.src[0].dtype in _VEC_DTYPES:
       out[u] = UOp(u.op, _MASK[u.src[0].dtype].vec(width), tuple(out[s] for s in u.src))

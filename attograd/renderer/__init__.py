@@ -11,6 +11,9 @@ class Renderer:
   extra_matcher: PatternMatcher | None = None
   supports_float16: bool = True
   supports_vectors: bool = False
+  # EXP2/LOG2 rewritten into adds, multiplies and bit ops (codegen/transcendental.py) instead of math-library calls:
+  # for CPUs, where that lets them run on vector lanes; GPUs have fast native exp2/log2
+  decompose_transcendentals: bool = False
   global_max: tuple[int, ...] | None = None
   # GPU-style languages: output axes become work-group (gidx) and thread (lidx) indices instead of loops
   has_local: bool = False

@@ -84,6 +84,8 @@ class CStyleLanguage(Renderer):
     if dtypes.is_float(d): return f"(({a}>{b}||{a}!={a})?{a}:{b})"
     return f"(({a}>{b})?{a}:{b})"
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    # a C cast between vector types reinterprets the bits; converting lane values is a builtin (gcc >= 9, clang)
+    if dst.count > 1: return f"__builtin_convertvector({x}, {self.render_dtype(dst)})"
     if dst is dtypes.bfloat16:
       return f"__f32_to_bf16((float)({x}))" if src is not dtypes.bfloat16 else x
     if src is dtypes.bfloat16: x = f"__bf16_to_f32({x})"
@@ -182,7 +184,11 @@ class CStyleLanguage(Renderer):
         r[u] = newname("alu")
         emit(f"{self.render_dtype(d)} {r[u]} = {expr};")
       else:
-        if op in GroupOp.Unary: expr = self.code_for_unary(op, r[u.src[0]], d)
+        if op in GroupOp.Unary and d.count > 1 and op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT):
+          # a math-library function has no vector form in C: one call per lane (float64; float32 is decomposed)
+          lanes = ", ".join(self.code_for_unary(op, f"{r[u.src[0]]}[{i}]", d.scalar()) for i in range(d.count))
+          expr = f"(({self.render_dtype(d)}){{{lanes}}})"
+        elif op in GroupOp.Unary: expr = self.code_for_unary(op, r[u.src[0]], d)
         elif op is Ops.MAX: expr = self.code_for_max(r[u.src[0]], r[u.src[1]], d)
         elif op in self.infix: expr = f"({r[u.src[0]]}{self.infix[op]}{r[u.src[1]]})"
         elif op is Ops.WHERE and d.count > 1:  # a scalar condition choosing between vectors: both sides vectors
@@ -228,7 +234,8 @@ class ClangRenderer(CStyleLanguage):
               "static inline unsigned short __f32_to_bf16(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4);"
               " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (unsigned short)(u >> 16); }\n")
   def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True):
-    super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True)
+    super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True,
+                     decompose_transcendentals=True)
   def loop_pragma(self, kind: str) -> str: return "#pragma omp parallel for" if kind == "parallel" and self.has_threads else ""
 
 # ***** GPU dialects *****

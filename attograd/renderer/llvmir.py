@@ -96,7 +96,8 @@ def render_const(v: object, d: DType) -> str:
 class LLVMRenderer(Renderer):
   """LLVM IR (opaque pointers, LLVM 15 or newer) for the LLVM device."""
   def __init__(self, device: str = "LLVM"):
-    super().__init__(device=device, has_threads=True, supports_float16=False, supports_vectors=True)
+    super().__init__(device=device, has_threads=True, supports_float16=False, supports_vectors=True,
+                     decompose_transcendentals=True)
   def prepare(self, sink: UOp) -> UOp: return graph_rewrite(sink, pm_promote_half)
   def render(self, name: str, uops: list[UOp]) -> str: return _FunctionWriter(name, uops).write()
 
@@ -186,7 +187,7 @@ class _FunctionWriter:
       ct = f"<{cd.count} x i1>" if cd.count > 1 else "i1"
       return self.ins(f"select {ct} {c}, {t} {a}, {t} {b}")
     if op in (Ops.AND, Ops.OR) and d.count > 1 and d.scalar() is not dtypes.bool:  # lane masks
-      return self.ins(f"{'and' if op is Ops.AND else 'or'} {t} {self.val(u.src[0])}, {self.val(u.src[1])}")
+      return self.ins(f"{'and' if op is Ops.AND else 'or'} {t} {self.val(u.src[0], d)}, {self.val(u.src[1], d)}")
     vec = d if d.count > 1 and op not in comparisons else (u.src[0].dtype if u.src[0].dtype.count > 1 else
                                                            u.src[1].dtype if len(u.src) > 1 and u.src[1].dtype.count > 1 else None)
     xs = [self.val(s, vec) for s in u.src]
