@@ -219,6 +219,7 @@ class Kernel:
           # neighbouring reduce steps read overlapping window inputs: unrolling the innermost reduce axis lets the
           # copies share those loads (a weight gradient reads x[o + k] for every o and k)
           if (a := amt_of(self.shape_len - 1, (4, 2))): extra_unroll = (self.shape_len - 1, a)
+      if extra_unroll is None: extra_unroll = self._window_reuse_unroll(lane, win_out)
       plan: list[tuple[str, int, int]] = [lane] if lane else []
       taken = {lane[1]} if lane else set()
       if extra_unroll is not None:
@@ -253,5 +254,14 @@ class Kernel:
     work = prod(self.full_shape)
     if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))
     if DEBUG >= 3 and self.applied: print(f"opts: {self.applied} full_shape={self.full_shape}")
+  def _window_reuse_unroll(self, lane: tuple[str, int, int] | None, win_out: int) -> tuple[int, int] | None:
+    """A convolution's weight gradient: vector lanes on an output axis (the output channel) and the window offsets
+    as output axes (register tiles). Position o with offset k reads x[o + k], so unrolling the innermost reduce axis
+    (the output positions) lets neighbouring copies share those loads."""
+    if lane is None or lane[0] != "LANES" or win_out < 4 or self.first_reduce == self.shape_len: return None
+    last = self.shape_len - 1
+    a = next((a for a in (4, 5, 3, 2) if self.full_shape[last] % a == 0 and self.full_shape[last] > a), 0)
+    return (last, a) if a else None
+
   def _loads_full(self) -> list[ShapeTracker]:
     return [st for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
