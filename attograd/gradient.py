@@ -116,7 +116,9 @@ def _conv_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp, None]:
   k_, i_, o_ = w.shape[2:], x.shape[2:], ctx.shape[2:]
   extra = tuple(i_[j] + pads[2 * (nk - 1 - j)] + pads[2 * (nk - 1 - j) + 1] - dilation[j] * (k_[j] - 1) - 1
                 - (o_[j] - 1) * stride[j] for j in range(nk))
-  g = Tensor(ctx)
+  # the output's gradient in its own buffer: both gradients read it (the input's through a padded copy, the
+  # weight's maybe through a channel-last one), which then copy a buffer instead of each recomputing its expression
+  g = Tensor(ctx).contiguous()
   dx = g.conv_transpose2d(Tensor(w), None, groups, stride, dilation, list(pads), extra)
   dw = Tensor(xpad)._conv_weight_grad(g, w.shape, groups, stride, dilation)
   return None, dx.uop, dw.uop, None
