@@ -103,6 +103,26 @@ def _pad_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
 def _shrink_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
   return (UOp(Ops.PAD, ctx.dtype, (ctx,), tuple((b, s - e) for s, (b, e) in zip(ret.src[0].shape, ret.arg))),)
 
+def _conv_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp, None]:
+  """conv2d's custom backward, a marker (out, x, weight, padded x) whose `out` was computed from detached inputs:
+  x gets the transposed convolution of the output's gradient with the weight (a forward conv with the flipped
+  kernel), the weight gets the output's gradient times the windows of the padded x."""
+  from attograd.tensor import Tensor
+  name, groups, stride, dilation, pads = ret.arg
+  if name != "conv2d": raise RuntimeError(f"gradient: unknown CONTIGUOUS_BACKWARD marker {ret.arg}")
+  x, w, xpad = ret.src[1:]
+  nk = len(stride)
+  # the rows past the last window get no gradient: output_padding covers them (pads are PyTorch order, last dim first)
+  k_, i_, o_ = w.shape[2:], x.shape[2:], ctx.shape[2:]
+  extra = tuple(i_[j] + pads[2 * (nk - 1 - j)] + pads[2 * (nk - 1 - j) + 1] - dilation[j] * (k_[j] - 1) - 1
+                - (o_[j] - 1) * stride[j] for j in range(nk))
+  # the output's gradient in its own buffer: both gradients read it (the input's through a padded copy, the
+  # weight's maybe through a channel-last one), which then copy a buffer instead of each recomputing its expression
+  g = Tensor(ctx).contiguous()
+  dx = g.conv_transpose2d(Tensor(w), None, groups, stride, dilation, list(pads), extra)
+  dw = Tensor(xpad)._conv_weight_grad(g, w.shape, groups, stride, dilation)
+  return None, dx.uop, dw.uop, None
+
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 
 pm_gradient = PatternMatcher([
@@ -135,6 +155,7 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (UOp(Ops.FLIP, ctx.dtype, (ctx,), ret.arg),)),
   # graph markers
   (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
+  (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: _conv_rule(ctx, ret) if ret.arg else None),
   (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,)),)),
   (UPat(Ops.DETACH), lambda: (None,)),
   (UPat(Ops.COPY, name="ret"), _copy_rule),

@@ -459,6 +459,7 @@ class Kernel:
           # neighbouring reduce steps read overlapping window inputs: unrolling the innermost reduce axis lets the
           # copies share those loads (a weight gradient reads x[o + k] for every o and k)
           if (a := amt_of(self.shape_len - 1, (4, 2))): extra_unroll = (self.shape_len - 1, a)
+      if extra_unroll is None: extra_unroll = self._window_reuse_unroll(lane, win_out)
       plan: list[tuple[str, int, int]] = [lane] if lane else []
       taken = {lane[1]} if lane else set()
       if extra_unroll is not None:
@@ -478,14 +479,21 @@ class Kernel:
         if lane[0] == "RLANES":  # a dot product: the other input repeats along the other output axes
           tiles += [ax for ax in reversed(range(self.first_reduce)) if ax not in tiles
                     and any(st.index_strides()[ax] == 0 for st in self._loads_full() if st not in vec)]
-        # one tall tile for a matmul-like kernel (8 accumulators hide the FMA latency), 4x4 for a dot product
-        amts = [(4, 2), (4, 2)] if lane[0] == "RLANES" else [(8, 4, 2)]
+        # one tall tile for a matmul-like kernel (8 accumulators hide the FMA latency), 4x4 for a dot product; short
+        # rows (a small conv's 10 or 6 outputs) take a tile of 5 or 6 rather than 2
+        amts = [(4, 2), (4, 2)] if lane[0] == "RLANES" else [(8, 6, 5, 4, 3, 2)]
+        # a convolution (window axes unrolled in the reduce): a second, small tile, so that short rows still give
+        # enough accumulators to hide the FMA latency
+        if lane[0] == "LANES" and n_unroll > 1: amts.append((2,))
       else:
         # no vector lanes: scalar register tiles on broadcast axes (as for a matmul whose inputs are both strided)
         tiles = [ax for ax in reversed(range(self.first_reduce)) if any(s == 0 for s in self._strides(ax))]
         amts = [(4, 2), (4, 2)]
       for ax in [t for t in tiles if t not in taken][:len(amts)]:
         am = amts.pop(0)
+        # lanes on the output channel of a conv's weight gradient: the biggest tile that fits beside the window's
+        # accumulators (a tile on the input channel shares each gradient load); on a dot product it only costs
+        if lane is not None and lane[0] == "LANES": am = tuple(a for a in am if n_acc * a <= 32)
         if (a := amt_of(ax, am) if self.full_shape[ax] > 4 else self.full_shape[ax]) > 1 and n_acc * a <= 32:
           plan.append(("UPCAST", ax, a))
           n_acc *= a
@@ -494,6 +502,15 @@ class Kernel:
     work = prod(self.full_shape)
     if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))
     if DEBUG >= 3 and self.applied: print(f"opts: {self.applied} full_shape={self.full_shape}")
+  def _window_reuse_unroll(self, lane: tuple[str, int, int] | None, win_out: int) -> tuple[int, int] | None:
+    """A convolution's weight gradient: vector lanes on an output axis (the output channel) and the window offsets
+    as output axes (register tiles). Position o with offset k reads x[o + k], so unrolling the innermost reduce axis
+    (the output positions) lets neighbouring copies share those loads."""
+    if lane is None or lane[0] != "LANES" or win_out < 4 or self.first_reduce == self.shape_len: return None
+    last = self.shape_len - 1
+    a = next((a for a in (4, 5, 3, 2) if self.full_shape[last] % a == 0 and self.full_shape[last] > a), 0)
+    return (last, a) if a else None
+
   def _loads_full(self) -> list[ShapeTracker]:
     return [st for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
 

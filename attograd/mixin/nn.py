@@ -5,6 +5,7 @@ import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
 from attograd.dtype import dtypes
 from attograd.helpers import argfix, ceildiv, flatten, make_tuple, prod
+from attograd.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
   from attograd.tensor import Tensor
@@ -296,6 +297,17 @@ class NNMixin:
     pads = self._pool_pads(padding, len(k_), "max_pool2d")
     if ceil_mode: pads = self._ceil_pads(pads, k_, s_, dilation)
     x = self.pad(pads, value=dtypes.min(self.dtype)) if any(pads) else self
+    nk = len(k_)
+    if make_tuple(s_, nk) == k_ and make_tuple(dilation, nk) == (1,) * nk and x.ndim >= nk and \
+       all(i % k == 0 for i, k in zip(x.shape[-nk:], k_)):
+      # windows tile the input exactly: split each dim into (o, k) and reduce the k's in place. With no permute, the
+      # gradient's intermediates keep the input's layout, so the kernels that read them index rows linearly
+      lead = x.shape[:-nk]
+      # a big input's gradient gets its own buffer: read through the split dims it would be a two-view index
+      # (division and modulo per element) in every kernel after it, which then can't use vector lanes
+      if prod(x.shape) >= 1 << 16: x = x.contiguous_backward()
+      x = x.reshape(*lead, *flatten((i // k, k) for i, k in zip(x.shape[-nk:], k_)))
+      return x.max(tuple(len(lead) + 2 * j + 1 for j in range(nk)))
     return x._pool(k_, s_, dilation).max(tuple(range(-len(k_), 0)))
 
   def avg_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = (2, 2), stride: int | tuple[int, ...] | None = None,
@@ -334,7 +346,7 @@ class NNMixin:
     if self.ndim < 3 or weight.ndim != self.ndim:
       raise ValueError(f"conv2d: input (N, C, *spatial) and weight (C_out, C_in/groups, *kernel) need the same number "
                        f"of dims (at least 3), got {self.shape} and {weight.shape}")
-    (bs, cin_), (cout, cin), k_ = self.shape[:2], weight.shape[:2], tuple(weight.shape[2:])
+    cin_, (cout, cin), k_ = self.shape[1], weight.shape[:2], tuple(weight.shape[2:])
     if groups < 1 or cin * groups != cin_ or cout % groups:
       raise ValueError(f"conv2d: input channels {cin_} must be groups * weight.shape[1] = {groups} * {cin} and output "
                        f"channels {cout} divisible by groups; input {self.shape}, weight {weight.shape}")
@@ -343,7 +355,21 @@ class NNMixin:
     # the kernels run on vector lanes (the copy is cheap next to the convolution; small convs stay one kernel)
     x = self.pad(pads) if any(pads) else self
     if any(pads) and prod(self.shape) >= 1 << 16: x = x.contiguous()
-    x = x._pool(k_, stride, dilation)                                     # (N, groups*cin, *o, *k)
+    if _custom_conv_backward(self, k_, stride):
+      # a custom backward (gradient.py): the input's gradient is a transposed convolution of the output's gradient, so
+      # it runs on the forward's fast path instead of summing shifted slices of a (N, C_in, *k, *o) window gradient;
+      # the weight's reads the padded input of the forward again
+      out = x.detach()._conv_windows(weight.detach(), groups, stride, dilation)
+      spec = ("conv2d", groups, make_tuple(stride, len(k_)), make_tuple(dilation, len(k_)), tuple(pads))
+      out = type(self)(UOp(Ops.CONTIGUOUS_BACKWARD, out.dtype, (out.uop, self.uop, weight.uop, x.uop), spec))
+    else: out = x._conv_windows(weight, groups, stride, dilation)
+    return out if bias is None else out + bias.reshape(1, -1, *[1] * len(k_))
+
+  def _conv_windows(self: Tensor, weight: Tensor, groups: int, stride: int | tuple[int, ...],
+                    dilation: int | tuple[int, ...]) -> Tensor:
+    """conv2d of an input that is already padded: its windows times the weight, summed."""
+    bs, (cout, cin), k_ = self.shape[0], weight.shape[:2], tuple(weight.shape[2:])
+    x = self._pool(k_, stride, dilation)                                  # (N, groups*cin, *o, *k)
     o_ = x.shape[2:2 + len(k_)]
     rcout, nk = cout // groups, len(k_)
     # (N, groups, 1, cin, *k, *o) times weight (1, groups, rcout, cin, *k, 1..), summed over (cin, *k): the output
@@ -358,8 +384,24 @@ class NNMixin:
       w = w.permute(0, 2, *range(3, 3 + nk), 1).contiguous().permute(0, nk + 2, 1, *range(2, 2 + nk))
     w = w.reshape(1, groups, rcout, cin, *k_, *[1] * nk)
     out = (x * w).sum(tuple(range(3, 4 + nk)))                           # (N, groups, rcout, *o)
-    out = out.reshape(bs, cout, *o_)
-    return out if bias is None else out + bias.reshape(1, -1, *[1] * nk)
+    return out.reshape(bs, cout, *o_)
+
+  def _conv_weight_grad(self: Tensor, grad: Tensor, weight_shape: tuple[int, ...], groups: int,
+                        stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    """The gradient of conv2d's weight from the padded input: for each (C_out, C_in, *k), the output's gradient
+    times the input windows, summed over the batch and the output positions."""
+    (cout, cin), k_, nk = weight_shape[:2], tuple(weight_shape[2:]), len(weight_shape) - 2
+    bs, rcout, o_ = grad.shape[0], cout // groups, grad.shape[2:]
+    x = self._pool(k_, stride, dilation)                                  # (N, groups*cin, *o, *k)
+    x = x.reshape(bs, groups, cin, *o_, *k_).permute(0, 1, 2, *range(3 + nk, 3 + 2 * nk), *range(3, 3 + nk))
+    x = x.reshape(bs, groups, 1, cin, *k_, *o_)
+    if rcout % 16 == 0 and prod(grad.shape) >= 1 << 16 and o_[-1] % 16:
+      # output rows too short for vector lanes: a copy of the gradient with the output channel innermost, so the
+      # kernel's lanes over output channels are one load instead of a gather across channel planes
+      grad = grad.permute(0, *range(2, 2 + nk), 1).contiguous().permute(0, nk + 1, *range(1, 1 + nk))
+    g = grad.reshape(bs, groups, rcout, 1, *[1] * nk, *o_)
+    dw = (x * g).sum((0, *range(4 + nk, 4 + 2 * nk)))                   # (groups, rcout, cin, *k)
+    return dw.reshape(weight_shape)
 
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                        stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
@@ -631,6 +673,11 @@ def _check_reduction(reduction: str, op: str) -> None:
 
 def _reduce(x: Tensor, reduction: str) -> Tensor:
   return x if reduction == "none" else x.mean() if reduction == "mean" else x.sum()
+
+def _custom_conv_backward(x: Tensor, k_: tuple[int, ...], stride: int | tuple[int, ...]) -> bool:
+  """Whether conv2d gets its custom backward (the input's gradient as a convolution): stride 1 (a strided one would
+  convolve mostly inserted zeros) and a kernel bigger than 1 (a 1x1 window gradient is already a plain matmul)."""
+  return all(s == 1 for s in make_tuple(stride, len(k_))) and prod(k_) > 1 and x.requires_grad is not False
 
 def _conv_pads(x: Tensor, padding: int | str | Sequence[int], k_: tuple[int, ...], stride: int | tuple[int, ...],
                dilation: int | tuple[int, ...]) -> list[int]:
