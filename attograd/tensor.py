@@ -7,12 +7,12 @@ from attograd.device import Buffer, Device
 from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import DEBUG, GlobalCounters, argfix, fully_flatten, make_tuple, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
-from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop, remember
+from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop
 from attograd.engine.realize import run_schedule
 from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
 from attograd.mixin.nn import NNMixin
-from attograd.mixin.grad import GradMixin
+from attograd.mixin.grad import GradMixin, _grad_tensors
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -139,10 +139,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     k0 = GlobalCounters.kernel_count
     outs = list(dict.fromkeys(t.uop for t in todo))
     items, becomes = create_schedule(outs)
-    run_schedule(items)
-    for o, b in becomes.items():
-      if b is not o: remember(o, b)
-    for t in todo: t.uop = becomes.get(t.uop, t.uop)
+    run_schedule(items)  # (create_schedule remembered where each result now lives)
+    keep_graph = bool(_grad_tensors)  # autograd may still need the graph behind a realized value
+    for t in todo:
+      nu = becomes.get(t.uop, t.uop)
+      if keep_graph and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
+         and not t.requires_grad: nu.__dict__["_origin"] = t.uop
+      t.uop = nu
     if DEBUG >= 1:
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
   def _buffer(self) -> tuple[Buffer, int]:

@@ -26,15 +26,16 @@ buffers = _BufferTable()
 # A realized node remembers, on itself, the view of the BUFFER now holding its value and that buffer's version then:
 # the memo lives exactly as long as the node, and looking it up is one dict access (no weakref per lookup).
 
-def remember(node: UOp, view: UOp) -> None:
-  """node's value now lives in view's buffer (until that buffer is written in place)."""
+def remember(node: UOp, view: UOp, deps: tuple[tuple[Buffer, int], ...] = ()) -> None:
+  """node's value now lives in view's buffer, until that buffer or one of `deps` (the buffers it was computed from,
+  with their versions then) is written in place."""
   b = buffers.get(view.base)
-  node.__dict__["_realized"] = (view, b.version if b is not None else 0)
+  node.__dict__["_realized"] = (view, b.version if b is not None else 0, deps)
 
 def lookup_realized(node: UOp) -> UOp | None:
   if (m := node.__dict__.get("_realized")) is None: return None
   b = buffers.get(m[0].base)
-  if b is not None and m[1] != b.version:  # written in place since: stale
+  if (b is not None and m[1] != b.version) or any(d.version != v for d, v in m[2]):  # written in place since: stale
     del node.__dict__["_realized"]
     return None
   # a schedule made but never run (create_schedule alone, as tests and tools do) left its buffers unallocated
@@ -367,12 +368,15 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype, pooled.get(ph))
   items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), tuple((v, var_vals[v]) for v in vs))
            for ast, bufs, vs in tmpl.items]
+  for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
+  # a result stays valid while neither its buffer nor any buffer it was computed from is written again
+  deps = tuple((b, b.version) for _, u in inputs if (b := buffers.get(u)) is not None)
   becomes: dict[UOp, UOp] = {}
   for o, home in zip(outs, tmpl.becomes):
-    becomes[o] = o if home is None else _rebind(home, bind, var_vals)
+    becomes[o] = b = o if home is None else _rebind(home, bind, var_vals)
+    if b is not o: remember(o, b, deps)
   for r, home in tmpl.realized_roots:
-    if (o := orig.get(r)) is not None and home.base not in pooled: remember(o, _rebind(home, bind, var_vals))
-  for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
+    if (o := orig.get(r)) is not None and home.base not in pooled: remember(o, _rebind(home, bind, var_vals), deps)
   return items, becomes
 
 def _rebind(u: UOp, bind: dict[UOp, UOp], var_vals: dict[UOp, int]) -> UOp:

@@ -5,7 +5,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from attograd.dtype import dtypes
 from attograd.gradient import compute_gradient, full_like, reshape
-from attograd.uop.ops import Ops, UOp
+from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.engine.schedule import lookup_realized
 if TYPE_CHECKING: from attograd.tensor import Tensor
 
@@ -69,8 +69,9 @@ class GradMixin:
     """
     for t in targets:
       if not dtypes.is_float(t.dtype): raise RuntimeError(f"gradient: only float tensors have gradients, not {t.dtype}")
-    by_current = _graph_index(self.uop)
-    grads = _gradients(self, [_group(t.uop, by_current) for t in targets], [t.shape for t in targets], gradient)
+    root = autograd_graph(self.uop)
+    by_current = _graph_index(root)
+    grads = _gradients(self, root, [_group(t.uop, by_current) for t in targets], [t.shape for t in targets], gradient)
     out: list[Tensor] = []
     for t, g in zip(targets, grads):
       if g is None:
@@ -90,15 +91,27 @@ class GradMixin:
     >>> w.grad.tolist()
     [2.0, -4.0]
     """
-    by_current = _graph_index(self.uop)
+    root = autograd_graph(self.uop)
+    by_current = _graph_index(root)
     found = [(t, grp) for t in list(_grad_tensors.values()) if (grp := _group(t.uop, by_current))]
-    grads = _gradients(self, [grp for _, grp in found], [t.shape for t, _ in found], gradient)
+    grads = _gradients(self, root, [grp for _, grp in found], [t.shape for t, _ in found], gradient)
     tensors = [t for t, _ in found]
     for t, g in zip(tensors, grads):
       if g is None: continue  # only reached through detach(): like PyTorch, .grad is left alone
       gt = _grad_tensor(t, g)
       t.grad = gt if t.grad is None else t.grad + gt
     return self
+
+# A realized tensor holds a view of its buffer; the graph that computed it is remembered on that view (while tensors
+# with requires_grad exist), so backward() through a realized result (after loss.item(), or using a realized
+# intermediate) still reaches the leaves. The graph's nodes resolve to their buffers when scheduled: nothing is
+# computed twice.
+_origin_pm = PatternMatcher([(UPat(name="x"), lambda x: x.__dict__.get("_origin"))])
+
+def autograd_graph(u: UOp) -> UOp:
+  """`u` with every realized view that remembers its graph replaced by that graph."""
+  if not any("_origin" in n.__dict__ for n in u.toposort()): return u
+  return graph_rewrite(u, _origin_pm)
 
 def _own_buffer(t: Tensor) -> None:
   t.uop = type(t).empty(t.shape, dtype=t.dtype, device=t.device).assign(t).uop
@@ -127,7 +140,8 @@ def _group(u: UOp, by_current: dict[UOp, list[UOp]]) -> list[UOp]:
   # a reshape of another member passes its gradient on to that member: counting both would count it twice
   return [n for n in members if not (n.op is Ops.RESHAPE and _strip_reshapes(n) in members)]
 
-def _gradients(out: Tensor, groups: list[list[UOp]], shapes: list[tuple], gradient: Tensor | None) -> list[UOp | None]:
+def _gradients(out: Tensor, root: UOp, groups: list[list[UOp]], shapes: list[tuple],
+               gradient: Tensor | None) -> list[UOp | None]:
   """The gradient of `out` for each group of nodes, summed over the group and reshaped to `shapes`; None where no
   gradient flows."""
   from attograd.tensor import Tensor
@@ -138,7 +152,7 @@ def _gradients(out: Tensor, groups: list[list[UOp]], shapes: list[tuple], gradie
     raise ValueError(f"backward: `gradient` has shape {gradient.shape} but the output has shape {out.shape}")
   if not dtypes.is_float(out.dtype): raise RuntimeError(f"backward: only float tensors have gradients, not {out.dtype}")
   seed = gradient.uop if gradient.dtype == out.dtype else gradient.cast(out.dtype).uop
-  grads = compute_gradient(out.uop, seed, {u for group in groups for u in group})
+  grads = compute_gradient(root, seed, {u for group in groups for u in group})
   ret: list[UOp | None] = []
   for group, shape in zip(groups, shapes):
     found = [reshape(grads[u], shape) for u in group if u in grads]
