@@ -132,7 +132,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     Tensor._realize_all([self, *lst])
     return self
   @staticmethod
-  def _realize_all(ts: Sequence[Tensor]) -> None:
+  def _realize_all(ts: Sequence[Tensor], keep_graph: bool = True) -> None:
+    """Realize `ts` together. keep_graph: a realized value remembers the graph that computed it, for a later
+    backward() through it (the optimizer's own writes and gradients never need that, and holding those graphs keeps
+    a step's intermediates out of the memory planner's reuse)."""
     todo = [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
     st = time.perf_counter() if DEBUG >= 1 else 0.0
@@ -140,7 +143,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     outs = list(dict.fromkeys(t.uop for t in todo))
     items, becomes = create_schedule(outs)
     run_schedule(items)  # (create_schedule remembered where each result now lives)
-    keep_graph = bool(_grad_tensors)  # autograd may still need the graph behind a realized value
+    keep_graph = keep_graph and bool(_grad_tensors)  # autograd may still need the graph behind a realized value
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
       if keep_graph and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \

@@ -72,7 +72,7 @@ def _own_buffers(ts: Sequence[Tensor]) -> None:
   uses: dict[UOp, int] = {}
   for t in ts: uses[t.uop] = uses.get(t.uop, 0) + 1
   lazy = [t for t in ts if not _whole_buffer(t) and t.uop.base.op is not Ops.CONST and uses[t.uop] == 1]
-  if lazy: Tensor.realize(*lazy)
+  if lazy: Tensor._realize_all(lazy, keep_graph=False)
   plan, seen = _StepPlan(), set()
   for t in ts:
     if _whole_buffer(t) and id(buf := buffers[t.uop.base]) not in seen:
@@ -81,7 +81,7 @@ def _own_buffers(ts: Sequence[Tensor]) -> None:
     home = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device)
     plan.assign(home, t)
     t.uop = home.uop
-  if plan.writes: Tensor.realize(*plan.tensors())
+  if plan.writes: Tensor._realize_all(plan.tensors(), keep_graph=False)
 
 # ***** the optimizers *****
 
@@ -132,7 +132,7 @@ class Optimizer:
     Parameters whose .grad is None are skipped, as in PyTorch. Read (or realize) the loss before step(): a lazy loss
     computed afterwards would see the new weights. `loss.realize(*opt.schedule_step())` does both in one go.
     """
-    Tensor.realize(*self.schedule_step())
+    Tensor._realize_all(self.schedule_step(), keep_graph=False)
   def schedule_step(self) -> list[Tensor]:
     """The lazy tensors that perform one step when realized together (the parameters refer to their updated
     buffers at once). Realize them first thing, before other work that reads the parameters."""

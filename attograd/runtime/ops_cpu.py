@@ -80,7 +80,7 @@ class CPUProgram:
     tmpdir = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     with tempfile.NamedTemporaryFile(suffix=".so", delete=False, dir=tmpdir) as f:
       f.write(lib)
-    try: self.lib = ctypes.CDLL(f.name)
+    try: self.lib = ctypes.CDLL(f.name, mode=int(os.environ.get("_ATTO_DLMODE", "0")) or ctypes.DEFAULT_MODE)
     finally: os.unlink(f.name)
     self.fxn = getattr(self.lib, name)
     self.fxn.restype = None
