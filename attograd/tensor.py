@@ -147,7 +147,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
       if keep_graph and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
-         and not t.requires_grad: nu.__dict__["_origin"] = t.uop
+         and not t.requires_grad and not getattr(t, "_is_grad", False): nu.__dict__["_origin"] = t.uop
       t.uop = nu
     if DEBUG >= 1:
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")

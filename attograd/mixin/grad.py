@@ -100,6 +100,7 @@ class GradMixin:
       if g is None: continue  # only reached through detach(): like PyTorch, .grad is left alone
       gt = _grad_tensor(t, g)
       t.grad = gt if t.grad is None else t.grad + gt
+      t.grad._is_grad = True  # type: ignore[attr-defined]  # a realized .grad doesn't keep the graph behind it
     return self
 
 # A realized tensor holds a view of its buffer; the graph that computed it is remembered on that view (while tensors
