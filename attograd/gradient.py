@@ -3,7 +3,7 @@
 differentiated again."""
 from __future__ import annotations
 import math
-from typing import cast
+from typing import Any, cast
 from attograd.dtype import dtypes
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat
 
@@ -108,8 +108,7 @@ def _conv_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp, None]:
   x gets the transposed convolution of the output's gradient with the weight (a forward conv with the flipped
   kernel), the weight gets the output's gradient times the windows of the padded x."""
   from attograd.tensor import Tensor
-  name, groups, stride, dilation, pads = ret.arg
-  if name != "conv2d": raise RuntimeError(f"gradient: unknown CONTIGUOUS_BACKWARD marker {ret.arg}")
+  _, groups, stride, dilation, pads = ret.arg
   x, w, xpad = ret.src[1:]
   nk = len(stride)
   # the rows past the last window get no gradient: output_padding covers them (pads are PyTorch order, last dim first)
@@ -122,6 +121,9 @@ def _conv_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp, None]:
   dx = g.conv_transpose2d(Tensor(w), None, groups, stride, dilation, list(pads), extra)
   dw = Tensor(xpad)._conv_weight_grad(g, w.shape, groups, stride, dilation)
   return None, dx.uop, dw.uop, None
+
+# CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself)
+custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule}
 
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 
@@ -155,7 +157,7 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (UOp(Ops.FLIP, ctx.dtype, (ctx,), ret.arg),)),
   # graph markers
   (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
-  (UPat(Ops.CONTIGUOUS_BACKWARD, name="ret"), lambda ctx, ret: _conv_rule(ctx, ret) if ret.arg else None),
+  (UPat(Ops.CUSTOM_GRAD, name="ret"), lambda ctx, ret: custom_grad_rules[ret.arg[0]](ctx, ret)),
   (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,)),)),
   (UPat(Ops.DETACH), lambda: (None,)),
   (UPat(Ops.COPY, name="ret"), _copy_rule),

@@ -7,7 +7,8 @@ from attograd.device import Buffer, Device
 from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import DEBUG, GlobalCounters, argfix, fully_flatten, make_tuple, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
-from attograd.engine.schedule import buffers, create_schedule, new_buffer_uop
+from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop
+from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
@@ -114,7 +115,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
   def __repr__(self) -> str:
-    dims = [str(d) if d.__class__ is int else f"{d.render()}={_sv(d)}" for d in self.shape]
+    dims = [str(d) if d.__class__ is int else f"{d.render()}={sym_val(d)}" for d in self.shape]
     return f"<Tensor shape=({', '.join(dims)}{',' if len(dims) == 1 else ''}) dtype={self.dtype} device={self.device!r}>"
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
@@ -164,7 +165,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return self._new(_concrete_uop(t.uop))
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
-    if _symbolic(self.shape): return self._concrete().data()
+    if is_symbolic(self.shape): return self._concrete().data()
     if 0 in self.shape: return memoryview(b"").cast("B")
     buf, _ = self._buffer()
     mv = memoryview(bytearray(buf.nbytes))
@@ -174,7 +175,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     if fmt == "e" or self.dtype is dtypes.bfloat16: return mv
     return mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)
   def _raw(self) -> bytes:
-    if _symbolic(self.shape): return self._concrete()._raw()
+    if is_symbolic(self.shape): return self._concrete()._raw()
     if self.numel() == 0: return b""
     buf, _ = self._buffer()
     return buf.as_bytes() if buf.size == self.numel() else buf.as_bytes()[:self.numel() * self.dtype.itemsize]
@@ -183,11 +184,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     import numpy as np
     from attograd.dtype import to_np_dtype
     if self.dtype is dtypes.bfloat16: return self.float().numpy()
-    if _symbolic(self.shape): return self._concrete().numpy()
+    if is_symbolic(self.shape): return self._concrete().numpy()
     return np.frombuffer(self._raw(), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
   def tolist(self) -> Any:
     """The values as (nested) Python lists; a 0-d tensor gives a scalar."""
-    if _symbolic(self.shape): return self._concrete().tolist()
+    if is_symbolic(self.shape): return self._concrete().tolist()
     vals = _unpack(self._raw(), self.dtype, self.numel())
     if self.dtype is dtypes.bool: vals = [bool(v) for v in vals]
     if not self.shape: return vals[0]
@@ -644,11 +645,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     numel = self.numel()
     if -1 in new:
       rest = prod(s for s in new if s != -1)
-      if _sv(rest) == 0 or _sv(numel) % _sv(rest): raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
+      if sym_val(rest) == 0 or sym_val(numel) % sym_val(rest): raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
       new = tuple(ssimp(numel // rest) if s == -1 else s for s in new)
-    if any(_sv(s) < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
-    if _sv(prod(new)) != _sv(numel):
-      raise ValueError(f"reshape: can't reshape {self.shape} ({_sv(numel)} elements) to {new} ({_sv(prod(new))} elements)")
+    if any(sym_val(s) < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
+    if sym_val(prod(new)) != sym_val(numel):
+      raise ValueError(f"reshape: can't reshape {self.shape} ({sym_val(numel)} elements) to {new} ({sym_val(prod(new))} elements)")
     return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
   def permute(self, order: Any, *args: Any) -> Tensor:
@@ -674,7 +675,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
     full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink"), _size_arg(a[1], "shrink")) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(full, self.shape):
-      if not 0 <= _sv(b) <= _sv(e) <= _sv(s): raise ValueError(f"shrink: {arg} is out of bounds for shape {self.shape}")
+      if not 0 <= sym_val(b) <= sym_val(e) <= sym_val(s): raise ValueError(f"shrink: {arg} is out of bounds for shape {self.shape}")
     if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
@@ -867,15 +868,10 @@ def _size_arg(x: Any, op: str) -> sint:
   except ValueError as e: raise ValueError(f"{op}: {e}") from None
   return ssimp(x)
 
-def _symbolic(shape: tuple[sint, ...]) -> bool: return any(s.__class__ is not int for s in shape)
-
 def _concrete_uop(u: UOp) -> UOp:
   """A view chain with each symbolic size in its movement args replaced by its bound value."""
   if u.op not in GroupOp.Movement: return u
-  arg = tuple(tuple(_sv(b) for b in a) if isinstance(a, tuple) else (_sv(a) if isinstance(a, UOp) else a) for a in u.arg)
-  return UOp(u.op, u.dtype, (_concrete_uop(u.src[0]),), arg)
-
-def _sv(x: sint) -> int: return sym_val(x) if isinstance(x, UOp) else x
+  return UOp(u.op, u.dtype, (_concrete_uop(u.src[0]),), _map_arg(u.arg, sym_val))
 
 def _empty_nested(shape: tuple[int, ...]) -> Any:
   if not shape: return []
@@ -884,7 +880,7 @@ def _empty_nested(shape: tuple[int, ...]) -> Any:
 
 def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  if op == "full" and _symbolic(shape):  # a constant over a symbolic shape is only a view: nothing to allocate
+  if op == "full" and is_symbolic(shape):  # a constant over a symbolic shape is only a view: nothing to allocate
     return tuple(_size_arg(s, op) if isinstance(s, UOp) else s for s in shape)
   for s in shape:
     if isinstance(s, UOp): _symbolic_error(op, s)

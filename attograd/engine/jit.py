@@ -11,7 +11,7 @@ from attograd.engine.memory import plan_jit
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.engine.schedule import buffers, new_buffer_uop
 from attograd.helpers import DEBUG, JIT, GlobalCounters
-from attograd.tensor import Tensor
+from attograd.tensor import Tensor, _contiguous_view_of_buffer, _prefix_of_buffer
 from attograd.uop.ops import GroupOp, Ops, UOp, unbind_sint
 from attograd.engine.schedule import _SIZED, _bind_size, _map_arg, _sym_arg, _unbind_size
 
@@ -24,10 +24,8 @@ Prepared = tuple[tuple[Any, ...], dict[str, Any], list[str], list[Tensor], dict[
 _capturing: TinyJit | None = None
 
 def _is_whole_buffer(u: UOp) -> bool:
-  """A buffer seen through reshapes, or (a symbolic shape) through the prefix of it that holds the values."""
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  if u.op is Ops.SHRINK and len(u.arg) == 1 and u.arg[0][0] == 0 and isinstance(u.arg[0][1], UOp): u = u.src[0]
-  return u.op is Ops.BUFFER
+  """A buffer seen through reshapes, or through the prefix of it that holds the values (a symbolic shape's)."""
+  return _contiguous_view_of_buffer(u) or _prefix_of_buffer(u)
 
 def _shape_vars(shape: tuple[Any, ...]) -> list[UOp]:
   """The bound Variables in a symbolic shape."""

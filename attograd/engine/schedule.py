@@ -71,7 +71,7 @@ def resolve(roots: list[UOp]) -> dict[UOp, UOp]:
       continue
     if visited:
       src = tuple(done[s] for s in n.src)
-      if n.op in (Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): done[n] = src[0]  # markers for autograd only
+      if n.op in GroupOp.Marker: done[n] = src[0]  # markers for autograd only
       elif all(a is b for a, b in zip(src, n.src)): done[n] = n
       else:
         done[n] = nn = UOp(n.op, n.dtype, src, n.arg)
@@ -228,7 +228,7 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
         if child_key not in memo: stack.append((n.src[0], (), False))
       else: memo[key] = UOp(Ops.REDUCE_AXIS, n.dtype, (memo[child_key],), n.arg)
       continue
-    if n.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD):
+    if n.op is Ops.CONTIGUOUS or n.op in GroupOp.Marker:
       if not visited:
         stack.append((n, chain, True))
         if (n.src[0], chain) not in memo: stack.append((n.src[0], chain, False))
@@ -272,14 +272,19 @@ def _sym_arg(arg: Any) -> bool:
 def _map_arg(arg: Any, f: Any) -> Any:
   return tuple(tuple(f(b) for b in a) if isinstance(a, tuple) else f(a) for a in arg)
 
+def _note_value(bind: UOp, var_vals: dict[UOp, int]) -> None:
+  """Collect a bound Variable's value; one graph can't bind the same Variable to two values."""
+  var, val = bind.src[0], bind.src[1].arg
+  if var_vals.setdefault(var, val) != val:
+    raise ValueError(f"Variable {var.arg[0]!r} is bound to both {var_vals[var]} and {val} in one graph")
+
 def _unbind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
   if not isinstance(x, UOp): return x
   subs = {}
   for b in x.toposort():
     if b.op is Ops.BIND:
       subs[b] = b.src[0]
-      if var_vals.setdefault(b.src[0], b.src[1].arg) != b.src[1].arg:
-        raise ValueError(f"Variable {b.src[0].arg[0]!r} is bound to both {var_vals[b.src[0]]} and {b.src[1].arg} in one graph")
+      _note_value(b, var_vals)
   return ssimp(x.substitute(subs))
 
 def _bind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
@@ -325,11 +330,10 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
     if n.op is Ops.BUFFER:
       nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]))
       inputs.append((nn, n))
-    elif n.op is Ops.DETACH or n.op is Ops.CONTIGUOUS_BACKWARD: nn = norm[n.src[0]]  # markers for autograd only
+    elif n.op in GroupOp.Marker: nn = norm[n.src[0]]  # markers for autograd only
     elif n.op is Ops.BIND:
       nn = n.src[0]
-      if var_vals.setdefault(nn, n.src[1].arg) != n.src[1].arg:
-        raise ValueError(f"Variable {nn.arg[0]!r} is bound to both {var_vals[nn]} and {n.src[1].arg} in one graph")
+      _note_value(n, var_vals)
     elif n.op in _SIZED and _sym_arg(n.arg):
       src, arg = norm[n.src[0]], _map_arg(n.arg, lambda x: _unbind_size(x, var_vals))
       if n.op is Ops.RESHAPE and src.op is Ops.BUFFER and -_NEW < src.arg[0] < 0:

@@ -361,7 +361,7 @@ class NNMixin:
       # the weight's reads the padded input of the forward again
       out = x.detach()._conv_windows(weight.detach(), groups, stride, dilation)
       spec = ("conv2d", groups, make_tuple(stride, len(k_)), make_tuple(dilation, len(k_)), tuple(pads))
-      out = type(self)(UOp(Ops.CONTIGUOUS_BACKWARD, out.dtype, (out.uop, self.uop, weight.uop, x.uop), spec))
+      out = type(self)(UOp(Ops.CUSTOM_GRAD, out.dtype, (out.uop, self.uop, weight.uop, x.uop), spec))
     else: out = x._conv_windows(weight, groups, stride, dilation)
     return out if bias is None else out + bias.reshape(1, -1, *[1] * len(k_))
 

@@ -10,6 +10,8 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   # graph structure and memory
   SINK = auto(); NOOP = auto(); DEVICE = auto(); BUFFER = auto(); CONST = auto(); VIEW = auto()  # noqa: E702
   CONTIGUOUS = auto(); CONTIGUOUS_BACKWARD = auto(); DETACH = auto(); COPY = auto(); ASSIGN = auto()  # noqa: E702
+  # a value (src[0]) with a gradient rule of its own: arg[0] names it in gradient.py, src[1:] are what it reads
+  CUSTOM_GRAD = auto()
   DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
   # movement (tensor level only; lowered into views)
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
@@ -43,6 +45,8 @@ class GroupOp:
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
   Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
   Comparison = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
+  # autograd markers: the value is src[0]; the scheduler sees straight through them
+  Marker = {Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CUSTOM_GRAD}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
 
@@ -216,8 +220,6 @@ class UOp(metaclass=UOpMetaClass):
   def ssimplify(self) -> UOp | ConstType:
     ret = self.simplify()
     return ret.arg if ret.op is Ops.CONST else ret
-
-def is_sym(x: Any) -> bool: return isinstance(x, UOp)
 
 def sym_val(x: sint, vals: dict[str, int] | None = None) -> int:
   """The value of a size: an int as is, an expression over bound Variables (or Variables named in `vals`) computed."""
