@@ -52,6 +52,12 @@ def _unpack(raw: bytes | memoryview, dtype: DType, n: int) -> list[Any]:
   if dtype is dtypes.bfloat16: return [bf16_bits_to_float(b) for b in struct.unpack(f"<{n}H", raw)]
   return list(struct.unpack(f"<{n}{dtype.fmt}", raw))
 
+def _like(u: UOp, x: UOp) -> UOp:
+  """u, an elementwise node over operands broadcast to x's shape, with its shape and device set from x's (what
+  UOp.shape and .device would compute, without their calls: this is on the path of every tensor op)."""
+  if "shape" not in (d := u.__dict__) and (dev := x.device) is not None: d["shape"], d["device"] = x.shape, dev
+  return u
+
 class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   """A multi-dimensional array whose operations build a lazy graph.
 
@@ -401,7 +407,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
       if s != n and s != 1: raise ValueError(f"can't broadcast shape {self.shape} to {shape}")
     return self.reshape(padded).expand(shape)
   def _alu(self, op: Ops, *srcs: Tensor, dtype: DType | None = None) -> Tensor:
-    return self._new(UOp(op, dtype or self.dtype, (self.uop,) + tuple(s.uop for s in srcs)))
+    x = self.uop
+    u = UOp(op, dtype or x.dtype, (x,) + tuple(s.uop for s in srcs))
+    _like(u, x)
+    t = Tensor.__new__(Tensor)
+    t.uop, t._requires_grad, t.grad, t._device = u, None, None, self._device
+    return t
   def add(self, x: Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     if a.dtype is dtypes.bool: return a | b
@@ -589,7 +600,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     """max(x, 0), with gradient 0 at 0 like PyTorch (so not MAX, whose ties split the gradient)."""
     u = self.uop
     zero = _broadcast_const(0, u.dtype, self.device, u.shape)
-    return self._new(UOp(Ops.WHERE, u.dtype, (UOp(Ops.CMPLT, dtypes.bool, (zero, u)), u, zero)))
+    return self._new(_like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (zero, u)), u), u, zero)), u))
   def sigmoid(self) -> Tensor:
     # e = exp(-|x|) never overflows, so neither the value nor its gradient meets inf * 0
     x = self._f()

@@ -221,7 +221,7 @@ def plan_jit(rec: Recording, inputs: list[Buffer], outputs: list[Buffer]) -> Rec
   returned) moved into shared slots. A buffer qualifies only if its first use writes it whole."""
   if NO_MEMORY_PLANNER: return rec
   gc.collect()  # once per capture: let cycles holding tensors go, so the buffers they held show as free
-  live = list(UOpMetaClass.ucache.values())
+  live = UOpMetaClass.live()
   held = {id(u.__dict__["buffer"]) for u in live if u.op is Ops.BUFFER and "buffer" in u.__dict__}
   del live
   keep = {id(b) for b in inputs + outputs}

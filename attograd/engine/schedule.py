@@ -313,10 +313,10 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
     n, state, alias = stack.pop()
     if n in norm: continue
     if state == 0:
-      if n.__dict__.get("_pure"):  # constants through movement and ALU ops: the same node in every graph
+      if "_pure" in n.__dict__:  # constants through movement and ALU ops: the same node in every graph
         norm[n] = orig[n] = n
         continue
-      if (r := lookup_realized(n)) is not None and r is not n:  # its value is in a buffer: use that view instead
+      if "_realized" in n.__dict__ and (r := lookup_realized(n)) is not None and r is not n:  # its value is in a buffer: use that view instead
         stack.append((n, 2, r))
         stack.append((r, 0, None))
         continue
@@ -347,7 +347,7 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
       n_unique[0] += 1
       nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique[0])
     else:
-      src = tuple([norm[x] for x in n.src])
+      src = tuple(map(norm.__getitem__, n.src))
       if src == n.src:
         nn = n
         if n.op in _PURE and all(x.__dict__.get("_pure") for x in src): n.__dict__["_pure"] = True

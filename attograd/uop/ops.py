@@ -1,6 +1,7 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
 import math, operator, weakref
+from _weakref import _remove_dead_weakref
 from enum import IntEnum, auto
 from typing import Any, Callable, Iterator, Sequence
 from attograd.dtype import ConstType, DType, dtypes, truncate_to
@@ -67,23 +68,38 @@ def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any) -> tuple:
   if arg.__class__ is float: arg = ("f", arg if arg == arg else "nan", math.copysign(1.0, arg))
   return (op, dtype, src, arg)
 
+class _KeyedRef(weakref.ref):
+  """A weak reference that knows its cache key (set after construction: a Python-level __init__, as in
+  weakref.KeyedRef, costs more than the rest of making a node)."""
+  __slots__ = ("key",)
+
+def _node_gone(r: _KeyedRef, _remove: Any = _remove_dead_weakref) -> None:
+  _remove(UOpMetaClass.ucache, r.key)  # removes the entry only if it still is this dead reference
+
 class UOpMetaClass(type):
-  ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+  # the hash-consing table: key -> weak reference to the one live node with that key. A plain dict of weak references
+  # rather than a WeakValueDictionary: making and dropping nodes is the hot path of building graphs, and the
+  # WeakValueDictionary's Python-level bookkeeping took more than half of it
+  ucache: dict[tuple, _KeyedRef] = {}
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-    key = _cache_key(op, dtype, src, arg)
-    if (ret := UOpMetaClass.ucache.get(key)) is not None: return ret
-    ret = super().__call__(op, dtype, src, arg)
-    UOpMetaClass.ucache[key] = ret
+    key = (op, dtype, src, arg) if arg.__class__ is not float else _cache_key(op, dtype, src, arg)
+    if (r := UOpMetaClass.ucache.get(key)) is not None and (ret := r()) is not None: return ret
+    ret = _new_object(cls)  # no __init__ call: the four fields are set through their slots directly
+    _set_op(ret, op)
+    _set_dtype(ret, dtype)
+    _set_src(ret, src)
+    _set_arg(ret, arg)
+    r = UOpMetaClass.ucache[key] = _KeyedRef(ret, _node_gone)
+    r.key = key
     return ret
+  @staticmethod
+  def live() -> list[UOp]:
+    """Every node alive now."""
+    return [u for r in list(UOpMetaClass.ucache.values()) if (u := r()) is not None]
 
 class UOp(metaclass=UOpMetaClass):
   """An immutable node (op, dtype, src, arg). Building the same node twice returns the same object."""
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
-  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
-    object.__setattr__(self, "op", op)
-    object.__setattr__(self, "dtype", dtype)
-    object.__setattr__(self, "src", src)
-    object.__setattr__(self, "arg", arg)
   def __setattr__(self, k: str, v: Any) -> None:
     if k in ("op", "dtype", "src", "arg"): raise AttributeError("UOp is immutable")
     object.__setattr__(self, k, v)
@@ -252,6 +268,10 @@ def sym_max(x: sint) -> int:
   """The largest value a size can take (an int as is)."""
   if not isinstance(x, UOp): return x
   return int(unbind_sint(x).simplify().vmax)
+
+_new_object = object.__new__
+_set_op, _set_dtype, _set_src, _set_arg = (UOp.op.__set__, UOp.dtype.__set__,  # type: ignore[attr-defined]
+                                            UOp.src.__set__, UOp.arg.__set__)  # type: ignore[attr-defined]
 
 def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
   """A symbolic integer with known bounds, e.g. `Variable("bs", 1, 64)`; `.bind(10)` gives it a value."""
