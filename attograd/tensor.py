@@ -983,12 +983,16 @@ def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
     # fold the reduced axes into one, then split it into (split, red/split)
     perm = tuple(i for i in range(len(shape)) if i not in axes) + axes
     x = UOp(Ops.PERMUTE, u.dtype, (u,), perm) if perm != tuple(range(len(shape))) else u
-    keep = tuple(shape[i] for i in range(len(shape)) if i not in axes)
-    split = next((s for s in (256, 128, 64, 32, 16) if red % s == 0 and red // s >= 1024), 0)
+    keep, rdims = tuple(shape[i] for i in range(len(shape)) if i not in axes), tuple(shape[a] for a in axes)
+    n = len(keep)
+    # split the first reduced dim when it can be (the other reduced dims stay as they are: folding (512, 20, 20)
+    # into (128, 1600) would make the inner loop's index a chain of divisions that keeps it from vectorizing)
+    if (split := next((s for s in range(256, 15, -1) if rdims[0] % s == 0 and red // s >= 1024), 0)):
+      x = _reshape_uop(x, keep + (split, rdims[0] // split) + rdims[1:])
+      x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, tuple(range(n + 1, n + 1 + len(rdims)))))
+    elif (split := next((s for s in (256, 128, 64, 32, 16) if red % s == 0 and red // s >= 1024), 0)):
+      x = UOp(Ops.REDUCE_AXIS, u.dtype, (_reshape_uop(x, keep + (split, red // split)),), (op, (n + 1,)))
     if split:
-      x = _reshape_uop(x, keep + (split, red // split))
-      n = len(keep)
-      x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, (n + 1,)))
       x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, (n,)))
       return _reshape_uop(x, tuple(1 if i in axes else s for i, s in enumerate(shape)))
   return UOp(Ops.REDUCE_AXIS, u.dtype, (u,), (op, axes))

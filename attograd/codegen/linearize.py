@@ -93,11 +93,15 @@ def linearize(sink: UOp) -> list[UOp]:
 
   # output loops: every range a store depends on, outermost axis first
   out_ranges = sorted({r for st in sink.src for r in deps[st]}, key=lambda r: r.arg[0])
+  # work is emitted in the outermost loop that can compute it: C compilers hoist loop-invariant loads themselves,
+  # but gcc may instead sink one into a branch and then fail to vectorize the loop (a masked load of one address)
   for st in sink.src: emit_tree(st, hoist=True)
   for rng in out_ranges:
     out.append(rng)
     visible.append({rng})
     open_rngs.append(rng)
+    if rng is not out_ranges[-1]:
+      for st in sink.src: emit_tree(st, hoist=True)
   for st in sink.src: emit_tree(st)
   for rng in reversed(out_ranges):
     out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))

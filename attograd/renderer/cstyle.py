@@ -232,11 +232,25 @@ class ClangRenderer(CStyleLanguage):
               "static inline float __bf16_to_f32(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f;"
               " __builtin_memcpy(&f, &u, 4); return f; }\n"
               "static inline unsigned short __f32_to_bf16(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4);"
-              " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (unsigned short)(u >> 16); }\n")
+              " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (unsigned short)(u >> 16); }\n"
+              # one-lane vectors: their comparisons are lane masks, so the max is bit operations with no branch
+              "typedef float __v1f __attribute__((vector_size(4))); typedef int __v1i __attribute__((vector_size(4)));\n"
+              "typedef double __v1d __attribute__((vector_size(8))); typedef long long __v1l __attribute__((vector_size(8)));\n"
+              "static inline float __maxf(float a, float b) { __v1f x = {a}, y = {b}; __v1i c = (x > y) | (x != x);"
+              " return ((__v1f)((c & (__v1i)x) | (~c & (__v1i)y)))[0]; }\n"
+              "static inline double __maxd(double a, double b) { __v1d x = {a}, y = {b}; __v1l c = (x > y) | (x != x);"
+              " return ((__v1d)((c & (__v1l)x) | (~c & (__v1l)y)))[0]; }\n")
   def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True):
     super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True,
                      decompose_transcendentals=True)
   def loop_pragma(self, kind: str) -> str: return "#pragma omp parallel for" if kind == "parallel" and self.has_threads else ""
+  def code_for_max(self, a: str, b: str, d: DType) -> str:
+    # a NaN-propagating max as bit operations: written as a condition (a > b || a != a), gcc makes it two branches,
+    # and on data like a max-pool window's they mispredict half the time (the pool kernel ran 3.5x slower). Written
+    # as plain selects (m = a > b ? a : b; a != a ? a : m), gcc 12 -O3 miscompiles it next to masked loads.
+    if d is dtypes.float32: return f"__maxf({a},{b})"
+    if d is dtypes.float64: return f"__maxd({a},{b})"
+    return super().code_for_max(a, b, d)
 
 # ***** GPU dialects *****
 
