@@ -7,7 +7,7 @@ from attograd.device import Buffer, Device
 from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import DEBUG, GlobalCounters, argfix, fully_flatten, make_tuple, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
-from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop
+from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
 from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.mixin.movement import MovementMixin
@@ -154,7 +154,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
       if keep_graph and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
-         and not t.requires_grad and not getattr(t, "_is_grad", False): nu.__dict__["_origin"] = t.uop
+         and not t.requires_grad and not getattr(t, "_is_grad", False):
+        nu.__dict__["_origin"] = t.uop
+        remember_weakly(t.uop)
       t.uop = nu
     if DEBUG >= 1:
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")

@@ -1,7 +1,7 @@
 """The scheduler: cuts a tensor graph into kernels (fusion decisions) and writes each kernel as an AST
 whose movement ops have been pushed into the views of its loads."""
 from __future__ import annotations
-import functools
+import functools, weakref
 from dataclasses import dataclass
 from typing import Any
 from attograd.dtype import DType, dtypes
@@ -32,8 +32,20 @@ def remember(node: UOp, view: UOp, deps: tuple[tuple[Buffer, int], ...] = ()) ->
   b = buffers.get(view.base)
   node.__dict__["_realized"] = (view, b.version if b is not None else 0, deps)
 
+def remember_weakly(node: UOp) -> None:
+  """node's memo keeps its view only while something else does: for a view that remembers node as its graph (its
+  _origin), a strong memo would close a reference cycle (node -> view -> node) that keeps a training step's
+  buffers alive until the garbage collector runs, so the next step got fresh, page-faulting memory."""
+  if (m := node.__dict__.get("_realized")) is not None and m[0].__class__ is not weakref.ref:
+    node.__dict__["_realized"] = (weakref.ref(m[0]),) + m[1:]
+
 def lookup_realized(node: UOp) -> UOp | None:
   if (m := node.__dict__.get("_realized")) is None: return None
+  if m[0].__class__ is weakref.ref:
+    if (v := m[0]()) is None:  # the view is gone, and with it the value
+      del node.__dict__["_realized"]
+      return None
+    m = (v,) + m[1:]
   b = buffers.get(m[0].base)
   if (b is not None and m[1] != b.version) or any(d.version != v for d, v in m[2]):  # written in place since: stale
     del node.__dict__["_realized"]
