@@ -410,11 +410,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return self.reshape(padded).expand(shape)
   def _alu(self, op: Ops, *srcs: Tensor, dtype: DType | None = None) -> Tensor:
     x = self.uop
-    u = UOp(op, dtype or x.dtype, (x,) + tuple(s.uop for s in srcs))
-    _like(u, x)
-    t = Tensor.__new__(Tensor)
-    t.uop, t._requires_grad, t.grad, t._device = u, None, None, self._device
-    return t
+    return self._new(_like(UOp(op, dtype or x.dtype, (x,) + tuple(s.uop for s in srcs)), x))
   def add(self, x: Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     if a.dtype is dtypes.bool: return a | b

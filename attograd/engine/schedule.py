@@ -328,7 +328,8 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
       if "_pure" in n.__dict__:  # constants through movement and ALU ops: the same node in every graph
         norm[n] = orig[n] = n
         continue
-      if "_realized" in n.__dict__ and (r := lookup_realized(n)) is not None and r is not n:  # its value is in a buffer: use that view instead
+      # its value is in a buffer: use that view instead
+      if "_realized" in n.__dict__ and (r := lookup_realized(n)) is not None and r is not n:
         stack.append((n, 2, r))
         stack.append((r, 0, None))
         continue
