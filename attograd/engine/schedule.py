@@ -179,18 +179,28 @@ def _is_cat(u: UOp) -> bool:
              for i, r1 in enumerate(regions) for r2 in regions[i + 1:])
 
 def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> bool:
-  """More than `limit` ALU ops below n inside this kernel: worth a buffer rather than recomputing per use."""
-  count, stack, seen = 0, [n], set()
+  """Worth a buffer rather than recomputing per use: more than `limit` ALU ops below n inside this kernel, or more
+  than one when n is no bigger than its inputs (relu(x + b) feeding a conv: a scalar add, compare and select per
+  load otherwise, about a third of the weight gradient's time). A value computed on a grown view (a conv's
+  unfolded windows) stays fused at that size: its buffer would hold every window."""
+  count, stack, seen, biggest = 0, [n], set(), 0
   while stack:
     u = stack.pop()
-    if u in seen or (u is not n and (u in roots or _is_leaf(u))): continue
+    if u in seen: continue
     seen.add(u)
+    if u is not n and (u in roots or _is_leaf(u)):
+      biggest = max(biggest, _numel(u.shape))
+      continue
     if u.op in GroupOp.ALU and not _is_cat(u):
       count += 1
       if count > limit: return True
-    if u.op is Ops.REDUCE_AXIS: continue  # a reduce under an expand gets its own kernel anyway: a leaf here
+    if u.op is Ops.REDUCE_AXIS:  # a reduce under an expand gets its own kernel anyway: a leaf here
+      biggest = max(biggest, _numel(u.shape))
+      continue
     stack.extend(u.src)
-  return False
+  return count > 1 and _numel(n.shape) <= biggest
+
+def _numel(shape: tuple[sint, ...]) -> int: return prod(sym_max(s) for s in shape)
 
 # ***** 3. write each kernel as an AST with views at the leaves *****
 

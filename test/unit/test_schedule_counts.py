@@ -88,6 +88,34 @@ def test_matmul_is_one_kernel(device: str) -> None:
   assert count_kernels(out.realize) == 1
   compare(out, an @ bn, atol=1e-5)
 
+def test_activation_read_by_a_matmul_gets_a_buffer(device: str) -> None:
+  # relu(a + bias) would be recomputed for every column of the product: it gets a buffer (2 kernels); one op on
+  # the operand (a cast, a scale) stays fused
+  (a, an), (b, bn) = realized(N, 5), realized(5, M, seed=1)
+  bias, biasn = realized(5, seed=2)
+  out = (a + bias).relu() @ b
+  assert count_kernels(out.realize) == 2
+  compare(out, np.maximum(an + biasn, 0) @ bn, atol=1e-5)
+  (a, an), (b, bn) = realized(N, 5), realized(5, M, seed=1)
+  out = (a * 2) @ b
+  assert count_kernels(out.realize) == 1
+  compare(out, (an * 2) @ bn, atol=1e-5)
+
+def test_conv_input_windows_stay_fused(device: str) -> None:
+  # the activation feeding a conv is materialized at its own size, never as the unfolded windows
+  x, xn = realized(2, 3, 6, 6)
+  w, wn = realized(4, 3, 3, 3, seed=1)
+  GlobalCounters.reset()
+  out = (x + 1).relu().conv2d(w)
+  out.realize()
+  assert GlobalCounters.kernel_count <= 2
+  assert GlobalCounters.global_mem <= 4 * (2 * 3 * 6 * 6 * 3 + 4 * 27 + 2 * 4 * 4 * 4 * 2)
+  xr = np.maximum(xn + 1, 0)
+  want = np.zeros((2, 4, 4, 4), np.float32)
+  for i in range(4):
+    for j in range(4): want[:, :, i, j] = np.einsum("nchw,ochw->no", xr[:, :, i:i + 3, j:j + 3], wn)
+  compare(out, want, atol=1e-4)
+
 def test_movement_then_compute_is_one_kernel(device: str) -> None:
   x, xn = realized(N, M)
   out = x.permute(1, 0).flip(0).pad(((1, 1), (0, 0))) * 2
