@@ -306,10 +306,16 @@ class Kernel:
     """Heuristic: a float32 matmul tile of 8 rows x 16 lanes grows to 8 x 32 (16 accumulators of AVX-512's 32
     registers, half the loads of A per FMA): 1024x1024 28 -> 60 GFLOPS here."""
     lanes = [p for p in plan if p[0] == "LANES" and p[2] == 16]
-    tall = [p for p in plan if p[0] == "UPCAST" and p[2] == 8 and p[1] < self.first_reduce]
-    if len(lanes) != 1 or len(tall) != 1 or len(plan) != 2 or self.full_shape[lanes[0][1]] % 32: return []
+    if len(lanes) != 1 or self.full_shape[lanes[0][1]] % 32: return []
     if any(u.dtype.itemsize > 4 for u in self.sts if u.op is Ops.LOAD): return []
-    return [("UPCAST", lanes[0][1], 2)]
+    tall = [p for p in plan if p[0] == "UPCAST" and p[2] == 8 and p[1] < self.first_reduce]
+    if len(tall) == 1 and len(plan) == 2: return [("UPCAST", lanes[0][1], 2)]
+    # a convolution with its window unrolled and at most 8 accumulators: two vectors along the lane axis share
+    # every broadcast operand (the sums go into the accumulators one product at a time, see linearize): 3x3 conv
+    # forward and input gradient on 32x32 images 3.5 -> 2.7 and 4.1 -> 2.7 ms
+    ups = [p[2] for p in plan if p[0] == "UPCAST"]
+    if any(p[0] == "UNROLL" for p in plan) and ups and prod(ups) <= 8: return [("UPCAST", lanes[0][1], 2)]
+    return []
 
   # ***** GPU optimizations *****
   def _shift_gpu_axes(self, ax: int) -> None:

@@ -76,17 +76,31 @@ def linearize(sink: UOp) -> list[UOp]:
       out.append(rng)
       visible.append({rng})
       open_rngs.append(rng)
-    for x in group: emit_tree(x.src[0])
-    for x in group:
-      acc = acc_of[x]
-      new = UOp(x.arg, x.dtype, (acc, x.src[0]))
-      out.append(new)
-      out.append(UOp(Ops.ACC_ASSIGN, dtypes.void, (acc, new)))
+    # many float accumulators summing unrolled products (a conv's or matmul's register tile): each product goes
+    # straight into its accumulator (one fused multiply-add each), position by position across the tile, so an
+    # operand shared by the tile is loaded once per position and few values are live at a time
+    chain = len(group) >= 8 and all(x.arg is Ops.ADD and dtypes.is_float(x.dtype) for x in group)
+    terms = {x: _terms(x.src[0]) if chain else [x.src[0]] for x in group}
+    new = {x: acc_of[x] for x in group}
+    for i in range(max(len(t) for t in terms.values())):
+      for x in group:
+        if i >= len(terms[x]): continue
+        emit_tree(terms[x][i])
+        new[x] = UOp(x.arg, x.dtype, (new[x], terms[x][i]))
+        out.append(new[x])
+    for x in group: out.append(UOp(Ops.ACC_ASSIGN, dtypes.void, (acc_of[x], new[x])))
     for rng in reversed(rngs):
       out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))
       visible.pop()
       open_rngs.pop()
     for x in group: visible[-1].add(x)
+
+  def _terms(u: UOp) -> list[UOp]:  # the products of a left-leaning chain of adds, first to last
+    out: list[UOp] = []
+    while u.op is Ops.ADD and u.src[1].op is Ops.MUL:
+      out.append(u.src[1])
+      u = u.src[0]
+    return [u] + out[::-1]
 
   open_rngs: list[UOp] = []
   def open_now() -> frozenset[UOp]: return frozenset(open_rngs)

@@ -51,6 +51,10 @@ class ClangCompiler(Compiler):
     # vectorization, which elementwise kernels and reductions rely on, stays on.
     self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
                   "-fassociative-math", "-ffp-contract=fast", "-fno-strict-aliasing", "-fno-tree-slp-vectorize", "-w"]
+    # -fno-tree-reassoc (gcc only): a conv's or matmul's tile is rendered as one fused multiply-add per product in
+    # the order that keeps its shared operand in a register; gcc's reassociation re-trees those sums into a
+    # multiply and an add per product and reloads the operand (MNIST conv input gradient 43 -> 36 ms)
+    if "Free Software Foundation" in version and "clang" not in version: self.flags.append("-fno-tree-reassoc")
     self.openmp = self._has_openmp(ident)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"

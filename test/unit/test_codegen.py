@@ -219,3 +219,31 @@ def test_float_max_without_branches_matches_numpy_with_nan() -> None:
     pa, pb = np.pad(a.reshape(2, 4), ((1, 0), (0, 2))), np.pad(b.reshape(2, 4), ((1, 0), (0, 2)))
     got = Tensor(a.reshape(2, 4).astype(dt)).pad(((1, 0), (0, 2))).maximum(Tensor(b.reshape(2, 4).astype(dt)).pad(((1, 0), (0, 2))))
     np.testing.assert_array_equal(got.numpy(), np.maximum(pa, pb).astype(dt))
+
+def test_conv_tile_accumulates_one_product_at_a_time() -> None:
+  # a 3x3 conv over 32-wide rows: 16 lanes x 2 along the row times 8 output channels, 16 accumulators; each
+  # product goes straight into its accumulator (acc + p0 + p1 + ...: one FMA each, the shared operand loaded once)
+  x, w = Tensor.rand(2, 8, 34, 34).realize(), Tensor.rand(16, 8, 3, 3).realize()
+  src = _src(x.conv2d(w))
+  accs = set(re.findall(r"float16 (acc\d+) = ", src))
+  assert len(accs) >= 16, src
+  defs = dict(re.findall(r"(alu\d+) = \(([^;]*)\);", src))
+  for acc in accs:  # follow the chain from acc: 9 adds, each of a product
+    cur, n = acc, 0
+    while (nxt := next((a for a, e in defs.items() if e.startswith(cur + "+")), None)) is not None:
+      assert "*" in defs[defs[nxt].split("+")[1]], f"{nxt} = {defs[nxt]} adds a sum, not a product"
+      cur, n = nxt, n + 1
+    assert n == 9, f"{acc}: {n} adds"
+  xn, wn = x.numpy(), w.numpy()
+  want = np.zeros((2, 16, 32, 32), np.float32)
+  for i in range(3):
+    for j in range(3): want += np.einsum("nchw,oc->nohw", xn[:, :, i:i + 32, j:j + 32], wn[:, :, i, j])
+  np.testing.assert_allclose(x.conv2d(w).numpy(), want, rtol=1e-4, atol=1e-4)
+
+def test_gcc_keeps_the_written_sum_order() -> None:
+  # gcc's reassociation would re-tree those sums (a multiply and an add per product); clang doesn't know the flag
+  import subprocess
+  comp = Device["CPU"].compiler
+  version = subprocess.run(comp.cc + ["--version"], capture_output=True, text=True).stdout
+  is_gcc = "Free Software Foundation" in version and "clang" not in version
+  assert ("-fno-tree-reassoc" in comp.flags) == is_gcc
