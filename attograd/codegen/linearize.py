@@ -78,8 +78,9 @@ def linearize(sink: UOp) -> list[UOp]:
       open_rngs.append(rng)
     # many float accumulators summing unrolled products (a conv's or matmul's register tile): each product goes
     # straight into its accumulator (one fused multiply-add each), position by position across the tile, so an
-    # operand shared by the tile is loaded once per position and few values are live at a time
-    chain = len(group) >= 8 and all(x.arg is Ops.ADD and dtypes.is_float(x.dtype) for x in group)
+    # operand shared by the tile is loaded once per position and few values are live at a time. Past 16 of them
+    # (a 5x5 weight gradient's 25) the tree's fewer live values win: 16 vector registers are left for operands
+    chain = 8 <= len(group) <= 16 and all(x.arg is Ops.ADD and dtypes.is_float(x.dtype) for x in group)
     terms = {x: _terms(x.src[0]) if chain else [x.src[0]] for x in group}
     new = {x: acc_of[x] for x in group}
     for i in range(max(len(t) for t in terms.values())):

@@ -141,9 +141,10 @@ def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, boo
     if (n, only_reshapes, below_reduce, padded, expanded) in seen: continue
     seen.add((n, only_reshapes, below_reduce, padded, expanded))
     if n is not root and (n in roots or _is_leaf(n)): continue
-    if expanded and n.op in GroupOp.Elementwise and _costly(n, roots):
+    if expanded and n.op in GroupOp.Elementwise and (costly := _costly(n, roots))[0]:
       # read through an EXPAND inside a reduce, each element would be recomputed for every output it feeds
       out.append((n, False))
+      out.extend((r, False) for r in costly[1])
       continue
     if n.op is Ops.REDUCE_AXIS:
       sig = (n.src[0].shape, n.arg[1])
@@ -178,12 +179,14 @@ def _is_cat(u: UOp) -> bool:
   return all(any(r1[ax][1] <= r2[ax][0] or r2[ax][1] <= r1[ax][0] for ax in range(len(r1)))
              for i, r1 in enumerate(regions) for r2 in regions[i + 1:])
 
-def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> bool:
+def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> tuple[bool, list[UOp]]:
   """Worth a buffer rather than recomputing per use: more than `limit` ALU ops below n inside this kernel, or more
   than one when n is no bigger than its inputs (relu(x + b) feeding a conv: a scalar add, compare and select per
   load otherwise, about a third of the weight gradient's time). A value computed on a grown view (a conv's
-  unfolded windows) stays fused at that size: its buffer would hold every window."""
-  count, stack, seen, biggest = 0, [n], set(), 0
+  unfolded windows) stays fused at that size: its buffer would hold every window. In that second case the reduces
+  below n come back too: they get their own buffers rather than fusing into n's kernel, where nothing else could
+  read them (the conv that produced x, which the activation's gradient reads again)."""
+  count, stack, seen, biggest, reduces = 0, [n], set(), 0, []
   while stack:
     u = stack.pop()
     if u in seen: continue
@@ -193,12 +196,13 @@ def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> bool:
       continue
     if u.op in GroupOp.ALU and not _is_cat(u):
       count += 1
-      if count > limit: return True
+      if count > limit: return True, []
     if u.op is Ops.REDUCE_AXIS:  # a reduce under an expand gets its own kernel anyway: a leaf here
       biggest = max(biggest, _numel(u.shape))
+      reduces.append(u)
       continue
     stack.extend(u.src)
-  return count > 1 and _numel(n.shape) <= biggest
+  return (True, reduces) if count > 1 and _numel(n.shape) <= biggest else (False, [])
 
 def _numel(shape: tuple[sint, ...]) -> int: return prod(sym_max(s) for s in shape)
 

@@ -101,6 +101,20 @@ def test_activation_read_by_a_matmul_gets_a_buffer(device: str) -> None:
   assert count_kernels(out.realize) == 1
   compare(out, (an * 2) @ bn, atol=1e-5)
 
+def test_product_under_a_buffered_activation_is_kept(device: str) -> None:
+  # relu(a @ w1 + bias) gets a buffer; the product below it gets its own, so a later use of a @ w1 (the
+  # activation's gradient reads it) reads it back instead of multiplying again
+  (a, an), (w1, w1n), (w2, w2n) = realized(N, 16), realized(16, 8, seed=1), realized(8, M, seed=2)
+  bias, biasn = realized(8, seed=3)
+  h = a @ w1
+  out = (h + bias).relu() @ w2
+  out.realize()
+  GlobalCounters.reset()
+  again = (h * 2).realize()
+  assert GlobalCounters.kernel_count == 1 and GlobalCounters.global_ops <= 2 * N * 8, GlobalCounters.global_ops
+  compare(again, an @ w1n * 2, atol=1e-4)
+  compare(out, np.maximum(an @ w1n + biasn, 0) @ w2n, atol=1e-4)
+
 def test_conv_input_windows_stay_fused(device: str) -> None:
   # the activation feeding a conv is materialized at its own size, never as the unfolded windows
   x, xn = realized(2, 3, 6, 6)
