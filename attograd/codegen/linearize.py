@@ -96,7 +96,7 @@ def linearize(sink: UOp) -> list[UOp]:
       open_rngs.pop()
     for x in group: visible[-1].add(x)
 
-  def _terms(u: UOp) -> list[UOp]:  # the products of a left-leaning chain of adds, first to last
+  def _terms(u: UOp) -> list[UOp]:  # a left-leaning chain of adds of products: its innermost operand, then each product
     out: list[UOp] = []
     while u.op is Ops.ADD and u.src[1].op is Ops.MUL:
       out.append(u.src[1])

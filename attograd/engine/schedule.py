@@ -197,7 +197,7 @@ def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> tuple[bool, list[
     if u.op in GroupOp.ALU and not _is_cat(u):
       count += 1
       if count > limit: return True, []
-    if u.op is Ops.REDUCE_AXIS:  # a reduce under an expand gets its own kernel anyway: a leaf here
+    if u.op is Ops.REDUCE_AXIS:  # a leaf here: its cost is the reduce's own kernel, not a per-load recompute
       biggest = max(biggest, _numel(u.shape))
       reduces.append(u)
       continue
