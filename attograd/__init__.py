@@ -6,3 +6,4 @@ from attograd.uop.ops import UOp, Variable  # noqa: F401
 from attograd.tensor import Tensor  # noqa: F401
 from attograd import nn  # noqa: F401,E402
 from attograd.engine.jit import TinyJit  # noqa: F401,E402
+from attograd.engine.profile import profile  # noqa: F401,E402

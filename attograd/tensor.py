@@ -2,6 +2,7 @@
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
 import functools, math, struct, time
+from attograd import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
@@ -10,6 +11,7 @@ from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
 from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
+from attograd.engine.profile import PROFILER
 from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
 from attograd.mixin.nn import NNMixin
@@ -120,9 +122,41 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
-  def __repr__(self) -> str:
+  def _shape_repr(self) -> str:
     dims = [str(d) if d.__class__ is int else f"{d.render()}={sym_val(d)}" for d in self.shape]
-    return f"<Tensor shape=({', '.join(dims)}{',' if len(dims) == 1 else ''}) dtype={self.dtype} device={self.device!r}>"
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
+  def __repr__(self) -> str:
+    """The values, like PyTorch and NumPy print them (long dims summarized with `...`), then dtype, device and
+    requires_grad. A lazy tensor is realized to print it; one too large to print whole computes only the edges shown."""
+    lazy = not _is_realized(self.uop)
+    try: body, whole = self._format_values()
+    except Exception as e:  # printing must not fail where the data can't be computed: say why instead
+      return f"<Tensor shape={self._shape_repr()} dtype={self.dtype} device={self.device!r}: values unavailable ({e})>"
+    size = f"size={self._shape_repr()}, " if 0 in self.shape else ""  # `[]` alone doesn't say the shape
+    extras = f"{size}dtype={self.dtype}, device={self.device!r}" + (", requires_grad=True" if self.requires_grad else "")
+    note = ("  # lazy: realized to print" if whole else "  # lazy: edges computed to print") if lazy else ""
+    return f"Tensor({body}, {extras}){note}"
+  __str__ = __repr__
+  def _format_values(self) -> tuple[str, bool]:
+    """The values as text, and whether the whole tensor was realized for it (else only the edges printed)."""
+    t = self._concrete() if is_symbolic(self.shape) else self
+    shape: tuple[int, ...] = tuple(int(d) for d in t.shape)
+    whole = prod(shape) <= printing.THRESHOLD
+    kept = [printing.edge_indices(n, not whole) for n in shape]
+    for d, idx in enumerate(kept):  # keep only the edge items of each summarized dim
+      if idx is None: continue
+      n, e = shape[d], printing.EDGEITEMS
+      head = [(0, s) for s in t.shape[:d]] + [(0, e)] + [(0, s) for s in t.shape[d + 1:]]
+      tail = [(0, s) for s in t.shape[:d]] + [(n - e, n)] + [(0, s) for s in t.shape[d + 1:]]
+      t = t.shrink(head).cat(t.shrink(tail), dim=d)
+    if whole: t = t.realize()
+    text = printing.format_values(t.tolist(), shape, kept, dtypes.is_float(self.dtype), self.dtype is dtypes.bool)
+    return text, whole
+  def __format__(self, spec: str) -> str:
+    """`f"{t:.3f}"` formats a one-element tensor's value; an empty spec gives str(t)."""
+    if spec == "": return str(self)
+    if self.numel() != 1: raise TypeError(f"Tensor.__format__: format spec {spec!r} needs a one-element tensor, got shape {self.shape}")
+    return format(self.item(), spec)
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
     if self.numel() != 1: raise RuntimeError(f"the truth value of a Tensor with shape {self.shape} is ambiguous; use .any() or .all()")
@@ -148,7 +182,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     st = time.perf_counter() if DEBUG >= 1 else 0.0
     k0 = GlobalCounters.kernel_count
     outs = list(dict.fromkeys(t.uop for t in todo))
+    sst = PROFILER.now() if PROFILER.active else 0.0
     items, becomes = create_schedule(outs)
+    if PROFILER.active: PROFILER.span("schedule", "schedule", outs[0].device or Device.DEFAULT, sst, PROFILER.now(),
+                                      kernels=len(items), outputs=len(outs))
     run_schedule(items)  # (create_schedule remembered where each result now lives)
     keep_graph = keep_graph and bool(_grad_tensors)  # autograd may still need the graph behind a realized value
     for t in todo:

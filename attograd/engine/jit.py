@@ -8,6 +8,7 @@ from attograd.device import Buffer
 from attograd.dtype import DType, dtypes
 from attograd.engine import realize as _realize
 from attograd.engine.memory import plan_jit
+from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.engine.schedule import buffers, new_buffer_uop
 from attograd.helpers import DEBUG, JIT, GlobalCounters
@@ -120,6 +121,7 @@ class CapturedJit:
     self.keep: list[Buffer] = []  # every buffer the argument lists point into stays alive with the jit
     self.calls: list[tuple[Callable[..., Any], list[Any]]] = []
     self.kernel_names = [r.spec.name if isinstance(r, CompiledRunner) else "copy" for r, _, _ in rec]
+    self.devices = [bufs[0].device for _, bufs, _ in rec]
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
     self.in_slots: list[list[tuple[list[Any], int, bool]]] = [[] for _ in inputs]
     self.var_slots: list[tuple[list[Any], int, str]] = []
@@ -167,11 +169,13 @@ class CapturedJit:
     if self.rng is not None:
       self.rng[0].copyin(memoryview(struct.pack("<I", Tensor._rng_counter & 0xFFFFFFFF)))
       Tensor._rng_counter += self.rng[1]
-    if DEBUG >= 2:
-      for (fn, args), kname in zip(self.calls, self.kernel_names):
+    if DEBUG >= 2 or PROFILER.active:
+      for (fn, args), kname, dev in zip(self.calls, self.kernel_names, self.devices):
         kt = time.perf_counter()
         fn(*args)
-        print(f"*** jit {kname:32s} {(time.perf_counter() - kt) * 1e6:9.2f} us")
+        ke = time.perf_counter()
+        if PROFILER.active: PROFILER.span(kname, "jit", dev, kt, ke)
+        if DEBUG >= 2: print(f"*** jit {kname:32s} {(ke - kt) * 1e6:9.2f} us")
     else:
       for fn, args in self.calls: fn(*args)
     for b in self.written: b.version += 1  # results memoized in these buffers are stale now

@@ -348,14 +348,50 @@ def test_len(device: str) -> None:
   assert len(Tensor.ones(0, 2)) == 0
   with pytest.raises(TypeError): len(Tensor(1.0))
 
-def test_repr(device: str) -> None:
-  r = repr(Tensor.ones(2, 3))
-  assert "(2, 3)" in r and "float32" in r and device in r
-  r = repr(Tensor([1, 2, 3], dtype=dtypes.int8))
-  assert "(3,)" in r and "int8" in r and device in r
-  r = repr(Tensor(1.0) + 1)  # lazy: repr never realizes and never fails
-  assert "()" in r
-  assert str(Tensor.ones(2)) is not None
+def test_repr_shows_values(device: str) -> None:
+  assert repr(Tensor([1.5, 2.25])) == f"Tensor([1.5000, 2.2500], dtype=dtypes.float32, device='{device}')"
+  assert repr(Tensor([[1, 2], [3, 4]], dtype=dtypes.int8)) == \
+    f"Tensor([[1, 2],\n        [3, 4]], dtype=dtypes.int8, device='{device}')"
+  assert repr(Tensor([True, False])).startswith("Tensor([ True, False], dtype=dtypes.bool")
+  assert repr(Tensor([1.0, 2.0], requires_grad=True)).endswith("requires_grad=True)")
+  assert "size=(0, 3)" in repr(Tensor.ones(0, 3))
+  assert str(Tensor([3, 4])) == repr(Tensor([3, 4]))
+
+def test_repr_number_formats(device: str) -> None:
+  assert "[1., 2., 3.]" in repr(Tensor([1.0, 2.0, 3.0]))  # whole numbers print as PyTorch prints them
+  assert "[1.0000e-05, 1.0000e+00,        nan,       -inf]" in repr(Tensor([1e-5, 1.0, float("nan"), -float("inf")]))
+  assert "Tensor(3.5000," in repr(Tensor(3.5))
+  assert "[0.1000, 0.1000]" in repr(Tensor([0.1, 0.1], dtype=dtypes.half))
+  assert "[1., 2.]" in repr(Tensor([1.0, 2.0]).cast(dtypes.bfloat16))
+
+def test_repr_realizes_lazy_tensors(device: str) -> None:
+  t = Tensor([1.0, 2.0]) + 1
+  r = repr(t)
+  assert "[2., 3.]" in r and r.endswith("# lazy: realized to print")
+  assert not repr(t).endswith("print")  # now realized: nothing more to say
+
+def test_repr_summarizes_large_tensors(device: str) -> None:
+  if device == "PYTHON": pytest.skip("1000x100 elements are slow to interpret; the formatting is device-independent")
+  t = Tensor.arange(100_000).reshape(1000, 100)
+  r = repr(t)
+  assert len(r) < 2000 and "..." in r
+  assert "[    0,     1,     2, ...,    97,    98,    99]" in r and "99997, 99998, 99999]]" in r
+  assert r.endswith("# lazy: edges computed to print")
+
+def test_repr_of_huge_expand_computes_only_the_edges(device: str) -> None:
+  r = repr(Tensor.ones(2**40).reshape(2**20, 2**20))  # realizing it whole would need 4 TiB
+  assert r.count("1.") == 36 and "..." in r
+
+def test_repr_symbolic_shape(device: str) -> None:
+  from attograd import Variable
+  v = Variable("n", 1, 8).bind(3)
+  t = Tensor([1.0, 2.0, 3.0, 4.0]).reshape(4, 1).shrink(((0, v), (0, 1)))
+  assert "[[1.],\n" in repr(t)
+
+def test_format_spec(device: str) -> None:
+  assert f"{Tensor(3.14159):.2f}" == "3.14" and f"{Tensor([7]):>3d}" == "  7"
+  assert f"{Tensor([1, 2])}" == str(Tensor([1, 2]))
+  with pytest.raises(TypeError, match="one-element"): f"{Tensor([1.0, 2.0]):.2f}"
 
 def test_requires_grad_flag(device: str) -> None:
   assert Tensor([1.0]).requires_grad in (None, False)
