@@ -127,13 +127,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
   def __repr__(self) -> str:
     """The values, like PyTorch and NumPy print them (long dims summarized with `...`), then dtype, device and
-    requires_grad. A lazy tensor is realized to print it; one too large to print whole computes only the edges shown."""
+    requires_grad. A lazy tensor is realized to print it; one too large to print whole computes only the edges
+    shown."""
     lazy = not _is_realized(self.uop)
     try: body, whole = self._format_values()
     except Exception as e:  # printing must not fail where the data can't be computed: say why instead
       return f"<Tensor shape={self._shape_repr()} dtype={self.dtype} device={self.device!r}: values unavailable ({e})>"
     size = f"size={self._shape_repr()}, " if 0 in self.shape else ""  # `[]` alone doesn't say the shape
-    extras = f"{size}dtype={self.dtype}, device={self.device!r}" + (", requires_grad=True" if self.requires_grad else "")
+    grad = ", requires_grad=True" if self.requires_grad else ""
+    extras = f"{size}dtype={self.dtype}, device={self.device!r}{grad}"
     note = ("  # lazy: realized to print" if whole else "  # lazy: edges computed to print") if lazy else ""
     return f"Tensor({body}, {extras}){note}"
   __str__ = __repr__
@@ -155,7 +157,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def __format__(self, spec: str) -> str:
     """`f"{t:.3f}"` formats a one-element tensor's value; an empty spec gives str(t)."""
     if spec == "": return str(self)
-    if self.numel() != 1: raise TypeError(f"Tensor.__format__: format spec {spec!r} needs a one-element tensor, got shape {self.shape}")
+    if self.numel() != 1:
+      raise TypeError(f"Tensor.__format__: format spec {spec!r} needs a one-element tensor, got shape {self.shape}")
     return format(self.item(), spec)
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:

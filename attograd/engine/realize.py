@@ -39,7 +39,8 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
   if (r := _runners.get(key)) is None:
     st = PROFILER.now() if PROFILER.active else 0.0
     spec = get_program(ast, Device[device].renderer)
-    if PROFILER.active: PROFILER.span(spec.name, "lower", device, st, PROFILER.now(), opts=[str(o) for o in spec.applied_opts])
+    if PROFILER.active:
+      PROFILER.span(spec.name, "lower", device, st, PROFILER.now(), opts=[str(o) for o in spec.applied_opts])
     r = _runners[key] = CompiledRunner(spec)
   return r
 
@@ -97,6 +98,6 @@ def _profile_kernel(runner: CompiledRunner, si: ScheduleItem, st: float, et: flo
   """A kernel's span: its measured time (the device's own timer on GPUs), placed where the call started."""
   sp = runner.spec
   nbytes = sum(b.nbytes for b in si.bufs)
+  rate = (lambda x: round(x / et * 1e-9, 3)) if et > 0 else (lambda x: 0)
   PROFILER.span(sp.name, "kernel", si.bufs[0].device, st, st + et, flops=sp.op_estimate, bytes=nbytes,
-                global_size=sp.global_size, local_size=sp.local_size,
-                gflops=round(sp.op_estimate / et * 1e-9, 3) if et > 0 else 0, gbs=round(nbytes / et * 1e-9, 3) if et > 0 else 0)
+                global_size=sp.global_size, local_size=sp.local_size, gflops=rate(sp.op_estimate), gbs=rate(nbytes))
