@@ -1,7 +1,7 @@
 """The user API: a lazy Tensor over a UOp graph. Shapes and dtypes are checked when a method is called;
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
-import functools, math, struct, time
+import functools, math, struct, time, weakref
 from attograd import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
@@ -12,6 +12,7 @@ from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buf
 from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.engine.profile import PROFILER
+from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
 from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
 from attograd.mixin.nn import NNMixin
@@ -168,6 +169,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
     t.uop, t._requires_grad, t.grad, t._device = uop, None, None, self._device  # a new tensor is in no registry yet
+    if DEBUG_NAN.value and uop not in _op_sites: _op_sites[uop] = call_site()
     return t
 
   # ***** realize and data access *****
@@ -189,7 +191,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     items, becomes = create_schedule(outs)
     if PROFILER.active: PROFILER.span("schedule", "schedule", outs[0].device or Device.DEFAULT, sst, PROFILER.now(),
                                       kernels=len(items), outputs=len(outs))
-    run_schedule(items)  # (create_schedule remembered where each result now lives)
+    try: run_schedule(items)  # (create_schedule remembered where each result now lives)
+    except NaNError as e:
+      e.blame(_first_nonfinite(outs))
+      raise
     keep_graph = keep_graph and bool(_grad_tensors)  # autograd may still need the graph behind a realized value
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
@@ -986,6 +991,26 @@ def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device:
   if len(raw) != n * dtype.itemsize: raise ValueError(f"Tensor: {len(raw)} bytes don't fill shape {shape} of {dtype}")
   buf = Buffer(device, n, dtype, raw if n else None)
   return _reshape_uop(new_buffer_uop(device, n, dtype, buf), shape)
+
+# DEBUG_NAN: the user's line that created each op (weak: forgetting a node forgets its line)
+_op_sites: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
+_BLAME_MAX_ELEMENTS = 1 << 24  # intermediates bigger than this (a matmul's broadcast product) are not computed alone
+
+def _first_nonfinite(outs: list[UOp]) -> str:
+  """After a kernel made a NaN or inf: compute each op of the graph that was being realized on its own, in
+  dependency order, and name the first whose values are not all finite (the op, the user's line, its shape)."""
+  order = [u for out in outs for u in out.toposort() if u in _op_sites and dtypes.is_float(u.dtype)]
+  cands = [u for u in dict.fromkeys(order) if u.op not in GroupOp.Movement and u.op is not Ops.CONST
+           and not is_symbolic(u.shape) and 0 < prod(u.shape) <= _BLAME_MAX_ELEMENTS]
+  if not cands: return "(no op of the graph could be computed on its own to find it)"
+  from attograd.helpers import Context
+  with Context(DEBUG_NAN=0):
+    ts = [Tensor(u).float() for u in cands]
+    Tensor._realize_all(ts, keep_graph=False)
+    for u, t in zip(cands, ts):
+      if not all(math.isfinite(v) for v in _unpack(t._raw(), dtypes.float32, t.numel())):
+        return f"{_op_sites[u]} ({u.op.name.lower()}, shape {u.shape}, {u.dtype.name})"
+  return "(every op computed on its own gave finite values: the kernel's fused form differs)"
 
 def _is_realized(u: UOp) -> bool:
   return u.base.op is Ops.BUFFER

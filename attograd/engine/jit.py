@@ -8,6 +8,7 @@ from attograd.device import Buffer
 from attograd.dtype import DType, dtypes
 from attograd.engine import realize as _realize
 from attograd.engine.memory import plan_jit
+from attograd.engine.nan import DEBUG_NAN
 from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.engine.schedule import buffers, new_buffer_uop
@@ -231,7 +232,7 @@ class TinyJit(Generic[ReturnType]):
     if _capturing is not None:
       raise RuntimeError(f"TinyJit: {self!r} was called while {_capturing!r} is capturing; a jit can't be captured "
                          "inside another: jit only the outer function")
-    if not JIT: return self.fxn(*args, **kwargs)
+    if not JIT or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
     args, kwargs, names, tensors, variables = _prepare_inputs(args, kwargs)
     if self.captured is not None:
       if names != self.captured.names:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from attograd.codegen import get_program
 from attograd.device import Buffer, Device
+from attograd.engine.nan import DEBUG_NAN, check_kernel
 from attograd.engine.profile import PROFILER
 from attograd.engine.schedule import ScheduleItem
 from attograd.helpers import DEBUG, GlobalCounters, colored
@@ -83,6 +84,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     st = PROFILER.now() if PROFILER.active else 0.0
     et = runner(list(si.bufs), var_vals)
     if PROFILER.active: _profile_kernel(runner, si, st, et)
+    if DEBUG_NAN.value: check_kernel(runner.spec.name, si.bufs, runner.spec.outs)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += runner.spec.op_estimate
     GlobalCounters.global_mem += sum(b.nbytes for b in si.bufs)
