@@ -12,6 +12,8 @@ from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buf
 from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.engine.profile import PROFILER
+from attograd import viz
+from attograd.viz import VIZ
 from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
 from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
@@ -191,6 +193,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     items, becomes = create_schedule(outs)
     if PROFILER.active: PROFILER.span("schedule", "schedule", outs[0].device or Device.DEFAULT, sst, PROFILER.now(),
                                       kernels=len(items), outputs=len(outs))
+    if VIZ: viz.record_schedule(outs, len(items))
     try: run_schedule(items)  # (create_schedule remembered where each result now lives)
     except NaNError as e:
       e.blame(_first_nonfinite(outs))

@@ -6,6 +6,8 @@ from attograd.dtype import PtrDType
 from attograd.helpers import BEAM, DEBUG, NOOPT, getenv
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, UOp, graph_rewrite, pretty_print
+from attograd import viz
+from attograd.viz import VIZ
 
 CACHE_PROGRAMS = getenv("CACHE_PROGRAMS", 1)
 
@@ -67,7 +69,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
   if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
     from attograd.codegen.search import beam_search
     opts = beam_search(ast, renderer, int(BEAM.value))
-  if renderer.device == "PYTHON" or DEBUG >= 3 or not CACHE_PROGRAMS: return _build_program(ast, renderer, opts)
+  if renderer.device == "PYTHON" or DEBUG >= 3 or VIZ or not CACHE_PROGRAMS: return _build_program(ast, renderer, opts)
   key = _ast_key(ast, renderer, opts)
   if (data := disk_cache_get("program", key)) is not None and (sp := _spec_from_bytes(data)) is not None: return sp
   sp = _build_program(ast, renderer, opts)
@@ -81,6 +83,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   from attograd.codegen.linearize import linearize
   from attograd.codegen.transcendental import pm_transcendental
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
+  if VIZ: viz.begin_kernel(renderer.device, ast)
   k = Kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
                                                        # the loop space: full shape, reduce axes, views over it
   if opts is None and renderer.has_local: k.gpu_optimizations(renderer.local_max)  # work-groups for GPUs
@@ -88,14 +91,21 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   else:
     for o in opts: k.apply_opt(o)
   if not renderer.has_threads: k.parallel = False
+  if VIZ: viz.stage("optimization actions applied", "\n".join(str(o) for o in k.applied) or "(none)")
   sink = lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)  # loops (or GPU thread
                                                        # indices), index math from views, simplified; lanes as vectors
   if renderer.decompose_transcendentals:               # exp2/log2 as arithmetic: vector lanes instead of libm calls
     sink = graph_rewrite(sink, pm_transcendental)
+  if VIZ: viz.stage("lowered: loops and index math", sink)
   sink = renderer.prepare(sink)                        # the language's own rewrites (e.g. half -> float math)
+  if VIZ: viz.stage("after the renderer's own rewrites", sink)
   uops = linearize(sink)                               # a flat ordered program
   name = kernel_name(k)
   src = renderer.render(name, uops)
+  if VIZ:
+    viz.stage("linearized program", uops)
+    viz.stage(f"{renderer.device} source", src)
+    viz.end_kernel(renderer.device, ast, name, tuple(k.applied))
   if DEBUG >= 4: print(src)
   globs = tuple(sorted({u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL}))
   variables = tuple(sorted({u for u in uops if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0]))

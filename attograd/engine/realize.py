@@ -6,6 +6,8 @@ from attograd.codegen import get_program
 from attograd.device import Buffer, Device
 from attograd.engine.nan import DEBUG_NAN, check_kernel
 from attograd.engine.profile import PROFILER
+from attograd import viz
+from attograd.viz import VIZ
 from attograd.engine.schedule import ScheduleItem
 from attograd.helpers import DEBUG, GlobalCounters, colored
 from attograd.renderer import ProgramSpec
@@ -26,7 +28,7 @@ class CompiledRunner:
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
     args = [bufs[i]._buf for i in self.spec.globals]
     vals = tuple(var_vals[n] for n in self.var_names)
-    if DEBUG >= 2 or PROFILER.active:
+    if DEBUG >= 2 or PROFILER.active or VIZ:  # timed: the device's own timer on GPUs
       if self.launch: return self.prg(*args, vals=vals, wait=True, **self.launch)  # the device's own kernel timer
       st = time.perf_counter()
       self.prg(*args, vals=vals)
@@ -84,6 +86,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     st = PROFILER.now() if PROFILER.active else 0.0
     et = runner(list(si.bufs), var_vals)
     if PROFILER.active: _profile_kernel(runner, si, st, et)
+    if VIZ: viz.kernel_ran(device, si.ast, et)
     if DEBUG_NAN.value: check_kernel(runner.spec.name, si.bufs, runner.spec.outs)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += runner.spec.op_estimate

@@ -474,11 +474,23 @@ class PatternMatcher:
         if takes_ctx: store["ctx"] = ctx
         if (ret := fn(**store)) is not None and ret is not u: return ret
     return None
+  def rewrite_traced(self, u: UOp, ctx: Any = None) -> tuple[UOp | None, Callable[..., Any] | None]:
+    """rewrite(), also saying which rule's function fired (for the VIZ graph explorer)."""
+    for p, fn, takes_ctx in self.pdict.get(u.op, self._any):
+      store: dict[str, UOp] = {}
+      if p.match(u, store):
+        if takes_ctx: store["ctx"] = ctx
+        if (ret := fn(**store)) is not None and ret is not u: return ret, fn
+    return None, None
+
+# VIZ: when set, every graph_rewrite reports (matcher, input, [(before, after, rule fn)], output) to this function
+rewrite_tracer: Callable[[PatternMatcher, UOp, list[tuple[UOp, UOp, Callable[..., Any]]], UOp], None] | None = None
 
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
   """Rewrite `root` bottom-up with `pm` until no rule matches. Iterative (no recursion), linear in graph size."""
   done: dict[UOp, UOp] = {}
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+  steps: list[tuple[UOp, UOp, Callable[..., Any]]] | None = None if rewrite_tracer is None else []
   while stack:
     n, stage, alias = stack.pop()
     if n in done: continue
@@ -489,7 +501,9 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
     elif stage == 1:
       new_src = tuple(done[s] for s in n.src)
       nn = n if all(a is b for a, b in zip(new_src, n.src)) else UOp(n.op, n.dtype, new_src, n.arg)
-      if (rw := pm.rewrite(nn, ctx)) is None:
+      if steps is None: rw = pm.rewrite(nn, ctx)
+      elif (rw := (t := pm.rewrite_traced(nn, ctx))[0]) is not None: steps.append((nn, rw, t[1]))  # type: ignore[arg-type]
+      if rw is None:
         done[n] = nn
         if nn is not n: done.setdefault(nn, nn)
       else:
@@ -499,6 +513,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
     else:
       assert alias is not None
       done[n] = done[alias]
+  if steps is not None and rewrite_tracer is not None: rewrite_tracer(pm, root, steps, done[root])
   return done[root]
 
 _substitute_pm = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])

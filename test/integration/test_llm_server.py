@@ -1,14 +1,15 @@
 """The OpenAI-compatible server over real HTTP (urllib) with stories260K: completions and chat completions, JSON and
 server-sent events, models, errors that leave the server serving; and the chat page driven in headless Chromium
-through the DevTools protocol (a small websocket client written here)."""
+through the DevTools protocol (test/chromium.py)."""
 from __future__ import annotations
-import base64, json, os, shutil, socket, struct, subprocess, tempfile, threading, time, urllib.error, urllib.parse
+import json, os, socket, threading, urllib.error, urllib.parse
 import urllib.request
 from typing import Any, Iterator
 import pytest
 from attograd.llm.generate import LLM
 from attograd.llm.sampling import Sampler
 from attograd.llm.server import LLMServer
+from chromium import CHROMIUM, SKIP_REASON, chromium_page
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STORIES = os.path.join(os.path.dirname(ROOT), "shared", "datasets", "llm", "stories260K.gguf")
@@ -160,107 +161,21 @@ def test_concurrent_requests_are_serialized(server: tuple[str, LLM]) -> None:
 
 # ***** the chat page in headless Chromium, over the DevTools protocol *****
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-class WebSocket:
-  """Just enough of RFC 6455 for DevTools: text frames, client-masked, no extensions."""
-  def __init__(self, url: str):
-    u = urllib.parse.urlparse(url)
-    self.sock = socket.create_connection((u.hostname, u.port), timeout=60)
-    key = base64.b64encode(os.urandom(16)).decode()
-    self.sock.sendall(f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
-                      "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head: head += self.sock.recv(1)
-    assert head.startswith(b"HTTP/1.1 101"), head
-    self.next_id = 0
-
-  def _exact(self, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-      chunk = self.sock.recv(n - len(out))
-      if not chunk: raise ConnectionError("DevTools closed the websocket")
-      out += chunk
-    return out
-
-  def send(self, text: str) -> None:
-    data, mask = text.encode(), os.urandom(4)
-    n = len(data)
-    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n) if n < 65536
-                            else bytes([0x80 | 127]) + struct.pack(">Q", n))
-    self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-
-  def recv(self) -> str:
-    parts = []
-    while True:
-      b0, b1 = self._exact(2)
-      n = b1 & 0x7F
-      if n == 126: n = struct.unpack(">H", self._exact(2))[0]
-      elif n == 127: n = struct.unpack(">Q", self._exact(8))[0]
-      payload = self._exact(n)
-      if b0 & 0x0F == 8: raise ConnectionError("DevTools closed the websocket")
-      if b0 & 0x0F in (0, 1, 2): parts.append(payload)
-      if b0 & 0x80 and b0 & 0x0F in (0, 1, 2): return b"".join(parts).decode()
-
-  def call(self, method: str, **params: Any) -> Any:
-    self.next_id += 1
-    self.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-    while True:
-      msg = json.loads(self.recv())
-      if msg.get("id") == self.next_id:
-        if "error" in msg: raise RuntimeError(f"DevTools {method}: {msg['error']}")
-        return msg["result"]
-
-  def eval(self, js: str) -> Any:
-    r = self.call("Runtime.evaluate", expression=js, returnByValue=True)
-    if "exceptionDetails" in r: raise RuntimeError(f"page script failed: {r['exceptionDetails']}")
-    return r["result"].get("value")
-
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium chromium-driver)")
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
 def test_chat_page_in_headless_chromium(server: tuple[str, LLM]) -> None:
   base, llm = server
-  profile = tempfile.mkdtemp(prefix="attograd-chromium-")
-  proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  try:
-    port_file = os.path.join(profile, "DevToolsActivePort")
-    deadline = time.time() + 60
-    while not (os.path.exists(port_file) and open(port_file).read().count("\n") >= 1):
-      assert proc.poll() is None, "chromium exited at start"
-      assert time.time() < deadline, "chromium did not open its DevTools port"
-      time.sleep(0.1)
-    port = int(open(port_file).read().split()[0])
-    pages = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30).read())
-    ws = WebSocket(next(p for p in pages if p["type"] == "page")["webSocketDebuggerUrl"])
-    ws.call("Page.enable")
-    ws.call("Page.navigate", url=base + "/?temperature=0&max_tokens=24")
-    def wait_for(js: str, what: str, secs: float = 120) -> Any:
-      end = time.time() + secs
-      while time.time() < end:
-        try:
-          if (v := ws.eval(js)): return v
-        except RuntimeError: pass  # the page is still loading
-        time.sleep(0.1)
-      raise AssertionError(f"timed out waiting for {what}")
-    assert wait_for("(document.getElementById('model') || {}).textContent === 'stories260K'",
-                    "the page to load the model list")
+  with chromium_page(base + "/?temperature=0&max_tokens=24") as ws:
+    assert ws.wait_for("(document.getElementById('model') || {}).textContent === 'stories260K'",
+                       "the page to load the model list")
     # type the prompt into the box and press Enter, as a user would
     ws.eval("document.getElementById('prompt').focus()")
     ws.call("Input.insertText", text="Once upon a time")
     for kind in ("keyDown", "keyUp"):
       ws.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
-    answer = wait_for("(document.querySelector('.msg.assistant[data-done]') || {}).textContent",
-                      "the streamed answer")
+    answer = ws.wait_for("(document.querySelector('.msg.assistant[data-done]') || {}).textContent",
+                         "the streamed answer")
     msgs = [{"role": "user", "content": "Once upon a time"}]
     assert answer == direct(llm, llm.chat_prompt(msgs), 24)
     assert ws.eval("document.querySelector('.msg.user').textContent") == "Once upon a time"
     assert ws.eval("document.querySelectorAll('.msg.error').length") == 0
     assert "24 tokens" in ws.eval("document.querySelector('.stats').textContent")
-  finally:
-    proc.terminate()
-    try: proc.wait(10)
-    except subprocess.TimeoutExpired: proc.kill()
-    shutil.rmtree(profile, ignore_errors=True)
