@@ -251,6 +251,12 @@ def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: 
   raw = disk_tensor(mapping, start, (n_blocks * bsz,)).to(Device.DEFAULT)
   return DEQUANTIZERS[tn](raw.reshape(n_blocks, bsz)).reshape(shape)
 
+def gguf_metadata(src: str | os.PathLike | Tensor) -> dict[str, Any]:
+  """The metadata of a GGUF file alone (its header is parsed and checked; no tensor is read): what a caller checks,
+  like the tokenizer, before it spends time loading weights."""
+  from attograd.nn.state import _mapping_of
+  return _parse(*_mapping_of(src, "gguf_metadata"))[0]
+
 def gguf_load(src: str | os.PathLike | Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
   """Metadata and tensors of a GGUF file (a path, or a 1-D uint8 Tensor of its bytes). Shapes are numpy order (ggml
   dims reversed). F32/F16/BF16 (and the int types) are DISK views of the file in their own dtype, until moved;
