@@ -4,7 +4,7 @@ from __future__ import annotations
 import codecs, os, time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
-from attograd.llm.model import Llama
+from attograd.llm.model import Llama, LlamaConfig
 from attograd.llm.sampling import Sampler
 from attograd.llm.tokenizer import Tokenizer
 
@@ -91,12 +91,15 @@ class LLM:
   @staticmethod
   def load(path: str | os.PathLike, max_context: int | None = None,
            progress: Callable[[int, int, str], None] | None = None) -> LLM:
-    model, kv = Llama.from_gguf(path, max_context, progress)
+    from attograd.nn.state import gguf_load
+    kv, tensors = gguf_load(path)  # the header; the tensors are views of the file, nothing is read yet
+    # the tokenizer and the config are checked before any weight is read: an unsupported file fails at once
     tok = Tokenizer.from_gguf(kv)
-    if tok.vocab_size != model.cfg.vocab_size:
+    cfg = LlamaConfig.from_gguf(kv, tensors)
+    if tok.vocab_size != cfg.vocab_size:
       raise ValueError(f"LLM.load: {path}: the tokenizer has {tok.vocab_size} tokens but the model's embedding has "
-                       f"{model.cfg.vocab_size} rows")
-    return LLM(model, tok, os.path.splitext(os.path.basename(str(path)))[0])
+                       f"{cfg.vocab_size} rows")
+    return LLM(Llama(cfg, tensors, max_context, progress), tok, os.path.splitext(os.path.basename(str(path)))[0])
 
   def encode(self, text: str) -> list[int]:
     """Prompt ids: BOS first when the tokenizer adds one (special tokens in the text become their ids)."""
