@@ -92,7 +92,7 @@ class LLM:
   def load(path: str | os.PathLike, max_context: int | None = None,
            progress: Callable[[int, int, str], None] | None = None) -> LLM:
     from attograd.nn.state import gguf_load
-    kv, tensors = gguf_load(path)  # the header; the tensors are views of the file, nothing is read yet
+    kv, tensors = gguf_load(path, quantized=True)  # the header; the tensors are views of the file, nothing read yet
     # the tokenizer and the config are checked before any weight is read: an unsupported file fails at once
     tok = Tokenizer.from_gguf(kv)
     cfg = LlamaConfig.from_gguf(kv, tensors)
