@@ -74,8 +74,8 @@ PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {
   "default": ((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"), False),  # llama.cpp's fallback
   "deepseek-coder": ((r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"), False),
   "deepseek-v3": ((r"\p{N}{1,3}", r"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
-                   r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+"
-                   r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"), False),
+                   r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
+                   r" ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"), False),
   "tekken": ((_cased("", ""),), True),
   "gpt-4o": ((_cased(f"(?i:{_CONTRACT})?", "{1,3}"),), False),
   "chameleon": ((r"<sentinel:[0-9]+>", r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", r"([\t\n]|    |  )", r"\p{N}",
@@ -115,7 +115,8 @@ def _unicode_classes() -> dict[str, str]:
     _CLASSES[major] = body([r for k, rs in ranges.items() if k.startswith(major) for r in rs])
   for k, rs in ranges.items(): _CLASSES[k] = body(rs)
   # \s is Unicode White_Space: str.isspace() less the four information separators
-  _CLASSES["s"] = "".join(f"\\U{ord(c):08x}" for c in map(chr, range(0x3001)) if c.isspace() and c not in "\x1c\x1d\x1e\x1f")
+  spaces = (c for c in map(chr, range(0x3001)) if c.isspace() and c not in "\x1c\x1d\x1e\x1f")
+  _CLASSES["s"] = "".join(f"\\U{ord(c):08x}" for c in spaces)
   return _CLASSES
 
 _CLASS_ESCAPE = re.compile(r"\\p\{(\w+)\}|\\([sS])|\\.|\[|\]")

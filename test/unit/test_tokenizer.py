@@ -263,9 +263,11 @@ def hf_pre_tokenizer(family: str) -> Any:
 
 CORPUS = TEXTS + ["Hello world's  2024!!\n\n  x\tIT'S don't 中文😀", "camelCase HTTPServer getX2Y iPhone ÉCOLE Ǆemal",
                   "1,234,567.89 + 3e-10 = x^2; 0x1F ٣٤ ²³ Ⅻ", "path/to/file.py:12\r\n\tdef f(a, b):\n    return a+b",
-                  "  \n \n\n   \t\t x", "email@example.com https://a.b/c?d=e&f=g#h", "<sentinel:42> IMGIMGABZ <|im_end|>",
-                  "we'LL they'Re I'M 'tis ''quoted'' `tick`", "¿Qué? ¡Sí! «guillemets» — dash… ellipsis", "ＡＢＣ１２３　全角",
-                  "ひらがな カタカナ 漢字 한국어 العربية עברית हिन्दी ไทย", "\u200b\u200d\ufeff\x1c\x1f\xa0\u2028\u2029 odd spaces",
+                  "  \n \n\n   \t\t x", "email@example.com https://a.b/c?d=e&f=g#h",
+                  "<sentinel:42> IMGIMGABZ <|im_end|>", "we'LL they'Re I'M 'tis ''quoted'' `tick`",
+                  "¿Qué? ¡Sí! «guillemets» — dash… ellipsis", "ＡＢＣ１２３　全角",
+                  "ひらがな カタカナ 漢字 한국어 العربية עברית हिन्दी ไทย",
+                  "\u200b\u200d\ufeff\x1c\x1f\xa0\u2028\u2029 odd spaces",
                   "e\u0301 combining a\u0308 mark", "🏳️‍🌈 flags 🇫🇷 and 👩🏽‍💻"]
 
 def random_texts(n: int, seed: int) -> list[str]:
