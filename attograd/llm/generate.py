@@ -2,9 +2,10 @@
 chat prompts rendered for the common chat template families (chatml, llama 3, llama 2 / mistral)."""
 from __future__ import annotations
 import codecs, os, time
+from attograd.helpers import prod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
-from attograd.llm.model import Llama
+from attograd.llm.model import Llama, LlamaConfig
 from attograd.llm.sampling import Sampler
 from attograd.llm.tokenizer import Tokenizer
 
@@ -90,13 +91,25 @@ class LLM:
 
   @staticmethod
   def load(path: str | os.PathLike, max_context: int | None = None,
-           progress: Callable[[int, int, str], None] | None = None) -> LLM:
-    model, kv = Llama.from_gguf(path, max_context, progress)
+           progress: Callable[[int, int, str], None] | None = None, quantized: bool | None = None) -> LLM:
+    """The model in a GGUF file. quantized: keep quantized weights quantized in memory (dequantized inside the
+    matmul kernels), or widen them to float32 at load. The fused kernels are scalar for now (the code generator
+    vectorizes float lanes only), so widening decodes ~5x faster while it fits: None (the default) keeps them
+    quantized only when their float32 copy would take more than a quarter of the machine's memory."""
+    from attograd.nn.state import gguf_load
+    from attograd.nn.gguf import QuantizedTensor
+    kv, tensors = gguf_load(path, quantized=True)  # the header; the tensors are views of the file, nothing read yet
+    # the tokenizer and the config are checked before any weight is read: an unsupported file fails at once
     tok = Tokenizer.from_gguf(kv)
-    if tok.vocab_size != model.cfg.vocab_size:
+    cfg = LlamaConfig.from_gguf(kv, tensors)
+    if tok.vocab_size != cfg.vocab_size:
       raise ValueError(f"LLM.load: {path}: the tokenizer has {tok.vocab_size} tokens but the model's embedding has "
-                       f"{model.cfg.vocab_size} rows")
-    return LLM(model, tok, os.path.splitext(os.path.basename(str(path)))[0])
+                       f"{cfg.vocab_size} rows")
+    if quantized is None:
+      wide = sum(4 * prod(t.shape) for t in tensors.values() if isinstance(t, QuantizedTensor))
+      quantized = wide > _memory_bytes() // 4
+    if not quantized: tensors = {k: t.dequantize() if isinstance(t, QuantizedTensor) else t for k, t in tensors.items()}
+    return LLM(Llama(cfg, tensors, max_context, progress), tok, os.path.splitext(os.path.basename(str(path)))[0])
 
   def encode(self, text: str) -> list[int]:
     """Prompt ids: BOS first when the tokenizer adds one (special tokens in the text become their ids)."""
@@ -157,6 +170,11 @@ class LLM:
 
   def generate(self, prompt: list[int], sampler: Sampler, max_tokens: int, stop: Sequence[str] = ()) -> str:
     return "".join(self.stream(prompt, sampler, max_tokens, stop))
+
+def _memory_bytes() -> int:
+  """Physical memory (POSIX sysconf), or 8 GiB where it can't be read."""
+  try: return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError, AttributeError): return 8 << 30
 
 def _stop_cut(text: str, stop: Sequence[str]) -> int | None:
   """Where the earliest stop string starts in text, or None."""

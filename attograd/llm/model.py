@@ -11,6 +11,7 @@ from attograd.dtype import dtypes
 from attograd.engine.jit import TinyJit
 from attograd.engine.schedule import buffers
 from attograd.helpers import prod
+from attograd.nn.gguf import QuantizedTensor
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp, Variable
 
@@ -73,11 +74,24 @@ class LlamaConfig:
 
 # ***** the math, as Tensor functions of Tensors *****
 
-def linear(x: Tensor, w: Tensor, block_bytes: int = 4 << 20) -> Tensor:
+Weight = Tensor | QuantizedTensor
+
+def dense(w: Weight) -> Tensor:
+  """A weight as a float32 Tensor: a quantized one dequantized into a buffer of its own (an intermediate of the
+  kernels that read it, freed after them), so a several-row matmul dequantizes each block once, not once per row."""
+  return w.dequantize().contiguous() if isinstance(w, QuantizedTensor) else w
+
+def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
   """x (T, K) @ w.T for w (N, K), as one broadcast multiply and sum (fewer graph nodes than matmul's transposes).
   With several rows, w is cut into blocks of output columns of about block_bytes: each block's matmul then reads its
-  weights from cache for every row tile, instead of streaming the whole matrix from memory again and again."""
+  weights from cache for every row tile, instead of streaming the whole matrix from memory again and again.
+  A quantized w with one row of x is dequantized inside the matmul's kernel (the float weights never exist); the
+  sum runs over (blocks, elements of a block), so each element's block is an index, not a division."""
   T, K = x.shape
+  if isinstance(w, QuantizedTensor):
+    if T > 1: return linear(x, dense(w), block_bytes)
+    N, nbr, E = w.shape[0], K // w.block_elems, w.block_elems
+    return (x.reshape(1, 1, nbr, E) * w.blockwise().reshape(1, N, nbr, E)).sum((-2, -1))
   N = w.shape[0]
   rows = max(16, block_bytes // (K * w.dtype.itemsize) // 16 * 16)
   if T == 1 or N <= rows: return (x.reshape(T, 1, K) * w.reshape(1, N, K)).sum(-1)
@@ -104,12 +118,41 @@ def attend(scores: Tensor, v: Tensor) -> Tensor:
 @dataclass
 class Layer:
   attn_norm: Tensor
-  wqkv: Tensor  # (H*D + 2*Hkv*D, C): Q, K and V stacked, one matmul
+  wqkv: Weight  # (H*D + 2*Hkv*D, C): Q, K and V stacked, one matmul
   bqkv: Tensor | None
-  wo: Tensor  # (C, H*D)
+  wo: Weight  # (C, H*D)
   ffn_norm: Tensor
-  wgate_up: Tensor  # (2F, C): gate and up stacked
-  wdown: Tensor  # (C, F)
+  wgate_up: Weight  # (2F, C): gate and up stacked
+  wdown: Weight  # (C, F)
+
+def stack_rows(*ws: Weight) -> Weight:
+  """Weights stacked along their rows, realized: quantized ones of one type stay quantized (their blocks stacked)."""
+  if all(isinstance(w, QuantizedTensor) for w in ws) and len({w.qtype for w in ws}) == 1:  # type: ignore[union-attr]
+    q = ws[0]
+    assert isinstance(q, QuantizedTensor)
+    if any(w.split is not None for w in ws): raise ValueError("stack_rows: stack quantized weights before realize()")
+    blocks = Tensor.cat(*[w.blocks for w in ws])  # type: ignore[union-attr]
+    return QuantizedTensor(blocks, q.qtype, (blocks.shape[0], q.shape[1])).realize()
+  return Tensor.cat(*[w.float() for w in ws]).realize()
+
+class EmbeddingRows:
+  """Rows of a quantized embedding table as float32 bytes: the rows' raw blocks are read on the host (from the
+  file's mapping) and dequantized by a small jitted kernel per row count, so the table is never widened."""
+  def __init__(self, table: QuantizedTensor, device: str):
+    self.table, self.device = table, device
+    self.runs: dict[int, tuple[Tensor, Buffer, TinyJit]] = {}
+  def __call__(self, tokens: list[int], T: int) -> bytes:
+    if (run := self.runs.get(T)) is None:
+      _, nbr, bsz = self.table.blocks.shape
+      inp = Tensor.empty(T, nbr, bsz, dtype=dtypes.uint8, device=self.device)
+      qtype, shape = self.table.qtype, (T, self.table.shape[1])
+      run = self.runs[T] = (inp, buffers[inp.uop.base], TinyJit(lambda b: QuantizedTensor(b, qtype, shape).dequantize()
+                                                                 .contiguous().realize()))
+    inp, buf, jit = run
+    raw = b"".join(self.table.row_bytes(t) for t in tokens)
+    buf.copyin(memoryview(raw + bytes(buf.nbytes - len(raw))))  # zero blocks dequantize to zero rows
+    buf.version += 1
+    return jit(inp)._raw()
 
 class Llama:
   """A llama-family model with a KV cache of `max_context` positions.
@@ -130,16 +173,25 @@ class Llama:
     def tick(name: str) -> None:
       done[0] += 1
       if progress is not None: progress(done[0], steps, name)
-    def w(name: str) -> Tensor:
+    def w(name: str) -> Any:
       if name not in weights: raise ValueError(f"Llama: missing weight {name!r}")
-      return weights[name].to(self.device).float()
-    def need(t: Tensor, shape: tuple[int, ...], name: str) -> Tensor:
+      t = weights[name]
+      # a quantized weight stays quantized on the device; its blocks are copied there now (realized)
+      return t.to(self.device) if isinstance(t, QuantizedTensor) else t.to(self.device).float()
+    def need(t: Any, shape: tuple[int, ...], name: str) -> Any:
       if t.shape != shape: raise ValueError(f"Llama: {name} has shape {t.shape}, expected {shape} from the config")
       return t
     C, H, Hkv, D, F, V = cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.hidden_dim, cfg.vocab_size
-    emb = need(w("token_embd.weight"), (V, C), "token_embd.weight").realize()
     # token embeddings are looked up on the host: a device gather would read the whole table for every token
-    self._embedding = emb._raw()
+    table = need(weights["token_embd.weight"], (V, C), "token_embd.weight")
+    self._embedding: bytes | None = None
+    self._embedding_rows: EmbeddingRows | None = None
+    if isinstance(table, QuantizedTensor):
+      self._embedding_rows = EmbeddingRows(table, self.device)
+      emb: Any = w("token_embd.weight").realize() if "output.weight" not in weights else None  # tied: output reads it
+    else:
+      emb = w("token_embd.weight").realize()
+      self._embedding = emb._raw()
     tick("token_embd.weight")
     self.output_norm = need(w("output_norm.weight"), (C,), "output_norm.weight").realize()
     tick("output_norm.weight")
@@ -156,9 +208,9 @@ class Llama:
       gate, up = (need(w(p + f"ffn_{n}.weight"), (F, C), p + f"ffn_{n}.weight") for n in ("gate", "up"))
       self.layers.append(Layer(
         attn_norm=need(w(p + "attn_norm.weight"), (C,), p + "attn_norm.weight").realize(),
-        wqkv=q.cat(k, v).realize(), bqkv=bias,
+        wqkv=stack_rows(q, k, v), bqkv=bias,
         wo=need(w(p + "attn_output.weight"), (C, H * D), p + "attn_output.weight").realize(),
-        ffn_norm=need(w(p + "ffn_norm.weight"), (C,), p + "ffn_norm.weight").realize(), wgate_up=gate.cat(up).realize(),
+        ffn_norm=need(w(p + "ffn_norm.weight"), (C,), p + "ffn_norm.weight").realize(), wgate_up=stack_rows(gate, up),
         wdown=need(w(p + "ffn_down.weight"), (C, F), p + "ffn_down.weight").realize()))
       tick(f"blk.{i}")
     # llama 3 files carry per-frequency divisors for long-context rope scaling
@@ -183,7 +235,7 @@ class Llama:
                 progress: Callable[[int, int, str], None] | None = None) -> tuple[Llama, dict[str, Any]]:
     """The model in a GGUF file and the file's metadata (which holds the tokenizer)."""
     from attograd.nn.state import gguf_load
-    kv, tensors = gguf_load(path)
+    kv, tensors = gguf_load(path, quantized=True)
     return Llama(LlamaConfig.from_gguf(kv, tensors), tensors, max_context, progress), kv
 
   # ***** host-side inputs: embedding rows and rope angles, as bytes *****
@@ -194,6 +246,9 @@ class Llama:
     for t in tokens:
       if not isinstance(t, int) or not 0 <= t < V:
         raise ValueError(f"Llama: token id {t!r} is outside the vocabulary [0, {V})")
+    if self._embedding is None:
+      assert self._embedding_rows is not None
+      return self._embedding_rows(tokens, T)
     return b"".join(self._embedding[t * C * 4:(t + 1) * C * 4] for t in tokens) + bytes(4 * C * (T - len(tokens)))
   def _angles(self, pos: int) -> tuple[bytes, bytes]:
     """cos and sin for every rotated dim at one position, laid out as `rope` wants them."""
@@ -227,9 +282,9 @@ class Llama:
       return qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].reshape(T, Hkv, D)
     # several rows: separate matmuls, so no consumer reads through a concatenation of column blocks
     xn, scale = x * layer.attn_norm, self._rms_scale(x)
-    outs = []
+    outs, wqkv = [], dense(layer.wqkv)
     for lo, hi in ((0, H * D), (H * D, (H + Hkv) * D), ((H + Hkv) * D, (H + 2 * Hkv) * D)):
-      y = linear(xn, layer.wqkv[lo:hi]) * scale
+      y = linear(xn, wqkv[lo:hi]) * scale
       outs.append(y if layer.bqkv is None else y + layer.bqkv[lo:hi])
     q, k, v = outs[0].reshape(T, H, D), outs[1].reshape(T, Hkv, D), outs[2].reshape(T, Hkv, D)
     return rope(q, cos, sin, cfg.rope_style), rope(k, cos, sin, cfg.rope_style), v
@@ -243,15 +298,16 @@ class Llama:
     # several rows: the FFN in blocks of hidden units whose gate, up and down weights fit in cache; the down
     # projection of each block is a partial sum, so no block's output is ever concatenated
     xn, scale = x * layer.ffn_norm, self._rms_scale(x)
+    wgate_up, wdown = dense(layer.wgate_up), dense(layer.wdown)
     n_blocks = -(-F * C * 4 // block_bytes)
     step = -(-F // n_blocks // 16) * 16
     out = x
     for lo in range(0, F, step):
       hi = min(lo + step, F)
       # gate in its own kernel: fused with up's, the two matmuls' accumulators don't fit in registers
-      gate = linear(xn, layer.wgate_up[lo:hi]).contiguous() * scale
-      up = linear(xn, layer.wgate_up[F + lo:F + hi]) * scale
-      out = out + linear(gate.silu() * up, layer.wdown[:, lo:hi])
+      gate = linear(xn, wgate_up[lo:hi]).contiguous() * scale
+      up = linear(xn, wgate_up[F + lo:F + hi]) * scale
+      out = out + linear(gate.silu() * up, wdown[:, lo:hi])
     return out
 
   def _logits(self, x: Tensor) -> Tensor: return self._norm_matmul(x, self.output_norm, self.output)

@@ -227,7 +227,7 @@ def serve_main(argv: list[str]) -> int:
   p.add_argument("--name", default=None, help="the model id clients use (default: the file name without .gguf)")
   p.add_argument("-v", "--verbose", action="store_true", help="log every request")
   args = p.parse_args(argv)
-  try: llm = LLM.load(args.model, args.max_context, progress_bar(args.model))
+  try: llm = LLM.load(args.model, args.max_context, progress_bar(args.model), args.quantized)
   except (ValueError, OSError) as e:
     sys.stderr.write(f"error: {e}\n")
     return 2

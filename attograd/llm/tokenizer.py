@@ -42,87 +42,123 @@ def merge_pairs(syms: list[str], key: Callable[[str, str], Optional[float]]) -> 
     if nxt[left] < n: push(left, nxt[left])
   return [s for s in cur if s is not None]
 
-# ***** the GPT-2 / llama3 / qwen2 pre-tokenizer: a hand-written scanner for their regexes *****
+# ***** pre-tokenizers: the regexes of llama.cpp's tokenizer.ggml.pre types, as a table *****
+# A pre-tokenizer is a list of regexes applied in turn (llama.cpp's unicode_regex_split, Hugging Face's Sequence of
+# Split(behavior="isolated")): each one cuts every piece so far into its matches and the text between them. The
+# regexes are written as in the models' tokenizer.json files, with \p{..} Unicode classes; Python's `re` lacks those,
+# so _compile spells each class out as code point ranges taken from unicodedata (and \s as Unicode White_Space:
+# str.isspace, which `re` uses, also counts \x1c..\x1f).
 
-# \s in those regexes is Unicode White_Space (str.isspace also counts \x1c..\x1f, which White_Space doesn't)
-_WS = frozenset(c for c in map(chr, range(0x3001)) if c.isspace()) - frozenset("\x1c\x1d\x1e\x1f")
-_NL = frozenset("\r\n")
+_CONTRACT = r"'s|'t|'re|'ve|'m|'ll|'d"
+_GPT2 = _CONTRACT + r"| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+           r"\s+(?!\S)|\s+")
+_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
 
-def _kind(c: str) -> str:
-  """'s' whitespace, 'L' letter, 'N' number, 'o' anything else."""
-  if c in _WS: return "s"
-  cat = unicodedata.category(c)[0]
-  return cat if cat in "LN" else "o"
+def _cased(contraction: str, digits: str) -> str:
+  """tekken's and gpt-4o's regex: a word may start with an upper-case run (camelCase -> camel, Case)."""
+  word = r"[^\r\n\p{L}\p{N}]?"
+  return (word + _UPPER + "*" + _LOWER + "+" + contraction + "|" + word + _UPPER + "+" + _LOWER + "*" + contraction +
+          r"|\p{N}" + digits + r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-_CONTRACTIONS = ("s", "t", "re", "ve", "m", "ll", "d")
+_CJK = r"[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"  # deepseek's CJK ranges
 
-def _contraction(text: str, i: int, fold: bool) -> int:
-  """End of 's, 't, 're, 've, 'm, 'll or 'd at i (any case when fold), else i."""
-  if text[i] != "'": return i
-  rest = text[i + 1:i + 3].lower() if fold else text[i + 1:i + 3]
-  for c in _CONTRACTIONS:
-    if rest.startswith(c): return i + 1 + len(c)
-  return i
+# family -> (its regexes, in order; ignore_merges: a piece that is a whole token is taken as it is, unmerged)
+PRE_TOKENIZERS: dict[str, tuple[tuple[str, ...], bool]] = {
+  "gpt2": ((_GPT2,), False),
+  "llama3": ((_LLAMA3,), True),
+  "qwen2": ((_QWEN2,), False),
+  "smollm": ((r"\p{N}", _GPT2), False),  # each digit alone, then GPT-2's (starcoder, refact, command-r, ...)
+  "falcon": ((r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"), False),
+  "default": ((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"), False),  # llama.cpp's fallback
+  "deepseek-coder": ((r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"), False),
+  "deepseek-v3": ((r"\p{N}{1,3}", r"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+                   r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
+                   r" ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"), False),
+  "tekken": ((_cased("", ""),), True),
+  "gpt-4o": ((_cased(f"(?i:{_CONTRACT})?", "{1,3}"),), False),
+  "chameleon": ((r"<sentinel:[0-9]+>", r"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", r"([\t\n]|    |  )", r"\p{N}",
+                 r"[\p{P}!-/:-@\[-`{-~]", _GPT2), False),
+  "bloom": ((r" ?[^(\s|.,!?…。，、।۔،)]+",), False),
+  "viking": ((r" ?[^(\s|.,!?…。，、।۔،)]+", r"\p{N}"), False),
+  "seed-coder": ((r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|"
+                  r"\s*[\r\n]+|\s+(?!\S)|\s+",), False)}
 
-def _run(kinds: str, i: int, k: str) -> int:
-  """End of the run of kind k starting at i."""
-  while i < len(kinds) and kinds[i] == k: i += 1
-  return i
+# tokenizer.ggml.pre (llama.cpp's names, from its llama-vocab.cpp) -> family
+PRE_NAMES: dict[str, str] = {
+  **dict.fromkeys(("gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais", "trillion", "granite-docling", "exaone4",
+                   "a.x-4.0", "mellum", "gigachat"), "gpt2"),
+  **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx",
+                   "smaug-bpe", "chatglm-bpe", "glm4"), "llama3"),
+  **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan", "grok-2", "kormo"), "qwen2"),
+  **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"), "smollm"),
+  **dict.fromkeys(("gpt-4o", "llama4", "kanana2"), "gpt-4o"),
+  **dict.fromkeys(("poro-chat", "bloom", "gpt3-finnish"), "bloom"),
+  "default": "default", "falcon": "falcon", "deepseek-coder": "deepseek-coder", "deepseek-v3": "deepseek-v3",
+  "tekken": "tekken", "chameleon": "chameleon", "viking": "viking", "seed-coder": "seed-coder"}
 
-def _spaces(text: str, kinds: str, i: int, newline_rule: bool) -> int:
-  """The whitespace alternatives at i (text[i] is whitespace): llama3's `\\s*[\\r\\n]+` (when newline_rule), then
-  `\\s+(?!\\S)`, then `\\s+`."""
-  end = _run(kinds, i, "s")
-  if newline_rule:
-    # \s* backtracks from the end of the run to the last newline in it; [\r\n]+ then takes that one newline
-    for k in range(end - 1, i - 1, -1):
-      if text[k] in _NL: return k + 1
-  # \s+(?!\S): the whole run at the end of the text, else all but its last char (which precedes a non-space)
-  if end == len(text) or end - i == 1: return end
-  return end - 1
+_CLASSES: dict[str, str] = {}  # "L", "Lu", "N", ... and "s" -> the inside of a [...] class for `re`
 
-def _gpt2_piece(text: str, kinds: str, i: int) -> int:
-  """`'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+` at i: the match's end."""
-  if (j := _contraction(text, i, False)) > i: return j
-  for k in "LNo":
-    if kinds[i] == k: return _run(kinds, i, k)
-    if text[i] == " " and i + 1 < len(text) and kinds[i + 1] == k: return _run(kinds, i + 1, k)
-  return _spaces(text, kinds, i, False)
+def _unicode_classes() -> dict[str, str]:
+  """Code point ranges of each Unicode general category (one pass over every code point, ~0.1 s, done once)."""
+  if _CLASSES: return _CLASSES
+  ranges: dict[str, list[tuple[int, int]]] = {}
+  cat, start, prev = unicodedata.category, 0, "Cc"
+  for c in range(1, 0x110001):
+    k = cat(chr(c)) if c < 0x110000 else ""
+    if k != prev:
+      ranges.setdefault(prev, []).append((start, c - 1))
+      start, prev = c, k
+  def body(spans: list[tuple[int, int]]) -> str: return "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in sorted(spans))
+  for major in "LMNPS":
+    _CLASSES[major] = body([r for k, rs in ranges.items() if k.startswith(major) for r in rs])
+  for k, rs in ranges.items(): _CLASSES[k] = body(rs)
+  # \s is Unicode White_Space: str.isspace() less the four information separators
+  spaces = (c for c in map(chr, range(0x3001)) if c.isspace() and c not in "\x1c\x1d\x1e\x1f")
+  _CLASSES["s"] = "".join(f"\\U{ord(c):08x}" for c in spaces)
+  return _CLASSES
 
-def _llama3_piece(text: str, kinds: str, i: int, max_digits: int) -> int:
-  """llama3's `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|
-  \\s*[\\r\\n]+|\\s+(?!\\S)|\\s+` at i (qwen2's is the same with \\p{N} one digit at a time): the match's end."""
-  n = len(text)
-  if (j := _contraction(text, i, True)) > i: return j
-  if kinds[i] == "L": return _run(kinds, i, "L")
-  if kinds[i] in "so" and text[i] not in _NL and i + 1 < n and kinds[i + 1] == "L": return _run(kinds, i + 1, "L")
-  if kinds[i] == "N": return min(_run(kinds, i, "N"), i + max_digits)
-  start = i + 1 if text[i] == " " and i + 1 < n and kinds[i + 1] == "o" else i
-  if kinds[start] == "o":
-    j = _run(kinds, start, "o")
-    while j < n and text[j] in _NL: j += 1
-    return j
-  return _spaces(text, kinds, i, True)
+_CLASS_ESCAPE = re.compile(r"\\p\{(\w+)\}|\\([sS])|\\.|\[|\]")
 
-PRE_TOKENIZERS: dict[str, Callable[[str, str, int], int]] = {
-  "gpt2": _gpt2_piece,
-  "llama3": lambda text, kinds, i: _llama3_piece(text, kinds, i, 3),
-  "qwen2": lambda text, kinds, i: _llama3_piece(text, kinds, i, 1)}
-# tokenizer.ggml.pre names (llama.cpp's) -> our scanner
-PRE_NAMES = {"default": "gpt2", "gpt-2": "gpt2", "gpt2": "gpt2", "llama-bpe": "llama3", "llama3": "llama3",
-             "smaug-bpe": "llama3", "qwen2": "qwen2"}
+def _compile(pattern: str) -> re.Pattern[str]:
+  r"""A tokenizer.json regex as a Python `re` pattern: \p{X} and \s become explicit ranges (inside a [...] class they
+  are spliced into it), \S outside a class becomes [^\s]."""
+  cls, out, depth, pos = _unicode_classes(), [], 0, 0
+  for m in _CLASS_ESCAPE.finditer(pattern):
+    out.append(pattern[pos:m.start()])
+    pos, tok = m.end(), m.group()
+    if tok == "[": depth += 1
+    elif tok == "]": depth -= 1
+    if m.group(1) is not None or m.group(2) is not None:
+      name = m.group(1) or "s"
+      if name not in cls: raise ValueError(f"pre-tokenizer: unknown Unicode class \\p{{{name}}} in {pattern!r}")
+      assert not (depth and m.group(2) == "S"), "\\S inside a character class"
+      if depth: tok = cls[name]
+      else: tok = f"[^{cls[name]}]" if m.group(2) == "S" else f"[{cls[name]}]"
+    out.append(tok)
+  out.append(pattern[pos:])
+  return re.compile("".join(out))
+
+_COMPILED: dict[str, list[re.Pattern[str]]] = {}
 
 def pre_split(text: str, kind: str) -> list[str]:
-  """Split text the way the named pre-tokenizer regex ("gpt2", "llama3" or "qwen2") finds its matches."""
-  piece = PRE_TOKENIZERS[kind]
-  kinds = "".join(_kind(c) for c in text)
-  out, i = [], 0
-  while i < len(text):
-    j = piece(text, kinds, i)
-    assert j > i, f"pre_split made no progress at {i} in {text!r}"
-    out.append(text[i:j])
-    i = j
-  return out
+  """Split text the way the named pre-tokenizer family (a key of PRE_TOKENIZERS) does: each regex in turn cuts every
+  piece into its matches and the gaps between them."""
+  if (pats := _COMPILED.get(kind)) is None: pats = _COMPILED[kind] = [_compile(p) for p in PRE_TOKENIZERS[kind][0]]
+  pieces = [text] if text else []
+  for pat in pats:
+    cut: list[str] = []
+    for piece in pieces:
+      pos = 0
+      for m in pat.finditer(piece):
+        if m.start() == m.end(): continue  # an empty match cuts nothing
+        if m.start() > pos: cut.append(piece[pos:m.start()])
+        cut.append(m.group())
+        pos = m.end()
+      if pos < len(piece): cut.append(piece[pos:])
+    pieces = cut
+  return pieces
 
 def bytes_to_unicode() -> dict[int, str]:
   """GPT-2's reversible byte -> printable character map: printable Latin-1 bytes map to themselves, the other 68 to
@@ -321,7 +357,7 @@ class BPETokenizer(Tokenizer):
       raise ValueError(f"Tokenizer.from_gguf: pre-tokenizer tokenizer.ggml.pre={pre!r} is not supported; "
                        f"supported: {sorted(PRE_NAMES)}")
     self.pre = PRE_NAMES[pre]
-    self.ignore_merges = self.pre == "llama3"  # llama3 takes a whole pre-split piece that is a token as it is
+    self.ignore_merges = PRE_TOKENIZERS[self.pre][1]
     self.byte_char = bytes_to_unicode()
     self.char_byte = {c: b for b, c in self.byte_char.items()}
     self._cache: dict[str, list[int]] = {}

@@ -153,9 +153,15 @@ def _f16(blocks: Tensor, i: int) -> Tensor:
   b = blocks[:, i:i + 2].cast(dtypes.uint16)
   return (b[:, 0:1] | (b[:, 1:2] << 8)).bitcast(dtypes.float16).float()
 
+def _u8_range(n: int, step: int, device: str, shape: tuple[int, ...]) -> Tensor:
+  """0, step, 2*step, ... (n values) as uint8 shift amounts, reshaped to broadcast."""
+  return (Tensor.arange(n, device=device) * step).cast(dtypes.uint8).reshape(shape)
+
 def _nibbles(qs: Tensor) -> Tensor:
-  """16 bytes per block to 32 values: the low nibbles are elements 0..15, the high ones 16..31."""
-  return (qs & 0xF).cat(qs >> 4, dim=1)
+  """16 bytes per block to 32 values: the low nibbles are elements 0..15, the high ones 16..31. A shift by 0 or 4
+  along a broadcast axis, not a concatenation: fused into a matmul, each element is then a load, a shift and a mask."""
+  nb = qs.shape[0]
+  return ((qs.reshape(nb, 1, 16) >> _u8_range(2, 4, qs.device, (1, 2, 1))) & 0xF).reshape(nb, 32)
 
 def _high_bits(qh: Tensor) -> Tensor:
   """4 bytes per block (a little-endian uint32) to its 32 bits, bit j for element j, as 0 or 16."""
@@ -180,10 +186,6 @@ def _q6_k(b: Tensor) -> Tensor:
   q = ((ql & 0xF).cat(ql >> 4, dim=2) | (hi << 4)).reshape(nb, 256).float() - 32
   scales = b[:, 192:208].bitcast(dtypes.int8).float().reshape(nb, 16, 1).expand(nb, 16, 16).reshape(nb, 256)
   return _f16(b, 208) * scales * q
-
-def _u8_range(n: int, step: int, device: str, shape: tuple[int, ...]) -> Tensor:
-  """0, step, 2*step, ... (n values) as uint8 shift amounts, reshaped to broadcast."""
-  return (Tensor.arange(n, device=device) * step).cast(dtypes.uint8).reshape(shape)
 
 def _q2_k(b: Tensor) -> Tensor:
   """scales[16] (low nibble scale, high nibble min, one pair per 16 elements), qs[64], f16 d, f16 dmin. In each half
@@ -239,7 +241,83 @@ DEQUANTIZERS: dict[str, Callable[[Tensor], Tensor]] = {
   "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0, "Q2_K": _q2_k, "Q3_K": _q3_k,
   "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
 
-def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: tuple[int, ...], gtype: int) -> Tensor:
+# the simple 32-element types split into their float scales and their quant bytes once they are on a compute device:
+# a matmul then reads each block's scale as a float, instead of decoding a float16 for every element it multiplies.
+# qtype -> (f16 scale offsets (d, then m), first quant byte, dequantize(quant bytes (n, Q) uint8, scales (n, S)))
+_SPLIT: dict[str, tuple[tuple[int, ...], int, Callable[[Tensor, Tensor], Tensor]]] = {
+  "Q4_0": ((0,), 2, lambda q, s: (_nibbles(q).float() - 8) * s[:, 0:1]),
+  "Q4_1": ((0, 2), 4, lambda q, s: _nibbles(q).float() * s[:, 0:1] + s[:, 1:2]),
+  "Q5_0": ((0,), 2, lambda q, s: ((_nibbles(q[:, 4:20]) | _high_bits(q[:, 0:4])).float() - 16) * s[:, 0:1]),
+  "Q5_1": ((0, 2), 4, lambda q, s: (_nibbles(q[:, 4:20]) | _high_bits(q[:, 0:4])).float() * s[:, 0:1] + s[:, 1:2]),
+  "Q8_0": ((0,), 2, lambda q, s: q.bitcast(dtypes.int8).float() * s[:, 0:1])}
+
+# ***** quantized tensors kept as their blocks *****
+
+class QuantizedTensor:
+  """A ggml block-quantized tensor kept as its raw blocks, `blocks` (rows, blocks per row, block bytes) uint8, where
+  a row is the last dim of `shape` (ggml's ne0). `dequantize()` is a lazy float32 Tensor: read by a matmul, the
+  dequantization fuses into the matmul's kernel and no float copy of the weights is ever in memory. `host` is the
+  raw bytes on the host when there are any (a zero-copy view of the file), for reading single rows (embeddings).
+
+  >>> kv, w = gguf_load("model.Q4_1.gguf", quantized=True)  # doctest: +SKIP
+  >>> w["blk.0.ffn_up.weight"]  # doctest: +SKIP
+  <QuantizedTensor Q4_1 (1536, 576) on DISK>
+  """
+  def __init__(self, blocks: Tensor, qtype: str, shape: tuple[int, ...], host: memoryview | None = None):
+    if qtype not in DEQUANTIZERS:
+      raise ValueError(f"QuantizedTensor: ggml type {qtype} can't be dequantized; supported: {list(DEQUANTIZERS)}")
+    _, self.block_elems, self.block_bytes = _TYPE_BY_NAME[qtype]
+    rows, n = prod(shape[:-1]), shape[-1] if shape else 1
+    if n % self.block_elems or blocks.shape != (rows, n // self.block_elems, self.block_bytes) \
+       or blocks.dtype != dtypes.uint8:
+      raise ValueError(f"QuantizedTensor: {qtype} {shape} needs uint8 blocks of shape "
+                       f"{(rows, n // self.block_elems, self.block_bytes)}, got {blocks.dtype} {blocks.shape}")
+    self.blocks, self.qtype, self.shape, self.host = blocks, qtype, tuple(shape), host
+    self.split: tuple[Tensor, Tensor] | None = None  # (quant bytes, float32 scales) once realized on a device
+  dtype = dtypes.float32  # what it dequantizes to
+  @property
+  def device(self) -> str: return self.blocks.device
+  @property
+  def nbytes(self) -> int: return sum(prod(t.shape) * t.dtype.itemsize for t in (self.split or (self.blocks,)))
+  def to(self, device: str | None) -> QuantizedTensor:
+    if self.split is not None: raise ValueError("QuantizedTensor.to: move it before realize() splits its blocks")
+    return QuantizedTensor(self.blocks.to(device), self.qtype, self.shape, self.host)
+  def realize(self) -> QuantizedTensor:
+    """The blocks in device memory (a no-op on DISK); the simple types split into quant bytes and float scales."""
+    if self.device == "DISK": return self
+    if self.qtype in _SPLIT:
+      offs, start, _ = _SPLIT[self.qtype]
+      b = self.blocks
+      scales = Tensor.cat(*[_f16(b.reshape(-1, self.block_bytes), i) for i in offs], dim=1)
+      self.split = b[:, :, start:].contiguous().realize(), scales.reshape(*b.shape[:2], len(offs)).realize()
+      self.blocks = self.split[0]  # the scales live in self.split alone now; the blocks' f16 copies are dropped
+    else: self.blocks = self.blocks.contiguous().realize()
+    return self
+  def blockwise(self) -> Tensor:
+    """The values as (rows, blocks per row, block elements) float32: a matmul reduces over the last two dims, so its
+    index math has no division by the block size."""
+    rows, nbr = self.blocks.shape[:2]
+    if self.split is not None:
+      q, sc = self.split
+      return _SPLIT[self.qtype][2](q.reshape(rows * nbr, -1), sc.reshape(rows * nbr, -1)).reshape(rows, nbr, -1)
+    return DEQUANTIZERS[self.qtype](self.blocks.reshape(rows * nbr, -1)).reshape(rows, nbr, self.block_elems)
+  def dequantize(self) -> Tensor:
+    """The values as a float32 Tensor of `shape` (lazy: nothing runs until it is realized)."""
+    if self.device == "DISK": return self.to(Device.DEFAULT).dequantize()
+    return self.blockwise().reshape(self.shape)
+  def float(self) -> Tensor: return self.dequantize()
+  def numpy(self) -> Any: return self.dequantize().numpy()
+  def row_bytes(self, i: int) -> bytes:
+    """The raw blocks of row i."""
+    n = self.blocks.shape[1] * self.block_bytes
+    if self.host is None: self.host = memoryview(self.blocks.to(Device.DEFAULT).contiguous()._raw())
+    return bytes(self.host[i * n:(i + 1) * n])
+  def __repr__(self) -> str: return f"<QuantizedTensor {self.qtype} {self.shape} on {self.device}>"
+
+_TYPE_BY_NAME = {name: (name, blk, bsz) for name, blk, bsz in GGML_TYPES.values()}
+
+def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: tuple[int, ...], gtype: int,
+                 quantized: bool) -> Tensor | QuantizedTensor:
   from attograd.nn.state import disk_tensor
   tn, blk, bsz = GGML_TYPES[gtype]
   shape = tuple(reversed(dims))
@@ -248,13 +326,22 @@ def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: 
     raise ValueError(f"gguf_load: {path}: tensor {tname!r} has ggml type {tn}, which isn't supported yet; "
                      f"supported: {list(_PLAIN) + list(DEQUANTIZERS)}")
   n_blocks = prod(dims) // blk
-  raw = disk_tensor(mapping, start, (n_blocks * bsz,)).to(Device.DEFAULT)
-  return DEQUANTIZERS[tn](raw.reshape(n_blocks, bsz)).reshape(shape)
+  rows = n_blocks // (dims[0] // blk) if dims else 1
+  raw = disk_tensor(mapping, start, (rows, n_blocks // rows, bsz))
+  q = QuantizedTensor(raw, tn, shape, mapping.read(start, n_blocks * bsz))
+  return q if quantized else q.dequantize()
 
-def gguf_load(src: str | os.PathLike | Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
+def gguf_metadata(src: str | os.PathLike | Tensor) -> dict[str, Any]:
+  """The metadata of a GGUF file alone (its header is parsed and checked; no tensor is read): what a caller checks,
+  like the tokenizer, before it spends time loading weights."""
+  from attograd.nn.state import _mapping_of
+  return _parse(*_mapping_of(src, "gguf_metadata"))[0]
+
+def gguf_load(src: str | os.PathLike | Tensor, quantized: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
   """Metadata and tensors of a GGUF file (a path, or a 1-D uint8 Tensor of its bytes). Shapes are numpy order (ggml
   dims reversed). F32/F16/BF16 (and the int types) are DISK views of the file in their own dtype, until moved;
-  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K tensors are dequantized to float32 on Device.DEFAULT.
+  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K tensors are dequantized to float32 on Device.DEFAULT
+  (lazily), or with quantized=True stay QuantizedTensors: their blocks as DISK views, dequantized where they are used.
 
   >>> kv, weights = gguf_load("/work/shared/datasets/llm/stories260K.gguf")  # doctest: +SKIP
   >>> kv["general.architecture"], weights["token_embd.weight"].shape  # doctest: +SKIP
@@ -263,6 +350,6 @@ def gguf_load(src: str | os.PathLike | Tensor) -> tuple[dict[str, Any], dict[str
   from attograd.nn.state import _mapping_of
   mapping, start, size = _mapping_of(src, "gguf_load")
   kv, infos, data_start = _parse(mapping, start, size)
-  tensors = {tname: _load_tensor(mapping, mapping.path, data_start + off, tname, dims, gtype)
+  tensors = {tname: _load_tensor(mapping, mapping.path, data_start + off, tname, dims, gtype, quantized)
              for tname, dims, gtype, off in infos}
   return kv, tensors

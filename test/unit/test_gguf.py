@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from attograd.dtype import dtypes
 from attograd.tensor import Tensor
-from attograd.nn.gguf import gguf_load
+from attograd.nn.gguf import QuantizedTensor, gguf_load
 
 LLM = "/work/shared/datasets/llm"
 F32_FILE = os.path.join(LLM, "stories260K.gguf")
@@ -254,6 +254,29 @@ def test_dequant_synthetic(tmp_path: Any, device: str, qtype: str) -> None:
   assert w["w"].shape == (3, ne0) and w["w"].dtype is dtypes.float32
   np.testing.assert_array_equal(w["w"].numpy(), ref_dequant(raw, qtype).reshape(3, ne0))
 
+@pytest.mark.parametrize("qtype", list(BLOCK))
+def test_quantized_stays_quantized(tmp_path: Any, device: str, qtype: str) -> None:
+  # quantized=True keeps the blocks (no float copy): realized on the device (the simple types split into quant bytes
+  # and float scales), they dequantize to the reference, and a one-row matmul dequantizes inside its kernel
+  from attograd.llm.model import linear
+  ne0 = 256 if qtype.endswith("_K") else 64
+  raw = random_blocks(qtype, 3 * ne0 // 32 if ne0 == 64 else 3, seed=len(qtype) + 1)
+  p = write_file(tmp_path, write_gguf([], [("w", (ne0, 3), GGML[qtype], raw)]))
+  _, w = gguf_load(p, quantized=True)
+  q = w["w"]
+  assert isinstance(q, QuantizedTensor) and q.device == "DISK" and (q.qtype, q.shape) == (qtype, (3, ne0))
+  assert q.row_bytes(1) == raw[len(raw) // 3:2 * len(raw) // 3]
+  ref = ref_dequant(raw, qtype).reshape(3, ne0)
+  np.testing.assert_array_equal(q.dequantize().numpy(), ref)  # from DISK: moved to the default device first
+  q = q.to(device).realize()
+  assert q.nbytes <= len(raw) * 1.2  # quant bytes plus float32 scales: about the file's size, not 4 bytes a weight
+  np.testing.assert_array_equal(q.dequantize().numpy(), ref)
+  x = np.random.default_rng(0).standard_normal((2, ne0)).astype(np.float32)
+  np.testing.assert_allclose(linear(Tensor(x[:1], device=device), q).numpy(), x[:1] @ ref.T, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(linear(Tensor(x, device=device), q).numpy(), x @ ref.T, rtol=1e-4, atol=1e-3)
+  with pytest.raises(ValueError, match="QuantizedTensor: Q4_0 \\(2, 64\\) needs uint8 blocks"):
+    QuantizedTensor(Tensor.zeros(2, 2, 17, dtype=dtypes.uint8), "Q4_0", (2, 64))
+
 def test_q5_high_bits(tmp_path: Any, device: str) -> None:
   # one Q5_0 block with d=1, all nibbles 0 and only bit 5 of the high word set: element 5 is 16-16=0, the rest -16
   blk = np.float16(1).tobytes() + struct.pack("<I", 1 << 5) + bytes(16)
@@ -333,6 +356,9 @@ def test_plain_types_and_alignment(tmp_path: Any) -> None:
   np.testing.assert_array_equal(w["a"].numpy(), a)
   np.testing.assert_array_equal(w["h"].numpy(), h)
   assert w["bf"].to("CPU").float().tolist() == [1.0, -3.0, 0.25]
+  # .numpy() straight from the file (a DISK view, where no cast kernel can run) widens bfloat16 on the host
+  assert w["bf"].numpy().dtype == np.float32 and w["bf"].numpy().tolist() == [1.0, -3.0, 0.25]
+  assert w["bf"].tolist() == [1.0, -3.0, 0.25]
   # the same bytes given as a uint8 Tensor
   _, w2 = gguf_load(Tensor(np.frombuffer(blob, np.uint8)))
   np.testing.assert_array_equal(w2["a"].numpy(), a)

