@@ -4,7 +4,7 @@ compiling."""
 from __future__ import annotations
 import functools, struct, time, types, warnings, weakref
 from typing import Any, Callable, Generic, TypeVar
-from attograd.device import Buffer
+from attograd.device import Buffer, Device
 from attograd.dtype import DType, dtypes
 from attograd.engine import realize as _realize
 from attograd.engine.memory import plan_jit
@@ -91,6 +91,11 @@ def _call_key(vals: list[Any], pos: list[int | str], skip: int) -> tuple[Any, ..
                         "or bind it into the function (functools.partial)") from None
   return tuple(key)
 
+def _modes() -> dict[str, Any]:
+  """The global settings a traced function reads without taking them as arguments: part of every call's key too."""
+  return {"Tensor.training": Tensor.training, "dtypes.default_float": dtypes.default_float,
+          "dtypes.default_int": dtypes.default_int, "Device.DEFAULT": Device.DEFAULT}
+
 def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) -> Prepared:
   """The call's key, and every Tensor argument realized into a contiguous buffer of its own (a non-contiguous view
   gets a copy). Returns the arguments to call with, the key, the Tensor arguments' names and Tensors, and the bound
@@ -98,7 +103,8 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
   kws = sorted(kwargs) if kwargs else []  # keywords sorted, so their order in the call doesn't matter
   pos: list[int | str] = [*range(len(args)), *kws]
   vals = [*args, *(kwargs[k] for k in kws)]
-  key = (_call_key(vals, pos, skip), tuple(kws))
+  key = (_call_key(vals, pos, skip), tuple(kws), Tensor.training, dtypes.default_float, dtypes.default_int,
+         Device.DEFAULT)  # the values of _modes(), read directly: this runs on every replay
   todo = [v for v in vals if isinstance(v, Tensor) and v.uop.base.op is not Ops.BUFFER]
   if todo: todo[0].realize(*todo[1:])
   fixed: dict[int, Tensor] = {}
@@ -254,11 +260,11 @@ class TinyJit(Generic[ReturnType]):
   The first call runs the function; the second runs it again while recording its kernels; every later call only
   replays those kernels, with the new inputs' buffers (and new values of bound Variables passed as arguments).
   A capture is kept per argument signature: Tensor arguments by shape, dtype and device, bound Variables by their
-  Variable (not their value), and every other argument by value (floats by their bits, containers element by element;
-  they must be hashable). A call with a new signature runs and captures anew, keeping the `max_captures` most
-  recently used captures. A jitted method captures per instance. Returned Tensors are backed by the same buffers on
-  every call, so a result is overwritten by the next call (read it, or copy it, before calling again). `JIT=0` turns
-  capturing off.
+  Variable (not their value), every other argument by value (floats by their bits, containers element by element;
+  they must be hashable), and the global modes a function reads (Tensor.training, default dtypes, Device.DEFAULT).
+  A call with a new signature runs and captures anew, keeping the `max_captures` most recently used captures. A
+  jitted method captures per instance. Returned Tensors are backed by the same buffers on every call, so a result is
+  overwritten by the next call (read it, or copy it, before calling again). `JIT=0` turns capturing off.
 
   >>> from attograd import Tensor, TinyJit
   >>> @TinyJit
@@ -350,6 +356,7 @@ class TinyJit(Generic[ReturnType]):
     """The state of a signature not seen before; the least recently used one makes room for it when all are taken."""
     shown = {_name(i): _show(v) for i, v in enumerate(args) if i >= self._skip}
     shown.update({_name(k): _show(v) for k, v in kwargs.items()})
+    shown.update({k: repr(v) for k, v in _modes().items()})
     if self._entries:
       last = max(self._entries.values(), key=lambda e: e.last)
       change = "; ".join(f"{n} is {shown.get(n, 'not passed')} (was {last.shown.get(n, 'not passed')})"

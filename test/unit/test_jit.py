@@ -378,6 +378,15 @@ def test_tensor_shape_dtype_change_recaptures() -> None:
     assert out.dtype == Tensor(a).dtype
     np.testing.assert_allclose(out.numpy(), a + b, rtol=1e-6)
 
+def test_training_mode_is_keyed() -> None:
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return x.dropout(0.5) + 1
+  x = Tensor.ones(64).contiguous().realize()
+  with Tensor.train():
+    for _ in range(3): assert set(f(x).numpy().tolist()) == {1.0, 3.0}
+  for _ in range(3): assert f(x).numpy().tolist() == [2.0] * 64  # eval mode: no dropout, not the training capture
+  with Tensor.train(): assert set(f(x).numpy().tolist()) == {1.0, 3.0}
+
 def test_error_unhashable_argument() -> None:
   class Config:
     __hash__ = None  # type: ignore[assignment]
