@@ -32,7 +32,9 @@ def _shape_vars(shape: tuple[Any, ...]) -> list[UOp]:
   return [b for s in shape if isinstance(s, UOp) for b in s.toposort() if b.op is Ops.BIND]
 
 def _unbound_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
-  return shape if all(s.__class__ is int for s in shape) else tuple(unbind_sint(s) for s in shape)
+  for s in shape:  # a plain loop: this runs for every Tensor argument of every replay
+    if s.__class__ is not int: return tuple(unbind_sint(s) for s in shape)
+  return shape
 
 def _name(pos: int | str) -> str:
   """An argument's name in messages: its position, or its keyword."""
@@ -65,7 +67,8 @@ def _value_key(v: Any) -> Any:
   return (c, v)  # anything else by its own equality: instances of plain classes by identity
 
 def _tensor_key(t: Tensor) -> tuple[Any, ...]:
-  return (Tensor, _unbound_shape(t.shape), t.dtype, t.device, t.requires_grad)
+  u = t.uop
+  return (Tensor, _unbound_shape(u.shape), u.dtype, t.device, t.requires_grad)
 
 def _show(v: Any) -> str:
   """A value in messages; floats that print alike show their bits."""
