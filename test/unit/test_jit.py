@@ -409,3 +409,12 @@ def test_many_signatures_warn_and_stay_right() -> None:
     for k in range(12):
       for _ in range(3): np.testing.assert_allclose(f(Tensor(a), float(k)).numpy(), a * k, rtol=1e-6)
   assert len(f._entries) == f.max_captures
+
+def test_debug_names_the_changed_argument(capsys: pytest.CaptureFixture[str]) -> None:
+  @TinyJit
+  def f(x: Tensor, axis: tuple[int, ...], c: float) -> Tensor: return x.sum(axis) * c
+  with Context(DEBUG=1):
+    for axis, c in [((0,), 0.0), ((0,), 0.0), ((1,), 0.0), ((1,), -0.0)]: f(Tensor(rnd(2, 3)), axis, c)
+  out = capsys.readouterr().out
+  assert "new argument signature (argument 1 is (1,) (was (0,)))" in out
+  assert "argument 2 is -0.0 (bits 8000000000000000) (was 0.0 (bits 0000000000000000))" in out
