@@ -973,7 +973,8 @@ def _const(val: ConstType, dtype: DType, device: str) -> UOp:
 _const_cache: dict[tuple, UOp] = {}
 def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A constant expanded to `shape`, remembered: scalars in arithmetic are the most common graph nodes."""
-  key = (val.__class__, val, dtype, device, shape)
+  # -0.0 == 0.0 with the same hash: keyed by value alone, a -0.0 got the +0.0 made before it (x / -0.0 gave +inf)
+  key = (val.__class__, val if val else repr(val), dtype, device, shape)
   if (u := _const_cache.get(key)) is None:
     if len(_const_cache) >= 4096: _const_cache.clear()
     u = _const(val, dtype, device)

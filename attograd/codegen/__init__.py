@@ -1,6 +1,6 @@
 """Code generation: one kernel AST -> optimized loops with explicit index math -> a linear program of UOps."""
 from __future__ import annotations
-import functools, hashlib, json, os
+import dataclasses, functools, hashlib, json, os
 from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType
 from attograd.helpers import BEAM, DEBUG, NOOPT, getenv
@@ -31,6 +31,13 @@ def _code_version() -> str:
         with open(os.path.join(d, f), "rb") as fh: h.update(f.encode() + fh.read())
   return h.hexdigest()
 
+def _arg_uops(arg: object) -> list[UOp]:
+  """The UOps inside an arg (symbolic sizes and strides of a VIEW's ShapeTracker), through tuples and dataclasses."""
+  if isinstance(arg, UOp): return [arg]
+  if isinstance(arg, (tuple, list)): return [u for a in arg for u in _arg_uops(a)]
+  if dataclasses.is_dataclass(arg): return [u for f in dataclasses.fields(arg) for u in _arg_uops(getattr(arg, f.name))]
+  return []
+
 def _ast_key(ast: UOp, renderer: Renderer, opts: list | None) -> str:
   ids: dict[UOp, int] = {}
   parts = [_code_version(), type(renderer).__name__, repr(sorted(vars(renderer).items(), key=lambda kv: kv[0])),
@@ -38,6 +45,9 @@ def _ast_key(ast: UOp, renderer: Renderer, opts: list | None) -> str:
   for u in ast.toposort():
     ids[u] = len(ids)
     parts.append(f"{u.op.name}|{u.dtype!r}|{u.arg!r}|{[ids[s] for s in u.src]}")
+    # an arg's repr prints a big expression as its root and node count only: two kernels differing inside one
+    # would share a key (and the program from disk), so expressions in args are keyed in full
+    parts.extend(pretty_print(e, max_nodes=1 << 62) for e in _arg_uops(u.arg))
   return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 def _spec_to_bytes(sp: ProgramSpec) -> bytes:

@@ -2,9 +2,9 @@
 later calls replay those kernels with the new input buffers and variable values: no graph building, scheduling or
 compiling."""
 from __future__ import annotations
-import functools, struct, time
+import functools, struct, time, types, warnings, weakref
 from typing import Any, Callable, Generic, TypeVar
-from attograd.device import Buffer
+from attograd.device import Buffer, Device
 from attograd.dtype import DType, dtypes
 from attograd.engine import realize as _realize
 from attograd.engine.memory import plan_jit
@@ -20,7 +20,7 @@ from attograd.engine.schedule import _SIZED, _bind_size, _map_arg, _sym_arg, _un
 ReturnType = TypeVar("ReturnType")
 Recording = list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]]
 InputSpec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device
-Prepared = tuple[tuple[Any, ...], dict[str, Any], list[str], list[Tensor], dict[str, UOp]]
+Prepared = tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...], list[str], list[Tensor], dict[str, UOp]]
 
 # the TinyJit now recording, if any: a jitted function called while another records can't be captured correctly
 _capturing: TinyJit | None = None
@@ -34,42 +34,103 @@ def _shape_vars(shape: tuple[Any, ...]) -> list[UOp]:
   return [b for s in shape if isinstance(s, UOp) for b in s.toposort() if b.op is Ops.BIND]
 
 def _unbound_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
-  return shape if all(s.__class__ is int for s in shape) else tuple(unbind_sint(s) for s in shape)
+  for s in shape:  # a plain loop: this runs for every Tensor argument of every replay
+    if s.__class__ is not int: return tuple(unbind_sint(s) for s in shape)
+  return shape
 
-def _named(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
-  """(name for messages, value) of every argument; keywords sorted, so their order in the call doesn't matter."""
-  return [(f"argument {i}", v) for i, v in enumerate(args)] + [(f"keyword argument {k!r}", kwargs[k])
-                                                                for k in sorted(kwargs)]
+def _name(pos: int | str) -> str:
+  """An argument's name in messages: its position, or its keyword."""
+  return f"argument {pos}" if isinstance(pos, int) else f"keyword argument {pos!r}"
 
-def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
-  """Realize every Tensor argument into a contiguous buffer of its own (a non-contiguous view gets a copy).
-  Returns the arguments to call with, the Tensor arguments' names and Tensors, and the bound Variables by name."""
-  named = _named(args, kwargs)
-  for n, v in named:
-    if isinstance(v, (list, tuple, dict)) and _holds_tensor(v):
-      raise TypeError(f"TinyJit: {n} is a {type(v).__name__} holding Tensors; a replay would keep reading the Tensors "
-                      "of the captured call. Pass each input Tensor as an argument of its own")
-  todo = [v for _, v in named if isinstance(v, Tensor) and v.uop.base.op is not Ops.BUFFER]
+# ***** the key of a call: what a capture depends on besides its input buffers and Variable values *****
+
+class _HoldsTensor(Exception): pass  # a Tensor inside a container argument: its buffer would be baked in
+class _Unhashable(Exception): pass  # nothing to compare a later call's value with
+
+_f64 = struct.Struct("<d").pack
+_PLAIN = {int, bool, str, bytes, type(None)}  # compared by value, with the class: 1, 1.0 and True are different keys
+
+def _value_key(v: Any) -> Any:
+  """A hashable stand-in for a non-Tensor argument, equal for two values exactly when a capture made with one is
+  right for the other: floats by their bits (0.0 and -0.0 differ, as do NaN payloads), containers element by element
+  with their class, a bound Variable nested in a container by its value (only top-level ones are replay inputs)."""
+  c = v.__class__
+  if c in _PLAIN: return (c, v)
+  if isinstance(v, float): return (c, _f64(v))
+  if isinstance(v, (tuple, list)): return (c, tuple(_value_key(x) for x in v))
+  if isinstance(v, dict): return (c, tuple((_value_key(k), _value_key(x)) for k, x in v.items()))  # order matters
+  if isinstance(v, (set, frozenset)): return (c, frozenset(_value_key(x) for x in v))
+  if isinstance(v, complex): return (c, _f64(v.real), _f64(v.imag))
+  if isinstance(v, Tensor): raise _HoldsTensor
+  if isinstance(v, UOp): return (c, v)  # hash-consed: a bound Variable nested in a container is keyed by its value
+  if c.__module__ == "numpy" and hasattr(v, "tobytes"): return (c, v.dtype.str, v.shape, v.tobytes())  # -0.0, NaNs
+  try: hash(v)
+  except TypeError: raise _Unhashable from None
+  return (c, v)  # anything else by its own equality: instances of plain classes by identity
+
+def _tensor_key(t: Tensor) -> tuple[Any, ...]:
+  u = t.uop
+  return (Tensor, _unbound_shape(u.shape), u.dtype, t.device, t.requires_grad)
+
+def _show(v: Any) -> str:
+  """A value in messages; floats that print alike show their bits."""
+  if isinstance(v, Tensor): return f"a Tensor of shape {_unbound_shape(v.shape)} ({v.dtype}, {v.device})"
+  if isinstance(v, UOp) and v.op is Ops.BIND: return f"Variable {v.src[0].arg[0]!r} bound to {v.src[1].arg}"
+  if isinstance(v, float) and (v != v or v == 0): return f"{v!r} (bits {_f64(v)[::-1].hex()})"
+  return f"{v!r:.60}"
+
+def _call_key(vals: list[Any], pos: list[int | str], skip: int) -> tuple[Any, ...]:
+  """The key of one call's arguments (the first `skip` left out: a jitted method's own instance)."""
+  key: list[Any] = []
+  for p, v in zip(pos[skip:], vals[skip:]):
+    if isinstance(v, Tensor): key.append(_tensor_key(v))
+    elif v.__class__ is UOp and v.op is Ops.BIND: key.append((UOp, v.src[0]))  # its value is a replay input
+    else:
+      try: key.append(_value_key(v))
+      except _HoldsTensor:
+        raise TypeError(f"TinyJit: {_name(p)} is a {type(v).__name__} holding Tensors; a replay would keep reading the "
+                        "Tensors of the captured call. Pass each input Tensor as an argument of its own") from None
+      except _Unhashable:
+        raise TypeError(f"TinyJit: {_name(p)} is a {type(v).__name__}, which is not hashable, so a later call can't be "
+                        "checked against the capture; pass a hashable value (a tuple, a frozen dataclass) or a Tensor, "
+                        "or bind it into the function (functools.partial)") from None
+  return tuple(key)
+
+def _modes() -> dict[str, Any]:
+  """The global settings a traced function reads without taking them as arguments: part of every call's key too."""
+  return {"Tensor.training": Tensor.training, "dtypes.default_float": dtypes.default_float,
+          "dtypes.default_int": dtypes.default_int, "Device.DEFAULT": Device.DEFAULT}
+
+def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) -> Prepared:
+  """The call's key, and every Tensor argument realized into a contiguous buffer of its own (a non-contiguous view
+  gets a copy). Returns the arguments to call with, the key, the Tensor arguments' names and Tensors, and the bound
+  Variables by name."""
+  kws = sorted(kwargs) if kwargs else []  # keywords sorted, so their order in the call doesn't matter
+  pos: list[int | str] = [*range(len(args)), *kws]
+  vals = [*args, *(kwargs[k] for k in kws)]
+  key = (_call_key(vals, pos, skip), tuple(kws), Tensor.training, dtypes.default_float, dtypes.default_int,
+         Device.DEFAULT)  # the values of _modes(), read directly: this runs on every replay
+  todo = [v for v in vals if isinstance(v, Tensor) and v.uop.base.op is not Ops.BUFFER]
   if todo: todo[0].realize(*todo[1:])
   fixed: dict[int, Tensor] = {}
-  for _, v in named:
+  for v in vals:
     if isinstance(v, Tensor) and not _is_whole_buffer(v.uop): fixed[id(v)] = v.contiguous().realize()
   if fixed:
     args = tuple(fixed.get(id(v), v) for v in args)
     kwargs = {k: fixed.get(id(v), v) for k, v in kwargs.items()}
-    named = [(n, fixed.get(id(v), v)) for n, v in named]
-  names = [n for n, v in named if isinstance(v, Tensor)]
-  tensors = [v for _, v in named if isinstance(v, Tensor)]
+    vals = [fixed.get(id(v), v) for v in vals]
+  names = [_name(p) for p, v in zip(pos, vals) if isinstance(v, Tensor)]
+  tensors = [v for v in vals if isinstance(v, Tensor)]
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
-  for n, v in named + [(n, b) for n, t in zip(names, tensors) for b in _shape_vars(t.shape)]:
-    if isinstance(v, UOp) and v.op is Ops.BIND:
+  for v in vals[skip:] + [b for t in tensors for b in _shape_vars(t.shape)]:
+    if v.__class__ is UOp and v.op is Ops.BIND:
       vname = v.src[0].arg[0]
       if vname in variables and variables[vname] is not v:
         raise ValueError(f"TinyJit: Variable {vname!r} is bound twice in one call, to {variables[vname].val} and "
                          f"{v.val}")
       variables[vname] = v
-  return args, kwargs, names, tensors, variables
+  return args, kwargs, key, names, tensors, variables
 
 def _output_tensors(ret: Any, where: str = "the return value") -> list[Tensor]:
   """The Tensors in a return value (a Tensor, None, or tuples, lists and dicts of them), in order."""
@@ -79,13 +140,6 @@ def _output_tensors(ret: Any, where: str = "the return value") -> list[Tensor]:
   if isinstance(ret, dict): return [t for k, x in ret.items() for t in _output_tensors(x, f"{where}[{k!r}]")]
   raise TypeError(f"TinyJit: {where} is a {type(ret).__name__} ({ret!r:.40}), not a Tensor; on replay it would keep "
                   "its value from the captured call. Return Tensors (or None), and read values with .item() outside")
-
-def _holds_tensor(x: Any) -> bool:
-  """Whether a (nested) list, tuple or dict holds a Tensor."""
-  if isinstance(x, Tensor): return True
-  if isinstance(x, (list, tuple)): return any(_holds_tensor(y) for y in x)
-  if isinstance(x, dict): return any(_holds_tensor(y) for y in x.values())
-  return False
 
 def _rebuild(ret: Any, outs: list[Tensor]) -> Any:
   """`ret` with its Tensors replaced, in order, by `outs`."""
@@ -156,11 +210,7 @@ class CapturedJit:
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
 
   def __call__(self, tensors: list[Tensor], variables: dict[str, UOp]) -> Any:
-    for t, (name, (shape, dtype, device)) in zip(tensors, zip(self.names, self.specs)):
-      if _unbound_shape(t.shape) != shape or t.dtype != dtype or t.device != device:
-        raise ValueError(f"TinyJit: {name} has shape {t.shape} ({t.dtype}, {t.device}), but the function was captured "
-                         f"with shape {shape} ({dtype}, {device}); inputs can't change between calls (call jit.reset() "
-                         "to capture anew)")
+    # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
     st = time.perf_counter() if DEBUG >= 1 else 0.0
     for t, slots in zip(tensors, self.in_slots):
       b = buffers[t.uop.base]
@@ -201,13 +251,28 @@ def _fast_call(runner: CompiledRunner, nbufs: int) -> Callable[..., Any]:
   def call(*args: Any) -> None: prg(*args[:nbufs], vals=tuple(args[nbufs:]), **launch)
   return call
 
+class _Entry:
+  """One argument signature's state: run once (captured None), then captured; `last` orders entries by last use."""
+  __slots__ = ("captured", "last", "shown")
+  def __init__(self, last: int, shown: dict[str, str]):
+    self.captured: CapturedJit | None = None
+    self.last, self.shown = last, shown
+
+def _forget(instances: dict[int, Any], oid: int, ref: weakref.ref) -> None:
+  """A jitted method's instance died: its captures go with it (unless the id already holds a newer instance)."""
+  if (hit := instances.get(oid)) is not None and hit[0] is ref: del instances[oid]
+
 class TinyJit(Generic[ReturnType]):
   """Capture the kernels a function of Tensors runs, and replay them on later calls.
 
   The first call runs the function; the second runs it again while recording its kernels; every later call only
-  replays those kernels, with the new inputs' buffers (and new values of bound Variables passed as arguments). Tensor
-  arguments must keep their shapes and dtypes; returned Tensors are backed by the same buffers on every call, so a
-  result is overwritten by the next call (read it, or copy it, before calling again). `JIT=0` turns capturing off.
+  replays those kernels, with the new inputs' buffers (and new values of bound Variables passed as arguments).
+  A capture is kept per argument signature: Tensor arguments by shape, dtype and device, bound Variables by their
+  Variable (not their value), every other argument by value (floats by their bits, containers element by element;
+  they must be hashable), and the global modes a function reads (Tensor.training, default dtypes, Device.DEFAULT).
+  A call with a new signature runs and captures anew, keeping the `max_captures` most recently used captures. A
+  jitted method captures per instance. Returned Tensors are backed by the same buffers on every call, so a result is
+  overwritten by the next call (read it, or copy it, before calling again). `JIT=0` turns capturing off.
 
   >>> from attograd import Tensor, TinyJit
   >>> @TinyJit
@@ -215,16 +280,33 @@ class TinyJit(Generic[ReturnType]):
   >>> [f(Tensor([float(i), 1.0])).item() for i in range(4)]
   [4.0, 6.0, 8.0, 10.0]
   """
-  def __init__(self, fxn: Callable[..., ReturnType]):
-    self.fxn = fxn
+  def __init__(self, fxn: Callable[..., ReturnType], max_captures: int = 8):
+    if max_captures < 1: raise ValueError(f"TinyJit: max_captures must be at least 1, got {max_captures}")
+    self.fxn, self.max_captures = fxn, max_captures
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
+    self._skip = 0  # 1 in the jit of one instance's method: the instance isn't part of the key
+    self._instances: dict[int, tuple[Callable[[], Any], TinyJit[ReturnType]]] = {}  # a method's jit per instance
     self.reset()
   def reset(self) -> None:
-    """Forget the captured kernels: the next call runs normally and the one after captures again."""
-    self.cnt = 0
-    self.captured: CapturedJit | None = None
+    """Forget the captured kernels (a method's: of every instance): the next call runs normally and the one after
+    captures again."""
+    self.cnt = 0  # calls since the last reset
+    self.captured: CapturedJit | None = None  # the capture the last call replayed or made
+    self._entries: dict[tuple[Any, ...], _Entry] = {}
+    self._warned = False
+    for _, jit in self._instances.values(): jit.reset()
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
-    return self if obj is None else functools.partial(self.__call__, obj)  # a jitted method
+    """A jitted method: a jit of its own for each instance, so one instance never replays another's kernels (its
+    weights are baked into the capture as buffers). It lives as long as the instance."""
+    if obj is None: return self
+    hit = self._instances.get(id(obj))
+    if hit is None or hit[0]() is not obj:
+      jit: TinyJit[ReturnType] = TinyJit(self.fxn, self.max_captures)
+      jit._skip = 1
+      try: ref = weakref.ref(obj, functools.partial(_forget, self._instances, id(obj)))
+      except TypeError: return types.MethodType(self, obj)  # no weak references (__slots__): keyed by the instance
+      self._instances[id(obj)] = hit = (ref, jit)
+    return types.MethodType(hit[1], obj)
   def __repr__(self) -> str: return f"<TinyJit {getattr(self.fxn, '__qualname__', self.fxn)!s} calls={self.cnt}>"
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
@@ -233,29 +315,26 @@ class TinyJit(Generic[ReturnType]):
       raise RuntimeError(f"TinyJit: {self!r} was called while {_capturing!r} is capturing; a jit can't be captured "
                          "inside another: jit only the outer function")
     if not JIT or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
-    args, kwargs, names, tensors, variables = _prepare_inputs(args, kwargs)
-    if self.captured is not None:
-      if names != self.captured.names:
-        raise ValueError(f"TinyJit: called with Tensor arguments {names}, but captured with {self.captured.names}")
-      known = self.captured.var_names
-      if set(variables) != set(known) or any(v.src[0] is not known[n].src[0] for n, v in variables.items()):
-        raise ValueError(f"TinyJit: called with Variables {sorted(variables)}, but captured with {sorted(known)} "
-                         "(names and bounds must stay the same)")
-      self._check_constants(args, kwargs)
-      self.cnt += 1
-      return self.captured(tensors, variables)
+    args, kwargs, key, names, tensors, variables = _prepare_inputs(args, kwargs, self._skip)
+    self.cnt += 1
+    entry = self._entries.get(key)
+    if entry is not None and entry.captured is not None:
+      entry.last = self.cnt
+      self.captured = entry.captured
+      return entry.captured(tensors, variables)
     bufs = [buffers[t.uop.base] for t in tensors]
     seen: dict[int, str] = {}
     for n, b in zip(names, bufs):
       if id(b) in seen: raise ValueError(f"TinyJit: {seen[id(b)]} and {n} are the same buffer; pass distinct Tensors")
       seen[id(b)] = n
-    if self.cnt == 0:
+    if entry is None:  # a new signature: run the function; the next call with it captures
+      entry = self._new_entry(key, args, kwargs)
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])
-      self.cnt = 1
-      self._constants = self._constants_of(args, kwargs)
+      self._entries[key] = entry
       return ret
+    entry.last = self.cnt
     # the second call: record every kernel it runs
     rec: Recording = []
     # random numbers read their counter from this buffer while capturing, so each replay draws new ones
@@ -276,21 +355,28 @@ class TinyJit(Generic[ReturnType]):
                          "the caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]
-    self.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
+    self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
     if (used := Tensor._rng_counter - rng_start): self.captured.rng = (buffers[rng.uop.base], used)
-    self._constants = self._constants_of(args, kwargs)
-    self.cnt = 2
     if DEBUG >= 1: print(f"jit: captured {len(rec)} kernels of {self!r}")
     return ret
 
-  # plain Python numbers and strings passed as arguments are baked into the captured kernels: they must not change
-  @staticmethod
-  def _constants_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {n: v for n, v in _named(args, kwargs) if isinstance(v, (int, float, str, bool))}
-  def _check_constants(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    now = self._constants_of(args, kwargs)
-    if now != self._constants:
-      diff = [n for n in set(now) | set(self._constants) if now.get(n) != self._constants.get(n)]
-      n = sorted(diff)[0]
-      raise ValueError(f"TinyJit: {n} is {now.get(n)!r} but was {self._constants.get(n)!r} when captured; plain Python "
-                       "values are baked into the captured kernels (pass a Tensor, or a bound Variable, to change it)")
+  def _new_entry(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Entry:
+    """The state of a signature not seen before; the least recently used one makes room for it when all are taken."""
+    shown = {_name(i): _show(v) for i, v in enumerate(args) if i >= self._skip}
+    shown.update({_name(k): _show(v) for k, v in kwargs.items()})
+    shown.update({k: repr(v) for k, v in _modes().items()})
+    if self._entries:
+      last = max(self._entries.values(), key=lambda e: e.last)
+      change = "; ".join(f"{n} is {shown.get(n, 'not passed')} (was {last.shown.get(n, 'not passed')})"
+                         for n in sorted(set(shown) | set(last.shown)) if shown.get(n) != last.shown.get(n))
+      change = change or "the same values, of other types or bits"
+      if DEBUG >= 1: print(f"jit: {self!r} called with a new argument signature ({change}): capturing it anew")
+      if len(self._entries) >= self.max_captures:
+        del self._entries[min(self._entries, key=lambda k: self._entries[k].last)]
+        if not self._warned:
+          self._warned = True
+          warnings.warn(f"TinyJit: {self!r} has been called with more than {self.max_captures} argument signatures "
+                        f"(the latest: {change}), so it drops its least recently used captures, and calls with those "
+                        "run and capture again. Plain Python values are baked into the captured kernels: pass a value "
+                        "that changes between calls as a Tensor, or as a bound Variable", stacklevel=3)
+    return _Entry(self.cnt, shown)

@@ -153,6 +153,22 @@ def test_programs_come_back_from_the_disk_cache(tmp_path, monkeypatch) -> None:
     assert getattr(again, f) == getattr(built, f) == getattr(first, f), f
   assert cg._spec_from_bytes(b"not json") is None  # a corrupt entry is rebuilt, not trusted
 
+def test_program_key_sees_all_of_a_big_symbolic_view() -> None:
+  # a VIEW's repr prints an expression of more than 60 nodes as its root and node count: two kernels whose views
+  # differ only inside one got the same disk-cache key, so the second would run the first's program
+  from attograd.codegen import _ast_key
+  from attograd.uop.ops import Ops, UOp, Variable
+  from attograd.uop.view import ShapeTracker, View
+  def kernel(last: int) -> UOp:
+    e = Variable("n", 1, 64)
+    for i in range(30): e = e * 3 + (i if i < 29 else last)
+    st = ShapeTracker((View(shape=(e, 4), strides=(4, 1), offset=0, mask=None, contiguous=True),))
+    return UOp(Ops.SINK, src=(UOp(Ops.VIEW, arg=st),))
+  a, b = kernel(1), kernel(2)
+  assert len(a.src[0].arg.views[0].shape[0].toposort()) > 60 and repr(a.src[0].arg) == repr(b.src[0].arg)
+  r = Device["CPU"].renderer
+  assert _ast_key(a, r, None) != _ast_key(b, r, None) and _ast_key(a, r, None) == _ast_key(kernel(1), r, None)
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_max_reduce_on_lanes(dtype: str) -> None:
   # a max over contiguous rows runs on reduce lanes, one over columns on output lanes; NaN wins as in NumPy

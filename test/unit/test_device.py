@@ -1,9 +1,10 @@
 """Device selection, the on-disk compile cache, missing-compiler errors, DEBUG output and GlobalCounters."""
 from __future__ import annotations
-import os, subprocess, sys, textwrap
+import hashlib, os, struct, subprocess, sys, textwrap
 import pytest
 from attograd import Device, GlobalCounters, Tensor
 from attograd.device import disk_cache_get, disk_cache_put, _cache_path
+import attograd.device as device_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,6 +55,61 @@ def test_disk_cache_roundtrip_and_corruption(tmp_path, monkeypatch) -> None:
     f.write(b"X")
   assert disk_cache_get("t", "abcd1234") is None
   assert not os.path.exists(path)  # the corrupt entry is removed so it gets rebuilt
+
+def _read(path: str) -> bytes:
+  with open(path, "rb") as f: return f.read()
+
+def _write(path: str, data: bytes) -> None:
+  with open(path, "wb") as f: f.write(data)
+
+def test_disk_cache_swapped_entries_are_rejected(tmp_path, monkeypatch) -> None:
+  # two whole, valid entries swapped on disk: each file's checksum still matches its payload, but not its name's key
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  disk_cache_put("t", "aa11", b"program one")
+  disk_cache_put("t", "bb22", b"program two")
+  pa, pb = _cache_path("t", "aa11"), _cache_path("t", "bb22")
+  da, db = _read(pa), _read(pb)
+  _write(pa, db)
+  _write(pb, da)
+  assert disk_cache_get("t", "aa11") is None and disk_cache_get("t", "bb22") is None
+  assert not os.path.exists(pa) and not os.path.exists(pb)  # rebuilt on the next put
+  disk_cache_put("u", "aa11", b"program one")  # the same key in another table is another entry too
+  _write(_cache_path("t", "aa11"), _read(_cache_path("u", "aa11")))
+  assert disk_cache_get("t", "aa11") is None and disk_cache_get("u", "aa11") == b"program one"
+
+@pytest.mark.parametrize("damage", ["truncated", "header only", "empty", "old layout", "key length", "payload"])
+def test_disk_cache_damaged_entries_are_rejected(tmp_path, monkeypatch, damage: str) -> None:
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  disk_cache_put("t", "cc33", b"a payload of some length")
+  path, data = _cache_path("t", "cc33"), _read(_cache_path("t", "cc33"))
+  head = device_mod._HEAD
+  bad = {"truncated": data[:-3], "header only": data[:head], "empty": b"",
+         # the first layout: magic, SHA-256 of the payload, payload (no key)
+         "old layout": b"ATTOC001" + hashlib.sha256(b"a payload of some length").digest() + b"a payload of some length",
+         "key length": data[:head - 4] + struct.pack("<I", 1 << 30) + data[head:],
+         "payload": data[:-1] + b"X"}[damage]
+  _write(path, bad)
+  assert disk_cache_get("t", "cc33") is None and not os.path.exists(path)
+  disk_cache_put("t", "cc33", b"again")
+  assert disk_cache_get("t", "cc33") == b"again"
+
+@pytest.mark.parametrize("table", ["program", "compile"])
+def test_swapped_cached_kernels_are_rebuilt(tmp_path, table: str) -> None:
+  # two kernels of the same name and shape (E_2) that differ in a constant: with their cached programs (or compiled
+  # libraries) swapped on disk, a new process must still compute each one right
+  code = "from attograd import Tensor; x = Tensor([1.0, 2.0]); print((x * 7 + 0.5).tolist(), (x * 3 - 1).tolist())"
+  env = {"ATTOGRAD_CACHE_DIR": str(tmp_path), "DEV": "CPU"}
+  first = run_py(code, **env)
+  assert first.returncode == 0, first.stderr
+  assert first.stdout == "[7.5, 14.5] [2.0, 5.0]\n"
+  entries = sorted(os.path.join(d, f) for d, _, fs in os.walk(tmp_path / table) for f in fs)
+  assert len(entries) == 2, entries
+  a, b = _read(entries[0]), _read(entries[1])
+  _write(entries[0], b)
+  _write(entries[1], a)
+  second = run_py(code, **env)
+  assert second.returncode == 0, second.stderr
+  assert second.stdout == first.stdout
 
 def test_corrupt_compiled_kernel_is_rebuilt(tmp_path) -> None:
   code = "from attograd import Tensor; print((Tensor([1.0, 2.0]) * 7 + 0.5).tolist())"

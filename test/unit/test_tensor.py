@@ -407,3 +407,11 @@ def test_big_roundtrip_cpu(device: str) -> None:
   a = np.random.default_rng(0).standard_normal((256, 1024)).astype(np.float32)
   compare(Tensor(a), a, exact_dtype=True)
   compare(Tensor(a).T.contiguous(), a.T)
+
+def test_negative_zero_constant_is_not_the_cached_zero(device: str) -> None:
+  # the cache of broadcast constants keyed 0.0 and -0.0 alike: once x * 0.0 had run, x * -0.0 used +0.0
+  x = np.array([1.0, 2.0], dtype=np.float32)
+  for c in (0.0, -0.0, 0.0):
+    compare(1 / (Tensor(x) * c), np.float32(1) / (x * np.float32(c)))
+    compare(Tensor(x) / c, x / np.float32(c))
+    assert np.signbit(Tensor.full((2,), c).numpy()).tolist() == [np.signbit(c)] * 2
