@@ -963,7 +963,7 @@ def _concrete_only(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
   def wrapper(self: Tensor, *args: Any, **kw: Any) -> Any:
     for t in (self, *args, *kw.values()):
       if isinstance(t, Tensor) and (dims := [d for d in t.shape if d.__class__ is not int]):
-        _symbolic_error(name, dims[0], f"a tensor of shape {t!r:.200} has")
+        _symbolic_error(name, dims[0], f"a tensor of shape {t._shape_repr()} has")
     return fn(self, *args, **kw)
   return wrapper
 
