@@ -118,7 +118,9 @@ class View:
       raise ValueError(f"reshape: can't reshape {self.shape} ({self.size} elements) to {new_shape} ({prod(new_shape)})")
     if 0 in self.shape or 0 in new_shape: return View.create(new_shape)
     if self.contiguous: return View.create(new_shape)
-    if self.is_empty_mask(): return View.empty(new_shape)
+    # all padding: a view of rank 0 has no dim to carry the empty mask (its mask would read as "no mask", every
+    # element valid), so that one takes a second view over this one
+    if self.is_empty_mask(): return View.empty(new_shape) if len(new_shape) else None
     if is_symbolic(self.shape) or is_symbolic(new_shape) or is_symbolic(self.strides) or self.offset.__class__ is not int:
       try: return self._reshape(new_shape)
       except TypeError: return None  # a comparison the Variables' bounds can't decide: stack a view instead
