@@ -221,23 +221,7 @@ class _FunctionWriter:
     if is_f and op in float_binary: return self.ins(f"{float_binary[op]} {FMF} {t} {xs[0]}, {xs[1]}")
     if not is_f and op in int_binary:
       instr = int_binary[op][1 if unsigned else 0]
-      if op in (Ops.IDIV, Ops.MOD) and not (u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1)):
-        # C leaves x/0 and INT_MIN/-1 undefined and x86 traps on them; answer 0 like the PYTHON device instead
-        zero = self.ins(f"icmp eq {t} {xs[1]}, 0")
-        bad = zero if unsigned else self.ins(f"or i1 {zero}, {self.ins(f'icmp eq {t} {xs[1]}, -1')}")
-        safe = self.ins(f"select i1 {bad}, {t} 1, {t} {xs[1]}")
-        res = self.ins(f"{instr} {t} {xs[0]}, {safe}")
-        if unsigned: return self.ins(f"select i1 {bad}, {t} 0, {t} {res}")
-        # x / -1 is -x and x % -1 is 0 (wrapping at INT_MIN)
-        neg1 = self.ins(f"select i1 {zero}, {t} 0, {t} {self.ins(f'sub {t} 0, {xs[0]}') if op is Ops.IDIV else '0'}")
-        return self.ins(f"select i1 {bad}, {t} {neg1}, {t} {res}")
-      bits = 1 if sd is dtypes.bool else sd.itemsize * 8
-      if op in (Ops.SHL, Ops.SHR) and not (u.src[1].op is Ops.CONST and 0 <= u.src[1].arg < bits):
-        # a shift by the width or more is poison in LLVM; the PYTHON device shifts everything out (or in: sign bits)
-        ok = self.ins(f"icmp ult {t} {xs[1]}, {bits}")
-        res = self.ins(f"{instr} {t} {xs[0]}, {self.ins(f'select i1 {ok}, {t} {xs[1]}, {t} 0')}")
-        out = self.ins(f"ashr {t} {xs[0]}, {bits - 1}") if instr == "ashr" else "0"
-        return self.ins(f"select i1 {ok}, {t} {res}, {t} {out}")
+      # x / 0, INT_MIN / -1 and shifts by the width or more were guarded by codegen/intsafe.py
       return self.ins(f"{instr} {t} {xs[0]}, {xs[1]}")
     raise RuntimeError(f"LLVM renderer: no code for {op} on {d}")
 
