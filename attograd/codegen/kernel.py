@@ -2,7 +2,7 @@
 (actions on axes) that reshape that space before lowering."""
 from __future__ import annotations
 from dataclasses import dataclass, field
-from attograd.dtype import DType
+from attograd.dtype import DType, dtypes
 from attograd.helpers import DEBUG, NOOPT, prod
 from attograd.uop.ops import Ops, UOp
 from attograd.uop.view import ShapeTracker, View, _mul, is_symbolic
@@ -78,6 +78,11 @@ class Kernel:
     self._simplify_axes()
 
   # ***** the loop space *****
+  def index_dtype(self) -> DType:
+    """The dtype of the kernel's index math: int32 when the bounds prove no index, loop counter or partial sum of
+    one can pass 2**31 - 1 (every view's index_bound, and the loop space's size for thread indices), else int64."""
+    bound = max([sym_max(prod(self.full_shape))] + [st.index_bound() for st in self.sts.values()])
+    return dtypes.int32 if bound <= dtypes.max(dtypes.int32) else dtypes.int64
   @property
   def shape_len(self) -> int: return len(self.full_shape)
   @property
