@@ -89,6 +89,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   else:
     for o in opts: k.apply_opt(o)
   if not renderer.has_threads: k.parallel = False
+  if DEBUG >= 3: print(f"index math: {k.index_dtype().name} (largest index bound {k.index_bound()})")
   sink = lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)  # loops (or GPU thread
                                                        # indices), index math from views, simplified; lanes as vectors
   sink = graph_rewrite(sink, pm_int_safety)           # x // 0, INT_MIN // -1 and wide shifts: NumPy's answers, not

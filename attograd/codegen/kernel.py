@@ -78,11 +78,13 @@ class Kernel:
     self._simplify_axes()
 
   # ***** the loop space *****
+  def index_bound(self) -> int:
+    """The largest magnitude of any index, loop counter or partial sum of one in this kernel: every view's
+    index_bound, and the loop space's size (thread indices and padding masks combine axes up to it)."""
+    return max([sym_max(prod(self.full_shape))] + [st.index_bound() for st in self.sts.values()])
   def index_dtype(self) -> DType:
-    """The dtype of the kernel's index math: int32 when the bounds prove no index, loop counter or partial sum of
-    one can pass 2**31 - 1 (every view's index_bound, and the loop space's size for thread indices), else int64."""
-    bound = max([sym_max(prod(self.full_shape))] + [st.index_bound() for st in self.sts.values()])
-    return dtypes.int32 if bound <= dtypes.max(dtypes.int32) else dtypes.int64
+    """int32 index math where index_bound() proves it can't overflow, else int64."""
+    return dtypes.int32 if self.index_bound() <= dtypes.max(dtypes.int32) else dtypes.int64
   @property
   def shape_len(self) -> int: return len(self.full_shape)
   @property
