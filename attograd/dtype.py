@@ -85,7 +85,8 @@ class dtypes:
     if x.__class__ is float: return dtypes.default_float
     if x.__class__ is bool: return dtypes.bool
     if x.__class__ is int:
-      return dtypes.default_int if dtypes.min(dtypes.default_int) <= x <= dtypes.max(dtypes.default_int) else dtypes.int64
+      d = dtypes.default_int
+      return d if dtypes.min(d) <= x <= dtypes.max(d) else dtypes.int64
     if isinstance(x, (list, tuple)): return max((dtypes.from_py(y) for y in x), default=dtypes.default_float)
     raise TypeError(f"dtypes.from_py: can't infer a dtype for {type(x).__name__} value {x!r}")
   @staticmethod

@@ -39,6 +39,7 @@ def test_guarded_ops_give_the_reference_values(dt, op) -> None:
   a, b = UOp.variable("a", lo, hi, dt), UOp.variable("b", lo, hi, dt)
   guarded = graph_rewrite(UOp(op, dt, (a, b)), pm_int_safety)
   assert guarded.op is Ops.WHERE  # nothing is provably safe about a loaded value
-  vals = sorted({v for v in (lo, lo + 1, -1, 0, 1, 2, 7, bits - 1, bits, bits + 1, 2 * bits, hi - 1, hi) if lo <= v <= hi})
+  edges = (lo, lo + 1, -1, 0, 1, 2, 7, bits - 1, bits, bits + 1, 2 * bits, hi - 1, hi)
+  vals = sorted({v for v in edges if lo <= v <= hi})
   for x, y in itertools.product(vals, vals):
     assert _eval(guarded, {a: x, b: y}) == exec_alu(op, dt, [x, y]), (x, y)
