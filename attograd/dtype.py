@@ -80,10 +80,13 @@ class dtypes:
   def is_bool(x: DType) -> bool: return x.scalar() is dtypes.bool
   @staticmethod
   def from_py(x: Any) -> DType:
-    """The dtype a Python value becomes: float -> default_float, int -> default_int, bool -> bool."""
+    """The dtype a Python value becomes: float -> default_float, int -> default_int (int64 when it doesn't fit, so
+    2**40 is not wrapped to 0), bool -> bool."""
     if x.__class__ is float: return dtypes.default_float
     if x.__class__ is bool: return dtypes.bool
-    if x.__class__ is int: return dtypes.default_int
+    if x.__class__ is int:
+      d = dtypes.default_int
+      return d if dtypes.min(d) <= x <= dtypes.max(d) else dtypes.int64
     if isinstance(x, (list, tuple)): return max((dtypes.from_py(y) for y in x), default=dtypes.default_float)
     raise TypeError(f"dtypes.from_py: can't infer a dtype for {type(x).__name__} value {x!r}")
   @staticmethod

@@ -341,8 +341,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     n = max(0, math.ceil((stop - start) / step))
     device = Device.canonicalize(kw.pop("device", None))
     idx = _index_tensor(n, device)
+    # in the output dtype: an int64 arange past 2**31 (arange(2**40, 2**40 + 5)) must not wrap in int32 first
     out = idx.cast(dtype) * step + start if (step != 1 or start != 0) else idx.cast(dtype)
-    if dtypes.is_int(dtype) and (step != 1 or start != 0): out = (idx * step + start).cast(dtype)
     return Tensor(out.uop, device=device, **kw)
   @staticmethod
   @_takes_requires_grad
@@ -1086,7 +1086,8 @@ def _hash32(x: Tensor) -> Tensor:
 
 _index_cache: dict[tuple[int, str], Tensor] = {}
 def _index_tensor(n: int, device: str) -> Tensor:
-  """0..n-1 as int32. Small ones are stored once per device; large ones combine two small ones (i*B + j)."""
+  """0..n-1 as int32 (int64 past 2**31 - 1). Small ones are stored once per device; large ones combine two small ones
+  (i*B + j)."""
   if n <= 4096:
     key = (n, device)
     if (t := _index_cache.get(key)) is None:
@@ -1094,7 +1095,8 @@ def _index_tensor(n: int, device: str) -> Tensor:
     return t
   b = math.isqrt(n - 1) + 1
   a = -(-n // b)
-  grid = _index_tensor(a, device).reshape(a, 1) * b + _index_tensor(b, device).reshape(1, b)
+  outer = _index_tensor(a, device) if n <= dtypes.max(dtypes.int32) + 1 else _index_tensor(a, device).cast(dtypes.int64)
+  grid = outer.reshape(a, 1) * b + _index_tensor(b, device).reshape(1, b)
   return grid.reshape(a * b).shrink(((0, n),))
 
 from attograd.tensor_index import _getitem  # noqa: E402

@@ -92,6 +92,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower
   from attograd.codegen.linearize import linearize
   from attograd.codegen.transcendental import pm_transcendental
+  from attograd.codegen.intsafe import pm_int_safety
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
   if VIZ: viz.begin_kernel(renderer.device, ast)
   k = Kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
@@ -101,9 +102,12 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   else:
     for o in opts: k.apply_opt(o)
   if not renderer.has_threads: k.parallel = False
+  if DEBUG >= 3: print(f"index math: {k.index_dtype().name} (largest index bound {k.index_bound()})")
   if VIZ: viz.stage("optimization actions applied", "\n".join(str(o) for o in k.applied) or "(none)")
   sink = lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)  # loops (or GPU thread
                                                        # indices), index math from views, simplified; lanes as vectors
+  sink = graph_rewrite(sink, pm_int_safety)           # x // 0, INT_MIN // -1 and wide shifts: NumPy's answers, not
+                                                       # C's traps and undefined behaviour
   if renderer.decompose_transcendentals:               # exp2/log2 as arithmetic: vector lanes instead of libm calls
     sink = graph_rewrite(sink, pm_transcendental)
   if VIZ: viz.stage("lowered: loops and index math", sink)

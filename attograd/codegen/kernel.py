@@ -2,7 +2,7 @@
 (actions on axes) that reshape that space before lowering."""
 from __future__ import annotations
 from dataclasses import dataclass, field
-from attograd.dtype import DType
+from attograd.dtype import DType, dtypes
 from attograd.helpers import DEBUG, NOOPT, prod
 from attograd.uop.ops import Ops, UOp
 from attograd.uop.view import ShapeTracker, View, _mul, is_symbolic
@@ -78,6 +78,13 @@ class Kernel:
     self._simplify_axes()
 
   # ***** the loop space *****
+  def index_bound(self) -> int:
+    """The largest magnitude of any index, loop counter or partial sum of one in this kernel: every view's
+    index_bound, and the loop space's size (thread indices and padding masks combine axes up to it)."""
+    return max([sym_max(prod(self.full_shape))] + [st.index_bound() for st in self.sts.values()])
+  def index_dtype(self) -> DType:
+    """int32 index math where index_bound() proves it can't overflow, else int64."""
+    return dtypes.int32 if self.index_bound() <= dtypes.max(dtypes.int32) else dtypes.int64
   @property
   def shape_len(self) -> int: return len(self.full_shape)
   @property

@@ -2,10 +2,11 @@
 from __future__ import annotations
 import functools, itertools
 from attograd.codegen.kernel import Kernel, TensorCore
-from attograd.dtype import dtypes
+from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite, sym_max
 from attograd.uop.symbolic import symbolic
+from attograd.uop.view import _as_index
 
 def _identity(op: Ops, dtype) -> object:
   if op is Ops.ADD: return 0
@@ -25,7 +26,7 @@ def lower(k: Kernel, vectors: bool = False, gpu: bool = False, global_max: tuple
   return out
 
 def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...] | None) -> UOp | None:
-  d = dtypes.int32
+  d = k.index_dtype()
   idxs: list[UOp] = []
   placeholders: dict[int, UOp] = {}
   specials = gpu_launch(k, global_max)[0] if gpu else {}
@@ -37,7 +38,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       idxs.append(placeholders[i])
     else:
       kind = "reduce" if i >= k.first_reduce else ("parallel" if (k.parallel and i == _first_loop(k)) else "loop")
-      idxs.append(UOp(Ops.RANGE, d, (s if isinstance(s, UOp) else UOp.const(d, s),), (i, kind)))
+      idxs.append(UOp(Ops.RANGE, d, (_as_index(s, d),), (i, kind)))
   out_idxs = [x if i < k.first_reduce else UOp.const(d, 0) for i, x in enumerate(idxs)]
   reduce_ranges = tuple(x for i, x in enumerate(idxs) if i >= k.first_reduce and x.op is Ops.RANGE)
   unroll_vars = [placeholders[i] for i in k.unrolled if i != lane_ax]
@@ -47,11 +48,11 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
     if u.op is Ops.VIEW: continue
     if u.op is Ops.LOAD:
       st = k.sts[u]
-      idx, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs)
+      idx, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs, d)
       memo[u] = _load(u, idx, _pad_valid(k, u, idxs, valid))
     elif u.op is Ops.CONST and u.src:
       st = k.sts[u]
-      _, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs)
+      _, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs, d)
       valid = _pad_valid(k, u, idxs, valid)
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
@@ -67,7 +68,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       if k.grouped: memo[u] = _group_reduce(k, memo[u], specials, op, len([x for x in memo if x.op is Ops.REDUCE_AXIS]))
     elif u.op is Ops.STORE:
       st = k.sts[u]
-      idx, _ = st.to_indexed(out_idxs)
+      idx, _ = st.to_indexed(out_idxs, d)
       gate = _pad_valid(k, u, idxs, UOp.const(dtypes.bool, True))  # padded outputs are not stored
       memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], idx, memo[u.src[2]]) + (() if _true(gate) else (gate,)))
     elif u.op is Ops.SINK: memo[u] = UOp(Ops.SINK, dtypes.void, tuple(memo[s] for s in u.src))
@@ -94,7 +95,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
 # ***** GPU: thread indices and work-group reductions *****
 
 def _special_dims(prefix: str, axes: list[int], shape: tuple[int, ...], maxes: tuple[int, ...] | None,
-                  ) -> tuple[dict[int, UOp], tuple[int, ...]]:
+                  d: DType = dtypes.int32) -> tuple[dict[int, UOp], tuple[int, ...]]:
   """Each axis gets an index from one launch dimension (the innermost axis -> dimension 0). Past 3 axes, or when a
   dimension exceeds its limit, outer axes share one dimension and are recovered with // and %."""
   groups = [[a] for a in reversed(axes)]  # in dimension order; each group lists its axes outermost first
@@ -104,7 +105,7 @@ def _special_dims(prefix: str, axes: list[int], shape: tuple[int, ...], maxes: t
   sizes: list[int] = []
   for dim, g in enumerate(groups):
     sizes.append(prod(shape[a] for a in g))
-    sp = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{prefix}{dim}", sizes[-1]))
+    sp = UOp(Ops.SPECIAL, d, (), (f"{prefix}{dim}", sizes[-1]))
     for j, a in enumerate(g):
       inner = prod(shape[b] for b in g[j + 1:])
       x = sp // inner if inner > 1 else sp
@@ -114,24 +115,24 @@ def _special_dims(prefix: str, axes: list[int], shape: tuple[int, ...], maxes: t
 def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None,
                ) -> tuple[dict[int, UOp], tuple[int, ...], tuple[int, ...]]:
   """(index of each axis run by the GPU, global size in work-groups, local size in threads)."""
-  shape = k.full_shape
+  shape, d = k.full_shape, k.index_dtype()
   if k.tc is not None:  # one warp per work-group, one 16x8 output tile per warp
     gidx, gsize = _special_dims("gidx", [i for i in range(k.first_reduce) if shape[i] != 1 and i not in
-                                         (k.tc.m, k.tc.n) and i not in k.upcasted], shape, global_max)
+                                         (k.tc.m, k.tc.n) and i not in k.upcasted], shape, global_max, d)
     return gidx, gsize, (WARP,)
   # a symbolic axis stays a loop inside each thread: launch sizes are fixed when the program is built
   glob = [i for i in range(k.first_reduce) if shape[i] != 1 and i not in k.upcasted and i not in k.locals_
           and shape[i].__class__ is int]
   loc = [i for i in range(k.shape_len) if shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
-  gidx, gsize = _special_dims("gidx", glob, shape, global_max)
-  lidx, lsize = _special_dims("lidx", loc, shape, None)
+  gidx, gsize = _special_dims("gidx", glob, shape, global_max, d)
+  lidx, lsize = _special_dims("lidx", loc, shape, None, d)
   return {**gidx, **lidx}, gsize, lsize
 
 def _group_reduce(k: Kernel, partial: UOp, specials: dict[int, UOp], op: Ops, n: int) -> UOp:
   """Each thread's partial result goes to local memory; after a barrier every thread combines the work-group's.
   With warp shuffles, groups of whole warps on the innermost thread dimension first combine within each warp."""
   loc = [i for i in range(k.shape_len) if k.full_shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
-  d = dtypes.int32
+  d = k.index_dtype()
   slot, stride, strides = UOp.const(d, 0), 1, {}
   for a in reversed(loc):
     strides[a] = stride
@@ -164,7 +165,7 @@ def _warp_reduce(k: Kernel, partial: UOp, specials: dict[int, UOp], op: Ops, n: 
     partial = UOp(op, partial.dtype, (partial, UOp(Ops.SHUFFLE, partial.dtype, (partial,), mask)))
     mask //= 2
   if g == k.warp_size: return partial
-  d, nw = dtypes.int32, g // k.warp_size
+  d, nw = k.index_dtype(), g // k.warp_size
   base = functools.reduce(lambda x, y: x + y, [specials[a] * (strides[a] // g * nw) for a in loc if a != ga],
                           UOp.const(d, 0))
   buf = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(size // k.warp_size), (), (f"temp{n}", size // k.warp_size))
@@ -190,7 +191,7 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
   Every lane loads its fragments of the A and B tiles straight from the inputs (tiles that share a fragment share
   its loads), the reduce loop steps over k in 16s with one WMMA per tile (accumulating in float32), and every lane
   runs the code after the reduce for, and stores, the 4 output elements of each tile it holds."""
-  tc, d = k.tc, dtypes.int32
+  tc, d = k.tc, k.index_dtype()
   assert tc is not None
   specials = gpu_launch(k, global_max)[0]
   lane = UOp(Ops.SPECIAL, d, (), ("lidx0", WARP))
@@ -212,15 +213,15 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
     if u.op is Ops.VIEW: continue
     if u.op is Ops.LOAD:
       st = k.sts[u]
-      memo[u] = _load(u, *st.to_indexed(idxs if st.shape == k.full_shape else out_idxs))
+      memo[u] = _load(u, *st.to_indexed(idxs if st.shape == k.full_shape else out_idxs, d))
     elif u.op is Ops.CONST and u.src:
-      _, valid = k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs)
+      _, valid = k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs, d)
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
     elif u.op is Ops.REDUCE_AXIS:
       ab = (memo[u.src[0].src[1]], memo[u.src[0].src[0]]) if tc.swap else (memo[u.src[0].src[0]], memo[u.src[0].src[1]])
       memo[u] = UOp(Ops.NOOP, u.dtype, (), "tc_acc")  # one element of an accumulator, filled in below
-    elif u.op is Ops.STORE: memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], k.sts[u].to_indexed(out_idxs)[0],
+    elif u.op is Ops.STORE: memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], k.sts[u].to_indexed(out_idxs, d)[0],
                                                                    memo[u.src[2]]))
     elif u.op is Ops.SINK: memo[u] = UOp(Ops.SINK, dtypes.void, tuple(memo[s] for s in u.src))
     elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
@@ -410,10 +411,29 @@ def _fold_gate(x: UOp) -> UOp | None:
 def _fold_store_gate(x: UOp) -> UOp | None:
   return UOp(Ops.STORE, x.dtype, x.src[:3]) if len(x.src) == 4 and _true(x.src[3]) else None
 
+def _drop_unused_ranges(x: UOp) -> UOp | None:
+  """A reduce over loops its value doesn't depend on (a sum of an expand, e.g. Tensor.ones(2**40).sum()) runs no
+  loop: a sum is the value times the loop sizes, a max the value. Exact for ints (both wrap the same way); for floats
+  one rounding instead of one per step (a float32 accumulator stops growing at 2**24 adds of 1.0)."""
+  if x.arg not in (Ops.ADD, Ops.MAX) or x.dtype.count > 1: return None
+  used = {u for u in x.src[0].toposort() if u.op is Ops.RANGE}
+  unused = [r for r in x.src[1:] if r not in used]
+  if not unused: return None
+  val = x.src[0]
+  if x.arg is Ops.ADD:
+    n = functools.reduce(lambda a, b: a * b, [r.src[0] for r in unused])
+    # half's largest value is 65504: multiply in float32 so 0 * 100000 stays 0 rather than 0 * inf
+    wide = dtypes.float32 if x.dtype in (dtypes.float16, dtypes.bfloat16) else x.dtype
+    count = UOp.const(wide, n.arg) if n.op is Ops.CONST else n.cast(wide)
+    val = (val.cast(wide) * count).cast(x.dtype)
+  kept = tuple(r for r in x.src[1:] if r in used)
+  return UOp(Ops.REDUCE, x.dtype, (val,) + kept, x.arg) if kept else val
+
 from attograd.uop.ops import PatternMatcher, UPat  # noqa: E402
 pm_lowered = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _fold_gate),
   (UPat(Ops.STORE, name="x"), _fold_store_gate),
+  (UPat(Ops.REDUCE, name="x"), _drop_unused_ranges),
 ])
 
 def estimate_ops(sink: UOp, k: Kernel) -> int:

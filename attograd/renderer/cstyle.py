@@ -131,7 +131,7 @@ class CStyleLanguage(Renderer):
       elif op is Ops.CONST: r[u] = self.render_const(u.arg, d)
       elif op is Ops.SPECIAL:
         r[u] = u.arg[0]
-        emit(f"int {u.arg[0]} = {self.render_special(u.arg[0])}; /* {u.arg[1]} */")
+        emit(f"{self.render_dtype(d)} {u.arg[0]} = {self.render_special(u.arg[0])}; /* {u.arg[1]} */")
       elif op is Ops.DEFINE_LOCAL:
         r[u] = u.arg[0]
         assert isinstance(d, PtrDType)
@@ -143,7 +143,7 @@ class CStyleLanguage(Renderer):
       elif op is Ops.RANGE:
         r[u] = f"ridx{u.arg[0]}"
         if (p := self.loop_pragma(u.arg[1])): emit(p)
-        emit(f"for (int {r[u]} = 0; {r[u]} < {r[u.src[0]]}; {r[u]}++) {{")
+        emit(f"for ({self.render_dtype(d)} {r[u]} = 0; {r[u]} < {r[u.src[0]]}; {r[u]}++) {{")
         depth += 1
       elif op is Ops.ENDRANGE:
         depth -= 1

@@ -221,30 +221,14 @@ class _FunctionWriter:
     if is_f and op in float_binary: return self.ins(f"{float_binary[op]} {FMF} {t} {xs[0]}, {xs[1]}")
     if not is_f and op in int_binary:
       instr = int_binary[op][1 if unsigned else 0]
-      if op in (Ops.IDIV, Ops.MOD) and not (u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1)):
-        # C leaves x/0 and INT_MIN/-1 undefined and x86 traps on them; answer 0 like the PYTHON device instead
-        zero = self.ins(f"icmp eq {t} {xs[1]}, 0")
-        bad = zero if unsigned else self.ins(f"or i1 {zero}, {self.ins(f'icmp eq {t} {xs[1]}, -1')}")
-        safe = self.ins(f"select i1 {bad}, {t} 1, {t} {xs[1]}")
-        res = self.ins(f"{instr} {t} {xs[0]}, {safe}")
-        if unsigned: return self.ins(f"select i1 {bad}, {t} 0, {t} {res}")
-        # x / -1 is -x and x % -1 is 0 (wrapping at INT_MIN)
-        neg1 = self.ins(f"select i1 {zero}, {t} 0, {t} {self.ins(f'sub {t} 0, {xs[0]}') if op is Ops.IDIV else '0'}")
-        return self.ins(f"select i1 {bad}, {t} {neg1}, {t} {res}")
-      bits = 1 if sd is dtypes.bool else sd.itemsize * 8
-      if op in (Ops.SHL, Ops.SHR) and not (u.src[1].op is Ops.CONST and 0 <= u.src[1].arg < bits):
-        # a shift by the width or more is poison in LLVM; the PYTHON device shifts everything out (or in: sign bits)
-        ok = self.ins(f"icmp ult {t} {xs[1]}, {bits}")
-        res = self.ins(f"{instr} {t} {xs[0]}, {self.ins(f'select i1 {ok}, {t} {xs[1]}, {t} 0')}")
-        out = self.ins(f"ashr {t} {xs[0]}, {bits - 1}") if instr == "ashr" else "0"
-        return self.ins(f"select i1 {ok}, {t} {res}, {t} {out}")
+      # x / 0, INT_MIN / -1 and shifts by the width or more were guarded by codegen/intsafe.py
       return self.ins(f"{instr} {t} {xs[0]}, {xs[1]}")
     raise RuntimeError(f"LLVM renderer: no code for {op} on {d}")
 
   def address(self, buf: UOp, idx: UOp) -> str:
     assert isinstance(buf.dtype, PtrDType)
     st = storage_type.get(buf.dtype.base, llvm_type[buf.dtype.base])
-    return self.ins(f"getelementptr inbounds {st}, ptr {self.r[buf]}, i32 {self.val(idx)}")
+    return self.ins(f"getelementptr inbounds {st}, ptr {self.r[buf]}, {ltype(idx.dtype)} {self.val(idx)}")
 
   def load(self, u: UOp) -> str:
     buf, d = u.src[0], u.dtype
@@ -262,9 +246,10 @@ class _FunctionWriter:
       return self.ins(f"phi {st} [{v}, %{n}_load], [{render_const(dtypes.as_const(0, d.scalar()), d)}, %{pre}]")
     if len(u.src) == 3:  # a gated scalar: read element 0 (always there) when the gate is off, then select zero
       gate = self.val(u.src[2])
-      idx = self.ins(f"select i1 {gate}, i32 {self.val(u.src[1])}, i32 0")
+      it = ltype(u.src[1].dtype)
+      idx = self.ins(f"select i1 {gate}, {it} {self.val(u.src[1])}, {it} 0")
       st_ = storage_type.get(buf.dtype.base, llvm_type[buf.dtype.base])
-      addr = self.ins(f"getelementptr inbounds {st_}, ptr {self.r[buf]}, i32 {idx}")
+      addr = self.ins(f"getelementptr inbounds {st_}, ptr {self.r[buf]}, {it} {idx}")
       v = self.ins(f"load {st}, ptr {addr}, align {align}")
       if d is dtypes.bool: v = self.ins(f"icmp ne i8 {v}, 0")
       return self.ins(f"select i1 {gate}, {ltype(d)} {v}, {ltype(d)} {render_const(dtypes.as_const(0, d), d)}")
@@ -301,19 +286,22 @@ class _FunctionWriter:
       elif op is Ops.RANGE:
         lp = self.tmp("loop")[1:]
         idx, nxt = f"%{lp}_i", f"%{lp}_next"
-        lo, hi = "0", self.val(u.src[0])
+        lo, hi, it = "0", self.val(u.src[0]), ltype(u.dtype)  # it: i32, or i64 in a kernel with 64-bit indices
         if u.arg[1] == "parallel":  # this thread's share: [id*chunk, min((id+1)*chunk, n)), chunk = ceil(n/count)
-          self.parallel = u.src[0].arg if u.src[0].op is Ops.CONST else -1
-          up = self.ins(f"add i32 {hi}, {self.ins('sub i32 %core_count, 1')}")
-          chunk = self.ins(f"sdiv i32 {up}, %core_count")
-          lo = self.ins(f"mul i32 %core_id, {chunk}")
-          end = self.ins(f"add i32 {lo}, {chunk}")
-          hi = self.ins(f"select i1 {self.ins(f'icmp slt i32 {end}, {hi}')}, i32 {end}, i32 {hi}")
+          # (the runtime only compares the size with its core count: a 64-bit one is capped to fit the i32 constant)
+          self.parallel = min(u.src[0].arg, 2**31 - 1) if u.src[0].op is Ops.CONST else -1
+          cid, cnt = ("%core_id", "%core_count") if it == "i32" else \
+            (self.ins(f"sext i32 %core_id to {it}"), self.ins(f"sext i32 %core_count to {it}"))
+          up = self.ins(f"add {it} {hi}, {self.ins(f'sub {it} {cnt}, 1')}")
+          chunk = self.ins(f"sdiv {it} {up}, {cnt}")
+          lo = self.ins(f"mul {it} {cid}, {chunk}")
+          end = self.ins(f"add {it} {lo}, {chunk}")
+          hi = self.ins(f"select i1 {self.ins(f'icmp slt {it} {end}, {hi}')}, {it} {end}, {it} {hi}")
         pre = self.block
         self.lines.append(f"  br label %{lp}_head")
         self.label(f"{lp}_head")
-        self.lines.append(f"  {idx} = phi i32 [{lo}, %{pre}], [{nxt}, %{lp}_latch]")
-        go = self.ins(f"icmp slt i32 {idx}, {hi}")
+        self.lines.append(f"  {idx} = phi {it} [{lo}, %{pre}], [{nxt}, %{lp}_latch]")
+        go = self.ins(f"icmp slt {it} {idx}, {hi}")
         self.lines.append(f"  br i1 {go}, label %{lp}_body, label %{lp}_exit")
         self.label(f"{lp}_body")
         self.r[u] = idx
@@ -322,7 +310,7 @@ class _FunctionWriter:
         lp, nxt = loops.pop(u.src[0])
         self.lines.append(f"  br label %{lp}_latch")
         self.label(f"{lp}_latch")
-        self.lines.append(f"  {nxt} = add nuw nsw i32 {self.r[u.src[0]]}, 1")
+        self.lines.append(f"  {nxt} = add nuw nsw {ltype(u.src[0].dtype)} {self.r[u.src[0]]}, 1")
         self.lines.append(f"  br label %{lp}_head")
         self.label(f"{lp}_exit")
       elif op is Ops.DEFINE_ACC:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from typing import Any
-from attograd.dtype import dtypes
+from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import Ops, UOp, sint, ssimp, sym_eq
+from attograd.uop.ops import Ops, UOp, sint, ssimp, sym_eq, sym_max, unbind_sint
 
 # sizes, strides, offsets and mask bounds are ints, or (symbolic shapes) index expressions over Variables; the
 # helpers below keep the int path as it was and simplify symbolic results so equal sizes are the same node
@@ -118,7 +118,9 @@ class View:
       raise ValueError(f"reshape: can't reshape {self.shape} ({self.size} elements) to {new_shape} ({prod(new_shape)})")
     if 0 in self.shape or 0 in new_shape: return View.create(new_shape)
     if self.contiguous: return View.create(new_shape)
-    if self.is_empty_mask(): return View.empty(new_shape)
+    # all padding: a view of rank 0 has no dim to carry the empty mask (its mask would read as "no mask", every
+    # element valid), so that one takes a second view over this one
+    if self.is_empty_mask(): return View.empty(new_shape) if len(new_shape) else None
     if is_symbolic(self.shape) or is_symbolic(new_shape) or is_symbolic(self.strides) or self.offset.__class__ is not int:
       try: return self._reshape(new_shape)
       except TypeError: return None  # a comparison the Variables' bounds can't decide: stack a view instead
@@ -178,18 +180,35 @@ class View:
     return View.create(new_shape, tuple(new_strides), offset, tuple(new_mask) if self.mask is not None else None)
 
   # ***** indexing *****
-  def to_indexed(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
-    """(flat index, validity) of the element at `idxs` as UOps (index math is int32)."""
-    d = dtypes.int32
-    idx = self.offset if isinstance(self.offset, UOp) else UOp.const(d, self.offset)
+  def to_indexed(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
+    """(flat index, validity) of the element at `idxs` as UOps, the index math in `dtype` (int32, or int64 where
+    index_bound() says int32 could overflow)."""
+    idx = _as_index(self.offset, dtype)
     for i, s, st in zip(idxs, self.shape, self.strides):
-      if s != 1 and st != 0: idx = idx + i * st
+      if s != 1 and st != 0: idx = idx + i * _as_index(st, dtype)
     valid = UOp.const(dtypes.bool, True)
     if self.mask is not None:
       for i, (lo, hi), s in zip(idxs, self.mask, self.shape):
-        if lo != 0: valid = and_valid(valid, i >= lo)
-        if hi != s: valid = and_valid(valid, i < hi)
+        if lo != 0: valid = and_valid(valid, i >= _as_index(lo, dtype))
+        if hi != s: valid = and_valid(valid, i < _as_index(hi, dtype))
     return idx, valid
+
+  def index_bound(self) -> int:
+    """The largest magnitude any partial sum of this view's index math (or any mask bound) can reach: the offset
+    plus every stride times its largest index, from the Variables' largest values where sizes are symbolic."""
+    bound = _abs_max(self.offset)
+    for s, st in zip(self.shape, self.strides): bound += _abs_max(st) * max(sym_max(s) - 1, 0)
+    return max(bound, sym_max(prod(self.shape)) if self.shape else 1)
+
+def _abs_max(x: sint) -> int:
+  if not isinstance(x, UOp): return abs(x)
+  lo, hi = unbind_sint(x).simplify().vmin_vmax
+  return max(abs(int(lo)), abs(int(hi)))
+
+def _as_index(x: sint, dtype: DType) -> UOp:
+  """A size, stride or offset as an index UOp of `dtype` (a symbolic one is an int32 expression over Variables)."""
+  if not isinstance(x, UOp): return UOp.const(dtype, x)
+  return x if x.dtype == dtype else x.cast(dtype)
 
 def and_valid(a: UOp, b: UOp) -> UOp:
   """a & b, leaving out a constant True so an unmasked index has no validity math at all."""
@@ -227,17 +246,24 @@ class ShapeTracker:
         return ShapeTracker(self.views[:-2] + (merged,)).simplify()
     return self
 
-  def to_indexed(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
-    idx, valid = self.views[-1].to_indexed(idxs)
+  def to_indexed(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
+    idx, valid = self.views[-1].to_indexed(idxs, dtype)
     for v in reversed(self.views[:-1]):
       # unravel the flat index of the view above into this view's coordinates
       coords, acc = [], 1
       for s in reversed(v.shape):
-        coords.append((idx // acc) % s if s != 1 else UOp.const(dtypes.int32, 0))
+        coords.append((idx // _as_index(acc, dtype)) % _as_index(s, dtype) if s != 1 else UOp.const(dtype, 0))
         acc *= s
-      idx, v_valid = v.to_indexed(list(reversed(coords)))
+      idx, v_valid = v.to_indexed(list(reversed(coords)), dtype)
       valid = and_valid(valid, v_valid)
     return idx, valid
+
+  def index_bound(self) -> int:
+    """The largest magnitude the index math of any view here can reach (see View.index_bound)."""
+    return max(v.index_bound() for v in self.views)
+  def index_dtype(self) -> DType:
+    """int32 where index_bound() proves it can't overflow, else int64."""
+    return dtypes.int32 if self.index_bound() <= dtypes.max(dtypes.int32) else dtypes.int64
 
   def variables(self) -> set[UOp]:
     """The Variables in this tracker's sizes, strides, offsets and masks."""
@@ -270,9 +296,9 @@ def _index_strides(st: ShapeTracker) -> tuple[int | None, ...]:
     if is_symbolic(st.shape): return (None,) * len(st.shape)
     from attograd.uop.symbolic import split_terms, symbolic
     from attograd.uop.ops import graph_rewrite
-    d = dtypes.int32
+    d = st.index_dtype()
     axv = [UOp(Ops.DEFINE_VAR, d, (), (f"_ax{i}", 0, s - 1)) if s > 1 else UOp.const(d, 0) for i, s in enumerate(st.shape)]
-    idx, valid = st.to_indexed(axv)
+    idx, valid = st.to_indexed(axv, d)
     idx, valid = graph_rewrite(idx, symbolic), graph_rewrite(valid, symbolic)
     in_valid = set(valid.toposort())
     terms, _ = split_terms(idx)

@@ -150,6 +150,54 @@ def test_binary_int_values_exact(device: str) -> None:
   helper_test_op([[7.5, -7.5, 7.5, -7.5], [2.0, 2.0, -2.0, -2.0]], lambda x, y: x // y)
   helper_test_op([[7.5, -7.5, 7.5, -7.5], [2.0, 2.0, -2.0, -2.0]], lambda x, y: x % y)
 
+def _wrap(v: int, dtype: Any) -> int:
+  """A Python int wrapped to the range of an integer dtype."""
+  info = np.iinfo(dtype)
+  return (v - int(info.min)) % (int(info.max) - int(info.min) + 1) + int(info.min)
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64], ids=dt_id)
+def test_int_division_edges(device: str, dtype: Any) -> None:
+  # INT_MIN // -1 and INT_MIN % -1 trapped (SIGFPE) in C; NumPy wraps to INT_MIN and gives 0. x // 0 and x % 0 give
+  # NumPy's 0 too (PyTorch raises for ints; NumPy's values were chosen and are documented in docs/numerics.md)
+  lo = int(np.iinfo(dtype).min)
+  a, b = [lo, lo, lo, lo, 7, -7, 0, lo + 1, -1], [-1, 1, 2, -2, 0, 0, 0, -1, -1]
+  helper_test_op([a, b], lambda x, y: x // y, dtype=dtype)
+  helper_test_op([a, b], lambda x, y: x % y, dtype=dtype)
+  helper_test_op([a], lambda x: x // -1, dtype=dtype)
+  helper_test_op([a], lambda x: x % -1, dtype=dtype)
+  helper_test_op([a], lambda x: np.zeros_like(x) if isinstance(x, np.ndarray) else x // 0, dtype=dtype)
+  trunc = [0 if d == 0 else abs(n) // abs(d) * (1 if (n < 0) == (d < 0) else -1) for n, d in zip(a, b)]
+  got = Tensor(np.array(a, dtype)).div(Tensor(np.array(b, dtype)), rounding_mode="trunc")
+  assert got.tolist() == [_wrap(v, dtype) for v in trunc]  # INT_MIN / -1 wraps to INT_MIN
+  with np.errstate(all="ignore"): want_fmod = np.fmod(np.array(a, dtype), np.array(b, dtype))
+  assert Tensor(np.array(a, dtype)).fmod(Tensor(np.array(b, dtype))).tolist() == want_fmod.tolist()
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint32], ids=dt_id)
+def test_raw_int_division_is_total(device: str, dtype: Any) -> None:
+  # the IR's own IDIV/MOD (no zero-divisor guard from the Tensor layer): C truncation, x/0 == 0, MIN/-1 wraps
+  from attograd.uop.ops import Ops
+  lo, hi = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+  a, b = [7, lo, lo, hi, 5, lo, 0], [-2, -1, 1, -1, 0, 0, 3]
+  if lo == 0: a, b = [7, hi, 5, 0, hi], [2, 1, 0, 3, hi]
+  x, y = Tensor(np.array(a, dtype)), Tensor(np.array(b, dtype))
+  q = [0 if d == 0 else abs(n) // abs(d) * (1 if (n < 0) == (d < 0) else -1) for n, d in zip(a, b)]
+  assert x._alu(Ops.IDIV, y).tolist() == [_wrap(v, dtype) for v in q]
+  assert x._alu(Ops.MOD, y).tolist() == [0 if d == 0 else _wrap(n - v * d, dtype) for n, d, v in zip(a, b, q)]
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32, np.uint64], ids=dt_id)
+def test_shifts_by_the_width_or_more(device: str, dtype: Any) -> None:
+  # C leaves these undefined (x86 uses the count mod the width); NumPy shifts every bit out: 0, or -1 for x < 0 >> n
+  bits, signed = np.dtype(dtype).itemsize * 8, np.dtype(dtype).kind == "i"
+  a = [1, 5, -5, -1, 100, 3, 3, 3] if signed else [1, 5, 200, 255, 100, 3, 3, 3]
+  b = [bits, bits + 8, 40, -1 if signed else 200, 2, bits - 1, 0, -40 if signed else bits * 2]
+  helper_test_op([a, b], np.left_shift, lambda x, y: x << y, dtype=dtype)
+  helper_test_op([a, b], np.right_shift, lambda x, y: x >> y, dtype=dtype)
+  for n in (bits, bits + 3, 70):
+    helper_test_op([a], lambda x: np.left_shift(x, dtype(n % 256 if bits == 8 else n)) if isinstance(x, np.ndarray)
+                   else x << (n % 256 if bits == 8 else n), dtype=dtype)
+    helper_test_op([a], lambda x: np.right_shift(x, dtype(n % 256 if bits == 8 else n)) if isinstance(x, np.ndarray)
+                   else x >> (n % 256 if bits == 8 else n), dtype=dtype)
+
 POW = [
   P("float_float", [(3, 4), (3, 4)], lambda a, b: a ** b, dict(low=[0.1, -2], high=[2, 2], atol=1e-5)),
   P("float_broadcast", [(3, 4), (4,)], lambda a, b: a ** b, dict(low=[0.1, -2], high=[2, 2], atol=1e-5)),

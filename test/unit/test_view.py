@@ -62,6 +62,7 @@ def random_factor_shape(draw: st.DrawFn, size: int) -> tuple[int, ...]:
     shape = draw(st.lists(st.integers(0, 4), min_size=1, max_size=4))
     if 0 not in shape: shape[draw(st.integers(0, len(shape) - 1))] = 0
     return tuple(shape)
+  if size == 1 and draw(st.booleans()): return ()  # rank 0: a view with no dim to hold a mask
   primes, n, p = [], size, 2
   while n > 1:
     while n % p == 0: primes, n = primes + [p], n // p
@@ -78,7 +79,7 @@ def movement_chain(draw: st.DrawFn) -> tuple[tuple[int, ...], list[tuple[str, tu
   for _ in range(draw(st.integers(1, 6))):
     small = prod(shape) <= 64  # padding and expanding grow the element count; keep the checks fast
     kinds = ["reshape", "permute", "shrink", "flip"] + (["pad", "expand"] if small else [])
-    kind = draw(st.sampled_from(kinds))
+    kind = draw(st.sampled_from(kinds)) if shape else "reshape"  # a 0-d view only reshapes
     if kind == "reshape": arg: tuple = random_factor_shape(draw, prod(shape))
     elif kind == "permute": arg = tuple(draw(st.permutations(range(len(shape)))))
     elif kind == "flip": arg = tuple(draw(st.booleans()) for _ in shape)
@@ -214,6 +215,15 @@ def test_fully_masked_view_is_never_valid() -> None:
   stt = ShapeTracker.from_shape((2, 3)).shrink(((0, 2), (1, 1))).pad(((0, 0), (1, 2)))
   assert stt.shape == (2, 3)
   for pos in itertools.product(range(2), range(3)): assert const_eval(stt, pos)[1] is False
+
+def test_all_padding_reshaped_to_rank_0_stays_invalid() -> None:
+  # regression: the one-element view inside a pad, reshaped to (), lost its empty mask and read the buffer
+  stt = ShapeTracker.from_shape((2,)).pad(((1, 0),)).shrink(((0, 1),))
+  for shape in ((), (1, 1), ()):
+    stt = stt.reshape(shape)
+    assert const_eval(stt, (0,) * len(shape))[1] is False
+    assert const_eval(stt.simplify(), (0,) * len(shape))[1] is False
+  assert const_eval(stt.reshape((1,)).expand((3,)), (2,))[1] is False
 
 def test_zero_size_shapes() -> None:
   stt = ShapeTracker.from_shape((0, 3))
