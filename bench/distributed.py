@@ -18,7 +18,8 @@ def _mnist_steps_per_s() -> float:
   from beautiful_mnist import Model
   dist.init()
   rng = np.random.default_rng(dist.rank())
-  x, y = Tensor(rng.standard_normal((BATCH, 1, 28, 28), dtype=np.float32)), Tensor(rng.integers(0, 10, BATCH).astype(np.int32))
+  x = Tensor(rng.standard_normal((BATCH, 1, 28, 28), dtype=np.float32))
+  y = Tensor(rng.integers(0, 10, BATCH).astype(np.int32))
   model = Model()
   params = nn.state.get_parameters(model)
   dist.broadcast_parameters(params)

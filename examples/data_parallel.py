@@ -56,4 +56,5 @@ def main() -> float:
 
 if __name__ == "__main__":
   acc = main()
-  if (want := float(os.getenv("TARGET", "0"))) and acc < want: sys.exit(f"test accuracy {acc:.2f}% is below the target {want}%")
+  if (want := float(os.getenv("TARGET", "0"))) and acc < want:
+    sys.exit(f"test accuracy {acc:.2f}% is below the target {want}%")

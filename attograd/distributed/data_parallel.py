@@ -12,7 +12,8 @@ def _buckets(ts: Sequence[Tensor], bucket_bytes: int) -> list[list[int]]:
   out: list[list[int]] = []
   size = 0
   for i, t in enumerate(ts):
-    if out and size + t.nbytes() <= bucket_bytes and (ts[out[-1][0]].device, ts[out[-1][0]].dtype) == (t.device, t.dtype):
+    same_kind = bool(out) and (ts[out[-1][0]].device, ts[out[-1][0]].dtype) == (t.device, t.dtype)
+    if same_kind and size + t.nbytes() <= bucket_bytes:
       out[-1].append(i)
       size += t.nbytes()
     else:

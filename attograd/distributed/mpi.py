@@ -57,7 +57,8 @@ class MPIWorld:
     self.peers: list[tuple[str, int]] = self.comm.allgather((self.host, self.pid))
     self.nccl: Any = None
     backend = (backend or os.getenv("DIST_BACKEND") or "mpi").lower()
-    if backend not in ("mpi", "nccl"): raise ValueError(f"distributed.init: backend must be 'mpi' or 'nccl', got {backend!r}")
+    if backend not in ("mpi", "nccl"):
+      raise ValueError(f"distributed.init: backend must be 'mpi' or 'nccl', got {backend!r}")
     if backend == "nccl":
       from attograd.distributed.nccl import NCCLComm
       self.nccl = NCCLComm(self)
@@ -70,8 +71,8 @@ class MPIWorld:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL: signal.signal(signal.SIGTERM, self._on_sigterm)
   def _excepthook(self, typ: type[BaseException], val: BaseException, tb: Any) -> None:
     self._prev_hook(typ, val, tb)
-    sys.stderr.write(f"attograd.distributed: rank {self.rank} of {self.size} raised {typ.__name__} (above); aborting the "
-                     "job so that no other rank waits for it\n")
+    sys.stderr.write(f"attograd.distributed: rank {self.rank} of {self.size} raised {typ.__name__} (above); "
+                     "aborting the job so that no other rank waits for it\n")
     sys.stderr.flush()
     self.comm.Abort(1)
   def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -83,7 +84,8 @@ class MPIWorld:
     os._exit(128 + signum)
   def gone_ranks(self) -> list[int]:
     """Ranks on this host whose process has exited."""
-    return [r for r, (host, pid) in enumerate(self.peers) if r != self.rank and host == self.host and _process_gone(pid)]
+    return [r for r, (host, pid) in enumerate(self.peers)
+            if r != self.rank and host == self.host and _process_gone(pid)]
   def _failed(self, what: str, e: Exception) -> DistributedError:
     """An MPI error turned into one that names the failed ranks (MPI reports them with ULFM: mpirun --with-ft ulfm)."""
     failed: list[int] = []
@@ -116,7 +118,8 @@ class MPIWorld:
       missing = sorted(pending)
       gone = [r for r in missing if r in self.gone_ranks()]
       verdict = (f"{mine[1]} #{mine[0]}: rank {', '.join(map(str, missing))} did not arrive within {limit:g} s"
-                 + (f" (rank {', '.join(map(str, gone))} has exited)" if gone else "") + f"; rank {', '.join(map(str, sorted(got)))} did")
+                 + (f" (rank {', '.join(map(str, gone))} has exited)" if gone else "")
+                 + f"; rank {', '.join(map(str, sorted(got)))} did")
     elif any(h != mine for h in got.values()):
       desc = "; ".join(f"rank {r} called {h[1]} #{h[0]} with {_describe(h[2])}" for r, h in sorted(got.items()))
       verdict = f"{mine[1]}: the ranks disagree: {desc}"

@@ -1,6 +1,6 @@
 """NCCL under attograd.distributed: CUDA tensors reduced GPU to GPU. libnccl is loaded with ctypes from the system or
 from the nvidia-nccl-cu12 wheel; rank 0's NCCL id reaches the other ranks over MPI. Each rank uses GPU rank % count.
-(Developed on a machine without a GPU: library discovery and its errors are tested; the collectives themselves are not.)"""
+(Written on a machine without a GPU: library discovery and its errors are tested; the collectives are not.)"""
 from __future__ import annotations
 import ctypes, ctypes.util, glob, importlib.util, os, time
 from typing import Any, TYPE_CHECKING
@@ -21,7 +21,8 @@ def nccl_paths() -> list[str]:
   """Where libnccl may be: $NCCL_LIBRARY, the nvidia-nccl-cu12 wheel, then the system's library path."""
   out = [p] if (p := os.getenv("NCCL_LIBRARY")) else []
   if (spec := importlib.util.find_spec("nvidia")) is not None:
-    for root in spec.submodule_search_locations or []: out += sorted(glob.glob(os.path.join(root, "nccl", "lib", "libnccl.so*")))
+    for root in spec.submodule_search_locations or []:
+      out += sorted(glob.glob(os.path.join(root, "nccl", "lib", "libnccl.so*")))
   if (found := ctypes.util.find_library("nccl")): out.append(found)
   return out + ["libnccl.so.2", "libnccl.so"]
 
@@ -31,7 +32,8 @@ def load_nccl() -> ctypes.CDLL:
     try: return ctypes.CDLL(path)
     except OSError as e: tried.append(f"{path}: {e}")
   raise DistributedError("attograd.distributed: NCCL was asked for (backend='nccl') but libnccl could not be loaded; "
-                         "pip install nvidia-nccl-cu12, or set NCCL_LIBRARY to libnccl.so.2 (tried: " + "; ".join(tried) + ")")
+                         "pip install nvidia-nccl-cu12, or set NCCL_LIBRARY to libnccl.so.2 (tried: "
+                         + "; ".join(tried) + ")")
 
 class NCCLComm:
   """One NCCL communicator over the job's ranks, on this rank's GPU."""
@@ -39,7 +41,9 @@ class NCCLComm:
     from attograd.device import Device
     self.world, self.lib = world, load_nccl()
     ok, why = Device.available("CUDA")
-    if not ok: raise DistributedError(f"attograd.distributed: backend='nccl' needs a CUDA GPU on every rank; rank {world.rank}: {why}")
+    if not ok:
+      raise DistributedError(f"attograd.distributed: backend='nccl' needs a CUDA GPU on every rank; rank {world.rank}: "
+                             f"{why}")
     n_gpus = self._gpu_count()
     self.device = "CUDA" if world.rank % n_gpus == 0 else f"CUDA:{world.rank % n_gpus}"
     uid = ctypes.create_string_buffer(_NCCL_ID_BYTES)

@@ -66,7 +66,8 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
     args = tuple(fixed.get(id(v), v) for v in args)
     kwargs = {k: fixed.get(id(v), v) for k, v in kwargs.items()}
     named = [(n, fixed.get(id(v), v)) for n, v in named]
-  names, tensors = _shards([n for n, v in named if isinstance(v, Tensor)], [v for _, v in named if isinstance(v, Tensor)])
+  tensor_args = [(n, v) for n, v in named if isinstance(v, Tensor)]
+  names, tensors = _shards([n for n, _ in tensor_args], [v for _, v in tensor_args])
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
   for n, v in named + [(n, b) for n, t in zip(names, tensors) for b in _shape_vars(t.shape)]:

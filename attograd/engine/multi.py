@@ -137,8 +137,8 @@ def _reshape_rule(u: UOp, m: UOp) -> UOp:
   for b in range(len(new)):
     if prod(new[:b]) != before or (new[b] == 1 and old[a] != 1): continue
     if all((n * new[b]) % old[a] == 0 for n in sizes):
-      return multi([UOp(Ops.RESHAPE, s.dtype, (s,), tuple((n * new[b]) // old[a] if i == b else x for i, x in enumerate(new)))
-                    for s, n in zip(m.src, sizes)], b)
+      shapes = [tuple((n * new[b]) // old[a] if i == b else x for i, x in enumerate(new)) for n in sizes]
+      return multi([UOp(Ops.RESHAPE, s.dtype, (s,), shp) for s, shp in zip(m.src, shapes)], b)
   # the reshape would move elements between devices: gather, reshape, and keep the result whole on every device
   return multi([UOp(Ops.RESHAPE, w.dtype, (w,), new) for w in replicated(m)], None)
 
@@ -147,18 +147,21 @@ def _movement_rule(u: UOp, m: UOp) -> UOp:
   if a is None: return multi([UOp(op, s.dtype, (s,), arg) for s in m.src], None)
   if op is Ops.PERMUTE: return multi([UOp(op, s.dtype, (s,), arg) for s in m.src], arg.index(a))
   if op is Ops.EXPAND:
-    return multi([UOp(op, s.dtype, (s,), tuple(s.shape[a] if i == a else x for i, x in enumerate(arg))) for s in m.src], a)
+    return multi([UOp(op, s.dtype, (s,), tuple(s.shape[a] if i == a else x for i, x in enumerate(arg)))
+                  for s in m.src], a)
   if op is Ops.FLIP and not arg[a]: return multi([UOp(op, s.dtype, (s,), arg) for s in m.src], a)
   if op is Ops.PAD:
     k = len(m.src)
     def pad_of(i: int) -> tuple:  # the pad along the axis goes to the first and the last shard
-      return tuple(((arg[j][0] if i == 0 else 0), (arg[j][1] if i == k - 1 else 0)) if j == a else p for j, p in enumerate(arg))
+      return tuple(((arg[j][0] if i == 0 else 0), (arg[j][1] if i == k - 1 else 0)) if j == a else p
+                   for j, p in enumerate(arg))
     return multi([UOp(op, s.dtype, (s,), pad_of(i)) for i, s in enumerate(m.src)], a)
   if op is Ops.SHRINK:
     lo, hi = arg[a]
     cut = [(max(lo, b0) - b0, min(hi, b1) - b0) for b0, b1 in bounds(m)]
     if all(e > s for s, e in cut):  # every device keeps some rows: shrink each shard
-      return multi([UOp(op, s.dtype, (s,), tuple(c if j == a else p for j, p in enumerate(arg))) for s, c in zip(m.src, cut)], a)
+      return multi([UOp(op, s.dtype, (s,), tuple(c if j == a else p for j, p in enumerate(arg)))
+                    for s, c in zip(m.src, cut)], a)
   # a flip along the sharded axis, or a shrink leaving a device nothing: on whole copies
   return multi([UOp(op, w.dtype, (w,), arg) for w in replicated(m)], None)
 
@@ -167,6 +170,9 @@ def _reduce_rule(u: UOp, m: UOp) -> UOp:
   parts = [UOp(Ops.REDUCE_AXIS, s.dtype, (s,), u.arg) for s in m.src]
   if m.arg is None or m.arg not in axes: return multi(parts, m.arg)
   return multi(all_reduce(parts, op), None)  # across the sharded axis: each device has a partial result
+
+def _device_rule(d: UOp) -> UOp | None:
+  return multi([UOp(Ops.DEVICE, arg=x) for x in d.arg], None) if d.arg.__class__ is tuple else None
 
 def _copy_rule(u: UOp, x: UOp, d: UOp) -> UOp | None:
   if d.op is Ops.MULTI:  # to several devices: whole copies
@@ -179,7 +185,7 @@ def _copy_rule(u: UOp, x: UOp, d: UOp) -> UOp | None:
   return None
 
 pm_multi = PatternMatcher([
-  (UPat(Ops.DEVICE, name="d"), lambda d: multi([UOp(Ops.DEVICE, arg=x) for x in d.arg], None) if d.arg.__class__ is tuple else None),
+  (UPat(Ops.DEVICE, name="d"), _device_rule),
   (UPat(Ops.COPY, src=(UPat(name="x"), UPat(name="d")), name="u"), _copy_rule),
   # autograd markers have done their work
   (UPat(GroupOp.Marker, src=(UPat(Ops.MULTI, name="m"),), allow_any_len=True), lambda m: m),

@@ -55,7 +55,8 @@ class DistributedSampler:
       rank, world_size = dist.rank() if rank is None else rank, dist.world_size() if world_size is None else world_size
     if not 0 <= rank < world_size:
       raise ValueError(f"DistributedSampler: rank must be in 0..world_size-1, got rank {rank} of {world_size}")
-    self.n, self.rank, self.world_size, self.shuffle, self.seed, self.drop_last = n, rank, world_size, shuffle, seed, drop_last
+    self.n, self.rank, self.world_size = n, rank, world_size
+    self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
     self.epoch = 0
   def __len__(self) -> int: return self.n // self.world_size if self.drop_last else -(-self.n // self.world_size)
   def __iter__(self) -> Iterator[int]:
@@ -71,9 +72,9 @@ class DataLoader:
 
   shuffle=True draws a new order each epoch (each `for` over the loader) from a `random.Random(seed)`, so a seed makes
   the whole run reproducible. drop_last=True skips a last, smaller batch. A `sampler` (an iterable of row indices, new
-  each epoch, such as DistributedSampler) chooses the rows and their order instead. Batches are gathered on the host (a row copy,
-  not a one-hot gather over the whole dataset) and land on `device` (default: Device.DEFAULT); without shuffling,
-  Tensors already on `device` are cut into batches with shrink instead.
+  each epoch, such as DistributedSampler) chooses the rows and their order instead. Batches are gathered on the host
+  (a row copy, not a one-hot gather over the whole dataset) and land on `device` (default: Device.DEFAULT); without
+  shuffling or a sampler, Tensors already on `device` are cut into batches with shrink instead.
 
   >>> dl = DataLoader(Tensor([[0], [1], [2], [3], [4]]), Tensor([0, 1, 2, 3, 4]), batch_size=2, shuffle=False)
   >>> [yb.tolist() for _, yb in dl]
@@ -86,7 +87,8 @@ class DataLoader:
     self.device = Device.canonicalize(device)
     # in order, Tensors already on the device are cut into batches with shrink (no copy); else rows are gathered on
     # the host: a gather by index Tensor is a one-hot reduction over the whole dataset, far too slow for a batch
-    views = not shuffle and sampler is None and all(isinstance(a, Tensor) and a.device == self.device and a.ndim > 0 for a in (X, Y))
+    views = not shuffle and sampler is None and \
+      all(isinstance(a, Tensor) and a.device == self.device and a.ndim > 0 for a in (X, Y))
     self.X: Tensor | _HostRows = X if views else _HostRows(X, "X")
     self.Y: Tensor | _HostRows = Y if views else _HostRows(Y, "Y")
     if self.X.shape[0] != self.Y.shape[0]:

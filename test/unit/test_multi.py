@@ -92,7 +92,8 @@ def _train(devs: tuple[str, str] | None, jit: bool = False) -> tuple[float, list
   def step(x: Tensor, y: Tensor) -> Tensor:
     with Tensor.train():
       opt.zero_grad()
-      loss = x.sequential(model).sparse_categorical_crossentropy(y).backward().realize()  # before the step changes weights
+      # realized before the step changes the weights
+      loss = x.sequential(model).sparse_categorical_crossentropy(y).backward().realize()
       opt.step()
     return loss
   fn = TinyJit(step) if jit else step
