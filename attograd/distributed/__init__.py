@@ -66,7 +66,7 @@ def barrier(timeout: float | None = None) -> None:
 
 def __getattr__(name: str) -> Any:
   # the data-parallel helpers live in their own module; reachable from here without importing it eagerly
-  if name in ("DataParallel", "broadcast_parameters", "allreduce_gradients"):
+  if name in ("broadcast_parameters", "allreduce_gradients"):
     from attograd.distributed import data_parallel
     return getattr(data_parallel, name)
   raise AttributeError(f"module 'attograd.distributed' has no attribute {name!r}")
