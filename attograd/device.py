@@ -27,6 +27,7 @@ class _Device:
     self._registered[base] = make
   def canonicalize(self, device: str | None) -> str:
     if device is None: return self.DEFAULT
+    if device.__class__ in (tuple, list): return tuple(self.canonicalize(d) for d in device)  # type: ignore[return-value]
     if not isinstance(device, str): raise TypeError(f"device must be a string like 'CPU' or 'PYTHON', got {device!r}")
     base, _, num = device.partition(":")
     base = _ALIASES.get(base.upper(), base.upper())

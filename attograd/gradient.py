@@ -88,6 +88,16 @@ def _copy_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, None]:
   if ctx.op is not Ops.BUFFER: ctx = UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,))
   return UOp(Ops.COPY, ctx.dtype, (ctx, UOp(Ops.DEVICE, arg=x.device))), None
 
+def _multi_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+  # each shard gets its rows of the gradient, on its device; whole copies are one value: only the first one gets it
+  from attograd.engine.multi import bounds
+  if ret.arg is None: return (UOp(Ops.COPY, ctx.dtype, (ctx, UOp(Ops.DEVICE, arg=ret.src[0].device))),) + \
+    (None,) * (len(ret.src) - 1)
+  rows = [UOp(Ops.SHRINK, ctx.dtype, (ctx,), tuple(b if i == ret.arg else (0, n) for i, n in enumerate(ctx.shape)))
+          for b in bounds(ret)]
+  return tuple(UOp(Ops.COPY, ctx.dtype, (UOp(Ops.CONTIGUOUS, ctx.dtype, (r,)), UOp(Ops.DEVICE, arg=s.device)))
+               for r, s in zip(rows, ret.src))
+
 def _cos(x: UOp) -> UOp: return _alu(Ops.SIN, _add(_neg(x), full_like(x, math.pi / 2)))
 
 def _where_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp]:
@@ -161,6 +171,7 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,)),)),
   (UPat(Ops.DETACH), lambda: (None,)),
   (UPat(Ops.COPY, name="ret"), _copy_rule),
+  (UPat(Ops.MULTI, name="ret"), _multi_rule),
 ])
 
 def _warm(u: UOp) -> None:

@@ -11,6 +11,7 @@ from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
 from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
+from attograd.engine import multi
 from attograd.engine.profile import PROFILER
 from attograd import viz
 from attograd.viz import VIZ
@@ -210,6 +211,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
+    if self.uop.device.__class__ is tuple: return self.to(self.device[0])._buffer()  # gathered on the first device
     t = self.realize()
     if not (_contiguous_view_of_buffer(t.uop) or _prefix_of_buffer(t.uop)):
       t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
@@ -259,14 +261,35 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     """The one value of a tensor with one element."""
     if self.numel() != 1: raise ValueError(f"item: the tensor must have exactly one element, but its shape is {self.shape}")
     return self.reshape(()).tolist()
-  def to(self, device: str | None) -> Tensor:
-    """This tensor on `device` (a copy when the device differs)."""
+  def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+    """This tensor on `device` (a copy when the device differs); a tuple of devices gives a whole copy on each."""
     device = Device.canonicalize(device)
     if device == self.device: return self
+    if device.__class__ is tuple and self.uop.device.__class__ is not tuple: return self._new(multi.shard_uop(self.uop, device, None))
     src = self if _contiguous_view_of_buffer(self.uop) else self.contiguous()
     return self._new(UOp(Ops.COPY, self.dtype, (src.uop, UOp(Ops.DEVICE, arg=device))))
-  def to_(self, device: str | None) -> Tensor:
+  def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
     self.uop = self.to(device).uop
+    return self
+  def shard(self, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+    """This tensor split along `axis` over `devices` (uneven splits allowed: the last shards are smaller), or a whole
+    copy on each device when axis is None. Ops on it run on every device; a reduce across the split axis sums the
+    devices' partial results (an all-reduce).
+
+    >>> t = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]).shard(("CPU:0", "CPU:1"), axis=0)
+    >>> t.device, (t * 2).sum().item()
+    (('CPU', 'CPU:1'), 42.0)
+    """
+    if self.uop.device.__class__ is tuple: raise ValueError(f"shard: the tensor is already on {self.device}; shard one-device tensors")
+    devs = Device.canonicalize(tuple(devices))
+    if len(devs) == 1: return self.to(devs[0])
+    if axis is not None: axis = self._resolve_axis(axis, "shard")
+    if axis is not None and self.shape[axis] < len(devs):
+      raise ValueError(f"shard: axis {axis} of shape {self.shape} has fewer rows than the {len(devs)} devices")
+    return self._new(multi.shard_uop(self.uop, devs, axis))
+  def shard_(self, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+    """shard() in place: this tensor now lives on `devices`."""
+    self.uop = self.shard(devices, axis).uop
     return self
   def clone(self) -> Tensor: return self._new(_unique_contiguous(self.uop))
   def contiguous(self) -> Tensor:
@@ -307,7 +330,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def empty(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     shp = _check_shape(argfix(*shape), "empty")
-    return Tensor(_reshape_uop(new_buffer_uop(Device.canonicalize(device), prod(shp), d), shp), device=device, **kw)
+    if (dev := Device.canonicalize(device)).__class__ is tuple:  # one whole buffer per device
+      return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None), device=dev, **kw)
+    return Tensor(_reshape_uop(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
   @staticmethod
   @_takes_requires_grad
   def full(shape: Any, fill_value: ConstType, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
@@ -994,6 +1019,7 @@ def _reshape_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
   return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
 
 def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
+  if device.__class__ is tuple: return multi.shard_uop(_buffer_from_bytes(raw, shape, dtype, device[0]), device, None)
   n = prod(shape)
   if len(raw) != n * dtype.itemsize: raise ValueError(f"Tensor: {len(raw)} bytes don't fill shape {shape} of {dtype}")
   buf = Buffer(device, n, dtype, raw if n else None)
@@ -1020,7 +1046,7 @@ def _first_nonfinite(outs: list[UOp]) -> str:
   return "(every op computed on its own gave finite values: the kernel's fused form differs)"
 
 def _is_realized(u: UOp) -> bool:
-  return u.base.op is Ops.BUFFER
+  return u.base.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_is_realized(s) for s in u.src))
 
 def _contiguous_view_of_buffer(u: UOp) -> bool:
   """A BUFFER seen whole through reshapes only."""

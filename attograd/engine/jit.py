@@ -27,7 +27,15 @@ _capturing: TinyJit | None = None
 
 def _is_whole_buffer(u: UOp) -> bool:
   """A buffer seen through reshapes, or through the prefix of it that holds the values (a symbolic shape's)."""
+  if u.op is Ops.MULTI: return all(_is_whole_buffer(s) for s in u.src)  # over several devices: every shard
   return _contiguous_view_of_buffer(u) or _prefix_of_buffer(u)
+
+def _shards(names: list[str], tensors: list[Tensor]) -> tuple[list[str], list[Tensor]]:
+  """A Tensor over several devices is one input per shard (its buffers are what the kernels read)."""
+  if all(t.uop.op is not Ops.MULTI for t in tensors): return names, tensors
+  pairs = [(f"{n} (shard {i} on {s.device})", Tensor(s)) if t.uop.op is Ops.MULTI else (n, t)
+           for n, t in zip(names, tensors) for i, s in enumerate(t.uop.src if t.uop.op is Ops.MULTI else (t.uop,))]
+  return [n for n, _ in pairs], [t for _, t in pairs]
 
 def _shape_vars(shape: tuple[Any, ...]) -> list[UOp]:
   """The bound Variables in a symbolic shape."""
@@ -119,8 +127,8 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
     args = tuple(fixed.get(id(v), v) for v in args)
     kwargs = {k: fixed.get(id(v), v) for k, v in kwargs.items()}
     vals = [fixed.get(id(v), v) for v in vals]
-  names = [_name(p) for p, v in zip(pos, vals) if isinstance(v, Tensor)]
-  tensors = [v for v in vals if isinstance(v, Tensor)]
+  names, tensors = _shards([_name(p) for p, v in zip(pos, vals) if isinstance(v, Tensor)],
+                           [v for v in vals if isinstance(v, Tensor)])
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
   for v in vals[skip:] + [b for t in tensors for b in _shape_vars(t.shape)]:

@@ -10,6 +10,7 @@ from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_max
 from attograd.uop.view import ShapeTracker
 from attograd.engine.memory import plan_schedule
+from attograd.engine import multi
 
 class _BufferTable:
   """BUFFER node -> its Buffer, kept on the node itself: it lives exactly as long as the node, and a lookup is one
@@ -386,6 +387,7 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
 def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """Kernels (in dependency order) that compute `outs`, and for each output, the view of its new buffer.
   The same graph structure reuses its schedule: only buffers are bound anew."""
+  if multi.active[0]: return _create_multi_schedule(outs)
   nouts, inputs, orig, var_vals = _normalize(outs)
   key = tuple(nouts)
   if (tmpl := _schedule_cache.get(key)) is None:
@@ -409,6 +411,18 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   for r, home in tmpl.realized_roots:
     if (o := orig.get(r)) is not None and home.base not in pooled: remember(o, _rebind(home, bind, var_vals), deps)
   return items, becomes
+
+def _create_multi_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """Graphs over several devices (engine/multi.py) lowered to one graph per device, scheduled together; an output
+  over several devices becomes a MULTI of its shards' new homes."""
+  lowered = multi.lower(outs)
+  flat = list(dict.fromkeys(s for lo in lowered for s in (lo.src if lo.op is Ops.MULTI else (lo,))))
+  multi.active[0] = False  # the per-device graphs hold no MULTI: schedule them the ordinary way
+  try: items, becomes = create_schedule(flat)
+  finally: multi.active[0] = True
+  homes = {o: UOp(Ops.MULTI, o.dtype, tuple(becomes[s] for s in lo.src), lo.arg) if lo.op is Ops.MULTI else becomes[lo]
+           for o, lo in zip(outs, lowered)}
+  return items, homes
 
 def _rebind(u: UOp, bind: dict[UOp, UOp], var_vals: dict[UOp, int]) -> UOp:
   """A view chain over a placeholder, over the real buffer instead (and its symbolic sizes bound again)."""

@@ -1,7 +1,8 @@
-"""Batching: a DataLoader over (X, Y) arrays that yields Tensor batches, shuffled reproducibly from a seed."""
+"""Batching: a DataLoader over (X, Y) arrays that yields Tensor batches, shuffled reproducibly from a seed; a
+DistributedSampler gives each rank of a data-parallel job its own share of every epoch."""
 from __future__ import annotations
 import random
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 from attograd.device import Device
 from attograd.dtype import DType, from_np_dtype
 from attograd.helpers import prod
@@ -39,39 +40,75 @@ def _tensor(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> Te
   # a batch arrives as bytes of any dtype; Tensor(bytes) would read them as uint8
   return Tensor(_buffer_from_bytes(raw, shape, dtype, device), device=device)
 
+class DistributedSampler:
+  """The indices of one rank's share of a dataset of `n` rows, epoch by epoch: every rank draws the same order (from
+  `seed` and the epoch number), pads it by wrapping around to a multiple of `world_size` (or drops the tail with
+  drop_last=True), and keeps every world_size-th index starting at its rank. Each epoch (each `iter`) draws anew.
+
+  >>> [list(DistributedSampler(5, rank=r, world_size=2, shuffle=False)) for r in (0, 1)]
+  [[0, 2, 4], [1, 3, 0]]
+  """
+  def __init__(self, n: int, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
+               seed: int = 0, drop_last: bool = False):
+    if rank is None or world_size is None:
+      from attograd import distributed as dist  # the job's own rank and size (distributed.init() must have run)
+      rank, world_size = dist.rank() if rank is None else rank, dist.world_size() if world_size is None else world_size
+    if not 0 <= rank < world_size:
+      raise ValueError(f"DistributedSampler: rank must be in 0..world_size-1, got rank {rank} of {world_size}")
+    self.n, self.rank, self.world_size = n, rank, world_size
+    self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+    self.epoch = 0
+  def __len__(self) -> int: return self.n // self.world_size if self.drop_last else -(-self.n // self.world_size)
+  def __iter__(self) -> Iterator[int]:
+    order = list(range(self.n))
+    if self.shuffle: random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
+    self.epoch += 1
+    total = len(self) * self.world_size
+    if total > len(order) and order: order = (order * -(-total // len(order)))[:total]
+    return iter(order[self.rank:total:self.world_size])
+
 class DataLoader:
   """Iterate over (xb, yb) batches of `batch_size` rows of X and Y (Tensors or NumPy arrays with the same length).
 
   shuffle=True draws a new order each epoch (each `for` over the loader) from a `random.Random(seed)`, so a seed makes
-  the whole run reproducible. drop_last=True skips a last, smaller batch. Batches are gathered on the host (a row copy,
-  not a one-hot gather over the whole dataset) and land on `device` (default: Device.DEFAULT); without shuffling,
-  Tensors already on `device` are cut into batches with shrink instead.
+  the whole run reproducible. drop_last=True skips a last, smaller batch. A `sampler` (an iterable of row indices, new
+  each epoch, such as DistributedSampler) chooses the rows and their order instead. Batches are gathered on the host
+  (a row copy, not a one-hot gather over the whole dataset) and land on `device` (default: Device.DEFAULT); without
+  shuffling or a sampler, Tensors already on `device` are cut into batches with shrink instead.
 
   >>> dl = DataLoader(Tensor([[0], [1], [2], [3], [4]]), Tensor([0, 1, 2, 3, 4]), batch_size=2, shuffle=False)
   >>> [yb.tolist() for _, yb in dl]
   [[0, 1], [2, 3], [4]]
   """
   def __init__(self, X: Any, Y: Any, batch_size: int, shuffle: bool = True, seed: int | None = None,
-               drop_last: bool = False, device: str | None = None):
+               drop_last: bool = False, device: str | None = None, sampler: Iterable[int] | None = None):
     if not isinstance(batch_size, int) or batch_size < 1:
       raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
     self.device = Device.canonicalize(device)
     # in order, Tensors already on the device are cut into batches with shrink (no copy); else rows are gathered on
     # the host: a gather by index Tensor is a one-hot reduction over the whole dataset, far too slow for a batch
-    views = not shuffle and all(isinstance(a, Tensor) and a.device == self.device and a.ndim > 0 for a in (X, Y))
+    views = not shuffle and sampler is None and \
+      all(isinstance(a, Tensor) and a.device == self.device and a.ndim > 0 for a in (X, Y))
     self.X: Tensor | _HostRows = X if views else _HostRows(X, "X")
     self.Y: Tensor | _HostRows = Y if views else _HostRows(Y, "Y")
     if self.X.shape[0] != self.Y.shape[0]:
       raise ValueError(f"DataLoader: X and Y need the same length, got X {tuple(self.X.shape)} "
                        f"and Y {tuple(self.Y.shape)}")
     self.n, self.batch_size, self.shuffle, self.drop_last = self.X.shape[0], batch_size, shuffle, drop_last
-    self.rng = random.Random(seed)
-  def __len__(self) -> int: return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
+    self.rng, self.sampler = random.Random(seed), sampler
+  def __len__(self) -> int:
+    n = len(self.sampler) if self.sampler is not None else self.n  # type: ignore[arg-type]
+    return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
   def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-    order = list(range(self.n))
-    if self.shuffle: self.rng.shuffle(order)
-    for b in range(len(self)):
-      lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, self.n)
+    if self.sampler is not None: order = list(self.sampler)
+    else:
+      order = list(range(self.n))
+      if self.shuffle: self.rng.shuffle(order)
+    if (bad := next((i for i in order if not 0 <= i < self.n), None)) is not None:
+      raise IndexError(f"DataLoader: the sampler gave row {bad}, outside the {self.n} rows of X and Y")
+    n_batches = len(order) // self.batch_size if self.drop_last else -(-len(order) // self.batch_size)
+    for b in range(n_batches):
+      lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, len(order))
       yield self._batch(self.X, order, lo, hi), self._batch(self.Y, order, lo, hi)
   def _batch(self, a: Tensor | _HostRows, order: list[int], lo: int, hi: int) -> Tensor:
     if isinstance(a, Tensor): return a.shrink(((lo, hi),) + (None,) * (a.ndim - 1))

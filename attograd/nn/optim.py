@@ -14,9 +14,22 @@ from attograd.uop.ops import Ops, UOp
 
 def _whole_buffer(t: Tensor) -> bool:
   """True when `t` is a realized buffer seen whole (through reshapes only): only those can be written in place."""
-  u = t.uop
+  return _whole(t.uop)
+
+def _whole(u: UOp) -> bool:
+  if u.op is Ops.MULTI: return all(_whole(s) for s in u.src)  # a tensor over several devices: each shard
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
+
+def _first_buffer(t: Tensor) -> UOp:
+  return t.uop.src[0].base if t.uop.op is Ops.MULTI else t.uop.base
+
+def _next_version(u: UOp) -> UOp:
+  """A new BUFFER node over the same Buffer: the value after an in-place write (per shard over several devices)."""
+  if u.op is Ops.MULTI: return UOp(Ops.MULTI, u.dtype, tuple(_next_version(s) for s in u.src), u.arg)
+  base = u.base
+  nxt = new_buffer_uop(base.device, base.arg[1], u.dtype, buffers[base])
+  return nxt if u.shape == (base.arg[1],) else UOp(Ops.RESHAPE, u.dtype, (nxt,), u.shape)
 
 def _dedup(ts: Sequence[Tensor]) -> list[Tensor]:
   # by identity: Tensor.__eq__ is elementwise
@@ -55,9 +68,7 @@ class _StepPlan:
     if value.dtype != target.dtype: value = value.cast(target.dtype)
     write = Tensor(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)), device=target.device)
     self.writes.append(write)
-    base = target.uop.base
-    nxt = new_buffer_uop(target.device, base.arg[1], target.dtype, buffers[base])
-    target.uop = nxt if target.shape == (base.arg[1],) else UOp(Ops.RESHAPE, target.dtype, (nxt,), target.shape)
+    target.uop = _next_version(target.uop)
     return write
   def tensors(self) -> list[Tensor]: return self.grads + self.writes
 
@@ -75,7 +86,7 @@ def _own_buffers(ts: Sequence[Tensor]) -> None:
   if lazy: Tensor._realize_all(lazy, keep_graph=False)
   plan, seen = _StepPlan(), set()
   for t in ts:
-    if _whole_buffer(t) and id(buf := buffers[t.uop.base]) not in seen:
+    if _whole_buffer(t) and id(buf := buffers[_first_buffer(t)]) not in seen:
       seen.add(id(buf))
       continue
     home = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device)

@@ -193,11 +193,11 @@ class ClDevice(Compiled):
   def __init__(self, device: str):
     devices = list_devices()
     num = int(device.split(":")[1]) if ":" in device else 0
-    if num >= len(devices):
-      raise DeviceUnavailable(f"CL: {device} asks for OpenCL device {num}, but this machine has {len(devices)} "
-                              f"(see `clinfo -l`)")
+    if not devices: raise DeviceUnavailable(f"CL: {device}: OpenCL found no device (see `clinfo -l`)")
     lib = cl()
-    self.name, (self.platform, self.device_id) = device, devices[num]
+    # CL:n past the last OpenCL device shares a device with CL:n-count, in a context (buffers, queue) of its own: it is
+    # still a distinct attograd device, so multi-device code (shard, copies, all-reduce) runs on a one-device machine
+    self.name, (self.platform, self.device_id) = device, devices[num % len(devices)]
     self.device_name = _info_str(lib.clGetDeviceInfo, self.device_id, CL_DEVICE_NAME)
     self.driver_version = _info_str(lib.clGetDeviceInfo, self.device_id, CL_DRIVER_VERSION)
     exts = _info_str(lib.clGetDeviceInfo, self.device_id, CL_DEVICE_EXTENSIONS).split()

@@ -34,6 +34,8 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   # GPU: one warp's matrix multiply-accumulate on tensor cores (arg: the shape and dtypes, see codegen/lowerer.py), and
   # a lane's value read from the lane whose index differs by the xor mask in arg (__shfl_xor_sync)
   WMMA = auto(); SHUFFLE = auto()  # noqa: E702
+  # one tensor over several devices: src[i] is the shard on device i, split along the axis in arg (None: whole copies)
+  MULTI = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
   def __str__(self) -> str: return f"Ops.{self.name}"
 
@@ -136,6 +138,7 @@ class UOp(metaclass=UOpMetaClass):
   def device(self) -> str:
     if self.op is Ops.DEVICE: return self.arg
     if self.op is Ops.COPY: return self.src[1].arg
+    if self.op is Ops.MULTI: return tuple(s.device for s in self.src)
     for s in self.src:
       if (d := s.device) is not None: return d
     return None  # type: ignore[return-value]
@@ -293,6 +296,9 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
     return s  # FLIP
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(u.src[0].shape))
   if op is Ops.BUFFER: return (u.arg[1],)
+  if op is Ops.MULTI:
+    s = u.src[0].shape
+    return s if u.arg is None else s[:u.arg] + (sum(x.shape[u.arg] for x in u.src),) + s[u.arg + 1:]
   if op is Ops.VIEW: return u.arg.shape
   if op is Ops.LOAD: return u.src[1].shape
   if op is Ops.CONST and u.src and u.src[0].op is Ops.VIEW: return u.src[0].shape

@@ -1,0 +1,115 @@
+"""Tensors over several devices (Tensor.shard, to(tuple)): every op on a sharded tensor equals the op on the whole
+tensor, forward and backward, on two CPU devices and on two OpenCL devices."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from attograd import Device, Tensor, TinyJit, nn
+from attograd.engine import multi
+
+PAIRS = [("CPU:0", "CPU:1"), ("CL:0", "CL:1")]
+
+@pytest.fixture(params=PAIRS, ids=["CPU", "CL"])
+def devs(request: pytest.FixtureRequest) -> tuple[str, str]:
+  ok, why = Device.available(request.param[1])
+  if not ok: pytest.skip(why)
+  return request.param
+
+A = np.arange(42, dtype=np.float32).reshape(7, 6) / 10 - 2  # 7 rows: uneven over 2 devices (4 + 3)
+
+def _sh(devs: tuple[str, str], axis: int | None) -> Tensor: return Tensor(A).shard(devs, axis=axis)
+
+CASES = {
+  "add_mul": (lambda t: t * 2 + 1, lambda a: a * 2 + 1),
+  "exp_relu": (lambda t: t.exp().relu() - t.sigmoid(), lambda a: np.exp(a) - 1 / (1 + np.exp(-a))),
+  "sum_all": (lambda t: t.sum(), lambda a: a.sum()),
+  "sum0": (lambda t: t.sum(0), lambda a: a.sum(0)),
+  "sum1": (lambda t: t.sum(1), lambda a: a.sum(1)),
+  "max0": (lambda t: t.max(0), lambda a: a.max(0)),
+  "mean1": (lambda t: t.mean(1, keepdim=True), lambda a: a.mean(1, keepdims=True)),
+  "softmax": (lambda t: t.softmax(1), lambda a: np.exp(a) / np.exp(a).sum(1, keepdims=True)),
+  "reshape": (lambda t: t.reshape(42), lambda a: a.reshape(42)),
+  "reshape_split": (lambda t: t.reshape(7, 2, 3), lambda a: a.reshape(7, 2, 3)),
+  "permute": (lambda t: t.permute(1, 0), lambda a: a.T),
+  "shrink": (lambda t: t[1:6, 2:5], lambda a: a[1:6, 2:5]),
+  "shrink_one_side": (lambda t: t[5:], lambda a: a[5:]),
+  "pad": (lambda t: t.pad(((1, 2), (0, 1))), lambda a: np.pad(a, ((1, 2), (0, 1)))),
+  "flip": (lambda t: t.flip(0), lambda a: a[::-1]),
+  "expand": (lambda t: t.reshape(7, 1, 6).expand(7, 3, 6), lambda a: np.broadcast_to(a.reshape(7, 1, 6), (7, 3, 6))),
+  "matmul": (lambda t: t @ Tensor(A.T.copy()).to(t.device), lambda a: a @ a.T),
+  "matmul_t": (lambda t: t.T @ t, lambda a: a.T @ a),
+  "argmax": (lambda t: t.argmax(1), lambda a: a.argmax(1)),
+  "cumsum": (lambda t: t.cumsum(1), lambda a: a.cumsum(1)),
+}
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_sharded_op_equals_whole(devs: tuple[str, str], name: str, axis: int | None) -> None:
+  fn, ref = CASES[name]
+  out = fn(_sh(devs, axis))
+  assert isinstance(out.device, tuple) and out.device == Device.canonicalize(devs)
+  np.testing.assert_allclose(out.numpy(), ref(A), rtol=1e-5, atol=1e-5)
+
+def test_shards_live_on_their_devices(devs: tuple[str, str]) -> None:
+  t = _sh(devs, 0).realize()
+  assert [s.shape for s in t.uop.src] == [(4, 6), (3, 6)]  # uneven: ceil(7/2) rows, then the rest
+  assert [s.device for s in t.uop.src] == list(Device.canonicalize(devs))
+  np.testing.assert_array_equal(t.to(devs[1]).numpy(), A)  # gathered onto one device
+  assert t.to(devs[1]).device == Device.canonicalize(devs[1])
+
+def test_binary_of_differently_sharded(devs: tuple[str, str]) -> None:
+  out = _sh(devs, 0) + _sh(devs, 1) * _sh(devs, None)
+  np.testing.assert_allclose(out.numpy(), A + A * A, rtol=1e-6)
+
+def test_ring_all_reduce(devs: tuple[str, str]) -> None:
+  # big enough to go around the ring rather than reduce directly on each device
+  n = multi.RING_MIN_ELEMENTS * 2 + 6
+  a = np.random.default_rng(0).standard_normal((2, n)).astype(np.float32)
+  out = Tensor(a).shard(devs, axis=0).sum(0)
+  np.testing.assert_allclose(out.numpy(), a.sum(0), rtol=1e-5, atol=1e-5)
+  shards = [s.realize() for s in [Tensor(u) for u in out.realize().uop.src]]
+  np.testing.assert_array_equal(shards[0].numpy(), shards[1].numpy())  # every device holds the same result
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_gradients_through_shard(devs: tuple[str, str], axis: int | None) -> None:
+  x = Tensor(A, requires_grad=True)
+  w = Tensor(A.T.copy(), requires_grad=True)
+  ((x.shard(devs, axis=axis) @ w.to(devs)).relu() * 0.5).sum().backward()
+  x2, w2 = Tensor(A, requires_grad=True), Tensor(A.T.copy(), requires_grad=True)
+  ((x2 @ w2).relu() * 0.5).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), x2.grad.numpy(), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(w.grad.numpy(), w2.grad.numpy(), rtol=1e-5, atol=1e-5)
+  assert x.grad.device == x.device
+
+def _train(devs: tuple[str, str] | None, jit: bool = False) -> tuple[float, list[np.ndarray]]:
+  Tensor.manual_seed(0)
+  model = [nn.Linear(6, 8), Tensor.relu, nn.Linear(8, 3)]
+  params = nn.state.get_parameters(model)
+  if devs is not None:
+    for p in params: p.realize().to_(devs)
+  opt = nn.optim.Adam(params, lr=0.01)
+  x, y = Tensor(A), Tensor((np.arange(7) % 3).astype(np.int32))
+  if devs is not None: x, y = x.shard(devs, axis=0), y.shard(devs, axis=0)
+  def step(x: Tensor, y: Tensor) -> Tensor:
+    with Tensor.train():
+      opt.zero_grad()
+      # realized before the step changes the weights
+      loss = x.sequential(model).sparse_categorical_crossentropy(y).backward().realize()
+      opt.step()
+    return loss
+  fn = TinyJit(step) if jit else step
+  losses = [fn(x, y).item() for _ in range(4)]
+  return losses[-1], [p.numpy() for p in params]
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_data_parallel_training_on_two_devices(devs: tuple[str, str], jit: bool) -> None:
+  # the batch split over the devices, the weights copied to both: the same steps as on one device
+  loss, params = _train(devs, jit)
+  want_loss, want = _train(None)
+  assert abs(loss - want_loss) < 1e-5
+  for p, w in zip(params, want): np.testing.assert_allclose(p, w, rtol=1e-5, atol=1e-6)
+
+def test_shard_errors() -> None:
+  with pytest.raises(ValueError, match="shard: axis 0 of shape"): Tensor([1.0]).shard(("CPU:0", "CPU:1"), axis=0)
+  t = Tensor([1.0, 2.0]).shard(("CPU:0", "CPU:1"))
+  with pytest.raises(ValueError, match="already on"): t.shard(("CPU:0", "CPU:1"))
+  with pytest.raises(ValueError, match="device mismatch"): t + Tensor([1.0, 2.0])
