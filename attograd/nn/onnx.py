@@ -425,9 +425,9 @@ class OnnxRunner:
   """
   def __init__(self, model: Any, device: str | None = None):
     from attograd.nn.onnx_ops import lookup
-    self.model = model if isinstance(model, Model) else onnx_load(model, device)
+    self.device = Device.canonicalize(device)
+    self.model = model if isinstance(model, Model) else onnx_load(model, self.device)
     self._lookup = lookup
-    self.device = device
     self.training = any(d in ("ai.onnx.training", "ai.onnx.preview.training") for d in self.model.opsets)
     self._check_ops(self.model.graph, self.model.opsets)
     g = self.model.graph
@@ -459,7 +459,7 @@ class OnnxRunner:
     if vi.kind == "sequence" or (vi.kind == "optional" and vi.elem is not None and vi.elem.kind == "sequence"):
       if not isinstance(value, (list, tuple)): raise OnnxError(f"onnx: input {vi.name!r} is a sequence; pass a list")
       return [v if isinstance(v, Tensor) else Tensor(v, dtype=vi.dtype, device=self.device) for v in value]
-    if isinstance(value, Tensor): t = value
+    if isinstance(value, Tensor): t = value if value.device == self.device else value.to(self.device)
     else:
       t = Tensor(value, device=self.device)
       if vi.dtype is not None and t.dtype is not vi.dtype: t = t.cast(vi.dtype)
@@ -489,7 +489,10 @@ class OnnxRunner:
     for name, value in inputs.items():  # an initializer the caller overrides
       if name not in self.graph_inputs: scope[name] = value
     self.debug = debug
-    outs = self._run_graph(self.model.graph, scope, self.model.opsets)
+    # operators make their constants (arange, full, ...) on the default device: make it the model's for the call
+    old, Device.DEFAULT = Device.DEFAULT, self.device
+    try: outs = self._run_graph(self.model.graph, scope, self.model.opsets)
+    finally: Device.DEFAULT = old
     return dict(zip(self.graph_outputs, outs))
 
   def _run_graph(self, graph: Graph, scope: dict[str, Value], opsets: dict[str, int]) -> list[Value]:
