@@ -179,8 +179,12 @@ def Pow(x: Tensor, y: Tensor) -> Tensor:
 
 @onnx_op()
 def Mod(a: Tensor, b: Tensor, fmod: int = 0) -> Tensor:
-  if dtypes.is_float(a.dtype) and not fmod: raise OnnxError("onnx Mod: float inputs need fmod=1")
-  return a.fmod(b) if fmod else a % b
+  # fmod=0: the remainder has the divisor's sign (Python's %), also for floats since opset 26
+  if fmod or not dtypes.is_float(a.dtype): return a.fmod(b) if fmod else a % b
+  r = a % b
+  # a finite x mod an infinite y is x when they share a sign (or x is 0), else y (as NumPy's mod)
+  same = (a >= 0).eq(b > 0) | a.eq(0)
+  return (b.isinf() & a.isfinite()).where(same.where(a, b), r)
 
 def _variadic(name: str, fn: Callable[[Tensor, Tensor], Tensor], mean: bool = False) -> None:
   def op(*xs: Tensor) -> Tensor:
@@ -210,10 +214,21 @@ onnx_op("BitwiseNot")(lambda x: x.bitwise_not())
 @onnx_op()
 def BitShift(x: Tensor, y: Tensor, direction: str) -> Tensor:
   if direction not in ("LEFT", "RIGHT"): raise OnnxError(f"onnx BitShift: direction must be LEFT or RIGHT, got {direction!r}")
-  # shifting by the width or more gives 0 (C leaves it undefined)
+  # a shift by the width or more, or by a negative amount, shifts every bit out (C leaves it undefined): LEFT gives 0,
+  # RIGHT the sign fill
+  width = x.dtype.itemsize * 8
   y = y.cast(x.dtype)
-  out = x.lshift(y) if direction == "LEFT" else x.rshift(y)
-  return (y >= x.dtype.itemsize * 8).where(0, out).cast(x.dtype)
+  out_of_range = (y >= width) if dtypes.is_unsigned(x.dtype) else ((y < 0) | (y >= width))
+  safe = out_of_range.where(0, y).cast(x.dtype)
+  if direction == "LEFT": return out_of_range.where(0, x.lshift(safe)).cast(x.dtype)
+  fill = x.rshift(width - 1) if not dtypes.is_unsigned(x.dtype) else x * 0
+  return out_of_range.where(fill, x.rshift(safe)).cast(x.dtype)
+
+@onnx_op("BitCast")
+def BitCast(x: Tensor, to: int) -> Tensor:
+  d = onnx_dtype(to, "BitCast's `to`")
+  if x.dtype is dtypes.bool or d is dtypes.bool: return x.cast(d)  # a bool's byte is 0 or 1 either way
+  return x.bitcast(d)
 
 @onnx_op()
 def Where(c: Tensor, x: Tensor, y: Tensor) -> Tensor: return c.cast(dtypes.bool).where(x, y)
@@ -261,6 +276,12 @@ def Shrink(x: Tensor, bias: float = 0.0, lambd: float = 0.5) -> Tensor:
 def Gelu(x: Tensor, approximate: str = "none") -> Tensor:
   if approximate == "tanh": return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
   return 0.5 * x * (1 + _erf(x * (1 / math.sqrt(2))))
+@onnx_op("SwiGLU")
+def SwiGLU(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+  if a.shape != b.shape or a.dtype is not b.dtype:
+    raise OnnxError(f"onnx SwiGLU: A and B need the same shape and dtype, got {a.shape} {a.dtype} and {b.shape} {b.dtype}")
+  return a * (a * alpha).sigmoid() * b
+
 @onnx_op()
 def Swish(x: Tensor, alpha: float = 1.0) -> Tensor: return x * (x * alpha).sigmoid()
 
@@ -443,7 +464,7 @@ def _take(x: Tensor, axis: int, start: int, count: int, step: int) -> Tensor:
   if step == 1: return x
   # every step-th element: pad to count*step, split into (count, step), keep column 0
   x = x.pad(tuple((0, count * step - (stop - start)) if i == axis else None for i in range(x.ndim)))
-  x = x.reshape(*x.shape[:axis], count, step, *x.shape[axis + 1:])
+  x = x.reshape((*x.shape[:axis], count, step, *x.shape[axis + 1:]))
   return x.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(x.ndim))).reshape(
     *x.shape[:axis], count, *x.shape[axis + 2:])
 
@@ -489,7 +510,7 @@ def Gather(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
   xi = x.reshape(prod(pre), x.shape[a], prod(post))
   flat = idx.reshape(1, -1, 1).expand(prod(pre), idx.numel(), prod(post))
   out = xi.gather(1, flat) if idx.numel() else Tensor.empty(prod(pre), 0, prod(post), dtype=x.dtype, device=x.device)
-  return out.reshape(*pre, *idx.shape, *post)
+  return out.reshape((*pre, *idx.shape, *post))
 
 @onnx_op()
 def GatherElements(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
@@ -509,7 +530,7 @@ def _nd_linear(x: Tensor, indices: Tensor, batch_dims: int) -> tuple[Tensor, Ten
     lin = lin + (ij < 0).where(ij + ishape[j], ij) * strides[j]
   nb = prod(bshape)
   if batch_dims:
-    boff = Tensor.arange(nb, device=x.device).reshape(*bshape, *[1] * (indices.ndim - 1 - batch_dims)) * prod(ishape)
+    boff = Tensor.arange(nb, device=x.device).reshape((*bshape, *[1] * (indices.ndim - 1 - batch_dims))) * prod(ishape)
     lin = lin + boff
   return x.reshape(nb * prod(ishape), *x.shape[batch_dims + k:]), lin, k
 
@@ -533,7 +554,7 @@ def _scatter(x: Tensor, axis: int, idx: Tensor, upd: Tensor, reduction: str, op:
   if reduction in ("max", "min"):
     # each target's max (min) over the updates that hit it, then combined with the old value; targets hit by none keep it
     n = x.shape[axis]
-    hot = idx.unsqueeze(-1).eq(Tensor.arange(n, device=x.device).reshape(*[1] * idx.ndim, n))  # (*idx, n)
+    hot = idx.unsqueeze(-1).eq(Tensor.arange(n, device=x.device).reshape((*[1] * idx.ndim, n)))  # (*idx, n)
     big = dtypes.min(x.dtype) if reduction == "max" else dtypes.max(x.dtype)
     if dtypes.is_float(x.dtype): big = -math.inf if reduction == "max" else math.inf
     vals = hot.where(upd.shrink(tuple((0, s) for s in idx.shape)).unsqueeze(-1), big)
@@ -578,10 +599,12 @@ def DepthToSpace(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
   return y.reshape(b, c // (bs * bs), h * bs, w * bs)
 
 @onnx_op()
-def SpaceToDepth(x: Tensor, blocksize: int) -> Tensor:
+def SpaceToDepth(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
   b, c, h, w = x.shape
   bs = blocksize
-  return x.reshape(b, c, h // bs, bs, w // bs, bs).permute(0, 3, 5, 1, 2, 4).reshape(b, c * bs * bs, h // bs, w // bs)
+  y = x.reshape(b, c, h // bs, bs, w // bs, bs)
+  y = y.permute(0, 3, 5, 1, 2, 4) if mode == "DCR" else y.permute(0, 1, 3, 5, 2, 4)
+  return y.reshape(b, c * bs * bs, h // bs, w // bs)
 
 @onnx_op(consts=(1,))
 def CenterCropPad(x: Tensor, shape: Any, axes: Any = None) -> Tensor:
@@ -615,21 +638,21 @@ def OneHot(indices: Tensor, depth: Any, values: Tensor, axis: int = -1) -> Tenso
   ar = Tensor.arange(n, device=indices.device).reshape([-1 if i == a else 1 for i in range(idx.ndim)])
   return idx.eq(ar.cast(idx.dtype)).where(values[1], values[0])
 
-@onnx_op(consts=(0, 1, 2))
-def Range(start: Any, limit: Any, delta: Any) -> Tensor:
+@onnx_op()
+def Range(start: Tensor, limit: Tensor, delta: Tensor) -> Tensor:
+  # the output has the inputs' dtype; its length depends on their values, which are read back
   s, l, d = _scalar(start), _scalar(limit), _scalar(delta)
   n = max(math.ceil((l - s) / d), 0)
-  is_int = all(isinstance(v, int) for v in (s, l, d))
-  dtype = dtypes.int64 if is_int else dtypes.float32
+  dtype = start.dtype if isinstance(start, Tensor) else dtypes.float32
   if n == 0: return Tensor.empty(0, dtype=dtype)
-  return (Tensor.arange(n, dtype=dtype) * d + s).cast(dtype)
+  return (Tensor.arange(n, dtype=dtype if not dtypes.is_float(dtype) else dtypes.float32) * d + s).cast(dtype)
 
 @onnx_op(consts=(0,))
 def ConstantOfShape(shape: Any, value: Tensor | None = None) -> Tensor:
   dims = _ints(shape) or []
   if value is None: return Tensor.full(tuple(dims), 0.0, dtype=dtypes.float32) if dims else Tensor(0.0)
   v = value.reshape(-1)[0].item() if value.numel() else 0
-  if 0 in dims: return Tensor.empty(*dims, dtype=value.dtype)
+  if 0 in dims: return Tensor.empty(tuple(dims), dtype=value.dtype)
   return Tensor.full(tuple(dims), v, dtype=value.dtype)
 
 @onnx_op()
@@ -644,14 +667,23 @@ def Constant(value: Tensor | None = None, value_float: float | None = None, valu
   if value_ints is not None: return Tensor(list(value_ints), dtype=dtypes.int64)
   raise OnnxError("onnx Constant: string constants aren't supported")
 
+def _cumulative(x: Tensor, axis: Any, exclusive: int, reverse: int, prod_: bool, op: str) -> Tensor:
+  a = _axis(int(_scalar(axis)), x.ndim, op)
+  y = x.flip(a) if reverse else x
+  if exclusive:  # shift by one along the axis, the identity first
+    n = y.shape[a]
+    y = y.pad(tuple((1, 0) if i == a else None for i in range(y.ndim)), value=1 if prod_ else 0)
+    y = y.shrink(tuple((0, n) if i == a else None for i in range(y.ndim)))
+  out = y.cumprod(a) if prod_ else y.cumsum(a)
+  return _keep(out.flip(a) if reverse else out, x.dtype)
+
 @onnx_op(consts=(1,))
 def CumSum(x: Tensor, axis: Any, exclusive: int = 0, reverse: int = 0) -> Tensor:
-  a = _axis(int(_scalar(axis)), x.ndim, "CumSum")
-  y = x.flip(a) if reverse else x
-  out = y.cumsum(a)
-  if exclusive: out = out - y
-  out = out.flip(a) if reverse else out
-  return _keep(out, x.dtype)
+  return _cumulative(x, axis, exclusive, reverse, False, "CumSum")
+
+@onnx_op(consts=(1,))
+def CumProd(x: Tensor, axis: Any, exclusive: int = 0, reverse: int = 0) -> Tensor:
+  return _cumulative(x, axis, exclusive, reverse, True, "CumProd")
 
 @onnx_op(consts=(1,))
 def TopK(x: Tensor, K: Any = None, axis: int = -1, largest: int = 1, sorted: int = 1, k: int | None = None) -> tuple:  # noqa: A002
@@ -764,6 +796,18 @@ def Loop(M: Any = None, cond: Any = None, *v_initial: Any, body: Graph, ctx: OpC
     else: stacked.append(Tensor.empty(0, dtype=vi.dtype or dtypes.float32))
   return tuple(carried + stacked)
 
+@onnx_op("Scan", ctx=True, since=8)
+def Scan8(sequence_lens: Tensor | None, *args: Tensor, body: Graph, num_scan_inputs: int,
+          directions: list[int] | None = None, ctx: OpContext) -> tuple:
+  # opset 8: every input has a batch dim first; each batch element is its own scan (over dim 1 of the inputs)
+  n_state = len(args) - num_scan_inputs
+  B = args[0].shape[0]
+  if sequence_lens is not None and any(n != args[n_state].shape[1] for n in sequence_lens.tolist()):
+    raise OnnxError("onnx Scan (opset 8): sequence_lens shorter than the inputs aren't supported")
+  per = [Scan(*[a[b] for a in args], body=body, num_scan_inputs=num_scan_inputs, scan_input_directions=directions,
+              ctx=ctx) for b in range(B)]
+  return tuple(per[0][i].stack(*[p[i] for p in per[1:]], dim=0) for i in range(len(per[0])))
+
 @onnx_op(ctx=True, since=9)
 def Scan(*args: Tensor, body: Graph, num_scan_inputs: int, scan_input_axes: list[int] | None = None,
          scan_input_directions: list[int] | None = None, scan_output_axes: list[int] | None = None,
@@ -846,14 +890,14 @@ def MaxPool(X: Tensor, kernel_shape: list[int], auto_pad: str = "NOTSET", ceil_m
   sp = X.shape[2:]
   if storage_order: strides_ = [prod(sp[:i]) for i in range(n)]
   else: strides_ = [prod(sp[i + 1:]) for i in range(n)]
-  pos = Tensor.zeros(*sp, dtype=dtypes.int64, device=X.device)
+  pos = Tensor.zeros(tuple(sp), dtype=dtypes.int64, device=X.device)
   for i in range(n):
     pos = pos + Tensor.arange(sp[i], dtype=dtypes.int64, device=X.device).reshape(
       [-1 if j == i else 1 for j in range(n)]) * strides_[i]
   pw = pos.pad(flat, value=-1)._pool(tuple(k_), tuple(s_), tuple(d_))     # (*o, *k)
-  wf = win.reshape(*win.shape[:2 + n], -1)
+  wf = win.reshape((*win.shape[:2 + n], -1))
   first = (wf == wf.max(-1, keepdim=True)).cast(dtypes.int32).argmax(-1, keepdim=True)
-  idx = pw.reshape(1, 1, *pw.shape[:n], -1).expand(*wf.shape).gather(-1, first).squeeze(-1)
+  idx = pw.reshape(1, 1, *pw.shape[:n], -1).expand(wf.shape).gather(-1, first).squeeze(-1)
   base = Tensor.arange(X.shape[0] * X.shape[1], dtype=dtypes.int64, device=X.device).reshape(
     X.shape[0], X.shape[1], *[1] * n) * prod(sp)
   return out, idx + base
@@ -1012,14 +1056,14 @@ def Dropout(data: Tensor, ratio: Any = None, training_mode: Any = None, seed: in
             is_test: int = 1, consumed_inputs: Any = None) -> tuple:
   r = float(_scalar(ratio)) if ratio is not None and ratio != [] else 0.5
   train = bool(_scalar(training_mode)) if training_mode is not None else False
-  if not train or r == 0: return data, Tensor.ones(*data.shape, dtype=dtypes.bool, device=data.device)
+  if not train or r == 0: return data, Tensor.ones(data.shape, dtype=dtypes.bool, device=data.device)
   if seed is not None:
     # ONNX's reference draws the mask from NumPy's generator seeded with `seed`; match it where NumPy is there
     try:
       import numpy as np
       rand = Tensor(np.random.RandomState(seed).random_sample(tuple(data.shape)).astype("float32"), device=data.device)
-    except ImportError: rand = Tensor.rand(*data.shape, device=data.device)
-  else: rand = Tensor.rand(*data.shape, device=data.device)
+    except ImportError: rand = Tensor.rand(data.shape, device=data.device)
+  else: rand = Tensor.rand(data.shape, device=data.device)
   mask = rand >= r
   return (data * mask / (1.0 - r)).cast(data.dtype), mask
 
@@ -1165,8 +1209,8 @@ def AffineGrid(theta: Tensor, size: Any, align_corners: int = 0) -> Tensor:
   nd = len(sp)
   comps = []
   for j in reversed(range(nd)):
-    comps.append(Tensor(axes[j], device=theta.device).reshape([-1 if i == j else 1 for i in range(nd)]).expand(*sp))
-  comps.append(Tensor.ones(*sp, device=theta.device))
+    comps.append(Tensor(axes[j], device=theta.device).reshape([-1 if i == j else 1 for i in range(nd)]).expand(tuple(sp)))
+  comps.append(Tensor.ones(tuple(sp), device=theta.device))
   base = comps[0].stack(*comps[1:], dim=-1).reshape(1, prod(sp), nd + 1).cast(theta.dtype)
   return (base @ theta.transpose(1, 2)).reshape(N, *sp, nd)
 
@@ -1272,7 +1316,8 @@ def Attention(Q: Tensor, K: Tensor, V: Tensor, attn_mask: Tensor | None = None, 
               past_value: Tensor | None = None, nonpad_kv_seqlen: Tensor | None = None, is_causal: int = 0,
               kv_num_heads: int | None = None, q_num_heads: int | None = None, qk_matmul_output_mode: int = 0,
               scale: float | None = None, softcap: float = 0.0, softmax_precision: int | None = None) -> tuple:
-  rank3 = Q.ndim == 3
+  rank3, out_dtype = Q.ndim == 3, Q.dtype
+  if out_dtype is dtypes.float16: Q, K, V = Q.float(), K.float(), V.float()
   if rank3:
     if q_num_heads is None or kv_num_heads is None: raise OnnxError("onnx Attention: 3-d inputs need q_num_heads and kv_num_heads")
     Q = Q.reshape(Q.shape[0], Q.shape[1], q_num_heads, -1).permute(0, 2, 1, 3)
@@ -1309,7 +1354,7 @@ def Attention(Q: Tensor, K: Tensor, V: Tensor, attn_mask: Tensor | None = None, 
   if qk_matmul_output_mode == 3: qk = probs
   out = probs @ V
   if rank3: out = out.permute(0, 2, 1, 3).reshape(out.shape[0], L, -1)
-  return out, present_k, present_v, qk
+  return tuple(t.cast(out_dtype) for t in (out, present_k, present_v, qk))
 
 @onnx_op(since=23)
 def RotaryEmbedding(X: Tensor, cos_cache: Tensor, sin_cache: Tensor, position_ids: Tensor | None = None,
@@ -1327,7 +1372,7 @@ def RotaryEmbedding(X: Tensor, cos_cache: Tensor, sin_cache: Tensor, position_id
   if interleaved: x1, x2 = xr[..., 0::2], xr[..., 1::2]
   else: x1, x2 = xr[..., :rd // 2], xr[..., rd // 2:]
   r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
-  rot = r1.stack(r2, dim=-1).reshape(*r1.shape[:-1], rd) if interleaved else r1.cat(r2, dim=-1)
+  rot = r1.stack(r2, dim=-1).reshape((*r1.shape[:-1], rd)) if interleaved else r1.cat(r2, dim=-1)
   out = rot.cat(xp, dim=-1) if rd < D else rot
   return out.reshape(shape) if len(shape) == 3 else out.permute(0, 2, 1, 3)
 
