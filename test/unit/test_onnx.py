@@ -124,3 +124,108 @@ def test_input_checks():
   with pytest.raises(OnnxError, match="shape"): r({"x": [1.0, 2.0]})
   with pytest.raises(OnnxError, match="float32"): r({"x": Tensor([1, 2, 3], dtype=dtypes.int32)})
   with pytest.raises(OnnxError, match="no inputs"): r({"x": [1.0, 2.0, 3.0], "z": [1.0]})
+
+# ***** operators on every device, against onnxruntime *****
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+def _graph_model(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], opset: int = 17,
+                 inits: dict[str, np.ndarray] | None = None) -> bytes:
+  from onnx import numpy_helper
+  ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs.items()]
+  outs = [onnx.ValueInfoProto(name=o) for o in outputs]  # untyped: onnxruntime infers them
+  inits_ = [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()]
+  g = helper.make_graph(nodes, "g", ins, outs, inits_)
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8).SerializeToString()
+
+def _check(raw: bytes, inputs: dict[str, np.ndarray], atol: float = 1e-5) -> None:
+  ort = pytest.importorskip("onnxruntime")
+  want = ort.InferenceSession(raw, providers=["CPUExecutionProvider"]).run(None, inputs)
+  got = list(OnnxRunner(raw)(inputs).values())
+  for g, w in zip(got, want):
+    assert g.dtype.name == str(w.dtype) or (g.dtype is dtypes.bool and w.dtype == np.bool_), (g.dtype, w.dtype)
+    np.testing.assert_allclose(g.numpy(), w, atol=atol, rtol=1e-4)
+
+_rng = np.random.default_rng(0)
+_x4 = _rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+_w4 = _rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+OP_CASES = {
+  "conv": ([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 0, 1, 2], strides=[2, 1])], {"x": _x4}, {"w": _w4}),
+  "maxpool_indices": ([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+                      {"x": _x4}, {}),
+  "resize_linear": ([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")], {"x": _x4},
+                    {"s": np.array([1, 1, 1.6, 0.6], np.float32)}),
+  "gather_neg": ([helper.make_node("Gather", ["x", "i"], ["y"], axis=2)], {"x": _x4}, {"i": np.array([[-1, 0], [2, 4]], np.int64)}),
+  "scatternd": ([helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add")], {"x": _x4[0, 0]},
+                {"i": np.array([[1], [3], [1]], np.int64), "u": np.ones((3, 5), np.float32)}),
+  "trig": ([helper.make_node(op, ["x"], [f"y{op}"]) for op in ("Erf", "Atan", "Sinh", "Asinh")], {"x": _x4 * 2}, {}),
+  "inverse_trig": ([helper.make_node(op, ["x"], [f"y{op}"]) for op in ("Asin", "Acos", "Atanh")], {"x": np.tanh(_x4) * 0.99}, {}),
+  "layernorm": ([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=2)], {"x": _x4},
+                {"g": _rng.standard_normal((5, 5)).astype(np.float32), "b": np.ones((5, 5), np.float32)}),
+  "softmax_13": ([helper.make_node("Softmax", ["x"], ["y"], axis=1)], {"x": _x4}, {}),
+  "einsum": ([helper.make_node("Einsum", ["x", "w"], ["y"], equation="bchw,ochw->bo")], {"x": _x4[..., :3, :3]}, {"w": _w4}),
+  "quantize": ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+               {"x": _x4}, {"s": np.array(0.02, np.float32), "z": np.array(128, np.uint8)}),
+  "int_math": ([helper.make_node("Div", ["a", "b"], ["d"]), helper.make_node("Mod", ["a", "b"], ["m"]),
+                helper.make_node("ReduceSum", ["a", "ax"], ["s"], keepdims=0)],
+               {"a": np.array([[7, -7, 5], [-9, 8, 3]], np.int32)}, {"b": np.array([2, 3, -4], np.int32), "ax": np.array([1], np.int64)}),
+}
+
+@pytest.mark.parametrize("case", sorted(OP_CASES))
+def test_op_matches_onnxruntime(device, case):
+  nodes, inputs, inits = OP_CASES[case]
+  outs = [o for n in nodes for o in n.output][-4:] if case not in ("quantize",) else ["q", "y"]
+  if case == "maxpool_indices": outs = ["y", "i"]
+  _check(_graph_model(nodes, inputs, outs, inits=inits), inputs)
+
+def test_softmax_opset_11_flattens():
+  x = _rng.standard_normal((2, 3, 4)).astype(np.float32)
+  for opset in (11, 13):
+    _check(_graph_model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], {"x": x}, ["y"], opset=opset), {"x": x})
+
+def test_if_and_loop():
+  x = np.array([1.0, 2.0, 3.0], np.float32)
+  then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", 1, [3])])
+  els = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", 1, [3])])
+  node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els)
+  for c in (True, False): _check(_graph_model([node], {"x": x, "c": np.array(c)}, ["y"]), {"x": x, "c": np.array(c)})
+  # a loop that doubles a value M times and collects each step
+  body = helper.make_graph(
+    [helper.make_node("Add", ["v", "v"], ["v2"]), helper.make_node("Identity", ["cond"], ["cond2"]),
+     helper.make_node("Identity", ["v2"], ["scan"])], "body",
+    [helper.make_tensor_value_info("i", 7, []), helper.make_tensor_value_info("cond", 9, []),
+     helper.make_tensor_value_info("v", 1, [3])],
+    [helper.make_tensor_value_info("cond2", 9, []), helper.make_tensor_value_info("v2", 1, [3]),
+     helper.make_tensor_value_info("scan", 1, [3])])
+  loop = helper.make_node("Loop", ["M", "", "x"], ["final", "steps"], body=body)
+  _check(_graph_model([loop], {"x": x}, ["final", "steps"], inits={"M": np.array(4, np.int64)}), {"x": x})
+
+def test_sequences():
+  x = _rng.standard_normal((4, 3)).astype(np.float32)
+  nodes = [helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),
+           helper.make_node("SequenceErase", ["seq", "p"], ["seq2"]),
+           helper.make_node("ConcatFromSequence", ["seq2"], ["y"], axis=0, new_axis=1),
+           helper.make_node("SequenceLength", ["seq2"], ["n"])]
+  _check(_graph_model(nodes, {"x": x}, ["y", "n"], inits={"p": np.array(1, np.int64)}), {"x": x})
+
+def test_runner_graph_differentiates():
+  torch = pytest.importorskip("torch")
+  nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Erf", ["c"], ["e"]),
+           helper.make_node("MaxPool", ["e"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+  raw = _graph_model(nodes, {"x": _x4[..., :4, :4]}, ["y"], inits={"w": _w4})
+  x = Tensor(_x4[..., :4, :4], requires_grad=True)
+  OnnxRunner(raw)({"x": x})["y"].sum().backward()
+  tx = torch.tensor(_x4[..., :4, :4], requires_grad=True)
+  ty = torch.nn.functional.max_pool2d(torch.erf(torch.nn.functional.conv2d(tx, torch.tensor(_w4), padding=1)), 2)
+  ty.sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+def test_tinyjit_replays_runner():
+  raw = _graph_model([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": _x4}, ["y"], inits={"w": _w4})
+  runner = OnnxRunner(raw)
+  step = TinyJit(lambda t: runner({"x": t})["y"].realize())
+  for i in range(4):
+    x = (_x4 + i).astype(np.float32)
+    want = OnnxRunner(raw)({"x": x})["y"].numpy()
+    np.testing.assert_allclose(step(Tensor(x)).numpy(), want, atol=1e-5)
