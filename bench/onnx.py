@@ -42,7 +42,8 @@ def run(batches: tuple[int, ...] = (1, 16), size: int = 224) -> list[tuple[str, 
       want = sess.run(None, {"input": xn})[0]
       figures[label] = _median_ms(lambda: sess.run(None, {"input": xn}))
     # a fast wrong answer is no result: the check runs once, outside the timing
-    if not np.allclose(got, want, atol=1e-3, rtol=1e-3): raise AssertionError(f"resnet18 batch {b}: attograd differs from onnxruntime")
+    if not np.allclose(got, want, atol=1e-3, rtol=1e-3):
+      raise AssertionError(f"resnet18 batch {b}: attograd differs from onnxruntime")
     figures["attograd"] = _median_ms(lambda: step(xt).numpy())
     rows.append((f"resnet18 batch {b} latency", figures))
   return rows

@@ -12,7 +12,8 @@ from torch import nn
 def _bn_act(c: int, act: type[nn.Module] | None) -> list[nn.Module]:
   return [nn.BatchNorm2d(c)] + ([act()] if act is not None else [])
 
-def _conv(cin: int, cout: int, k: int, s: int = 1, groups: int = 1, act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
+def _conv(cin: int, cout: int, k: int, s: int = 1, groups: int = 1,
+          act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
   return nn.Sequential(nn.Conv2d(cin, cout, k, s, (k - 1) // 2, groups=groups, bias=False), *_bn_act(cout, act))
 
 # ***** resnet18 *****
@@ -96,8 +97,8 @@ class MBConv(nn.Module):
     exp = cin * expand
     layers: list[nn.Module] = []
     if exp != cin: layers.append(_conv(cin, exp, 1, act=nn.SiLU))
-    layers += [_conv(exp, exp, k, stride, groups=exp, act=nn.SiLU), SqueezeExcite(exp, max(1, cin // 4), nn.SiLU, nn.Sigmoid),
-               _conv(exp, cout, 1, act=None)]
+    layers += [_conv(exp, exp, k, stride, groups=exp, act=nn.SiLU),
+               SqueezeExcite(exp, max(1, cin // 4), nn.SiLU, nn.Sigmoid), _conv(exp, cout, 1, act=None)]
     self.block, self.residual = nn.Sequential(*layers), stride == 1 and cin == cout
   def forward(self, x: torch.Tensor) -> torch.Tensor: return x + self.block(x) if self.residual else self.block(x)
 

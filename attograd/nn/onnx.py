@@ -7,7 +7,7 @@ The operators themselves are a table in `attograd.nn.onnx_ops`.
 from __future__ import annotations
 import os, pathlib, struct
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 from attograd.dtype import DType, dtypes
 from attograd.helpers import getenv, prod
 from attograd.device import Device
@@ -164,10 +164,12 @@ class _Source:
     loc = pathlib.Path(kv["location"])
     path = (self.base_dir / loc).resolve()
     if loc.is_absolute() or not path.is_relative_to(self.base_dir.resolve()):
-      raise OnnxError(f"onnx: external data location {kv['location']!r} of tensor {name!r} is outside the model's folder")
+      raise OnnxError(f"onnx: external data location {kv['location']!r} of tensor {name!r} is outside the "
+                      "model's folder")
     if not path.is_file(): raise OnnxError(f"onnx: external data file {str(path)!r} of tensor {name!r} doesn't exist")
     try: offset, length = int(kv.get("offset", 0)), int(kv.get("length", nbytes))
-    except ValueError: raise OnnxError(f"onnx: external data offset/length of tensor {name!r} aren't integers") from None
+    except ValueError:
+      raise OnnxError(f"onnx: external data offset/length of tensor {name!r} aren't integers") from None
     size = path.stat().st_size
     if offset < 0 or length != nbytes or offset + length > size:
       raise OnnxError(f"onnx: external data of tensor {name!r} ({length} bytes at offset {offset}) doesn't fit "
@@ -408,7 +410,8 @@ class OpContext:
   def run(self, graph: Graph, feeds: list[Value]) -> list[Value]:
     """Run a subgraph with its inputs bound to `feeds`; it sees the values of every enclosing graph."""
     if len(feeds) > len(graph.inputs):
-      raise OnnxError(f"onnx: {self.node.op} gives its subgraph {graph.name!r} {len(feeds)} inputs, it takes {len(graph.inputs)}")
+      raise OnnxError(f"onnx: {self.node.op} gives its subgraph {graph.name!r} {len(feeds)} inputs, it takes "
+                      f"{len(graph.inputs)}")
     scope = dict(self.scope)
     scope.update({vi.name: v for vi, v in zip(graph.inputs, feeds)})
     return self.runner._run_graph(graph, scope, self.runner.model.opsets)
@@ -476,14 +479,18 @@ class OnnxRunner:
 
   def __call__(self, inputs: dict[str, Any], debug: int = DEBUGONNX) -> dict[str, Value]:
     """Run the model: `inputs` maps each graph input's name to its value; returns each output by name."""
-    if not isinstance(inputs, dict): raise TypeError(f"OnnxRunner: inputs must be a dict of name -> value, got {type(inputs).__name__}")
+    if not isinstance(inputs, dict):
+      raise TypeError(f"OnnxRunner: inputs must be a dict of name -> value, got {type(inputs).__name__}")
     unknown = set(inputs) - set(self.graph_inputs)
-    if unknown: raise OnnxError(f"onnx: the model has no inputs {sorted(unknown)}; its inputs are {list(self.graph_inputs)}")
+    if unknown:
+      raise OnnxError(f"onnx: the model has no inputs {sorted(unknown)}; its inputs are {list(self.graph_inputs)}")
     scope: dict[str, Value] = dict(self.model.graph.initializers)
     dims: dict[str, int] = {}
     for name, vi in self.graph_inputs.items():
       if name not in inputs:
-        if vi.kind == "optional": scope[name] = None; continue
+        if vi.kind == "optional":
+          scope[name] = None
+          continue
         raise OnnxError(f"onnx: missing input {name!r}; the model's inputs are {list(self.graph_inputs)}")
       scope[name] = self._input(vi, inputs[name], dims)
     for name, value in inputs.items():  # an initializer the caller overrides
@@ -511,7 +518,8 @@ class OnnxRunner:
     kwargs = {k: (attrs[v.name] if isinstance(v, AttrRef) and attrs is not None and v.name in attrs else v)
               for k, v in node.attrs.items()}
     kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, AttrRef)}  # an unset reference: the default
-    if getattr(self, "debug", 0) >= 1: print(f"onnx {num}: {node.op} {node.name!r} {list(node.inputs)} -> {list(node.outputs)}")
+    if getattr(self, "debug", 0) >= 1:
+      print(f"onnx {num}: {node.op} {node.name!r} {list(node.inputs)} -> {list(node.outputs)}")
     if (fn := self.model.functions.get((node.domain, node.op))) is not None:
       outs = self._run_function(fn, node, args, kwargs, opsets)
     else:
@@ -527,7 +535,8 @@ class OnnxRunner:
     for name, val in zip(node.outputs, outs):
       if name: scope[name] = val
     if len(outs) < len([o for o in node.outputs if o]):
-      raise OnnxError(f"onnx: node {node.name!r} ({node.op}) computes {len(outs)} outputs, the graph asks for {len(node.outputs)}")
+      raise OnnxError(f"onnx: node {node.name!r} ({node.op}) computes {len(outs)} outputs, the graph asks for "
+                      f"{len(node.outputs)}")
     if getattr(self, "debug", 0) >= 2:
       for name, val in zip(node.outputs, outs): print(f"    {name}: {val!r}")
 

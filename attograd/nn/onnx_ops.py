@@ -122,7 +122,8 @@ def _erf(x: Tensor) -> Tensor:
   z = x.abs()
   z2 = z * z
   series = z * (1.1283791670955126 + z2 * (-0.37612638903183754 + z2 * (0.11283791670955126 + z2 * (
-    -0.026866170645131252 + z2 * (0.005223977625442188 + z2 * (-0.0008548327023450852 + z2 * 0.00012055332981789664))))))
+    -0.026866170645131252 + z2 * (0.005223977625442188 + z2 * (-0.0008548327023450852
+                                                               + z2 * 0.00012055332981789664))))))
   t = 1.0 / (1.0 + 0.5 * z)
   poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
     0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
@@ -213,7 +214,8 @@ onnx_op("BitwiseNot")(lambda x: x.bitwise_not())
 
 @onnx_op()
 def BitShift(x: Tensor, y: Tensor, direction: str) -> Tensor:
-  if direction not in ("LEFT", "RIGHT"): raise OnnxError(f"onnx BitShift: direction must be LEFT or RIGHT, got {direction!r}")
+  if direction not in ("LEFT", "RIGHT"):
+    raise OnnxError(f"onnx BitShift: direction must be LEFT or RIGHT, got {direction!r}")
   # a shift by the width or more, or by a negative amount, shifts every bit out (C leaves it undefined): LEFT gives 0,
   # RIGHT the sign fill
   width = x.dtype.itemsize * 8
@@ -279,7 +281,8 @@ def Gelu(x: Tensor, approximate: str = "none") -> Tensor:
 @onnx_op("SwiGLU")
 def SwiGLU(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
   if a.shape != b.shape or a.dtype is not b.dtype:
-    raise OnnxError(f"onnx SwiGLU: A and B need the same shape and dtype, got {a.shape} {a.dtype} and {b.shape} {b.dtype}")
+    raise OnnxError(f"onnx SwiGLU: A and B need the same shape and dtype, got {a.shape} {a.dtype} and "
+                    f"{b.shape} {b.dtype}")
   return a * (a * alpha).sigmoid() * b
 
 @onnx_op()
@@ -423,7 +426,8 @@ def Concat(*xs: Tensor, axis: int) -> Tensor:
   return parts[0].cat(*parts[1:], dim=a) if len(parts) > 1 else parts[0]
 
 @onnx_op(consts=(1,), ctx=True)
-def Split(x: Tensor, split: Any = None, axis: int = 0, num_outputs: int | None = None, ctx: OpContext | None = None) -> tuple:
+def Split(x: Tensor, split: Any = None, axis: int = 0, num_outputs: int | None = None,
+          ctx: OpContext | None = None) -> tuple:
   a = _axis(axis, x.ndim, "Split")
   n = x.shape[a]
   sizes = _ints(split)
@@ -552,7 +556,8 @@ def _scatter(x: Tensor, axis: int, idx: Tensor, upd: Tensor, reduction: str, op:
   if reduction == "add": return x.scatter(axis, idx, upd, reduce="add")
   if reduction == "mul": return x.scatter(axis, idx, upd, reduce="multiply")
   if reduction in ("max", "min"):
-    # each target's max (min) over the updates that hit it, then combined with the old value; targets hit by none keep it
+    # each target's max (min) over the updates that hit it, then combined with the old value; targets hit by none
+    # keep it
     n = x.shape[axis]
     hot = idx.unsqueeze(-1).eq(Tensor.arange(n, device=x.device).reshape((*[1] * idx.ndim, n)))  # (*idx, n)
     big = dtypes.min(x.dtype) if reduction == "max" else dtypes.max(x.dtype)
@@ -686,7 +691,8 @@ def CumProd(x: Tensor, axis: Any, exclusive: int = 0, reverse: int = 0) -> Tenso
   return _cumulative(x, axis, exclusive, reverse, True, "CumProd")
 
 @onnx_op(consts=(1,))
-def TopK(x: Tensor, K: Any = None, axis: int = -1, largest: int = 1, sorted: int = 1, k: int | None = None) -> tuple:  # noqa: A002
+def TopK(x: Tensor, K: Any = None, axis: int = -1, largest: int = 1, sorted: int = 1,  # noqa: A002 (the spec's name)
+         k: int | None = None) -> tuple:
   kk = int(_scalar(K)) if K is not None else int(k if k is not None else 1)
   a = _axis(axis, x.ndim, "TopK")
   vals, idx = x.topk(kk, a, bool(largest), True)
@@ -960,7 +966,8 @@ def BatchNormalization(X: Tensor, scale: Tensor, B: Tensor, input_mean: Tensor, 
   inv = (input_var + epsilon).rsqrt() * scale
   return (X - _channel(input_mean, nd)) * _channel(inv, nd) + _channel(B, nd)
 
-def _normalize(x: Tensor, axes: tuple[int, ...], eps: float, stash: DType | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def _normalize(x: Tensor, axes: tuple[int, ...], eps: float,
+               stash: DType | None = None) -> tuple[Tensor, Tensor, Tensor]:
   """(x - mean) / sqrt(var + eps) over axes, computed in `stash` dtype; also the mean and 1/std (kept dims)."""
   xs = x.cast(stash) if stash is not None else x
   mean = xs.mean(axes, keepdim=True)
@@ -983,7 +990,7 @@ def LayerNormalization(X: Tensor, Scale: Tensor, B: Tensor | None = None, axis: 
 @onnx_op()
 def GroupNormalization(X: Tensor, scale: Tensor, bias: Tensor, num_groups: int, epsilon: float = 1e-5,
                        stash_type: int = 1) -> Tensor:
-  N, C = X.shape[:2]
+  N, C = X.shape[0], X.shape[1]
   g = X.reshape(N, num_groups, -1)
   y = _normalize(g, (2,), epsilon, onnx_dtype(stash_type))[0].reshape(X.shape)
   if scale.shape[0] != C:  # opset 18 gave one scale and bias per group
@@ -1037,7 +1044,8 @@ def _zp(z: Tensor | None, like: Tensor) -> Tensor | int:
   return 0 if z is None else z.cast(dtypes.int32)
 
 @onnx_op()
-def MatMulInteger(A: Tensor, B: Tensor, a_zero_point: Tensor | None = None, b_zero_point: Tensor | None = None) -> Tensor:
+def MatMulInteger(A: Tensor, B: Tensor, a_zero_point: Tensor | None = None,
+                  b_zero_point: Tensor | None = None) -> Tensor:
   az = _zp(a_zero_point, A)
   if isinstance(az, Tensor) and az.ndim == 1 and az.numel() > 1: az = az.reshape(-1, 1)
   return (A.cast(dtypes.int32) - az) @ (B.cast(dtypes.int32) - _zp(b_zero_point, B))
@@ -1069,9 +1077,8 @@ def Dropout(data: Tensor, ratio: Any = None, training_mode: Any = None, seed: in
 
 def _nll(x: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int | None, reduction: str) -> Tensor:
   """Negative log-likelihood of (N, C, *d) log-probabilities at (N, *d) class indices."""
-  C = x.shape[1]
   t = target.cast(dtypes.int32)
-  keep = t.ne(ignore_index) if ignore_index is not None else t.ne(t) == t.ne(t)
+  keep = t.ne(ignore_index) if ignore_index is not None else Tensor.ones(t.shape, dtype=dtypes.bool, device=t.device)
   safe = keep.where(t, 0)
   picked = x.gather(1, safe.unsqueeze(1)).squeeze(1)
   w = (Gather(weight, safe) if weight is not None else picked.ones_like()) * keep
@@ -1209,7 +1216,8 @@ def AffineGrid(theta: Tensor, size: Any, align_corners: int = 0) -> Tensor:
   nd = len(sp)
   comps = []
   for j in reversed(range(nd)):
-    comps.append(Tensor(axes[j], device=theta.device).reshape([-1 if i == j else 1 for i in range(nd)]).expand(tuple(sp)))
+    along = Tensor(axes[j], device=theta.device).reshape([-1 if i == j else 1 for i in range(nd)])
+    comps.append(along.expand(tuple(sp)))
   comps.append(Tensor.ones(tuple(sp), device=theta.device))
   base = comps[0].stack(*comps[1:], dim=-1).reshape(1, prod(sp), nd + 1).cast(theta.dtype)
   return (base @ theta.transpose(1, 2)).reshape(N, *sp, nd)
@@ -1234,7 +1242,8 @@ _window("BlackmanWindow", (0.42, 0.5, 0.08))
 
 def _qparam(v: Tensor | None, x: Tensor, axis: int, block_size: int) -> Tensor | None:
   """A scale or zero point shaped to broadcast against x: one value, one per slice along axis, or per block."""
-  if v is None or v.ndim == 0 or v.numel() == 1 and not block_size: return v if v is None or v.ndim == 0 else v.reshape(())
+  if v is None or v.ndim == 0: return v
+  if v.numel() == 1 and not block_size: return v.reshape(())
   a = _axis(axis, x.ndim, "QuantizeLinear")
   if block_size: return v.repeat_interleave(block_size, a).shrink(tuple((0, s) for s in x.shape))
   return v.reshape([-1 if i == a else 1 for i in range(x.ndim)])
@@ -1319,7 +1328,8 @@ def Attention(Q: Tensor, K: Tensor, V: Tensor, attn_mask: Tensor | None = None, 
   rank3, out_dtype = Q.ndim == 3, Q.dtype
   if out_dtype is dtypes.float16: Q, K, V = Q.float(), K.float(), V.float()
   if rank3:
-    if q_num_heads is None or kv_num_heads is None: raise OnnxError("onnx Attention: 3-d inputs need q_num_heads and kv_num_heads")
+    if q_num_heads is None or kv_num_heads is None:
+      raise OnnxError("onnx Attention: 3-d inputs need q_num_heads and kv_num_heads")
     Q = Q.reshape(Q.shape[0], Q.shape[1], q_num_heads, -1).permute(0, 2, 1, 3)
     K = K.reshape(K.shape[0], K.shape[1], kv_num_heads, -1).permute(0, 2, 1, 3)
     V = V.reshape(V.shape[0], V.shape[1], kv_num_heads, -1).permute(0, 2, 1, 3)
@@ -1335,14 +1345,17 @@ def Attention(Q: Tensor, K: Tensor, V: Tensor, attn_mask: Tensor | None = None, 
   bias = None
   if attn_mask is not None:
     m = attn_mask
-    if m.shape[-1] < S: m = m.pad(tuple([None] * (m.ndim - 1) + [(0, S - m.shape[-1])]), value=False if m.dtype is dtypes.bool else -math.inf)
+    if m.shape[-1] < S:  # a shorter mask masks the rest out
+      fill = False if m.dtype is dtypes.bool else -math.inf
+      m = m.pad(tuple([None] * (m.ndim - 1) + [(0, S - m.shape[-1])]), value=fill)
     bias = m.where(0.0, -math.inf) if m.dtype is dtypes.bool else m
   if is_causal:
     keep = Tensor.ones(L, S, dtype=dtypes.bool, device=Q.device).tril(S - L if past_key is not None else 0)
     cb = keep.where(0.0, -math.inf)
     bias = cb if bias is None else bias + cb
   if nonpad_kv_seqlen is not None:
-    pm = Tensor.arange(S, device=Q.device).reshape(1, 1, 1, S) < nonpad_kv_seqlen.cast(dtypes.int32).reshape(-1, 1, 1, 1)
+    lens = nonpad_kv_seqlen.cast(dtypes.int32).reshape(-1, 1, 1, 1)
+    pm = Tensor.arange(S, device=Q.device).reshape(1, 1, 1, S) < lens
     pb = pm.where(0.0, -math.inf)
     bias = pb if bias is None else bias + pb
   if bias is not None: scores = scores + bias.cast(scores.dtype)
@@ -1418,7 +1431,8 @@ def Adam(R: Tensor, T: Tensor, *inputs: Tensor, alpha: float = 0.9, beta: float 
     g = norm_coefficient * X + G
     v = alpha * V + (1 - alpha) * g
     h = beta * H + (1 - beta) * g * g
-    rr = (T > 0).where(R * (1 - Tensor(beta, device=R.device).pow(t)).sqrt() / (1 - Tensor(alpha, device=R.device).pow(t)), R)
+    bias_fix = (1 - Tensor(beta, device=R.device).pow(t)).sqrt() / (1 - Tensor(alpha, device=R.device).pow(t))
+    rr = (T > 0).where(R * bias_fix, R)
     x = X - rr * v / (h.sqrt() + epsilon)
     xs.append(((1 - norm_coefficient_post) * x).cast(X.dtype))
     vs.append(v)

@@ -90,7 +90,8 @@ def test_huge_dims_are_refused_before_allocating():
 def test_nesting_is_bounded():
   # a graph inside an attribute inside a node inside a graph ... 200 levels deep
   g = _field(2, b"inner")
-  for _ in range(200): g = _field(1, _field(5, _field(1, b"then_branch") + _field(20, 5) + _field(6, g)) + _field(4, b"If"))
+  for _ in range(200):
+    g = _field(1, _field(5, _field(1, b"then_branch") + _field(20, 5) + _field(6, g)) + _field(4, b"If"))
   with pytest.raises(OnnxError, match="nested deeper"): onnx_load(_field(7, g))
 
 def test_unknown_data_type_is_named():
@@ -128,7 +129,7 @@ def test_input_checks():
 # ***** operators on every device, against onnxruntime *****
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import helper  # noqa: E402
 
 def _graph_model(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], opset: int = 17,
                  inits: dict[str, np.ndarray] | None = None) -> bytes:
@@ -152,24 +153,30 @@ _x4 = _rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
 _w4 = _rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
 OP_CASES = {
   "conv": ([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 0, 1, 2], strides=[2, 1])], {"x": _x4}, {"w": _w4}),
-  "maxpool_indices": ([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+  "maxpool_indices": ([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 2],
+                                        pads=[1, 1, 1, 1])],
                       {"x": _x4}, {}),
   "resize_linear": ([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")], {"x": _x4},
                     {"s": np.array([1, 1, 1.6, 0.6], np.float32)}),
-  "gather_neg": ([helper.make_node("Gather", ["x", "i"], ["y"], axis=2)], {"x": _x4}, {"i": np.array([[-1, 0], [2, 4]], np.int64)}),
+  "gather_neg": ([helper.make_node("Gather", ["x", "i"], ["y"], axis=2)], {"x": _x4},
+                 {"i": np.array([[-1, 0], [2, 4]], np.int64)}),
   "scatternd": ([helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add")], {"x": _x4[0, 0]},
                 {"i": np.array([[1], [3], [1]], np.int64), "u": np.ones((3, 5), np.float32)}),
   "trig": ([helper.make_node(op, ["x"], [f"y{op}"]) for op in ("Erf", "Atan", "Sinh", "Asinh")], {"x": _x4 * 2}, {}),
-  "inverse_trig": ([helper.make_node(op, ["x"], [f"y{op}"]) for op in ("Asin", "Acos", "Atanh")], {"x": np.tanh(_x4) * 0.99}, {}),
+  "inverse_trig": ([helper.make_node(op, ["x"], [f"y{op}"]) for op in ("Asin", "Acos", "Atanh")],
+                   {"x": np.tanh(_x4) * 0.99}, {}),
   "layernorm": ([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=2)], {"x": _x4},
                 {"g": _rng.standard_normal((5, 5)).astype(np.float32), "b": np.ones((5, 5), np.float32)}),
   "softmax_13": ([helper.make_node("Softmax", ["x"], ["y"], axis=1)], {"x": _x4}, {}),
-  "einsum": ([helper.make_node("Einsum", ["x", "w"], ["y"], equation="bchw,ochw->bo")], {"x": _x4[..., :3, :3]}, {"w": _w4}),
-  "quantize": ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+  "einsum": ([helper.make_node("Einsum", ["x", "w"], ["y"], equation="bchw,ochw->bo")], {"x": _x4[..., :3, :3]},
+             {"w": _w4}),
+  "quantize": ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
                {"x": _x4}, {"s": np.array(0.02, np.float32), "z": np.array(128, np.uint8)}),
   "int_math": ([helper.make_node("Div", ["a", "b"], ["d"]), helper.make_node("Mod", ["a", "b"], ["m"]),
                 helper.make_node("ReduceSum", ["a", "ax"], ["s"], keepdims=0)],
-               {"a": np.array([[7, -7, 5], [-9, 8, 3]], np.int32)}, {"b": np.array([2, 3, -4], np.int32), "ax": np.array([1], np.int64)}),
+               {"a": np.array([[7, -7, 5], [-9, 8, 3]], np.int32)},
+               {"b": np.array([2, 3, -4], np.int32), "ax": np.array([1], np.int64)}),
 }
 
 @pytest.mark.parametrize("case", sorted(OP_CASES))
@@ -186,8 +193,11 @@ def test_softmax_opset_11_flattens():
 
 def test_if_and_loop():
   x = np.array([1.0, 2.0, 3.0], np.float32)
-  then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", 1, [3])])
-  els = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", 1, [3])])
+  # the branches read x from the enclosing graph
+  then = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [],
+                           [helper.make_tensor_value_info("t", 1, [3])])
+  els = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                          [helper.make_tensor_value_info("e", 1, [3])])
   node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els)
   for c in (True, False): _check(_graph_model([node], {"x": x, "c": np.array(c)}, ["y"]), {"x": x, "c": np.array(c)})
   # a loop that doubles a value M times and collects each step
