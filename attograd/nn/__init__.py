@@ -14,7 +14,7 @@ from attograd.nn import optim  # noqa: F401
 
 def __getattr__(name: str) -> Any:
   # state, datasets and data are imported on first use: they aren't needed to build or train a model
-  if name in ("state", "datasets", "data"): return importlib.import_module(f"attograd.nn.{name}")
+  if name in ("state", "datasets", "data", "onnx"): return importlib.import_module(f"attograd.nn.{name}")
   raise AttributeError(f"module 'attograd.nn' has no attribute {name!r}")
 
 def _uniform(*shape: int, bound: float) -> Tensor: return Tensor.uniform(*shape, low=-bound, high=bound)
