@@ -639,7 +639,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIP)
   def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
-  def cos(self) -> Tensor: return (math.pi / 2 - self._f()).sin()
+  def cos(self) -> Tensor:
+    x = self._f()
+    # pi/2 - x rounded to half or bf16 loses the low bits of x (cos(100) came out 0.867 for 0.862): subtract in float32
+    if x.dtype in (dtypes.float16, dtypes.bfloat16): return x.float().cos().cast(x.dtype)
+    return (math.pi / 2 - x).sin()
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def _f(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
@@ -827,6 +831,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def min(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     if self.dtype is dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
     if dtypes.is_unsigned(self.dtype): return dtypes.max(self.dtype) - (dtypes.max(self.dtype) - self).max(axis, keepdim)
+    # ~x = -x - 1 reverses the order of signed ints without overflowing (-INT_MIN wraps to INT_MIN)
+    if dtypes.is_int(self.dtype): return ~((~self).max(axis, keepdim))
     return -((-self).max(axis, keepdim))
   def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     return self.cast(dtypes.bool).cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "any").cast(dtypes.bool)
@@ -866,7 +872,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
     if self.dtype is dtypes.bool: return self.logical_not().argmax(axis, keepdim)
     if dtypes.is_unsigned(self.dtype): return (dtypes.max(self.dtype) - self).argmax(axis, keepdim)
-    return (-self).argmax(axis, keepdim)
+    return (~self if dtypes.is_int(self.dtype) else -self).argmax(axis, keepdim)  # (~: see min)
 
   # ***** matmul *****
   def dot(self, w: Tensor) -> Tensor:

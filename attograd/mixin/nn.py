@@ -457,7 +457,8 @@ class NNMixin:
     for d in range(self.ndim - len(size), self.ndim):
       n_in, n_out = self.shape[d], size[d - self.ndim + len(size)]
       shape[d] = n_out
-      ar = type(self).arange(n_out, device=self.device, dtype=dtypes.float32)
+      # source positions in float64 for float64 inputs (float32 positions gave float64 results only 7 digits right)
+      ar = type(self).arange(n_out, device=self.device, dtype=dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32)
       def along(t: Tensor) -> Tensor:
         return t.reshape(tuple(n_out if j == d else 1 for j in range(self.ndim))).expand(tuple(shape))
       if mode.endswith("linear"):
@@ -489,7 +490,8 @@ class NNMixin:
       if attn_mask is not None: raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
       attn_mask = type(self).full(qk.shape[-2:], True, dtype=dtypes.bool, device=self.device).tril()
     if attn_mask is not None:
-      if attn_mask.dtype is dtypes.bool: attn_mask = attn_mask.where(0.0, -math.inf)
+      # (in the scores' dtype: a default-float mask would promote half scores, and the result, to float32)
+      if attn_mask.dtype is dtypes.bool: attn_mask = attn_mask.where(0.0, -math.inf).cast(qk.dtype)
       qk = qk + attn_mask
     return qk.softmax(-1).dropout(dropout_p).dot(value)
 
