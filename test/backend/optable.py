@@ -547,6 +547,8 @@ NON_OPS = {
   "backward": "autograd", "gradient": "autograd", "requires_grad_": "autograd flag", "train": "mode switch",
   # state and devices: tested in test/unit/test_assign.py, test_device.py
   "assign": "writes a buffer in place", "to": "device copy", "to_": "device copy",
+  # several devices: test/unit/test_multi.py checks every op on sharded tensors against unsharded ones
+  "shard": "multi-device", "shard_": "multi-device",
   # random: values differ from torch's by design; test/unit/test_random.py checks their distributions
   "manual_seed": "random", "rand": "random", "randn": "random", "randint": "random", "uniform": "random",
   "normal": "random", "randperm": "random",
