@@ -77,7 +77,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
 def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
   """The pipeline, one named pass a line."""
   from attograd.codegen.kernel import Kernel
-  from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower
+  from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower, pm_reduce_acc
   from attograd.codegen.linearize import linearize
   from attograd.codegen.transcendental import pm_transcendental
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
@@ -90,6 +90,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   if not renderer.has_threads: k.parallel = False
   sink = lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)  # loops (or GPU thread
                                                        # indices), index math from views, simplified; lanes as vectors
+  sink = graph_rewrite(sink, pm_reduce_acc)            # half/bfloat16/fp8 reduces accumulate in float32
   if renderer.decompose_transcendentals:               # exp2/log2 as arithmetic: vector lanes instead of libm calls
     sink = graph_rewrite(sink, pm_transcendental)
   sink = renderer.prepare(sink)                        # the language's own rewrites (e.g. half -> float math)

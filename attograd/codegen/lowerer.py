@@ -416,6 +416,16 @@ pm_lowered = PatternMatcher([
   (UPat(Ops.STORE, name="x"), _fold_store_gate),
 ])
 
+def _reduce_in_float32(x: UOp) -> UOp | None:
+  """A reduce over half, bfloat16 or fp8 accumulates in float32 and rounds once after its loop, on every device: the
+  C and LLVM renderers hold bfloat16 and fp8 as their bits (an accumulator of bits would add bit patterns), and a
+  half accumulator stops growing (a half sum of 4096 ones is 2048)."""
+  d = x.dtype.scalar()
+  if not dtypes.is_float(d) or d.itemsize >= 4: return None
+  f32 = dtypes.float32.vec(x.dtype.count)
+  return UOp(Ops.REDUCE, f32, (x.src[0].cast(f32),) + x.src[1:], x.arg).cast(x.dtype)
+pm_reduce_acc = PatternMatcher([(UPat(Ops.REDUCE, name="x"), _reduce_in_float32)])
+
 def estimate_ops(sink: UOp, k: Kernel) -> int:
   """ALU ops executed (for GFLOPS in DEBUG output)."""
   if k.tc is not None: return 2 * prod(k.full_shape)  # a multiply and an add per point of the m x n x k space

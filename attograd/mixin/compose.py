@@ -38,9 +38,11 @@ class ComposeMixin:
   def _scan(self: Tensor, axis: int, op: Ops, name: str) -> Tensor:
     ax = self._resolve_axis(axis, name)
     x = self if op is Ops.MAX else self.cast(sum_acc_dtype(self.dtype))
-    if self.ndim == 0 or 0 in self.shape or self.shape[ax] == 1: return x
+    # half/bfloat16/fp8 run in float32 and round once; ints stay in their (wider) accumulator, like sum
+    out_dtype = self.dtype if dtypes.is_float(self.dtype) else x.dtype
+    if self.ndim == 0 or 0 in self.shape or self.shape[ax] == 1: return x.cast(out_dtype)
     # scan the last axis: move `axis` there and back (a swap is its own inverse)
-    return _scan_last(x.transpose(ax, -1), op).transpose(ax, -1)
+    return _scan_last(x.transpose(ax, -1), op).transpose(ax, -1).cast(out_dtype)
 
   # ***** einsum *****
 
