@@ -1,7 +1,7 @@
 """Lowering: a Kernel's AST becomes loops (RANGE), index arithmetic from each view, loads, reduces and stores."""
 from __future__ import annotations
 import functools, itertools
-from attograd.codegen.kernel import Kernel, TensorCore
+from attograd.codegen.kernel import Kernel, TensorCore, tc_operand
 from attograd.dtype import dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite, sym_max
@@ -218,7 +218,8 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
     elif u.op is Ops.REDUCE_AXIS:
-      ab = (memo[u.src[0].src[1]], memo[u.src[0].src[0]]) if tc.swap else (memo[u.src[0].src[0]], memo[u.src[0].src[1]])
+      x, y = (memo[tc_operand(s)] for s in u.src[0].src)
+      ab = (y, x) if tc.swap else (x, y)
       memo[u] = UOp(Ops.NOOP, u.dtype, (), "tc_acc")  # one element of an accumulator, filled in below
     elif u.op is Ops.STORE: memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], k.sts[u].to_indexed(out_idxs)[0],
                                                                    memo[u.src[2]]))

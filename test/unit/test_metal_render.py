@@ -70,7 +70,7 @@ kernel void E_128(device half* data0 [[buffer(0)]], device half* data1 [[buffer(
   int alu0 = (int)(val0);
   half alu1 = (half)(alu0);
   float alu2 = (float)(alu1);
-  float alu3 = (float)(((half)1.4426950408889634f));
+  float alu3 = (float)(((half)1.4423828125f));
   float alu4 = (float)(val0);
   float alu5 = (alu4*alu3);
   half alu6 = (half)(alu5);
