@@ -1,7 +1,7 @@
 """Composite ops built from primitives: scans (cumsum...), einsum, gather/scatter, masks, softmax, item assignment."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
-from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype
+from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import prod
 from attograd.uop.ops import Ops
 if TYPE_CHECKING: from attograd.tensor import Tensor
@@ -188,7 +188,7 @@ class ComposeMixin:
     [0.09, 0.2447, 0.6652]
     """
     m, e, s = self._softmax(axis, dtype, "softmax")
-    return e / s
+    return (e / s).cast(self._softmax_dtype(dtype))
 
   def log_softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
     """log(softmax(x)) along `axis`, as (x - max) - log(sum(exp(x - max))): finite even where softmax is 0.
@@ -197,11 +197,14 @@ class ComposeMixin:
     [-2.4076, -1.4076, -0.4076]
     """
     m, e, s = self._softmax(axis, dtype, "log_softmax")
-    return m - s.log()
+    return (m - s.log()).cast(self._softmax_dtype(dtype))
 
+  def _softmax_dtype(self: Tensor, dtype: DType | str | None) -> DType:
+    return to_dtype(dtype) if dtype is not None else self._f().dtype
   def _softmax(self: Tensor, axis: int, dtype: DType | str | None, name: str) -> tuple[Tensor, Tensor, Tensor]:
     ax = self._resolve_axis(axis, name)
-    x = self.cast(dtype) if dtype is not None else self._f()
+    # half, bfloat16 and fp8: computed in float32, the callers round the result once (as PyTorch does)
+    x = self.cast(sum_acc_dtype(self._softmax_dtype(dtype)))
     m = x - x.max(ax, keepdim=True).detach()
     e = m.exp()
     return m, e, e.sum(ax, keepdim=True)
