@@ -363,7 +363,7 @@ def test_int_matmul_accumulates_in_output_width(device: str, dt: Any, n: int) ->
   assert out.dtype == want_dtype
   want = (a.astype(np.int64) @ b.astype(np.int64)).astype(to_np_dtype(want_dtype))  # wraps like the result's width
   np.testing.assert_array_equal(out.numpy(), want)
-  # the exact case from the issue: 2s @ 16s in uint8 is 512, not a wrapped 0
+  # the issue's example (its products fit 8 bits; the sum doesn't)
   u = Tensor.full((16, 16), 2, dtype=d.uint8) @ Tensor.full((16, 16), 16, dtype=d.uint8)
   assert u.numpy().tolist() == [[512] * 16] * 16
 
