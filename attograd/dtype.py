@@ -59,7 +59,8 @@ class dtypes:
   uint32: Final[DType] = DType.new(6, 4, "uint32", "I")
   int64: Final[DType] = DType.new(7, 8, "int64", "q")
   uint64: Final[DType] = DType.new(8, 8, "uint64", "Q")
-  # OCP 8-bit floats, stored as their bits (no struct format): e4m3fn has no inf and saturates at +-448; e5m2 is IEEE-like
+  # OCP 8-bit floats, stored as their bits (no struct format): e4m3fn has no inf and saturates at +-448, e5m2 is
+  # IEEE-like
   fp8e4m3: Final[DType] = DType.new(9, 1, "float8_e4m3fn", None)
   fp8e5m2: Final[DType] = DType.new(9, 1, "float8_e5m2", None)
   float16: Final[DType] = DType.new(10, 2, "float16", "e")
@@ -266,7 +267,8 @@ def from_np_dtype(npd: Any) -> DType:
   import numpy as np
   name = np.dtype(npd).name
   if name not in DTYPES_DICT:
-    raise TypeError(f"numpy dtype {name} is not supported; supported: {[d.name for d in dtypes.all if d.fmt is not None]}")
+    ok = [d.name for d in dtypes.all if d.fmt is not None]
+    raise TypeError(f"numpy dtype {name} is not supported; supported: {ok}")
   return DTYPES_DICT[name]
 
 FmtStr = Literal["?", "b", "B", "h", "H", "i", "I", "q", "Q", "e", "f", "d"]

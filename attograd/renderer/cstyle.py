@@ -107,7 +107,8 @@ class CStyleLanguage(Renderer):
     return x, src
   def f32_bits(self, x: str, to_bits: bool) -> str:
     """float32 <-> its uint32 bits, for the conversion helpers."""
-    return self.render_bitcast(x, dtypes.float32, dtypes.uint32) if to_bits else self.render_bitcast(x, dtypes.uint32, dtypes.float32)
+    f32, u32 = dtypes.float32, dtypes.uint32
+    return self.render_bitcast(x, f32, u32) if to_bits else self.render_bitcast(x, u32, f32)
   def fp8_helpers(self, uops: list[UOp]) -> str:
     """The fp8 <-> float32 conversion functions for the fp8 formats the kernel uses."""
     used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
@@ -253,7 +254,8 @@ def _fp8_c_helpers(r: CStyleLanguage, f: Fp8Format) -> str:
   else: special = f"if (e == {f.e_mask}u && m == {m_mask}u) return {as_float('s | 0x7FC00000u')};"
   subnormal = as_bits(f"(float)m * {f.unit!r}f")
   decode = (f"{q}float __{f.name}_to_f32({u8} b) {{\n"
-            f"  {u32} s = (({u32})b & 0x80u) << 24, e = (({u32})b >> {f.m_bits}) & {f.e_mask}u, m = ({u32})b & {m_mask}u;\n"
+            f"  {u32} s = (({u32})b & 0x80u) << 24, e = (({u32})b >> {f.m_bits}) & {f.e_mask}u,"
+            f" m = ({u32})b & {m_mask}u;\n"
             f"  {special}\n"
             f"  if (e == 0u) return {as_float(f's | {subnormal}')};\n"
             f"  return {as_float(f's | ((e + {f.rebias}u) << 23) | (m << {sh})')};\n}}\n")
@@ -265,8 +267,10 @@ def _fp8_c_helpers(r: CStyleLanguage, f: Fp8Format) -> str:
             f"  if (a > 0x7F800000u) return ({u8})(s | 0x7Fu);\n"
             f"  if (a >= {f.overflow}u) return ({u8})(s | {f.over}u);\n"
             f"  if (a < {f.min_normal}u) return ({u8})(s | ({rounded} - {f32_bits(f.magic)}u));\n"
-            f"  return ({u8})(s | ((a - {f.rebias << 23}u + {(1 << (sh - 1)) - 1}u + ((a >> {sh}) & 1u)) >> {sh}));\n}}\n")
-  return decode + encode
+            f"  return ({u8})(s | ((a - {f.rebias << 23}u + {(1 << (sh - 1)) - 1}u + ((a >> {sh}) & 1u)) >> {sh}));"
+            "\n}\n")
+  guard = f"ATTO_{f.name.upper()}"  # several kernels may share one source (CUDA's one translation unit of many)
+  return f"#ifndef {guard}\n#define {guard}\n{decode}{encode}#endif\n"
 
 class ClangRenderer(CStyleLanguage):
   """C for the CPU device, compiled by gcc or clang."""
@@ -334,7 +338,8 @@ class OpenCLRenderer(GPUCStyle):
     self.type_map = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
                      dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
                      dtypes.uint64: "ulong", dtypes.float16: "half" if fp16 else "ushort", dtypes.bfloat16: "ushort",
-                     dtypes.fp8e4m3: "uchar", dtypes.fp8e5m2: "uchar", dtypes.float32: "float", dtypes.float64: "double"}
+                     dtypes.fp8e4m3: "uchar", dtypes.fp8e5m2: "uchar", dtypes.float32: "float",
+                     dtypes.float64: "double"}
     self.storage_map = {dtypes.bool: "uchar"}
   def render_special(self, name: str) -> str:
     return f"get_{'group' if name[0] == 'g' else 'local'}_id({name[-1]})"
@@ -440,7 +445,8 @@ class CUDARenderer(GPUCStyle):
     if dst in dtypes.fp8s: return f"__f32_to_{fp8_format(dst).name}((float)({x}))"
     if dst is dtypes.bool: return f"({x}!=0)"
     return f"({self.render_dtype(dst)})({x})"
-  def f32_bits(self, x: str, to_bits: bool) -> str: return f"__float_as_uint({x})" if to_bits else f"__uint_as_float({x})"
+  def f32_bits(self, x: str, to_bits: bool) -> str:
+    return f"__float_as_uint({x})" if to_bits else f"__uint_as_float({x})"
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
     return f"__atto_bitcast<{self.render_dtype(dst)}, {self.render_dtype(src)}>({x})"
   def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
@@ -487,7 +493,8 @@ class MetalRenderer(GPUCStyle):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False)
     self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
                      dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
-                     dtypes.float16: "half", dtypes.bfloat16: "bfloat", dtypes.fp8e4m3: "uchar", dtypes.fp8e5m2: "uchar"}
+                     dtypes.float16: "half", dtypes.bfloat16: "bfloat", dtypes.fp8e4m3: "uchar",
+                     dtypes.fp8e5m2: "uchar"}
     self.storage_map = {dtypes.bool: "uchar"}
   def render_special(self, name: str) -> str: return f"{'gid' if name[0] == 'g' else 'lid'}.{'xyz'[int(name[-1])]}"
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"device {ctype}* data{i} [[buffer({i})]]"

@@ -271,6 +271,16 @@ def test_torch_load_module_checkpoint(tmp_path, zip_format: bool) -> None:
   _check_loaded(got["model"], model.state_dict())
 
 @needs_torch
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_torch_load_fp8(tmp_path, zip_format: bool) -> None:
+  vals = torch.tensor([1.0, -2.5, 448.0, 0.01, -0.0, 3e-3])
+  ref = {"e4m3": vals.to(torch.float8_e4m3fn), "e5m2": vals.to(torch.float8_e5m2)}
+  torch.save(ref, tmp_path / "f8.pt", _use_new_zipfile_serialization=zip_format)
+  got = torch_load(tmp_path / "f8.pt")
+  assert got["e4m3"].dtype is dtypes.fp8e4m3 and got["e5m2"].dtype is dtypes.fp8e5m2
+  for k, r in ref.items(): np.testing.assert_array_equal(values(got[k]), r.float().numpy(), err_msg=k)
+
+@needs_torch
 def test_torch_load_shared_storage_is_stored_once(tmp_path) -> None:
   base = torch.arange(8, dtype=torch.float32)
   torch.save({"a": base[:3], "b": base[3:], "c": base}, tmp_path / "s.pt")
