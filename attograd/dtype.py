@@ -178,6 +178,7 @@ def least_upper_dtype(*ds: DType) -> DType:
   return min(common)
 
 def least_upper_float(d: DType) -> DType: return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
+@functools.cache  # on the path of every sum and matmul
 def sum_acc_dtype(d: DType) -> DType:
   """The dtype sums and matmuls accumulate in: bools and ints widen to (u)int32 (and return in it, like PyTorch's
   int64 rule), floats narrower than float32 (half, bfloat16, fp8) accumulate in float32 and round once at the end."""

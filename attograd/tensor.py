@@ -773,8 +773,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return self._acc_reduce(Ops.MUL, axis, keepdim, dtype, "prod")
   def _acc_reduce(self, op: Ops, axis: Any, keepdim: bool, dtype: DType | str | None, name: str) -> Tensor:
     if dtype is not None: return self.cast(to_dtype(dtype))._reduce(op, axis, keepdim, name)
-    ret = self.cast(sum_acc_dtype(self.dtype))._reduce(op, axis, keepdim, name)
-    return ret.cast(self.dtype) if dtypes.is_float(self.dtype) else ret  # (a no-op for float32 and float64)
+    acc = sum_acc_dtype(self.dtype)
+    ret = self.cast(acc)._reduce(op, axis, keepdim, name)
+    return ret if acc is self.dtype or not dtypes.is_float(self.dtype) else ret.cast(self.dtype)
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     if self.dtype is not dtypes.bool and self.numel() == 0 and self._axes(axis, "max") and any(self.shape[a] == 0 for a in self._axes(axis, "max")):
       raise ValueError(f"max: can't reduce an empty dim of {self.shape}")
