@@ -108,7 +108,7 @@ class dtypes:
   def min(dtype: DType) -> ConstType:
     """The smallest value of `dtype` (-inf for floats with an inf, the lowest finite value for fp8e4m3)."""
     if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -(2 ** (dtype.itemsize * 8 - 1))
-    if dtype.scalar() is dtypes.fp8e4m3: return -448.0  # no -inf: -inf would cast to -448 anyway, NaN as a pad value
+    if dtype.scalar() is dtypes.fp8e4m3: return -448.0  # it has no -inf: this is max's identity and max-pool's pad
     return False if dtype is dtypes.bool else -math.inf
   @staticmethod
   def max(dtype: DType) -> ConstType:
@@ -241,7 +241,6 @@ def fp8_bits_to_float(b: int, d: DType) -> float:
   return sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
 
 def fp8_max_code(d: DType) -> int: return 0x7E if d is dtypes.fp8e4m3 else 0x7B  # bits of the largest finite value
-def fp8_max(d: DType) -> float: return 448.0 if d is dtypes.fp8e4m3 else 57344.0
 
 def truncate_to(x: Any, dtype: DType) -> Any:
   """Round a Python value to what `dtype` can hold (used by the PYTHON device and constant folding)."""

@@ -77,8 +77,8 @@ def fp8_helpers(f: Fp8Format) -> str:
   sh, m_mask = 23 - f.m_bits, (1 << f.m_bits) - 1
   # special values: e5m2's all-ones exponent is inf (mantissa 0) or NaN; e4m3fn's only special is NaN, S.1111.111
   if f.has_inf: special = (f"  %isspec = icmp eq i32 %e, {f.e_mask}\n  %mz = icmp eq i32 %m, 0\n"
-                           f"  %spec = select i1 %mz, i32 2139095040, i32 2143289344\n")
-  else: special = f"  %low = and i32 %u, 127\n  %isspec = icmp eq i32 %low, 127\n  %spec = add i32 0, 2143289344\n"
+                           "  %spec = select i1 %mz, i32 2139095040, i32 2143289344\n")
+  else: special = "  %low = and i32 %u, 127\n  %isspec = icmp eq i32 %low, 127\n  %spec = add i32 0, 2143289344\n"
   return (f"define internal float @__{f.name}_to_f32(i8 %b) alwaysinline {{\n"
           f"  %u = zext i8 %b to i32\n  %s0 = and i32 %u, 128\n  %s = shl i32 %s0, 24\n"
           f"  %e0 = lshr i32 %u, {f.m_bits}\n  %e = and i32 %e0, {f.e_mask}\n  %m = and i32 %u, {m_mask}\n{special}"
