@@ -59,14 +59,19 @@ class dtypes:
   uint32: Final[DType] = DType.new(6, 4, "uint32", "I")
   int64: Final[DType] = DType.new(7, 8, "int64", "q")
   uint64: Final[DType] = DType.new(8, 8, "uint64", "Q")
-  float16: Final[DType] = DType.new(9, 2, "float16", "e")
-  bfloat16: Final[DType] = DType.new(10, 2, "bfloat16", None)
-  float32: Final[DType] = DType.new(11, 4, "float32", "f")
-  float64: Final[DType] = DType.new(12, 8, "float64", "d")
+  # OCP 8-bit floats, stored as their bits (no struct format): e4m3fn has no inf and saturates at +-448, e5m2 is
+  # IEEE-like
+  fp8e4m3: Final[DType] = DType.new(9, 1, "float8_e4m3fn", None)
+  fp8e5m2: Final[DType] = DType.new(9, 1, "float8_e5m2", None)
+  float16: Final[DType] = DType.new(10, 2, "float16", "e")
+  bfloat16: Final[DType] = DType.new(11, 2, "bfloat16", None)
+  float32: Final[DType] = DType.new(12, 4, "float32", "f")
+  float64: Final[DType] = DType.new(13, 8, "float64", "d")
   # aliases
   half, float, double = float16, float32, float64
   uchar, char, short, ushort = uint8, int8, int16, uint16
   int, uint, long, ulong = int32, uint32, int64, uint64
+  float8_e4m3fn, float8_e5m2 = fp8e4m3, fp8e5m2  # PyTorch's and ml_dtypes' names (and the names in reprs)
   default_float: DType = float32
   default_int: DType = int32
 
@@ -100,28 +105,36 @@ class dtypes:
         if math.isnan(val) or math.isinf(val): return 0
         val = int(val)
       return _wrap_int(int(val), d)
-    return float(val)
+    # the value the dtype really holds, so every device (and the PYTHON interpreter) computes with the same constant
+    return truncate_to(float(val), d) if d.itemsize < 4 else float(val)
   @staticmethod
   def min(dtype: DType) -> ConstType:
+    """The smallest value of `dtype` (-inf for floats with an inf, the lowest finite value for fp8e4m3)."""
     if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -(2 ** (dtype.itemsize * 8 - 1))
+    if dtype.scalar() is dtypes.fp8e4m3: return -448.0  # it has no -inf: this is max's identity and max-pool's pad
     return False if dtype is dtypes.bool else -math.inf
   @staticmethod
   def max(dtype: DType) -> ConstType:
     if dtypes.is_int(dtype): return 2 ** (dtype.itemsize * 8 - (0 if dtypes.is_unsigned(dtype) else 1)) - 1
+    if dtype.scalar() is dtypes.fp8e4m3: return 448.0
     return True if dtype is dtypes.bool else math.inf
   @staticmethod
   def finfo(dtype: DType) -> tuple[int, int]:
     """(exponent bits, mantissa bits) of a float dtype."""
-    return {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[dtype]
+    if not dtypes.is_float(dtype): raise ValueError(f"finfo: {dtype} is not a float dtype")
+    return {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7),
+            dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[dtype.scalar()]
   @staticmethod
   def fields() -> dict[str, DType]: return DTYPES_DICT
+  fp8s: tuple[DType, ...] = ()
   floats: tuple[DType, ...] = ()
   uints: tuple[DType, ...] = ()
   sints: tuple[DType, ...] = ()
   ints: tuple[DType, ...] = ()
   all: tuple[DType, ...] = ()
 
-dtypes.floats = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.fp8s = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.floats = dtypes.fp8s + (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 dtypes.ints = dtypes.uints + dtypes.sints
@@ -146,11 +159,14 @@ def to_dtype(x: DType | str) -> DType:
   raise TypeError(f"invalid dtype {x!r}; valid dtypes are {sorted(k for k in DTYPES_DICT)}")
 
 # Promotion: an edge a -> b means b can hold every value of a (or is the agreed upgrade, as in PyTorch for int -> half).
+# The fp8s sit between the ints and half/bfloat16 as in tinygrad: int op fp8 stays fp8 (like int op half in PyTorch),
+# fp8e4m3 op fp8e5m2 is half (PyTorch refuses to promote fp8s at all).
 promo_lattice: dict[DType, list[DType]] = {
   dtypes.bool: [dtypes.int8, dtypes.uint8], dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32],
-  dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.float16, dtypes.bfloat16],
+  dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.fp8e4m3, dtypes.fp8e5m2],
   dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
-  dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.float16, dtypes.bfloat16],
+  dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.fp8e4m3, dtypes.fp8e5m2],
+  dtypes.fp8e4m3: [dtypes.float16, dtypes.bfloat16], dtypes.fp8e5m2: [dtypes.float16, dtypes.bfloat16],
   dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64]}
 
 @functools.cache
@@ -165,11 +181,13 @@ def least_upper_dtype(*ds: DType) -> DType:
   return min(common)
 
 def least_upper_float(d: DType) -> DType: return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
+@functools.cache  # on the path of every sum and matmul
 def sum_acc_dtype(d: DType) -> DType:
-  """The dtype `sum` accumulates and returns in: ints widen like PyTorch (bool/small ints -> default int), floats stay."""
+  """The dtype sums and matmuls accumulate in: bools and ints widen to (u)int32 (and return in it, like PyTorch's
+  int64 rule), floats narrower than float32 (half, bfloat16, fp8) accumulate in float32 and round once at the end."""
   if dtypes.is_unsigned(d): return least_upper_dtype(d, dtypes.uint32)
   if dtypes.is_int(d) or d is dtypes.bool: return least_upper_dtype(d, dtypes.int32)
-  return d
+  return least_upper_dtype(d, dtypes.float32)
 
 def _set_default_float() -> None:
   name = getenv("DEFAULT_FLOAT", "")
@@ -191,6 +209,42 @@ def float_to_bf16_bits(x: float) -> int:
 
 def bf16_bits_to_float(b: int) -> float: return struct.unpack("<f", struct.pack("<I", (b & 0xFFFF) << 16))[0]
 
+def _to_f32(x: float) -> float:
+  try: return struct.unpack("<f", struct.pack("<f", x))[0]
+  except OverflowError: return math.copysign(math.inf, x)
+
+def float_to_fp8_bits(x: float, d: DType) -> int:
+  """float -> fp8 bits as PyTorch casts to float8_e4m3fn/float8_e5m2: through float32 first, then round to nearest
+  even; past the largest finite value fp8e4m3 saturates to +-448 (inf too), fp8e5m2 becomes +-inf; NaN keeps its sign.
+  (The kernels' versions are in renderer/cstyle.py and renderer/llvmir.py; this one is the reference.)"""
+  f = _to_f32(float(x))
+  sign = 0x80 if math.copysign(1.0, f) < 0 else 0
+  if math.isnan(f): return sign | 0x7F
+  e_bits, m_bits = dtypes.finfo(d)
+  bias = (1 << (e_bits - 1)) - 1
+  a, over = abs(f), (0x7E if d is dtypes.fp8e4m3 else 0x7C)  # e4m3 saturates to its largest finite value, e5m2 to inf
+  if math.isinf(a) or (d is dtypes.fp8e4m3 and a > 448.0): return sign | over
+  if a == 0: return sign
+  e = max(math.frexp(a)[1] - 1, 1 - bias)   # the binade's exponent; subnormals share the smallest normal one
+  n = round(a * 2.0 ** (m_bits - e))        # exact scaling; Python's round() breaks ties to even
+  if n >= 2 << m_bits: e, n = e + 1, n >> 1  # rounded up into the next binade (n was exactly 2**(m+1))
+  if n < 1 << m_bits: return sign | n        # subnormal (or rounded up to the smallest normal: n == 2**m encodes it)
+  code = ((e + bias) << m_bits) | (n - (1 << m_bits))
+  return sign | (over if code > fp8_max_code(d) else code)  # e5m2 rounds up to inf from 61440 on
+
+def fp8_bits_to_float(b: int, d: DType) -> float:
+  e_bits, m_bits = dtypes.finfo(d)
+  bias = (1 << (e_bits - 1)) - 1
+  sign = -1.0 if b & 0x80 else 1.0
+  e, m = (b >> m_bits) & ((1 << e_bits) - 1), b & ((1 << m_bits) - 1)
+  # e4m3fn: S.1111.111 is its only NaN and it has no inf; NaNs keep their sign, like the kernels' conversions
+  if d is dtypes.fp8e4m3 and (b & 0x7F) == 0x7F: return math.copysign(math.nan, sign)
+  if d is dtypes.fp8e5m2 and e == 0x1F: return math.copysign(math.inf if m == 0 else math.nan, sign)
+  if e == 0: return sign * m * 2.0 ** (1 - bias - m_bits)
+  return sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
+
+def fp8_max_code(d: DType) -> int: return 0x7E if d is dtypes.fp8e4m3 else 0x7B  # bits of the largest finite value
+
 def truncate_to(x: Any, dtype: DType) -> Any:
   """Round a Python value to what `dtype` can hold (used by the PYTHON device and constant folding)."""
   d = dtype.scalar()
@@ -205,16 +259,19 @@ def truncate_to(x: Any, dtype: DType) -> Any:
     if math.isinf(x) or math.isnan(x): return x
     try: return bf16_bits_to_float(float_to_bf16_bits(struct.unpack("<f", struct.pack("<f", x))[0]))
     except OverflowError: return math.copysign(math.inf, x)
+  if d in dtypes.fp8s: return fp8_bits_to_float(float_to_fp8_bits(x, d), d)
   return x
 
 def to_np_dtype(d: DType) -> Any:
   import numpy as np
-  if d is dtypes.bfloat16: raise TypeError("numpy has no bfloat16: cast to float32 first (t.float().numpy())")
+  if d.fmt is None: raise TypeError(f"numpy has no {d.name}: cast to float32 first (t.float().numpy())")
   return np.dtype(d.name)
 def from_np_dtype(npd: Any) -> DType:
   import numpy as np
   name = np.dtype(npd).name
-  if name not in DTYPES_DICT: raise TypeError(f"numpy dtype {name} is not supported; supported: {[d.name for d in dtypes.all if d is not dtypes.bfloat16]}")
+  if name not in DTYPES_DICT:
+    ok = [d.name for d in dtypes.all if d.fmt is not None]
+    raise TypeError(f"numpy dtype {name} is not supported; supported: {ok}")
   return DTYPES_DICT[name]
 
 FmtStr = Literal["?", "b", "B", "h", "H", "i", "I", "q", "Q", "e", "f", "d"]

@@ -5,7 +5,8 @@ import functools, math, struct, time, weakref
 from attograd import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
-from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
+from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, float_to_fp8_bits,
+                            fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import DEBUG, GlobalCounters, argfix, fully_flatten, make_tuple, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
@@ -51,11 +52,13 @@ def _check_ragged(data: Any, shape: tuple[int, ...]) -> None:
 
 def _pack(values: list[Any], dtype: DType) -> bytes:
   if dtype is dtypes.bfloat16: return struct.pack(f"<{len(values)}H", *[float_to_bf16_bits(float(v)) for v in values])
+  if dtype in dtypes.fp8s: return bytes(float_to_fp8_bits(float(v), dtype) for v in values)
   conv = [dtypes.as_const(v, dtype) for v in values]
   return struct.pack(f"<{len(conv)}{dtype.fmt}", *conv)
 
 def _unpack(raw: bytes | memoryview, dtype: DType, n: int) -> list[Any]:
   if dtype is dtypes.bfloat16: return [bf16_bits_to_float(b) for b in struct.unpack(f"<{n}H", raw)]
+  if dtype in dtypes.fp8s: return [fp8_bits_to_float(b, dtype) for b in bytes(raw)]
   return list(struct.unpack(f"<{n}{dtype.fmt}", raw))
 
 def _like(u: UOp, x: UOp) -> UOp:
@@ -63,6 +66,17 @@ def _like(u: UOp, x: UOp) -> UOp:
   UOp.shape and .device would compute, without their calls: this is on the path of every tensor op)."""
   if "shape" not in (d := u.__dict__) and (dev := x.device) is not None: d["shape"], d["device"] = x.shape, dev
   return u
+
+def _rounded_once(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+  """A float function made of several ops, on half/bfloat16/fp8: computed in float32 and rounded once at the end, as
+  PyTorch's kernels do (rounding after each step loses the low bits: exp's x * log2(e) rounded to fp8 first is off by
+  up to 45%, to half by several steps)."""
+  @functools.wraps(fn)
+  def wrapper(self: Tensor) -> Tensor:
+    d = self.dtype
+    if d.itemsize < 4 and dtypes.is_float(d): return fn(self.cast(dtypes.float32)).cast(d)
+    return fn(self)
+  return wrapper
 
 class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   """A multi-dimensional array whose operations build a lazy graph.
@@ -229,8 +243,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     mv = memoryview(bytearray(buf.nbytes))
     buf.copyout(mv)
     if buf.size != self.numel(): mv = mv[:self.numel() * self.dtype.itemsize]  # a symbolic shape's values: a prefix
-    fmt = self.dtype.fmt if self.dtype is not dtypes.bfloat16 else "H"
-    if fmt == "e" or self.dtype is dtypes.bfloat16: return mv
+    if self.dtype.fmt is None or self.dtype.fmt == "e": return mv  # half, bfloat16, fp8: their raw bytes
+    fmt = self.dtype.fmt
     return mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)
   def _raw(self) -> bytes:
     if is_symbolic(self.shape): return self._concrete()._raw()
@@ -238,7 +252,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     buf, _ = self._buffer()
     return buf.as_bytes() if buf.size == self.numel() else buf.as_bytes()[:self.numel() * self.dtype.itemsize]
   def numpy(self) -> Any:
-    """A NumPy array with a copy of the values."""
+    """A NumPy array with a copy of the values. NumPy has no bfloat16 or fp8: those come back as float32 (exact; where
+    PyTorch refuses, and with or without ml_dtypes installed, so the result never depends on the environment)."""
     import numpy as np
     from attograd.dtype import to_np_dtype
     if is_symbolic(self.shape): return self._concrete().numpy()
@@ -246,6 +261,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
       # (a cast kernel can't run where the tensor lives when that is DISK, a view of a GGUF or safetensors file)
       bits = np.frombuffer(self._raw(), dtype=np.uint16).astype(np.uint32) << 16
       return bits.view(np.float32).reshape(self.shape)
+    if self.dtype.fmt is None: return self.float().numpy()  # fp8: widened in a kernel
     return np.frombuffer(self._raw(), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
   def tolist(self) -> Any:
     """The values as (nested) Python lists; a 0-d tensor gives a scalar."""
@@ -630,20 +646,24 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return self._alu(Ops.NEG) if dtypes.is_float(self.dtype) else self * -1
   def exp2(self) -> Tensor: return self._float_unary(Ops.EXP2)
   def log2(self) -> Tensor: return self._float_unary(Ops.LOG2)
+  @_rounded_once
   def exp(self) -> Tensor: return self._f().mul(1 / math.log(2)).exp2()
+  @_rounded_once
   def log(self) -> Tensor: return self.log2().mul(math.log(2))
+  @_rounded_once
   def log10(self) -> Tensor: return self.log2().mul(math.log10(2))
+  @_rounded_once
   def log1p(self) -> Tensor: return (self._f() + 1).log()
+  @_rounded_once
   def expm1(self) -> Tensor: return self.exp() - 1
   def sqrt(self) -> Tensor: return self._float_unary(Ops.SQRT)
+  @_rounded_once
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIP)
   def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
-  def cos(self) -> Tensor:
-    x = self._f()
-    # pi/2 - x rounded to half or bf16 loses the low bits of x (cos(100) came out 0.867 for 0.862): subtract in float32
-    if x.dtype in (dtypes.float16, dtypes.bfloat16): return x.float().cos().cast(x.dtype)
-    return (math.pi / 2 - x).sin()
+  @_rounded_once
+  def cos(self) -> Tensor: return (math.pi / 2 - self._f()).sin()
+  @_rounded_once
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def _f(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
@@ -679,11 +699,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     u = self.uop
     zero = _broadcast_const(0, u.dtype, self.device, u.shape)
     return self._new(_like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (zero, u)), u), u, zero)), u))
+  @_rounded_once
   def sigmoid(self) -> Tensor:
     # e = exp(-|x|) never overflows, so neither the value nor its gradient meets inf * 0
     x = self._f()
     e = (x.abs() * (-1 / math.log(2))).exp2()
     return (x >= 0).where((1 + e).reciprocal(), e / (1 + e))
+  @_rounded_once
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._f()).sigmoid() - 1.0
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
     if min_ is None and max_ is None: raise ValueError("clip: at least one of min and max must be given")
@@ -817,12 +839,20 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
       ret = self._new(_reduce_uop(self.uop, op, axes))
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
   def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
-    """Sum over `axis` (all axes when None). Small ints and bools accumulate as int32, like PyTorch's int64 rule."""
-    x = self.cast(to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype))
-    return x._reduce(Ops.ADD, axis, keepdim, "sum")
+    """Sum over `axis` (all axes when None). Small ints and bools accumulate and return as int32, like PyTorch's int64
+    rule; half, bfloat16 and fp8 accumulate in float32 and round to their own dtype once, at the end.
+
+    >>> Tensor.ones(4096).half().sum().item()
+    4096.0
+    """
+    return self._acc_reduce(Ops.ADD, axis, keepdim, dtype, "sum")
   def prod(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
-    x = self.cast(to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype))
-    return x._reduce(Ops.MUL, axis, keepdim, "prod")
+    return self._acc_reduce(Ops.MUL, axis, keepdim, dtype, "prod")
+  def _acc_reduce(self, op: Ops, axis: Any, keepdim: bool, dtype: DType | str | None, name: str) -> Tensor:
+    if dtype is not None: return self.cast(to_dtype(dtype))._reduce(op, axis, keepdim, name)
+    acc = sum_acc_dtype(self.dtype)
+    ret = self.cast(acc)._reduce(op, axis, keepdim, name)
+    return ret if acc is self.dtype or not dtypes.is_float(self.dtype) else ret.cast(self.dtype)
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     if self.dtype is not dtypes.bool and self.numel() == 0 and self._axes(axis, "max") and any(self.shape[a] == 0 for a in self._axes(axis, "max")):
       raise ValueError(f"max: can't reduce an empty dim of {self.shape}")
@@ -838,17 +868,20 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return self.cast(dtypes.bool).cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "any").cast(dtypes.bool)
   def all(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
   def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    # half, bfloat16 and fp8: summed and divided in float32, rounded once (PyTorch's result, not a rounded sum / n)
     x = self._f()
     axes = self._axes(axis, "mean")
     n = prod(self.shape[a] for a in axes)
-    out = x.sum(axis, keepdim)
-    return out.div(n) if n else out * math.nan
+    out = x.sum(axis, keepdim, dtype=sum_acc_dtype(x.dtype))
+    return (out.div(n) if n else out * math.nan).cast(x.dtype)
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    # low-precision floats: the whole computation in float32, rounded once (squares of half values overflow half)
     x = self._f()
+    x, out_dtype = x.cast(sum_acc_dtype(x.dtype)), x.dtype
     axes = self._axes(axis, "var")
     n = prod(self.shape[a] for a in axes)
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
-    return sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan
+    return (sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan).cast(out_dtype)
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     m = self._f().max(axis, keepdim=True)
@@ -882,9 +915,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
       raise ValueError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
-    if x.dtype != y.dtype:
-      d = least_upper_dtype(x.dtype, y.dtype)
-      x, y = x.cast(d), y.cast(d)
+    d = least_upper_dtype(x.dtype, y.dtype)
+    # the operands are cast to the accumulator before multiplying: int8 products wrap at 8 bits otherwise, and
+    # half/bfloat16/fp8 products are exact in float32 (then summed there, rounded to `d` once: PyTorch's result)
+    acc = sum_acc_dtype(d)
+    x, y = x.cast(acc), y.cast(acc)
     try: _broadcast_shape(x.shape[:-2], y.shape[:-2])
     except ValueError: raise ValueError(f"matmul: batch dims of {self.shape} and {w.shape} can't be broadcast together") from None
     squeeze_x, squeeze_y = x.ndim == 1, y.ndim == 1
@@ -894,6 +929,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     xb = x.reshape(x.shape[:-1] + (1, k))                               # (..., M, 1, K)
     yb = y.transpose(-1, -2).reshape(y.shape[:-2] + (1, y.shape[-1], k))  # (..., 1, N, K)
     out = (xb * yb).sum(-1)
+    if dtypes.is_float(d): out = out.cast(d)  # ints and bools return their accumulator, (u)int32 or wider
     if squeeze_x: out = out.squeeze(-2)
     if squeeze_y: out = out.squeeze(-1)
     return out

@@ -89,7 +89,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
 def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
   """The pipeline, one named pass a line."""
   from attograd.codegen.kernel import Kernel
-  from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower
+  from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower, pm_reduce_acc
   from attograd.codegen.linearize import linearize
   from attograd.codegen.transcendental import pm_transcendental
   from attograd.codegen.intsafe import pm_int_safety
@@ -108,6 +108,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
                                                        # indices), index math from views, simplified; lanes as vectors
   sink = graph_rewrite(sink, pm_int_safety)           # x // 0, INT_MIN // -1 and wide shifts: NumPy's answers, not
                                                        # C's traps and undefined behaviour
+  sink = graph_rewrite(sink, pm_reduce_acc)            # half/bfloat16/fp8 reduces accumulate in float32
   if renderer.decompose_transcendentals:               # exp2/log2 as arithmetic: vector lanes instead of libm calls
     sink = graph_rewrite(sink, pm_transcendental)
   if VIZ: viz.stage("lowered: loops and index math", sink)

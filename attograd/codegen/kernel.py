@@ -37,6 +37,17 @@ class TensorCore:
     m, n, k = (a + 1 if a > ax else a for a in (self.m, self.n, self.k))
     return TensorCore(m, n, k, self.dtype, self.swap)
 
+def tc_operand(x: UOp) -> UOp:
+  """A matmul operand as a tensor core reads it: Tensor.dot casts half/bfloat16 operands to float32 before multiplying
+  (their products are exact there, and the sum accumulates in float32), which is what the tensor core does itself."""
+  low = x.op is Ops.CAST and x.dtype is dtypes.float32 and x.src[0].dtype in (dtypes.float16, dtypes.bfloat16)
+  return x.src[0] if low else x
+
+def tc_input_dtype(mul: UOp) -> DType:
+  """The dtype a tensor core would multiply in for this MUL: its operands' own (uncast) dtype when they agree."""
+  a, b = (tc_operand(s).dtype for s in mul.src)
+  return a if a is b else mul.dtype
+
 @dataclass
 class Kernel:
   ast: UOp
@@ -361,8 +372,8 @@ class Kernel:
       raise ValueError("TC: the kernel is not one sum of products")
     if self.first_reduce != self.shape_len - 1: raise ValueError(f"TC: needs one reduce axis, shape {self.full_shape}")
     mul = reduces[0].src[0]
-    if mul.dtype not in self.tensor_cores:
-      raise ValueError(f"TC: no tensor cores for {mul.dtype} on this target (it has {list(self.tensor_cores)})")
+    if (dt := tc_input_dtype(mul)) not in self.tensor_cores:
+      raise ValueError(f"TC: no tensor cores for {dt} on this target (it has {list(self.tensor_cores)})")
     def strides(x: UOp, ax: int) -> list[int | None]:
       return [self.sts[u].index_strides()[ax] for u in x.toposort() if u.op is Ops.LOAD]
     (tm, tn, tk), kx = TensorCore.dims, self.shape_len - 1
@@ -376,7 +387,7 @@ class Kernel:
             and any(s for s in sa[ax]) and None not in sa[ax]]
       ns = [ax for ax in range(self.first_reduce) if self.full_shape[ax] % tn == 0 and all(s == 0 for s in sa[ax])
             and any(s for s in sb[ax]) and None not in sb[ax]]
-      if ms and ns: return TensorCore(ms[-1], ns[-1], kx, mul.dtype, swap)
+      if ms and ns: return TensorCore(ms[-1], ns[-1], kx, dt, swap)
     raise ValueError(f"TC: no output axes of shape {self.full_shape} fit {tm}x{tn} tiles of a matmul")
 
   def _apply_tc(self, opt: Opt) -> None:

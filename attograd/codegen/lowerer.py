@@ -1,7 +1,7 @@
 """Lowering: a Kernel's AST becomes loops (RANGE), index arithmetic from each view, loads, reduces and stores."""
 from __future__ import annotations
 import functools, itertools
-from attograd.codegen.kernel import Kernel, TensorCore
+from attograd.codegen.kernel import Kernel, TensorCore, tc_operand
 from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite, sym_max
@@ -219,7 +219,8 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
     elif u.op is Ops.REDUCE_AXIS:
-      ab = (memo[u.src[0].src[1]], memo[u.src[0].src[0]]) if tc.swap else (memo[u.src[0].src[0]], memo[u.src[0].src[1]])
+      x, y = (memo[tc_operand(s)] for s in u.src[0].src)
+      ab = (y, x) if tc.swap else (x, y)
       memo[u] = UOp(Ops.NOOP, u.dtype, (), "tc_acc")  # one element of an accumulator, filled in below
     elif u.op is Ops.STORE: memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], k.sts[u].to_indexed(out_idxs, d)[0],
                                                                    memo[u.src[2]]))
@@ -435,6 +436,16 @@ pm_lowered = PatternMatcher([
   (UPat(Ops.STORE, name="x"), _fold_store_gate),
   (UPat(Ops.REDUCE, name="x"), _drop_unused_ranges),
 ])
+
+def _reduce_in_float32(x: UOp) -> UOp | None:
+  """A reduce over half, bfloat16 or fp8 accumulates in float32 and rounds once after its loop, on every device: the
+  C and LLVM renderers hold bfloat16 and fp8 as their bits (an accumulator of bits would add bit patterns), and a
+  half accumulator stops growing (a half sum of 4096 ones is 2048)."""
+  d = x.dtype.scalar()
+  if not dtypes.is_float(d) or d.itemsize >= 4: return None
+  f32 = dtypes.float32.vec(x.dtype.count)
+  return UOp(Ops.REDUCE, f32, (x.src[0].cast(f32),) + x.src[1:], x.arg).cast(x.dtype)
+pm_reduce_acc = PatternMatcher([(UPat(Ops.REDUCE, name="x"), _reduce_in_float32)])
 
 def estimate_ops(sink: UOp, k: Kernel) -> int:
   """ALU ops executed (for GFLOPS in DEBUG output)."""

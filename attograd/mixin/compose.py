@@ -1,7 +1,7 @@
 """Composite ops built from primitives: scans (cumsum...), einsum, gather/scatter, masks, softmax, item assignment."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
-from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype
+from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import prod
 from attograd.uop.ops import Ops
 if TYPE_CHECKING: from attograd.tensor import Tensor
@@ -38,9 +38,11 @@ class ComposeMixin:
   def _scan(self: Tensor, axis: int, op: Ops, name: str) -> Tensor:
     ax = self._resolve_axis(axis, name)
     x = self if op is Ops.MAX else self.cast(sum_acc_dtype(self.dtype))
-    if self.ndim == 0 or 0 in self.shape or self.shape[ax] == 1: return x
+    # half/bfloat16/fp8 run in float32 and round once; ints stay in their (wider) accumulator, like sum
+    out_dtype = self.dtype if dtypes.is_float(self.dtype) else x.dtype
+    if self.ndim == 0 or 0 in self.shape or self.shape[ax] == 1: return x.cast(out_dtype)
     # scan the last axis: move `axis` there and back (a swap is its own inverse)
-    return _scan_last(x.transpose(ax, -1), op).transpose(ax, -1)
+    return _scan_last(x.transpose(ax, -1), op).transpose(ax, -1).cast(out_dtype)
 
   # ***** einsum *****
 
@@ -186,7 +188,7 @@ class ComposeMixin:
     [0.09, 0.2447, 0.6652]
     """
     m, e, s = self._softmax(axis, dtype, "softmax")
-    return e / s
+    return (e / s).cast(self._softmax_dtype(dtype))
 
   def log_softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
     """log(softmax(x)) along `axis`, as (x - max) - log(sum(exp(x - max))): finite even where softmax is 0.
@@ -195,11 +197,14 @@ class ComposeMixin:
     [-2.4076, -1.4076, -0.4076]
     """
     m, e, s = self._softmax(axis, dtype, "log_softmax")
-    return m - s.log()
+    return (m - s.log()).cast(self._softmax_dtype(dtype))
 
+  def _softmax_dtype(self: Tensor, dtype: DType | str | None) -> DType:
+    return to_dtype(dtype) if dtype is not None else self._f().dtype
   def _softmax(self: Tensor, axis: int, dtype: DType | str | None, name: str) -> tuple[Tensor, Tensor, Tensor]:
     ax = self._resolve_axis(axis, name)
-    x = self.cast(dtype) if dtype is not None else self._f()
+    # half, bfloat16 and fp8: computed in float32, the callers round the result once (as PyTorch does)
+    x = self.cast(sum_acc_dtype(self._softmax_dtype(dtype)))
     m = x - x.max(ax, keepdim=True).detach()
     e = m.exp()
     return m, e, e.sum(ax, keepdim=True)

@@ -3,7 +3,7 @@ primitives: every op here is views plus elementwise math and reduces, so it stay
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
-from attograd.dtype import dtypes
+from attograd.dtype import dtypes, least_upper_dtype, sum_acc_dtype
 from attograd.helpers import argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, UOp
 
@@ -383,7 +383,7 @@ class NNMixin:
       # copy of the weight with the output channel innermost (a small copy)
       w = w.permute(0, 2, *range(3, 3 + nk), 1).contiguous().permute(0, nk + 2, 1, *range(2, 2 + nk))
     w = w.reshape(1, groups, rcout, cin, *k_, *[1] * nk)
-    out = (x * w).sum(tuple(range(3, 4 + nk)))                           # (N, groups, rcout, *o)
+    out = _acc_product_sum(x, w, tuple(range(3, 4 + nk)))                # (N, groups, rcout, *o)
     return out.reshape(bs, cout, *o_)
 
   def _conv_weight_grad(self: Tensor, grad: Tensor, weight_shape: tuple[int, ...], groups: int,
@@ -400,7 +400,7 @@ class NNMixin:
       # kernel's lanes over output channels are one load instead of a gather across channel planes
       grad = grad.permute(0, *range(2, 2 + nk), 1).contiguous().permute(0, nk + 1, *range(1, 1 + nk))
     g = grad.reshape(bs, groups, rcout, 1, *[1] * nk, *o_)
-    dw = (x * g).sum((0, *range(4 + nk, 4 + 2 * nk)))                   # (groups, rcout, cin, *k)
+    dw = _acc_product_sum(x, g, (0, *range(4 + nk, 4 + 2 * nk)))         # (groups, rcout, cin, *k)
     return dw.reshape(weight_shape)
 
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
@@ -669,6 +669,15 @@ def _one_hot_along(index: Tensor, n: int, dim: int) -> Tensor:
   d = index._resolve_axis(dim, "one_hot")
   ar = Tensor.arange(n, device=index.device, dtype=dtypes.int32)
   return index.eq(ar.reshape(tuple(n if j == d else 1 for j in range(index.ndim))))
+
+def _acc_product_sum(x: Tensor, w: Tensor, axes: tuple[int, ...]) -> Tensor:
+  """(x * w).sum(axes) the way matmul does it: the operands cast to the accumulator first (ints don't wrap at their
+  own width; half/bfloat16/fp8 products are exact in float32), floats rounded back to their dtype once at the end.
+  For float32 every cast is a no-op, so its kernels are unchanged."""
+  d = least_upper_dtype(x.dtype, w.dtype)
+  acc = sum_acc_dtype(d)
+  out = (x.cast(acc) * w.cast(acc)).sum(axes)
+  return out.cast(d) if dtypes.is_float(d) else out
 
 def _check_reduction(reduction: str, op: str) -> None:
   if reduction not in REDUCTIONS: raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")

@@ -1,6 +1,9 @@
 """Renderers: a linear program of UOps -> source text for one language."""
 from __future__ import annotations
+import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
+from attograd.dtype import DType, dtypes
 from attograd.uop.ops import PatternMatcher, UOp
 
 @dataclass
@@ -19,6 +22,31 @@ class Renderer:
   has_local: bool = False
   local_max: int = 256          # threads in one work-group
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
+
+class Fp8Format(NamedTuple):
+  """The constants of one fp8 format that its float32 conversion functions (C and LLVM IR) are written with: the
+  kernels' versions of dtype.float_to_fp8_bits / fp8_bits_to_float, on the bits of a float32."""
+  name: str           # for the helper functions' names: __f32_to_fp8e4m3, __fp8e4m3_to_f32
+  m_bits: int         # mantissa bits
+  e_mask: int         # the exponent field, shifted down
+  rebias: int         # float32's exponent bias minus fp8's
+  unit: float         # the subnormal step, 2**(1 - bias - m_bits): a subnormal is m * unit
+  min_normal: int     # bits of the smallest normal fp8 value as a float32: below it, the result is subnormal
+  magic: float        # a float32 whose ulp is `unit`: |x| + magic rounds |x| to a multiple of unit (nearest even)
+  overflow: int       # float32 bits (of |x|) from which the result is `over` (e4m3: past 448; e5m2: from 61440)
+  over: int           # e4m3 saturates to 0x7E (+-448), e5m2 goes to inf (0x7C)
+  has_inf: bool       # e5m2: exponent all ones is inf (mantissa 0) or NaN; e4m3fn: only S.1111.111 is NaN
+
+def f32_bits(x: float) -> int: return struct.unpack("<I", struct.pack("<f", x))[0]
+
+def fp8_format(d: DType) -> Fp8Format:
+  e_bits, m_bits = dtypes.finfo(d)
+  bias = (1 << (e_bits - 1)) - 1
+  e4m3 = d is dtypes.fp8e4m3
+  # e5m2's first value past its largest finite one (57344) that rounds to inf is the midpoint 61440 (ties to even)
+  overflow = f32_bits(448.0) + 1 if e4m3 else f32_bits((57344.0 + 65536.0) / 2)
+  return Fp8Format("fp8e4m3" if e4m3 else "fp8e5m2", m_bits, (1 << e_bits) - 1, 127 - bias, 2.0 ** (1 - bias - m_bits),
+                   (127 + 1 - bias) << 23, 2.0 ** (23 + 1 - bias - m_bits), overflow, 0x7E if e4m3 else 0x7C, not e4m3)
 
 @dataclass(frozen=True)
 class ProgramSpec:

@@ -3,13 +3,16 @@ from __future__ import annotations
 import math
 from attograd.dtype import DType, PtrDType, dtypes
 from attograd.helpers import prod
-from attograd.renderer import Renderer
+from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
-def _promote_to_float(x: UOp) -> UOp | None:
-  """half and bfloat16 arithmetic runs in float32 and rounds back, like NumPy does."""
+# dtypes held in registers as their bits (an integer type) with no arithmetic of their own: math runs in float32
+BITS_FLOATS = (dtypes.bfloat16,) + dtypes.fp8s
+LOW_FLOATS = (dtypes.float16,) + BITS_FLOATS
+
+def _promote_to_float(x: UOp, low: tuple[DType, ...] = LOW_FLOATS) -> UOp | None:
+  """half, bfloat16 and fp8 arithmetic runs in float32 and rounds back, like NumPy does for half."""
   if x.op is Ops.CAST or x.op is Ops.BITCAST: return None
-  low = (dtypes.float16, dtypes.bfloat16)
   if x.dtype in low or (x.op in GroupOp.Comparison and x.src[0].dtype in low):
     src = tuple(s.cast(dtypes.float32) if s.dtype in low else s for s in x.src)
     out_dtype = dtypes.bool if x.op in GroupOp.Comparison else dtypes.float32
@@ -31,13 +34,14 @@ pm_promote_half = PatternMatcher([(UPat(GroupOp.ALU, name="x"), _promote_to_floa
 
 class CStyleLanguage(Renderer):
   kernel_prefix = "void"
+  helper_prefix = "static inline "  # how the language declares a small function in the kernel's source
   buffer_prefix = ""
   restrict = "restrict"
   type_map: dict[DType, str] = {
     dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
     dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
-    dtypes.float32: "float", dtypes.float64: "double"}
+    dtypes.fp8e4m3: "unsigned char", dtypes.fp8e5m2: "unsigned char", dtypes.float32: "float", dtypes.float64: "double"}
   storage_map: dict[DType, str] = {dtypes.bool: "unsigned char"}
   float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
   infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
@@ -55,6 +59,9 @@ class CStyleLanguage(Renderer):
   def render_const(self, v: object, d: DType) -> str:
     if d.count > 1: return f"(({self.render_dtype(d)}){{0}} + {self.render_const(v, d.scalar())})"  # broadcast
     if d is dtypes.bool: return "1" if v else "0"
+    if d in dtypes.fp8s:
+      from attograd.dtype import float_to_fp8_bits
+      return f"(({self.type_map[d]}){float_to_fp8_bits(v, d)})"  # type: ignore[arg-type]
     if dtypes.is_float(d):
       assert isinstance(v, float)
       if math.isnan(v): return f"(({self.render_dtype(d)})NAN)" if d is not dtypes.bfloat16 else "0x7FC0"
@@ -86,11 +93,26 @@ class CStyleLanguage(Renderer):
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
     # a C cast between vector types reinterprets the bits; converting lane values is a builtin (gcc >= 9, clang)
     if dst.count > 1: return f"__builtin_convertvector({x}, {self.render_dtype(dst)})"
-    if dst is dtypes.bfloat16:
-      return f"__f32_to_bf16((float)({x}))" if src is not dtypes.bfloat16 else x
-    if src is dtypes.bfloat16: x = f"__bf16_to_f32({x})"
+    if src is dst: return x
+    # bfloat16 and fp8 convert through float32 (as PyTorch's casts do) with the helpers in the kernel's preamble
+    x, src = self.bits_to_float(x, src)
+    if dst is dtypes.bfloat16: return f"__f32_to_bf16((float)({x}))"
+    if dst in dtypes.fp8s: return f"__f32_to_{fp8_format(dst).name}((float)({x}))"
     if dst is dtypes.bool: return f"({x}!=0)"
     return f"({self.render_dtype(dst)})({x})"
+  def bits_to_float(self, x: str, src: DType) -> tuple[str, DType]:
+    """A bfloat16 or fp8 value (held as its bits) as a float32 expression; other values as they are."""
+    if src is dtypes.bfloat16: return f"__bf16_to_f32({x})", dtypes.float32
+    if src in dtypes.fp8s: return f"__{fp8_format(src).name}_to_f32({x})", dtypes.float32
+    return x, src
+  def f32_bits(self, x: str, to_bits: bool) -> str:
+    """float32 <-> its uint32 bits, for the conversion helpers."""
+    f32, u32 = dtypes.float32, dtypes.uint32
+    return self.render_bitcast(x, f32, u32) if to_bits else self.render_bitcast(x, u32, f32)
+  def fp8_helpers(self, uops: list[UOp]) -> str:
+    """The fp8 <-> float32 conversion functions for the fp8 formats the kernel uses."""
+    used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
+    return "".join(_fp8_c_helpers(self, fp8_format(d)) for d in dtypes.fp8s if d in used)
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
     # memcpy through a statement expression: well-defined in C, and compiles to a register move
     s, t = self.render_dtype(src), self.render_dtype(dst)
@@ -214,17 +236,41 @@ class CStyleLanguage(Renderer):
     typedefs = "".join(self.render_vector_typedef(v) + "\n" for v in sorted(vecs, key=lambda v: (v.name, v.count)))
     return (f"{self.render_preamble(uops)}{typedefs}{self.render_signature(name, args, uops)} {{\n"
             + "\n".join(local_decls + lines) + "\n}\n")
-  def render_preamble(self, uops: list[UOp]) -> str: return self.preamble
+  def render_preamble(self, uops: list[UOp]) -> str: return self.preamble + self.fp8_helpers(uops)
 
   def prepare(self, sink: UOp) -> UOp:
     """The language's own rewrites on the lowered graph, before linearizing."""
     return graph_rewrite(sink, pm_promote_half) if not self.supports_float16 else graph_rewrite(sink, pm_bf16_only)
 
-def _promote_bf16_only(x: UOp) -> UOp | None:
-  if x.dtype is dtypes.bfloat16 or (x.op in GroupOp.Comparison and x.src[0].dtype is dtypes.bfloat16):
-    return _promote_to_float(x)
-  return None
-pm_bf16_only = PatternMatcher([(UPat(GroupOp.ALU, name="x"), _promote_bf16_only)])
+pm_bf16_only = PatternMatcher([(UPat(GroupOp.ALU, name="x"), lambda x: _promote_to_float(x, BITS_FLOATS))])
+
+def _fp8_c_helpers(r: CStyleLanguage, f: Fp8Format) -> str:
+  """fp8 <-> float32 as two C functions (no C dialect has fp8 arithmetic), on the float's bits with unsigned integer
+  math: round to nearest even, fp8e4m3 saturating at +-448, fp8e5m2 overflowing to inf, NaN keeping its sign."""
+  u8, u32, q = r.type_map[dtypes.uint8], r.type_map[dtypes.uint32], r.helper_prefix
+  sh, m_mask = 23 - f.m_bits, (1 << f.m_bits) - 1
+  as_bits, as_float = (lambda x: r.f32_bits(x, True)), (lambda x: r.f32_bits(x, False))
+  if f.has_inf: special = f"if (e == {f.e_mask}u) return {as_float('s | (m ? 0x7FC00000u : 0x7F800000u)')};"
+  else: special = f"if (e == {f.e_mask}u && m == {m_mask}u) return {as_float('s | 0x7FC00000u')};"
+  subnormal = as_bits(f"(float)m * {f.unit!r}f")
+  decode = (f"{q}float __{f.name}_to_f32({u8} b) {{\n"
+            f"  {u32} s = (({u32})b & 0x80u) << 24, e = (({u32})b >> {f.m_bits}) & {f.e_mask}u,"
+            f" m = ({u32})b & {m_mask}u;\n"
+            f"  {special}\n"
+            f"  if (e == 0u) return {as_float(f's | {subnormal}')};\n"
+            f"  return {as_float(f's | ((e + {f.rebias}u) << 23) | (m << {sh})')};\n}}\n")
+  # subnormal results: adding `magic` makes the FPU round |x| to a multiple of the subnormal step (nearest even) and
+  # the low bits of the sum are that multiple; normal ones: rebias the exponent and round the mantissa to nearest even
+  rounded = as_bits(f"{as_float('a')} + {f.magic!r}f")
+  encode = (f"{q}{u8} __f32_to_{f.name}(float x) {{\n"
+            f"  {u32} u = {as_bits('x')}, s = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;\n"
+            f"  if (a > 0x7F800000u) return ({u8})(s | 0x7Fu);\n"
+            f"  if (a >= {f.overflow}u) return ({u8})(s | {f.over}u);\n"
+            f"  if (a < {f.min_normal}u) return ({u8})(s | ({rounded} - {f32_bits(f.magic)}u));\n"
+            f"  return ({u8})(s | ((a - {f.rebias << 23}u + {(1 << (sh - 1)) - 1}u + ((a >> {sh}) & 1u)) >> {sh}));"
+            "\n}\n")
+  guard = f"ATTO_{f.name.upper()}"  # several kernels may share one source (CUDA's one translation unit of many)
+  return f"#ifndef {guard}\n#define {guard}\n{decode}{encode}#endif\n"
 
 class ClangRenderer(CStyleLanguage):
   """C for the CPU device, compiled by gcc or clang."""
@@ -258,20 +304,13 @@ def _half_bits(v: float) -> int:
   import struct
   return struct.unpack("<H", struct.pack("<e", v))[0]
 
-def _reduce_in_float(x: UOp) -> UOp | None:
-  """half and bfloat16 reductions accumulate in float32 (their accumulator has no arithmetic of its own here)."""
-  if x.dtype not in (dtypes.float16, dtypes.bfloat16): return None
-  return UOp(Ops.REDUCE, dtypes.float32, (x.src[0].cast(dtypes.float32),) + x.src[1:], x.arg).cast(x.dtype)
-pm_reduce_in_float = PatternMatcher([(UPat(Ops.REDUCE, name="x"), _reduce_in_float)])
-
 class GPUCStyle(CStyleLanguage):
   """Shared by the GPU C dialects: no loops over outputs (threads instead), no vector lanes, float math for half
   when the device has no native half, and bfloat16 held as its 16 bits like the C renderer does."""
   half_bits = False   # True: half values live in registers as their 16 bits (no native half arithmetic)
   half_from_bits, half_to_bits = "__half_to_f32", "__f32_to_half"
   def prepare(self, sink: UOp) -> UOp:
-    if self.supports_float16: return graph_rewrite(sink, pm_bf16_only + pm_reduce_in_float)
-    return graph_rewrite(sink, pm_promote_half + pm_reduce_in_float)
+    return graph_rewrite(sink, pm_bf16_only if self.supports_float16 else pm_promote_half)
   def render_const(self, v: object, d: DType) -> str:
     if d is dtypes.float16 and self.half_bits:
       assert isinstance(v, float)
@@ -281,15 +320,14 @@ class GPUCStyle(CStyleLanguage):
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
     if self.half_bits and dst is dtypes.float16:
       if src is dtypes.float16: return x
-      return f"{self.half_to_bits}((float)({'__bf16_to_f32(' + x + ')' if src is dtypes.bfloat16 else x}))"
-    if self.half_bits and src is dtypes.float16:
-      if dst is dtypes.bfloat16: return f"__f32_to_bf16({self.half_from_bits}({x}))"
-      x, src = f"{self.half_from_bits}({x})", dtypes.float32
+      return f"{self.half_to_bits}((float)({self.bits_to_float(x, src)[0]}))"
+    if self.half_bits and src is dtypes.float16: x, src = f"{self.half_from_bits}({x})", dtypes.float32
     return super().render_cast(x, src, dst)
 
 class OpenCLRenderer(GPUCStyle):
   """OpenCL C. Without cl_khr_fp16, half is stored as half but computed in float (vload_half/vstore_half are core)."""
   kernel_prefix = "__kernel void"
+  helper_prefix = ""
   buffer_prefix = "__global "
   smem_prefix = "__local "
   barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
@@ -300,7 +338,8 @@ class OpenCLRenderer(GPUCStyle):
     self.type_map = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
                      dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
                      dtypes.uint64: "ulong", dtypes.float16: "half" if fp16 else "ushort", dtypes.bfloat16: "ushort",
-                     dtypes.float32: "float", dtypes.float64: "double"}
+                     dtypes.fp8e4m3: "uchar", dtypes.fp8e5m2: "uchar", dtypes.float32: "float",
+                     dtypes.float64: "double"}
     self.storage_map = {dtypes.bool: "uchar"}
   def render_special(self, name: str) -> str:
     return f"get_{'group' if name[0] == 'g' else 'local'}_id({name[-1]})"
@@ -325,7 +364,7 @@ class OpenCLRenderer(GPUCStyle):
     if self.half_bits and dtypes.float16 in used:
       out.append("float __half_to_f32(ushort b) { return vload_half(0, (__private const half*)&b); }")
       out.append("ushort __f32_to_half(float f) { ushort b; vstore_half_rte(f, 0, (__private half*)&b); return b; }")
-    return "".join(x + "\n" for x in out)
+    return "".join(x + "\n" for x in out) + self.fp8_helpers(uops)
 
 def fuse_wmma_acc(uops: list[UOp]) -> list[UOp]:
   """After linearizing, a TC reduce reads `acc = acc + WMMA(a, b, 0)`: make it `acc = WMMA(a, b, acc)`, the
@@ -355,6 +394,7 @@ _MMA_PTX = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
 class CUDARenderer(GPUCStyle):
   """CUDA C for NVRTC or nvcc. half and bfloat16 are stored natively and computed in float."""
   kernel_prefix = 'extern "C" __global__ void'
+  helper_prefix = "__device__ __forceinline__ "
   restrict = "__restrict__"
   smem_prefix = "__shared__ "
   barrier = "__syncthreads();"
@@ -396,12 +436,17 @@ class CUDARenderer(GPUCStyle):
       return f"__longlong_as_double({bits:#x}ll)"
     return super().render_const(v, d)
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if src is dst: return x
     if src is dtypes.float16: x, src = f"__half2float({x})", dtypes.float32
     if src is dtypes.bfloat16: x, src = f"__bfloat162float({x})", dtypes.float32
+    x, src = self.bits_to_float(x, src)  # fp8: our own helpers (cuda_fp8.h's casts saturate both formats)
     if dst is dtypes.float16: return f"__float2half_rn((float)({x}))"
     if dst is dtypes.bfloat16: return f"__float2bfloat16_rn((float)({x}))"
+    if dst in dtypes.fp8s: return f"__f32_to_{fp8_format(dst).name}((float)({x}))"
     if dst is dtypes.bool: return f"({x}!=0)"
     return f"({self.render_dtype(dst)})({x})"
+  def f32_bits(self, x: str, to_bits: bool) -> str:
+    return f"__float_as_uint({x})" if to_bits else f"__uint_as_float({x})"
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
     return f"__atto_bitcast<{self.render_dtype(dst)}, {self.render_dtype(src)}>({x})"
   def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
@@ -420,7 +465,7 @@ class CUDARenderer(GPUCStyle):
       out.append(f"#ifndef {n.upper()}\n#define {n.upper()}\nstruct alignas({min(16, v.size)}) {n} "
                  f"{{ {self.render_dtype(v.scalar())} v[{v.count}]; }};\n#endif")
     out += [_mma_helper(self, t) for t in sorted({u.arg[3] for u in uops if u.op is Ops.WMMA}, key=lambda t: t.name)]
-    return "".join(x + "\n" for x in out)
+    return "".join(x + "\n" for x in out) + self.fp8_helpers(uops)
 
 def _mma_helper(r: CUDARenderer, t: DType) -> str:
   """D = A*B + C for one warp: mma.sync m16n8k16, row-major A and column-major B fragments of `t` (two elements per
@@ -448,7 +493,8 @@ class MetalRenderer(GPUCStyle):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False)
     self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
                      dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
-                     dtypes.float16: "half", dtypes.bfloat16: "bfloat"}
+                     dtypes.float16: "half", dtypes.bfloat16: "bfloat", dtypes.fp8e4m3: "uchar",
+                     dtypes.fp8e5m2: "uchar"}
     self.storage_map = {dtypes.bool: "uchar"}
   def render_special(self, name: str) -> str: return f"{'gid' if name[0] == 'g' else 'lid'}.{'xyz'[int(name[-1])]}"
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"device {ctype}* data{i} [[buffer({i})]]"
@@ -464,10 +510,14 @@ class MetalRenderer(GPUCStyle):
     if d in (dtypes.float16, dtypes.bfloat16): return f"(({self.render_dtype(d)}){float(v)!r}f)"  # type: ignore[arg-type]
     return super().render_const(v, d)
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if src is dst: return x
+    x, src = self.bits_to_float(x, src) if src in dtypes.fp8s else (x, src)  # bfloat is a native type in Metal
+    if dst in dtypes.fp8s: return f"__f32_to_{fp8_format(dst).name}((float)({x}))"
     if dst is dtypes.bool: return f"({x}!=0)"
     return f"({self.render_dtype(dst)})({x})"
   def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
     return _overloaded_unary(self, op, x, d, "precise::sin") or super().code_for_unary(op, x, d)
   def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_type<{self.render_dtype(dst)}>({x})"
-  def render_preamble(self, uops: list[UOp]) -> str: return "#include <metal_stdlib>\nusing namespace metal;\n"
+  def render_preamble(self, uops: list[UOp]) -> str:
+    return "#include <metal_stdlib>\nusing namespace metal;\n" + self.fp8_helpers(uops)

@@ -2,14 +2,14 @@
 
 Loops become a header block with a phi for the index, accumulators become allocas (mem2reg turns them back into
 phis), gated loads read index 0 instead and select zero, and the lowerer's vector lanes become LLVM vector types.
-Half and bfloat16 math runs in float (like the PYTHON device and NumPy); bfloat16 is stored as its 16 bits.
+Half, bfloat16 and fp8 math runs in float (like the PYTHON device and NumPy); bfloat16 and fp8 are held as their bits.
 A "parallel" loop is split by two trailing arguments (core_id, core_count): the runtime calls the kernel once per
 thread, with the GIL released, instead of OpenMP.
 """
 from __future__ import annotations
 import math, struct
 from attograd.dtype import DType, PtrDType, dtypes
-from attograd.renderer import Renderer
+from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format
 from attograd.renderer.cstyle import pm_promote_half
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite
 
@@ -18,7 +18,7 @@ from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite
 llvm_type: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
   dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
-  dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double"}
+  dtypes.bfloat16: "i16", dtypes.fp8e4m3: "i8", dtypes.fp8e5m2: "i8", dtypes.float32: "float", dtypes.float64: "double"}
 storage_type: dict[DType, str] = {dtypes.bool: "i8"}  # memory holds a bool as a byte
 
 # fast-math flags matching the C compiler's: reassociation (reductions vectorize) and contraction; NaN/inf kept
@@ -72,6 +72,35 @@ define internal float @__f64_to_f32_odd(double %d) alwaysinline {
 declare double @llvm.fabs.f64(double)
 """
 
+def fp8_helpers(f: Fp8Format) -> str:
+  """fp8 <-> float for one format, the same integer math on a float's bits as the C helpers (renderer/cstyle.py)."""
+  sh, m_mask = 23 - f.m_bits, (1 << f.m_bits) - 1
+  # special values: e5m2's all-ones exponent is inf (mantissa 0) or NaN; e4m3fn's only special is NaN, S.1111.111
+  if f.has_inf: special = (f"  %isspec = icmp eq i32 %e, {f.e_mask}\n  %mz = icmp eq i32 %m, 0\n"
+                           "  %spec = select i1 %mz, i32 2139095040, i32 2143289344\n")
+  else: special = "  %low = and i32 %u, 127\n  %isspec = icmp eq i32 %low, 127\n  %spec = add i32 0, 2143289344\n"
+  return (f"define internal float @__{f.name}_to_f32(i8 %b) alwaysinline {{\n"
+          f"  %u = zext i8 %b to i32\n  %s0 = and i32 %u, 128\n  %s = shl i32 %s0, 24\n"
+          f"  %e0 = lshr i32 %u, {f.m_bits}\n  %e = and i32 %e0, {f.e_mask}\n  %m = and i32 %u, {m_mask}\n{special}"
+          f"  %mf = uitofp i32 %m to float\n  %subf = fmul float %mf, {float_literal(f.unit, dtypes.float32)}\n"
+          f"  %sub = bitcast float %subf to i32\n  %eb = add i32 %e, {f.rebias}\n  %ebs = shl i32 %eb, 23\n"
+          f"  %ms = shl i32 %m, {sh}\n  %norm = or i32 %ebs, %ms\n  %isz = icmp eq i32 %e, 0\n"
+          f"  %mag0 = select i1 %isz, i32 %sub, i32 %norm\n  %mag = select i1 %isspec, i32 %spec, i32 %mag0\n"
+          f"  %bits = or i32 %mag, %s\n  %o = bitcast i32 %bits to float\n  ret float %o\n}}\n"
+          # subnormal results: |x| + magic rounds |x| to a multiple of the subnormal step (the FPU's nearest even);
+          # normal ones: rebias the exponent and round the mantissa to nearest even (wrapping i32 math is defined)
+          f"define internal i8 @__f32_to_{f.name}(float %x) alwaysinline {{\n"
+          f"  %u = bitcast float %x to i32\n  %sh = lshr i32 %u, 24\n  %s = and i32 %sh, 128\n"
+          f"  %a = and i32 %u, 2147483647\n  %af = bitcast i32 %a to float\n"
+          f"  %r = fadd float %af, {float_literal(f.magic, dtypes.float32)}\n  %rb = bitcast float %r to i32\n"
+          f"  %sub = sub i32 %rb, {f32_bits(f.magic)}\n  %lsb0 = lshr i32 %a, {sh}\n  %lsb = and i32 %lsb0, 1\n"
+          f"  %t0 = sub i32 %a, {f.rebias << 23}\n  %t1 = add i32 %t0, {(1 << (sh - 1)) - 1}\n"
+          f"  %t2 = add i32 %t1, %lsb\n  %norm = lshr i32 %t2, {sh}\n  %issub = icmp ult i32 %a, {f.min_normal}\n"
+          f"  %v0 = select i1 %issub, i32 %sub, i32 %norm\n  %ovf = icmp uge i32 %a, {f.overflow}\n"
+          f"  %v1 = select i1 %ovf, i32 {f.over}, i32 %v0\n  %nan = icmp ugt i32 %a, 2139095040\n"
+          f"  %v2 = select i1 %nan, i32 127, i32 %v1\n  %v3 = or i32 %v2, %s\n  %o = trunc i32 %v3 to i8\n"
+          f"  ret i8 %o\n}}\n")
+
 def ltype(d: DType) -> str:
   """The LLVM type of a value of dtype `d` (vectors as <N x T>)."""
   return f"<{d.count} x {llvm_type[d.scalar()]}>" if d.count > 1 else llvm_type[d]
@@ -90,6 +119,9 @@ def render_const(v: object, d: DType) -> str:
   if d is dtypes.bfloat16:
     from attograd.dtype import float_to_bf16_bits
     return str(float_to_bf16_bits(float(v)))  # type: ignore[arg-type]
+  if d in dtypes.fp8s:
+    from attograd.dtype import float_to_fp8_bits
+    return str(float_to_fp8_bits(float(v), d))  # type: ignore[arg-type]
   if dtypes.is_float(d): return float_literal(float(v), d)  # type: ignore[arg-type]
   return str(int(v))  # type: ignore[call-overload]
 
@@ -137,14 +169,16 @@ class _FunctionWriter:
     return v
 
   def cast(self, x: str, src: DType, dst: DType) -> str:
-    """C conversion semantics; bfloat16 goes through float, half through the LLVM half type."""
+    """C conversion semantics; bfloat16 and fp8 go through float, half through the LLVM half type."""
     if src is dst: return x
-    if src is dtypes.bfloat16:
-      x, src = self.ins(f"call float @__bf16_to_f32(i16 {x})"), dtypes.float32
+    if src is dtypes.bfloat16 or src in dtypes.fp8s:
+      fn = "__bf16_to_f32(i16" if src is dtypes.bfloat16 else f"__{fp8_format(src).name}_to_f32(i8"
+      x, src = self.ins(f"call float @{fn} {x})"), dtypes.float32
       if dst is dtypes.float32: return x
-    if dst is dtypes.bfloat16:
+    if dst is dtypes.bfloat16 or dst in dtypes.fp8s:
       if src is not dtypes.float32: x = self.cast(x, src, dtypes.float32)
-      return self.ins(f"call i16 @__f32_to_bf16(float {x})")
+      fn = "i16 @__f32_to_bf16" if dst is dtypes.bfloat16 else f"i8 @__f32_to_{fp8_format(dst).name}"
+      return self.ins(f"call {fn}(float {x})")
     s, t = ltype(src), ltype(dst)
     if dst is dtypes.bool:
       return self.ins(f"fcmp une {s} {x}, {render_const(0.0, src)}" if dtypes.is_float(src) else f"icmp ne {s} {x}, 0")
@@ -342,4 +376,6 @@ class _FunctionWriter:
     decls = "".join(d + "\n" for d in sorted(self.decls) if d not in BF16_HELPERS)
     # the runtime reads how far the kernel can be split: 0 not at all, -1 a variable number of ways, else n ways
     split = f"@{self.name}_parallel = constant i32 {self.parallel}\n"
-    return f"{BF16_HELPERS}{decls}{split}define void @{self.name}({', '.join(args)}) nounwind {{\n{body}\n}}\n"
+    used = {u.dtype.scalar() for u in self.uops} | {u.dtype.base for u in self.uops if isinstance(u.dtype, PtrDType)}
+    helpers = BF16_HELPERS + "".join(fp8_helpers(fp8_format(d)) for d in dtypes.fp8s if d in used)
+    return f"{helpers}{decls}{split}define void @{self.name}({', '.join(args)}) nounwind {{\n{body}\n}}\n"

@@ -4,7 +4,8 @@ from __future__ import annotations
 import itertools, pickle, struct, time
 from typing import Any
 from attograd.device import Allocator, Compiled, Compiler
-from attograd.dtype import DType, PtrDType, bf16_bits_to_float, dtypes, float_to_bf16_bits, truncate_to
+from attograd.dtype import (DType, PtrDType, bf16_bits_to_float, dtypes, float_to_bf16_bits, float_to_fp8_bits,
+                            fp8_bits_to_float, truncate_to)
 from attograd.helpers import getenv, prod
 from attograd.renderer import Renderer
 from attograd.renderer.cstyle import CUDARenderer, fuse_wmma_acc
@@ -33,17 +34,20 @@ class PythonCompiler(Compiler):
   def compile(self, src: str) -> bytes: return bytes.fromhex(src)
 
 def _fmt(d: DType) -> str:
-  # memoryview can't cast to half or bfloat16: those are read as raw 16-bit words
-  return "H" if d in (dtypes.bfloat16, dtypes.float16) else ("B" if d is dtypes.bool else d.fmt)  # type: ignore[return-value]
+  # memoryview can't cast to half, bfloat16 or fp8: those are read as raw 16- or 8-bit words
+  if d in (dtypes.bfloat16, dtypes.float16): return "H"
+  return "B" if d is dtypes.bool or d in dtypes.fp8s else d.fmt  # type: ignore[return-value]
 def _h2f(x: int) -> float: return struct.unpack("<e", struct.pack("<H", x))[0]
 def _f2h(x: float) -> int: return struct.unpack("<H", struct.pack("<e", truncate_to(x, dtypes.float16)))[0]
 def _from_raw(x: Any, d: DType) -> Any:
   if d is dtypes.bfloat16: return bf16_bits_to_float(x)
   if d is dtypes.float16: return _h2f(x)
+  if d in dtypes.fp8s: return fp8_bits_to_float(x, d)
   return bool(x) if d is dtypes.bool else x
 def _to_raw(x: Any, d: DType) -> Any:
   if d is dtypes.bfloat16: return float_to_bf16_bits(x)
   if d is dtypes.float16: return _f2h(x)
+  if d in dtypes.fp8s: return float_to_fp8_bits(x, d)
   return int(bool(x)) if d is dtypes.bool else x
 
 def _cast(v: Any, src: DType, dst: DType) -> Any:

@@ -27,7 +27,7 @@ def cases() -> list[tuple[str, list, list | None]]:
   """(name, kernel ASTs, explicit opts or None for the heuristic)."""
   out: list[tuple[str, list, list | None]] = []
   for d in (dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64, dtypes.int8, dtypes.uint8, dtypes.int16,
-            dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.bool):
+            dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.bool, *dtypes.fp8s):
     a, b = _x((4, 33), d), _x((4, 33), d)
     if d is dtypes.bool: out.append((f"logic_{d.name}", kernels((a & b) | a.logical_not(), a.where(1.0, 2.0)), None))
     else:

@@ -4,7 +4,7 @@ import os, subprocess, sys
 from typing import Any, Callable
 import numpy as np
 import pytest
-from helpers import compare
+from helpers import compare, cpu_only
 from attograd import Tensor, dtypes
 from attograd.dtype import to_np_dtype
 
@@ -267,3 +267,254 @@ def test_default_float_is_settable(device: str) -> None:
     assert (Tensor([1, 2]) + 0.5).dtype == dtypes.float16
   finally: dtypes.default_float = old
   assert Tensor([1.5]).dtype == old
+
+# ***** accumulation: sums and matmuls of low-precision floats in float32, of ints in their result's width *****
+
+LOW = [P("half", d.float16), P("bf16", d.bfloat16), P("fp8e4m3", d.fp8e4m3), P("fp8e5m2", d.fp8e5m2)]
+
+def _torch_dtype(dt: Any) -> Any:
+  torch = pytest.importorskip("torch")
+  return {d.float16: torch.float16, d.bfloat16: torch.bfloat16, d.fp8e4m3: torch.float8_e4m3fn,
+          d.fp8e5m2: torch.float8_e5m2, d.float32: torch.float32}[dt]
+
+def _rounded(x: np.ndarray, dt: Any) -> np.ndarray:
+  """float32 values rounded to `dt` by PyTorch's cast, as float32 again: the reference for results in `dt`."""
+  torch = pytest.importorskip("torch")
+  return torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(_torch_dtype(dt)).float().numpy()
+
+@pytest.mark.parametrize("dt", LOW)
+def test_low_precision_sum_accumulates_in_float32(device: str, dt: Any) -> None:
+  # bf16 on CPU added the raw bit patterns (4096 ones summed to 0), on PYTHON stopped at 256, didn't render on LLVM;
+  # half stopped at 2048. Now: float32 accumulation, one rounding to the input's dtype at the end
+  ones = Tensor.ones(4096).cast(dt)
+  # (fp8e4m3 holds at most 448: the float32 total saturates there; its own accumulator would stop at 16)
+  assert ones.sum().dtype == dt and ones.sum().item() == _rounded(np.array([4096.0]), dt)[0]
+  assert Tensor.ones(3, 4).cast(dt).sum().item() == 12.0
+  assert Tensor.ones(3, 4).cast(dt).sum(1).tolist() == [4.0, 4.0, 4.0]
+  x = np.random.default_rng(0).uniform(-2, 2, (8, 300)).astype(np.float32)
+  xr = _rounded(x, dt)  # the input as `dt` holds it
+  got = Tensor(x).cast(dt).sum(1)
+  assert got.dtype == dt
+  np.testing.assert_array_equal(got.numpy(), _rounded(xr.astype(np.float64).sum(1), dt))
+
+@pytest.mark.parametrize("dt", LOW)
+def test_low_precision_mean_var_round_once(device: str, dt: Any) -> None:
+  x = Tensor.full((4096,), 0.1).cast(dt)  # half: the mean was 0.0625 (a half sum of 2048 steps, then / 4096)
+  want = _rounded(np.array([_rounded(np.array([0.1]), dt)[0]]), dt)[0]
+  assert x.mean().dtype == dt and x.mean().item() == want
+  a = np.random.default_rng(1).uniform(-3, 3, (6, 50)).astype(np.float32)
+  ar = _rounded(a, dt).astype(np.float64)
+  np.testing.assert_array_equal(Tensor(a).cast(dt).mean(1).numpy(), _rounded(ar.mean(1), dt))
+  np.testing.assert_array_equal(Tensor(a).cast(dt).var(1).numpy(), _rounded(ar.var(1, ddof=1), dt))
+
+def test_explicit_low_precision_accumulator(device: str) -> None:
+  # a reduce in bfloat16 itself (sum(dtype=...), max) never does arithmetic on the bits: the C and LLVM renderers hold
+  # bfloat16 and fp8 as integers, and the max of negative bfloat16 values compared their bit patterns as unsigned
+  assert Tensor.ones(300).cast(d.bfloat16).sum(dtype=d.bfloat16).item() == 300.0
+  for dt in (d.bfloat16, d.fp8e4m3, d.fp8e5m2, d.float16):
+    x = Tensor([-3.0, -1.5, -7.0, -0.25]).cast(dt)
+    assert x.max().item() == -0.25 and x.min().item() == -7.0 and x.max().dtype == dt
+
+@pytest.mark.parametrize("dt", LOW)
+@pytest.mark.parametrize("n", [8, 64])
+def test_low_precision_matmul_accumulates_in_float32(device: str, dt: Any, n: int) -> None:
+  if n == 64 and device == "PYTHON": pytest.skip("PYTHON: 64x64x64 interpreted is slow; 8x8 runs there")
+  rng = np.random.default_rng(n)
+  a, b = (rng.uniform(-2, 2, (n, n)).astype(np.float32) for _ in range(2))
+  out = Tensor(a).cast(dt) @ Tensor(b).cast(dt)
+  assert out.dtype == dt
+  want = _rounded(_rounded(a, dt).astype(np.float64) @ _rounded(b, dt).astype(np.float64), dt)
+  got = out.numpy()
+  # float32 accumulation in another order than float64's can land on the other side of a rounding boundary: at
+  # most one step of `dt` apart, and almost everywhere equal
+  step = np.abs(want) * 2.0 ** -dtypes.finfo(dt)[1]
+  assert np.all(np.abs(got - want) <= step + 1e-6) and np.mean(got == want) > 0.97
+  big = Tensor.ones(n, 4096).cast(dt) @ Tensor.ones(4096, 3).cast(dt)  # past half's 2048 and bf16's 256
+  assert big.numpy().tolist() == [[_rounded(np.array([4096.0]), dt)[0]] * 3] * n
+
+def test_low_precision_conv_and_softmax_match_torch(device: str) -> None:
+  torch = pytest.importorskip("torch")
+  rng = np.random.default_rng(3)
+  x, w = rng.standard_normal((2, 3, 8, 8)).astype(np.float16), rng.standard_normal((4, 3, 3, 3)).astype(np.float16)
+  got = Tensor(x).conv2d(Tensor(w))
+  want = torch.nn.functional.conv2d(torch.from_numpy(x).float(), torch.from_numpy(w).float()).half().numpy()
+  assert got.dtype == d.float16
+  np.testing.assert_allclose(got.numpy().astype(np.float32), want, rtol=2 ** -10, atol=1e-3)
+  # softmax in float32, rounded once: within a step of half of the exact result (PyTorch's own half log_softmax is
+  # 3 steps off on one of these)
+  for fn in ("softmax", "log_softmax"):
+    exact = getattr(torch.from_numpy(x).double(), fn)(-1).half().numpy().astype(np.float32)
+    np.testing.assert_allclose(getattr(Tensor(x), fn)(-1).numpy().astype(np.float32), exact, rtol=2 ** -10, err_msg=fn)
+  assert Tensor(x).cumsum(-1).dtype == d.float16 and Tensor(x).softmax(dtype=d.float16).dtype == d.float16
+
+INTS = [P(dt.name, dt) for dt in dtypes.ints]
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize("n", [4, 16, 64, 256])
+def test_int_matmul_accumulates_in_output_width(device: str, dt: Any, n: int) -> None:
+  # the products of int8/uint8 (int16/uint16) operands wrapped at 8 (16) bits before being summed as (u)int32
+  if n == 256: cpu_only(device)
+  if n == 64 and device == "PYTHON": pytest.skip("PYTHON: 64x64x64 interpreted is slow")
+  info = np.iinfo(to_np_dtype(dt))
+  rng = np.random.default_rng(n)
+  lo, hi = max(info.min, -200), min(info.max, 200)
+  a, b = (rng.integers(lo, hi, (n, n), endpoint=True).astype(to_np_dtype(dt)) for _ in range(2))
+  out = Tensor(a) @ Tensor(b)
+  want_dtype = dtypes.uint32 if dt in (d.uint8, d.uint16) else d.int32 if dt in (d.int8, d.int16) else dt
+  assert out.dtype == want_dtype
+  want = (a.astype(np.int64) @ b.astype(np.int64)).astype(to_np_dtype(want_dtype))  # wraps like the result's width
+  np.testing.assert_array_equal(out.numpy(), want)
+  # the issue's example (its products fit 8 bits; the sum doesn't)
+  u = Tensor.full((16, 16), 2, dtype=d.uint8) @ Tensor.full((16, 16), 16, dtype=d.uint8)
+  assert u.numpy().tolist() == [[512] * 16] * 16
+
+def test_int_sum_and_conv_accumulate_wide(device: str) -> None:
+  x = np.full((4, 300), 200, np.uint8)
+  assert Tensor(x).sum().item() == 240000 and Tensor(x).sum(1).tolist() == [60000] * 4
+  xi = np.full((1, 2, 5, 5), 100, np.int8)
+  wi = np.full((3, 2, 3, 3), 100, np.int8)
+  out = Tensor(xi).conv2d(Tensor(wi))
+  assert out.dtype == d.int32 and out.numpy().flatten().tolist() == [100 * 100 * 18] * 27
+
+# ***** fp8: OCP float8_e4m3fn (no inf, saturates at +-448) and float8_e5m2 (IEEE-like), as PyTorch casts them *****
+
+FP8 = [P("e4m3", d.fp8e4m3), P("e5m2", d.fp8e5m2)]
+
+def _fp8_sweep() -> np.ndarray:
+  """float32 inputs for the fp8 casts: every fp8 value, the midpoints between neighbours (ties) and the floats just
+  either side of them, subnormals, overflow (448..480, 57344..65536), inf, NaN, zeros, and random values of every
+  magnitude; both signs."""
+  torch = pytest.importorskip("torch")
+  bits = torch.arange(256, dtype=torch.uint8)
+  vals = [bits.view(t).float().numpy() for t in (torch.float8_e4m3fn, torch.float8_e5m2)]
+  fin = np.unique(np.abs(np.concatenate(vals)))
+  fin = fin[np.isfinite(fin)]
+  mids = ((fin[1:].astype(np.float64) + fin[:-1]) / 2).astype(np.float32)
+  rng = np.random.default_rng(0)
+  rand = (rng.standard_normal(1500) * 10.0 ** rng.integers(-9, 6, 1500)).astype(np.float32)
+  edges = np.array([0.0, 1e-45, 1e-40, 2.0 ** -10, 2.0 ** -17, 448, 449, 464, 465, 479.9, 480, 500, 1e6, 57344, 61439,
+                    61440, 65536, 3.4e38, np.inf, np.nan], np.float32)
+  near = [np.nextafter(mids, np.float32(0)), np.nextafter(mids, np.float32(np.inf))]
+  x = np.concatenate([fin, mids, *near, rand, edges])
+  return np.concatenate([x, -x]).astype(np.float32)
+
+@pytest.mark.parametrize("dt", FP8)
+def test_fp8_decode_all_256_bit_patterns(device: str, dt: Any) -> None:
+  torch = pytest.importorskip("torch")
+  bits = np.arange(256, dtype=np.uint8)
+  want = torch.from_numpy(bits).view(_torch_dtype(dt)).float().numpy()
+  t = Tensor(bits).bitcast(dt)
+  np.testing.assert_array_equal(t.cast(d.float32).numpy(), want)
+  np.testing.assert_array_equal(t.numpy(), want)  # .numpy() gives float32 (numpy has no fp8)
+  np.testing.assert_array_equal(t.cast(d.float16).numpy(), want.astype(np.float16))
+  np.testing.assert_array_equal(t.cast(d.bfloat16).numpy(), _rounded(want, d.bfloat16))
+  np.testing.assert_array_equal(np.array(t.tolist(), np.float32), want)
+  assert np.array_equal(np.signbit(t.numpy()), np.signbit(want))  # -0.0 and the NaNs keep their sign
+
+@pytest.mark.parametrize("dt", FP8)
+def test_fp8_encode_matches_torch(device: str, dt: Any) -> None:
+  torch = pytest.importorskip("torch")
+  x = _fp8_sweep()
+  want = torch.from_numpy(x).to(_torch_dtype(dt)).view(torch.uint8).numpy()
+  got = Tensor(x).cast(dt).bitcast(d.uint8).numpy()
+  bad = np.nonzero(got != want)[0]
+  assert len(bad) == 0, f"{len(bad)} mismatches, e.g. {[(float(x[i]), int(got[i]), int(want[i])) for i in bad[:5]]}"
+  # from float64 and half: through float32 first, as PyTorch does (double rounding included)
+  x64 = np.array([1.0625 + 2.0 ** -40, 0.3, -1e-3, 300.0, 1e300, -1e-300])
+  want64 = torch.from_numpy(x64).to(_torch_dtype(dt)).view(torch.uint8).numpy()
+  np.testing.assert_array_equal(Tensor(x64).cast(dt).bitcast(d.uint8).numpy(), want64)
+  h = x[np.abs(x) < 60000].astype(np.float16)
+  np.testing.assert_array_equal(Tensor(h).cast(dt).bitcast(d.uint8).numpy(),
+                                torch.from_numpy(h).to(_torch_dtype(dt)).view(torch.uint8).numpy())
+  # and to ints, through float32 like PyTorch
+  xi = np.array([3.0, -7.5, 100.0, 448.0, -0.4], np.float32)
+  np.testing.assert_array_equal(Tensor(xi).cast(dt).cast(d.int32).numpy(),
+                                torch.from_numpy(xi).to(_torch_dtype(dt)).to(torch.int32).numpy())
+
+@pytest.mark.parametrize("dt", FP8)
+def test_fp8_tensor_creation_and_access(device: str, dt: Any) -> None:
+  vals = [1.0, -2.5, 0.3, 1000.0, 1e-3]
+  want = _rounded(np.array(vals), dt)
+  t = Tensor(vals, dtype=dt)
+  assert t.dtype == dt and t.shape == (5,) and t.element_size() == 1
+  np.testing.assert_array_equal(t.numpy(), want)
+  assert t.numpy().dtype == np.float32 and t.tolist() == want.tolist()
+  assert Tensor(2.3, dtype=dt).item() == _rounded(np.array([2.3]), dt)[0]
+  assert Tensor([[0.5, 1.5]], dtype=dt).tolist() == [[0.5, 1.5]]
+  np.testing.assert_array_equal(Tensor(np.array(vals, np.float32), dtype=dt).numpy(), want)
+  assert bytes(t.data()) == _t_bytes(vals, dt) and Tensor.full((2,), 7.0, dtype=dt).tolist() == [7.0, 7.0]
+  assert t.cast("float8_e4m3fn").dtype is d.fp8e4m3 and t.cast("fp8e5m2").dtype is d.fp8e5m2
+  assert repr(dt) in ("dtypes.float8_e4m3fn", "dtypes.float8_e5m2") and eval(repr(dt), {"dtypes": dtypes}) is dt
+
+def _t_bytes(vals: list, dt: Any) -> bytes:
+  torch = pytest.importorskip("torch")
+  return torch.tensor(vals).to(_torch_dtype(dt)).view(torch.uint8).numpy().tobytes()
+
+def test_fp8_dtype_facts() -> None:
+  assert dtypes.fp8s == (d.fp8e4m3, d.fp8e5m2) and all(dtypes.is_float(x) and x in dtypes.floats for x in dtypes.fp8s)
+  assert not dtypes.is_int(d.fp8e4m3) and dtypes.finfo(d.fp8e4m3) == (4, 3) and dtypes.finfo(d.fp8e5m2) == (5, 2)
+  assert dtypes.max(d.fp8e4m3) == 448.0 and dtypes.min(d.fp8e4m3) == -448.0 and dtypes.max(d.fp8e5m2) == np.inf
+  assert d.fp8e4m3.itemsize == 1 and d.fp8e4m3 in dtypes.all
+  with pytest.raises(TypeError, match="numpy has no float8_e4m3fn"): to_np_dtype(d.fp8e4m3)
+
+# tinygrad's lattice: fp8s sit between the ints and half/bfloat16 (PyTorch refuses to promote fp8 at all)
+FP8_PROMOTE = [P("e4m3_e4m3", d.fp8e4m3, d.fp8e4m3, d.fp8e4m3), P("e4m3_e5m2", d.fp8e4m3, d.fp8e5m2, d.float16),
+               P("i32_e4m3", d.int32, d.fp8e4m3, d.fp8e4m3), P("u64_e5m2", d.uint64, d.fp8e5m2, d.fp8e5m2),
+               P("bool_e5m2", d.bool, d.fp8e5m2, d.fp8e5m2), P("e4m3_f16", d.fp8e4m3, d.float16, d.float16),
+               P("e5m2_bf16", d.fp8e5m2, d.bfloat16, d.bfloat16), P("e4m3_f32", d.fp8e4m3, d.float32, d.float32),
+               P("e5m2_f64", d.fp8e5m2, d.float64, d.float64), P("i8_e4m3", d.int8, d.fp8e4m3, d.fp8e4m3)]
+@pytest.mark.parametrize("a,b,want", FP8_PROMOTE)
+def test_fp8_promotion(a: Any, b: Any, want: Any) -> None:
+  from attograd.dtype import least_upper_dtype
+  assert least_upper_dtype(a, b) is want and least_upper_dtype(b, a) is want
+  assert (Tensor([1], dtype=a) + Tensor([2], dtype=b)).dtype is want
+  assert least_upper_dtype(d.int64, d.float16) is d.float16 and least_upper_dtype(d.uint8, d.bfloat16) is d.bfloat16
+
+FP8_OPS = [P("add", lambda x, y: x + y), P("mul", lambda x, y: x * y), P("sub", lambda x, y: x - y),
+           P("div", lambda x, y: x / y), P("max", lambda x, y: x.maximum(y)), P("neg", lambda x, y: -x),
+           P("exp", lambda x, y: (x * 0.25).exp()), P("sqrt", lambda x, y: x.abs().sqrt()),
+           P("where", lambda x, y: (x < y).where(x, y * 3)), P("scalar", lambda x, y: x * 0.3 + 1)]
+@pytest.mark.parametrize("dt", FP8)
+@pytest.mark.parametrize("fn", FP8_OPS)
+def test_fp8_elementwise_in_float32_rounded(device: str, dt: Any, fn: Callable) -> None:
+  torch = pytest.importorskip("torch")
+  rng = np.random.default_rng(5)
+  a, b = (_rounded(rng.uniform(-20, 20, 64).astype(np.float32), dt) for _ in range(2))
+  b = np.where(b == 0, 1.0, b).astype(np.float32)
+  # PyTorch has no fp8 arithmetic: the reference computes each op in float32 from fp8 values and casts its result to
+  # fp8 (Python scalars are fp8 constants), as the kernels do
+  td = _torch_dtype(dt)
+  class _T:  # a float32 torch tensor holding fp8 values, with attograd's method names
+    def __init__(self, t: Any, rnd: bool = True): self.t = t.to(td).float() if rnd else t
+    def _c(self, v: Any) -> Any: return v.t if isinstance(v, _T) else float(_rounded(np.array([v]), dt)[0])
+    def __add__(self, v: Any) -> _T: return _T(self.t + self._c(v))
+    def __sub__(self, v: Any) -> _T: return _T(self.t - self._c(v))
+    def __mul__(self, v: Any) -> _T: return _T(self.t * self._c(v))
+    def __truediv__(self, v: Any) -> _T: return _T(self.t / self._c(v))
+    def __lt__(self, v: Any) -> _T: return _T(self.t < self._c(v), rnd=False)
+    def __neg__(self) -> _T: return _T(-self.t)
+    def maximum(self, v: Any) -> _T: return _T(torch.maximum(self.t, self._c(v)))
+    def exp(self) -> _T: return _T(self.t.exp())
+    def abs(self) -> _T: return _T(self.t.abs())
+    def sqrt(self) -> _T: return _T(self.t.sqrt())
+    def where(self, x: Any, y: Any) -> _T: return _T(torch.where(self.t, self._c(x), self._c(y)))
+  got = fn(Tensor(a).cast(dt), Tensor(b).cast(dt))
+  assert got.dtype == dt
+  want = fn(_T(torch.from_numpy(a)), _T(torch.from_numpy(b))).t.numpy()
+  # exp and sqrt may differ from PyTorch's in float32's last bit, which can flip an fp8 rounding: one fp8 step
+  tol = 2.0 ** -dtypes.finfo(dt)[1] if fn in (FP8_OPS[6].values[0], FP8_OPS[7].values[0]) else 0
+  np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=0)
+
+@pytest.mark.parametrize("dt", FP8)
+def test_fp8_reduce_matmul_and_backward(device: str, dt: Any) -> None:
+  vals = [1.0, -2.0, 3.5, 0.3125]
+  x = Tensor(vals, dtype=dt, requires_grad=True)
+  y = (x * 2).sum()
+  y.backward()
+  assert y.dtype == dt and y.item() == _rounded(np.array([5.625]), dt)[0] and x.grad is not None and x.grad.dtype == dt
+  assert x.grad.tolist() == [2.0] * 4
+  assert (x @ x).item() == _rounded(np.array([1 + 4 + 12.25 + 0.09765625]), dt)[0]  # products exact in float32
+  assert x.max().item() == 3.5 and x.min().item() == -2.0 and x.detach().cumsum(0).dtype == dt
+  m = Tensor([[1.0, 2.0], [3.0, 4.0]], dtype=dt, requires_grad=True)
+  (m @ m).sum().backward()
+  assert m.grad is not None and m.grad.dtype == dt  # ones @ m.T + m.T @ ones, each term exact, the sum rounded
+  assert m.grad.tolist() == _rounded(np.array([[7.0, 11.0], [9.0, 13.0]]), dt).tolist()

@@ -70,19 +70,16 @@ kernel void E_128(device half* data0 [[buffer(0)]], device half* data1 [[buffer(
   int alu0 = (int)(val0);
   half alu1 = (half)(alu0);
   float alu2 = (float)(alu1);
-  float alu3 = (float)(((half)1.4426950408889634f));
-  float alu4 = (float)(val0);
-  float alu5 = (alu4*alu3);
+  float alu3 = (float)(val0);
+  float alu4 = (alu3*1.4426950408889634f);
+  float alu5 = exp2(alu4);
   half alu6 = (half)(alu5);
   float alu7 = (float)(alu6);
-  float alu8 = exp2(alu7);
-  half alu9 = (half)(alu8);
-  float alu10 = (float)(alu9);
-  float alu11 = (float)(((half)1.0f));
-  bool alu12 = (alu4<alu11);
-  float alu13 = (alu12?alu10:alu2);
-  half alu14 = (half)(alu13);
-  data0[gidx0] = alu14;
+  float alu8 = (float)(((half)1.0f));
+  bool alu9 = (alu3<alu8);
+  float alu10 = (alu9?alu7:alu2);
+  half alu11 = (half)(alu10);
+  data0[gidx0] = alu11;
 }
 """
 

@@ -15,13 +15,13 @@ from attograd.runtime.ops_disk import DiskBuffer
 def P(name: str, *args: Any) -> Any: return pytest.param(*args, id=name)
 
 def values(t: Tensor) -> np.ndarray:
-  """The tensor's values as NumPy (bfloat16 as float32), copied off DISK first."""
+  """The tensor's values as NumPy (bfloat16 and fp8 as float32), copied off DISK first."""
   t = t.to(Device.DEFAULT) if t.device == "DISK" else t
-  return t.float().numpy() if t.dtype is dtypes.bfloat16 else t.numpy()
+  return t.numpy()
 
 def sample(d: DType, shape: tuple[int, ...], seed: int = 0) -> Tensor:
   rng = np.random.default_rng(seed)
-  if d is dtypes.bfloat16: return Tensor(rng.uniform(-4, 4, shape).astype(np.float32)).cast(dtypes.bfloat16)
+  if d is dtypes.bfloat16 or d in dtypes.fp8s: return Tensor(rng.uniform(-4, 4, shape).astype(np.float32)).cast(d)
   if d is dtypes.bool: return Tensor(rng.integers(0, 2, shape).astype(bool))
   if dtypes.is_float(d): return Tensor(rng.uniform(-4, 4, shape).astype(to_np_dtype(d)))
   info = np.iinfo(to_np_dtype(d))
@@ -120,8 +120,8 @@ MALFORMED = [
   P("header_past_end", _st_file({}, n=1000), r"header length 1000 runs past the end of the file \(10 bytes\)"),
   P("invalid_json", _st_file(None, raw_header=b'{"a": {'), r"header is not valid JSON"),
   P("not_object", _st_file([1, 2]), r"header must be a JSON object"),
-  P("unknown_dtype", _st_file({"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}}, b"\0\0"),
-    r"tensor 'w' has unknown dtype 'F8_E4M3'"),
+  P("unknown_dtype", _st_file({"w": {"dtype": "F8_E8M0", "shape": [2], "data_offsets": [0, 2]}}, b"\0\0"),
+    r"tensor 'w' has unknown dtype 'F8_E8M0'"),
   P("offsets_out_of_range", _st_file({"w": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(8)),
     r"tensor 'w' has data_offsets \[4, 12\] outside the data section of 8 bytes"),
   P("truncated", _st_file({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, bytes(10)),
@@ -269,6 +269,16 @@ def test_torch_load_module_checkpoint(tmp_path, zip_format: bool) -> None:
   assert got["epoch"] == 7 and got["lrs"] == [0.1, 0.01] and got["opt"] == {"betas": (0.9, 0.99), "ids": {1, 2}}
   assert isinstance(got["model"], OrderedDict) and got["model"]._metadata[""] == {"version": 1}  # type: ignore[attr-defined]
   _check_loaded(got["model"], model.state_dict())
+
+@needs_torch
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_torch_load_fp8(tmp_path, zip_format: bool) -> None:
+  vals = torch.tensor([1.0, -2.5, 448.0, 0.01, -0.0, 3e-3])
+  ref = {"e4m3": vals.to(torch.float8_e4m3fn), "e5m2": vals.to(torch.float8_e5m2)}
+  torch.save(ref, tmp_path / "f8.pt", _use_new_zipfile_serialization=zip_format)
+  got = torch_load(tmp_path / "f8.pt")
+  assert got["e4m3"].dtype is dtypes.fp8e4m3 and got["e5m2"].dtype is dtypes.fp8e5m2
+  for k, r in ref.items(): np.testing.assert_array_equal(values(got[k]), r.float().numpy(), err_msg=k)
 
 @needs_torch
 def test_torch_load_shared_storage_is_stored_once(tmp_path) -> None:
