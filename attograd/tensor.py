@@ -6,7 +6,7 @@ from attograd import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
-from attograd.helpers import DEBUG, GlobalCounters, argfix, fully_flatten, make_tuple, prod
+from attograd.helpers import ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
 from attograd.uop.view import is_symbolic
@@ -61,13 +61,21 @@ def _like(u: UOp, x: UOp) -> UOp:
   if "shape" not in (d := u.__dict__) and (dev := x.device) is not None: d["shape"], d["device"] = x.shape, dev
   return u
 
-class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
+class _TensorType(type):
+  """Tensor's metaclass, for one class-level property: `Tensor.training` reads and sets the TRAINING flag, so that
+  `Tensor.training = True`, `with Tensor.train():` and tinygrad's `Context(TRAINING=1)` are one switch."""
+  @property
+  def training(cls) -> bool: return bool(TRAINING.value)
+  @training.setter
+  def training(cls, flag: bool) -> None: TRAINING.value = int(flag)
+
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
   6
   """
-  training: bool = False
+  training = property(lambda self: bool(TRAINING.value), doc="Whether TRAINING is set (see Tensor.train()).")
   _seed: int = 0
   _rng_counter: int = 0
   _rng_base: tuple[Tensor, int] | None = None  # (uint32 tensor holding the counter at `int`) while a TinyJit captures
@@ -184,6 +192,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     a step's intermediates out of the memory planner's reuse)."""
     todo = [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
+    if not ALLOW_DEVICE_USAGE:
+      raise RuntimeError("realize: device use is off here (inside a @function body, whose graph is traced, not run); "
+                         "return the Tensor from the function and realize it outside")
     st = time.perf_counter() if DEBUG >= 1 else 0.0
     k0 = GlobalCounters.kernel_count
     outs = list(dict.fromkeys(t.uop for t in todo))
@@ -838,9 +849,22 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return (-self).argmax(axis, keepdim)
 
   # ***** matmul *****
-  def dot(self, w: Tensor) -> Tensor:
-    """Matrix product with NumPy's rules for 1-D operands and broadcast batch dims."""
-    if not isinstance(w, Tensor): raise TypeError(f"matmul: expected a Tensor, got {type(w).__name__}")
+  def dot(self, w: Any, dtype: DType | str | None = None) -> Tensor:
+    """Matrix product with NumPy's rules for 1-D operands and broadcast batch dims. `dtype` is the dtype to
+    accumulate in and return (tinygrad's `dtype=`), else the operands' common dtype.
+
+    A convenience beyond tinygrad: `w` may also be a layer, anything callable with a `weight` Tensor such as
+    nn.Linear, and then `x.dot(layer)` is `layer(x)`, so a model reads as a chain:
+    `x.flatten(1).dot(self.l1).relu().dot(self.l2)`.
+
+    >>> Tensor([[1.0, 2.0]]).dot(Tensor([[3.0], [4.0]])).tolist()
+    [[11.0]]
+    """
+    if not isinstance(w, Tensor):
+      if callable(w) and isinstance(getattr(w, "weight", None), Tensor):
+        out = w(self)
+        return out if dtype is None else out.cast(dtype)
+      raise TypeError(f"matmul: expected a Tensor or a layer with a .weight (like nn.Linear), got {type(w).__name__}")
     if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
@@ -856,11 +880,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     k = x.shape[-1]
     xb = x.reshape(x.shape[:-1] + (1, k))                               # (..., M, 1, K)
     yb = y.transpose(-1, -2).reshape(y.shape[:-2] + (1, y.shape[-1], k))  # (..., 1, N, K)
-    out = (xb * yb).sum(-1)
+    out = (xb * yb).sum(-1, dtype=dtype)
     if squeeze_x: out = out.squeeze(-2)
     if squeeze_y: out = out.squeeze(-1)
     return out
-  def matmul(self, x: Tensor, reverse: bool = False) -> Tensor: return x.dot(self) if reverse else self.dot(x)
+  def matmul(self, x: Any, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
+    """self @ x (x @ self with reverse=True); see dot() for `dtype` and for passing a layer."""
+    return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
 
   # ***** indexing (basic; more in the indexing section below) *****
   def __getitem__(self, indices: Any) -> Tensor: return _getitem(self, indices)

@@ -1,7 +1,7 @@
 """Composite ops built from primitives: scans (cumsum...), einsum, gather/scatter, masks, softmax, item assignment."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
-from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype
+from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import prod
 from attograd.uop.ops import Ops
 if TYPE_CHECKING: from attograd.tensor import Tensor
@@ -45,11 +45,11 @@ class ComposeMixin:
   # ***** einsum *****
 
   @staticmethod
-  def einsum(formula: str, *operands: Any) -> Tensor:
+  def einsum(formula: str, *operands: Any, dtype: DType | str | None = None) -> Tensor:
     """Einstein summation: letters name axes, letters missing from the output are summed over.
 
     Supports an explicit (`->`) or implicit output, repeated letters in one operand (diagonals, traces), and `...`
-    for broadcast batch dims. Operands may also be given as one list.
+    for broadcast batch dims. Operands may also be given as one list. `dtype`: compute (and return) in this dtype.
 
     >>> a, b = Tensor([[1, 2], [3, 4]]), Tensor([[5, 6], [7, 8]])
     >>> Tensor.einsum("ij,jk->ik", a, b).tolist()
@@ -58,6 +58,7 @@ class ComposeMixin:
     5
     """
     ts = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    if dtype is not None: ts = [t.cast(to_dtype(dtype)) for t in ts]
     ins, out = _parse_einsum(formula, ts)
     # letter -> size; size-1 dims broadcast against the others, like '...' dims in NumPy
     sizes: dict[str, int] = {}

@@ -3,8 +3,8 @@ primitives: every op here is views plus elementwise math and reduces, so it stay
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
-from attograd.dtype import dtypes
-from attograd.helpers import argfix, ceildiv, flatten, make_tuple, prod
+from attograd.dtype import DType, dtypes, to_dtype
+from attograd.helpers import TRAINING, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ class NNMixin:
     [1.0, 2.0]
     """
     if not 0 <= p <= 1: raise ValueError(f"dropout: p must be in [0, 1], got {p}")
-    if not type(self).training or p == 0: return self
+    if not TRAINING or p == 0: return self
     if p == 1: return self.zeros_like()
     keep = type(self).rand(self.shape, device=self.device) >= p
     return keep.where(self, self._const_like(0)) * (1.0 / (1.0 - p))
@@ -198,13 +198,16 @@ class NNMixin:
     out = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
     return out + bias.reshape(shape) if bias is not None else out
 
-  def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+  def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
     """x @ weight + bias with weight of shape (in, out), as in tinygrad (PyTorch's F.linear takes weight.T);
-    a 1-D weight scales elementwise.
+    a 1-D weight scales elementwise. `dtype`: compute (and return) in this dtype.
 
     >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
     [[3.5]]
     """
+    if dtype is not None:
+      dt = to_dtype(dtype)
+      return self.cast(dt).linear(weight.cast(dt), bias.cast(dt) if bias is not None else None)
     x = self * weight if weight.ndim == 1 else self.dot(weight)
     return x + bias if bias is not None else x
 
@@ -334,15 +337,19 @@ class NNMixin:
 
   def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
              stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
-             padding: int | str | Sequence[int] = 0) -> Tensor:
+             padding: int | str | Sequence[int] = 0, dtype: DType | str | None = None) -> Tensor:
     """Convolution (PyTorch's cross-correlation) of (N, C_in, *spatial) with weight (C_out, C_in/groups, *kernel);
     any number of spatial dims. padding is an int, one int per spatial dim, a flat PyTorch-order list of 2 per dim
-    (last dim first, may be asymmetric), 'valid' or 'same'.
+    (last dim first, may be asymmetric), 'valid' or 'same'. `dtype`: accumulate (and return) in this dtype.
 
     >>> x = Tensor([[[1.0, 2.0, 3.0, 4.0]]])
     >>> x.conv2d(Tensor([[[1.0, -1.0]]])).tolist()
     [[[-1.0, -1.0, -1.0]]]
     """
+    if dtype is not None:
+      dt = to_dtype(dtype)
+      return self.cast(dt).conv2d(weight.cast(dt), bias.cast(dt) if bias is not None else None, groups, stride,
+                                  dilation, padding)
     if self.ndim < 3 or weight.ndim != self.ndim:
       raise ValueError(f"conv2d: input (N, C, *spatial) and weight (C_out, C_in/groups, *kernel) need the same number "
                        f"of dims (at least 3), got {self.shape} and {weight.shape}")
