@@ -5,7 +5,7 @@ import functools, math, struct, time, weakref
 from attograd import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
-from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
+from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
@@ -17,6 +17,7 @@ from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
 from attograd.mixin.nn import NNMixin
 from attograd.mixin.grad import GradMixin, _grad_tensors
+from attograd.mixin.math import MathMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -69,7 +70,7 @@ class _TensorType(type):
   @training.setter
   def training(cls, flag: bool) -> None: TRAINING.value = int(flag)
 
-class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorType):
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
@@ -181,9 +182,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorT
     return t
 
   # ***** realize and data access *****
-  def realize(self, *lst: Tensor) -> Tensor:
-    """Compute this tensor (and `lst`) now."""
-    Tensor._realize_all([self, *lst])
+  def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+    """Compute this tensor (and `lst`) now. do_update_stats=False leaves GlobalCounters as they were."""
+    if do_update_stats:
+      Tensor._realize_all([self, *lst])
+      return self
+    saved = {k: getattr(GlobalCounters, k) for k in ("global_ops", "global_mem", "time_sum_s", "kernel_count")}
+    try: Tensor._realize_all([self, *lst])
+    finally:
+      for k, v in saved.items(): setattr(GlobalCounters, k, v)
     return self
   @staticmethod
   def _realize_all(ts: Sequence[Tensor], keep_graph: bool = True) -> None:
@@ -273,7 +280,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorT
   def to_(self, device: str | None) -> Tensor:
     self.uop = self.to(device).uop
     return self
-  def clone(self) -> Tensor: return self._new(_unique_contiguous(self.uop))
+  def clone(self, device: str | None = None) -> Tensor:
+    """A copy in a buffer of its own (on `device` if given), detached from nothing: gradients flow through it."""
+    out = self._new(_unique_contiguous(self.uop))
+    return out if device is None or Device.canonicalize(device) == self.device else out.to(device)
+  def replace(self, x: Tensor) -> Tensor:
+    """Make this Tensor hold x's value (same shape required; x's dtype and graph are taken over) and return it."""
+    if not isinstance(x, Tensor) or x.shape != self.shape:
+      raise ValueError(f"replace: needs a Tensor of shape {self.shape}, got "
+                       f"{x.shape if isinstance(x, Tensor) else type(x).__name__}")
+    self.uop, self._device = x.uop, x._device
+    return self
   def contiguous(self) -> Tensor:
     """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it)."""
     if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
@@ -315,7 +332,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorT
     return Tensor(_reshape_uop(new_buffer_uop(Device.canonicalize(device), prod(shp), d), shp), device=device, **kw)
   @staticmethod
   @_takes_requires_grad
-  def full(shape: Any, fill_value: ConstType, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+  def full(shape: Any, fill_value: ConstType, dtype: DType | str | None = None, device: str | None = None,
+           buffer: bool = False, **kw: Any) -> Tensor:
+    """A Tensor of `shape` filled with `fill_value` (a broadcast constant; buffer=True gives it a buffer of its own).
+    dtype comes before device, as in tinygrad 0.14, so `Tensor.full((2,), 1, dtypes.int8)` works."""
+    if isinstance(dtype, str) and dtype not in DTYPES_DICT and device is None: dtype, device = None, dtype  # old order
+    if buffer: return Tensor.full(shape, fill_value, dtype, device, **kw).contiguous()
     shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
     d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     return Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw).reshape((1,) * len(shp)).expand(shp)
@@ -387,8 +409,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorT
     return x.reshape(shape)
   @staticmethod
   @_takes_requires_grad
-  def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
-    """Uniform random values in [0, 1)."""
+  def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = True,
+           **kw: Any) -> Tensor:
+    """Uniform random values in [0, 1). (contiguous is accepted as in tinygrad: the values are computed in-kernel
+    from a counter either way, so where they live is the scheduler's choice.)"""
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     bits = Tensor._random_bits(shp, device)
@@ -419,6 +443,70 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorT
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
     return (Tensor.randn(*shape, dtype=dtypes.float32, **kw) * std + mean).cast(dtype)
+  def rand_like(self, **kw: Any) -> Tensor:
+    """Uniform [0, 1) values of this Tensor's shape, dtype and device (each overridable)."""
+    return Tensor.rand(*self.shape, **{"dtype": self.dtype if dtypes.is_float(self.dtype) else None,
+                                       "device": self.device, **kw})
+  def randn_like(self, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+    """Standard normal values of this Tensor's shape, dtype and device (each overridable)."""
+    d = dtype if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else None
+    return Tensor.randn(*self.shape, dtype=d, **{"device": self.device, **kw})
+  @staticmethod
+  def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
+    """Uniform in [-1, 1) scaled by prod(shape) ** -0.5."""
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kw).mul(prod(argfix(*shape)) ** -0.5)
+  @staticmethod
+  def glorot_uniform(*shape: Any, **kw: Any) -> Tensor:
+    """Glorot (Xavier) uniform: bound sqrt(6 / (shape[0] + prod(shape[1:])))."""
+    shp = argfix(*shape)
+    bound = (6 / (shp[0] + prod(shp[1:]))) ** 0.5
+    return Tensor.uniform(*shape, low=-bound, high=bound, **kw)
+  @staticmethod
+  def kaiming_uniform(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+    """He uniform for a leaky relu of slope a: bound sqrt(6 / (1 + a^2) / fan_in), fan_in = prod(shape[1:])."""
+    bound = (6 / (1 + a ** 2) / prod(argfix(*shape)[1:])) ** 0.5
+    return Tensor.uniform(*shape, low=-bound, high=bound, **kw)
+  @staticmethod
+  def kaiming_normal(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+    """He normal for a leaky relu of slope a: std sqrt(2 / (1 + a^2) / fan_in), fan_in = prod(shape[1:])."""
+    std = (2 / (1 + a ** 2) / prod(argfix(*shape)[1:])) ** 0.5
+    return Tensor.normal(*shape, mean=0.0, std=std, **kw)
+  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """Sample indices by the (unnormalized, non-negative) weights in the last dim of a 1-D or 2-D Tensor.
+
+    >>> Tensor([0.0, 1.0, 0.0]).multinomial(2, replacement=True).tolist()
+    [1, 1]
+    """
+    if not 1 <= self.ndim <= 2 or not isinstance(num_samples, int) or num_samples < 1:
+      raise ValueError(f"multinomial: needs 1-D or 2-D weights and num_samples >= 1, got shape {self.shape} and "
+                       f"num_samples={num_samples!r}")
+    w = (self.unsqueeze(0) if self.ndim == 1 else self).float()
+    if not replacement and num_samples > w.shape[1]:
+      raise ValueError(f"multinomial: can't draw {num_samples} samples without replacement from {w.shape[1]} weights")
+    if replacement or num_samples == 1:
+      cdf = w.cumsum(1)
+      cdf = cdf / cdf[:, -1:]
+      u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device)
+      idx = (u >= cdf.unsqueeze(1)).sum(2).minimum(w.shape[1] - 1)  # (B, num_samples)
+    else:  # Efraimidis-Spirakis: the top keys u^(1/w), taken in log space
+      idx = (Tensor.rand(*w.shape, device=self.device).log() / w).topk(num_samples, dim=1)[1]
+    return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
+  @staticmethod
+  def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
+    """A Tensor copied from raw memory at address `ptr` (e.g. a ctypes buffer or another library's array) holding
+    prod(shape) elements of `dtype` (default float32). The memory is read now; later changes to it are not seen."""
+    import ctypes
+    d = to_dtype(kw.pop("dtype", dtypes.default_float))
+    shp = tuple(shape)
+    if not isinstance(ptr, int) or ptr == 0: raise ValueError(f"from_blob: needs a non-null integer address, got {ptr!r}")
+    raw = ctypes.string_at(ptr, prod(shp) * d.itemsize)
+    return Tensor(_buffer_from_bytes(raw, shp, d, Device.canonicalize(kw.pop("device", None))), **kw)
+  @staticmethod
+  def from_url(url: str, gunzip: bool = False, **kw: Any) -> Tensor:
+    """The bytes at `url` (downloaded once by helpers.fetch, cached) as a uint8 Tensor."""
+    from attograd.helpers import fetch
+    return Tensor(fetch(url, gunzip=gunzip).read_bytes(), **kw)
+
   @staticmethod
   @_takes_requires_grad
   def randperm(n: int, device: str | None = None, dtype: DType = dtypes.int32, **kw: Any) -> Tensor:
@@ -716,7 +804,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorT
     if sym_val(prod(new)) != sym_val(numel):
       raise ValueError(f"reshape: can't reshape {self.shape} ({sym_val(numel)} elements) to {new} ({sym_val(prod(new))} elements)")
     return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
-  def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
+  def view(self, *shape: Any, **kw: Any) -> Tensor:
+    """reshape under PyTorch's name; `view(shape=(2, 3))` as in tinygrad."""
+    if kw:
+      if shape or set(kw) != {"shape"}: raise TypeError(f"view: takes a shape, positionally or as shape=, got {kw}")
+      shape = (kw["shape"],)
+    return self.reshape(*shape)
   def permute(self, order: Any, *args: Any) -> Tensor:
     order = argfix(order, *args)
     ax = tuple(self._resolve_axis(a, "permute") for a in order)
@@ -824,6 +917,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, metaclass=_TensorT
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
     return sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """(var, mean) together, as torch.var_mean."""
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """(std, mean) together, as torch.std_mean."""
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+  def size(self, dim: int | None = None) -> Any:
+    """The shape, or one dim of it (PyTorch's size())."""
+    return self.shape if dim is None else self.shape[self._resolve_axis(dim, "size")]
   def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     m = self._f().max(axis, keepdim=True)
     m = m.isinf().where(m.zeros_like(), m)

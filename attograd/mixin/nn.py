@@ -57,12 +57,15 @@ class NNMixin:
     """
     return gamma * self.elu(alpha)
 
-  def gelu(self: Tensor) -> Tensor:
-    """The GELU with tinygrad's tanh approximation (PyTorch's `approximate="tanh"`).
+  def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+    """The GELU: tinygrad's default is the tanh approximation (PyTorch's `approximate="tanh"`); approximate="none"
+    is the exact x * Phi(x) with erf.
 
     >>> [round(v, 4) for v in Tensor([-1.0, 1.0]).gelu().tolist()]
     [-0.1588, 0.8412]
     """
+    if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+    if approximate != "tanh": raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
   def quick_gelu(self: Tensor) -> Tensor:
@@ -483,14 +486,21 @@ class NNMixin:
   # ***** attention *****
 
   def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                   dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
+                                   dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False) -> Tensor:
     """softmax(q @ k^T / sqrt(d) + mask) @ v with this tensor as the query (..., L, d). A bool attn_mask keeps the
     positions where it is true; a float one is added to the scores. is_causal masks keys after each query.
+    enable_gqa: key and value may have fewer heads (dim -3) than the query, each shared by a group of query heads.
 
     >>> q = Tensor([[1.0, 0.0]])
     >>> q.scaled_dot_product_attention(q, Tensor([[2.0, 3.0]])).tolist()
     [[2.0, 3.0]]
     """
+    if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+      hq, hkv = self.shape[-3], key.shape[-3]
+      if hq % hkv or value.shape[-3] != hkv:
+        raise ValueError(f"scaled_dot_product_attention: enable_gqa needs the query's heads ({hq}) to be a multiple of "
+                         f"the key's and value's ({hkv}, {value.shape[-3]})")
+      key, value = key.repeat_interleave(hq // hkv, -3), value.repeat_interleave(hq // hkv, -3)
     qk = self.dot(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
     if is_causal:
       if attn_mask is not None: raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
