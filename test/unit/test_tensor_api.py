@@ -122,7 +122,8 @@ def test_keyword_arguments(device: str) -> None:
   for out in (x.dot(w, dtype=dtypes.float32), x.matmul(w, dtype=dtypes.float32), x.linear(w, dtype=dtypes.float32),
               Tensor.einsum("ij,jk->ik", x, w, dtype=dtypes.float32)):
     assert out.dtype is dtypes.float32 and out.tolist() == [[11.0]]
-  c = Tensor.ones(1, 1, 3, 3, dtype=dtypes.float16).conv2d(Tensor.ones(1, 1, 2, 2, dtype=dtypes.float16), dtype="float32")
+  h = Tensor.ones(1, 1, 3, 3, dtype=dtypes.float16)
+  c = h.conv2d(Tensor.ones(1, 1, 2, 2, dtype=dtypes.float16), dtype="float32")
   assert c.dtype is dtypes.float32 and c.tolist() == [[[[4.0, 4.0], [4.0, 4.0]]]]
   t = Tensor([1.0, 2.0])
   assert t.replace(Tensor([3.0, 4.0])) is t and t.tolist() == [3.0, 4.0]
@@ -132,10 +133,12 @@ def test_sdpa_enable_gqa(device: str) -> None:
   rng = np.random.default_rng(3)
   q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, 4, 3, 8), (1, 2, 5, 8), (1, 2, 5, 8)))
   got = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), enable_gqa=True).numpy()
-  want = torch.nn.functional.scaled_dot_product_attention(torch.tensor(q), torch.tensor(k), torch.tensor(v), enable_gqa=True)
+  tq, tk, tv = torch.tensor(q), torch.tensor(k), torch.tensor(v)
+  want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True)
   np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="enable_gqa needs the query's heads"):
-    Tensor(q).scaled_dot_product_attention(Tensor(k[:, :1].repeat(3, 1)), Tensor(v[:, :1].repeat(3, 1)), enable_gqa=True)
+    k3, v3 = Tensor(k[:, :1].repeat(3, 1)), Tensor(v[:, :1].repeat(3, 1))
+    Tensor(q).scaled_dot_product_attention(k3, v3, enable_gqa=True)
 
 def test_from_blob() -> None:
   buf = (ctypes.c_float * 4)(1, 2, 3, 4)
