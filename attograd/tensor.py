@@ -69,6 +69,8 @@ class _TensorType(type):
   def training(cls) -> bool: return bool(TRAINING.value)
   @training.setter
   def training(cls, flag: bool) -> None: TRAINING.value = int(flag)
+  @training.deleter
+  def training(cls) -> None: TRAINING.value = 0  # back to the default (monkeypatch restores a class attr by deleting)
 
 class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
@@ -76,7 +78,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metacla
   >>> Tensor([1, 2, 3]).sum().item()
   6
   """
-  training = property(lambda self: bool(TRAINING.value), doc="Whether TRAINING is set (see Tensor.train()).")
   _seed: int = 0
   _rng_counter: int = 0
   _rng_base: tuple[Tensor, int] | None = None  # (uint32 tensor holding the counter at `int`) while a TinyJit captures
