@@ -194,7 +194,8 @@ class ComposeMixin:
     for s in reversed(self.shape):
       coords.append((flat // stride) % s if s else flat)
       stride *= s
-    out = self.__class__.stack(*reversed(coords), dim=1) if coords else flat.reshape(n, 0)
+    if not coords: return self.__class__.zeros(n, 0, dtype=dtypes.int32, device=self.device)  # a 0-d tensor: no dims
+    out = self.__class__.stack(*reversed(coords), dim=1)
     return (flat.reshape(n, 1) < 0).where(fill_value, out).cast(dtypes.int32)
 
   # ***** softmax *****

@@ -71,6 +71,7 @@ def test_nonzero_and_masked_select_size(device: str) -> None:
   assert Tensor(v).nonzero(size=4, fill_value=-1).tolist() == [[0, 1], [1, 0], [1, 2], [-1, -1]]
   assert Tensor(v).nonzero(size=2).tolist() == [[0, 1], [1, 0]]
   assert Tensor([0.0, 0.0]).nonzero().shape == (0, 1)
+  assert Tensor(5).nonzero().shape == (1, 0) and Tensor(0).nonzero(size=2).shape == (2, 0)  # 0-d: no coordinates
   x, m = Tensor([1, 2, 3, 4]), Tensor([True, False, True, True])
   assert x.masked_select(m).tolist() == [1, 3, 4] and x.masked_select(m, size=2).tolist() == [1, 3]
   assert x.masked_select(m, size=5, fill_value=9).tolist() == [1, 3, 4, 9, 9]
