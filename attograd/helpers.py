@@ -1,7 +1,7 @@
 """Small shared utilities: environment flags, Context, counters, caching paths and tiny functional helpers."""
 from __future__ import annotations
-import contextlib, functools, itertools, math, os, sys, time
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+import contextlib, functools, itertools, math, os, pathlib, shutil, sys, time
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -47,12 +47,17 @@ def getenv(key: str, default: Any = 0) -> Any:
   except ValueError: raise ValueError(f"environment variable {key}={val!r} should be a {type(default).__name__}") from None
 
 class ContextVar:
-  """A named setting read from the environment once, changeable in code with `Context(NAME=value)`."""
+  """A named setting read from the environment once, changeable in code with `Context(NAME=value)`.
+
+  `on_set`, if given, is called with each value `Context` sets (and restores): it validates the value and applies it
+  where a plain read of `.value` isn't enough (DEFAULT_FLOAT updates `dtypes.default_float`)."""
   _cache: dict[str, ContextVar] = {}
-  def __init__(self, key: str, default: int):
+  def __init__(self, key: str, default: Any, on_set: Callable[[Any], Any] | None = None):
     if key in ContextVar._cache: raise RuntimeError(f"ContextVar {key} is defined twice")
-    self.key, self.value = key, getenv(key, default)
+    self.key, self.value, self.on_set = key, getenv(key, default), on_set
     ContextVar._cache[key] = self
+  def set(self, value: Any) -> None:
+    self.value = value if self.on_set is None else self.on_set(value)
   def __bool__(self) -> bool: return bool(self.value)
   def __ge__(self, x: int) -> bool: return self.value >= x
   def __gt__(self, x: int) -> bool: return self.value > x
@@ -62,21 +67,85 @@ class ContextVar:
   def __hash__(self) -> int: return hash(self.key)
   def __repr__(self) -> str: return f"{self.key}={self.value}"
 
+# tinygrad flags that tinygrad code sets but that steer machinery attograd doesn't have: Context accepts them (so that
+# code runs unchanged) and they change nothing here. Each says why; they are made on first use, so that a module that
+# later gives one a real meaning can define it without a clash.
+TINYGRAD_ONLY_FLAGS: dict[str, str] = {
+  "SPEC": "tinygrad's UOp spec verification level; attograd checks shapes and dtypes when each op is built",
+  "TRACK_MATCH_STATS": "tinygrad's pattern-matcher statistics for its VIZ tool",
+  "EMULATED_DTYPES": "tinygrad's software emulation of dtypes a backend lacks",
+  "WINO": "tinygrad's Winograd convolution rewrite; attograd has none",
+  "TRANSCENDENTAL": "tinygrad's choice of polynomial sin/exp/log; attograd picks per backend",
+  "SCACHE": "tinygrad's schedule cache switch; attograd's schedule cache is always on",
+  "SPLIT_REDUCEOP": "tinygrad's splitting of big reductions; attograd's heuristic decides",
+  "ALLOW_TF32": "TF32 tensor cores on NVIDIA",
+  "IMAGE": "tinygrad's image (texture) dtypes for Qualcomm GPUs",
+  "RING": "tinygrad's ring all-reduce choice", "ALL2ALL": "tinygrad's all-to-all all-reduce choice",
+  "ALLREDUCE_CAST": "tinygrad's all-reduce cast", "PCONTIG": "tinygrad's partial-contiguous rangeify pass",
+  "NO_COLOR": "tinygrad's colored debug output", "DISABLE_FAST_IDIV": "tinygrad's fast integer division rewrite",
+  "USE_ATOMICS": "tinygrad's atomic scatter kernels", "TRACEMETA": "tinygrad's UOp creation-site metadata",
+  "OPENPILOT_HACKS": "tinygrad's openpilot-specific rewrites", "CCACHE": "tinygrad's compiler cache switch",
+  "PARALLEL": "tinygrad's parallel compile workers", "MAX_KERNEL_BUFFERS": "tinygrad's per-kernel buffer limit",
+  "FLOAT16": "tinygrad's half-precision image hack", "VIZ": "tinygrad's graph viewer",
+  "VALIDATE_WITH_CPU": "tinygrad's re-running of kernels on CPU to compare",
+  "TUPLE_ORDER": "tinygrad's tuple ordering in its scheduler", "TC": "tinygrad's tensor-core switch",
+  "TC_SELECT": "tinygrad's tensor-core choice", "TC_OPT": "tinygrad's tensor-core options",
+  "REWRITE_STACK_LIMIT": "tinygrad's rewrite recursion limit", "MAX_BUFFER_SIZE": "tinygrad's buffer size limit",
+  "LRU": "tinygrad's LRU allocator switch", "JIT_BATCH_SIZE": "tinygrad's batching of jitted kernels into graphs",
+  "FUSE_OPTIM": "tinygrad's concatenation of all optimizer parameters", "CAPTURING": "tinygrad's jit capture switch",
+  "CAPTURE_PROCESS_REPLAY": "tinygrad's process-replay recorder", "NOLOCALS": "tinygrad's local-memory switch",
+  "CHECK_OOB": "tinygrad's static out-of-bounds proof of each load; attograd checks a view's bounds when it is built",
+  "DEV": "tinygrad's device target string; attograd reads DEV once, set Device.DEFAULT to change it",
+  "QUANTIZE": "tinygrad's ONNX quantization switch", "VARIABLE": "a test-local tinygrad flag",
+}
+
+def _context_var(key: str) -> ContextVar:
+  if (cv := ContextVar._cache.get(key)) is not None: return cv
+  if key in TINYGRAD_ONLY_FLAGS: return ContextVar(key, 0)
+  known = sorted(set(ContextVar._cache) | set(TINYGRAD_ONLY_FLAGS))
+  raise KeyError(f"Context: unknown flag {key!r}; known flags are {known}")
+
 class Context(contextlib.ContextDecorator):
-  """Set flags for a block: `with Context(DEBUG=2): ...`."""
-  def __init__(self, **kwargs: int): self.kwargs = kwargs
+  """Set flags for a block: `with Context(DEBUG=2): ...` or `@Context(TRAINING=1)` on a function."""
+  def __init__(self, **kwargs: Any): self.kwargs = kwargs
   def __enter__(self) -> None:
-    self.old = {}
-    for k, v in self.kwargs.items():
-      if k not in ContextVar._cache: raise KeyError(f"Context: unknown flag {k!r}; known flags are {sorted(ContextVar._cache)}")
-      self.old[k] = ContextVar._cache[k].value
-      ContextVar._cache[k].value = v
+    # a stack: one Context object may be entered again (a decorated function calling itself) before it exits
+    self.__dict__.setdefault("olds", []).append(olds := {})
+    try:
+      for k, v in self.kwargs.items():
+        cv = _context_var(k)
+        olds[k] = cv.value
+        cv.set(v)
+    except BaseException:
+      self.__exit__()
+      raise
   def __exit__(self, *args: Any) -> None:
-    for k, v in self.old.items(): ContextVar._cache[k].value = v
+    for k, v in reversed(self.__dict__["olds"].pop().items()): ContextVar._cache[k].set(v)
 
 DEBUG, NOOPT, BEAM = ContextVar("DEBUG", 0), ContextVar("NOOPT", 0), ContextVar("BEAM", 0)
 JIT, CACHELEVEL = ContextVar("JIT", 1), ContextVar("CACHELEVEL", 2)
 THREADS = ContextVar("THREADS", os.cpu_count() or 1)
+# TRAINING: dropout drops, BatchNorm uses batch statistics and updates its running ones, and optimizers may step.
+# Tensor.training and Tensor.train() read and set this same flag.
+TRAINING = ContextVar("TRAINING", 0)
+def _default_dtype(kind: str) -> Callable[[Any], Any]:
+  """on_set for DEFAULT_FLOAT / DEFAULT_INT: a DType or its name ('half', 'FLOAT16', ...), checked to be of its kind
+  and written to dtypes.default_float / default_int (read when a Python number or list becomes a Tensor)."""
+  def apply(value: Any) -> Any:
+    from attograd.dtype import DTYPES_DICT, DType, dtypes
+    name = value if isinstance(value, str) else getattr(value, "name", None)
+    d = value if isinstance(value, DType) else DTYPES_DICT.get(name.lower()) if isinstance(name, str) else None
+    ok = d is not None and (dtypes.is_float(d) if kind == "float" else dtypes.is_int(d))
+    if not ok:
+      raise ValueError(f"DEFAULT_{kind.upper()}: {value!r} is not a{'n integer' if kind == 'int' else ' float'} dtype")
+    setattr(dtypes, f"default_{kind}", d)
+    return d
+  return apply
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", on_set=_default_dtype("float"))
+DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", on_set=_default_dtype("int"))
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # BEAM searches again instead of reading its disk cache
+# 0 inside a @function body: realizing there would run kernels while the function's graph is being traced
+ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
 
 class GlobalCounters:
   """Counts of kernels run, operations and memory traffic since the last reset."""
@@ -122,3 +191,127 @@ def partition(xs: Iterable[T], fn: Callable[[T], bool]) -> tuple[list[T], list[T
 def pairwise(xs: Iterable[T]) -> Iterator[tuple[T, T]]: return itertools.pairwise(xs)
 def is_pow2(x: int) -> bool: return x > 0 and (x & (x - 1)) == 0
 def log2i(x: int) -> int: return int(math.log2(x))
+
+# ***** progress bars *****
+
+def _si(x: float) -> str:
+  """x with an SI prefix in about 4 characters: 950 -> '950', 12345 -> '12.3k', 3.2e9 -> '3.20G'."""
+  for p in ("", "k", "M", "G", "T", "P"):
+    if abs(x) < 999.5 or p == "P": return f"{x:.3g}{p}" if x >= 100 or x == int(x) else f"{x:.2f}{p}"
+    x /= 1000
+  return f"{x:.3g}P"
+
+def _hms(secs: float) -> str:
+  m, s = divmod(int(secs), 60)
+  h, m = divmod(m, 60)
+  return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+class tqdm(Generic[T]):
+  """A small progress bar on stderr (tinygrad's own, a subset of the tqdm package): iterate it, or call update(n).
+
+  >>> for i in tqdm(range(3), disable=True): pass
+  """
+  def __init__(self, iterable: Iterable[T] | None = None, desc: str = "", disable: bool | None = False,
+               unit: str = "it", unit_scale: bool = False, total: int | None = None, rate: int = 100):
+    self.disable = not sys.stderr.isatty() if disable is None else disable
+    self.iterable, self.unit, self.unit_scale, self.rate = iterable, unit, unit_scale, rate
+    self.total = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else 0)  # type: ignore[arg-type]
+    self.n, self.st, self.last = 0, time.perf_counter(), 0.0
+    self.set_description(desc)
+    self.update(0)
+  def __iter__(self) -> Iterator[T]:
+    if self.iterable is None: raise TypeError("tqdm: iterating needs an iterable (use update(n) without one)")
+    for x in self.iterable:
+      yield x
+      self.update(1)
+    self.update(close=True)
+  def __enter__(self) -> tqdm[T]: return self
+  def __exit__(self, *exc: Any) -> None: self.update(close=True)
+  def set_description(self, desc: str) -> None: self.desc = f"{desc}: " if desc else ""
+  def update(self, n: int = 0, close: bool = False) -> None:
+    self.n += n
+    now = time.perf_counter()
+    # redraw at most `rate` times a second: a bar in a hot loop must not cost more than the loop
+    if self.disable or (not close and n and now - self.last < 1 / self.rate): return
+    self.last, elapsed = now, now - self.st
+    fmt = _si if self.unit_scale else str
+    count = f"{fmt(self.n)}/{fmt(self.total)}" if self.total else f"{fmt(self.n)}{self.unit}"
+    speed = f"{_si(self.n / elapsed) if self.unit_scale else f'{self.n / elapsed:5.2f}'}" if self.n and elapsed else "?"
+    eta = "" if not self.total else f"<{_hms(elapsed / self.n * (self.total - self.n))}" if self.n else "<?"
+    suffix = f"{count} [{_hms(elapsed)}{eta}, {speed}{self.unit}/s]"
+    bar = ""
+    if self.total:
+      frac = min(self.n / self.total, 1.0)
+      width = max(shutil.get_terminal_size().columns - len(self.desc) - len(suffix) - 8, 1)
+      bar = f"{100 * frac:3.0f}%|{('#' * int(width * frac)).ljust(width)}| "
+    print("\r" + self.desc + bar + suffix, end="\n" if close else "", flush=True, file=sys.stderr)
+  @classmethod
+  def write(cls, s: str) -> None: print(f"\r\033[K{s}", flush=True, file=sys.stderr)
+
+def trange(n: int, **kwargs: Any) -> tqdm[int]:
+  """tqdm(range(n)): `for i in (t := trange(steps)): ...; t.set_description(f"loss {loss:.2f}")`."""
+  return tqdm(range(n), total=n, **kwargs)
+
+# ***** downloads *****
+
+def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None = None, gunzip: bool = False,
+          allow_caching: bool = not getenv("DISABLE_HTTP_CACHE"), headers: dict[str, str] | None = None,
+          sha256: str | None = None, extract: bool = False) -> pathlib.Path:
+  """Download `url` once into <cache_dir>/downloads (or to `name` if it is a path) and return the file's path.
+
+  A cached copy is used unless allow_caching=False or it doesn't match `sha256`; a download that doesn't match
+  `sha256` raises and leaves nothing behind. gunzip=True stores the decompressed bytes; extract=True unpacks a tar
+  archive next to the file and returns that folder. A local path ('/...' or './...') is returned as it is.
+
+  >>> fetch("./README.md")
+  PosixPath('README.md')
+  """
+  import gzip, hashlib, tarfile, tempfile, urllib.error, urllib.request
+  if url.startswith(("/", ".")): return pathlib.Path(url)
+  headers = headers or {}
+  if isinstance(name, pathlib.Path) or (name is not None and "/" in name): fp = pathlib.Path(name)
+  else:
+    # different request headers can give different content: they are part of the cached file's name
+    hh = "_" + hashlib.md5("\n".join(f"{k}:{v}" for k, v in sorted(headers.items())).encode()).hexdigest() \
+      if headers else ""
+    base = name or hashlib.md5(url.encode()).hexdigest()
+    fp = pathlib.Path(cache_dir()) / "downloads" / (subdir or "") / (base + hh + (".gunzip" if gunzip else ""))
+  extract_dir = fp.parent / f"{fp.name}.extract"
+  def _sha(p: pathlib.Path) -> str: return hashlib.sha256(p.read_bytes()).hexdigest()
+  if not fp.is_file() or not allow_caching or (sha256 is not None and _sha(fp) != sha256):
+    shutil.rmtree(extract_dir, ignore_errors=True)
+    fp.parent.mkdir(parents=True, exist_ok=True)
+    req = urllib.request.Request(url, headers={"User-Agent": "attograd", **headers})
+    try: r = urllib.request.urlopen(req, timeout=30)
+    except (urllib.error.URLError, OSError) as e:
+      raise ConnectionError(f"fetch: can't download {url} ({e}); check the network, or put the file at {fp}") from e
+    with r:
+      length = int(r.headers.get("Content-Length") or 0)
+      src: Any = gzip.GzipFile(fileobj=r) if gunzip else r
+      h = hashlib.sha256()
+      fd, tmp = tempfile.mkstemp(dir=fp.parent, prefix=".fetch-")
+      try:
+        with os.fdopen(fd, "wb") as f, tqdm(total=None if gunzip else length, unit="B", unit_scale=True, desc=url,
+                                            disable=None) as bar:
+          got = 0
+          while (chunk := src.read(1 << 16)):
+            h.update(chunk)
+            got += f.write(chunk)
+            bar.update(len(chunk))
+        if not gunzip and length and got < length:
+          raise ConnectionError(f"fetch: {url} ended after {got} of {length} bytes")
+        if sha256 is not None and (actual := h.hexdigest()) != sha256:
+          raise ValueError(f"fetch: {url} has sha256 {actual}, expected {sha256}")
+        os.replace(tmp, fp)  # atomic: a reader never sees a half-written file
+      finally:
+        if os.path.exists(tmp): os.unlink(tmp)
+  if not extract: return fp
+  if not extract_dir.is_dir():
+    tmpdir = tempfile.mkdtemp(dir=fp.parent)
+    try:
+      with tarfile.open(fp) as t: t.extractall(tmpdir, filter="data")  # 'data': no absolute paths, links out, devices
+      try: os.rename(tmpdir, extract_dir)
+      except OSError:
+        if not extract_dir.is_dir(): raise
+    finally: shutil.rmtree(tmpdir, ignore_errors=True)
+  return extract_dir

@@ -5,9 +5,10 @@ import functools, math, struct, time, weakref
 from attograd import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
-from attograd.dtype import (ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float, float_to_fp8_bits,
-                            fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
-from attograd.helpers import DEBUG, GlobalCounters, argfix, fully_flatten, make_tuple, prod
+from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
+                            float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
+from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
+                              prod)
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
 from attograd.uop.view import is_symbolic
@@ -21,6 +22,7 @@ from attograd.mixin.movement import MovementMixin
 from attograd.mixin.compose import ComposeMixin
 from attograd.mixin.nn import NNMixin
 from attograd.mixin.grad import GradMixin, _grad_tensors
+from attograd.mixin.math import MathMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -78,13 +80,22 @@ def _rounded_once(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     return fn(self)
   return wrapper
 
-class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
+class _TensorType(type):
+  """Tensor's metaclass, for one class-level property: `Tensor.training` reads and sets the TRAINING flag, so that
+  `Tensor.training = True`, `with Tensor.train():` and tinygrad's `Context(TRAINING=1)` are one switch."""
+  @property
+  def training(cls) -> bool: return bool(TRAINING.value)
+  @training.setter
+  def training(cls, flag: bool) -> None: TRAINING.value = int(flag)
+  @training.deleter
+  def training(cls) -> None: TRAINING.value = 0  # back to the default (monkeypatch restores a class attr by deleting)
+
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
   6
   """
-  training: bool = False
   _seed: int = 0
   _rng_counter: int = 0
   _rng_base: tuple[Tensor, int] | None = None  # (uint32 tensor holding the counter at `int`) while a TinyJit captures
@@ -190,9 +201,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return t
 
   # ***** realize and data access *****
-  def realize(self, *lst: Tensor) -> Tensor:
-    """Compute this tensor (and `lst`) now."""
-    Tensor._realize_all([self, *lst])
+  def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+    """Compute this tensor (and `lst`) now. do_update_stats=False leaves GlobalCounters as they were."""
+    if do_update_stats:
+      Tensor._realize_all([self, *lst])
+      return self
+    saved = {k: getattr(GlobalCounters, k) for k in ("global_ops", "global_mem", "time_sum_s", "kernel_count")}
+    try: Tensor._realize_all([self, *lst])
+    finally:
+      for k, v in saved.items(): setattr(GlobalCounters, k, v)
     return self
   @staticmethod
   def _realize_all(ts: Sequence[Tensor], keep_graph: bool = True) -> None:
@@ -201,6 +218,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     a step's intermediates out of the memory planner's reuse)."""
     todo = [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
+    if not ALLOW_DEVICE_USAGE:
+      raise RuntimeError("realize: device use is off here (inside a @function body, whose graph is traced, not run); "
+                         "return the Tensor from the function and realize it outside")
     st = time.perf_counter() if DEBUG >= 1 else 0.0
     k0 = GlobalCounters.kernel_count
     outs = list(dict.fromkeys(t.uop for t in todo))
@@ -307,7 +327,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     """shard() in place: this tensor now lives on `devices`."""
     self.uop = self.shard(devices, axis).uop
     return self
-  def clone(self) -> Tensor: return self._new(_unique_contiguous(self.uop))
+  def clone(self, device: str | None = None) -> Tensor:
+    """A copy in a buffer of its own (on `device` if given), detached from nothing: gradients flow through it."""
+    out = self._new(_unique_contiguous(self.uop))
+    return out if device is None or Device.canonicalize(device) == self.device else out.to(device)
+  def replace(self, x: Tensor) -> Tensor:
+    """Make this Tensor hold x's value (same shape required; x's dtype and graph are taken over) and return it."""
+    if not isinstance(x, Tensor) or x.shape != self.shape:
+      raise ValueError(f"replace: needs a Tensor of shape {self.shape}, got "
+                       f"{x.shape if isinstance(x, Tensor) else type(x).__name__}")
+    self.uop, self._device = x.uop, x._device
+    return self
   def contiguous(self) -> Tensor:
     """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it)."""
     if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
@@ -351,7 +381,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return Tensor(_reshape_uop(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
   @staticmethod
   @_takes_requires_grad
-  def full(shape: Any, fill_value: ConstType, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+  def full(shape: Any, fill_value: ConstType, dtype: DType | str | None = None, device: str | None = None,
+           buffer: bool = False, **kw: Any) -> Tensor:
+    """A Tensor of `shape` filled with `fill_value` (a broadcast constant; buffer=True gives it a buffer of its own).
+    dtype comes before device, as in tinygrad 0.14, so `Tensor.full((2,), 1, dtypes.int8)` works."""
+    if isinstance(dtype, str) and dtype not in DTYPES_DICT and device is None: dtype, device = None, dtype  # old order
+    if buffer: return Tensor.full(shape, fill_value, dtype, device, **kw).contiguous()
     shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
     d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     return Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw).reshape((1,) * len(shp)).expand(shp)
@@ -423,8 +458,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return x.reshape(shape)
   @staticmethod
   @_takes_requires_grad
-  def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
-    """Uniform random values in [0, 1)."""
+  def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = True,
+           **kw: Any) -> Tensor:
+    """Uniform random values in [0, 1). (contiguous is accepted as in tinygrad: the values are computed in-kernel
+    from a counter either way, so where they live is the scheduler's choice.)"""
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     bits = Tensor._random_bits(shp, device)
@@ -455,6 +492,70 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
     return (Tensor.randn(*shape, dtype=dtypes.float32, **kw) * std + mean).cast(dtype)
+  def rand_like(self, **kw: Any) -> Tensor:
+    """Uniform [0, 1) values of this Tensor's shape, dtype and device (each overridable)."""
+    return Tensor.rand(*self.shape, **{"dtype": self.dtype if dtypes.is_float(self.dtype) else None,
+                                       "device": self.device, **kw})
+  def randn_like(self, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+    """Standard normal values of this Tensor's shape, dtype and device (each overridable)."""
+    d = dtype if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else None
+    return Tensor.randn(*self.shape, dtype=d, **{"device": self.device, **kw})
+  @staticmethod
+  def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
+    """Uniform in [-1, 1) scaled by prod(shape) ** -0.5."""
+    return Tensor.uniform(*shape, low=-1.0, high=1.0, **kw).mul(prod(argfix(*shape)) ** -0.5)
+  @staticmethod
+  def glorot_uniform(*shape: Any, **kw: Any) -> Tensor:
+    """Glorot (Xavier) uniform: bound sqrt(6 / (shape[0] + prod(shape[1:])))."""
+    shp = argfix(*shape)
+    bound = (6 / (shp[0] + prod(shp[1:]))) ** 0.5
+    return Tensor.uniform(*shape, low=-bound, high=bound, **kw)
+  @staticmethod
+  def kaiming_uniform(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+    """He uniform for a leaky relu of slope a: bound sqrt(6 / (1 + a^2) / fan_in), fan_in = prod(shape[1:])."""
+    bound = (6 / (1 + a ** 2) / prod(argfix(*shape)[1:])) ** 0.5
+    return Tensor.uniform(*shape, low=-bound, high=bound, **kw)
+  @staticmethod
+  def kaiming_normal(*shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+    """He normal for a leaky relu of slope a: std sqrt(2 / (1 + a^2) / fan_in), fan_in = prod(shape[1:])."""
+    std = (2 / (1 + a ** 2) / prod(argfix(*shape)[1:])) ** 0.5
+    return Tensor.normal(*shape, mean=0.0, std=std, **kw)
+  def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """Sample indices by the (unnormalized, non-negative) weights in the last dim of a 1-D or 2-D Tensor.
+
+    >>> Tensor([0.0, 1.0, 0.0]).multinomial(2, replacement=True).tolist()
+    [1, 1]
+    """
+    if not 1 <= self.ndim <= 2 or not isinstance(num_samples, int) or num_samples < 1:
+      raise ValueError(f"multinomial: needs 1-D or 2-D weights and num_samples >= 1, got shape {self.shape} and "
+                       f"num_samples={num_samples!r}")
+    w = (self.unsqueeze(0) if self.ndim == 1 else self).float()
+    if not replacement and num_samples > w.shape[1]:
+      raise ValueError(f"multinomial: can't draw {num_samples} samples without replacement from {w.shape[1]} weights")
+    if replacement or num_samples == 1:
+      cdf = w.cumsum(1)
+      cdf = cdf / cdf[:, -1:]
+      u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device)
+      idx = (u >= cdf.unsqueeze(1)).sum(2).minimum(w.shape[1] - 1)  # (B, num_samples)
+    else:  # Efraimidis-Spirakis: the top keys u^(1/w), taken in log space
+      idx = (Tensor.rand(*w.shape, device=self.device).log() / w).topk(num_samples, dim=1)[1]
+    return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
+  @staticmethod
+  def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
+    """A Tensor copied from raw memory at address `ptr` (e.g. a ctypes buffer or another library's array) holding
+    prod(shape) elements of `dtype` (default float32). The memory is read now; later changes to it are not seen."""
+    import ctypes
+    d = to_dtype(kw.pop("dtype", dtypes.default_float))
+    shp = tuple(shape)
+    if not isinstance(ptr, int) or ptr == 0: raise ValueError(f"from_blob: needs a non-null integer address, got {ptr!r}")
+    raw = ctypes.string_at(ptr, prod(shp) * d.itemsize)
+    return Tensor(_buffer_from_bytes(raw, shp, d, Device.canonicalize(kw.pop("device", None))), **kw)
+  @staticmethod
+  def from_url(url: str, gunzip: bool = False, **kw: Any) -> Tensor:
+    """The bytes at `url` (downloaded once by helpers.fetch, cached) as a uint8 Tensor."""
+    from attograd.helpers import fetch
+    return Tensor(fetch(url, gunzip=gunzip).read_bytes(), **kw)
+
   @staticmethod
   @_takes_requires_grad
   def randperm(n: int, device: str | None = None, dtype: DType = dtypes.int32, **kw: Any) -> Tensor:
@@ -762,7 +863,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     if sym_val(prod(new)) != sym_val(numel):
       raise ValueError(f"reshape: can't reshape {self.shape} ({sym_val(numel)} elements) to {new} ({sym_val(prod(new))} elements)")
     return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
-  def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
+  def view(self, *shape: Any, **kw: Any) -> Tensor:
+    """reshape under PyTorch's name; `view(shape=(2, 3))` as in tinygrad."""
+    if kw:
+      if shape or set(kw) != {"shape"}: raise TypeError(f"view: takes a shape, positionally or as shape=, got {kw}")
+      shape = (kw["shape"],)
+    return self.reshape(*shape)
   def permute(self, order: Any, *args: Any) -> Tensor:
     order = argfix(order, *args)
     ax = tuple(self._resolve_axis(a, "permute") for a in order)
@@ -883,6 +989,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
     return (sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan).cast(out_dtype)
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """(var, mean) together, as torch.var_mean."""
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """(std, mean) together, as torch.std_mean."""
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+  def size(self, dim: int | None = None) -> Any:
+    """The shape, or one dim of it (PyTorch's size())."""
+    return self.shape if dim is None else self.shape[self._resolve_axis(dim, "size")]
   def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     m = self._f().max(axis, keepdim=True)
     m = m.isinf().where(m.zeros_like(), m)
@@ -908,14 +1023,27 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return (~self if dtypes.is_int(self.dtype) else -self).argmax(axis, keepdim)  # (~: see min)
 
   # ***** matmul *****
-  def dot(self, w: Tensor) -> Tensor:
-    """Matrix product with NumPy's rules for 1-D operands and broadcast batch dims."""
-    if not isinstance(w, Tensor): raise TypeError(f"matmul: expected a Tensor, got {type(w).__name__}")
+  def dot(self, w: Any, dtype: DType | str | None = None) -> Tensor:
+    """Matrix product with NumPy's rules for 1-D operands and broadcast batch dims. `dtype` is the dtype to
+    accumulate in and return (tinygrad's `dtype=`), else the operands' common dtype.
+
+    A convenience beyond tinygrad: `w` may also be a layer, anything callable with a `weight` Tensor such as
+    nn.Linear, and then `x.dot(layer)` is `layer(x)`, so a model reads as a chain:
+    `x.flatten(1).dot(self.l1).relu().dot(self.l2)`.
+
+    >>> Tensor([[1.0, 2.0]]).dot(Tensor([[3.0], [4.0]])).tolist()
+    [[11.0]]
+    """
+    if not isinstance(w, Tensor):
+      if callable(w) and isinstance(getattr(w, "weight", None), Tensor):
+        out = w(self)
+        return out if dtype is None else out.cast(dtype)
+      raise TypeError(f"matmul: expected a Tensor or a layer with a .weight (like nn.Linear), got {type(w).__name__}")
     if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
       raise ValueError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
-    d = least_upper_dtype(x.dtype, y.dtype)
+    d = to_dtype(dtype) if dtype is not None else least_upper_dtype(x.dtype, y.dtype)
     # the operands are cast to the accumulator before multiplying: int8 products wrap at 8 bits otherwise, and
     # half/bfloat16/fp8 products are exact in float32 (then summed there, rounded to `d` once: PyTorch's result)
     acc = sum_acc_dtype(d)
@@ -929,11 +1057,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     xb = x.reshape(x.shape[:-1] + (1, k))                               # (..., M, 1, K)
     yb = y.transpose(-1, -2).reshape(y.shape[:-2] + (1, y.shape[-1], k))  # (..., 1, N, K)
     out = (xb * yb).sum(-1)
-    if dtypes.is_float(d): out = out.cast(d)  # ints and bools return their accumulator, (u)int32 or wider
+    if dtypes.is_float(d) or dtype is not None: out = out.cast(d)  # ints return their accumulator, (u)int32 or wider
     if squeeze_x: out = out.squeeze(-2)
     if squeeze_y: out = out.squeeze(-1)
     return out
-  def matmul(self, x: Tensor, reverse: bool = False) -> Tensor: return x.dot(self) if reverse else self.dot(x)
+  def matmul(self, x: Any, reverse: bool = False, dtype: DType | str | None = None) -> Tensor:
+    """self @ x (x @ self with reverse=True); see dot() for `dtype` and for passing a layer."""
+    return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
 
   # ***** indexing (basic; more in the indexing section below) *****
   def __getitem__(self, indices: Any) -> Tensor: return _getitem(self, indices)

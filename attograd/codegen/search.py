@@ -8,7 +8,7 @@ import hashlib, json, math, sys, time
 from attograd.codegen.kernel import Kernel, Opt
 from attograd.device import Buffer, Device, disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType
-from attograd.helpers import DEBUG, prod
+from attograd.helpers import DEBUG, IGNORE_BEAM_CACHE, prod
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, UOp
 
@@ -74,7 +74,7 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int) -> list[Opt]:
   """The fastest action list found for this kernel (cached on disk)."""
   from attograd.codegen import _build_program
   key = _key(ast, renderer, amt)
-  if (hit := disk_cache_get("beam", key)) is not None:
+  if not IGNORE_BEAM_CACHE and (hit := disk_cache_get("beam", key)) is not None:
     try: return [Opt(*o) for o in json.loads(hit)]
     except (ValueError, TypeError): pass  # a damaged entry: search again
   bufs = _scratch_buffers(ast, renderer.device)

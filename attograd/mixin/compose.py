@@ -47,11 +47,11 @@ class ComposeMixin:
   # ***** einsum *****
 
   @staticmethod
-  def einsum(formula: str, *operands: Any) -> Tensor:
+  def einsum(formula: str, *operands: Any, dtype: DType | str | None = None) -> Tensor:
     """Einstein summation: letters name axes, letters missing from the output are summed over.
 
     Supports an explicit (`->`) or implicit output, repeated letters in one operand (diagonals, traces), and `...`
-    for broadcast batch dims. Operands may also be given as one list.
+    for broadcast batch dims. Operands may also be given as one list. `dtype`: compute (and return) in this dtype.
 
     >>> a, b = Tensor([[1, 2], [3, 4]]), Tensor([[5, 6], [7, 8]])
     >>> Tensor.einsum("ij,jk->ik", a, b).tolist()
@@ -60,6 +60,7 @@ class ComposeMixin:
     5
     """
     ts = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    if dtype is not None: ts = [t.cast(to_dtype(dtype)) for t in ts]
     ins, out = _parse_einsum(formula, ts)
     # letter -> size; size-1 dims broadcast against the others, like '...' dims in NumPy
     sizes: dict[str, int] = {}
@@ -164,20 +165,40 @@ class ComposeMixin:
     v = value.cast(self.dtype) if isinstance(value, self.__class__) else self._const_like(value)
     return mask.cast(dtypes.bool).where(v, self)
 
-  def masked_select(self: Tensor, mask: Tensor) -> Tensor:
+  def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
     """The values where `mask` (broadcast with this tensor) is true, as a 1-D tensor.
 
-    The result's size depends on the data, so the mask is read back to the host.
+    The result's size depends on the data, so the mask is read back to the host; with `size` it is not (jittable):
+    the first `size` selected values, then fill_value.
 
     >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([True, False])).tolist()
     [1, 3]
     """
     x, m = self._broadcasted(mask.cast(dtypes.bool), match_dtype=False)
     x, m = x.flatten(), m.flatten()
+    if size is not None: return _first_selected(x, m, size, fill_value)
     pos = [i for i, v in enumerate(m.tolist()) if v] if x.numel() else []
     if not pos: return x.shrink(((0, 0),))
     if len(pos) == x.numel(): return x
     return x[self.__class__(pos, device=self.device, dtype=dtypes.int32)]
+
+  def nonzero(self: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+    """The indices (n, ndim) of the nonzero elements in row-major order. n is data-dependent (read back to the host)
+    unless `size` is given: then the first `size` indices, rows past the count filled with fill_value.
+
+    >>> Tensor([[0, 3], [5, 0]]).nonzero().tolist()
+    [[0, 1], [1, 0]]
+    """
+    m = (self != 0).flatten()
+    n = size if size is not None else int(m.sum().item()) if self.numel() else 0
+    flat = _first_selected(_arange(self.numel(), self), m, n, -1)  # (n,), -1 past the count
+    coords, stride = [], 1
+    for s in reversed(self.shape):
+      coords.append((flat // stride) % s if s else flat)
+      stride *= s
+    if not coords: return self.__class__.zeros(n, 0, dtype=dtypes.int32, device=self.device)  # a 0-d tensor: no dims
+    out = self.__class__.stack(*reversed(coords), dim=1)
+    return (flat.reshape(n, 1) < 0).where(fill_value, out).cast(dtypes.int32)
 
   # ***** softmax *****
 
@@ -240,6 +261,18 @@ def _arange(n: int, like: Tensor) -> Tensor:
   """0..n-1 as int32 on `like`'s device."""
   from attograd.tensor import Tensor
   return Tensor.arange(n, device=like.device, dtype=dtypes.int32)
+
+def _first_selected(x: Tensor, m: Tensor, size: int, fill_value: ConstType) -> Tensor:
+  """The first `size` values of 1-D x where the 1-D bool m is true, then fill_value: output slot j takes the element
+  whose running count of trues is j + 1 (a one-hot reduction, so the size is fixed)."""
+  n, dt = x.shape[0], x.dtype
+  if dt is dtypes.bool: x = x.cast(dtypes.uint8)
+  rank = m.cast(dtypes.int32).cumsum(0)                                     # (n,)
+  slots = _arange(size, x).reshape(size, 1) + 1                     # (size, 1)
+  sel = m.reshape(1, n) & (rank.reshape(1, n) == slots)                    # (size, n)
+  picked = sel.where(x.reshape(1, n), x.zeros_like().reshape(1, n)).sum(1, dtype=x.dtype) if n else \
+    x.zeros_like().reshape(1, 0).expand(size, 0).sum(1)
+  return sel.any(1).where(picked, fill_value).cast(dt)
 
 def _scan_ident(op: Ops, dtype: DType) -> ConstType:
   return 0 if op is Ops.ADD else 1 if op is Ops.MUL else dtypes.min(dtype)

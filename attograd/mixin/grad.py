@@ -4,6 +4,7 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from attograd.dtype import dtypes
+from attograd.helpers import TRAINING
 from attograd.gradient import compute_gradient, full_like, reshape
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.engine.schedule import lookup_realized
@@ -16,14 +17,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 _grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 class _Train:
-  """`with Tensor.train():` or `@Tensor.train()`: sets Tensor.training for the block, then restores it."""
+  """`with Tensor.train():` or `@Tensor.train()`: sets the TRAINING flag (Tensor.training) for the block, then
+  restores it; the same as `with Context(TRAINING=1):`."""
   def __init__(self, mode: bool = True): self.mode = mode
-  def __enter__(self) -> None:
-    from attograd.tensor import Tensor
-    self.prev, Tensor.training = Tensor.training, self.mode
+  def __enter__(self) -> None: self.prev, TRAINING.value = TRAINING.value, int(self.mode)
   def __exit__(self, typ: type[BaseException] | None, val: BaseException | None, tb: TracebackType | None) -> None:
-    from attograd.tensor import Tensor
-    Tensor.training = self.prev
+    TRAINING.value = self.prev
   def __call__(self, fn: F) -> F:
     mode = self.mode
     def wrapper(*args: Any, **kwargs: Any) -> Any:

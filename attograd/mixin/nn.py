@@ -3,8 +3,8 @@ primitives: every op here is views plus elementwise math and reduces, so it stay
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
-from attograd.dtype import dtypes, least_upper_dtype, sum_acc_dtype
-from attograd.helpers import argfix, ceildiv, flatten, make_tuple, prod
+from attograd.dtype import DType, dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
+from attograd.helpers import TRAINING, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -57,12 +57,15 @@ class NNMixin:
     """
     return gamma * self.elu(alpha)
 
-  def gelu(self: Tensor) -> Tensor:
-    """The GELU with tinygrad's tanh approximation (PyTorch's `approximate="tanh"`).
+  def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+    """The GELU: tinygrad's default is the tanh approximation (PyTorch's `approximate="tanh"`); approximate="none"
+    is the exact x * Phi(x) with erf.
 
     >>> [round(v, 4) for v in Tensor([-1.0, 1.0]).gelu().tolist()]
     [-0.1588, 0.8412]
     """
+    if approximate == "none": return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+    if approximate != "tanh": raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
     return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
   def quick_gelu(self: Tensor) -> Tensor:
@@ -157,7 +160,7 @@ class NNMixin:
     [1.0, 2.0]
     """
     if not 0 <= p <= 1: raise ValueError(f"dropout: p must be in [0, 1], got {p}")
-    if not type(self).training or p == 0: return self
+    if not TRAINING or p == 0: return self
     if p == 1: return self.zeros_like()
     keep = type(self).rand(self.shape, device=self.device) >= p
     return keep.where(self, self._const_like(0)) * (1.0 / (1.0 - p))
@@ -198,13 +201,16 @@ class NNMixin:
     out = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
     return out + bias.reshape(shape) if bias is not None else out
 
-  def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+  def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
     """x @ weight + bias with weight of shape (in, out), as in tinygrad (PyTorch's F.linear takes weight.T);
-    a 1-D weight scales elementwise.
+    a 1-D weight scales elementwise. `dtype`: compute (and return) in this dtype.
 
     >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0], [1.0]]), Tensor([0.5])).tolist()
     [[3.5]]
     """
+    if dtype is not None:
+      dt = to_dtype(dtype)
+      return self.cast(dt).linear(weight.cast(dt), bias.cast(dt) if bias is not None else None)
     x = self * weight if weight.ndim == 1 else self.dot(weight)
     return x + bias if bias is not None else x
 
@@ -334,15 +340,19 @@ class NNMixin:
 
   def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
              stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
-             padding: int | str | Sequence[int] = 0) -> Tensor:
+             padding: int | str | Sequence[int] = 0, dtype: DType | str | None = None) -> Tensor:
     """Convolution (PyTorch's cross-correlation) of (N, C_in, *spatial) with weight (C_out, C_in/groups, *kernel);
     any number of spatial dims. padding is an int, one int per spatial dim, a flat PyTorch-order list of 2 per dim
-    (last dim first, may be asymmetric), 'valid' or 'same'.
+    (last dim first, may be asymmetric), 'valid' or 'same'. `dtype`: accumulate (and return) in this dtype.
 
     >>> x = Tensor([[[1.0, 2.0, 3.0, 4.0]]])
     >>> x.conv2d(Tensor([[[1.0, -1.0]]])).tolist()
     [[[-1.0, -1.0, -1.0]]]
     """
+    if dtype is not None:
+      dt = to_dtype(dtype)
+      return self.cast(dt).conv2d(weight.cast(dt), bias.cast(dt) if bias is not None else None, groups, stride,
+                                  dilation, padding)
     if self.ndim < 3 or weight.ndim != self.ndim:
       raise ValueError(f"conv2d: input (N, C, *spatial) and weight (C_out, C_in/groups, *kernel) need the same number "
                        f"of dims (at least 3), got {self.shape} and {weight.shape}")
@@ -477,14 +487,21 @@ class NNMixin:
   # ***** attention *****
 
   def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                   dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
+                                   dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False) -> Tensor:
     """softmax(q @ k^T / sqrt(d) + mask) @ v with this tensor as the query (..., L, d). A bool attn_mask keeps the
     positions where it is true; a float one is added to the scores. is_causal masks keys after each query.
+    enable_gqa: key and value may have fewer heads (dim -3) than the query, each shared by a group of query heads.
 
     >>> q = Tensor([[1.0, 0.0]])
     >>> q.scaled_dot_product_attention(q, Tensor([[2.0, 3.0]])).tolist()
     [[2.0, 3.0]]
     """
+    if enable_gqa and key.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+      hq, hkv = self.shape[-3], key.shape[-3]
+      if hq % hkv or value.shape[-3] != hkv:
+        raise ValueError(f"scaled_dot_product_attention: enable_gqa needs the query's heads ({hq}) to be a multiple of "
+                         f"the key's and value's ({hkv}, {value.shape[-3]})")
+      key, value = key.repeat_interleave(hq // hkv, -3), value.repeat_interleave(hq // hkv, -3)
     qk = self.dot(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
     if is_causal:
       if attn_mask is not None: raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")

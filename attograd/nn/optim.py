@@ -6,6 +6,7 @@ A step is planned as lazy in-place writes (ASSIGN nodes) of all parameters and s
 from __future__ import annotations
 from typing import Any, Callable, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
+from attograd.helpers import TRAINING
 from attograd.engine.schedule import buffers, new_buffer_uop
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp
@@ -147,6 +148,10 @@ class Optimizer:
   def schedule_step(self) -> list[Tensor]:
     """The lazy tensors that perform one step when realized together (the parameters refer to their updated
     buffers at once). Realize them first thing, before other work that reads the parameters."""
+    if not TRAINING:
+      raise RuntimeError(f"{type(self).__name__}.step: TRAINING is {TRAINING.value}, and an optimizer steps only in "
+                         "training (so that evaluation code can't change the weights); wrap the training step in "
+                         "`with Context(TRAINING=1):` or `with Tensor.train():`")
     plan = _StepPlan()
     self._plan_step(plan)
     return self.buffers + plan.tensors()  # lazy buffers (state the forward pass left) see the weights before the step
@@ -169,7 +174,7 @@ class OptimizerGroup(Optimizer):
   >>> a, b = Tensor([1.0], requires_grad=True), Tensor([1.0], requires_grad=True)
   >>> opt = OptimizerGroup(SGD([a], lr=0.1), SGD([b], lr=0.5))
   >>> a.grad, b.grad = Tensor([1.0]), Tensor([1.0])
-  >>> opt.step()
+  >>> with Tensor.train(): opt.step()
   >>> [round(a.item(), 6), round(b.item(), 6)]
   [0.9, 0.5]
   """
@@ -228,7 +233,7 @@ class SGD(LARS):
   >>> w = Tensor([1.0, 2.0], requires_grad=True)
   >>> opt = SGD([w], lr=0.1)
   >>> w.grad = Tensor([1.0, -1.0])
-  >>> opt.step()
+  >>> with Tensor.train(): opt.step()
   >>> [round(v, 6) for v in w.tolist()]
   [0.9, 2.1]
   """
@@ -277,7 +282,7 @@ class Adam(LAMB):
   >>> w = Tensor([1.0, 2.0], requires_grad=True)
   >>> opt = Adam([w], lr=0.1)
   >>> w.grad = Tensor([1.0, -1.0])
-  >>> opt.step()  # the first Adam step moves each weight by about lr
+  >>> with Tensor.train(): opt.step()  # the first Adam step moves each weight by about lr
   >>> [round(v, 4) for v in w.tolist()]
   [0.9, 2.1]
   """

@@ -199,6 +199,9 @@ def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatc
   opts = search.beam_search(ast, r, 2)
   assert 2 < len(timings) <= 10, "the seeds and up to MAX_CANDIDATES candidates are timed"
   assert search.beam_search(ast, r, 2) == opts and len(timings) <= 10, "the second search comes from the disk cache"
+  n = len(timings)
+  with Context(IGNORE_BEAM_CACHE=1): search.beam_search(ast, r, 2)
+  assert len(timings) > n, "IGNORE_BEAM_CACHE=1 searches again instead of reading the disk cache"
   with Context(BEAM=2): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 def test_loop_invariant_load_before_inner_loop() -> None:

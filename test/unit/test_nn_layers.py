@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 import attograd.nn as nn
-from attograd import Tensor
+from attograd import Tensor, dtypes
 
 torch = pytest.importorskip("torch")
 
@@ -219,3 +219,17 @@ def test_module_namespace() -> None:
     if importlib.util.find_spec(f"attograd.nn.{sub}") is None: continue
     assert getattr(nn, sub).__name__ == f"attograd.nn.{sub}"
   with pytest.raises(AttributeError, match="no attribute 'nope'"): nn.nope  # noqa: B018
+
+# ***** a layer given to dot / matmul (a convenience beyond tinygrad) *****
+
+def test_dot_applies_a_layer(device: str) -> None:
+  Tensor.manual_seed(3)
+  l1, l2 = nn.Linear(784, 128), nn.Linear(128, 10)
+  x = Tensor.rand(4, 1, 28, 28)
+  got = x.flatten(1).dot(l1).relu().dot(l2)  # the seeds' example 3
+  want = l2(l1(x.flatten(1)).relu())
+  np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(x.flatten(1).matmul(l1).numpy(), l1(x.flatten(1)).numpy(), rtol=1e-5, atol=1e-6)
+  assert x.flatten(1).dot(l1, dtype=dtypes.float16).dtype is dtypes.float16
+  with pytest.raises(TypeError, match="matmul: expected a Tensor or a layer with a .weight"): x.dot(nn.BatchNorm)
+  with pytest.raises(TypeError, match="got list"): x.dot([1, 2])

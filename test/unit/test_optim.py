@@ -5,12 +5,28 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import attograd.tensor
-from attograd import Tensor
+from attograd import Context, Tensor
 from attograd.engine import realize as engine_realize
 from attograd.nn import Linear
 from attograd.nn.optim import LAMB, LARS, SGD, Adam, AdamW, Optimizer, OptimizerGroup
 
 torch = pytest.importorskip("torch")
+
+@pytest.fixture(autouse=True)
+def training() -> Any:
+  """Optimizers step only in training (the TRAINING flag): every test here runs inside one."""
+  with Context(TRAINING=1): yield
+
+def test_step_needs_training() -> None:
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  opt = SGD([w], lr=0.1)
+  w.grad = Tensor([1.0, 1.0])
+  with Context(TRAINING=0):
+    with pytest.raises(RuntimeError, match=r"SGD.step: TRAINING is 0.*Context\(TRAINING=1\)"): opt.step()
+    with pytest.raises(RuntimeError, match="TRAINING"): opt.schedule_step()
+    np.testing.assert_equal(w.numpy(), [1.0, 2.0])  # nothing was written
+    with Tensor.train(): opt.step()  # Tensor.train() is the same switch
+  np.testing.assert_allclose(w.numpy(), [0.9, 1.9], rtol=1e-6)
 
 SHAPES = [(3, 4), (5,), ()]  # a matrix, a vector and a scalar parameter
 STEPS = 3
