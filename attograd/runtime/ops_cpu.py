@@ -45,16 +45,22 @@ class ClangCompiler(Compiler):
     try: version = subprocess.run(self.cc + ["--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as e: raise DeviceUnavailable(f"CPU: could not run the C compiler {cc!r}: {e}") from None
     ident = hashlib.sha256(f"{cc}\0{version}".encode()).hexdigest()
-    # -fassociative-math (with its two prerequisites) lets reductions vectorize; NaN/inf semantics are kept.
+    # IEEE semantics for NaN, inf and signed zero: no -fno-signed-zeros (with it gcc folds x*0.0 to 0 even for NaN
+    # and inf, and x+0.0 to x for -0.0) and no -fassociative-math (which needs it). Reductions vectorize without
+    # them: the renderer gives a reduce explicit vector accumulators and combines their lanes itself. Kept: no errno
+    # from libm, no trapping (values are unchanged) and contraction into FMAs (one rounding instead of two).
     # -fno-tree-slp-vectorize: gcc 12's SLP vectorizer miscompiles a max-reduce over bools at -O3 -march=native
     # (the value 254 comes out of a 0/1 reduction; test_ops.py::test_reduce[*-all-(0, 2)-*] pins it). Loop
     # vectorization, which elementwise kernels and reductions rely on, stays on.
-    self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
-                  "-fassociative-math", "-ffp-contract=fast", "-fno-strict-aliasing", "-fno-tree-slp-vectorize", "-w"]
+    self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
+                  "-ffp-contract=fast", "-fno-strict-aliasing", "-fno-tree-slp-vectorize", "-w"]
     # -fno-tree-reassoc (gcc only): a conv's or matmul's tile is rendered as one fused multiply-add per product in
     # the order that keeps its shared operand in a register; gcc's reassociation re-trees those sums into a
     # multiply and an add per product and reloads the operand (MNIST conv input gradient 43 -> 36 ms)
-    if "Free Software Foundation" in version and "clang" not in version: self.flags.append("-fno-tree-reassoc")
+    # -fno-tree-vrp (gcc only): gcc 12 -O3 -march=native miscompiles two float selects on a masked load, e.g.
+    # `v = ok ? p[i] : 0; out = 0 < v ? v : (v < 0 ? 0 : v)` (a relu of a padded input) stores 0 for some positive v
+    # (test_ops.py::test_op_on_view[*-pad-relu] pins it); turning off value range propagation avoids it
+    if "Free Software Foundation" in version and "clang" not in version: self.flags += ["-fno-tree-reassoc", "-fno-tree-vrp"]
     self.openmp = self._has_openmp(ident)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
