@@ -128,6 +128,9 @@ def _sign(x: UOp) -> UOp:
   return _where(_alu(Ops.CMPLT, zero, x), full_like(x, 1), _where(_alu(Ops.CMPLT, x, zero), full_like(x, -1), zero))
 
 def _abs_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, _mul(ctx, _sign(ret.src[1]))  # 0 at 0, like torch
+def _relu_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
+  x = ret.src[1]
+  return None, _where(_alu(Ops.CMPLT, _zero(x), x), ctx, _zero(ctx))  # 0 at 0 and at NaN, like torch
 def _log1p_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
   x = ret.src[1]
   return None, _div(ctx, _add(x, full_like(x, 1)))
@@ -158,8 +161,8 @@ def _max_pool_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
   return None, pos.eq(first).where(Tensor(ctx).reshape(keep), 0.0).uop
 
 # CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself)
-custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule, "abs": _abs_rule, "log1p": _log1p_rule, "expm1": _expm1_rule,
-                                    "pow": _pow_tensor_rule, "max_pool": _max_pool_rule}
+custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule, "relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule,
+                                    "expm1": _expm1_rule, "pow": _pow_tensor_rule, "max_pool": _max_pool_rule}
 
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 

@@ -598,7 +598,20 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIP)
   def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
-  def cos(self) -> Tensor: return (math.pi / 2 - self._f()).sin()
+  def cos(self) -> Tensor:
+    """cos(x) from x = q * pi/2 + r, |r| <= pi/4: +-sin(r) or +-cos(r) = +-sin(pi/2 - |r|) by q mod 4. Accurate to
+    ~1 ulp also near cos's zeros, where sin(pi/2 - x) loses all precision to the rounding of pi/2 - x."""
+    x = self._f().abs()                          # cos is even; q >= 0 from here
+    p1, p2, p3, h, hl, limit = _COS_SPLIT[x.dtype is dtypes.float64]
+    q = (x * (2 / math.pi) + 0.5).trunc()        # round(x / (pi/2)) for x >= 0
+    r = ((x - q * p1) - q * p2) - q * p3         # Cody-Waite: pi/2 = p1 + p2 + p3, q * p1 and q * p2 exact
+    m = q - (q * 0.25).trunc() * 4               # q mod 4
+    odd = m.eq(1) | m.eq(3)
+    # cos(r) = sin(h - |r| + hl): h - |r| in [pi/4, pi/2] loses at most half an ulp there, where cos(r) >= 0.7
+    y = odd.where(r, (h - r.abs()) + hl).sin()
+    # past the exact range of q * p1: 1 - 2 sin^2(x/2), from sin's own exact reduction (absolute error ~1 ulp of 1)
+    far = 1 - 2 * (x * 0.5).sin().square()
+    return (x < limit).where((m.eq(1) | m.eq(2)).where(-y, y), far)
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def _f(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
   def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
@@ -638,16 +651,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin):
     return (self.eq(math.inf) & detect_positive) | (self.eq(-math.inf) & detect_negative)
   def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
   def relu(self) -> Tensor:
-    """max(x, 0) like PyTorch: gradient 0 at 0 (so not MAX, whose ties split the gradient), relu(nan) is nan and
-    relu(-0.0) is -0.0."""
+    """max(x, 0) like PyTorch: relu(nan) is nan, relu(-0.0) is -0.0, and the gradient is 0 at 0 and at nan (so not MAX,
+    whose ties split the gradient). The value is one compare and select, marked with relu's own gradient rule."""
     u = self.uop
     zero = _broadcast_const(0, u.dtype, self.device, u.shape)
-    if not dtypes.is_float(u.dtype):
-      return self._new(_like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (zero, u)), u), u, zero)), u))
-    # x > 0: x; x < 0: 0; else (0, -0.0 and NaN) x itself, detached so the gradient there is 0
-    rest = _like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (u, zero)), u), zero,
-                                          _like(UOp(Ops.DETACH, u.dtype, (u,)), u))), u)
-    return self._new(_like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (zero, u)), u), u, rest)), u))
+    val = _like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (u, zero)), u), zero, u)), u)
+    return self._new(_like(UOp(Ops.CUSTOM_GRAD, u.dtype, (val, u), ("relu",)), u))
   def sigmoid(self) -> Tensor:
     # e = exp(-|x|) never overflows, so neither the value nor its gradient meets inf * 0
     x = self._f()
@@ -976,6 +985,13 @@ def _concrete_only(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         _symbolic_error(name, dims[0], f"a tensor of shape {t!r:.200} has")
     return fn(self, *args, **kw)
   return wrapper
+
+# cos's constants: pi/2 = p1 + p2 + p3 (p1, p2 with 8 bits for float32, 26 for float64: q * p1 and q * p2 are exact
+# for the q of |x| below `limit`) and pi/2 = h + hl, each exact in the dtype (float32's also serve half and bfloat16)
+_COS_SPLIT = {False: (1.5703125, 0.000484466552734375, -6.397578431460715e-07, 1.5707963705062866,
+                      -4.371138828673793e-08, 1e5),
+              True: (1.5707963407039642, -1.3909067675399456e-08, 6.123233995736766e-17, 1.5707963267948966,
+                     6.123233995736766e-17, 2e8)}
 
 def _const(val: ConstType, dtype: DType, device: str) -> UOp:
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(val, dtype))

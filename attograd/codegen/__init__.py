@@ -79,7 +79,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   from attograd.codegen.kernel import Kernel
   from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower
   from attograd.codegen.linearize import linearize
-  from attograd.codegen.transcendental import pm_transcendental
+  from attograd.codegen.transcendental import pm_exp_reduce, pm_transcendental
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
   k = Kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
                                                        # the loop space: full shape, reduce axes, views over it
@@ -90,6 +90,8 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   if not renderer.has_threads: k.parallel = False
   sink = lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)  # loops (or GPU thread
                                                        # indices), index math from views, simplified; lanes as vectors
+  sink = graph_rewrite(sink, pm_exp_reduce, renderer.decompose_transcendentals)  # exp's range reduction done on x,
+                                                       # not on x * log2(e) rounded (accurate to a few ulp)
   if renderer.decompose_transcendentals:               # exp2/log2 as arithmetic: vector lanes instead of libm calls
     sink = graph_rewrite(sink, pm_transcendental)
   sink = renderer.prepare(sink)                        # the language's own rewrites (e.g. half -> float math)

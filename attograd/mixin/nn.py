@@ -124,7 +124,8 @@ class NNMixin:
     >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
     [0.0, 0.5, 1.0]
     """
-    return (alpha * self + beta).hardtanh(0, 1)
+    # as relu6(x + 3) / 6 for the defaults: alpha * x + beta would miss 0 at x = -3 by the rounding of 1/6
+    return (self + beta / alpha).hardtanh(0, 1 / alpha) * alpha
 
   def hardswish(self: Tensor) -> Tensor:
     """x * relu6(x + 3) / 6.

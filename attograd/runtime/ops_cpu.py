@@ -60,7 +60,8 @@ class ClangCompiler(Compiler):
     # -fno-tree-vrp (gcc only): gcc 12 -O3 -march=native miscompiles two float selects on a masked load, e.g.
     # `v = ok ? p[i] : 0; out = 0 < v ? v : (v < 0 ? 0 : v)` (a relu of a padded input) stores 0 for some positive v
     # (test_ops.py::test_op_on_view[*-pad-relu] pins it); turning off value range propagation avoids it
-    if "Free Software Foundation" in version and "clang" not in version: self.flags += ["-fno-tree-reassoc", "-fno-tree-vrp"]
+    if "Free Software Foundation" in version and "clang" not in version:
+      self.flags += ["-fno-tree-reassoc", "-fno-tree-vrp"]
     self.openmp = self._has_openmp(ident)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
