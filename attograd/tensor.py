@@ -1000,6 +1000,8 @@ _const_cache: dict[tuple, UOp] = {}
 def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A constant expanded to `shape`, remembered: scalars in arithmetic are the most common graph nodes."""
   key = (val.__class__, val, dtype, device, shape)
+  # 0.0 == -0.0 (same hash): a cached 0.0 would stand in for -0.0 and the reverse (x + 0.0 must turn -0.0 into 0.0)
+  if val == 0 and val.__class__ is float and math.copysign(1.0, val) < 0: key += ("-0",)
   if (u := _const_cache.get(key)) is None:
     if len(_const_cache) >= 4096: _const_cache.clear()
     u = _const(val, dtype, device)

@@ -57,7 +57,7 @@ EXACT = {
   # tiny arguments and -0.0 through the accurate forms
   "expm1": (lambda t: t.expm1(), torch.expm1),
   "log1p": (lambda t: t.log1p(), torch.log1p),
-  "tanh_tiny": (lambda t: (t * 1e-20).tanh(), lambda t: (t * 1e-20).tanh()),
+  "tanh_tiny": (lambda t: (t * 2.0 ** -66).tanh(), lambda t: (t * 2.0 ** -66).tanh()),
   "elu": (lambda t: t.elu(), F.elu),
 }
 
@@ -115,6 +115,13 @@ def test_softmax_with_neg_inf(device: str) -> None:
   t, tt = Tensor(x), torch.tensor(x)
   for got, want in [(t.softmax(1), tt.softmax(1)), (t.log_softmax(1), tt.log_softmax(1))]:
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7, equal_nan=True)
+
+def test_signed_zero_constants_stay_apart(device: str) -> None:
+  # Tensor's cache of broadcast constants keyed 0.0 and -0.0 alike: x + (-0.0) made a later abs(-0.0) give -0.0
+  x = Tensor(np.array([-0.0, 0.0, 1.0], np.float32))
+  assert np.signbit((x + (-0.0)).numpy()).tolist() == [True, False, False]
+  assert np.signbit((x + 0.0).numpy()).tolist() == [False, False, False]
+  assert np.signbit(x.abs().numpy()).tolist() == [False, False, False]
 
 def test_no_unsafe_float_flags() -> None:
   """The CPU compiler and the LLVM renderer keep IEEE semantics: no flag that lets them fold NaN, inf or -0.0."""

@@ -211,8 +211,8 @@ ACCURACY = [
   ("log", lambda t: t.log(), np.log, lambda n: _pos_sweep(38, n), lambda n: _pos_sweep(300, n), 3.0, 1.5),
   ("log2", lambda t: t.log2(), np.log2, lambda n: _pos_sweep(38, n), lambda n: _pos_sweep(300, n), 3.0, 1.0),
   ("sin", lambda t: t.sin(), np.sin, lambda n: _sweep(-100, 100, n), lambda n: _sweep(-100, 100, n), 1.5, 1.5),
-  ("cos", lambda t: t.cos(), np.cos, lambda n: _sweep(-100, 100, n), lambda n: _sweep(-100, 100, n), 2.0, 1.5),
-  ("tan", lambda t: t.tan(), np.tan, lambda n: _sweep(-10, 10, n), lambda n: _sweep(-10, 10, n), 3.0, 2.5),
+  ("cos", lambda t: t.cos(), np.cos, lambda n: _sweep(-100, 100, n), lambda n: _sweep(-100, 100, n), 2.5, 2.5),
+  ("tan", lambda t: t.tan(), np.tan, lambda n: _sweep(-10, 10, n), lambda n: _sweep(-10, 10, n), 3.0, 3.5),
   ("sqrt", lambda t: t.sqrt(), np.sqrt, lambda n: _pos_sweep(38, n), lambda n: _pos_sweep(300, n), 0.5, 0.5),
   ("sigmoid", lambda t: t.sigmoid(), lambda x: 1 / (1 + np.exp(-x)), lambda n: _sweep(-100, 100, n),
    lambda n: _sweep(-700, 700, n), 2.5, 3.0),
@@ -221,7 +221,7 @@ ACCURACY = [
   ("log1p", lambda t: t.log1p(), np.log1p, lambda n: np.concatenate([_sweep(-0.99, 10, n), _tiny(n // 4)]),
    lambda n: np.concatenate([_sweep(-0.99, 10, n), _tiny(n // 4)]), 3.5, 3.5),
   ("expm1", lambda t: t.expm1(), np.expm1, lambda n: np.concatenate([_sweep(-20, 20, n), _tiny(n // 4)]),
-   lambda n: np.concatenate([_sweep(-20, 20, n), _tiny(n // 4)]), 2.5, 1.5),
+   lambda n: np.concatenate([_sweep(-20, 20, n), _tiny(n // 4)]), 2.5, 2.5),
 ]
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
