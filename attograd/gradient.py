@@ -132,8 +132,47 @@ def _conv_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp, None]:
   dw = Tensor(xpad)._conv_weight_grad(g, w.shape, groups, stride, dilation)
   return None, dx.uop, dw.uop, None
 
+# elementwise functions computed by formulas that differentiate badly (Tensor._custom_grad): (value, x) -> dx
+def _sign(x: UOp) -> UOp:
+  zero = _zero(x)
+  return _where(_alu(Ops.CMPLT, zero, x), full_like(x, 1), _where(_alu(Ops.CMPLT, x, zero), full_like(x, -1), zero))
+
+def _abs_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, _mul(ctx, _sign(ret.src[1]))  # 0 at 0, like torch
+def _relu_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
+  x = ret.src[1]
+  return None, _where(_alu(Ops.CMPLT, _zero(x), x), ctx, _zero(ctx))  # 0 at 0 and at NaN, like torch
+def _log1p_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
+  x = ret.src[1]
+  return None, _div(ctx, _add(x, full_like(x, 1)))
+def _expm1_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, _mul(ctx, _add(ret, full_like(ret, 1)))
+
+def _pow_tensor_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp]:
+  """Tensor.pow on floats, torch's rule: d/da = b * a^(b-1) (0 where b = 0, so 0 at a = 0 for b > 1), d/db = a^b ln(a)
+  (0 where a = 0 and b >= 0)."""
+  from attograd.tensor import Tensor
+  a, b, g = Tensor(ret.src[1]), Tensor(ret.src[2]), Tensor(ctx)
+  da = b.eq(0).where(0.0, g * b * a.pow(b - 1))
+  db = (a.eq(0) & (b >= 0)).where(0.0, g * Tensor(ret) * a.log())
+  return None, da.uop, db.uop
+
+def _max_pool_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
+  """max_pool2d: the window's first maximum (or first NaN, which is the max) gets the whole gradient, like torch."""
+  from attograd.tensor import Tensor
+  axes = ret.arg[1]
+  w = Tensor(ret.src[1])
+  keep = tuple(1 if i in axes else s for i, s in enumerate(w.shape))
+  ks = tuple(w.shape[a] for a in axes)
+  n = math.prod(ks)
+  # each element's position in its window, row-major over the window axes: (1, .., k1, 1, .., k2)
+  pos = Tensor.arange(n, device=w.device, dtype=dtypes.int32).reshape(tuple(s if i in axes else 1 for i, s in
+                                                                            enumerate(w.shape)))
+  cand = w.eq(Tensor(ret.src[0]).reshape(keep)) | w.isnan()
+  first = cand.where(pos, n).min(axes, keepdim=True)
+  return None, pos.eq(first).where(Tensor(ctx).reshape(keep), 0.0).uop
+
 # CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself)
-custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule}
+custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule, "relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule,
+                                    "expm1": _expm1_rule, "pow": _pow_tensor_rule, "max_pool": _max_pool_rule}
 
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 

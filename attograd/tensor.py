@@ -660,14 +660,18 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metacla
     a, b = self._broadcasted(x, reverse)
     if dtypes.is_int(a.dtype) or a.dtype is dtypes.bool:
       return a._int_pow(b)
-    # |a|^b via exp2/log2, sign fixed for negative bases with integer exponents, nan for fractional ones
+    # |a|^b via exp2/log2, negated for a negative base (-0.0 included) with an odd exponent, nan for a finite negative
+    # base with a fractional one; a^0 and 1^b are 1 (nan and inf too), and so is (-1)^+-inf, as in C's pow
     mag = (b * a.abs().log2()).exp2()
     is_int_exp = b.eq(b.trunc())
     odd = is_int_exp & (b.abs() % 2).eq(1)
-    neg = a < 0
-    res = neg.where(is_int_exp.where(odd.where(-mag, mag), mag._const_like(math.nan)), mag)
-    res = (a.eq(0) & b.eq(0)).where(res._const_like(1.0), res)
-    return b.eq(0).where(res._const_like(1.0), res)
+    neg = (a < 0) | (a.eq(0) & (a.reciprocal() < 0))
+    res = (neg & odd).where(-mag, mag)
+    res = ((a < 0) & a.isinf().logical_not() & is_int_exp.logical_not()).where(mag._const_like(math.nan), res)
+    one = b.eq(0) | a.eq(1) | (a.eq(-1) & b.isinf())
+    res = one.where(res._const_like(1.0), res)
+    # the gradient of these formulas is nan at a = 0 (log2(0) * 0): pow's own rule instead (gradient.py)
+    return res._new(UOp(Ops.CUSTOM_GRAD, res.dtype, (res.uop, a.uop, b.uop), ("pow",)))
   def _int_pow(self, b: Tensor) -> Tensor:
     # square-and-multiply over the bits of the exponent (up to 2^31)
     dtype = self.dtype if self.dtype is not dtypes.bool else dtypes.default_int
@@ -691,7 +695,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metacla
   def minimum(self, x: Any) -> Tensor:
     a, b = self._broadcasted(x)
     if a.dtype is dtypes.bool: return a & b
-    return (a < b).where(a, b) if not dtypes.is_float(a.dtype) else (a.isnan() | (a < b)).where(a, b)
+    # floats: -max(-a, -b), so NaN propagates and a tie splits the gradient evenly, as in maximum (and torch)
+    return (a < b).where(a, b) if not dtypes.is_float(a.dtype) else -((-a)._alu(Ops.MAX, -b))
   def where(self, x: Any, y: Any) -> Tensor:
     """`x` where this (bool) tensor is true, else `y`."""
     cond = self if self.dtype is dtypes.bool else self.ne(0)
@@ -754,16 +759,59 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metacla
   @_rounded_once
   def log10(self) -> Tensor: return self.log2().mul(math.log10(2))
   @_rounded_once
-  def log1p(self) -> Tensor: return (self._f() + 1).log()
+  def log1p(self) -> Tensor:
+    """log(1 + x), accurate for tiny x where 1 + x rounds to 1 (log1p(1e-8) is 1e-8, not 0).
+
+    >>> Tensor([1e-8]).log1p().item()
+    1e-08
+    """
+    # u = 1 + x is rounded, but log(u) * x / (u - 1) cancels that rounding: (u - 1) is exact, and log(u)/(u - 1)
+    # varies slowly (Goldberg, "What every computer scientist should know...", theorem 4). x = inf gives itself.
+    x = self._f()
+    u = x + 1
+    y = (u.eq(1) | x.eq(math.inf)).where(x, u.log() * (x / (u - 1)))
+    return x._custom_grad("log1p", y)
   @_rounded_once
-  def expm1(self) -> Tensor: return self.exp() - 1
+  def expm1(self) -> Tensor:
+    """exp(x) - 1, accurate for small |x| where exp(x) rounds near 1 (expm1(1e-8) is 1e-8, not 0).
+
+    >>> Tensor([1e-8]).expm1().item()
+    1e-08
+    """
+    x = self._f()
+    # |x| < 1/2: x * (1 + x * (1/2! + x/3! + ...)), the Taylor series to the dtype's precision (a product, so -0.0
+    # stays -0.0); elsewhere exp(x) - 1 loses at most ~2 ulp to the subtraction
+    small = x.abs() < 0.5
+    xs = small.where(x, 0.0)
+    n = {2: 8, 4: 10}.get(x.dtype.itemsize, 17)
+    q = xs * (1 / math.factorial(n)) + 1 / math.factorial(n - 1)
+    for k in range(n - 2, 1, -1): q = q * xs + 1 / math.factorial(k)
+    y = small.where(xs * (xs * q + 1), x.exp() - 1)
+    return x._custom_grad("expm1", y)
+  def _custom_grad(self, name: str, y: Tensor) -> Tensor:
+    """`y`, computed from this tensor, with the gradient rule `name` of gradient.py instead of the gradient of the
+    ops that compute it (accurate formulas differentiate badly, or not at all at their special points)."""
+    return y._new(UOp(Ops.CUSTOM_GRAD, y.dtype, (y.uop, self.uop), (name,)))
   def sqrt(self) -> Tensor: return self._float_unary(Ops.SQRT)
   @_rounded_once
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIP)
   def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
   @_rounded_once
-  def cos(self) -> Tensor: return (math.pi / 2 - self._f()).sin()
+  def cos(self) -> Tensor:
+    """cos(x) from x = q * pi/2 + r, |r| <= pi/4: +-sin(r) or +-cos(r) = +-sin(pi/2 - |r|) by q mod 4. Accurate to
+    ~1 ulp also near cos's zeros, where sin(pi/2 - x) loses all precision to the rounding of pi/2 - x."""
+    x = self._f().abs()                          # cos is even; q >= 0 from here
+    p1, p2, p3, h, hl, limit = _COS_SPLIT[x.dtype is dtypes.float64]
+    q = (x * (2 / math.pi) + 0.5).trunc()        # round(x / (pi/2)) for x >= 0
+    r = ((x - q * p1) - q * p2) - q * p3         # Cody-Waite: pi/2 = p1 + p2 + p3, q * p1 and q * p2 exact
+    m = q - (q * 0.25).trunc() * 4               # q mod 4
+    odd = m.eq(1) | m.eq(3)
+    # cos(r) = sin(h - |r| + hl): h - |r| in [pi/4, pi/2] loses at most half an ulp there, where cos(r) >= 0.7
+    y = odd.where(r, (h - r.abs()) + hl).sin()
+    # past the exact range of q * p1: 1 - 2 sin^2(x/2), from sin's own exact reduction (absolute error ~1 ulp of 1)
+    far = 1 - 2 * (x * 0.5).sin().square()
+    return (x < limit).where((m.eq(1) | m.eq(2)).where(-y, y), far)
   @_rounded_once
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def _f(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
@@ -777,15 +825,23 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metacla
     t = self.trunc()
     return (self > t).where(t + 1, t)
   def round(self) -> Tensor:
-    """Round half to even, like NumPy and PyTorch."""
+    """Round half to even, like NumPy and PyTorch (-0.5 rounds to -0.0)."""
     if not dtypes.is_float(self.dtype): return self
     f = self.floor()
     diff = self - f
     up = (diff > 0.5) | (diff.eq(0.5) & (f % 2).eq(1))
-    return up.where(f + 1, f)
+    # f + 1 is +0.0 where it reaches 0 from below: the result keeps the input's sign instead
+    return up.where((f + 1).eq(0).where(self * 0, f + 1), f)
   def abs(self) -> Tensor:
+    """|x|; abs(-0.0) is 0.0 and the gradient at 0 is 0, like PyTorch."""
     if self.dtype is dtypes.bool or dtypes.is_unsigned(self.dtype): return self
-    return (self < 0).where(-self, self) if not dtypes.is_float(self.dtype) else (self <= 0).where(0.0 - self, self)
+    if not dtypes.is_float(self.dtype): return (self < 0).where(-self, self)
+    # x + 0.0 turns -0.0 into 0.0 (and keeps NaN)
+    return self._custom_grad("abs", (self < 0).where(-self, self + 0.0))
+  def _neg_abs(self) -> Tensor:
+    """-|x| whose gradient at 0 is -1 (the x >= 0 side): sigmoid, tanh and softplus pick their x >= 0 formula at 0,
+    so this keeps their gradients right there."""
+    return (self < 0).where(self, -self)
   def sign(self) -> Tensor:
     if self.dtype is dtypes.bool: return self
     return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype) if not dtypes.is_float(self.dtype) else \
@@ -796,23 +852,37 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metacla
     return (self.eq(math.inf) & detect_positive) | (self.eq(-math.inf) & detect_negative)
   def isfinite(self) -> Tensor: return (self.isinf() | self.isnan()).logical_not()
   def relu(self) -> Tensor:
-    """max(x, 0), with gradient 0 at 0 like PyTorch (so not MAX, whose ties split the gradient)."""
+    """max(x, 0) like PyTorch: relu(nan) is nan, relu(-0.0) is -0.0, and the gradient is 0 at 0 and at nan (so not MAX,
+    whose ties split the gradient). The value is one compare and select, marked with relu's own gradient rule."""
     u = self.uop
     zero = _broadcast_const(0, u.dtype, self.device, u.shape)
-    return self._new(_like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (zero, u)), u), u, zero)), u))
+    val = _like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (u, zero)), u), zero, u)), u)
+    return self._new(_like(UOp(Ops.CUSTOM_GRAD, u.dtype, (val, u), ("relu",)), u))
   @_rounded_once
   def sigmoid(self) -> Tensor:
     # e = exp(-|x|) never overflows, so neither the value nor its gradient meets inf * 0
     x = self._f()
-    e = (x.abs() * (-1 / math.log(2))).exp2()
+    e = (x._neg_abs() * (1 / math.log(2))).exp2()
     return (x >= 0).where((1 + e).reciprocal(), e / (1 + e))
   @_rounded_once
-  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._f()).sigmoid() - 1.0
+  def tanh(self) -> Tensor:
+    """tanh(x) = sign(x) * -expm1(-2|x|) / (2 + expm1(-2|x|)): accurate for tiny |x| (tanh(1e-30) is 1e-30, tanh(-0.0)
+    is -0.0), and +-1 at +-inf."""
+    x = self._f()
+    em = (x._neg_abs() * 2).expm1()
+    t = -em / (em + 2)
+    return (x < 0).where(-t, t)
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+    """min(max(x, min_), max_) like torch.clamp: NaN stays NaN, -0.0 stays -0.0, and the gradient is 1 at both
+    bounds (x itself is kept there, so ties go to x)."""
     if min_ is None and max_ is None: raise ValueError("clip: at least one of min and max must be given")
     out = self
-    if min_ is not None: out = out.maximum(min_)
-    if max_ is not None: out = out.minimum(max_)
+    if min_ is not None:
+      a, lo = out._broadcasted(min_)
+      out = (a < lo).where(lo, a)
+    if max_ is not None:
+      a, hi = out._broadcasted(max_)
+      out = (hi < a).where(hi, a)
     return out
   def clamp(self, min_: Any = None, max_: Any = None) -> Tensor: return self.clip(min_, max_)
   def lerp(self, end: Tensor, weight: Any) -> Tensor: return self + (end - self) * weight
@@ -1164,14 +1234,22 @@ def _concrete_only(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return fn(self, *args, **kw)
   return wrapper
 
+# cos's constants: pi/2 = p1 + p2 + p3 (p1, p2 with 8 bits for float32, 26 for float64: q * p1 and q * p2 are exact
+# for the q of |x| below `limit`) and pi/2 = h + hl, each exact in the dtype (float32's also serve half and bfloat16)
+_COS_SPLIT = {False: (1.5703125, 0.000484466552734375, -6.397578431460715e-07, 1.5707963705062866,
+                      -4.371138828673793e-08, 1e5),
+              True: (1.5707963407039642, -1.3909067675399456e-08, 6.123233995736766e-17, 1.5707963267948966,
+                     6.123233995736766e-17, 2e8)}
+
 def _const(val: ConstType, dtype: DType, device: str) -> UOp:
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(val, dtype))
 
 _const_cache: dict[tuple, UOp] = {}
 def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A constant expanded to `shape`, remembered: scalars in arithmetic are the most common graph nodes."""
-  # -0.0 == 0.0 with the same hash: keyed by value alone, a -0.0 got the +0.0 made before it (x / -0.0 gave +inf)
-  key = (val.__class__, val if val else repr(val), dtype, device, shape)
+  key = (val.__class__, val, dtype, device, shape)
+  # 0.0 == -0.0 (same hash): a cached 0.0 would stand in for -0.0 and the reverse (x + 0.0 must turn -0.0 into 0.0)
+  if val == 0 and val.__class__ is float and math.copysign(1.0, val) < 0: key += ("-0",)
   if (u := _const_cache.get(key)) is None:
     if len(_const_cache) >= 4096: _const_cache.clear()
     u = _const(val, dtype, device)

@@ -91,7 +91,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   from attograd.codegen.kernel import Kernel
   from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower, pm_reduce_acc
   from attograd.codegen.linearize import linearize
-  from attograd.codegen.transcendental import pm_transcendental
+  from attograd.codegen.transcendental import pm_exp_reduce, pm_transcendental
   from attograd.codegen.intsafe import pm_int_safety
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
   if VIZ: viz.begin_kernel(renderer.device, ast)
@@ -109,6 +109,8 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   sink = graph_rewrite(sink, pm_int_safety)           # x // 0, INT_MIN // -1 and wide shifts: NumPy's answers, not
                                                        # C's traps and undefined behaviour
   sink = graph_rewrite(sink, pm_reduce_acc)            # half/bfloat16/fp8 reduces accumulate in float32
+  sink = graph_rewrite(sink, pm_exp_reduce, renderer.decompose_transcendentals)  # exp's range reduction done on x,
+                                                       # not on x * log2(e) rounded (accurate to a few ulp)
   if renderer.decompose_transcendentals:               # exp2/log2 as arithmetic: vector lanes instead of libm calls
     sink = graph_rewrite(sink, pm_transcendental)
   if VIZ: viz.stage("lowered: loops and index math", sink)

@@ -17,20 +17,20 @@ class NNMixin:
   # ***** activations *****
 
   def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
-    """x for x >= 0, else neg_slope * x.
+    """x for x > 0, else neg_slope * x (the gradient at 0 is neg_slope, like PyTorch).
 
     >>> Tensor([-2.0, 3.0]).leaky_relu(0.5).tolist()
     [-1.0, 3.0]
     """
-    return (self < 0).where(self * neg_slope, self)
+    return (self > 0).where(self, self * neg_slope)
 
   def relu6(self: Tensor) -> Tensor:
-    """min(max(x, 0), 6).
+    """min(max(x, 0), 6), with gradient 0 at 0 and at 6 (hardtanh(0, 6), like PyTorch).
 
     >>> Tensor([-1.0, 3.0, 9.0]).relu6().tolist()
     [0.0, 3.0, 6.0]
     """
-    return self.clip(0, 6)
+    return self.hardtanh(0, 6)
 
   def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
     """x for x > 0, else alpha * (exp(x) - 1).
@@ -38,8 +38,9 @@ class NNMixin:
     >>> [round(v, 4) for v in Tensor([-1.0, 2.0]).elu().tolist()]
     [-0.6321, 2.0]
     """
-    # exp only sees x <= 0, so large x can't overflow it (an inf there would turn gradients into nan)
-    return (self > 0).where(self, alpha * (self.minimum(0).exp() - 1))
+    # expm1 only sees x <= 0, so large x can't overflow it (an inf there would turn gradients into nan); the gradient
+    # at 0 is alpha, from the x <= 0 side, like PyTorch, and elu(-0.0) is -0.0
+    return (self > 0).where(self, alpha * self._nonpos().expm1())
 
   def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
     """max(x, 0) + min(0, alpha * (exp(x / alpha) - 1)).
@@ -47,7 +48,8 @@ class NNMixin:
     >>> [round(v, 4) for v in Tensor([-1.0, 2.0]).celu(2.0).tolist()]
     [-0.7869, 2.0]
     """
-    return self.relu() + alpha * ((self.minimum(0) / alpha).exp() - 1)
+    # elu's form (the same values): the gradient at 0 is 1, from the x <= 0 side, like PyTorch
+    return (self > 0).where(self, alpha * (self._nonpos() / alpha).expm1())
 
   def selu(self: Tensor, alpha: float = 1.6732632423543772, gamma: float = 1.0507009873554805) -> Tensor:
     """gamma * elu(x, alpha), with the self-normalizing constants as defaults.
@@ -98,9 +100,10 @@ class NNMixin:
     >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 100.0]).softplus().tolist()]
     [0.3133, 0.6931, 100.0]
     """
-    # log(1 + e^z) = max(z, 0) + log(1 + e^-|z|): the exp never overflows
+    # log(1 + e^z) = max(z, 0) + log1p(e^-|z|): the exp never overflows, and softplus(-100) is e^-100, not 0. At 0
+    # relu's gradient is 0 and -|z| takes its z <= 0 side (gradient 1), which gives the true 1/2
     z = self._f() * beta
-    return (z.relu() + (1 + (-z.abs()).exp()).log()) * (1 / beta)
+    return (z.relu() + (z > 0).where(-z, z).exp().log1p()) * (1 / beta)
 
   def mish(self: Tensor) -> Tensor:
     """x * tanh(softplus(x)).
@@ -119,12 +122,13 @@ class NNMixin:
     return self / (1 + self.abs())
 
   def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-    """A piecewise-linear sigmoid: clip(alpha x + beta, 0, 1).
+    """A piecewise-linear sigmoid: clip(alpha x + beta, 0, 1) (gradient 0 at the kinks, like PyTorch).
 
     >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
     [0.0, 0.5, 1.0]
     """
-    return (alpha * self + beta).clip(0, 1)
+    # as relu6(x + 3) / 6 for the defaults: alpha * x + beta would miss 0 at x = -3 by the rounding of 1/6
+    return (self + beta / alpha).hardtanh(0, 1 / alpha) * alpha
 
   def hardswish(self: Tensor) -> Tensor:
     """x * relu6(x + 3) / 6.
@@ -135,12 +139,17 @@ class NNMixin:
     return self * (self + 3).relu6() * (1 / 6)
 
   def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
-    """x clipped to [min_val, max_val].
+    """x clipped to [min_val, max_val]. Unlike clip, the gradient is 0 at the bounds themselves (PyTorch's hardtanh).
 
     >>> Tensor([-3.0, 0.5, 3.0]).hardtanh().tolist()
     [-1.0, 0.5, 1.0]
     """
-    return self.clip(min_val, max_val)
+    inside = (self > min_val) & (self < max_val)
+    return inside.where(self, self.clip(min_val, max_val).detach())
+
+  def _nonpos(self: Tensor) -> Tensor:
+    """min(x, 0) with gradient 1 at 0 (MAX would split it at the tie): elu and celu take their x <= 0 side there."""
+    return (self > 0).where(0.0, self)
 
   def logsigmoid(self: Tensor) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x), finite for very negative x.
@@ -313,8 +322,15 @@ class NNMixin:
       # (division and modulo per element) in every kernel after it, which then can't use vector lanes
       if prod(x.shape) >= 1 << 16: x = x.contiguous_backward()
       x = x.reshape(*lead, *flatten((i // k, k) for i, k in zip(x.shape[-nk:], k_)))
-      return x.max(tuple(len(lead) + 2 * j + 1 for j in range(nk)))
-    return x._pool(k_, s_, dilation).max(tuple(range(-len(k_), 0)))
+      return x._window_max(tuple(len(lead) + 2 * j + 1 for j in range(nk)))
+    w = x._pool(k_, s_, dilation)
+    return w._window_max(tuple(range(w.ndim - nk, w.ndim)))
+
+  def _window_max(self: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The max over each window's `axes`, whose gradient goes all to the first maximum of the window (row-major), as
+    in PyTorch's max_pool2d; a plain max splits it among tied positions (an all-zero window after a relu has 4)."""
+    out = self.max(axes)
+    return type(self)(UOp(Ops.CUSTOM_GRAD, out.dtype, (out.uop, self.uop), ("max_pool", axes)))
 
   def avg_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = (2, 2), stride: int | tuple[int, ...] | None = None,
                  dilation: int | tuple[int, ...] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,

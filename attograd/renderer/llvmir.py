@@ -21,8 +21,9 @@ llvm_type: dict[DType, str] = {
   dtypes.bfloat16: "i16", dtypes.fp8e4m3: "i8", dtypes.fp8e5m2: "i8", dtypes.float32: "float", dtypes.float64: "double"}
 storage_type: dict[DType, str] = {dtypes.bool: "i8"}  # memory holds a bool as a byte
 
-# fast-math flags matching the C compiler's: reassociation (reductions vectorize) and contraction; NaN/inf kept
-FMF = "reassoc nsz contract"
+# fast-math flags matching the C compiler's: contraction into FMAs only. No nnan/ninf (NaN and inf are values
+# here), no nsz (x+0.0 must turn -0.0 into 0.0), no reassoc: reductions get explicit vector accumulators instead
+FMF = "contract"
 float_binary = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
 # (signed, unsigned) instruction for each integer op; bool uses the unsigned column
 int_binary = {Ops.ADD: ("add", "add"), Ops.SUB: ("sub", "sub"), Ops.MUL: ("mul", "mul"), Ops.IDIV: ("sdiv", "udiv"),

@@ -39,22 +39,38 @@ def find_c_compiler() -> str:
   raise DeviceUnavailable("CPU: no C compiler found (looked for $CC, cc, gcc and clang). Install one "
                           "(e.g. `apt-get install gcc` or `apt-get install clang`), or run with DEV=PYTHON, which needs no compiler.")
 
+HUGE_KERNEL_LINES = 20_000
+
+def _big_stack() -> None:
+  """In the compiler's process: a stack as big as allowed. cc1 recurses along a long expression chain and overflowed
+  the default 8 MB on 100k dependent ops (an internal compiler error)."""
+  import resource  # POSIX only, like preexec_fn
+  soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+  if soft != resource.RLIM_INFINITY: resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
+
 class ClangCompiler(Compiler):
   def __init__(self, cc: str):
     self.cc = cc.split()
     try: version = subprocess.run(self.cc + ["--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as e: raise DeviceUnavailable(f"CPU: could not run the C compiler {cc!r}: {e}") from None
     ident = hashlib.sha256(f"{cc}\0{version}".encode()).hexdigest()
-    # -fassociative-math (with its two prerequisites) lets reductions vectorize; NaN/inf semantics are kept.
+    # IEEE semantics for NaN, inf and signed zero: no -fno-signed-zeros (with it gcc folds x*0.0 to 0 even for NaN
+    # and inf, and x+0.0 to x for -0.0) and no -fassociative-math (which needs it). Reductions vectorize without
+    # them: the renderer gives a reduce explicit vector accumulators and combines their lanes itself. Kept: no errno
+    # from libm, no trapping (values are unchanged) and contraction into FMAs (one rounding instead of two).
     # -fno-tree-slp-vectorize: gcc 12's SLP vectorizer miscompiles a max-reduce over bools at -O3 -march=native
     # (the value 254 comes out of a 0/1 reduction; test_ops.py::test_reduce[*-all-(0, 2)-*] pins it). Loop
     # vectorization, which elementwise kernels and reductions rely on, stays on.
-    self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
-                  "-fassociative-math", "-ffp-contract=fast", "-fno-strict-aliasing", "-fno-tree-slp-vectorize", "-w"]
+    self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
+                  "-ffp-contract=fast", "-fno-strict-aliasing", "-fno-tree-slp-vectorize", "-w"]
     # -fno-tree-reassoc (gcc only): a conv's or matmul's tile is rendered as one fused multiply-add per product in
     # the order that keeps its shared operand in a register; gcc's reassociation re-trees those sums into a
     # multiply and an add per product and reloads the operand (MNIST conv input gradient 43 -> 36 ms)
-    if "Free Software Foundation" in version and "clang" not in version: self.flags.append("-fno-tree-reassoc")
+    # -fno-tree-vrp (gcc only): gcc 12 -O3 -march=native miscompiles two float selects on a masked load, e.g.
+    # `v = ok ? p[i] : 0; out = 0 < v ? v : (v < 0 ? 0 : v)` (a relu of a padded input) stores 0 for some positive v
+    # (test_ops.py::test_op_on_view[*-pad-relu] pins it); turning off value range propagation avoids it
+    self.gcc = "Free Software Foundation" in version and "clang" not in version
+    if self.gcc: self.flags += ["-fno-tree-reassoc", "-fno-tree-vrp"]
     self.openmp = self._has_openmp(ident)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
@@ -71,11 +87,16 @@ class ClangCompiler(Compiler):
   def _compile_with(self, src: str, flags: list[str]) -> bytes:
     with tempfile.TemporaryDirectory() as d:
       out = os.path.join(d, "k.so")
-      p = subprocess.run(self.cc + flags + ["-x", "c", "-", "-o", out, "-lm"], input=src.encode(), capture_output=True)
+      p = subprocess.run(self.cc + flags + ["-x", "c", "-", "-o", out, "-lm"], input=src.encode(), capture_output=True,
+                         preexec_fn=_big_stack if src.count("\n") > HUGE_KERNEL_LINES else None)
       if p.returncode != 0:
         raise RuntimeError(f"CPU: the C compiler failed:\n{p.stderr.decode(errors='replace')}\n--- source ---\n{src}")
       with open(out, "rb") as f: return f.read()
-  def compile(self, src: str) -> bytes: return self._compile_with(src, self.flags)
+  def compile(self, src: str) -> bytes:
+    # a huge kernel (a 100k-op chain of dependent float adds, which no flag may reassociate and fold): gcc's default
+    # register allocator takes minutes on it (quadratic), the priority one seconds
+    huge = self.gcc and src.count("\n") > HUGE_KERNEL_LINES
+    return self._compile_with(src, self.flags + ["-fira-algorithm=priority"] * huge)
 
 class CPUProgram:
   """A compiled kernel; call it with buffer addresses and variable values."""

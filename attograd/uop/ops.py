@@ -387,7 +387,8 @@ def _log2(x: float) -> float:
 def _sin(x: float) -> float: return math.nan if math.isinf(x) or x != x else math.sin(x)
 def _sqrt(x: float) -> float: return math.nan if x < 0 or x != x else math.sqrt(x)
 def _recip(x: float) -> float: return _fdiv(1.0, x)
-def _trunc(x: Any) -> Any: return x if isinstance(x, int) or math.isinf(x) or x != x else float(math.trunc(x))
+def _trunc(x: Any) -> Any:  # the sign stays, as in C's trunc: trunc(-0.5) is -0.0
+  return x if isinstance(x, int) or math.isinf(x) or x != x else math.copysign(float(math.trunc(x)), x)
 def _max(a: Any, b: Any) -> Any: return a if a != a else (b if b != b else max(a, b))
 def _shl(a: int, b: int) -> int: return a << b if 0 <= b < 64 else 0
 def _shr(a: int, b: int) -> int: return a >> b if 0 <= b < 64 else (-1 if a < 0 else 0)

@@ -72,19 +72,20 @@ def test_dot_product_form_reduces_across_lanes(m: int, k: int, n: int) -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_vector_selects_match_numpy(dtype: str) -> None:
-  # relu, where and maximum on vector lanes go through bit masks; NaN and -0.0 must come out as in NumPy
+  # relu, where and maximum on vector lanes go through bit masks; NaN and -0.0 must come out as in NumPy (relu as in
+  # PyTorch: relu(nan) is nan)
   rng = np.random.default_rng(6)
   a, b = rng.standard_normal((32, 32)).astype(dtype), rng.standard_normal((32, 32)).astype(dtype)
   a[0, :4] = [np.nan, -0.0, 0.0, np.inf]
   b[1, :3] = [np.nan, -np.inf, -0.0]
   ta, tb = Tensor(a).realize(), Tensor(b).realize()
-  for got, want in [(ta.relu() @ tb, np.where(a > 0, a, 0) @ b), (ta.maximum(tb) @ tb, np.maximum(a, b) @ b),
+  for got, want in [(ta.relu() @ tb, np.where(a < 0, 0, a) @ b), (ta.maximum(tb) @ tb, np.maximum(a, b) @ b),
                     ((ta < tb).where(ta, tb * 2) @ tb, np.where(a < b, a, b * 2) @ b)]:
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
   src = _src(ta @ tb.relu())  # the relu'd input is the one read along the lanes: a lane mask, no scalar select
   assert "vector_size" in src and "?" not in src.split("for", 1)[1]
   # a select on the accumulated lanes, stored straight to memory
-  np.testing.assert_allclose((ta @ tb).relu().numpy(), np.where(a @ b > 0, a @ b, 0), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose((ta @ tb).relu().numpy(), np.where(a @ b < 0, 0, a @ b), rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose((ta @ tb).maximum(tb).numpy(), np.maximum(a @ b, b), rtol=1e-4, atol=1e-4)
 
 def test_window_axes_unroll_and_strides() -> None:

@@ -217,6 +217,89 @@ def test_prod_with_zeros(device: str, row: list[float]) -> None:
   want, = torch.autograd.grad(tx.prod(), tx)
   np.testing.assert_allclose(g.numpy(), want.numpy())
 
+# ***** non-smooth points: every kink, tie and zero gets PyTorch's gradient (docs/numerics.md) *****
+
+# (the gradient at a NaN input is a convention PyTorch doesn't keep uniform: not compared)
+KINK_X = [0.0, -0.0, 1.0, -1.0, 6.0, 3.0, -3.0, 20.0, -20.0, 0.5, -0.5, 2.0, 1e-8, 0.0]
+KINKS = [
+  pytest.param(lambda t: t.relu(), lambda t: torch.relu(t), id="relu"),
+  pytest.param(lambda t: t.abs(), lambda t: t.abs(), id="abs"),
+  pytest.param(lambda t: t.clip(-1, 1), lambda t: t.clamp(-1, 1), id="clip"),
+  pytest.param(lambda t: t.clip(0, None), lambda t: t.clamp(0, None), id="clip_min"),
+  pytest.param(lambda t: t.relu6(), lambda t: torch.nn.functional.relu6(t), id="relu6"),
+  pytest.param(lambda t: t.hardtanh(), lambda t: torch.nn.functional.hardtanh(t), id="hardtanh"),
+  pytest.param(lambda t: t.hardswish(), lambda t: torch.nn.functional.hardswish(t), id="hardswish"),
+  pytest.param(lambda t: t.hardsigmoid(), lambda t: torch.nn.functional.hardsigmoid(t), id="hardsigmoid"),
+  pytest.param(lambda t: t.leaky_relu(0.1), lambda t: torch.nn.functional.leaky_relu(t, 0.1), id="leaky_relu"),
+  pytest.param(lambda t: t.elu(2.0), lambda t: torch.nn.functional.elu(t, 2.0), id="elu"),
+  pytest.param(lambda t: t.celu(2.0), lambda t: torch.nn.functional.celu(t, 2.0), id="celu"),
+  pytest.param(lambda t: t.selu(), lambda t: torch.nn.functional.selu(t), id="selu"),
+  pytest.param(lambda t: t.softplus(), lambda t: torch.nn.functional.softplus(t), id="softplus"),
+  pytest.param(lambda t: t.softplus(2.0), lambda t: torch.nn.functional.softplus(t, 2.0), id="softplus_beta"),
+  pytest.param(lambda t: t.sigmoid(), lambda t: t.sigmoid(), id="sigmoid"),
+  pytest.param(lambda t: t.tanh(), lambda t: t.tanh(), id="tanh"),
+  pytest.param(lambda t: t.maximum(t.flip(0)), lambda t: torch.maximum(t, t.flip(0)), id="maximum_ties"),
+  pytest.param(lambda t: t.minimum(t.flip(0)), lambda t: torch.minimum(t, t.flip(0)), id="minimum_ties"),
+  pytest.param(lambda t: t.minimum(0.0), lambda t: torch.minimum(t, torch.zeros_like(t)), id="minimum_0"),
+  pytest.param(lambda t: t.sqrt(), lambda t: t.sqrt(), id="sqrt"),
+  pytest.param(lambda t: t.log(), lambda t: t.log(), id="log"),
+  pytest.param(lambda t: t.log1p(), lambda t: t.log1p(), id="log1p"),
+  pytest.param(lambda t: t.expm1(), lambda t: t.expm1(), id="expm1"),
+  pytest.param(lambda t: t ** 2, lambda t: t ** 2, id="square"),
+  pytest.param(lambda t: t ** 3, lambda t: t ** 3, id="pow3"),
+  pytest.param(lambda t: t ** 2.5, lambda t: t ** 2.5, id="pow2.5"),
+  pytest.param(lambda t: t ** -2, lambda t: t ** -2, id="pow_neg2"),
+  pytest.param(lambda t: 0.0 ** t, lambda t: 0.0 ** t, id="zero_pow"),
+  pytest.param(lambda t: 2.0 ** t, lambda t: 2.0 ** t, id="two_pow"),
+  pytest.param(lambda t: (t > 0).where(t, t * 2), lambda t: torch.where(t > 0, t, t * 2), id="where"),
+  pytest.param(lambda t: t[:13].max(), lambda t: t[:13].amax(), id="max_reduce"),
+  pytest.param(lambda t: t[:13].min(), lambda t: t[:13].amin(), id="min_reduce"),
+  pytest.param(lambda t: t[:13].sort()[0] * Tensor(np.arange(13.0)), lambda t: t[:13].sort(stable=True)[0] *
+               torch.arange(13.0), id="sort"),
+  pytest.param(lambda t: t[:13].topk(4)[0] * Tensor(np.arange(4.0)), lambda t: t[:13].topk(4)[0] * torch.arange(4.0),
+               id="topk"),
+  pytest.param(lambda t: t[:12].reshape(1, 1, 3, 4).max_pool2d(2, stride=1),
+               lambda t: torch.nn.functional.max_pool2d(t[:12].reshape(1, 1, 3, 4), 2, stride=1), id="max_pool_overlap"),
+]
+
+@needs_torch
+@pytest.mark.parametrize("att_fn,torch_fn", KINKS)
+def test_gradient_at_kinks(device: str, att_fn: Callable, torch_fn: Callable) -> None:
+  x = np.array(KINK_X)
+  t = Tensor(x)
+  out = att_fn(t)
+  g, = (out * Tensor(_weights(out.shape))).sum().gradient(t)
+  tx = torch.tensor(x, requires_grad=True)
+  tout = torch_fn(tx)
+  want, = torch.autograd.grad((tout * torch.tensor(_weights(tuple(tout.shape)))).sum(), tx)
+  np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-7, atol=1e-300, equal_nan=True)
+  np.testing.assert_allclose(g.numpy(), want.numpy(), rtol=1e-7, atol=1e-12, equal_nan=True)
+
+@needs_torch
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=2, stride=1), dict(kernel_size=3, padding=1),
+                                dict(kernel_size=(2, 3), stride=(2, 1))], ids=str)
+def test_max_pool_ties_first_max(device: str, kw: dict) -> None:
+  # all-zero windows (as after a relu): PyTorch gives the first maximum of each window the whole gradient
+  x = np.array([[0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0], [2, 5, 5, 0, 0, 0], [5, 2, 0, 0, 0, 0]], np.float64)
+  x = np.stack([x, -x]).reshape(1, 2, 4, 6)
+  t = Tensor(x)
+  out = t.max_pool2d(**kw)
+  g, = (out * Tensor(_weights(out.shape))).sum().gradient(t)
+  tx = torch.tensor(x, requires_grad=True)
+  tout = torch.nn.functional.max_pool2d(tx, **kw)
+  want, = torch.autograd.grad((tout * torch.tensor(_weights(tuple(tout.shape)))).sum(), tx)
+  np.testing.assert_allclose(g.numpy(), want.numpy(), rtol=1e-7, atol=1e-12)
+
+def test_custom_grad_second_derivative(device: str) -> None:
+  # the rules behind Tensor._custom_grad are graphs too: d2/dx2 of log1p is -1/(1+x)^2, of expm1 e^x, of abs 0
+  x = np.array([0.5, 1.5, -0.25])
+  for fn, d2 in ((lambda t: t.log1p(), -1 / (1 + x) ** 2), (lambda t: t.expm1(), np.exp(x)),
+                 (lambda t: t.abs() * 3, np.zeros(3)), (lambda t: t ** 3, 6 * x)):
+    t = Tensor(x)
+    g, = fn(t).sum().gradient(t)
+    h, = g.sum().gradient(t, materialize_grads=True)
+    np.testing.assert_allclose(h.numpy(), d2, rtol=1e-9, atol=1e-12)
+
 # ***** second derivatives: gradients are graphs, so they differentiate again *****
 
 SECOND = [
