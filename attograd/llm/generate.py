@@ -1,5 +1,5 @@
 """Text in, text out: a model with its tokenizer, streaming generation with stop tokens and incremental UTF-8, and
-chat prompts rendered for the common chat template families (chatml, llama 3, llama 2 / mistral)."""
+chat prompts rendered from the model's chat template (llm/templates.py)."""
 from __future__ import annotations
 import codecs, os, time
 from attograd.helpers import prod
@@ -7,63 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 from attograd.llm.model import Llama, LlamaConfig
 from attograd.llm.sampling import Sampler
+from attograd.llm.templates import chat_format, render_chat  # noqa: F401  (re-exported: the CLI's and tests' names)
 from attograd.llm.tokenizer import Tokenizer
-
-# ***** chat templates *****
-# GGUF files carry a Jinja chat template. Rather than a Jinja interpreter, the template is recognised by the markers
-# of its family and the prompt is written out by a small renderer of that family; an unknown template is an error.
-
-def chat_format(template: str | None) -> str:
-  """The family of a chat template: "chatml", "llama3", "llama2", "mistral", or "plain" when there is none."""
-  if not template: return "plain"
-  if "<|im_start|>" in template: return "chatml"
-  if "<|start_header_id|>" in template: return "llama3"
-  if "[INST]" in template: return "llama2" if "<<SYS>>" in template else "mistral"
-  raise ValueError("chat template: not one of the known families (chatml, llama3, llama2, mistral); its start is "
-                   f"{template[:80]!r}")
-
-def render_chat(messages: Sequence[dict[str, Any]], template: str | None, bos: str = "<s>", eos: str = "</s>") -> str:
-  """The prompt text for `messages` ([{"role": "system"|"user"|"assistant", "content": str}, ...]), ending where the
-  assistant's reply starts. The leading BOS is not included (the tokenizer adds it); later BOS/EOS are, as text.
-  "plain" (no template, e.g. a base model) joins the contents with newlines, so the model continues the text.
-
-  >>> render_chat([{"role": "user", "content": "Hi"}], "{% ... <|im_start|> ... %}")
-  '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
-  """
-  fmt = chat_format(template)
-  msgs = _check_messages(messages)
-  if fmt == "plain": return "\n".join(m["content"] for m in msgs)
-  if fmt == "chatml":
-    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs) + "<|im_start|>assistant\n"
-  if fmt == "llama3":
-    head = "<|start_header_id|>{}<|end_header_id|>\n\n"
-    return "".join(head.format(m["role"]) + m["content"].strip() + "<|eot_id|>" for m in msgs) + \
-      "<|start_header_id|>assistant<|end_header_id|>\n\n"
-  # [INST] families: the system prompt goes into the first user turn; turns alternate user, assistant
-  system = "\n\n".join(m["content"] for m in msgs if m["role"] == "system")
-  turns = [m for m in msgs if m["role"] != "system"]
-  out, first = "", True
-  for m in turns:
-    if m["role"] == "user":
-      text = m["content"].strip()
-      if first and system: text = f"<<SYS>>\n{system}\n<</SYS>>\n\n{text}" if fmt == "llama2" else f"{system}\n\n{text}"
-      out += ("" if first else bos) + f"[INST] {text} [/INST]"
-      first = False
-    else: out += f" {m['content'].strip()} {eos}"
-  return out
-
-ROLES = ("system", "user", "assistant")
-
-def _check_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
-  if not isinstance(messages, (list, tuple)) or not messages:
-    raise ValueError("chat: messages must be a non-empty list of {role, content} objects")
-  out = []
-  for i, m in enumerate(messages):
-    if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-      raise ValueError(f"chat: messages[{i}] must be {{\"role\": one of {'|'.join(ROLES)}, \"content\": str}}, "
-                       f"got {str(m)[:80]}")
-    out.append({"role": m["role"], "content": m["content"]})
-  return out
 
 # ***** generation *****
 
@@ -116,10 +61,15 @@ class LLM:
     return self.tokenizer.encode(text, bos=self.tokenizer.add_bos and self.tokenizer.bos_id is not None)
 
   def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+    """The ids of messages rendered by the model's chat template. A template that writes BOS first (llama 2 and 3
+    do) gets exactly one BOS token: the tokenizer's, which then sees the text after it as the start (SentencePiece
+    puts its space prefix there), even in a file whose tokenizer adds none by itself."""
     t = self.tokenizer
     bos = t.tokens[t.bos_id] if t.bos_id is not None else ""
     eos = t.tokens[t.eos_id] if t.eos_id is not None else ""
-    return self.encode(render_chat(messages, t.chat_template, bos, eos))
+    text = render_chat(messages, t.chat_template, bos, eos)
+    if bos and text.startswith(bos): return t.encode(text[len(bos):], bos=True)
+    return self.encode(text)
 
   def stream(self, prompt: list[int], sampler: Sampler, max_tokens: int, stop: Sequence[str] = ()) -> Iterator[str]:
     """Generate up to max_tokens after the prompt ids, yielding text as soon as it is complete UTF-8. Stops at an

@@ -11,11 +11,12 @@ from attograd.engine import realize
 from attograd.llm.generate import LLM
 from attograd.llm.model import Llama, LlamaConfig
 from attograd.llm.sampling import Sampler
+from helpers import llm_data_dir
 
 np = pytest.importorskip("numpy")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LLM_DIR = os.path.join(os.path.dirname(ROOT), "shared", "datasets", "llm")
+LLM_DIR = llm_data_dir()
 STORIES = os.path.join(LLM_DIR, "stories260K.gguf")
 REF = os.path.join(LLM_DIR, "reference")
 needs_model = pytest.mark.skipif(not os.path.exists(STORIES), reason=f"the shared LLM files are missing ({STORIES})")
@@ -233,30 +234,3 @@ def test_config_errors() -> None:
   del w["blk.0.ffn_up.weight"]
   with pytest.raises(ValueError, match="missing weight 'blk.0.ffn_up.weight'"):
     Llama(cfg, {k: Tensor(v) for k, v in w.items()})
-
-# ***** chat templates: recognised by family, rendered by our own small renderers *****
-
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
-          " + '\\n'}}{% endfor %}")
-LLAMA3 = ("{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-          " + message['content'] | trim + '<|eot_id|>' %}")
-LLAMA2 = "{{ bos_token + '[INST] ' + '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + content + ' [/INST]' }}"
-MISTRAL = "{{ bos_token }}{% for message in messages %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endfor %}"
-
-def test_chat_templates() -> None:
-  from attograd.llm.generate import chat_format, render_chat
-  msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-          {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
-  assert [chat_format(t) for t in (None, "", CHATML, LLAMA3, LLAMA2, MISTRAL)] == \
-    ["plain", "plain", "chatml", "llama3", "llama2", "mistral"]
-  assert render_chat(msgs, CHATML) == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                                       "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
-                                       "<|im_start|>assistant\n")
-  assert render_chat(msgs[1:2], LLAMA3) == \
-    "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-  assert render_chat(msgs, LLAMA2) == \
-    "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
-  assert render_chat(msgs, MISTRAL) == "[INST] Be brief.\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
-  assert render_chat(msgs[1:2], None) == "Hi"
-  with pytest.raises(ValueError, match="known families"): render_chat(msgs, "{{ weird }}")
-  with pytest.raises(ValueError, match="messages\\[0\\]"): render_chat([{"role": "user"}], CHATML)

@@ -10,9 +10,10 @@ from attograd.llm.generate import LLM
 from attograd.llm.sampling import Sampler
 from attograd.llm.server import LLMServer
 from chromium import CHROMIUM, SKIP_REASON, chromium_page
+from helpers import llm_data_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STORIES = os.path.join(os.path.dirname(ROOT), "shared", "datasets", "llm", "stories260K.gguf")
+STORIES = os.path.join(llm_data_dir(), "stories260K.gguf")
 pytestmark = pytest.mark.skipif(not os.path.exists(STORIES), reason=f"the shared LLM files are missing ({STORIES})")
 CONTEXT = 256
 

@@ -24,6 +24,29 @@ def test_cli_answers_paris(quantized: str) -> None:
   assert r.returncode == 0, r.stderr
   assert r.stdout.startswith("The capital of France is Paris"), r.stdout
 
+@needs_smollm2
+def test_chat_prompt_from_the_files_template() -> None:
+  # SmolLM2's template inserts a default system prompt when the conversation has none (the family renderer didn't)
+  from attograd.llm.tokenizer import Tokenizer
+  from attograd.nn.state import gguf_load
+  tok = Tokenizer.from_gguf(gguf_load(SMOLLM2, quantized=True)[0])
+  llm = LLM(None, tok)  # type: ignore[arg-type]  # the prompt needs the tokenizer only
+  want = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+          "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+  ids = llm.chat_prompt([{"role": "user", "content": "What is the capital of France?"}])
+  assert ids == tok.encode(want)
+  assert tok.decode(ids, special=True) == want.replace("<|im_start|>", "")  # it is SmolLM2's BOS: decode skips BOS
+  assert ids[0] == tok.vocab["<|im_start|>"] and ids.count(tok.vocab["<|im_end|>"]) == 2  # specials are single ids
+
+@needs_smollm2
+def test_cli_chat_answers_paris() -> None:
+  env = {**os.environ, "PYTHONPATH": ROOT}
+  r = subprocess.run([sys.executable, "-m", "attograd.llm", "--model", str(SMOLLM2), "--chat", "--prompt",
+                      "What is the capital of France?", "--temperature", "0", "--max-tokens", "12", "--max-context",
+                      "64"], capture_output=True, text=True, env=env, timeout=600)
+  assert r.returncode == 0, r.stderr
+  assert "Paris" in r.stdout, r.stdout
+
 def _gguf_with(kv: list[tuple[str, int, Any]]) -> bytes:
   sys.path.insert(0, os.path.join(ROOT, "test", "unit"))
   from test_gguf import write_gguf, GGML, STR, U32, ARR
