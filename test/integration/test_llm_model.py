@@ -76,7 +76,7 @@ def test_decode_compiles_nothing_after_first_step(stories: LLM) -> None:
     cos, sin = (Tensor(list(struct.unpack(f"{len(b) // 4}f", b)), dtype=dtypes.float32).reshape(1, 1, -1)
                 for b in m._rope_bytes(pos, 1))
     x = Tensor(list(struct.unpack(f"{m.cfg.dim}f", m._embed([tok], 1)))).reshape(1, -1)
-    outs = m.decode_step(x, m.pos.bind(pos), cos, sin)
+    outs = m.forward(x, m.pos.bind(pos), cos, sin, None)
     Tensor.realize(*outs)
     if pos == 12: runners = len(realize._runners)
   assert len(realize._runners) == runners
@@ -115,11 +115,12 @@ def test_decode_is_a_tinyjit_with_a_variable_position(stories: LLM, monkeypatch:
   assert t == tok
 
 @needs_model
-def test_prefill_equals_stepping(stories: LLM) -> None:
-  # a 13-token prompt runs as one pass padded to 16 rows; feeding it one token at a time must give the same logits
+@pytest.mark.parametrize("n", [1, 13, 17, 64, 65, 150])  # one small chunk, two, one big padded, exact, big + small, ...
+def test_prefill_equals_stepping(stories: LLM, n: int) -> None:
+  # a prompt runs in chunks of 64 and 8 rows (the last one padded); feeding it one token at a time must give the
+  # same logits
   llm = stories
-  ids = llm.encode("Once upon a time, there was a big dog.")
-  assert len(ids) > 8
+  ids = (llm.encode("Once upon a time, there was a big dog. He liked to run and play in the park.") * 20)[:n]
   one_pass = llm.model.prefill(ids).numpy()
   logits = llm.model.prefill(ids[:1])
   for pos, t in enumerate(ids[1:], start=1): logits = llm.model.step(t, pos)
@@ -128,6 +129,40 @@ def test_prefill_equals_stepping(stories: LLM) -> None:
   after = llm.model.step(5, len(ids)).numpy()
   llm.model.prefill(ids)
   np.testing.assert_allclose(llm.model.step(5, len(ids)).numpy(), after, atol=2e-4, rtol=0)
+
+@needs_model
+def test_no_prompt_length_compiles_after_warm_up() -> None:
+  # the prefill chunks and the decode step are compiled and captured once; prompts of any length reuse them
+  llm = LLM.load(STORIES, max_context=256)
+  llm.model.warm_up()
+  runners = len(realize._runners)
+  calls = {"schedule": 0}
+  real = tensor_mod.create_schedule
+  def counting(*a: Any, **k: Any) -> Any:
+    calls["schedule"] += 1
+    return real(*a, **k)
+  tensor_mod.create_schedule = counting
+  try:
+    for n in (3, 9, 31, 64, 100, 200):
+      llm.generate(llm.encode("Once upon a time " * 60)[:n], Sampler(), 3)
+  finally: tensor_mod.create_schedule = real
+  assert len(realize._runners) == runners and calls["schedule"] == 0
+
+@needs_model
+def test_decode_attends_over_filled_positions_only() -> None:
+  # the cache rows past the filled positions are never read: NaN there changes nothing (a masked read of the whole
+  # cache, as decoding did before, gets NaN from 0 * NaN in the value sum)
+  llm = LLM.load(STORIES, max_context=64)
+  m, ids = llm.model, [1, 403, 407, 261]
+  m.prefill(ids[:2])
+  clean = [m.step(t, p).numpy() for p, t in enumerate(ids[2:], start=2)]
+  m.prefill(ids[:2])
+  for c in m.cache_k + m.cache_v:
+    rows = np.zeros(c.shape, np.float32)
+    rows[:, 2:] = np.nan
+    c.assign(Tensor(rows, device=c.device) + c).realize()
+  for (p, t), want in zip(enumerate(ids[2:], start=2), clean):
+    np.testing.assert_allclose(m.step(t, p).numpy(), want, atol=1e-5, rtol=0)
 
 @needs_model
 def test_stream_stops_and_bounds(stories: LLM) -> None:

