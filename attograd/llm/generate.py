@@ -75,51 +75,66 @@ class LLM:
     """Generate up to max_tokens after the prompt ids, yielding text as soon as it is complete UTF-8. Stops at an
     end-of-turn token, BOS (llama2.c's rule), a stop string (not yielded), max_tokens or the end of the context;
     self.stats says which and how fast. Like llama2.c, a piece right after BOS loses its leading space."""
-    if not prompt: raise ValueError("LLM.stream: the prompt has no tokens")
     ctx = self.model.max_context
-    if len(prompt) > ctx:
-      raise ValueError(f"LLM.stream: the prompt has {len(prompt)} tokens, more than the context ({ctx})")
-    if not isinstance(max_tokens, int) or max_tokens < 0:
-      raise ValueError(f"LLM.stream: max_tokens must be >= 0, got {max_tokens!r}")
-    t = self.tokenizer
-    stop_ids = set(t.eot_ids) | ({t.bos_id} if t.bos_id is not None else set())
-    self.stats = st = Stats(prompt_tokens=len(prompt))
-    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    held = ""  # text that might be the start of a stop string
-    tokens = list(prompt)
+    out = TextStream(self.tokenizer, prompt, max_tokens, ctx, stop)
+    self.stats = st = out.stats
     if max_tokens == 0: return
     t0 = time.perf_counter()
-    logits = self.model.prefill(tokens)
+    logits = self.model.prefill(prompt)
     st.prefill_s = time.perf_counter() - t0
     while True:
-      nxt = sampler(logits, tokens) if sampler.needs_logits(tokens) else self.model.greedy_token()
-      if nxt in stop_ids:
-        st.finish_reason = "stop"
-        break
-      piece = t.token_bytes(nxt)
-      if tokens[-1] == t.bos_id and piece.startswith(b" "): piece = piece[1:]
-      tokens.append(nxt)
-      st.generated += 1
-      text = held + utf8.decode(piece)
-      cut = _stop_cut(text, stop)
-      if cut is not None:
-        if text[:cut]: yield text[:cut]
-        st.finish_reason, held = "stop", ""
-        break
-      keep = _partial_stop(text, stop)
-      held = text[len(text) - keep:] if keep else ""
-      if text[:len(text) - keep]: yield text[:len(text) - keep]
-      if st.generated >= max_tokens or len(tokens) >= ctx: break
+      nxt = sampler(logits, out.tokens) if sampler.needs_logits(out.tokens) else self.model.greedy_token()
+      text, done = out.feed(nxt)
+      if text: yield text
+      if done: break
       t1 = time.perf_counter()
-      logits = self.model.step(nxt, len(tokens) - 1)
+      logits = self.model.step(nxt, len(out.tokens) - 1)
       st.steps += 1
       if st.steps == 1: st.first_step_s = time.perf_counter() - t1
       else: st.decode_s += time.perf_counter() - t1
-    tail = held + utf8.decode(b"", final=True)
-    if tail: yield tail
+    if tail := out.tail(): yield tail
 
   def generate(self, prompt: list[int], sampler: Sampler, max_tokens: int, stop: Sequence[str] = ()) -> str:
     return "".join(self.stream(prompt, sampler, max_tokens, stop))
+
+class TextStream:
+  """One generation's token ids -> text: stop tokens (end-of-turn ids and BOS), stop strings (text that could start
+  one is held back until it can't), incremental UTF-8, max_tokens and the context's end. Shared by LLM.stream and
+  the server's batched engine, so both stop and print alike."""
+  def __init__(self, tokenizer: Tokenizer, prompt: list[int], max_tokens: int, ctx: int, stop: Sequence[str] = ()):
+    if not prompt: raise ValueError("LLM.stream: the prompt has no tokens")
+    if len(prompt) > ctx:
+      raise ValueError(f"LLM.stream: the prompt has {len(prompt)} tokens, more than the context ({ctx})")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
+      raise ValueError(f"LLM.stream: max_tokens must be >= 0, got {max_tokens!r}")
+    self.tok, self.max_tokens, self.ctx, self.stop = tokenizer, max_tokens, ctx, list(stop)
+    self.stop_ids = set(tokenizer.eot_ids) | ({tokenizer.bos_id} if tokenizer.bos_id is not None else set())
+    self.tokens = list(prompt)
+    self.stats = Stats(prompt_tokens=len(prompt))
+    self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    self.held = ""  # text that might be the start of a stop string
+
+  def feed(self, nxt: int) -> tuple[str, bool]:
+    """The next token: (the text now safe to show, whether generation is over)."""
+    st = self.stats
+    if nxt in self.stop_ids:
+      st.finish_reason = "stop"
+      return "", True
+    piece = self.tok.token_bytes(nxt)
+    if self.tokens[-1] == self.tok.bos_id and piece.startswith(b" "): piece = piece[1:]
+    self.tokens.append(nxt)
+    st.generated += 1
+    text = self.held + self.utf8.decode(piece)
+    if (cut := _stop_cut(text, self.stop)) is not None:
+      st.finish_reason, self.held = "stop", ""
+      return text[:cut], True
+    keep = _partial_stop(text, self.stop)
+    self.held = text[len(text) - keep:] if keep else ""
+    return text[:len(text) - keep], st.generated >= self.max_tokens or len(self.tokens) >= self.ctx
+
+  def tail(self) -> str:
+    """What is left to show once generation is over: held-back text, and an incomplete UTF-8 character as U+FFFD."""
+    return self.held + self.utf8.decode(b"", final=True)
 
 def _memory_bytes() -> int:
   """Physical memory (POSIX sysconf), or 8 GiB where it can't be read."""
