@@ -220,6 +220,53 @@ def _llama_cpp(path: str | None, max_context: int, prompt: list[int]) -> tuple[C
     return int(np.argmax(m.scores[m.n_tokens - 1]))
   return prefill, step
 
+def bench_server(path: str, n_tokens: int, clients: int = 8, verbose: bool = False) -> list[dict[str, Any]]:
+  """The HTTP server's aggregate completion tokens/s on loopback: one client asking alone, then `clients` asking at
+  once (continuous batching shares each decode step between them). Greedy, n_tokens per request."""
+  import json, threading, urllib.request
+  row = {"name": f"SmolLM2 server, {n_tokens} tok/request", "unit": "tok/s", "work": 0.0, "values": {}}
+  rows = [dict(row, name=row["name"] + ", 1 client", values={}), dict(row, name=row["name"] + f", {clients} clients",
+                                                                      values={})]
+  try:
+    from attograd.llm.batch import Engine
+    from attograd.llm.generate import LLM
+    from attograd.llm.server import Server, make_app
+    llm = LLM.load(path, max_context=512)
+    engine = Engine(llm, clients)
+    engine.warm_up()
+    engine.start()
+    srv = Server(make_app(llm, engine)).start()
+  except Exception as e:
+    if verbose: traceback.print_exc()
+    for r in rows: r["values"]["attograd"] = _short_error(e)
+    return rows
+  topics = ["the sea", "a robot", "the moon", "a garden", "winter", "a city", "music", "a dragon"]
+  def ask(i: int) -> int:
+    body = {"messages": [{"role": "user", "content": f"Write a long story about {topics[i % len(topics)]}."}],
+            "max_tokens": n_tokens, "temperature": 0}
+    req = urllib.request.Request(srv.url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r: return int(json.loads(r.read())["usage"]["completion_tokens"])
+  try:
+    ask(0)  # warm: the first request's chat template and tokenizer caches
+    st = time.perf_counter()
+    tokens = sum(ask(i) for i in range(2))
+    rows[0]["values"]["attograd"] = tokens / (time.perf_counter() - st)
+    counts: list[int] = []
+    def client(i: int) -> None: counts.extend(ask(i * 2 + k) for k in range(2))
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    st = time.perf_counter()
+    for t in threads: t.start()
+    for t in threads: t.join()
+    rows[1]["values"]["attograd"] = sum(counts) / (time.perf_counter() - st)
+  except Exception as e:
+    if verbose: traceback.print_exc()
+    for r in rows: r["values"].setdefault("attograd", _short_error(e))
+  finally:
+    srv.close()
+    engine.close()
+  return rows
+
 def _short_error(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
   return f"{type(e).__name__}: {msg}"[:160]
@@ -247,7 +294,7 @@ def run(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
   for ctx in ((512,) if quick else (512, 8192)):
     rows += bench_model(f"SmolLM2-135M Q4_1 ctx{ctx}", smollm2, prompt, n, ctx, fws, rounds, verbose, path, limit)
   rows[-1]["note"] = f"copy bandwidth {bw / 1e9:.1f} GB/s; file {file_bytes / 1e6:.0f} MB, float32 {wide / 1e6:.0f} MB"
-  return rows
+  return rows + bench_server(path, 16 if quick else 48, verbose=verbose)
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m bench.llm", description=__doc__)

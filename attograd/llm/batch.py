@@ -143,7 +143,11 @@ class Engine:
           if req is None: break
           self._admit(req)
       except queue.Empty: pass
-      if self.busy: self._step()
+      try:
+        if self.busy: self._step()
+      except Exception as e:  # a bug here must fail the requests it touched, not stop the engine for everyone
+        for req, _ in self.busy.values(): req.emit("", f"error: {type(e).__name__}: {e}")
+        self.busy.clear()
 
   def _admit(self, req: Request) -> None:
     slot = next(i for i in range(self.decoder.B) if i not in self.busy)
