@@ -267,6 +267,20 @@ def bench_server(path: str, n_tokens: int, clients: int = 8, verbose: bool = Fal
     engine.close()
   return rows
 
+def peak_rss(path: str, quantized: bool) -> float:
+  """Peak resident MB of the CLI answering one short prompt (a fresh process: nothing else counted)."""
+  import subprocess, sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ("import resource, sys; from attograd.llm.__main__ import main; sys.stdout = open(__import__('os').devnull, "
+          f"'w'); main(['--model', {path!r}, '--prompt', 'The capital of France is', '--temperature', '0', "
+          f"'--max-tokens', '4', '--max-context', '512', {'--quantized' if quantized else '--no-quantized'!r}]); "
+          "sys.stderr.write(f'RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')")
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
+                     env={**os.environ, "PYTHONPATH": root})
+  lines = [ln for ln in r.stderr.splitlines() if ln.startswith("RSS ")]
+  if r.returncode != 0 or not lines: raise RuntimeError(f"the CLI failed: {r.stderr.strip()[-200:]}")
+  return int(lines[-1].split()[1]) / 1024  # ru_maxrss is in KiB on Linux
+
 def _short_error(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
   return f"{type(e).__name__}: {msg}"[:160]
@@ -294,6 +308,12 @@ def run(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
   for ctx in ((512,) if quick else (512, 8192)):
     rows += bench_model(f"SmolLM2-135M Q4_1 ctx{ctx}", smollm2, prompt, n, ctx, fws, rounds, verbose, path, limit)
   rows[-1]["note"] = f"copy bandwidth {bw / 1e9:.1f} GB/s; file {file_bytes / 1e6:.0f} MB, float32 {wide / 1e6:.0f} MB"
+  rss: dict[str, Any] = {}
+  for fw, q in (("attograd", False), ("attograd-quantized", True)):
+    try: rss[fw] = peak_rss(path, q)
+    except Exception as e: rss[fw] = _short_error(e)
+  rows.append({"name": "SmolLM2 CLI peak RSS", "unit": "MB", "work": 0.0, "values": rss,
+               "note": f"the file is {file_bytes / 1e6:.0f} MB"})
   return rows + bench_server(path, 16 if quick else 48, verbose=verbose)
 
 def main(argv: list[str] | None = None) -> int:
