@@ -321,9 +321,10 @@ class Llama:
 
   def forward(self, x: Tensor, start: UOp, cos: Tensor, sin: Tensor, last: UOp | None) -> list[Tensor]:
     """Rows x (T, C) at positions start, start+1, ... (start a bound Variable): writes their keys and values into
-    the cache and returns [the logits (V,) of row `last` (a bound Variable; T = 1 needs none), their argmax], or []
-    when last is None (a prefill chunk before the prompt's last). Each layer's cache rows are written by a
-    realize of their own before the attention reads the cache, which orders the two (one schedule would not)."""
+    the cache and returns [the logits (V,) of row `last` (a bound Variable; T = 1 needs none), their argmax], or
+    [the last layer's input] when last is None and T > 1 (a prefill chunk before the prompt's last: only its cache
+    rows matter). Each layer's cache rows are written by a realize of their own before the attention reads the
+    cache, which orders the two (in one schedule the attention reads the buffer, not the write, so nothing would)."""
     cfg = self.cfg
     T, H, Hkv, D = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     g, end = H // Hkv, start + T  # end: the filled positions, symbolic
@@ -365,8 +366,8 @@ class Llama:
 
   def prefill(self, tokens: list[int]) -> Tensor:
     """Run a prompt from position 0 (what the cache held before is dropped); the logits (V,) after its last token.
-    The prompt runs in chunks: the largest chunk size while more than a small chunk's worth remains, then small
-    ones, each its own jitted pass (compiled once, for every prompt length)."""
+    The prompt runs in chunks: big ones while more than two small chunks' worth remains (the last one padded),
+    then small ones, each size its own jitted pass (compiled once, for every prompt length)."""
     n = len(tokens)
     if n == 0: raise ValueError("Llama.prefill: the prompt has no tokens")
     if n > self.max_context:
