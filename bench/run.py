@@ -408,13 +408,17 @@ def print_table(rows: list[Row], has_torch: bool) -> list[str]:
     if isinstance(v, float): return f"{v:.1f}" if v >= 10 else f"{v:.3g}"
     if v not in errors: errors.append(v)
     return f"error[{errors.index(v) + 1}]"
+  # frameworks only some rows have (the LLM rows' llama.cpp and quantized attograd) get a column each, at the end
+  extra = list(dict.fromkeys(fw for row in rows for fw in row.values if fw not in FRAMEWORKS))
   header = f"{'benchmark':<38}{'unit':>7}{'attograd':>11}{'numpy':>11}{'ratio':>8}"
   if has_torch: header += f"{'torch':>11}{'ratio':>8}"
+  header += "".join(f"{fw:>20}" for fw in extra)
   print(header)
   print("-" * len(header))
   for row in rows:
     line = f"{row.name:<38}{row.unit:>7}{cell(row, 'attograd'):>11}{cell(row, 'numpy'):>11}{_ratio(row, 'numpy'):>8}"
     if has_torch: line += f"{cell(row, 'torch'):>11}{_ratio(row, 'torch'):>8}"
+    line += "".join(f"{cell(row, fw):>20}" for fw in extra)
     print(line)
   print("ratio = attograd speed / other speed (> 1: attograd is faster; for 'us' and 's' rows, lower time is faster)")
   return errors

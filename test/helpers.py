@@ -113,3 +113,10 @@ def smollm2_gguf() -> str | None:
   for d in (spec.submodule_search_locations or []) if spec is not None else []:
     if os.path.exists(path := os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")): return path
   return None
+
+def llm_data_dir() -> str:
+  """The shared LLM files (stories260K.gguf, derived/, reference/): $ATTOGRAD_LLM_DATA when set, else
+  <repo>/../shared/datasets/llm, where CI puts shared/ beside the clone (a git worktree has to set the variable)."""
+  import os
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return os.environ.get("ATTOGRAD_LLM_DATA") or os.path.join(os.path.dirname(root), "shared", "datasets", "llm")

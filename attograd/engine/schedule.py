@@ -268,12 +268,25 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
       assert n.op in GroupOp.Elementwise, f"scheduler: unexpected {n.op} inside a kernel"
       memo[key] = UOp(n.op, n.dtype, tuple(memo[(s, chain)] for s in n.src), n.arg)
   value = memo[(value_root, root_chain)]
-  out_view = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker.from_shape(kshape))
+  out_st = _region_of(root.src[0], kshape) if root.op is Ops.ASSIGN else None
+  out_view = UOp(Ops.VIEW, dtypes.void, (), out_st or ShapeTracker.from_shape(kshape))
   out_glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_buf.arg[1]), (), 0)
   ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_glob, out_view, value)),))
   if ast_variables(ast):  # buffer sizes differ from value to value: leave them out so one program serves all
     ast = ast.substitute({g: g.replace(dtype=g.dtype.base.ptr()) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL})
   return ast, list(inputs)
+
+def _region_of(target: UOp, kshape: tuple[sint, ...]) -> ShapeTracker | None:
+  """Where an ASSIGN into a view stores (a KV cache row at a symbolic position: shrink), as a view of the whole buffer
+  in the kernel's loop shape; None for a whole-buffer target, which stores contiguously."""
+  chain = []
+  while target.op in GroupOp.Movement:
+    chain.append(target)
+    target = target.src[0]
+  if all(m.op is Ops.RESHAPE for m in chain): return None
+  st = ShapeTracker.from_shape(target.shape)
+  for m in reversed(chain): st = st.apply(m.op, m.arg)
+  return (st if kshape == st.shape else st.apply(Ops.RESHAPE, kshape)).simplify()
 
 # ***** 4. the whole schedule *****
 
@@ -466,6 +479,7 @@ def _make_template(routs: list[UOp]) -> _Template:
   becomes: list[UOp | None] = []
   for ro in routs:
     if ro in node_buffer and ro.op is not Ops.ASSIGN: becomes.append(_view_of(node_buffer[ro], ro.shape))
+    elif ro.op is Ops.ASSIGN and _region_of(ro.src[0], ro.shape) is not None: becomes.append(ro.src[0])  # the region
     elif ro.base in node_buffer: becomes.append(_apply_movements(ro, node_buffer))
     else: becomes.append(ro)  # already a view of a buffer (or a constant): its resolved form
   realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots if r not in routs and r.op is not Ops.ASSIGN)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 import argparse, random, sys, time
 from typing import Callable, TextIO
-from attograd.llm.generate import LLM, chat_format
+from attograd.llm.generate import LLM
 from attograd.llm.sampling import Sampler
 
 def progress_bar(path: str, out: TextIO | None = None, width: int = 30) -> Callable[[int, int, str], None]:
@@ -73,7 +73,7 @@ def generate_main(argv: list[str]) -> int:
       _stream(llm, llm.encode(args.prompt), sampler, args.max_tokens)
       _report(llm)
       return 0
-    if chat_format(llm.tokenizer.chat_template) == "plain":
+    if not llm.tokenizer.chat_template:
       sys.stderr.write("note: the model has no chat template; messages are joined as plain text\n")
     messages = [{"role": "system", "content": args.system}] if args.system else []
     prompts = [args.prompt] if args.prompt is not None else None

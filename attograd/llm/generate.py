@@ -1,5 +1,5 @@
 """Text in, text out: a model with its tokenizer, streaming generation with stop tokens and incremental UTF-8, and
-chat prompts rendered for the common chat template families (chatml, llama 3, llama 2 / mistral)."""
+chat prompts rendered from the model's chat template (llm/templates.py)."""
 from __future__ import annotations
 import codecs, os, time
 from attograd.helpers import prod
@@ -7,63 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 from attograd.llm.model import Llama, LlamaConfig
 from attograd.llm.sampling import Sampler
+from attograd.llm.templates import chat_format, render_chat  # noqa: F401  (re-exported: the CLI's and tests' names)
 from attograd.llm.tokenizer import Tokenizer
-
-# ***** chat templates *****
-# GGUF files carry a Jinja chat template. Rather than a Jinja interpreter, the template is recognised by the markers
-# of its family and the prompt is written out by a small renderer of that family; an unknown template is an error.
-
-def chat_format(template: str | None) -> str:
-  """The family of a chat template: "chatml", "llama3", "llama2", "mistral", or "plain" when there is none."""
-  if not template: return "plain"
-  if "<|im_start|>" in template: return "chatml"
-  if "<|start_header_id|>" in template: return "llama3"
-  if "[INST]" in template: return "llama2" if "<<SYS>>" in template else "mistral"
-  raise ValueError("chat template: not one of the known families (chatml, llama3, llama2, mistral); its start is "
-                   f"{template[:80]!r}")
-
-def render_chat(messages: Sequence[dict[str, Any]], template: str | None, bos: str = "<s>", eos: str = "</s>") -> str:
-  """The prompt text for `messages` ([{"role": "system"|"user"|"assistant", "content": str}, ...]), ending where the
-  assistant's reply starts. The leading BOS is not included (the tokenizer adds it); later BOS/EOS are, as text.
-  "plain" (no template, e.g. a base model) joins the contents with newlines, so the model continues the text.
-
-  >>> render_chat([{"role": "user", "content": "Hi"}], "{% ... <|im_start|> ... %}")
-  '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
-  """
-  fmt = chat_format(template)
-  msgs = _check_messages(messages)
-  if fmt == "plain": return "\n".join(m["content"] for m in msgs)
-  if fmt == "chatml":
-    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs) + "<|im_start|>assistant\n"
-  if fmt == "llama3":
-    head = "<|start_header_id|>{}<|end_header_id|>\n\n"
-    return "".join(head.format(m["role"]) + m["content"].strip() + "<|eot_id|>" for m in msgs) + \
-      "<|start_header_id|>assistant<|end_header_id|>\n\n"
-  # [INST] families: the system prompt goes into the first user turn; turns alternate user, assistant
-  system = "\n\n".join(m["content"] for m in msgs if m["role"] == "system")
-  turns = [m for m in msgs if m["role"] != "system"]
-  out, first = "", True
-  for m in turns:
-    if m["role"] == "user":
-      text = m["content"].strip()
-      if first and system: text = f"<<SYS>>\n{system}\n<</SYS>>\n\n{text}" if fmt == "llama2" else f"{system}\n\n{text}"
-      out += ("" if first else bos) + f"[INST] {text} [/INST]"
-      first = False
-    else: out += f" {m['content'].strip()} {eos}"
-  return out
-
-ROLES = ("system", "user", "assistant")
-
-def _check_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
-  if not isinstance(messages, (list, tuple)) or not messages:
-    raise ValueError("chat: messages must be a non-empty list of {role, content} objects")
-  out = []
-  for i, m in enumerate(messages):
-    if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-      raise ValueError(f"chat: messages[{i}] must be {{\"role\": one of {'|'.join(ROLES)}, \"content\": str}}, "
-                       f"got {str(m)[:80]}")
-    out.append({"role": m["role"], "content": m["content"]})
-  return out
 
 # ***** generation *****
 
@@ -116,60 +61,80 @@ class LLM:
     return self.tokenizer.encode(text, bos=self.tokenizer.add_bos and self.tokenizer.bos_id is not None)
 
   def chat_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+    """The ids of messages rendered by the model's chat template. A template that writes BOS first (llama 2 and 3
+    do) gets exactly one BOS token: the tokenizer's, which then sees the text after it as the start (SentencePiece
+    puts its space prefix there), even in a file whose tokenizer adds none by itself."""
     t = self.tokenizer
     bos = t.tokens[t.bos_id] if t.bos_id is not None else ""
     eos = t.tokens[t.eos_id] if t.eos_id is not None else ""
-    return self.encode(render_chat(messages, t.chat_template, bos, eos))
+    text = render_chat(messages, t.chat_template, bos, eos)
+    if bos and text.startswith(bos): return t.encode(text[len(bos):], bos=True)
+    return self.encode(text)
 
   def stream(self, prompt: list[int], sampler: Sampler, max_tokens: int, stop: Sequence[str] = ()) -> Iterator[str]:
     """Generate up to max_tokens after the prompt ids, yielding text as soon as it is complete UTF-8. Stops at an
     end-of-turn token, BOS (llama2.c's rule), a stop string (not yielded), max_tokens or the end of the context;
     self.stats says which and how fast. Like llama2.c, a piece right after BOS loses its leading space."""
-    if not prompt: raise ValueError("LLM.stream: the prompt has no tokens")
     ctx = self.model.max_context
-    if len(prompt) > ctx:
-      raise ValueError(f"LLM.stream: the prompt has {len(prompt)} tokens, more than the context ({ctx})")
-    if not isinstance(max_tokens, int) or max_tokens < 0:
-      raise ValueError(f"LLM.stream: max_tokens must be >= 0, got {max_tokens!r}")
-    t = self.tokenizer
-    stop_ids = set(t.eot_ids) | ({t.bos_id} if t.bos_id is not None else set())
-    self.stats = st = Stats(prompt_tokens=len(prompt))
-    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    held = ""  # text that might be the start of a stop string
-    tokens = list(prompt)
+    out = TextStream(self.tokenizer, prompt, max_tokens, ctx, stop)
+    self.stats = st = out.stats
     if max_tokens == 0: return
     t0 = time.perf_counter()
-    logits = self.model.prefill(tokens)
+    logits = self.model.prefill(prompt)
     st.prefill_s = time.perf_counter() - t0
     while True:
-      nxt = sampler(logits, tokens) if sampler.needs_logits(tokens) else self.model.greedy_token()
-      if nxt in stop_ids:
-        st.finish_reason = "stop"
-        break
-      piece = t.token_bytes(nxt)
-      if tokens[-1] == t.bos_id and piece.startswith(b" "): piece = piece[1:]
-      tokens.append(nxt)
-      st.generated += 1
-      text = held + utf8.decode(piece)
-      cut = _stop_cut(text, stop)
-      if cut is not None:
-        if text[:cut]: yield text[:cut]
-        st.finish_reason, held = "stop", ""
-        break
-      keep = _partial_stop(text, stop)
-      held = text[len(text) - keep:] if keep else ""
-      if text[:len(text) - keep]: yield text[:len(text) - keep]
-      if st.generated >= max_tokens or len(tokens) >= ctx: break
+      nxt = sampler(logits, out.tokens) if sampler.needs_logits(out.tokens) else self.model.greedy_token()
+      text, done = out.feed(nxt)
+      if text: yield text
+      if done: break
       t1 = time.perf_counter()
-      logits = self.model.step(nxt, len(tokens) - 1)
+      logits = self.model.step(nxt, len(out.tokens) - 1)
       st.steps += 1
       if st.steps == 1: st.first_step_s = time.perf_counter() - t1
       else: st.decode_s += time.perf_counter() - t1
-    tail = held + utf8.decode(b"", final=True)
-    if tail: yield tail
+    if tail := out.tail(): yield tail
 
   def generate(self, prompt: list[int], sampler: Sampler, max_tokens: int, stop: Sequence[str] = ()) -> str:
     return "".join(self.stream(prompt, sampler, max_tokens, stop))
+
+class TextStream:
+  """One generation's token ids -> text: stop tokens (end-of-turn ids and BOS), stop strings (text that could start
+  one is held back until it can't), incremental UTF-8, max_tokens and the context's end. Shared by LLM.stream and
+  the server's batched engine, so both stop and print alike."""
+  def __init__(self, tokenizer: Tokenizer, prompt: list[int], max_tokens: int, ctx: int, stop: Sequence[str] = ()):
+    if not prompt: raise ValueError("LLM.stream: the prompt has no tokens")
+    if len(prompt) > ctx:
+      raise ValueError(f"LLM.stream: the prompt has {len(prompt)} tokens, more than the context ({ctx})")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
+      raise ValueError(f"LLM.stream: max_tokens must be >= 0, got {max_tokens!r}")
+    self.tok, self.max_tokens, self.ctx, self.stop = tokenizer, max_tokens, ctx, list(stop)
+    self.stop_ids = set(tokenizer.eot_ids) | ({tokenizer.bos_id} if tokenizer.bos_id is not None else set())
+    self.tokens = list(prompt)
+    self.stats = Stats(prompt_tokens=len(prompt))
+    self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    self.held = ""  # text that might be the start of a stop string
+
+  def feed(self, nxt: int) -> tuple[str, bool]:
+    """The next token: (the text now safe to show, whether generation is over)."""
+    st = self.stats
+    if nxt in self.stop_ids:
+      st.finish_reason = "stop"
+      return "", True
+    piece = self.tok.token_bytes(nxt)
+    if self.tokens[-1] == self.tok.bos_id and piece.startswith(b" "): piece = piece[1:]
+    self.tokens.append(nxt)
+    st.generated += 1
+    text = self.held + self.utf8.decode(piece)
+    if (cut := _stop_cut(text, self.stop)) is not None:
+      st.finish_reason, self.held = "stop", ""
+      return text[:cut], True
+    keep = _partial_stop(text, self.stop)
+    self.held = text[len(text) - keep:] if keep else ""
+    return text[:len(text) - keep], st.generated >= self.max_tokens or len(self.tokens) >= self.ctx
+
+  def tail(self) -> str:
+    """What is left to show once generation is over: held-back text, and an incomplete UTF-8 character as U+FFFD."""
+    return self.held + self.utf8.decode(b"", final=True)
 
 def _memory_bytes() -> int:
   """Physical memory (POSIX sysconf), or 8 GiB where it can't be read."""

@@ -10,7 +10,6 @@ from attograd.device import Buffer, Device
 from attograd.dtype import dtypes
 from attograd.engine.jit import TinyJit
 from attograd.engine.schedule import buffers
-from attograd.helpers import prod
 from attograd.nn.gguf import QuantizedTensor
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp, Variable
@@ -157,11 +156,14 @@ class EmbeddingRows:
 class Llama:
   """A llama-family model with a KV cache of `max_context` positions.
 
-  Decoding attends over the whole cache with masks built from a position Variable (a kernel argument, not a
-  constant), so every decode step runs the same kernels: a TinyJit captures them once and replays them for every
-  later token, with nothing scheduled or compiled. A prompt runs as one prefill pass, padded to a power of two
-  length: one TinyJit per length bucket, its last real row a Variable too.
+  Every forward pass runs a fixed number of rows at a symbolic start position (a bound Variable, a kernel argument,
+  not a constant): it writes its keys and values into the cache rows [start, start + T) and attends over the filled
+  rows [0, start + T) only, so one compiled program per kernel serves every position, and a step costs what the
+  filled part of the context costs. Decoding is T = 1; a prompt runs in chunks of PREFILL_CHUNKS rows (the last
+  one padded), so any prompt length reuses the same few programs: a TinyJit per chunk size captures them once and
+  replays them, with nothing scheduled or compiled, for every later token and prompt.
   """
+  PREFILL_CHUNKS = (64, 8)  # rows per prefill pass, largest first: a prompt is cut into these
   def __init__(self, cfg: LlamaConfig, weights: dict[str, Tensor], max_context: int | None = None,
                progress: Callable[[int, int, str], None] | None = None):
     self.cfg = cfg
@@ -219,14 +221,19 @@ class Llama:
     self._inv_freq = [cfg.rope_theta ** (-2 * i / cfg.rotary_dim) / (factors[i] if factors else 1.0) / cfg.rope_scale
                       for i in range(R)]
     self._rope_cache: dict[int, tuple[bytes, bytes]] = {}
-    # the KV cache, zeros: masked positions must stay finite (0 * nan would poison the attention sum)
-    shape = (cfg.n_kv_heads, self.max_context, cfg.head_dim)
+    # the KV cache, (Hkv, rows, D) per layer: rows up to a whole prefill chunk past the context, where the padding
+    # rows of a prompt's last chunk land (never read: attention covers the filled positions only)
+    big = self.PREFILL_CHUNKS[0]
+    self.cache_rows = -(-self.max_context // big) * big
+    shape = (cfg.n_kv_heads, self.cache_rows, cfg.head_dim)
     self.cache_k = [Tensor.zeros(*shape, device=self.device).contiguous().realize() for _ in self.layers]
     self.cache_v = [Tensor.zeros(*shape, device=self.device).contiguous().realize() for _ in self.layers]
+    # key positions, for the causal mask of a prefill chunk over a symbolic number of filled positions
+    self._positions = Tensor.arange(self.cache_rows, device=self.device, dtype=dtypes.int32).realize()
     self.pos = Variable("pos", 0, self.max_context - 1)  # the decode step's position
-    self.last = Variable("last", 0, self.max_context - 1)  # the prefill's last real row
+    self.last = Variable("last", 0, big - 1)  # the row of a prefill chunk whose logits are wanted
     self._decode: Step | None = None
-    self._prefills: dict[int, Step] = {}
+    self._chunks: dict[tuple[int, bool], Step] = {}  # (rows, with logits) -> its jitted step
     self._argmax: Buffer | None = None  # where the last call left its greedy token
     tick("kv cache")
 
@@ -312,64 +319,82 @@ class Llama:
 
   def _logits(self, x: Tensor) -> Tensor: return self._norm_matmul(x, self.output_norm, self.output)
 
-  def decode_step(self, x: Tensor, pos: UOp | Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
-    """One token: x (1, C) at position pos (a bound Variable, or an int32 tensor of shape (1,)) -> [logits (V,), their
-    argmax (the greedy token, so greedy decoding reads back 4 bytes), then the cache writes]. Every shape is fixed
-    and the position only enters as a value, so every call runs the same kernels."""
+  def forward(self, x: Tensor, start: UOp, cos: Tensor, sin: Tensor, last: UOp | None) -> list[Tensor]:
+    """Rows x (T, C) at positions start, start+1, ... (start a bound Variable): writes their keys and values into
+    the cache and returns [the logits (V,) of row `last` (a bound Variable; T = 1 needs none), their argmax], or
+    [the last layer's input] when last is None and T > 1 (a prefill chunk before the prompt's last: only its cache
+    rows matter). Each layer's cache rows are written by a realize of their own before the attention reads the
+    cache, which orders the two (in one schedule the attention reads the buffer, not the write, so nothing would)."""
     cfg = self.cfg
-    H, Hkv, D, S = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.max_context
-    g = H // Hkv
-    ar = Tensor.arange(S, device=self.device, dtype=dtypes.int32)
-    here = (ar == pos).reshape(1, S, 1)  # the cache row this token writes
-    visible = (ar <= pos).reshape(1, 1, S)
-    writes = []
-    for layer, ck, cv in zip(self.layers, self.cache_k, self.cache_v):
-      q, k, v = self._block_input(layer, x, cos, sin)
-      ck = assign_later(ck, here.where(k.reshape(Hkv, 1, D), ck))  # (Hkv, S, D)
-      cv = assign_later(cv, here.where(v.reshape(Hkv, 1, D), cv))
-      scores = (q.reshape(Hkv, g, D) @ ck.transpose(1, 2)) * (1 / math.sqrt(D))  # (Hkv, g, S)
-      attn = attend(visible.where(scores, -math.inf), cv).reshape(1, H * D)  # (Hkv, g, D) -> (1, C)
+    T, H, Hkv, D = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    g, end = H // Hkv, start + T  # end: the filled positions, symbolic
+    visible = None
+    if T > 1:  # causal: row i (position start + i) sees keys at positions <= start + i
+      rows = Tensor.arange(T, device=self.device, dtype=dtypes.int32) + start
+      visible = self._positions.shrink(((0, end),)).reshape(end, 1, 1, 1) <= rows.reshape(1, 1, 1, T)
+    for i, (layer, ck, cv) in enumerate(zip(self.layers, self.cache_k, self.cache_v)):
+      q, k, v = self._block_input(layer, x, cos, sin)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
+      rows_k, rows_v = (c.shrink((None, (start, end), None)) for c in (ck, cv))
+      q = q.contiguous()
+      x.realize(q, assign_later(rows_k, k.permute(1, 0, 2)), assign_later(rows_v, v.permute(1, 0, 2)))
+      if last is None and T > 1 and i == len(self.layers) - 1: return [x]  # a chunk before the last: cache only
+      keys, values = ck.shrink((None, (0, end), None)), cv.shrink((None, (0, end), None))  # (Hkv, end, D)
+      if T == 1:
+        scores = (q.reshape(Hkv, g, D) @ keys.transpose(1, 2)) * (1 / math.sqrt(D))  # (Hkv, g, end)
+        attn = attend(scores, values).reshape(1, H * D)
+      else:
+        # the symbolic axis outermost, in broadcast products and sums: every stride stays a constant (with it
+        # inside, strides are multiples of the symbolic size, and the code generator's index math divided by it
+        # for every element: 60 ms for one 64-row chunk's softmax @ v)
+        qh = q.reshape(T, Hkv, g, D).permute(1, 2, 0, 3).reshape(1, Hkv, g, T, D)
+        keys5, values5 = (c.permute(1, 0, 2).reshape(end, Hkv, 1, 1, D) for c in (keys, values))
+        scores = (qh * keys5).sum(-1) * (1 / math.sqrt(D))  # (end, Hkv, g, T)
+        assert visible is not None
+        scores = visible.where(scores, -math.inf)
+        e = (scores - scores.max(0)).exp().contiguous()
+        attn = (e.reshape(end, Hkv, g, T, 1) * values5).sum(0) / e.sum(0).reshape(Hkv, g, T, 1)  # (Hkv, g, T, D)
+        # rows in (T, C) order: the output projection's matmul then reads them with vector loads
+        attn = attn.permute(2, 0, 1, 3).reshape(T, H * D).contiguous()
       x = self._block_output(layer, x, attn)
-      writes += [ck, cv]
+    if T > 1:
+      pick = (Tensor.arange(T, device=self.device, dtype=dtypes.int32) == last).reshape(T, 1)
+      x = pick.where(x, 0.0).sum(0, keepdim=True)
     logits = self._logits(x).reshape(cfg.vocab_size)
-    return [logits, logits.argmax()] + writes
-
-  def prefill_step(self, x: Tensor, last: UOp | Tensor, cos: Tensor, sin: Tensor) -> list[Tensor]:
-    """A prompt from position 0: x (T, C) -> [the logits (V,) at row `last` (a bound Variable), their
-    argmax, then the cache writes]. Rows after `last` are padding: causal masking keeps them out of the real rows,
-    and decoding overwrites them in the cache before it looks at them."""
-    cfg = self.cfg
-    T, H, Hkv, D, S = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, self.max_context
-    g = H // Hkv
-    causal = Tensor.full((T, T), True, dtype=dtypes.bool, device=self.device).tril()
-    writes = []
-    for layer, ck, cv in zip(self.layers, self.cache_k, self.cache_v):
-      q, k, v = self._block_input(layer, x, cos, sin)
-      k, v = k.permute(1, 0, 2), v.permute(1, 0, 2)  # (Hkv, T, D)
-      qh = q.reshape(T, Hkv, g, D).permute(1, 2, 0, 3)  # (Hkv, g, T, D)
-      scores = (qh @ k.reshape(Hkv, 1, T, D).transpose(2, 3)) * (1 / math.sqrt(D))  # (Hkv, g, T, T)
-      attn = attend(causal.where(scores, -math.inf), v.reshape(Hkv, 1, T, D)).permute(2, 0, 1, 3).reshape(T, H * D)
-      attn = attn.contiguous()  # rows in (T, C) order: the output projection's matmul then reads them with vector loads
-      x = self._block_output(layer, x, attn)
-      writes += [assign_later(ck, k.pad((None, (0, S - T), None))), assign_later(cv, v.pad((None, (0, S - T), None)))]
-    pick = (Tensor.arange(T, device=self.device, dtype=dtypes.int32) == last).reshape(T, 1)
-    logits = self._logits(pick.where(x, 0.0).sum(0, keepdim=True)).reshape(cfg.vocab_size)
-    return [logits, logits.argmax()] + writes
+    return [logits, logits.argmax()]
 
   # ***** token-level driver *****
 
   def prefill(self, tokens: list[int]) -> Tensor:
-    """Run a prompt from position 0 (what the cache held before is dropped); the logits (V,) after its last token."""
+    """Run a prompt from position 0 (what the cache held before is dropped); the logits (V,) after its last token.
+    The prompt runs in chunks: big ones while more than two small chunks' worth remains (the last one padded),
+    then small ones, each size its own jitted pass (compiled once, for every prompt length)."""
     n = len(tokens)
     if n == 0: raise ValueError("Llama.prefill: the prompt has no tokens")
     if n > self.max_context:
       raise ValueError(f"Llama.prefill: the prompt has {n} tokens, more than the context {self.max_context}")
-    T = min(max(8, 1 << (n - 1).bit_length()), self.max_context)
-    if (run := self._prefills.get(T)) is None:
+    big, small = self.PREFILL_CHUNKS[0], self.PREFILL_CHUNKS[-1]
+    start, outs = 0, None
+    while start < n:
+      left = n - start
+      T = big if left > 2 * small else small
+      final = left <= T
+      chunk = tokens[start:start + T]
+      run = self._chunk_step(T, final)
+      cos, sin = self._rope_bytes(start, T)
+      vars_ = [run.var.bind(start)] + ([self.last.bind(len(chunk) - 1)] if final else [])
+      outs = run(self._embed(chunk, T), vars_, cos, sin)
+      start += T
+    assert outs is not None
+    return self._result(outs)
+
+  def _chunk_step(self, T: int, final: bool) -> Step:
+    if (run := self._chunks.get((T, final))) is None:
       R = self.cfg.rotary_dim
-      run = self._prefills[T] = Step(self.prefill_step, [(T, self.cfg.dim), (T, 1, R), (T, 1, R)], self.device)
-    cos, sin = self._rope_bytes(0, T)
-    return self._result(run(self._embed(tokens, T), self.last.bind(n - 1), cos, sin))
+      start = Variable(f"start{T}", 0, self.cache_rows - T)
+      fn = (lambda x, s, last, c, si: self.forward(x, s, c, si, last)) if final else \
+        (lambda x, s, c, si: self.forward(x, s, c, si, None))
+      run = self._chunks[(T, final)] = Step(fn, [(T, self.cfg.dim), (T, 1, R), (T, 1, R)], self.device, start)
+    return run
 
   def step(self, token: int, pos: int) -> Tensor:
     """Feed one token at position pos (the cache must hold positions 0..pos-1); the logits (V,) after it."""
@@ -377,9 +402,19 @@ class Llama:
       raise ValueError(f"Llama.step: position {pos} is outside the context [0, {self.max_context})")
     if self._decode is None:
       R = self.cfg.rotary_dim
-      self._decode = Step(self.decode_step, [(1, self.cfg.dim), (1, 1, R), (1, 1, R)], self.device)
+      shapes = [(1, self.cfg.dim), (1, 1, R), (1, 1, R)]
+      self._decode = Step(lambda x, p, c, si: self.forward(x, p, c, si, None), shapes, self.device, self.pos)
     cos, sin = self._rope_bytes(pos, 1)
-    return self._result(self._decode(self._embed([token], 1), self.pos.bind(pos), cos, sin))
+    return self._result(self._decode(self._embed([token], 1), [self.pos.bind(pos)], cos, sin))
+
+  def warm_up(self) -> None:
+    """Compile and capture every prefill chunk and the decode step now (a server does this before it listens, so
+    no request waits for a compiler)."""
+    # each chunk size as a prompt's last chunk and as one before it
+    lengths = [min(n, self.max_context) for T in self.PREFILL_CHUNKS for n in (T, T + 1)]
+    for n in lengths:
+      for _ in range(2): self.prefill([0] * n)  # a TinyJit runs the first call and captures the second
+    for _ in range(2): self.step(0, min(1, self.max_context - 1))
 
   def _result(self, outs: tuple[Tensor, Tensor]) -> Tensor:
     self._argmax = buffers[outs[1].uop.base]
@@ -391,32 +426,35 @@ class Llama:
     return int.from_bytes(self._argmax.as_bytes(), "little", signed=True)
 
 class Step:
-  """A jitted step function of float32 inputs of fixed shapes, fed raw bytes, and one bound Variable. The inputs are
+  """A jitted step function of float32 inputs of fixed shapes, fed raw bytes, and bound Variables. The inputs are
   Tensors of their own: each call copies new bytes into their buffers, so the TinyJit replays its kernels on the same
-  buffers with the Variable's new value. The function returns [result, its argmax, then in-place writes]; a call
-  realizes them all and returns the first two."""
-  def __init__(self, fn: Callable[..., list[Tensor]], shapes: list[tuple[int, ...]], device: str):
-    self.fn = fn
+  buffers with the Variables' new values. The function returns the Tensors to realize: [result, its argmax] (a call
+  returns them), or a state to realize with nothing returned."""
+  def __init__(self, fn: Callable[..., list[Tensor]], shapes: list[tuple[int, ...]], device: str, var: UOp):
+    self.fn, self.var = fn, var
     self.inputs = [Tensor.empty(*shape, dtype=dtypes.float32, device=device) for shape in shapes]
     self.bufs: list[Buffer] = [buffers[t.uop.base] for t in self.inputs]
     self.jit = TinyJit(self._run)
 
-  def _run(self, x: Tensor, var: UOp, *rest: Tensor) -> tuple[Tensor, Tensor]:
-    outs = self.fn(x, var, *rest)
-    outs[0].realize(*outs[1:])  # the writes are realized here, so the jit doesn't rebuild Tensors for them
-    return outs[0], outs[1]
+  def _run(self, x: Tensor, *rest: Any) -> tuple[Tensor, ...]:
+    outs = self.fn(x, *rest)
+    outs[0].realize(*outs[1:])
+    return tuple(outs)
 
-  def __call__(self, x: bytes, var: UOp, *rest: bytes) -> tuple[Tensor, Tensor]:
+  def __call__(self, x: bytes, vars_: list[UOp], *rest: bytes) -> tuple[Tensor, ...]:
     for buf, data in zip(self.bufs, (x, *rest)):
       buf.copyin(memoryview(data))
       buf.version += 1  # results computed from the old bytes are stale
-    return self.jit(self.inputs[0], var, *self.inputs[1:])
+    return self.jit(self.inputs[0], *vars_, *self.inputs[1:])
 
 def assign_later(target: Tensor, value: Tensor) -> Tensor:
-  """`value` written into target's buffer when the result is realized (Tensor.assign writes at once). The value may
-  read the target only at the position it writes."""
-  if target.uop.base.op is not Ops.BUFFER or prod(target.shape) != target.uop.base.arg[1]:
-    raise ValueError(f"assign_later: the target must be a whole realized buffer, got {target.uop.op}")
+  """`value` written into target when the result is realized (Tensor.assign writes at once): a whole realized
+  buffer, or a shrunk region of one (its bounds may be symbolic: one KV cache row at a Variable position). The value
+  may read the target only at the position it writes."""
+  u = target.uop
+  while u.op in (Ops.RESHAPE, Ops.SHRINK): u = u.src[0]
+  if u.op is not Ops.BUFFER:
+    raise ValueError(f"assign_later: the target must be a realized buffer or a shrunk region of one, got {u.op}")
   if value.shape != target.shape or value.dtype != target.dtype:
     raise ValueError(f"assign_later: target is {target.shape} {target.dtype}, value {value.shape} {value.dtype}")
   return target._new(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)))

