@@ -134,3 +134,20 @@ def test_schedule_builds_in_parallel(empty_cache: None, monkeypatch: pytest.Monk
   a, b = np.random.default_rng(4).standard_normal((2, 3, 4), dtype=np.float32)
   with Context(QUICK_BUILD=0):
     np.testing.assert_allclose(_graph(Tensor(a), Tensor(b)).numpy(), _ref(a, b), rtol=1e-5, atol=1e-5)
+
+def test_exit_drops_queued_background_builds(tmp_path: Any) -> None:
+  # a short script must not wait at exit for every optimized build still queued behind its quick ones: those under
+  # way finish (and are cached), the queued ones are dropped
+  import subprocess, sys
+  log = tmp_path / "started.txt"
+  code = (f"import time\nfrom attograd import Tensor\nfrom attograd.engine import realize\nfrom attograd.helpers import Context\n"
+          f"build = realize._build\n"
+          f"def slow(spec):\n  open({str(log)!r}, 'a').write('x')\n  time.sleep(0.5)\n  return build(spec)\n"
+          f"realize._build = slow\n"
+          f"with Context(QUICK_BUILD=2):\n"
+          f"  x = Tensor.arange(64).float()\n"
+          f"  for i in range(40): x = (x * {1.5} + i).contiguous()\n"
+          f"  x.realize()\n")
+  env = {**os.environ, "ATTOGRAD_CACHE_DIR": str(tmp_path / "cache")}
+  subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+  assert 0 < len(log.read_text()) < 40
