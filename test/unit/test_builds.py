@@ -44,7 +44,8 @@ def _ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _runners_of(t: Tensor) -> list[realize.CompiledRunner]:
   items, _ = create_schedule([t.uop])
-  return [realize._runners[(si.bufs[0].device, si.ast)] for si in items if (si.bufs[0].device, si.ast) in realize._runners]
+  keys = [(si.bufs[0].device, si.ast) for si in items]
+  return [realize._runners[k] for k in keys if k in realize._runners]
 
 def test_quick_build_matches_optimized() -> None:
   # one -O1 library for several kernels, two of them with the same name: each program computes what its own -O3 does
@@ -140,8 +141,8 @@ def test_exit_drops_queued_background_builds(tmp_path: Any) -> None:
   # way finish (and are cached), the queued ones are dropped
   import subprocess, sys
   log = tmp_path / "started.txt"
-  code = (f"import time\nfrom attograd import Tensor\nfrom attograd.engine import realize\nfrom attograd.helpers import Context\n"
-          f"build = realize._build\n"
+  code = (f"import time\nfrom attograd import Tensor\nfrom attograd.engine import realize\n"
+          f"from attograd.helpers import Context\nbuild = realize._build\n"
           f"def slow(spec):\n  open({str(log)!r}, 'a').write('x')\n  time.sleep(0.5)\n  return build(spec)\n"
           f"realize._build = slow\n"
           f"with Context(QUICK_BUILD=2):\n"
