@@ -132,17 +132,26 @@ class LRUAllocator(Allocator):
 class Compiler:
   """Turns source text into a loadable binary, cached on disk by a hash of source and flags."""
   cachekey: str | None = None  # None: don't cache on disk
+  threadsafe = False  # True: compile() may run in several threads at once (the engine builds kernels in parallel)
   def compile(self, src: str) -> bytes: raise NotImplementedError("subclass must implement compile")
+  def _disk_key(self, src: str) -> str | None:
+    if self.cachekey is None or getenv("DISABLE_COMPILER_CACHE"): return None
+    return hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
+  def cached(self, src: str) -> bytes | None:
+    """The binary from the disk cache, or None (not built before, or no caching): a lookup that never compiles."""
+    return None if (key := self._disk_key(src)) is None else disk_cache_get("compile", key)
   def compile_cached(self, src: str) -> bytes:
-    if self.cachekey is None or getenv("DISABLE_COMPILER_CACHE"): return self.compile(src)
-    key = hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
+    if (key := self._disk_key(src)) is None: return self.compile(src)
     if (lib := disk_cache_get("compile", key)) is not None: return lib
     lib = self.compile(src)
     disk_cache_put("compile", key, lib)
     return lib
 
 class Compiled:
-  """A device: its allocator, renderer, compiler and program class."""
+  """A device: its allocator, renderer, compiler and program class.
+  A device may also offer `quick_build(kernels: list[tuple[name, src]]) -> list[program]`: a cheap build of several
+  kernels at once (slower code), which the engine runs while the optimized builds are made in the background."""
+  quick_build: Callable[[list[tuple[str, str]]], list[Any]] | None = None
   def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
     self.device, self.allocator, self.renderer, self.compiler, self.runtime = device, allocator, renderer, compiler, runtime
   def synchronize(self) -> None: pass

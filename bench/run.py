@@ -1,7 +1,11 @@
 """`python -m bench`: attograd next to NumPy (and PyTorch when installed) on matmul, a fused elementwise chain,
-a sum reduction and per-realize framework overhead, all measured in one run."""
+a sum reduction, per-realize framework overhead, conv, MNIST training, first runs with an empty kernel cache and LLM
+inference, all measured in one run. Each row shows attograd's ratio to the best peer and to this machine's limit
+(peak FLOPs of an OpenBLAS sgemm, copy bandwidth), both measured in the same run, and its change since the last run
+of the same configuration, from a JSON history: a row more than 10% worse is flagged."""
 from __future__ import annotations
-import argparse, importlib.metadata, importlib.util, os, platform, statistics, subprocess, sys, tempfile, time
+import argparse, datetime, importlib.metadata, importlib.util, json, os, platform, statistics, subprocess, sys
+import tempfile, time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -351,6 +355,136 @@ def make_latency(n: int) -> Bench:
     return lambda: rows
   return Bench("latency", [warm, cold], {fw: setup(fw) for fw in ("attograd", "numpy", "torch")})
 
+# ***** first runs: a fresh process with an empty kernel cache, everything built from scratch *****
+
+# each script prints the seconds from building its inputs (or model) to the end of the work, as its last line;
+# {fw} picks the framework, {a}, {b}, {c} are sizes
+_FIRST_RUN = {
+  "conv": """
+import time, numpy as np
+rng = np.random.default_rng(5)
+xn, wn = rng.standard_normal(({a}, 32, 32, 32), dtype=np.float32), rng.standard_normal((64, 32, 3, 3), dtype=np.float32)
+if "{fw}" == "attograd":
+  from attograd import Tensor
+else: import torch
+st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
+if "{fw}" == "attograd":
+  x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+  x.conv2d(w, padding=1).square().mean().backward()
+  x.grad.numpy(), w.grad.numpy()
+else:
+  x, w = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
+  torch.nn.functional.conv2d(x, w, padding=1).square().mean().backward()
+  x.grad.numpy(), w.grad.numpy()
+print(time.perf_counter() - st)
+""",
+  # compile-bound: small tensors, so the time is lowering and compiling (forward and backward)
+  "pool": """
+import time, numpy as np
+xn = np.random.default_rng(8).standard_normal((1, 2, 16, 16, 16), dtype=np.float32)
+if "{fw}" == "attograd":
+  from attograd import Tensor
+else: import torch
+st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
+if "{fw}" == "attograd":
+  x = Tensor(xn, requires_grad=True)
+  x.avg_pool2d(kernel_size=(8, 8, 8), stride=1).square().sum().backward()
+else:
+  x = torch.tensor(xn, requires_grad=True)
+  torch.nn.functional.avg_pool3d(x, (8, 8, 8), stride=1).square().sum().backward()
+x.grad.numpy()
+print(time.perf_counter() - st)
+""",
+  "conv5": """
+import time, numpy as np
+rng = np.random.default_rng(9)
+xn, wn = rng.standard_normal((8, 16, 28, 28), dtype=np.float32), rng.standard_normal((32, 16, 5, 5), dtype=np.float32)
+if "{fw}" == "attograd":
+  from attograd import Tensor
+else: import torch
+st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
+if "{fw}" == "attograd":
+  x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+  x.conv2d(w).relu().sum().backward()
+else:
+  x, w = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
+  torch.nn.functional.conv2d(x, w).relu().sum().backward()
+x.grad.numpy(), w.grad.numpy()
+print(time.perf_counter() - st)
+""",
+  "softmax": """
+import time, numpy as np
+xn = np.random.default_rng(10).standard_normal((64, 1000), dtype=np.float32)
+if "{fw}" == "attograd":
+  from attograd import Tensor
+else: import torch
+st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
+if "{fw}" == "attograd":
+  x = Tensor(xn, requires_grad=True)
+  (x.softmax(-1) * x).sum().backward()
+else:
+  x = torch.tensor(xn, requires_grad=True)
+  (torch.softmax(x, -1) * x).sum().backward()
+x.grad.numpy()
+print(time.perf_counter() - st)
+""",
+  # the LLM path: a GPT-2-small-shaped llama (random weights) prefills {a} tokens and greedily generates {b} more
+  "gpt2": """
+import time
+from bench.llm import TorchLlama, gpt2_shaped
+cfg, w = gpt2_shaped()
+prompt = [1 + (i * 7919) % (cfg.vocab_size - 1) for i in range({a})]
+if "{fw}" == "attograd":
+  from attograd import Tensor
+  from attograd.llm.model import Llama
+else: import torch
+st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
+if "{fw}" == "attograd":
+  from attograd.llm.model import Llama
+  m = Llama(cfg, {{k: Tensor(v) for k, v in w.items()}}, max_context=256)
+  tok = int(m.prefill(prompt).argmax().item())
+  for p in range({a}, {a} + {b}):
+    m.step(tok, p)
+    tok = m.greedy_token()
+else:
+  with torch.inference_mode():
+    tm = TorchLlama(cfg, w, 256)
+    tok = int(tm.forward(prompt, 0).argmax())
+    for p in range({a}, {a} + {b}): tok = int(tm.forward([tok], p).argmax())
+print(time.perf_counter() - st)
+"""}
+
+def fresh_process(script: str, empty_cache: bool) -> Callable[[], float]:
+  """A self-timed row: run `script` in a new interpreter (with an empty kernel cache if asked); its figure is the
+  seconds the script prints, which leave out starting Python and importing NumPy."""
+  def run() -> float:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT] + sys.path)}
+    with tempfile.TemporaryDirectory() as tmp:
+      if empty_cache: env["ATTOGRAD_CACHE_DIR"] = tmp
+      out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, env=env)
+    if out.returncode != 0: raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
+    return float(out.stdout.strip().splitlines()[-1])
+  run.self_timed = True  # type: ignore[attr-defined]
+  return run
+
+def make_firstrun(s: Sizes) -> Bench:
+  """What a new program waits for: every kernel lowered and compiled in a fresh process with an empty cache. PyTorch
+  runs the same work in a fresh process (it compiles nothing)."""
+  cases = [("conv", f"first run: conv2d fwd+bwd b{s.conv_batch} 3x3", (s.conv_batch, 0)),
+           ("mnist", f"first run: MNIST step b{s.mnist_batch}", (s.mnist_batch, 0)),
+           ("gpt2", "first run: GPT-2-shaped 8+8 tokens", (8, 8)),
+           ("pool", "compile: avg_pool 8x8x8 fwd+bwd", (0, 0)),
+           ("conv5", "compile: conv2d 5x5 fwd+bwd", (0, 0)),
+           ("softmax", "compile: softmax fwd+bwd", (0, 0))]
+  if s is TINY: cases = [c for c in cases if c[0] in ("softmax", "conv5")]  # the interpreter: minutes for the rest
+  rows = [Row(name, "s", 0.0) for _, name, _ in cases]
+  def script(key: str, fw: str, a: int, b: int) -> str:
+    if key == "mnist": return _FIRST_STEP.format(batch=a, fw=fw)
+    return _FIRST_RUN[key].format(fw=fw, a=a, b=b)
+  def setup(fw: str) -> Callable[[], dict[str, Callable[[], Any]]]:
+    return lambda: {name: fresh_process(script(key, fw, *ab), fw == "attograd") for key, name, ab in cases}
+  return Bench("firstrun", rows, {fw: setup(fw) for fw in ("attograd", "torch")})
+
 BENCHES: dict[str, Callable[[Sizes], Bench]] = {
   "matmul": lambda s: _merge("matmul", [make_matmul(n) for n in ((512, 1024, 2048) if s.matmul == 1024 else (s.matmul,))]),
   "softmax": lambda s: make_softmax(s.matmul * 4),
@@ -360,6 +494,7 @@ BENCHES: dict[str, Callable[[Sizes], Bench]] = {
   "overhead": lambda s: make_overhead(s.overhead),
   "conv": lambda s: make_conv(s.conv_batch),
   "mnist": lambda s: make_mnist(s.mnist_batch),
+  "firstrun": make_firstrun,
 }
 
 # ***** running and printing *****
@@ -393,14 +528,83 @@ def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
       t = measured[id(fn)]
       row.values[fw] = row.figure(t) if isinstance(t, float) else t
 
-def _ratio(row: Row, other: str) -> str:
-  a, b = row.values.get("attograd"), row.values.get(other)
-  if not isinstance(a, float) or not isinstance(b, float) or a == 0 or b == 0: return "-"
-  # ratio > 1 means attograd is faster, for throughput and for time rows alike
-  return f"{(b / a if row.unit in ('us', 's') else a / b):.2f}x"
+LOWER_IS_BETTER = ("us", "s")
+PEERS = ("numpy", "torch")
+REGRESSION = 0.10  # a row this much worse than in the last run of the same configuration is flagged
 
-def print_table(rows: list[Row], has_torch: bool) -> list[str]:
-  """Print the table; return the error messages it refers to as [1], [2], ..."""
+def _speedup(a: float, b: float, unit: str) -> float:
+  """How many times better a is than b (> 1: a is better), for throughput and for time rows alike."""
+  return b / a if unit in LOWER_IS_BETTER else a / b
+
+def ratio_to_best(row: Row) -> float | None:
+  """attograd against the best peer on this row (> 1: attograd is faster); None without both figures."""
+  a = row.values.get("attograd")
+  peers = [v for fw, v in row.values.items() if fw in PEERS and isinstance(v, float) and v > 0]
+  if not isinstance(a, float) or a <= 0 or not peers: return None
+  best = min(peers) if row.unit in LOWER_IS_BETTER else max(peers)
+  return _speedup(a, best, row.unit)
+
+def ratio_to_limit(row: Row, limits: dict[str, float]) -> float | None:
+  """attograd's share of what this machine can do: GFLOPS rows against peak sgemm, GB/s rows against copy bandwidth."""
+  a, lim = row.values.get("attograd"), limits.get(row.unit)
+  return a / lim if isinstance(a, float) and lim else None
+
+def measure_limits(quick: bool) -> dict[str, float]:
+  """The machine's limits, measured now (the machine may be busy: same conditions as the rows): peak float32 FLOPs of
+  NumPy's sgemm (OpenBLAS) on a big matrix, and the bandwidth of a copy far bigger than the caches (read + write)."""
+  n, m = (1024, 1 << 23) if quick else (2048, 1 << 25)
+  a, b = np.ones((n, n), np.float32), np.ones((n, n), np.float32)
+  src, dst = np.ones(m, np.float32), np.empty(m, np.float32)
+  return {"GFLOPS": 2.0 * n**3 / median_time(lambda: a @ b) / 1e9,
+          "GB/s": 2.0 * src.nbytes / median_time(lambda: np.copyto(dst, src)) / 1e9}
+
+# ***** history: each run appends its figures; the next run of the same configuration compares against it *****
+
+def default_history() -> str:
+  base = os.getenv("ATTOGRAD_CACHE_DIR") or os.path.join(os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                                         "attograd")
+  return os.path.join(base, "bench_history.json")
+
+def load_history(path: str) -> list[dict[str, Any]]:
+  try:
+    with open(path) as f: hist = json.load(f)
+    return hist if isinstance(hist, list) else []
+  except (OSError, ValueError): return []  # none yet, or unreadable: this run starts a new one
+
+def previous_run(history: list[dict[str, Any]], config: str) -> dict[str, Any] | None:
+  return next((h for h in reversed(history) if h.get("config") == config), None)
+
+def changes(rows: list[Row], prev: dict[str, Any] | None) -> dict[str, float]:
+  """Per row, attograd's change since the previous run as a speedup - 1 (-0.2: 20% worse), where both have a figure."""
+  if prev is None: return {}
+  out = {}
+  for row in rows:
+    old, new = prev.get("rows", {}).get(row.name, {}).get("attograd"), row.values.get("attograd")
+    if isinstance(old, (int, float)) and isinstance(new, float) and old > 0 and new > 0:
+      out[row.name] = _speedup(new, float(old), row.unit) - 1
+  return out
+
+def save_history(path: str, history: list[dict[str, Any]], config: str, rows: list[Row],
+                 limits: dict[str, float]) -> None:
+  entry = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "config": config,
+           "commit": _commit(), "limits": limits,
+           "rows": {r.name: {"unit": r.unit, **{fw: v for fw, v in r.values.items() if isinstance(v, float)}}
+                    for r in rows}}
+  try:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f: json.dump((history + [entry])[-500:], f, indent=1)
+    os.replace(tmp, path)
+  except OSError as e: print(f"bench: could not write the history {path}: {e}")
+
+def _commit() -> str:
+  try: return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+  except (OSError, subprocess.TimeoutExpired): return ""
+
+def print_table(rows: list[Row], frameworks: list[str], limits: dict[str, float],
+                change: dict[str, float]) -> tuple[list[str], list[str]]:
+  """Print the table; return the error messages it refers to as [1], [2], ... and the rows that regressed."""
   errors: list[str] = []
   def cell(row: Row, fw: str) -> str:
     v = row.values.get(fw)
@@ -408,20 +612,26 @@ def print_table(rows: list[Row], has_torch: bool) -> list[str]:
     if isinstance(v, float): return f"{v:.1f}" if v >= 10 else f"{v:.3g}"
     if v not in errors: errors.append(v)
     return f"error[{errors.index(v) + 1}]"
-  # frameworks only some rows have (the LLM rows' llama.cpp and quantized attograd) get a column each, at the end
+  peers = [fw for fw in PEERS if fw in frameworks]
+  # frameworks only some rows have (the LLM rows' llama.cpp and quantized attograd) get a column each, after the peers
   extra = list(dict.fromkeys(fw for row in rows for fw in row.values if fw not in FRAMEWORKS))
-  header = f"{'benchmark':<38}{'unit':>7}{'attograd':>11}{'numpy':>11}{'ratio':>8}"
-  if has_torch: header += f"{'torch':>11}{'ratio':>8}"
-  header += "".join(f"{fw:>20}" for fw in extra)
+  header = f"{'benchmark':<40}{'unit':>8}{'attograd':>11}" + "".join(f"{fw:>11}" for fw in peers)
+  header += "".join(f"{fw:>20}" for fw in extra) + f"{'vs best':>9}{'vs limit':>10}{'vs last':>10}"
   print(header)
   print("-" * len(header))
+  regressed = []
   for row in rows:
-    line = f"{row.name:<38}{row.unit:>7}{cell(row, 'attograd'):>11}{cell(row, 'numpy'):>11}{_ratio(row, 'numpy'):>8}"
-    if has_torch: line += f"{cell(row, 'torch'):>11}{_ratio(row, 'torch'):>8}"
+    line = f"{row.name:<40}{row.unit:>8}{cell(row, 'attograd'):>11}" + "".join(f"{cell(row, fw):>11}" for fw in peers)
     line += "".join(f"{cell(row, fw):>20}" for fw in extra)
+    best, lim, ch = ratio_to_best(row), ratio_to_limit(row, limits), change.get(row.name)
+    line += f"{f'{best:.2f}x' if best is not None else '-':>9}{f'{lim:.0%}' if lim is not None else '-':>10}"
+    if ch is not None and ch < -REGRESSION: regressed.append(row.name)
+    line += f"{(f'{ch:+.0%}' + (' !' if ch < -REGRESSION else '  ')) if ch is not None else '-':>10}"
     print(line)
-  print("ratio = attograd speed / other speed (> 1: attograd is faster; for 'us' and 's' rows, lower time is faster)")
-  return errors
+  print("vs best = attograd speed / the best peer's (> 1: attograd is faster; for 'us' and 's' rows lower time is "
+        "faster); vs limit = attograd's share of the machine's peak sgemm FLOPs (GFLOPS rows) or copy bandwidth (GB/s "
+        f"rows); vs last = the change since the last run of this configuration, '!' when over {REGRESSION:.0%} worse")
+  return errors, regressed
 
 def _attograd_device() -> str:
   try:
@@ -436,6 +646,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--quick", action="store_true", help="smaller sizes, for a fast smoke run")
   parser.add_argument("--only", metavar="NAME", help=f"comma-separated subset of: {', '.join(BENCHES)}, llm")
   parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks of failing benchmarks")
+  parser.add_argument("--history", metavar="PATH", default=default_history(),
+                      help="the JSON history this run is compared with and appended to (default: %(default)s)")
+  parser.add_argument("--no-history", action="store_true", help="neither compare with nor record into the history")
   args = parser.parse_args(argv)
   if np is None:
     print("bench: NumPy is needed for the reference figures; install it with `pip install -e '.[test]'`")
@@ -456,6 +669,9 @@ def main(argv: list[str] | None = None) -> int:
   else: torch_line = "torch: not installed"
   print(f"attograd device {device}" + (" (tiny sizes: the PYTHON device is an interpreter)" if sizes is TINY else ""))
   print(f"numpy {np.__version__}, {torch_line}, python {platform.python_version()}, {os.cpu_count()} cpus")
+  limits = measure_limits(sizes is not FULL)
+  print(f"machine limits, measured now: peak sgemm {limits['GFLOPS']:.1f} GFLOPS (NumPy/OpenBLAS), copy bandwidth "
+        f"{limits['GB/s']:.1f} GB/s")
   print()
 
   rows: list[Row] = []
@@ -475,7 +691,14 @@ def main(argv: list[str] | None = None) -> int:
       continue
     run_bench(bench, frameworks, args.verbose)
     rows.extend(bench.rows)
-  errors = print_table(rows, "torch" in frameworks)
+  config = f"{device}/{'full' if sizes is FULL else 'quick' if sizes is QUICK else 'tiny'}/{','.join(names)}"
+  history = [] if args.no_history else load_history(args.history)
+  prev = previous_run(history, config)
+  errors, regressed = print_table(rows, frameworks, limits, changes(rows, prev))
   for i, e in enumerate(errors): print(f"[{i + 1}] {e}")
   if errors and not args.verbose: print("run with -v for full tracebacks")
+  if prev is not None:
+    print(f"compared with the run of {prev.get('time', '?')} (commit {prev.get('commit') or '?'}) in {args.history}")
+  if regressed: print(f"REGRESSED more than {REGRESSION:.0%} since then: {', '.join(regressed)}")
+  if not args.no_history: save_history(args.history, history, config, rows, limits)
   return 1 if errors else 0

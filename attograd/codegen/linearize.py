@@ -18,14 +18,26 @@ def linearize(sink: UOp) -> list[UOp]:
   reduces = [u for u in topo if u.op is Ops.REDUCE]
   has_barrier = any(u.op is Ops.BARRIER for u in topo)
   out: list[UOp] = []
-  visible: list[set[UOp]] = [set()]   # emitted nodes per open scope
+  # emitted nodes an open scope can use: one set for lookups (a node is tested many times per kernel, and a list of
+  # per-scope sets made each test a loop: a third of lowering a big conv), and what each scope added, to close it
+  visible: set[UOp] = set()
+  scopes: list[list[UOp]] = [[]]
   acc_of: dict[UOp, UOp] = {}
   n_acc = [0]
 
-  def is_visible(u: UOp) -> bool:
-    for s in visible:
-      if u in s: return True
-    return False
+  def show(u: UOp) -> None:
+    if u not in visible:
+      visible.add(u)
+      scopes[-1].append(u)
+  def open_scope(rng: UOp) -> None:
+    scopes.append([])
+    show(rng)
+    open_rngs.append(rng)
+    open_now[0] = open_now[0] | {rng}
+  def close_scope() -> None:
+    visible.difference_update(scopes.pop())
+    open_rngs.pop()
+    open_now[0] = frozenset(open_rngs)
 
   def emit_tree(root: UOp, hoist: bool = False) -> None:
     # post-order over what is not yet visible; REDUCE nodes open their own loops.
@@ -34,12 +46,12 @@ def linearize(sink: UOp) -> list[UOp]:
     expanded: set[UOp] = set()  # a DAG: expand each node once, or shared subgraphs blow up exponentially
     while stack:
       u, done = stack.pop()
-      if is_visible(u): continue
+      if u in visible: continue
       if not done:
         if u in expanded: continue
         expanded.add(u)
-      if hoist and (u.op in (Ops.STORE, Ops.REDUCE, Ops.RANGE) or not deps[u] <= open_now()):
-        stack.extend((s, False) for s in u.src if not is_visible(s))
+      if hoist and (u.op in (Ops.STORE, Ops.REDUCE, Ops.RANGE) or not deps[u] <= open_now[0]):
+        stack.extend([(s, False) for s in u.src if s not in visible])
         continue
       if u.op is Ops.REDUCE:
         if not done:
@@ -48,23 +60,23 @@ def linearize(sink: UOp) -> list[UOp]:
         emit_reduce_group(u)
         continue
       if done:
-        if hoist and not all(is_visible(s) for s in u.src): continue  # depends on a reduce not yet emitted
-        if not is_visible(u):
+        if hoist and not all(s in visible for s in u.src): continue  # depends on a reduce not yet emitted
+        if u not in visible:
           out.append(u)
-          visible[-1].add(u)
+          show(u)
         continue
       stack.append((u, True))
-      stack.extend((s, False) for s in u.src if not is_visible(s))
+      stack.extend([(s, False) for s in u.src if s not in visible])
 
   def emit_reduce_group(r: UOp) -> None:
     rngs = r.src[1:]
-    group = [x for x in reduces if x.src[1:] == rngs and x not in acc_of and deps[x] <= open_now()]
+    group = [x for x in reduces if x.src[1:] == rngs and x not in acc_of and deps[x] <= open_now[0]]
     if r not in group: group.append(r)
     for x in group:
       init = UOp.const(x.dtype, _identity(x.arg, x.dtype))
-      if not is_visible(init):
+      if init not in visible:
         out.append(init)
-        visible[-1].add(init)
+        show(init)
       acc = UOp(Ops.DEFINE_ACC, x.dtype, (init,), n_acc[0])
       n_acc[0] += 1
       out.append(acc)
@@ -74,8 +86,7 @@ def linearize(sink: UOp) -> list[UOp]:
       for b in [n for n in x.src[0].toposort() if n.op is Ops.BARRIER]: emit_tree(b)
     for rng in rngs:
       out.append(rng)
-      visible.append({rng})
-      open_rngs.append(rng)
+      open_scope(rng)
     # many float accumulators summing unrolled products (a conv's or matmul's register tile): each product goes
     # straight into its accumulator (one fused multiply-add each), position by position across the tile, so an
     # operand shared by the tile is loaded once per position and few values are live at a time. Past 16 of them
@@ -92,9 +103,8 @@ def linearize(sink: UOp) -> list[UOp]:
     for x in group: out.append(UOp(Ops.ACC_ASSIGN, dtypes.void, (acc_of[x], new[x])))
     for rng in reversed(rngs):
       out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))
-      visible.pop()
-      open_rngs.pop()
-    for x in group: visible[-1].add(x)
+      close_scope()
+    for x in group: show(x)
 
   def _terms(u: UOp) -> list[UOp]:  # a left-leaning chain of adds of products: its innermost operand, then each product
     out: list[UOp] = []
@@ -104,7 +114,7 @@ def linearize(sink: UOp) -> list[UOp]:
     return [u] + out[::-1]
 
   open_rngs: list[UOp] = []
-  def open_now() -> frozenset[UOp]: return frozenset(open_rngs)
+  open_now: list[frozenset[UOp]] = [frozenset()]  # the open ranges as a set, kept as they open and close
 
   # output loops: every range a store depends on, outermost axis first
   out_ranges = sorted({r for st in sink.src for r in deps[st]}, key=lambda r: r.arg[0])
@@ -113,14 +123,13 @@ def linearize(sink: UOp) -> list[UOp]:
   for st in sink.src: emit_tree(st, hoist=True)
   for rng in out_ranges:
     out.append(rng)
-    visible.append({rng})
-    open_rngs.append(rng)
+    open_scope(rng)
     if rng is not out_ranges[-1]:
       for st in sink.src: emit_tree(st, hoist=True)
   for st in sink.src: emit_tree(st)
   for rng in reversed(out_ranges):
     out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))
-    visible.pop()
+    close_scope()
 
   # point every use of a REDUCE at its accumulator
   remap: dict[UOp, UOp] = dict(acc_of)

@@ -1,31 +1,100 @@
-"""Running a schedule: compile each kernel once (cached by its AST), copy between devices, report with DEBUG.
+"""Running a schedule: build each kernel once (cached by its AST), copy between devices, report with DEBUG.
+A schedule's new kernels are lowered and their builds started before the first one runs: compiles run in parallel on
+all cores and beside the lowering of later kernels, and each kernel waits only for its own program. Where the device
+has a quick tier (CPU: many kernels in one -O1 translation unit), a big first build starts there and the optimized
+build, made in the background, replaces it when ready; only the optimized one is kept in the disk cache.
 While a TinyJit captures, every kernel run here is also recorded (runner, buffers, variable values)."""
 from __future__ import annotations
-import time
+import os, threading, time, warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 from attograd.codegen import get_program
-from attograd.device import Buffer, Device
+from attograd.device import Buffer, Compiled, Device
 from attograd.engine.nan import DEBUG_NAN, check_kernel
 from attograd.engine.profile import PROFILER
 from attograd import viz
 from attograd.viz import VIZ
 from attograd.engine.schedule import ScheduleItem
-from attograd.helpers import DEBUG, GlobalCounters, colored
+from attograd.helpers import DEBUG, ContextVar, GlobalCounters, colored
 from attograd.renderer import ProgramSpec
 from attograd.uop.ops import Ops, UOp
 
+# 0: optimized builds only; 1: a quick tier first when a schedule's new kernels are big; 2: always (tests use it)
+QUICK_BUILD = ContextVar("QUICK_BUILD", 1)
+# below this much new source a schedule's optimized builds cost about what one quick build does (each is mostly the
+# ~30 ms of starting the compiler): tiering would only double the work
+QUICK_MIN_SRC = 16 << 10
+# source bytes per quick translation unit: enough to pay for one compiler process, small enough that the compiler
+# starts while the kernels after it are still being lowered
+QUICK_CHUNK = 64 << 10
+
+def _cores() -> int: return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+_pools: dict[str, ThreadPoolExecutor] = {}
+def _pool(kind: str) -> ThreadPoolExecutor:
+  """"build": first builds, which kernels wait for, one worker per core. "background": the optimized builds behind
+  a quick tier, on all cores but one and at a lower priority, so the kernels already running keep their cores."""
+  if (pool := _pools.get(kind)) is None:
+    n = _cores() if kind == "build" else max(_cores() - 1, 1)
+    pool = _pools[kind] = ThreadPoolExecutor(n, thread_name_prefix=f"attograd-{kind}",
+                                             initializer=_lower_priority if kind == "background" else None)
+  return pool
+
+def _drop_queued_background_builds() -> None:
+  # at exit, optimized builds not yet started are dropped instead of holding the process up (9 s of -O3 on 2 cores
+  # after an MNIST step); those under way finish and are cached, and the next run builds the rest the same way
+  if (pool := _pools.get("background")) is not None: pool.shutdown(wait=False, cancel_futures=True)
+# threading's exit hooks run before Python joins the pools' threads (which would first run every queued build)
+if (_at_thread_exit := getattr(threading, "_register_atexit", None)) is not None:
+  _at_thread_exit(_drop_queued_background_builds)
+
+def _lower_priority() -> None:
+  # Linux: a nice value belongs to one thread, and the compiler processes that thread starts inherit it
+  try: os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
+  except (AttributeError, OSError): pass
+
+def _lower(device: str, ast: UOp) -> ProgramSpec:
+  st = PROFILER.now() if PROFILER.active else 0.0
+  spec = get_program(ast, Device[device].renderer)
+  if PROFILER.active:
+    PROFILER.span(spec.name, "lower", device, st, PROFILER.now(), opts=[str(o) for o in spec.applied_opts])
+  return spec
+
+def _build(spec: ProgramSpec) -> bytes:
+  """The optimized build of one kernel, from the disk cache when it was built before."""
+  on, st = PROFILER.active, PROFILER.now()  # a build may have started before the profiler was turned on
+  lib = Device[spec.device].compiler.compile_cached(spec.src)
+  if on and PROFILER.active:
+    PROFILER.span(spec.name, "compile", spec.device, st, PROFILER.now(), src_bytes=len(spec.src),
+                  thread=threading.current_thread().name)
+  return lib
+
+def _quick(dev: Compiled, specs: list[ProgramSpec]) -> list[Any]:
+  """One quick build of several kernels: a program for each."""
+  assert dev.quick_build is not None
+  on, st = PROFILER.active, PROFILER.now()
+  prgs = dev.quick_build([(sp.name, sp.src) for sp in specs])
+  if on and PROFILER.active:
+    PROFILER.span(f"quick build of {len(specs)} kernels", "compile", dev.device, st, PROFILER.now(),
+                  kernels=[sp.name for sp in specs], src_bytes=sum(len(sp.src) for sp in specs),
+                  thread=threading.current_thread().name)
+  return prgs
+
 class CompiledRunner:
-  """A kernel compiled for one device."""
-  def __init__(self, spec: ProgramSpec):
+  """A kernel built for one device. Its program is built here, or comes from builds already under way: the optimized
+  build, and maybe a quick one (one of a batch of kernels) that serves until the optimized program replaces it."""
+  def __init__(self, spec: ProgramSpec, lib: bytes | None = None, optimized: Future[bytes] | None = None,
+               quick: Future[list[Any]] | None = None, quick_index: int = 0):
     self.spec = spec
-    dev = Device[spec.device]
-    st = PROFILER.now() if PROFILER.active else 0.0
-    lib = dev.compiler.compile_cached(spec.src)
-    if PROFILER.active: PROFILER.span(spec.name, "compile", spec.device, st, PROFILER.now(), src_bytes=len(spec.src))
-    self.prg = dev.runtime(spec.name, lib)
+    self.dev = Device[spec.device]
     self.var_names = [v.arg[0] for v in spec.vars if not v.arg[0].startswith("_")]
     # GPU kernels launch with their work-group counts and sizes; C kernels loop over everything themselves
     self.launch = {} if spec.global_size is None else {"global_size": spec.global_size, "local_size": spec.local_size}
+    self._optimized, self._quick, self._quick_index = optimized, quick, quick_index
+    self.prg: Any = None
+    if optimized is None: self.prg = self.dev.runtime(spec.name, _build(spec) if lib is None else lib)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
+    if self.prg is None or (self._optimized is not None and self._optimized.done()): self._settle()
     args = [bufs[i]._buf for i in self.spec.globals]
     vals = tuple(var_vals[n] for n in self.var_names)
     if DEBUG >= 2 or PROFILER.active or VIZ:  # timed: the device's own timer on GPUs
@@ -35,16 +104,81 @@ class CompiledRunner:
       return time.perf_counter() - st
     self.prg(*args, vals=vals, **self.launch)
     return 0.0
+  def _settle(self) -> None:
+    """Take the optimized program if it is built (or if there is nothing else to wait for), else the quick one."""
+    opt = self._optimized
+    if opt is not None and (opt.done() or self._quick is None):
+      self._optimized = None
+      try: lib = opt.result()
+      except Exception as e:
+        if self.prg is None and self._quick is None: raise
+        # the quick build of the same source worked: keep it, but say so (an optimizer crash in the compiler)
+        warnings.warn(f"{self.spec.name}: the optimized build failed, the quick build stays: {e}", RuntimeWarning)
+      else:
+        self.prg, self._quick = self.dev.runtime(self.spec.name, lib), None
+        return
+    if self.prg is None and self._quick is not None:
+      try: self.prg = self._quick.result()[self._quick_index]
+      except Exception:  # a batch fails as a whole: this kernel waits for its own build, which names its own error
+        self._quick = None
+        self._settle()
+  def finish(self) -> CompiledRunner:
+    """Wait for the optimized program (a TinyJit records only those: its replays call them directly)."""
+    if self._optimized is not None:
+      self._optimized.exception()  # waits for the build; its error, if any, is handled by _settle
+      self._settle()
+    elif self.prg is None: self._settle()
+    return self
+
+class _Builds:
+  """The builds a schedule starts on one device. With a quick tier, kernels are batched up to QUICK_CHUNK bytes of
+  source, one quick build per batch, their optimized builds queued in the background; else each kernel gets its
+  optimized build right away (in a pool when the compiler may run in threads, here otherwise)."""
+  def __init__(self, dev: Compiled):
+    self.dev, self.size, self.tiered = dev, 0, False
+    self.batch: list[tuple[tuple[str, UOp], ProgramSpec]] = []
+    self.quick = dev.quick_build is not None and QUICK_BUILD.value >= 1
+  def add(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
+    if not self.quick: return self._optimized_only(key, spec)
+    self.batch.append((key, spec))
+    self.size += len(spec.src)
+    if self.size >= QUICK_CHUNK: self.flush()
+  def flush(self) -> None:
+    if not self.batch: return
+    if self.tiered or self.size >= QUICK_MIN_SRC or QUICK_BUILD.value >= 2:
+      self.tiered = True
+      fut = _pool("build").submit(_quick, self.dev, [sp for _, sp in self.batch])
+      for i, (key, spec) in enumerate(self.batch):
+        opt = _pool("background").submit(_build, spec)
+        _runners[key] = CompiledRunner(spec, optimized=opt, quick=fut, quick_index=i)
+    else:
+      for key, spec in self.batch: self._optimized_only(key, spec)
+    self.batch, self.size = [], 0
+  def _optimized_only(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
+    if self.dev.compiler.threadsafe: _runners[key] = CompiledRunner(spec, optimized=_pool("build").submit(_build, spec))
+    else: _runners[key] = CompiledRunner(spec)
+
+def _prepare(items: list[ScheduleItem]) -> None:
+  """Lower the kernels of `items` that have no runner yet and start their builds, before any of them runs."""
+  builds: dict[str, _Builds] = {}
+  for si in items:
+    if si.ast.op is Ops.COPY or (key := (si.bufs[0].device, si.ast)) in _runners: continue
+    spec = _lower(*key)
+    dev = Device[key[0]]
+    st = PROFILER.now() if PROFILER.active else 0.0
+    if (lib := dev.compiler.cached(spec.src)) is not None:
+      if PROFILER.active:
+        PROFILER.span(spec.name, "compile", key[0], st, PROFILER.now(), src_bytes=len(spec.src), cached=True)
+      _runners[key] = CompiledRunner(spec, lib)
+    else:
+      if (b := builds.get(key[0])) is None: b = builds[key[0]] = _Builds(dev)
+      b.add(key, spec)
+  for b in builds.values(): b.flush()
 
 _runners: dict[tuple[str, UOp], CompiledRunner] = {}
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   key = (device, ast)
-  if (r := _runners.get(key)) is None:
-    st = PROFILER.now() if PROFILER.active else 0.0
-    spec = get_program(ast, Device[device].renderer)
-    if PROFILER.active:
-      PROFILER.span(spec.name, "lower", device, st, PROFILER.now(), opts=[str(o) for o in spec.applied_opts])
-    r = _runners[key] = CompiledRunner(spec)
+  if (r := _runners.get(key)) is None: r = _runners[key] = CompiledRunner(_lower(device, ast))
   return r
 
 def _copy(dst: Buffer, src: Buffer) -> None:
@@ -67,6 +201,7 @@ copy_runner = CopyRunner()
 capturing: list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]] | None = None
 
 def run_schedule(items: list[ScheduleItem]) -> None:
+  _prepare(items)
   for si in items:
     for b in si.bufs: b.allocate()
     if si.ast.op is Ops.COPY:
@@ -82,7 +217,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     device = si.bufs[0].device
     runner = get_runner(device, si.ast)
     var_vals = {v.arg[0]: val for v, val in si.var_vals}
-    if capturing is not None: capturing.append((runner, si.bufs, var_vals))
+    if capturing is not None: capturing.append((runner.finish(), si.bufs, var_vals))
     st = PROFILER.now() if PROFILER.active else 0.0
     et = runner(list(si.bufs), var_vals)
     if PROFILER.active: _profile_kernel(runner, si, st, et)

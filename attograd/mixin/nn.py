@@ -7,6 +7,11 @@ from attograd.dtype import DType, dtypes, least_upper_dtype, sum_acc_dtype, to_d
 from attograd.helpers import TRAINING, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, UOp
 
+# windows of more elements than this are not stacks of shifted slices: a kernel unrolls a stack's window whole (up to 49
+# steps) to make its masks vanish; past that each of the prod(k) masked slices is read at every window step (an
+# 8x8x8 window: 512 loads per step, a 128 KB kernel, minutes of gcc for its gradient)
+_STACK_MAX_WINDOW = 49
+
 if TYPE_CHECKING:
   from attograd.tensor import Tensor
 
@@ -255,6 +260,7 @@ class NNMixin:
       x = x.shrink(tuple(keep + flatten(((0, o), (0, k)) for o, k in zip(o_, k_))))
       return x.permute(*range(len(lead)), *[len(lead) + 2 * j for j in range(nk)],
                        *[len(lead) + 2 * j + 1 for j in range(nk)])
+    if prod(k_) > _STACK_MAX_WINDOW: return self._pool_repeat(k_, s_, d_, o_)
     # overlapping or dilated windows: per dim, a stack of the k shifted (and strided) slices. Every slice is one plain
     # view, so a kernel that unrolls the window axis reads each with simple index math and no bounds checks, and the
     # gradient is a sum of k padded slices (not a scatter).
@@ -273,6 +279,24 @@ class NNMixin:
         return w.reshape(*w.shape[:ax], o, *w.shape[ax + 2:])
       x = window(0).unsqueeze(-1) if k == 1 else type(self).stack(*[window(kk) for kk in range(k)], dim=-1)
     return x
+
+  def _pool_repeat(self: Tensor, k_: tuple[int, ...], s_: tuple[int, ...], d_: tuple[int, ...],
+                   o_: list[int]) -> Tensor:
+    """Big overlapping windows as one view of the input repeated: per dim, the repeats are read as k rows of length
+    L = f*i + d. Row kk starts at kk*L, which is kk*d modulo i, so its column c is x[kk*d + c], with no wrap-around
+    for the columns a window reads ((o-1)*s + (k-1)*d < i); columns o*s split as (o, s) keep column 0 (the stride)."""
+    nk, lead, i_ = len(k_), self.shape[:-len(k_)], self.shape[-len(k_):]
+    keep: list = [None] * len(lead)
+    L_ = [max(1, ceildiv(o * s - d, i)) * i + d for i, o, s, d in zip(i_, o_, s_, d_)]  # row length >= o*s
+    x = self.repeat(*[1] * len(lead), *[ceildiv(k * L, i) for k, L, i in zip(k_, L_, i_)])
+    x = x.shrink(tuple(keep + [(0, k * L) for k, L in zip(k_, L_)]))
+    x = x.reshape(lead + tuple(flatten((k, L) for k, L in zip(k_, L_))))                   # (..., k, L) per dim
+    x = x.shrink(tuple(keep + flatten(((0, k), (0, o * s)) for k, o, s in zip(k_, o_, s_))))
+    x = x.reshape(lead + tuple(flatten((k, o, s) for k, o, s in zip(k_, o_, s_))))         # (..., k, o, s) per dim
+    x = x.shrink(tuple(keep + flatten(((0, k), (0, o), (0, 1)) for k, o in zip(k_, o_))))
+    x = x.reshape(lead + tuple(flatten((k, o) for k, o in zip(k_, o_))))                   # (..., k, o) per dim
+    n = len(lead)
+    return x.permute(*range(n), *[n + 2 * j + 1 for j in range(nk)], *[n + 2 * j for j in range(nk)])
 
   def _pool_pads(self: Tensor, padding: int | Sequence[int], dims: int, op: str) -> list[int]:
     """Padding as a flat PyTorch-order list (last dim first, (before, after) each) from an int, one int per dim

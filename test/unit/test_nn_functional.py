@@ -201,9 +201,14 @@ POOLS = [
   P("3d", (1, 1, 4, 5, 4), dict(kernel_size=(2, 2, 2))),
   P("3d_stride_pad", (1, 2, 5, 4, 6), dict(kernel_size=(3, 2, 3), stride=(2, 1, 2), padding=1)),
   P("2d_big", (4, 8, 32, 31), dict(kernel_size=3, stride=2, padding=1)),
+  # windows over 49 elements: a view of the repeated input instead of a stack of shifted slices
+  P("2d_big_window", (1, 2, 12, 11), dict(kernel_size=(8, 7), stride=1)),
+  P("2d_big_window_stride", (2, 1, 17, 20), dict(kernel_size=(8, 9), stride=(3, 5), padding=(2, 4))),
+  P("1d_big_window", (1, 2, 70), dict(kernel_size=(60,), stride=(5,))),
 ]
 MAX_ONLY = [
   P("2d_dilation", (1, 1, 7, 7), dict(kernel_size=2, stride=1, dilation=2)),
+  P("2d_big_window_dilation", (1, 1, 30, 29), dict(kernel_size=(8, 8), stride=(2, 3), dilation=(2, 1))),
   P("2d_dilation_ceil", (1, 2, 9, 8), dict(kernel_size=3, stride=2, dilation=(2, 1), padding=1, ceil_mode=True)),
 ]
 AVG_ONLY = [
@@ -230,6 +235,25 @@ def test_avg_pool(device: str, request: pytest.FixtureRequest, xs: tuple, kw: di
   if "big" in request.node.callspec.id: cpu_only(device)
   x = rand(*xs)
   check(Tensor(x).avg_pool2d(**kw), _torch_pool("avg", tt(x), kw))
+
+def test_big_window_pool_is_a_small_kernel(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # an 8x8x8 window used to be a stack of 512 masked slices, each read at every window step: a 128 KB kernel forward
+  # and a gradient kernel that took gcc minutes. As a view of the repeated input both are short loops.
+  cpu_only(device, "kernel source sizes")
+  from attograd.engine import realize
+  monkeypatch.setattr(realize, "_runners", {})  # only this test's kernels
+  x = rand(1, 2, 12, 12, 12)
+  t = Tensor(x, requires_grad=True)
+  out = t.avg_pool2d(kernel_size=(8, 8, 8), stride=1)
+  out.square().sum().backward()
+  assert t.grad is not None
+  tx = tt(x).requires_grad_()
+  want = F.avg_pool3d(tx, (8, 8, 8), stride=1)
+  want.square().sum().backward()
+  check(out, want)
+  check(t.grad, tx.grad)
+  biggest = max(len(r.spec.src) for r in realize._runners.values() if r.spec.device == device)
+  assert biggest < 24_000, f"a pooling kernel is {biggest} bytes of source"
 
 def test_max_pool_int(device: str) -> None:
   x = np.arange(-12, 12, dtype=np.int32).reshape(1, 1, 4, 6)

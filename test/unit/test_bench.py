@@ -1,0 +1,39 @@
+"""bench/run.py's bookkeeping: each row's ratio to the best peer and to the machine's limit, and the JSON history
+that flags a row more than 10% worse than in the last run of the same configuration."""
+from __future__ import annotations
+import os, sys
+from typing import Any
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bench.run import Row, changes, load_history, previous_run, print_table, ratio_to_best, ratio_to_limit, save_history
+
+def test_ratio_to_best_peer() -> None:
+  # throughput: against the fastest peer; time: against the quickest
+  assert ratio_to_best(Row("mm", "GFLOPS", 1.0, {"attograd": 150.0, "numpy": 200.0, "torch": 100.0})) == 0.75
+  assert ratio_to_best(Row("first", "s", 0.0, {"attograd": 0.5, "torch": 1.0})) == 2.0
+  assert ratio_to_best(Row("x", "us", 0.0, {"attograd": 10.0, "numpy": "RuntimeError: broken"})) is None
+  assert ratio_to_best(Row("x", "us", 0.0, {"attograd": "RuntimeError: broken", "torch": 3.0})) is None
+
+def test_ratio_to_machine_limit() -> None:
+  limits = {"GFLOPS": 200.0, "GB/s": 40.0}
+  assert ratio_to_limit(Row("mm", "GFLOPS", 1.0, {"attograd": 150.0}), limits) == 0.75
+  assert ratio_to_limit(Row("sum", "GB/s", 1.0, {"attograd": 30.0}), limits) == 0.75
+  assert ratio_to_limit(Row("first", "s", 0.0, {"attograd": 3.0}), limits) is None
+
+def test_history_flags_regressions(tmp_path: Any, capsys: Any) -> None:
+  path = str(tmp_path / "h.json")
+  assert load_history(path) == []
+  first = [Row("mm", "GFLOPS", 1.0, {"attograd": 100.0}), Row("first", "s", 0.0, {"attograd": 1.0}),
+           Row("sum", "GB/s", 1.0, {"attograd": 20.0})]
+  save_history(path, [], "CPU/full", first, {"GFLOPS": 200.0})
+  hist = load_history(path)
+  assert previous_run(hist, "CPU/quick") is None and (prev := previous_run(hist, "CPU/full")) is not None
+  # mm 5% slower (noise), first run 25% slower (time up), sum 20% faster
+  now = [Row("mm", "GFLOPS", 1.0, {"attograd": 95.0}), Row("first", "s", 0.0, {"attograd": 1.25}),
+         Row("sum", "GB/s", 1.0, {"attograd": 24.0})]
+  ch = changes(now, prev)
+  assert round(ch["mm"], 3) == -0.05 and round(ch["first"], 3) == -0.2 and round(ch["sum"], 3) == 0.2
+  _, regressed = print_table(now, ["attograd", "torch"], {"GFLOPS": 200.0}, ch)
+  assert regressed == ["first"]
+  assert "-20% !" in capsys.readouterr().out
+  save_history(path, hist, "CPU/full", now, {})
+  assert len(load_history(path)) == 2

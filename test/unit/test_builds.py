@@ -1,0 +1,154 @@
+"""Building a schedule's kernels (engine/realize.py): all of a schedule's new kernels are lowered and their builds
+started before the first one runs, compiles in parallel; on CPU a big first build starts as one quick -O1 build of a
+batch of kernels, and the optimized build replaces it when ready (only that one is cached on disk)."""
+from __future__ import annotations
+import os, threading
+from typing import Any, Iterator
+import numpy as np
+import pytest
+from attograd import Tensor, TinyJit
+from attograd.device import Device
+from attograd.engine import realize
+from attograd.engine.schedule import create_schedule
+from attograd.helpers import Context
+from attograd.codegen import get_program
+from attograd.runtime.ops_cpu import ClangCompiler
+
+@pytest.fixture
+def empty_cache(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+  """No kernel built before: an empty disk cache and no runners in this process."""
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(realize, "_runners", {})
+  yield
+  for r in realize._runners.values(): r.finish()  # no build left running into the next test
+
+@pytest.fixture
+def held_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+  """Optimized builds wait until the returned event is set: the quick programs are what runs until then."""
+  gate, build = threading.Event(), realize._build
+  def slow_build(spec: Any) -> bytes:
+    assert gate.wait(60), "the test never released the optimized builds"
+    return build(spec)
+  monkeypatch.setattr(realize, "_build", slow_build)
+  yield gate
+  gate.set()
+
+def _graph(a: Tensor, b: Tensor) -> Tensor:
+  """Three kernels: a product, its row sums over a broadcast, a scaled copy."""
+  c = (a * b + 1).contiguous()
+  return (c.sum(axis=1, keepdim=True) * c).contiguous() * 0.5
+
+def _ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  c = a * b + 1
+  return c.sum(axis=1, keepdims=True) * c * 0.5
+
+def _runners_of(t: Tensor) -> list[realize.CompiledRunner]:
+  items, _ = create_schedule([t.uop])
+  keys = [(si.bufs[0].device, si.ast) for si in items]
+  return [realize._runners[k] for k in keys if k in realize._runners]
+
+def test_quick_build_matches_optimized() -> None:
+  # one -O1 library for several kernels, two of them with the same name: each program computes what its own -O3 does
+  dev = Device["CPU"]
+  a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.full((3, 4), 0.25, np.float32)
+  kernels = []
+  for t in (Tensor(a) * Tensor(b) + 1, Tensor(a) - Tensor(b), (Tensor(a) * 3).sum(axis=0)):
+    items, _ = create_schedule([t.uop])
+    si = [si for si in items if si.ast.op.name == "SINK"][-1]
+    kernels.append((si, get_program(si.ast, dev.renderer)))
+  assert kernels[0][1].name == kernels[1][1].name  # same loops, same name: the batch must keep them apart
+  assert dev.quick_build is not None
+  quick = dev.quick_build([(sp.name, sp.src) for _, sp in kernels])
+  for (si, sp), prg in zip(kernels, quick):
+    outs = []
+    for p in (prg, dev.runtime(sp.name, dev.compiler.compile(sp.src))):
+      for b_ in si.bufs: b_.allocate()
+      p(*[si.bufs[i]._buf for i in sp.globals])
+      outs.append(np.frombuffer(si.bufs[0].copyout(memoryview(bytearray(si.bufs[0].nbytes))), np.float32).copy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+def test_quick_tier_serves_until_optimized(empty_cache: None, held_back: threading.Event) -> None:
+  a, b = np.random.default_rng(0).standard_normal((2, 2, 16, 16), dtype=np.float32)
+  with Context(QUICK_BUILD=2):
+    out = _graph(Tensor(a), Tensor(b))
+    np.testing.assert_allclose(out.numpy(), _ref(a, b), rtol=1e-5, atol=1e-5)
+    runners = _runners_of(_graph(Tensor(a), Tensor(b)))
+  assert len(runners) >= 2
+  dev = Device["CPU"]
+  for r in runners:
+    # ran from the quick batch (its symbol is not the kernel's name); nothing is on disk yet
+    assert r._optimized is not None and r.prg is not None and r.prg.fxn.__name__ != r.spec.name
+    assert dev.compiler.cached(r.spec.src) is None
+  held_back.set()
+  for r in runners:
+    r.finish()
+    assert r._optimized is None and r.prg.fxn.__name__ == r.spec.name  # the optimized program replaced it
+    assert dev.compiler.cached(r.spec.src) is not None  # and only it went to the disk cache
+  np.testing.assert_allclose(_graph(Tensor(a), Tensor(b)).numpy(), _ref(a, b), rtol=1e-5, atol=1e-5)
+
+def test_optimized_program_swapped_in_when_ready(empty_cache: None) -> None:
+  a, b = np.random.default_rng(1).standard_normal((2, 3, 8, 8), dtype=np.float32)
+  with Context(QUICK_BUILD=2):
+    _graph(Tensor(a), Tensor(b)).realize()
+    runners = _runners_of(_graph(Tensor(a), Tensor(b)))
+    for r in runners: assert r._optimized is not None and r._optimized.exception(timeout=120) is None
+    np.testing.assert_allclose(_graph(Tensor(a), Tensor(b)).numpy(), _ref(a, b), rtol=1e-5, atol=1e-5)
+  # a run after the builds finished picked them up without anyone waiting on them
+  assert all(r._optimized is None and r.prg.fxn.__name__ == r.spec.name for r in runners)
+
+def test_jit_records_only_optimized_programs(empty_cache: None) -> None:
+  @TinyJit
+  def f(x: Tensor, y: Tensor) -> Tensor: return _graph(x, y).realize()
+  a, b = np.random.default_rng(2).standard_normal((2, 4, 8), dtype=np.float32)
+  with Context(QUICK_BUILD=2):
+    for _ in range(3): out = f(Tensor(a), Tensor(b))
+  assert f.captured is not None
+  rec = [r for r in realize._runners.values() if isinstance(r, realize.CompiledRunner)]
+  assert rec and all(r._optimized is None and r.prg.fxn.__name__ == r.spec.name for r in rec)
+  np.testing.assert_allclose(out.numpy(), _ref(a, b), rtol=1e-5, atol=1e-5)
+
+def test_failed_quick_batch_waits_for_own_builds(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  def broken(kernels: list) -> list: raise RuntimeError("CPU: the C compiler failed (a test)")
+  monkeypatch.setattr(Device["CPU"], "quick_build", broken)
+  a, b = np.random.default_rng(3).standard_normal((2, 5, 7), dtype=np.float32)
+  with Context(QUICK_BUILD=2):
+    np.testing.assert_allclose(_graph(Tensor(a), Tensor(b)).numpy(), _ref(a, b), rtol=1e-5, atol=1e-5)
+
+def test_compile_errors_still_name_the_kernel(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # a build in the pool that fails raises at the kernel's turn to run, with the compiler's own message
+  def broken(self: ClangCompiler, src: str) -> bytes: raise RuntimeError("CPU: the C compiler failed: (a test)")
+  monkeypatch.setattr(ClangCompiler, "compile", broken)
+  with Context(QUICK_BUILD=0), pytest.raises(RuntimeError, match="the C compiler failed"):
+    (Tensor([1.0, 2.0]) * 3.5 + 0.125).realize()
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="parallel builds need two cores")
+def test_schedule_builds_in_parallel(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # two compiles must be in flight at once: each waits at a barrier for the other (a serial build never gets past it)
+  barrier, compile_, seen = threading.Barrier(2, timeout=60), ClangCompiler.compile, []
+  def meeting(self: ClangCompiler, src: str) -> bytes:
+    seen.append(src)
+    if len(seen) <= 2:  # the first two meet; later ones go straight through
+      try: barrier.wait()
+      except threading.BrokenBarrierError: raise AssertionError("a schedule's kernels were built one after another")
+    return compile_(self, src)
+  monkeypatch.setattr(ClangCompiler, "compile", meeting)
+  a, b = np.random.default_rng(4).standard_normal((2, 3, 4), dtype=np.float32)
+  with Context(QUICK_BUILD=0):
+    np.testing.assert_allclose(_graph(Tensor(a), Tensor(b)).numpy(), _ref(a, b), rtol=1e-5, atol=1e-5)
+
+def test_exit_drops_queued_background_builds(tmp_path: Any) -> None:
+  # a short script must not wait at exit for every optimized build still queued behind its quick ones: those under
+  # way finish (and are cached), the queued ones are dropped
+  import subprocess, sys
+  log = tmp_path / "started.txt"
+  code = (f"import time\nfrom attograd import Tensor\nfrom attograd.engine import realize\n"
+          f"from attograd.helpers import Context\nbuild = realize._build\n"
+          f"def slow(spec):\n  open({str(log)!r}, 'a').write('x')\n  time.sleep(0.5)\n  return build(spec)\n"
+          f"realize._build = slow\n"
+          f"with Context(QUICK_BUILD=2):\n"
+          f"  x = Tensor.arange(64).float()\n"
+          f"  for i in range(40): x = (x * {1.5} + i).contiguous()\n"
+          f"  x.realize()\n")
+  env = {**os.environ, "ATTOGRAD_CACHE_DIR": str(tmp_path / "cache")}
+  subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+  assert 0 < len(log.read_text()) < 40
