@@ -259,7 +259,8 @@ KINKS = [
   pytest.param(lambda t: t[:13].topk(4)[0] * Tensor(np.arange(4.0)), lambda t: t[:13].topk(4)[0] * torch.arange(4.0),
                id="topk"),
   pytest.param(lambda t: t[:12].reshape(1, 1, 3, 4).max_pool2d(2, stride=1),  # (no ties in these windows)
-               lambda t: torch.nn.functional.max_pool2d(t[:12].reshape(1, 1, 3, 4), 2, stride=1), id="max_pool_overlap"),
+               lambda t: torch.nn.functional.max_pool2d(t[:12].reshape(1, 1, 3, 4), 2, stride=1),
+               id="max_pool_overlap"),
 ]
 
 @needs_torch
