@@ -155,24 +155,9 @@ def _pow_tensor_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp]:
   db = (a.eq(0) & (b >= 0)).where(0.0, g * Tensor(ret) * a.log())
   return None, da.uop, db.uop
 
-def _max_pool_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
-  """max_pool2d: the window's first maximum (or first NaN, which is the max) gets the whole gradient, like torch."""
-  from attograd.tensor import Tensor
-  axes = ret.arg[1]
-  w = Tensor(ret.src[1])
-  keep = tuple(1 if i in axes else s for i, s in enumerate(w.shape))
-  ks = tuple(w.shape[a] for a in axes)
-  n = math.prod(ks)
-  # each element's position in its window, row-major over the window axes: (1, .., k1, 1, .., k2)
-  pos = Tensor.arange(n, device=w.device, dtype=dtypes.int32).reshape(tuple(s if i in axes else 1 for i, s in
-                                                                            enumerate(w.shape)))
-  cand = w.eq(Tensor(ret.src[0]).reshape(keep)) | w.isnan()
-  first = cand.where(pos, n).min(axes, keepdim=True)
-  return None, pos.eq(first).where(Tensor(ctx).reshape(keep), 0.0).uop
-
 # CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself)
 custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule, "relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule,
-                                    "expm1": _expm1_rule, "pow": _pow_tensor_rule, "max_pool": _max_pool_rule}
+                                    "expm1": _expm1_rule, "pow": _pow_tensor_rule}
 
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 
