@@ -91,7 +91,8 @@ def test_optimized_program_swapped_in_when_ready(empty_cache: None) -> None:
   with Context(QUICK_BUILD=2):
     _graph(Tensor(a), Tensor(b)).realize()
     runners = _runners_of(_graph(Tensor(a), Tensor(b)))
-    for r in runners: assert r._optimized is not None and r._optimized.exception(timeout=120) is None
+    for r in runners:  # (an optimized build may even have beaten its quick batch: then it ran already)
+      assert r._optimized is None or r._optimized.exception(timeout=120) is None
     np.testing.assert_allclose(_graph(Tensor(a), Tensor(b)).numpy(), _ref(a, b), rtol=1e-5, atol=1e-5)
   # a run after the builds finished picked them up without anyone waiting on them
   assert all(r._optimized is None and r.prg.fxn.__name__ == r.spec.name for r in runners)
