@@ -214,10 +214,12 @@ def _llama_cpp(path: str | None, max_context: int, prompt: list[int]) -> tuple[C
   def prefill() -> None:
     m.reset()
     m.eval(prompt)
+  V = m.n_vocab()
   def step(tok: int, pos: int) -> int:
     m.n_tokens = pos  # the cache holds the positions before pos
     m.eval([tok])
-    return int(np.argmax(m.scores[m.n_tokens - 1]))
+    # the last token's logits, as llama.cpp left them (Llama.scores holds them only with logits_all)
+    return int(np.argmax(np.ctypeslib.as_array(m._ctx.get_logits(), shape=(V,))))
   return prefill, step
 
 def bench_server(path: str, n_tokens: int, clients: int = 8, verbose: bool = False) -> list[dict[str, Any]]:
