@@ -274,18 +274,21 @@ def bench_server(path: str, n_tokens: int, clients: int = 8, verbose: bool = Fal
   return rows
 
 def peak_rss(path: str, quantized: bool) -> float:
-  """Peak resident MB of the CLI answering one short prompt (a fresh process: nothing else counted)."""
+  """Peak resident MB of the CLI answering one short prompt, in a fresh process: its VmHWM (ru_maxrss would carry
+  over the peak of the parent that forked it, the benchmark process with every other model loaded)."""
   import subprocess, sys
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   code = ("import resource, sys; from attograd.llm.__main__ import main; sys.stdout = open(__import__('os').devnull, "
           f"'w'); main(['--model', {path!r}, '--prompt', 'The capital of France is', '--temperature', '0', "
           f"'--max-tokens', '4', '--max-context', '512', {'--quantized' if quantized else '--no-quantized'!r}]); "
-          "sys.stderr.write(f'RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')")
+          "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')] "
+          "if sys.platform == 'linux' else []; "
+          "sys.stderr.write(f'RSS {hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n')")
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
                      env={**os.environ, "PYTHONPATH": root})
   lines = [ln for ln in r.stderr.splitlines() if ln.startswith("RSS ")]
   if r.returncode != 0 or not lines: raise RuntimeError(f"the CLI failed: {r.stderr.strip()[-200:]}")
-  return int(lines[-1].split()[1]) / 1024  # ru_maxrss is in KiB on Linux
+  return int(lines[-1].split()[1]) / 1024  # KiB
 
 def _short_error(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
