@@ -230,7 +230,7 @@ def bench_server(path: str, n_tokens: int, clients: int = 8, verbose: bool = Fal
   """The HTTP server's aggregate completion tokens/s on loopback: one client asking alone, then `clients` asking at
   once (continuous batching shares each decode step between them). Greedy, n_tokens per request."""
   import json, threading, urllib.request
-  row = {"name": f"SmolLM2 server, {n_tokens} tok/request", "unit": "tok/s", "work": 0.0, "values": {}}
+  row = {"name": f"SmolLM2 server {n_tokens} tok/req", "unit": "tok/s", "work": 0.0, "values": {}}
   rows = [dict(row, name=row["name"] + ", 1 client", values={}), dict(row, name=row["name"] + f", {clients} clients",
                                                                       values={})]
   try:
@@ -307,7 +307,7 @@ def run(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
           bench_model("gpt2-small-shaped", gpt2_shaped, prompt, n, 256 if quick else 512, frameworks, rounds, verbose))
   try: path = smollm2_path()
   except FileNotFoundError as e:
-    return rows + [{"name": "SmolLM2-135M Q4_1", "unit": "tok/s", "work": 0.0, "values": {"attograd": str(e)}}]
+    return rows + [{"name": "SmolLM2 Q4_1", "unit": "tok/s", "work": 0.0, "values": {"attograd": str(e)}}]
   # each token reads every weight once: float32 copies, or the file's quantized blocks
   bw, file_bytes = copy_bandwidth(), os.path.getsize(path)
   wide = sum(v.nbytes for v in smollm2()[1].values())
@@ -315,7 +315,7 @@ def run(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
            "llama.cpp": bw / file_bytes}
   fws = ["attograd", "attograd-quantized"] + frameworks[1:] + ["llama.cpp"]
   for ctx in ((512,) if quick else (512, 8192)):
-    rows += bench_model(f"SmolLM2-135M Q4_1 ctx{ctx}", smollm2, prompt, n, ctx, fws, rounds, verbose, path, limit)
+    rows += bench_model(f"SmolLM2 Q4_1 ctx{ctx}", smollm2, prompt, n, ctx, fws, rounds, verbose, path, limit)
   rows[-1]["note"] = f"copy bandwidth {bw / 1e9:.1f} GB/s; file {file_bytes / 1e6:.0f} MB, float32 {wide / 1e6:.0f} MB"
   rss: dict[str, Any] = {}
   for fw, q in (("attograd", False), ("attograd-quantized", True)):
