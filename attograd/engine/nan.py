@@ -62,7 +62,7 @@ def call_site() -> str:
   f: Any = sys._getframe(1)
   api = "?"
   while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PKG):
-    api = f.f_code.co_name
+    if f.f_code.co_name != "wrapper": api = f.f_code.co_name  # a decorator's wrapper keeps the method's own name
     f = f.f_back
   if f is None: return f"Tensor.{api}"
   return f"Tensor.{api} at {f.f_code.co_filename}:{f.f_lineno}"

@@ -371,7 +371,12 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
     if n.op is Ops.BUFFER:
       nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]))
       inputs.append((nn, n))
-    elif n.op in GroupOp.Marker: nn = norm[n.src[0]]  # markers for autograd only
+    elif n.op in GroupOp.Marker:  # markers for autograd only: the value is their first source's
+      norm[n] = norm[n.src[0]]
+      # the marker is a node of the graph of its own (its sources, e.g. a custom gradient's inputs, are references the
+      # graph holds, not a Tensor's), keyed by itself: it must not take its value's place in `orig`
+      orig[n] = n
+      continue
     elif n.op is Ops.BIND:
       nn = n.src[0]
       _note_value(n, var_vals)
