@@ -1,6 +1,6 @@
 """The device registry ("CPU", "PYTHON", "CL:1", ...), Buffer, and the Allocator/Compiler/Program contract every runtime fills."""
 from __future__ import annotations
-import ctypes, hashlib, importlib, os, struct, sys, tempfile
+import ctypes, hashlib, importlib, os, struct, sys, tempfile, threading
 from typing import Any, Callable
 from attograd.dtype import DType
 from attograd.helpers import DEBUG, GlobalCounters, cache_dir, getenv
@@ -164,6 +164,18 @@ def host_bytes(mv: memoryview) -> ctypes.Array:
 
 # ***** buffers *****
 
+# The garbage collector runs on whichever thread allocates, attograd's compile threads too: a Buffer it finalizes
+# there is not freed there (allocators are not thread-safe: two threads in one LRU cache handed a block out twice
+# and corrupted an MNIST run; a GPU's free needs its context), but queued and freed by the next allocation
+_defer = threading.local()
+_deferred_frees: list[tuple[Allocator, Any, int]] = []
+def defer_frees_on_this_thread() -> None: _defer.on = True
+
+def _free_deferred() -> None:
+  while _deferred_frees:
+    allocator, buf, nbytes = _deferred_frees.pop()
+    allocator.free(buf, nbytes)
+
 class Buffer:
   """`size` elements of `dtype` on `device`; memory is allocated on first use."""
   def __init__(self, device: str, size: int, dtype: DType, initial: bytes | memoryview | None = None):
@@ -180,6 +192,7 @@ class Buffer:
   def is_allocated(self) -> bool: return self._buf is not None
   def allocate(self) -> Buffer:
     if self._buf is None:
+      if _deferred_frees: _free_deferred()
       self.allocator = Device[self.device].allocator
       self._buf = self.allocator.alloc(max(self.nbytes, 1))
       GlobalCounters.mem_used += self.nbytes
@@ -187,7 +200,8 @@ class Buffer:
   def __del__(self) -> None:
     if getattr(self, "_buf", None) is not None and sys is not None and not sys.is_finalizing():
       GlobalCounters.mem_used -= self.nbytes
-      self.allocator.free(self._buf, max(self.nbytes, 1))
+      if getattr(_defer, "on", False): _deferred_frees.append((self.allocator, self._buf, max(self.nbytes, 1)))
+      else: self.allocator.free(self._buf, max(self.nbytes, 1))
   def copyin(self, mv: memoryview) -> Buffer:
     mv = mv.cast("B") if mv.nbytes else mv
     if mv.nbytes != self.nbytes: raise ValueError(f"copyin: expected {self.nbytes} bytes for {self}, got {mv.nbytes}")

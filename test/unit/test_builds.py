@@ -153,3 +153,23 @@ def test_exit_drops_queued_background_builds(tmp_path: Any) -> None:
   env = {**os.environ, "ATTOGRAD_CACHE_DIR": str(tmp_path / "cache")}
   subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
   assert 0 < len(log.read_text()) < 40
+
+def test_buffers_dying_on_compile_threads_are_freed_by_the_next_allocation() -> None:
+  # the garbage collector may finalize a Buffer on a compile thread; its memory goes back to the allocator only on
+  # the next allocation's thread (allocators are not thread-safe)
+  from attograd import dtypes
+  from attograd.device import Buffer, _deferred_frees
+  freed: list[int] = []
+  class Spy:
+    def free(self, buf: Any, nbytes: int) -> None: freed.append(nbytes)
+  def on_compile_thread() -> None:
+    realize._build_thread()
+    b = Buffer("CPU", 8, dtypes.float32)
+    b._buf, b.allocator = 1, Spy()  # a stand-in for memory: only its free is watched
+    del b
+  t = threading.Thread(target=on_compile_thread)
+  t.start()
+  t.join()
+  assert freed == [] and len(_deferred_frees) == 1
+  Buffer("CPU", 4, dtypes.float32).allocate()
+  assert freed == [32] and not _deferred_frees
