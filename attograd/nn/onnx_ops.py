@@ -92,45 +92,6 @@ def _spatial(x: Tensor, kernel_shape: Sequence[int], strides: Any, dilations: An
 
 def _keep(x: Tensor, dtype: DType) -> Tensor: return x if x.dtype is dtype else x.cast(dtype)
 
-# elementary functions attograd's Tensor doesn't have, from exp/log/sqrt and a polynomial (so they fuse and have
-# gradients everywhere)
-
-def _atan(x: Tensor) -> Tensor:
-  # Cephes' atanf: reduce |x| to [0, tan(pi/8)] (via pi/4 + atan((z-1)/(z+1)) or pi/2 - atan(1/z)), then a polynomial
-  z = x.abs()
-  big, mid = z > 2.414213562373095, z > 0.4142135623730950
-  y0 = big.where(math.pi / 2, mid.where(math.pi / 4, 0.0))
-  zr = big.where(-1.0 / z, mid.where((z - 1.0) / (z + 1.0), z))
-  z2 = zr * zr
-  p = (((8.05374449538e-2 * z2 - 1.38776856032e-1) * z2 + 1.99777106478e-1) * z2 - 3.33329491539e-1) * z2 * zr + zr
-  return (x < 0).where(-(y0 + p), y0 + p)
-
-def _asin(x: Tensor) -> Tensor: return _atan(x / ((1.0 - x) * (1.0 + x)).sqrt())
-def _acos(x: Tensor) -> Tensor: return math.pi / 2 - _asin(x)
-def _sinh(x: Tensor) -> Tensor: return (x.expm1() - (-x).expm1()) * 0.5
-def _cosh(x: Tensor) -> Tensor: return (x.exp() + (-x).exp()) * 0.5
-def _asinh(x: Tensor) -> Tensor:
-  z = x.abs()
-  r = (z + (z * z + 1.0).sqrt()).log()
-  return (x < 0).where(-r, r)
-def _acosh(x: Tensor) -> Tensor: return (x + (x * x - 1.0).sqrt()).log()
-def _atanh(x: Tensor) -> Tensor: return (x.log1p() - (-x).log1p()) * 0.5
-
-def _erf(x: Tensor) -> Tensor:
-  # small |x|: the Taylor series (7 terms reach 1e-8 at 0.5); else 1 - erfc with Numerical Recipes' erfc (fractional
-  # error below 1.2e-7 everywhere)
-  z = x.abs()
-  z2 = z * z
-  series = z * (1.1283791670955126 + z2 * (-0.37612638903183754 + z2 * (0.11283791670955126 + z2 * (
-    -0.026866170645131252 + z2 * (0.005223977625442188 + z2 * (-0.0008548327023450852
-                                                               + z2 * 0.00012055332981789664))))))
-  t = 1.0 / (1.0 + 0.5 * z)
-  poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
-    0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
-  erfc = t * (poly - z2).exp()
-  r = (z < 0.5).where(series, 1.0 - erfc)
-  return (x < 0).where(-r, r)
-
 def _unary(name: str, fn: Callable[[Tensor], Tensor], float_only: bool = True) -> None:
   def op(x: Tensor) -> Tensor:
     if float_only and not dtypes.is_float(x.dtype):
@@ -140,9 +101,9 @@ def _unary(name: str, fn: Callable[[Tensor], Tensor], float_only: bool = True) -
   onnx_op(name)(op)
 
 for _name, _fn in {"Exp": Tensor.exp, "Log": Tensor.log, "Sqrt": Tensor.sqrt, "Reciprocal": Tensor.reciprocal,
-                   "Sin": Tensor.sin, "Cos": Tensor.cos, "Tan": Tensor.tan, "Asin": _asin, "Acos": _acos,
-                   "Atan": _atan, "Sinh": _sinh, "Cosh": _cosh, "Asinh": _asinh, "Acosh": _acosh, "Atanh": _atanh,
-                   "Erf": _erf, "Sigmoid": Tensor.sigmoid, "Tanh": Tensor.tanh, "Softsign": Tensor.softsign,
+                   "Sin": Tensor.sin, "Cos": Tensor.cos, "Tan": Tensor.tan, "Asin": Tensor.asin, "Acos": Tensor.acos,
+                   "Atan": Tensor.atan, "Sinh": Tensor.sinh, "Cosh": Tensor.cosh, "Asinh": Tensor.asinh, "Acosh": Tensor.acosh, "Atanh": Tensor.atanh,
+                   "Erf": Tensor.erf, "Sigmoid": Tensor.sigmoid, "Tanh": Tensor.tanh, "Softsign": Tensor.softsign,
                    "Softplus": lambda x: x.softplus(), "Mish": lambda x: x * x.softplus().tanh()}.items():
   _unary(_name, _fn)
 for _name, _fn in {"Neg": Tensor.neg, "Abs": Tensor.abs, "Sign": Tensor.sign, "Floor": Tensor.floor,
@@ -277,7 +238,7 @@ def Shrink(x: Tensor, bias: float = 0.0, lambd: float = 0.5) -> Tensor:
 @onnx_op()
 def Gelu(x: Tensor, approximate: str = "none") -> Tensor:
   if approximate == "tanh": return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
-  return 0.5 * x * (1 + _erf(x * (1 / math.sqrt(2))))
+  return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
 @onnx_op("SwiGLU")
 def SwiGLU(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
   if a.shape != b.shape or a.dtype is not b.dtype:
