@@ -18,6 +18,10 @@ class Limits:
   max_depth: int = 64  # JSON nesting
   read_timeout: float = 30.0  # seconds a client may take to send the next piece of its body
   request_timeout: float = 600.0  # seconds a generation may take
+  # an over-limit body is still read (and dropped) up to this many bytes before the 413 goes out: most clients
+  # (urllib, requests) send the whole body before they read an answer, and a server that closes early leaves them a
+  # broken pipe instead of the 413
+  max_drain: int = 64 << 20
 
 class APIError(Exception):
   """A request the server refuses: HTTP status, message, OpenAI error type, the offending parameter and a code."""
@@ -122,17 +126,23 @@ def make_app(llm: LLM, engine: Engine, name: str | None = None, limits: Limits =
 
   async def read_json(request: HTTPRequest) -> dict[str, Any]:
     size = request.headers.get("content-length")
+    too_big = None
     if size is not None and size.isdigit() and int(size) > limits.max_body:
-      raise APIError(413, f"the body is {size} bytes; the limit is {limits.max_body}")
-    body, chunks = bytearray(), request.stream().__aiter__()
+      too_big = APIError(413, f"the body is {size} bytes; the limit is {limits.max_body}")
+    body, seen, chunks = bytearray(), 0, request.stream().__aiter__()
     while True:
       try: chunk = await asyncio.wait_for(chunks.__anext__(), limits.read_timeout)
       except StopAsyncIteration: break
       except asyncio.TimeoutError:
+        if too_big is not None: raise too_big from None
         raise APIError(408, f"the body did not arrive within {limits.read_timeout:g} s",
                        type_="timeout_error") from None
-      body += chunk
-      if len(body) > limits.max_body: raise APIError(413, f"the body is over the limit of {limits.max_body} bytes")
+      seen += len(chunk)
+      if too_big is None and seen > limits.max_body:
+        too_big = APIError(413, f"the body is over the limit of {limits.max_body} bytes")
+      if too_big is None: body += chunk
+      elif seen > limits.max_drain: raise too_big  # past this, closing on the client is cheaper than reading on
+    if too_big is not None: raise too_big
     try: req = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
       raise APIError(400, f"the body is not valid JSON: {e}") from None
