@@ -8,6 +8,11 @@ import os, signal, sys, threading
 from typing import Iterator
 import pytest
 
+# PoCL (the CL device here) never unloads a kernel's library, and builds two per kernel (a generic one and one
+# specialized to the launch's grid); each holds 4 memory mappings, and a process may have 65530. The device suite
+# builds thousands of CL kernels per worker: one library per kernel keeps a worker well under the limit.
+os.environ.setdefault("POCL_WORK_GROUP_SPECIALIZATION", "0")
+
 sys.path.insert(0, os.path.dirname(__file__))  # so tests can `from helpers import ...` however pytest is started
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,6 +6,7 @@ build, made in the background, replaces it when ready; only the optimized one is
 While a TinyJit captures, every kernel run here is also recorded (runner, buffers, variable values)."""
 from __future__ import annotations
 import os, threading, time, warnings
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from attograd.codegen import get_program
@@ -182,7 +183,22 @@ def _prepare(items: list[ScheduleItem]) -> None:
       b.add(key, spec)
   for b in builds.values(): b.flush()
 
-_runners: dict[tuple[str, UOp], CompiledRunner] = {}
+class _RunnerCache(OrderedDict):
+  """The runners built in this process, least recently used first, at most RUNNER_CACHE of them. Every loaded program
+  holds a few memory mappings (a shared library, JIT code pages) and the kernel's graph: a long-running process that
+  meets ever new shapes (a server, a test suite) would otherwise reach the kernel's limit on mappings (65530) and fail
+  to load the next library. An evicted runner is unloaded once nothing else (a TinyJit's capture) holds it; meeting
+  its kernel again loads it from the disk cache."""
+  def get(self, key: Any, default: Any = None) -> Any:
+    if (r := super().get(key)) is None: return default
+    self.move_to_end(key)
+    return r
+  def __setitem__(self, key: Any, value: Any) -> None:
+    super().__setitem__(key, value)
+    while len(self) > max(RUNNER_CACHE.value, 1): self.popitem(last=False)
+
+RUNNER_CACHE = ContextVar("RUNNER_CACHE", 2048)
+_runners: _RunnerCache = _RunnerCache()
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   key = (device, ast)
   if (r := _runners.get(key)) is None: r = _runners[key] = CompiledRunner(_lower(device, ast))

@@ -1,5 +1,8 @@
 """The CL device: OpenCL through ctypes on the system's libOpenCL (any ICD: PoCL, NVIDIA, AMD, Intel).
-"CL" is the first device of all platforms, "CL:1" the second. Programs are cached on disk as device binaries."""
+"CL" is the first device of all platforms, "CL:1" the second. Programs are cached on disk as device binaries.
+A program is released when its runner leaves the runner cache; PoCL keeps the kernel's library loaded regardless
+(4 memory mappings each, two libraries per kernel unless POCL_WORK_GROUP_SPECIALIZATION=0), so a process that builds
+tens of thousands of distinct kernels on PoCL can reach the limit of 65530 mappings (vm.max_map_count)."""
 from __future__ import annotations
 import ctypes, ctypes.util, os
 from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator, host_bytes

@@ -1,6 +1,6 @@
 """The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with OpenMP."""
 from __future__ import annotations
-import ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile
+import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, weakref
 from attograd.device import Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put, host_bytes
 from attograd.renderer.cstyle import ClangRenderer
 
@@ -117,8 +117,16 @@ def load_library(lib: bytes) -> ctypes.CDLL:
   tmpdir = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
   with tempfile.NamedTemporaryFile(suffix=".so", delete=False, dir=tmpdir) as f:
     f.write(lib)
-  try: return ctypes.CDLL(f.name, mode=int(os.environ.get("_ATTO_DLMODE", "0")) or ctypes.DEFAULT_MODE)
+  try: dll = ctypes.CDLL(f.name, mode=int(os.environ.get("_ATTO_DLMODE", "0")) or ctypes.DEFAULT_MODE)
   finally: os.unlink(f.name)
+  # ctypes never unloads a library; each holds ~5 memory mappings, and a process has at most 65530 of them. Unload it
+  # when its last function is gone (a function object keeps its library alive).
+  weakref.finalize(dll, _dlclose, dll._handle)
+  return dll
+
+def _dlclose(handle: int) -> None:
+  try: _ctypes.dlclose(handle)
+  except OSError: pass
 
 class CPUProgram:
   """A compiled kernel; call it with buffer addresses and variable values. `lib` is the library's bytes, or a

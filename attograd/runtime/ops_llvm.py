@@ -52,8 +52,9 @@ class _Llvmlite:
     self.triple = llvm.get_process_triple()
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     if (rt := _runtime_library()) is not None: llvm.load_library_permanently(rt)
-    self.tm = llvm.Target.from_triple(self.triple).create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
-                                                                         codemodel="default")
+    self._target_machine = lambda: llvm.Target.from_triple(self.triple).create_target_machine(
+      cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+    self.tm = self._target_machine()
     self.ident = f"llvmlite:{llvm.llvm_version_info}:{self.triple}:{cpu}:{features}"
   def compile(self, src: str) -> bytes:
     llvm = self.llvm
@@ -73,12 +74,13 @@ class _Llvmlite:
     missing = [n for n in elf_undefined_symbols(obj) if not llvm.address_of_symbol(n) and not hasattr(process, n)]
     if missing:
       raise RuntimeError(f"LLVM: kernel {names[0]} calls {missing}, which no library loaded in this process defines")
-    engine = llvm.create_mcjit_compiler(empty, self.tm)
+    # an engine takes ownership of its target machine and deletes it with itself: each engine gets its own
+    engine = llvm.create_mcjit_compiler(empty, self._target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
     addrs = [engine.get_global_value_address(n) for n in names]
     if not all(addrs): raise RuntimeError(f"LLVM: {names} not all found in the kernel's object file")
-    return addrs, engine  # the engine owns the code: keep it alive as long as the function
+    return addrs, engine  # the engine owns the code: keep it alive as long as the function (freed with it)
 
 # ***** the system libLLVM through the C API *****
 
@@ -124,7 +126,7 @@ class _LibLLVM:
       "LLVMOrcLLJITGetMainJITDylib": (vp, [vp]), "LLVMOrcLLJITGetGlobalPrefix": (ctypes.c_char, [vp]),
       "LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess": (vp, [ctypes.POINTER(vp), ctypes.c_char, vp, vp]),
       "LLVMOrcJITDylibAddGenerator": (None, [vp, vp]), "LLVMOrcLLJITAddObjectFile": (vp, [vp, vp, vp]),
-      "LLVMOrcLLJITLookup": (vp, [vp, ctypes.POINTER(ctypes.c_uint64), cp])}
+      "LLVMOrcLLJITLookup": (vp, [vp, ctypes.POINTER(ctypes.c_uint64), cp]), "LLVMOrcDisposeLLJIT": (vp, [vp])}
     for fn, (res, args) in sigs.items():
       f = getattr(lib, fn)
       f.restype, f.argtypes = res, args
@@ -193,7 +195,15 @@ class _LibLLVM:
       addr = ctypes.c_uint64()
       self._error(lib.LLVMOrcLLJITLookup(jit, ctypes.byref(addr), n.encode()), f"finding {n}")
       addrs.append(addr.value)
-    return addrs, jit  # never disposed: kernels live as long as the process (the runner caches them)
+    # the JIT owns the code: it lives as long as the returned keepalive, then its code pages are unmapped
+    return addrs, _Disposer(lib.LLVMOrcDisposeLLJIT, jit)
+
+class _Disposer:
+  """Calls `dispose(obj)` when garbage collected."""
+  def __init__(self, dispose: Any, obj: Any): self.dispose, self.obj = dispose, obj
+  def __del__(self) -> None:
+    try: self.dispose(self.obj)
+    except Exception: pass
 
 def _open_backend() -> Any:
   """llvmlite if it imports, else libLLVM; the error names what each attempt lacked."""

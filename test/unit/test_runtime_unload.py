@@ -1,0 +1,36 @@
+"""Programs are unloaded when the runner cache lets them go: a long-running process that meets ever new kernels must not
+run out of memory mappings (65530 by default; each loaded library holds ~5). CI failed on this once, deep in the suite:
+`cannot apply additional memory protection after relocation: Cannot allocate memory`."""
+from __future__ import annotations
+import gc, sys
+import pytest
+from attograd import Tensor
+from attograd.device import Device, DeviceUnavailable
+import attograd.engine.realize as realize
+
+def _maps() -> int:
+  with open("/proc/self/maps") as f: return sum(1 for _ in f)
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts mappings in /proc/self/maps")
+@pytest.mark.parametrize("dev", ["CPU", "LLVM"])
+def test_evicted_programs_are_unloaded(dev: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  try: Device[dev]
+  except DeviceUnavailable as e: pytest.skip(f"{dev} unavailable: {e}")
+  monkeypatch.setattr(realize.RUNNER_CACHE, "value", 16)
+  for i in range(20): (Tensor.ones(1000 + i, device=dev) * 2.5).sum().realize()  # the cache is full from here on
+  gc.collect()
+  before = _maps()
+  n = 150
+  for i in range(n):
+    x = (Tensor.ones(1100 + i, device=dev) * (i + 0.5)).sum()
+    assert x.item() == pytest.approx((1100 + i) * (i + 0.5))
+  gc.collect()
+  assert len(realize._runners) <= 16
+  # one library per kernel stays loaded without unloading (5 mappings on CPU, 2 on LLVM): allow far less than one
+  assert _maps() - before < n // 5, f"{_maps() - before} new mappings after {n} kernels on {dev}"
+
+def test_evicted_kernel_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(realize.RUNNER_CACHE, "value", 2)
+  xs = [Tensor.arange(10 + i).float() for i in range(5)]
+  for _ in range(2):  # the second round meets every kernel after it was evicted
+    for i, x in enumerate(xs): assert (x * 3).sum().item() == 3 * sum(range(10 + i))
