@@ -225,7 +225,16 @@ class LLVMCompiler(Compiler):
   def __init__(self, backend: Any):
     self.backend = backend
     self.cachekey = f"llvm:{backend.ident}:{OPT_PIPELINE}"
-  def compile(self, src: str) -> bytes: return self.backend.compile(src)
+  def compile(self, src: str) -> bytes:
+    _bury()
+    return self.backend.compile(src)
+
+# Programs let go of their JIT (its code and module) here, not in their own __del__: the garbage collector may run that
+# on any thread (a compile thread, a kernel share), while this thread uses LLVM's context, which is not thread-safe.
+# Compiles and loads happen on one thread at a time (LLVMCompiler.threadsafe is False); each disposes the dead first.
+_graveyard: list[Any] = []
+def _bury() -> None:
+  while _graveyard: _graveyard.pop()  # the last reference: the engine (or LLJIT) is disposed here
 
 def _cores() -> int:
   # read on every new kernel (not helpers.getenv, which caches): tests and users can change it between kernels
@@ -247,6 +256,7 @@ class LLVMProgram:
   GIL during each call, so the shares run at the same time (the caller's thread runs share 0)."""
   def __init__(self, name: str, lib: bytes, backend: Any):
     self.name = name
+    _bury()
     (self.addr, split_addr), self._keepalive = backend.load(lib, [name, f"{name}_parallel"])
     split = ctypes.c_int32.from_address(split_addr).value  # 0: no parallel loop, -1: its size is a variable
     self.threads = 1 if split == 0 else (_cores() if split < 0 else min(_cores(), split))
@@ -261,6 +271,8 @@ class LLVMProgram:
     rest = [_thread_pool().submit(self._cfn, *bufs, *vals, i, n) for i in range(1, n)]
     self._cfn(*bufs, *vals, 0, n)
     for r in rest: r.result()
+  def __del__(self) -> None:
+    if (keep := getattr(self, "_keepalive", None)) is not None: _graveyard.append(keep)
 
 class LlvmDevice(Compiled):
   def __init__(self, device: str):
