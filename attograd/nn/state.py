@@ -1,9 +1,9 @@
 """Weights in and out: safetensors files, PyTorch .pt/.pth files (read without torch and without running anything from
 the file), and state dicts (a model's Tensors by dotted name). Loaded tensors are DISK views of the file until moved."""
 from __future__ import annotations
-import _compat_pickle, io, json, os, pickle, struct, time, zipfile
+import _compat_pickle, importlib, io, json, os, pickle, struct, time, zipfile, zlib
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable, Iterable
 from attograd.device import Device
 from attograd.dtype import DType, dtypes, to_dtype
 from attograd.helpers import prod
@@ -55,6 +55,153 @@ def _mapping_of(src: PathLike | Tensor, op: str) -> tuple[DiskMapping, int, int]
     return _disk().open(raw.cast("B") if raw.nbytes else b""), 0, src.numel()
   mapping = _disk().open(src)
   return mapping, 0, mapping.size
+
+# ***** archives: a file object over a Tensor, tar and zip members as views *****
+
+class TensorIO(io.RawIOBase, BinaryIO):
+  """A read-only, seekable binary file over the bytes of a 1-D uint8 Tensor, for the stdlib's archive readers.
+  A DISK tensor is read straight from its mapped file; a tensor on a compute device is copied to host memory once, on
+  the first read (a slice per read would run a kernel per read). Seeks are clamped to [0, len(t)], as in tinygrad.
+
+  >>> f = TensorIO(Tensor(b"Hello World!"))
+  >>> f.read(5), f.seek(-6, 2), f.read()
+  (b'Hello', 6, b'World!')
+  """
+  def __init__(self, t: Tensor):
+    if not isinstance(t, Tensor) or t.ndim != 1 or t.dtype is not dtypes.uint8:
+      raise ValueError(f"TensorIO: need a 1-D uint8 Tensor, got {t!r:.120}")
+    self._tensor, self._position, self._size = t, 0, t.shape[0]
+    if not isinstance(self._size, int): raise ValueError(f"TensorIO: need a concrete length, got {t.shape}")
+    self._host: memoryview | None = None
+  def _bytes(self) -> memoryview:
+    if self._host is None:
+      if (v := _disk_view(self._tensor)) is not None: self._host = v[0].read(v[1], self._size)
+      else: self._host = self._tensor.data().cast("B") if self._size else memoryview(b"")
+    return self._host
+  def readable(self) -> bool: return True
+  def seekable(self) -> bool: return True
+  def readinto(self, buffer: Any) -> int:
+    dest = memoryview(buffer).cast("B")
+    n = max(0, min(dest.nbytes, self._size - self._position))
+    dest[:n] = self._bytes()[self._position:self._position + n]
+    self._position += n
+    return n
+  def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+    if whence not in (io.SEEK_SET, io.SEEK_CUR, io.SEEK_END): raise ValueError(f"TensorIO.seek: bad whence {whence}")
+    base = (0, self._position, self._size)[whence]
+    self._position = min(self._size, max(0, base + offset))
+    return self._position
+  def tell(self) -> int: return self._position
+  # BinaryIO's writing half: this file is read-only
+  def writable(self) -> bool: return False
+  def write(self, s: Any) -> int: raise io.UnsupportedOperation("TensorIO.write: a TensorIO is read-only")
+  def writelines(self, lines: Iterable[Any]) -> None:
+    raise io.UnsupportedOperation("TensorIO.writelines: a TensorIO is read-only")
+  def __enter__(self) -> TensorIO: return self
+
+class _Archive:
+  """The bytes of an archive given as a path or a 1-D uint8 Tensor: a file object to parse them with, and member
+  views that share the archive's memory (DISK views of a file, lazy slices of a compute tensor)."""
+  def __init__(self, src: PathLike | Tensor, op: str):
+    if isinstance(src, Tensor):
+      if src.dtype is not dtypes.uint8 or src.ndim != 1: raise TypeError(f"{op}: need a 1-D uint8 Tensor, got {src}")
+      self.t, self.name = src, f"<{src.numel()}-byte Tensor on {src.device}>"
+    elif isinstance(src, (str, os.PathLike)):
+      self.t, self.name = disk_tensor(src), os.fspath(src)
+    else: raise TypeError(f"{op}: need a path or a 1-D uint8 Tensor, got {type(src).__name__}")
+    self.size, self.disk = self.t.numel(), _disk_view(self.t)
+  def file(self) -> TensorIO: return TensorIO(self.t)
+  def view(self, begin: int, size: int) -> Tensor:
+    assert 0 <= begin and 0 <= size and begin + size <= self.size, "callers check the range against the archive"
+    if self.disk is not None: return disk_tensor(self.disk[0], self.disk[1] + begin, (size,))
+    return self.t[begin:begin + size]
+
+# the magic numbers of the compressions tarfile reads, and the stdlib module that undoes each
+_TAR_COMPRESSIONS = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma"))
+
+def tar_extract(fn: Tensor | PathLike) -> dict[str, Tensor]:
+  """The regular files of a tar archive (ustar, GNU or pax; a path or its bytes as a 1-D uint8 Tensor), by member name,
+  as views of the archive's bytes: nothing is copied. Directories, links and devices are left out. A gzip, bzip2 or xz
+  compressed archive is decompressed once, and the views are of the decompressed bytes. A malformed or truncated
+  archive raises tarfile.ReadError naming it.
+
+  >>> import io, tarfile; buf = io.BytesIO(); info = tarfile.TarInfo("a.txt"); info.size = 2
+  >>> with tarfile.open(fileobj=buf, mode="w") as tar: tar.addfile(info, io.BytesIO(b"hi"))
+  >>> bytes(tar_extract(Tensor(buf.getvalue()))["a.txt"].data())
+  b'hi'
+  """
+  import tarfile
+  ar = _Archive(fn, "tar_extract")
+  head = bytes(ar.file().read(6))
+  for magic, module in _TAR_COMPRESSIONS:
+    if head.startswith(magic):
+      try: raw = importlib.import_module(module).decompress(bytes(ar.file().read()))
+      except Exception as e:  # each module has its own error class; all mean the stream is broken
+        raise tarfile.ReadError(f"tar_extract: {ar.name}: can't decompress its {module} stream "
+                                f"({type(e).__name__}: {e})") from None
+      return tar_extract(disk_tensor(raw) if ar.disk is not None else Tensor(raw, device=ar.t.device))
+  out: dict[str, Tensor] = {}
+  try:
+    with tarfile.open(fileobj=ar.file(), mode="r:") as tar:
+      for m in tar:
+        if not m.isreg(): continue
+        if m.issparse():
+          raise tarfile.ReadError(f"tar_extract: {ar.name}: member {m.name!r} is a sparse file, whose bytes aren't "
+                                  "stored in one piece, so it can't be a view; extract it with the tarfile module")
+        if m.size < 0 or m.offset_data + m.size > ar.size:
+          raise tarfile.ReadError(f"tar_extract: {ar.name}: member {m.name!r} ({m.size} bytes at byte {m.offset_data}) "
+                                  f"runs past the end of the archive ({ar.size} bytes); the archive is truncated")
+        out[m.name] = ar.view(m.offset_data, m.size)
+  except tarfile.TarError as e:
+    if str(e).startswith("tar_extract: "): raise
+    raise tarfile.ReadError(f"tar_extract: {ar.name} is not a valid tar archive ({e})") from None
+  return out
+
+def zip_extract(fn: Tensor | PathLike) -> dict[str, Tensor]:
+  """The files of a zip archive (a path or its bytes as a 1-D uint8 Tensor), by name. Stored (uncompressed) members
+  are views of the archive's bytes; compressed ones (deflate, bzip2, lzma) are decompressed, their CRC checked, into
+  new Tensors on the archive's device. Directories are left out. A malformed archive raises zipfile.BadZipFile naming
+  it.
+
+  >>> import io, zipfile; buf = io.BytesIO()
+  >>> with zipfile.ZipFile(buf, "w") as z: z.writestr("a.txt", b"hi")
+  >>> bytes(zip_extract(Tensor(buf.getvalue()))["a.txt"].data())
+  b'hi'
+  """
+  ar = _Archive(fn, "zip_extract")
+  out: dict[str, Tensor] = {}
+  def bad(why: str) -> zipfile.BadZipFile: return zipfile.BadZipFile(f"zip_extract: {ar.name}: {why}")
+  f = ar.file()
+  try: zf = zipfile.ZipFile(f)
+  except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as e:
+    raise bad(f"not a valid zip archive ({e})") from None
+  with zf:
+    for zi in zf.infolist():
+      if zi.is_dir(): continue
+      if zi.flag_bits & 0x1: raise bad(f"member {zi.filename!r} is encrypted, which isn't supported")
+      if zi.compress_type != zipfile.ZIP_STORED:
+        try: data = zf.read(zi)
+        except (zipfile.BadZipFile, NotImplementedError, RuntimeError, ValueError, OSError, EOFError, zlib.error) as e:
+          raise bad(f"can't read member {zi.filename!r} ({type(e).__name__}: {e})") from None
+        out[zi.filename] = disk_tensor(data) if ar.disk is not None else Tensor(data, device=ar.t.device)
+        continue
+      # a stored member's bytes follow its local header, whose extra field may differ in length from the central
+      # directory's copy, so the local header is read for where the data starts
+      if zi.header_offset < 0 or zi.header_offset + 30 > ar.size:
+        raise bad(f"member {zi.filename!r} has its local header at byte {zi.header_offset}, outside the archive "
+                  f"({ar.size} bytes)")
+      f.seek(zi.header_offset)
+      hdr = f.read(30)
+      if hdr[:4] != b"PK\x03\x04": raise bad(f"member {zi.filename!r} has no local header at byte {zi.header_offset}")
+      name_len, extra_len = struct.unpack("<HH", hdr[26:30])
+      start = zi.header_offset + 30 + name_len + extra_len
+      if zi.compress_size != zi.file_size:
+        raise bad(f"stored member {zi.filename!r} has {zi.compress_size} stored bytes but a size of {zi.file_size}")
+      if start + zi.file_size > ar.size:
+        raise bad(f"member {zi.filename!r} ({zi.file_size} bytes at byte {start}) runs past the end of the archive "
+                  f"({ar.size} bytes); the archive is truncated")
+      out[zi.filename] = ar.view(start, zi.file_size)
+  return out
 
 # ***** safetensors *****
 
