@@ -539,13 +539,20 @@ def _unpickle(f: Any, path: str, storages: dict[str, _StorageRef], what: str) ->
   except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError, RecursionError) as e:
     raise ValueError(f"torch_load: {path}: its {what} is not a valid pickle ({type(e).__name__}: {e})") from None
 
-def torch_load(fn: PathLike) -> Any:
-  """Read a file written by `torch.save` (zip or legacy format) without importing torch and without running anything
-  from it: only an allow-list of torch's tensor-rebuilding names is resolved, and any other global is an error.
-  Returns the saved object (usually a state dict) with every torch tensor as a Tensor: contiguous ones are DISK views
-  of the file; strided ones (a transpose, a slice with a step) are read and viewed on Device.DEFAULT."""
-  path = os.fspath(fn)
-  mapping = _disk().open(path)
+def torch_load(fn: PathLike | Tensor) -> Any:
+  """Read a file written by `torch.save` (zip or legacy format; a path, or its bytes as a 1-D uint8 Tensor, as in
+  tinygrad) without importing torch and without running anything from it: only an allow-list of torch's
+  tensor-rebuilding names is resolved, and any other global is an error. Returns the saved object (usually a state
+  dict) with every torch tensor as a Tensor: contiguous ones are DISK views of the file; strided ones (a transpose, a
+  slice with a step) are read and viewed on Device.DEFAULT."""
+  if isinstance(fn, Tensor):
+    mapping, start, size = _mapping_of(fn, "torch_load")
+    path = mapping.path if fn.device == "DISK" else f"<{size}-byte Tensor on {fn.device}>"
+    # a view inside a bigger file (a tar or zip member) is parsed as a file of its own
+    if (start, size) != (0, mapping.size): mapping = _disk().open(mapping.read(start, size))
+  else:
+    path = os.fspath(fn)
+    mapping = _disk().open(path)
   storages: dict[str, _StorageRef] = {}
   places: dict[str, tuple[DiskMapping, int, int]]
   if mapping.size >= 4 and bytes(mapping.read(0, 4)) == b"PK\x03\x04": obj, places = _load_zip(path, mapping, storages)
@@ -555,7 +562,7 @@ def torch_load(fn: PathLike) -> Any:
 Places = dict[str, tuple[DiskMapping, int, int]]  # storage key -> (mapping, byte offset, byte size)
 
 def _load_zip(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef]) -> tuple[Any, Places]:
-  try: zf = zipfile.ZipFile(path)
+  try: zf = zipfile.ZipFile(TensorIO(disk_tensor(mapping)))
   except zipfile.BadZipFile as e:
     raise ValueError(f"torch_load: {path} starts like a zip file but isn't one: {e}") from None
   with zf:
@@ -587,7 +594,7 @@ def _load_zip(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef])
 
 def _load_legacy(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef]) -> tuple[Any, Places]:
   places: Places = {}
-  with open(path, "rb") as f:
+  with io.BufferedReader(TensorIO(disk_tensor(mapping))) as f:  # buffered: the unpickler reads a byte at a time
     def load(what: str) -> Any: return _unpickle(f, path, storages, what)
     try: magic = load("magic number")
     except ValueError:

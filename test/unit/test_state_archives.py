@@ -5,7 +5,7 @@ import io, os, struct, tarfile, zipfile
 import numpy as np
 import pytest
 from attograd import Device, Tensor, dtypes
-from attograd.nn.state import TensorIO, disk_tensor, tar_extract, zip_extract
+from attograd.nn.state import TensorIO, disk_tensor, tar_extract, torch_load, zip_extract
 
 def raw(t: Tensor) -> bytes: return bytes(t.data()) if t.numel() else b""
 
@@ -215,3 +215,27 @@ def test_zip_extract_errors(tmp_path) -> None:
   far = data[:cd + 42] + struct.pack("<I", 10**6) + data[cd + 46:]
   with pytest.raises(zipfile.BadZipFile, match=r"member 's.bin' has its local header at byte 1000000, outside"):
     zip_extract(Tensor(far))
+
+# ***** torch_load over a Tensor (tinygrad takes the file's bytes as a Tensor) *****
+
+def test_torch_load_from_a_tensor_and_from_a_tar_member(tmp_path) -> None:
+  torch = pytest.importorskip("torch")
+  sd = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.tensor([1, -2], dtype=torch.int64)}
+  torch.save(sd, p := tmp_path / "m.pt")
+  torch.save(sd, legacy := tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+  want = {k: v.numpy() for k, v in sd.items()}
+  def check(got: dict) -> None:
+    assert got.keys() == want.keys()
+    for k, v in got.items(): np.testing.assert_array_equal(v.to(Device.DEFAULT).numpy(), want[k])
+  check(torch_load(Tensor(p.read_bytes())))
+  check(torch_load(Tensor(legacy.read_bytes())))
+  check(torch_load(disk_tensor(p)))
+  # a .pt file inside a tar: its member view (a DISK view at an offset in the tar) loads as a file of its own
+  with tarfile.open(tar := tmp_path / "a.tar", "w") as tf:
+    tf.add(tmp_path / "legacy.pt", "x/legacy.pt")
+    tf.add(p, "x/m.pt")
+  members = tar_extract(tar)
+  check(torch_load(members["x/m.pt"]))
+  check(torch_load(members["x/legacy.pt"]))
+  with pytest.raises(ValueError, match=r"torch_load: <0-byte Tensor on \w+> is not a torch.save file"):
+    torch_load(Tensor(b""))
