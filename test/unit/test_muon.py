@@ -113,3 +113,30 @@ def test_muon_errors() -> None:
   with Context(TRAINING=0):
     w.grad = Tensor.ones(2, 2)
     with pytest.raises(RuntimeError, match="Muon.step: TRAINING is 0"): Muon([w]).step()
+
+def test_muon_matches_torch_on_wide_matrices(monkeypatch) -> None:
+  # torch.optim.Muon (2-D params only) scales lr by sqrt(max(1, rows/cols)); tinygrad doesn't, so they agree where
+  # rows <= cols. Its momentum is an EMA (buf = m*buf + (1-m)*g), (1-m) times tinygrad's, a scale the normalization
+  # in Newton-Schulz removes. torch iterates Newton-Schulz in bfloat16 (its result is ~2% off the exact one), so here
+  # it runs the float64 reference instead: this pins the rest of the update (momentum, nesterov, decay, lr).
+  torch = pytest.importorskip("torch")
+  import torch.optim._muon as torch_muon
+  def exact_ns(grad: Any, coeffs: tuple[float, ...], steps: int, eps: float) -> Any:
+    return torch.from_numpy(np_newton_schulz(grad.double().numpy(), steps, coeffs, eps)).to(grad.dtype)
+  monkeypatch.setattr(torch_muon, "_zeropower_via_newtonschulz", exact_ns)
+  rng = np.random.default_rng(5)
+  x0, w0 = rng.normal(size=(1, 4)).astype(np.float32), rng.normal(size=(4, 6)).astype(np.float32)
+  for kw in (dict(lr=0.05, momentum=0.9, weight_decay=0.05, ns_steps=4), dict(lr=0.02, nesterov=False)):
+    x, w = Tensor(x0, requires_grad=True), Tensor(w0, requires_grad=True)
+    tx, tw = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    opt, topt = Muon([x, w], **kw), torch.optim.Muon([tx, tw], **kw)  # type: ignore[arg-type]
+    for _ in range(3):
+      opt.zero_grad()
+      (x @ w).relu().log_softmax(1).sum().backward()
+      opt.step()
+      topt.zero_grad()
+      (tx @ tw).relu().log_softmax(1).sum().backward()
+      topt.step()
+    for ours, theirs, start in ((x, tx, x0), (w, tw, w0)):
+      np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-5, atol=1e-5)
+      assert np.abs(ours.numpy() - start).max() > 1e-2  # the steps moved the weights
