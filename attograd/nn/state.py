@@ -1,7 +1,7 @@
 """Weights in and out: safetensors files, PyTorch .pt/.pth files (read without torch and without running anything from
 the file), and state dicts (a model's Tensors by dotted name). Loaded tensors are DISK views of the file until moved."""
 from __future__ import annotations
-import _compat_pickle, importlib, io, json, os, pickle, struct, time, zipfile, zlib
+import _compat_pickle, functools, importlib, io, json, os, pickle, struct, time, zipfile, zlib
 from collections import OrderedDict
 from typing import Any, BinaryIO, Callable, Iterable
 from attograd.device import Device
@@ -55,6 +55,13 @@ def _mapping_of(src: PathLike | Tensor, op: str) -> tuple[DiskMapping, int, int]
     return _disk().open(raw.cast("B") if raw.nbytes else b""), 0, src.numel()
   mapping = _disk().open(src)
   return mapping, 0, mapping.size
+
+def accept_filename(fn: Callable[[Tensor], Any]) -> Callable[[Tensor | PathLike], Any]:
+  """Let a function of a uint8 Tensor (a file's bytes) take a path too, as a DISK tensor of the file (tinygrad's
+  decorator for its loaders)."""
+  @functools.wraps(fn)
+  def wrapper(src: Tensor | PathLike) -> Any: return fn(src if isinstance(src, Tensor) else disk_tensor(src))
+  return wrapper
 
 # ***** archives: a file object over a Tensor, tar and zip members as views *****
 
@@ -350,10 +357,11 @@ def get_parameters(obj: Any) -> list[Tensor]:
   return list({id(t): t for t in get_state_dict(obj).values()}.values())
 
 def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True, verbose: bool = False,
-                    consume: bool = False, realize: bool = True) -> None:
-  """Copy `state_dict`'s tensors into `model`'s, by dotted name, moved to each parameter's device and cast to its dtype.
-  strict=True refuses missing and unexpected keys; a shape mismatch is always an error. consume=True deletes each
-  entry from `state_dict` once loaded, so its memory can go."""
+                    consume: bool = False, realize: bool = True) -> list[Tensor]:
+  """Copy `state_dict`'s tensors into `model`'s, by dotted name, moved to each parameter's device and cast to its dtype;
+  returns the model's tensors that were loaded (as tinygrad does). strict=True refuses missing and unexpected keys; a
+  shape mismatch is an error, except () against (1,), which tinygrad lets through as a reshape. consume=True deletes
+  each entry from `state_dict` once loaded, so its memory can go."""
   model_sd = get_state_dict(model)
   missing = [k for k in model_sd if k not in state_dict]
   unexpected = [k for k in state_dict if k not in model_sd]
@@ -363,11 +371,12 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
     if unexpected: why.append(f"{len(unexpected)} unexpected key(s) the model doesn't have: {_short(unexpected)}")
     raise ValueError(f"load_state_dict: the state dict is {'; and '.join(why)} "
                      "(strict=False loads only the keys in both)")
-  st, nbytes = time.perf_counter(), 0
+  st, nbytes, loaded = time.perf_counter(), 0, []
   for k, p in model_sd.items():
     if k not in state_dict: continue
     v: Any = state_dict[k]
     if not isinstance(v, Tensor): v = Tensor(v, device=p.device)
+    if {v.shape, p.shape} == {(), (1,)}: v = v.reshape(p.shape)  # a scalar saved as one element, or the reverse
     if v.shape != p.shape:
       raise ValueError(f"load_state_dict: shape mismatch for {k!r}: the model has {p.shape}, "
                        f"the state dict has {v.shape}")
@@ -375,11 +384,13 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
     p.assign(v.cast(p.dtype) if v.dtype != p.dtype else v)
     if realize: p.realize()
     nbytes += p.nbytes()
+    loaded.append(p)
     if consume: del state_dict[k]
   if verbose:
     print(f"load_state_dict: loaded {len(model_sd) - len(missing)} tensors ({nbytes / 1e6:.2f} MB) "
           f"in {time.perf_counter() - st:.2f} s" + (f"; not in the state dict: {_short(missing)}" if missing else "")
           + (f"; unused: {_short(unexpected)}" if unexpected else ""))
+  return loaded
 
 # ***** PyTorch .pt / .pth *****
 # torch.save pickles the object with every tensor storage replaced by a persistent id; the storages' bytes are stored
