@@ -1,7 +1,7 @@
 """Weights in and out: safetensors files, PyTorch .pt/.pth files (read without torch and without running anything from
 the file), and state dicts (a model's Tensors by dotted name). Loaded tensors are DISK views of the file until moved."""
 from __future__ import annotations
-import _compat_pickle, functools, importlib, io, json, os, pickle, struct, time, zipfile, zlib
+import _compat_pickle, functools, importlib, io, json, os, pickle, struct, time, zipfile
 from collections import OrderedDict
 from typing import Any, BinaryIO, Callable, Iterable
 from attograd.device import Device
@@ -179,16 +179,17 @@ def zip_extract(fn: Tensor | PathLike) -> dict[str, Tensor]:
   out: dict[str, Tensor] = {}
   def bad(why: str) -> zipfile.BadZipFile: return zipfile.BadZipFile(f"zip_extract: {ar.name}: {why}")
   f = ar.file()
+  # the parser and the decompressors each have their own error classes (NotImplementedError for an unknown version,
+  # lzma.LZMAError, zlib.error, ...): from untrusted bytes, any of them means a malformed archive
   try: zf = zipfile.ZipFile(f)
-  except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as e:
-    raise bad(f"not a valid zip archive ({e})") from None
+  except Exception as e: raise bad(f"not a valid zip archive ({type(e).__name__}: {e})") from None
   with zf:
     for zi in zf.infolist():
       if zi.is_dir(): continue
       if zi.flag_bits & 0x1: raise bad(f"member {zi.filename!r} is encrypted, which isn't supported")
       if zi.compress_type != zipfile.ZIP_STORED:
         try: data = zf.read(zi)
-        except (zipfile.BadZipFile, NotImplementedError, RuntimeError, ValueError, OSError, EOFError, zlib.error) as e:
+        except Exception as e:
           raise bad(f"can't read member {zi.filename!r} ({type(e).__name__}: {e})") from None
         out[zi.filename] = disk_tensor(data) if ar.disk is not None else Tensor(data, device=ar.t.device)
         continue

@@ -211,6 +211,14 @@ def test_zip_extract_errors(tmp_path) -> None:
   big = data[:cd + 20] + struct.pack("<II", 10**6, 10**6) + data[cd + 28:]
   with pytest.raises(zipfile.BadZipFile, match=r"member 's.bin' \(1000000 bytes at byte 35\) runs past the end"):
     zip_extract(Tensor(big))
+  # errors of the zip parser and the decompressors that aren't BadZipFile are reported as one (found by fuzzing)
+  new_version = data[:cd + 6] + struct.pack("<H", 69) + data[cd + 8:]
+  with pytest.raises(zipfile.BadZipFile, match=r"not a valid zip archive \(NotImplementedError: zip file version 6.9"):
+    zip_extract(Tensor(new_version))
+  lz = make_zip({"c.xz": (b"lzma!" * 100, zipfile.ZIP_LZMA)}, ())
+  at = lz.index(b"c.xz") + 4 + 4  # the lc/lp/pb byte of lzma's properties header, after the name
+  with pytest.raises(zipfile.BadZipFile, match=r"can't read member 'c.xz' \(LZMAError: Invalid or unsupported"):
+    zip_extract(Tensor(lz[:at] + b"\xff" + lz[at + 1:]))
   # a local header offset past the end
   far = data[:cd + 42] + struct.pack("<I", 10**6) + data[cd + 46:]
   with pytest.raises(zipfile.BadZipFile, match=r"member 's.bin' has its local header at byte 1000000, outside"):
