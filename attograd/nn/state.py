@@ -87,13 +87,17 @@ class TensorIO(io.RawIOBase, BinaryIO):
     return self._host
   def readable(self) -> bool: return True
   def seekable(self) -> bool: return True
+  def _check_open(self, op: str) -> None:
+    if self.closed: raise ValueError(f"TensorIO.{op}: the TensorIO is closed")
   def readinto(self, buffer: Any) -> int:
+    self._check_open("read")
     dest = memoryview(buffer).cast("B")
     n = max(0, min(dest.nbytes, self._size - self._position))
     dest[:n] = self._bytes()[self._position:self._position + n]
     self._position += n
     return n
   def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+    self._check_open("seek")
     if whence not in (io.SEEK_SET, io.SEEK_CUR, io.SEEK_END): raise ValueError(f"TensorIO.seek: bad whence {whence}")
     base = (0, self._position, self._size)[whence]
     self._position = min(self._size, max(0, base + offset))

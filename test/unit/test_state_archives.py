@@ -51,6 +51,9 @@ def test_tensorio_empty_and_bad_input() -> None:
   f = TensorIO(Tensor(DATA))
   with pytest.raises(io.UnsupportedOperation, match="TensorIO.write: a TensorIO is read-only"): f.write(b"x")
   with pytest.raises(io.UnsupportedOperation, match="read-only"): f.writelines([b"x"])
+  with TensorIO(Tensor(DATA)) as g: assert g.read(2) == b"He"
+  with pytest.raises(ValueError, match="TensorIO.read: the TensorIO is closed"): g.read(1)
+  with pytest.raises(ValueError, match="TensorIO.seek: the TensorIO is closed"): g.seek(0)
 
 # ***** tar *****
 
