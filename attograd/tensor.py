@@ -1275,6 +1275,13 @@ def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device:
   buf = Buffer(device, n, dtype, raw if n else None)
   return _reshape_uop(new_buffer_uop(device, n, dtype, buf), shape)
 
+def _iota_buffer(n: int, device: str) -> UOp:
+  """0..n-1 in a buffer tagged as such: kernels compute the values from their index math rather than load them (the
+  bytes are there for copies, the PYTHON device's pickles, and anything that reads the buffer as data)."""
+  raw = struct.pack(f"<{n}i", *range(n))
+  if device.__class__ is tuple: return _buffer_from_bytes(raw, (n,), dtypes.int32, device)
+  return new_buffer_uop(device, n, dtypes.int32, Buffer(device, n, dtypes.int32, raw if n else None), iota=True)
+
 # DEBUG_NAN: the user's line that created each op (weak: forgetting a node forgets its line)
 _op_sites: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
 _BLAME_MAX_ELEMENTS = 1 << 24  # intermediates bigger than this (a matmul's broadcast product) are not computed alone
@@ -1367,7 +1374,7 @@ def _index_tensor(n: int, device: str) -> Tensor:
   if n <= 4096:
     key = (n, device)
     if (t := _index_cache.get(key)) is None:
-      t = _index_cache[key] = Tensor(_buffer_from_bytes(struct.pack(f"<{n}i", *range(n)), (n,), dtypes.int32, device))
+      t = _index_cache[key] = Tensor(_iota_buffer(n, device))
     return t
   b = math.isqrt(n - 1) + 1
   a = -(-n // b)

@@ -73,8 +73,8 @@ class Kernel:
     topo = self.ast.toposort()
     for u in topo:
       if u.op is Ops.VIEW: continue
-      if u.op in (Ops.LOAD, Ops.STORE) or (u.op is Ops.CONST and u.src):
-        view = u.src[1] if u.op is not Ops.CONST else u.src[0]
+      if u.op in (Ops.LOAD, Ops.STORE, Ops.IOTA) or (u.op is Ops.CONST and u.src):
+        view = u.src[1] if u.op in (Ops.LOAD, Ops.STORE) else u.src[0]
         self.sts[u] = view.arg
     reduces = [u for u in topo if u.op is Ops.REDUCE_AXIS]
     out_shape = self.ast.src[0].src[1].arg.shape

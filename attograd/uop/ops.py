@@ -31,6 +31,9 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   DEFINE_GLOBAL = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); ENDRANGE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACC_ASSIGN = auto(); VECTORIZE = auto(); GEP = auto(); SPECIAL = auto()  # noqa: E702
   DEFINE_LOCAL = auto(); BARRIER = auto()  # noqa: E702  GPU: work-group shared memory, and a work-group barrier
+  # kernel AST: a read of a buffer that holds 0..n-1 (Tensor.arange's), through the view in src[0], as the index it
+  # would read at: no memory traffic, and index math the rewrite rules can see (a one-hot gather folds to one load)
+  IOTA = auto()
   # GPU: one warp's matrix multiply-accumulate on tensor cores (arg: the shape and dtypes, see codegen/lowerer.py), and
   # a lane's value read from the lane whose index differs by the xor mask in arg (__shfl_xor_sync)
   WMMA = auto(); SHUFFLE = auto()  # noqa: E702
