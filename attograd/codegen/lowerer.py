@@ -96,6 +96,10 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
   if lane is None or lane_ax is None: return sink
   return vectorize(sink, lane, reduce_lane=lane_ax >= k.first_reduce)
 
+def reduce_folds(k: Kernel) -> bool:
+  """Every reduce loop of the unoptimized kernel k folds away in lowering (a one-hot gather: pm_gather_fold)."""
+  return not any(u.op is Ops.REDUCE for u in _lower(k, None, False, None).toposort())
+
 # ***** GPU: thread indices and work-group reductions *****
 
 def _special_dims(prefix: str, axes: list[int], shape: tuple[int, ...], maxes: tuple[int, ...] | None,
@@ -477,6 +481,11 @@ def gather_fold_rule(x: UOp) -> UOp | None:
   if x.arg is Ops.MAX and not (dtypes.is_unsigned(x.dtype) or x.dtype is dtypes.bool): return None
   if val.op is Ops.WHERE and _is_zero(val.src[2]): conds, value = _conjuncts(val.src[0]), val.src[1]
   elif val.op is Ops.AND and val.dtype is dtypes.bool: conds, value = _conjuncts(val), UOp.const(dtypes.bool, True)
+  elif val.op is Ops.MUL and x.arg is Ops.ADD and (hot := next((s for s in val.src if s.op is Ops.CAST and
+                                                                 s.src[0].dtype is dtypes.bool), None)) is not None:
+    # a one-hot as numbers times a value (an embedding's one_hot.cast(float) @ table): rows other than e add 0 * v(r),
+    # so a nan or inf there no longer spreads to every output (it doesn't in torch's embedding either)
+    conds, value = _conjuncts(hot.src[0]), val.src[1] if val.src[0] is hot else val.src[0]
   else: return None
   for r in x.src[1:]:
     for c in conds:
@@ -504,7 +513,7 @@ def narrow_after_rule(x: UOp, a: UOp, b: UOp) -> UOp | None:
 
 def _where_of_gated_load(g: UOp, ld: UOp) -> UOp | None:
   # where(g, load(.., gate g), 0): the load already reads 0 where g is false
-  return ld if len(ld.src) == 3 and g in _conjuncts(ld.src[2]) else None
+  return ld if len(ld.src) == 3 and set(_conjuncts(g)) <= set(_conjuncts(ld.src[2])) else None
 
 from attograd.uop.ops import PatternMatcher, UPat  # noqa: E402
 pm_gather_fold = PatternMatcher([
