@@ -10,7 +10,7 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
                               prod)
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
-from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
+from attograd.engine.schedule import IOTA_TAG, _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
 from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.engine import multi
@@ -356,8 +356,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metacla
     if x.device != self.device: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     self.realize()
-    if not _is_whole_buffer(self.uop):
-      self.uop = x.uop  # a view or a constant: just rebind
+    # a view or a constant: just rebind; so too for Tensor.arange's buffer, which every arange of its size shares (and
+    # which kernels never read: they compute it, as Ops.IOTA)
+    if not _is_whole_buffer(self.uop) or self.uop.base.arg[2:] == (IOTA_TAG,):
+      self.uop = x.uop
       return self
     base = self.uop.base
     # the kernel writes the target while it reads the value: reading the target at other positions (a flip, a

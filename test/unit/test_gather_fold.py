@@ -134,3 +134,12 @@ def test_gather_big_index_dtype_still_folds() -> None:
   x = Tensor.empty(70000, 784, dtype=dtypes.uint8)
   uops = _gather_kernel_uops(x[Tensor.randint(512, high=70000).realize()], "CPU")
   assert 70000 not in (sizes := _loop_sizes(uops)), sizes
+
+def test_assign_to_arange_leaves_other_aranges(device: str) -> None:
+  """Tensor.arange(n) is a buffer shared by every arange of that size (kernels compute it rather than read it): an
+  assign to one rebinds that tensor instead of writing the shared buffer, which turned every later arange(5) into 9s."""
+  a = Tensor.arange(5)
+  a.assign(Tensor([9, 9, 9, 9, 9]))
+  np.testing.assert_equal(a.numpy(), [9] * 5)
+  np.testing.assert_equal(Tensor.arange(5).numpy(), np.arange(5))
+  np.testing.assert_equal((Tensor.arange(5) + 1).numpy(), np.arange(5) + 1)
