@@ -226,7 +226,8 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
       _, valid = k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs, d)
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
-    elif u.op is Ops.IOTA: memo[u] = _iota(u, *k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs, d))
+    elif u.op is Ops.IOTA:
+      memo[u] = _iota(u, *k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs, d))
     elif u.op is Ops.REDUCE_AXIS:
       x, y = (memo[tc_operand(s)] for s in u.src[0].src)
       ab = (y, x) if tc.swap else (x, y)
@@ -451,16 +452,20 @@ def _conjuncts(x: UOp) -> list[UOp]: return [c for s in x.src for c in _conjunct
 def _is_zero(x: UOp) -> bool:
   return x.op is Ops.CONST and x.arg == 0 and not (isinstance(x.arg, float) and math.copysign(1.0, x.arg) < 0)
 
-def _solve_for(cmp: UOp, r: UOp) -> UOp | None:
-  """cmp is `r == e` (either side, r maybe through a cast that keeps its values) with e free of r: e in r's dtype, else
-  None. e must convert to r's dtype exactly (its bounds fit), or a value outside them could wrap into the range."""
+def _solve_for(cmp: UOp, r: UOp) -> tuple[UOp, UOp] | None:
+  """cmp is `r == e` (either side, r maybe through int casts that keep its values) with e free of r: (e in r's dtype,
+  0 <= e < n). The bounds are checked in a dtype that holds every value of e and n, so a wide index can't wrap into
+  the range; e itself may then wrap when it is out of range, where nothing reads it (the result and the loads are
+  gated by the bounds)."""
+  n = r.src[0]
   for side, other in ((cmp.src[0], cmp.src[1]), (cmp.src[1], cmp.src[0])):
-    if side.op is Ops.CAST and side.src[0] is r and fits(r.vmin, r.vmax, side.dtype): side = r
-    if side is not r or r in other.toposort(): continue
-    if other.dtype is not r.dtype:
-      if other.dtype not in dtypes.ints or not fits(other.vmin, other.vmax, r.dtype): continue
-      other = other.cast(r.dtype)
-    return other
+    while side.op is Ops.CAST and side.dtype in ints and side.src[0].dtype in ints and fits(r.vmin, r.vmax, side.dtype):
+      side = side.src[0]
+    if side is not r or other.dtype not in ints or r in other.toposort(): continue
+    if fits(other.vmin, other.vmax, r.dtype): e = other.cast(r.dtype)
+    elif fits(0, sym_max(n), other.dtype): e, n = other, n.cast(other.dtype)
+    else: continue
+    return e.cast(r.dtype), (e < 0).logical_not() & (e < n)
   return None
 
 def _gate_loads(x: UOp, r: UOp, valid: UOp) -> UOp:
@@ -489,9 +494,9 @@ def gather_fold_rule(x: UOp) -> UOp | None:
   else: return None
   for r in x.src[1:]:
     for c in conds:
-      if c.op is Ops.CMPEQ and (e := _solve_for(c, r)) is not None: break
+      if c.op is Ops.CMPEQ and (sol := _solve_for(c, r)) is not None: break
     else: continue
-    valid = (e < 0).logical_not() & (e < r.src[0])
+    e, valid = sol
     rest = [cc for cc in conds if cc is not c]
     out = functools.reduce(lambda a, b: a & b, rest, valid).where(value, value.const_like(0))
     out = _gate_loads(out, r, valid).substitute({r: e})

@@ -117,6 +117,20 @@ def test_gather_kernel_has_no_row_loop(device: str, dtype: Any) -> None:
   assert not any(u.op is Ops.DEFINE_LOCAL for u in uops)
   assert any(u.op is Ops.LOAD and len(u.src) == 3 for u in uops)  # the row load, gated by 0 <= idx < 4096
 
+@pytest.mark.parametrize("dtype", [dtypes.int64, dtypes.int32, dtypes.int8, dtypes.uint32], ids=str)
+def test_embedding_folds(device: str, dtype: Any) -> None:
+  """nn.Embedding's one_hot.cast(float) @ table folds the same way (the one-hot times a value), for index dtypes wider
+  and narrower than the kernel's index math; an index outside the table gives a row of zeros."""
+  from attograd import nn
+  emb = nn.Embedding(300, 4)
+  hi = 100 if dtype is dtypes.int8 else 300  # the last index is out of range (or negative) either way
+  idx = Tensor([[1, 299 if hi == 300 else 99, 7], [0, 2, hi if hi == 300 else -3]], dtype=dtype)
+  y = emb(idx)
+  assert all(n < 300 for n in _loop_sizes(_gather_kernel_uops(y, device)))
+  w, i = emb.weight.numpy(), idx.numpy().astype(np.int64)
+  want = np.where(((i >= 0) & (i < 300))[..., None], w[np.clip(i, 0, 299)], 0)
+  np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
+
 def test_gather_ops_count_mnist_sized() -> None:
   """beautiful_mnist's X_train[samples]: 512 rows of a 60000x784 table cost O(512*784) ops, not O(512*60000*784)."""
   if Device.DEFAULT != "CPU": pytest.skip("CPU only: large sizes")
