@@ -304,7 +304,7 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
     return s if u.arg is None else s[:u.arg] + (sum(x.shape[u.arg] for x in u.src),) + s[u.arg + 1:]
   if op is Ops.VIEW: return u.arg.shape
   if op is Ops.LOAD: return u.src[1].shape
-  if op is Ops.CONST and u.src and u.src[0].op is Ops.VIEW: return u.src[0].shape
+  if (op is Ops.CONST or op is Ops.IOTA) and u.src and u.src[0].op is Ops.VIEW: return u.src[0].shape
   if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.SINK, Ops.NOOP): return ()
   if op is Ops.BITCAST:
     s = u.src[0].shape
