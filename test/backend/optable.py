@@ -407,7 +407,7 @@ ROWS: list[Row] = [
   R("argmin", "x", lambda x: x.argmin(0), SAME, A),
   R("cumsum", "x", lambda x: x.cumsum(1), SAME, A, "mod", 4, grad=True),
   R("cumprod", "x", lambda x: x.cumprod(1), SAME, A, "small", 8, grad=True),
-  R("cummax", "x", lambda x: torch.cummax(x, 1).values, lambda x: x.cummax(1), A, grad=True),
+  R("cummax", "x", lambda x: torch.cummax(x, 1).values, lambda x: x.cummax(1)[0], A, grad=True),
   R("softmax", "x", lambda x: x.softmax(1), SAME, A, "any", 4, grad=True),
   R("log_softmax", "x", lambda x: x.log_softmax(1), SAME, but(A, "int32 uint64"), "any", 4, grad=True),
   R("sort", "x", lambda x: _tsort(x, 1), lambda x: x.sort(1), A, grad=True),
