@@ -1,5 +1,6 @@
 """Composite ops built from primitives: scans (cumsum...), einsum, gather/scatter, masks, softmax, item assignment."""
 from __future__ import annotations
+import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import prod
@@ -80,7 +81,8 @@ class ComposeMixin:
     m = m.isinf().where(0.0, m)  # all -inf so far (or +inf): shift by 0 instead of making inf - inf
     ar = _arange(n, x)
     lower = ar.reshape(n, 1) >= ar.reshape(1, n)                         # (n, n): j <= i
-    e = lower.where((xt.unsqueeze(-2) - m.unsqueeze(-1)).exp(), 0.0)     # (..., n, n)
+    # masked before exp, not after: exp of a masked-out x_j - m_i can be inf, and its gradient (0 * inf) NaN
+    e = lower.where(xt.unsqueeze(-2) - m.unsqueeze(-1), -math.inf).exp()  # (..., n, n)
     return (e.sum(-1).log() + m).transpose(ax, -1).cast(out_dtype)
 
   def _scan(self: Tensor, axis: int, op: Ops, name: str) -> Tensor:
@@ -214,9 +216,12 @@ class ComposeMixin:
     >>> Tensor([5, 5]).scatter_reduce(0, Tensor([1, 1]), Tensor([1, 9]), "amax", include_self=False).tolist()
     [5, 9]
     """
+    # RuntimeError for a bad reduce and mismatched dtypes, as PyTorch (and tinygrad) raise
     if reduce not in _SCATTER_REDUCE:
-      raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCE)}, got {reduce!r}")
+      raise RuntimeError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCE)}, got {reduce!r}")
     if not isinstance(src, self.__class__): raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src)}")
+    if src.dtype != self.dtype:
+      raise RuntimeError(f"scatter_reduce: src's dtype {src.dtype} must be the tensor's {self.dtype} (cast it first)")
     if self.dtype is dtypes.bool: raise TypeError(f"scatter_reduce: bool tensors are not supported (reduce {reduce!r})")
     d = self._resolve_axis(dim, "scatter_reduce")
     _check_index(self, d, index, "scatter_reduce")
@@ -226,7 +231,7 @@ class ComposeMixin:
       return self.reshape(1).scatter_reduce(0, index.reshape(1), src.reshape(1), reduce, include_self).reshape(())
     if 0 in index.shape: return self
     n = self.shape[d]
-    src = src.shrink(tuple((0, i) for i in index.shape)).cast(self.dtype)
+    src = src.shrink(tuple((0, i) for i in index.shape))
     # (..., t, ..., k): index position k along dim sends its value to position t along dim; k is reduced over
     hot = _one_hot(index, n).transpose(-1, d)
     vals = src.unsqueeze(-1).transpose(-1, d)

@@ -13,6 +13,11 @@ if TYPE_CHECKING:
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
+class RearrangeError(ValueError, AssertionError, RuntimeError):
+  """A bad rearrange formula or size. A ValueError like attograd's other argument errors; also an AssertionError and a
+  RuntimeError because tinygrad raises those for the same mistakes (from asserts and reshapes), and code ported from
+  it catches them."""
+
 def _is_int(x: Any) -> bool:
   # NumPy ints count too (they have __index__ and ndim 0), and symbolic sizes (int UOps); Tensors and arrays don't
   if isinstance(x, UOp): return dtypes.is_int(x.dtype)
@@ -324,7 +329,7 @@ class MovementMixin:
     """
     if self.ndim < 2: raise ValueError(f"diagonal: needs at least 2 dims, got shape {self.shape}")
     a, b = self._resolve_axis(dim1, "diagonal"), self._resolve_axis(dim2, "diagonal")
-    if a == b: raise ValueError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2} for shape {self.shape}")
+    if a == b: raise RuntimeError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2} for shape {self.shape}")
     x = self.permute([i for i in range(self.ndim) if i not in (a, b)] + [a, b])
     lead, (r, c), k = x.shape[:-2], x.shape[-2:], int(offset)
     keep: list[Any] = [None] * len(lead)
@@ -348,8 +353,8 @@ class MovementMixin:
     x = self.reshape(1) if self.ndim == 0 else self
     n = x.shape[d]
     if not _is_int(size) or not 0 <= size <= n:
-      raise ValueError(f"unfold: size must be an int in [0, {n}] (dim {d} of shape {self.shape}), got {size!r}")
-    if not _is_int(step) or step <= 0: raise ValueError(f"unfold: step must be a positive int, got {step!r}")
+      raise RuntimeError(f"unfold: size must be an int in [0, {n}] (dim {d} of shape {self.shape}), got {size!r}")
+    if not _is_int(step) or step <= 0: raise RuntimeError(f"unfold: step must be a positive int, got {step!r}")
     count = (n - size) // step + 1
     if self.ndim == 0: return x.shrink(((0, size),))  # PyTorch: a 0-d tensor is one window of size 0 or 1
     if size == 0: return x.shrink(_at(x.ndim, d, (0, 0))).reshape(x.shape[:d] + (count,) + x.shape[d + 1:] + (0,))
@@ -366,7 +371,7 @@ class MovementMixin:
     >>> x.tolist(), y.tolist()
     ([[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]])
     """
-    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     ts = (self,) + args
     for t in ts:
       if not isinstance(t, MovementMixin): raise TypeError(f"meshgrid: expected Tensors, got {type(t).__name__}")
@@ -389,25 +394,26 @@ class MovementMixin:
     >>> Tensor([1, 2, 3, 4]).rearrange("(a b) -> b a", a=2).tolist()
     [[1, 3], [2, 4]]
     """
-    if formula.count("->") != 1: raise ValueError(f"rearrange: formula needs exactly one '->', got {formula!r}")
+    if formula.count("->") != 1: raise RearrangeError(f"rearrange: formula needs exactly one '->', got {formula!r}")
     lhs_s, rhs_s = formula.split("->")
     lhs, rhs = _einops_side(lhs_s, formula), _einops_side(rhs_s, formula)
     lnames = [n for g in lhs for n in g if n not in _ELLIPSES]
     rnames = [n for g in rhs for n in g if n not in _ELLIPSES]
     if sorted(lnames) != sorted(rnames) or len(set(lnames)) != len(lnames):
-      raise ValueError(f"rearrange: each name must appear once on each side, got {formula!r}")
+      raise RearrangeError(f"rearrange: each name must appear once on each side, got {formula!r}")
     def n_ellipses(side: list[list[str]]) -> int: return sum(n in _ELLIPSES for g in side for n in g)
     if n_ellipses(lhs) != n_ellipses(rhs):
-      raise ValueError(f"rearrange: '...' must appear on both sides or on neither, got {formula!r}")
+      raise RearrangeError(f"rearrange: '...' must appear on both sides or on neither, got {formula!r}")
     if any("(...)" in g for g in lhs):
-      raise ValueError(f"rearrange: '...' can't be inside parentheses on the left, got {formula!r}")
+      raise RearrangeError(f"rearrange: '...' can't be inside parentheses on the left, got {formula!r}")
     for k in sizes:
-      if k not in lnames: raise ValueError(f"rearrange: size given for {k!r}, which {formula!r} doesn't name")
+      if k not in lnames: raise RearrangeError(f"rearrange: size given for {k!r}, which {formula!r} doesn't name")
     # spell '...' out as one name per dim it covers
-    if n_ellipses(lhs) > 1: raise ValueError(f"rearrange: more than one '...' in {formula!r}")
+    if n_ellipses(lhs) > 1: raise RearrangeError(f"rearrange: more than one '...' in {formula!r}")
     n_ell = self.ndim - (len(lhs) - 1) if ["..."] in lhs else 0
     if n_ell < 0 or (["..."] not in lhs and len(lhs) != self.ndim):
-      raise ValueError(f"rearrange: {lhs_s.strip()!r} names {len(lhs)} dims, but the tensor has shape {self.shape}")
+      raise RearrangeError(f"rearrange: {lhs_s.strip()!r} names {len(lhs)} dims, but the tensor has shape "
+                           f"{self.shape}")
     ell = [f"...{i}" for i in range(n_ell)]
     def spell(side: list[list[str]]) -> list[list[str]]:
       out: list[list[str]] = []
@@ -421,12 +427,14 @@ class MovementMixin:
     for g, s in zip(lhs, self.shape):
       unknown = [n for n in g if n not in known]
       given = prod(known[n] for n in g if n in known)
-      if len(unknown) > 1: raise ValueError(f"rearrange: can't infer the sizes of {unknown} in {formula!r}; give them")
+      if len(unknown) > 1:
+        raise RearrangeError(f"rearrange: can't infer the sizes of {unknown} in {formula!r}; give them as keywords")
       if unknown:
-        if given == 0 or s % given: raise ValueError(f"rearrange: dim of size {s} can't split into {g} in {formula!r}")
+        if given == 0 or s % given:
+          raise RearrangeError(f"rearrange: a dim of size {s} can't split into {g} with sizes {sizes} in {formula!r}")
         known[unknown[0]] = s // given
       elif given != s:
-        raise ValueError(f"rearrange: group {g} has size {given}, but its dim has size {s} (shape {self.shape})")
+        raise RearrangeError(f"rearrange: group {g} has size {given}, but its dim has size {s} (shape {self.shape})")
     flat = [n for g in lhs for n in g]
     x = self.reshape(tuple(known[n] for n in flat))
     x = x.permute([flat.index(n) for g in rhs for n in g])
@@ -442,17 +450,19 @@ def _einops_side(side: str, formula: str) -> list[list[str]]:
   cur: list[str] | None = None
   for t in toks:
     if t == "(":
-      if cur is not None: raise ValueError(f"rearrange: nested parentheses in {formula!r}")
+      if cur is not None: raise RearrangeError(f"rearrange: nested parentheses in {formula!r}")
       cur = []
     elif t == ")":
-      if cur is None: raise ValueError(f"rearrange: unbalanced ')' in {formula!r}")
+      if cur is None: raise RearrangeError(f"rearrange: unbalanced ')' in {formula!r}")
       groups.append(cur)
       cur = None
     elif t == "1":
       if cur is None: groups.append([])
-    elif t == "..." or t.isidentifier():
+    elif t == "..." or (t.isidentifier() and not t.startswith("_") and not t.endswith("_")):
       if cur is None: groups.append([t])
       else: cur.append("(...)" if t == "..." else t)  # '...' inside parentheses: its dims merged into one
-    else: raise ValueError(f"rearrange: {t!r} is not an axis name, '...', '1' or a parenthesis in {formula!r}")
-  if cur is not None: raise ValueError(f"rearrange: unbalanced '(' in {formula!r}")
+    else:
+      raise RearrangeError(f"rearrange: {t!r} is not an axis name (an identifier not starting or ending with '_'), "
+                           f"'...', '1' or a parenthesis in {formula!r}")
+  if cur is not None: raise RearrangeError(f"rearrange: unbalanced '(' in {formula!r}")
   return groups
