@@ -1225,7 +1225,8 @@ def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
 _CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "max_unpool2d", "avg_pool2d", "argmax", "argmin",
                   "argsort", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "topk", "one_hot",
                   "interpolate", "gather", "scatter", "scatter_reduce", "tril", "triu", "diag", "diagonal", "unfold",
-                  "meshgrid", "rearrange", "repeat_interleave", "roll", "masked_select", "qr", "svd")
+                  "meshgrid", "rearrange", "repeat_interleave", "roll", "masked_select", "qr", "svd",
+                  "newton_schulz")
 
 def _concrete_only(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
   @functools.wraps(fn)

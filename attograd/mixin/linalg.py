@@ -1,5 +1,6 @@
-"""Matrix factorizations written in Tensor ops: QR by Householder reflections, SVD by one-sided Jacobi rotations.
-Both loop in Python over columns (a fixed count, so no values are read back) and are meant for small matrices."""
+"""Matrix factorizations written in Tensor ops: QR by Householder reflections, SVD by one-sided Jacobi rotations, and
+the Newton-Schulz orthogonalization. They loop in Python a fixed number of times (no values are read back to decide
+when to stop); QR and SVD are meant for small matrices."""
 from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
@@ -75,6 +76,31 @@ class LinalgMixin:
     Un = Q.shrink(tuple(keep + [None, (0, n)])) @ (W / (S > 0).where(S, 1.0).unsqueeze(-2))
     U = Un.cat(Q.shrink(tuple(keep + [None, (n, m)])), dim=-1) if full_matrices and m > n else Un
     return U.cast(out_dtype), S.cast(out_dtype), V.transpose(-2, -1).cast(out_dtype)
+
+  def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1.0e-7) -> Tensor:
+    """An odd-polynomial Newton-Schulz iteration toward the orthogonal polar factor U @ Vh of the last two dims (the
+    Muon optimizer's orthogonalization): X is divided by its Frobenius norm (+ eps), then each step maps X to
+    params[0] X + params[1] (X X^T) X + params[2] (X X^T)^2 X + ... Coefficients that map singular values in (0, 1]
+    toward 1, such as (2, -1.5, 0.5), converge to U @ Vh.
+
+    >>> x = Tensor([[2.0, 0.0], [0.0, 0.5]]).newton_schulz(steps=20, params=(2, -1.5, 0.5))
+    >>> [[round(v, 3) for v in row] for row in x.tolist()]
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    if self.ndim < 2: raise ValueError(f"newton_schulz: needs a matrix (at least 2 dims), got shape {self.shape}")
+    if not params: raise ValueError("newton_schulz: needs at least one polynomial coefficient in params")
+    # a wide matrix keeps the Gram matrix X X^T small; a tall one is done as its transpose
+    if self.shape[-2] > self.shape[-1]:
+      return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
+    x = self / (self.square().sum((-2, -1), keepdim=True).sqrt() + eps)
+    for _ in range(steps):
+      gram = x @ x.transpose(-2, -1)
+      term, out = x, x * params[0]
+      for p in params[1:]:
+        term = gram @ term
+        out = out + term * p
+      x = out
+    return x
 
 def _matrix_input(x: Tensor, op: str) -> tuple[Tensor, DType]:
   """The tensor in the dtype to compute in (float32 for half and bfloat16, the default float for ints) and the dtype

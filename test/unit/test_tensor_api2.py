@@ -351,3 +351,21 @@ def test_symbolic_shapes_are_refused_by_name() -> None:
   for name in ("qr", "cummax", "diagonal", "unfold"):
     args = {"unfold": (0, 1, 1)}.get(name, ())
     with pytest.raises(ValueError, match=name): getattr(x, name)(*args)
+
+def _torch_newton_schulz(x: Any, steps: int, params: tuple[float, ...], eps: float) -> Any:
+  """The iteration written out in torch, as the reference for the gradient."""
+  if x.shape[-2] > x.shape[-1]: return _torch_newton_schulz(x.transpose(-2, -1), steps, params, eps).transpose(-2, -1)
+  g = x / (x.square().sum((-2, -1), keepdim=True).sqrt() + eps)
+  for _ in range(steps):
+    gram = g @ g.transpose(-2, -1)
+    g = sum(p * torch.linalg.matrix_power(gram, i) @ g for i, p in enumerate(params))
+  return g
+
+@pytest.mark.parametrize("shape", [(3, 3), (3, 2), (2, 2, 3)])
+def test_newton_schulz(device: str, shape: tuple[int, ...]) -> None:
+  a = RNG.standard_normal(shape).astype(np.float32)
+  got = Tensor(a).newton_schulz(steps=25, params=(2, -1.5, 0.5), eps=0.0).numpy()
+  u, _, vh = np.linalg.svd(a, full_matrices=False)
+  np.testing.assert_allclose(got, u @ vh, atol=2e-3)  # the polar factor; convergence is slow near small singular values
+  check_fwd_bwd(a, lambda t: t.newton_schulz(3, (3.4445, -4.775, 2.0315)),
+                lambda t: _torch_newton_schulz(t, 3, (3.4445, -4.775, 2.0315), 1e-7), rtol=1e-4, atol=1e-5)
