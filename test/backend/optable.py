@@ -602,7 +602,7 @@ KNOWN: dict[tuple[str, str, str, str], str] = {
   **{(r, "*", "*", "bwd"): KINK for r in (
     "abs", "relu", "relu6", "clip", "clip.min_only", "clamp", "hardtanh", "leaky_relu", "elu", "celu", "selu",
     "minimum", "maximum", "max_pool2d", "max_pool2d.overlap", "std", "l1_loss", "smooth_l1_loss", "binary_crossentropy",
-    "cumprod", "prod", "hardswish", "hardsigmoid", "max", "min", "max.all", "min.keepdim", "cummax", "sort", "topk")},
+    "cumprod", "prod", "hardswish", "hardsigmoid", "max", "min", "max.all", "min.keepdim", "sort", "topk")},
   ("sigmoid", "*", "*", "bwd"): SIGMOID0, ("tanh", "*", "*", "bwd"): SIGMOID0,
   ("pow", "*", "*", "bwd"): POW_GRAD0, ("pow.scalar", "*", "*", "bwd"): POW_GRAD0,
   ("pow.rscalar", "*", "*", "bwd"): POW_GRAD0,
