@@ -49,8 +49,8 @@ class LinalgMixin:
 
   def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """(U, S, Vh) with A = U @ diag(S) @ Vh for the last two dims and S descending, as numpy.linalg.svd; singular
-    vectors are unique only up to sign. U is (..., m, m) or, without full_matrices, (..., m, k) with k = min(m, n).
-    For a rank-deficient A, U's columns for zero singular values are zero instead of completing an orthonormal basis.
+    vectors are unique only up to sign. U is (..., m, m) or, without full_matrices, (..., m, k) with k = min(m, n);
+    its columns are orthonormal also where singular values are zero.
 
     >>> U, S, Vh = Tensor([[3.0, 0.0], [0.0, -4.0]]).svd()
     >>> [round(v, 4) for v in S.tolist()]
@@ -73,7 +73,11 @@ class LinalgMixin:
     S, order = W.square().sum(-2).sqrt().sort(-1, descending=True)
     order = order.unsqueeze(-2).expand(lead + (n, n))
     W, V = W.gather(-1, order), V.gather(-1, order)
-    Un = Q.shrink(tuple(keep + [None, (0, n)])) @ (W / (S > 0).where(S, 1.0).unsqueeze(-2))
+    # W's columns over S are orthonormal, except for zero singular values, where they are zero. A QR of them (whose Q
+    # is orthogonal whatever the rank) keeps the others up to sign (R's diagonal) and fills those in orthonormally
+    Qw, Rw = (W / (S > 0).where(S, 1.0).unsqueeze(-2)).qr()
+    Un = Qw * (Rw.diagonal(0, -2, -1) < 0).where(-1.0, 1.0).unsqueeze(-2)
+    Un = Q.shrink(tuple(keep + [None, (0, n)])) @ Un
     U = Un.cat(Q.shrink(tuple(keep + [None, (n, m)])), dim=-1) if full_matrices and m > n else Un
     return U.cast(out_dtype), S.cast(out_dtype), V.transpose(-2, -1).cast(out_dtype)
 

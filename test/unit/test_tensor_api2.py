@@ -290,6 +290,11 @@ def test_svd_float64_and_rank_deficient(device: str) -> None:
   assert S.dtype is dtypes.float64
   np.testing.assert_allclose(S.numpy(), np.linalg.svd(a, compute_uv=False), atol=1e-12)
   np.testing.assert_allclose((U.numpy()[:, :2] * S.numpy()) @ Vh.numpy(), a, atol=1e-12)
+  # U stays orthonormal: the column for the zero singular value and the full_matrices one complete the basis
+  np.testing.assert_allclose(U.numpy().T @ U.numpy(), np.eye(3), atol=1e-12)
+  U, S, Vh = Tensor(np.zeros((2, 2), np.float32)).svd()
+  np.testing.assert_equal(S.numpy(), [0.0, 0.0])
+  np.testing.assert_allclose(U.numpy().T @ U.numpy(), np.eye(2), atol=1e-6)
 
 # ***** errors *****
 
