@@ -249,9 +249,10 @@ class ComposeMixin:
       elif reduce == "amax": got = got.maximum(self)
       else: got = got.minimum(self)
     if reduce == "mean":
-      count = hot.sum(-1, dtype=self.dtype).pad_(pad) + (1 if include_self else 0)
-      count = count.maximum(1)  # positions nothing is sent to are not divided (their value is taken from self)
-      got = got.div(count, rounding_mode="floor") if dtypes.is_int(self.dtype) else got / count
+      # counted in int32 for ints (an int8 count would wrap past 127 values), in the dtype itself for floats
+      count = hot.sum(-1, dtype=dtypes.int32 if dtypes.is_int(self.dtype) else self.dtype).pad_(pad)
+      count = (count + (1 if include_self else 0)).maximum(1)  # positions nothing is sent to keep self's value
+      got = (got.div(count, rounding_mode="floor") if dtypes.is_int(self.dtype) else got / count).cast(self.dtype)
     return hit.where(got, self)
 
   # ***** masks *****
