@@ -187,6 +187,13 @@ def test_scatter_reduce_dtypes(device: str, reduce: str, dtype: Any) -> None:
     assert got.dtype == Tensor(base).dtype
     np.testing.assert_allclose(got.numpy().astype(np.float64), want.numpy().astype(np.float64), rtol=1e-3)
 
+def test_scatter_reduce_int8_mean_counts_past_127() -> None:
+  # regression: the count was int8 and wrapped (PyTorch's wraps too and gives 0 here); -100 over 131 values is -1
+  src = np.zeros(130, np.int8)
+  src[0] = -100
+  got = Tensor(np.array([0], np.int8)).scatter_reduce(0, Tensor(np.zeros(130, np.int32)), Tensor(src), "mean")
+  assert got.dtype is dtypes.int8 and got.tolist() == [-100 // 131]
+
 def test_scatter_reduce_smaller_src_and_0d(device: str) -> None:
   # src may be larger than index: only index's shape of it is used
   src = np.arange(12, dtype=np.float32).reshape(3, 4)
