@@ -23,6 +23,7 @@ from attograd.mixin.compose import ComposeMixin
 from attograd.mixin.nn import NNMixin
 from attograd.mixin.grad import GradMixin, _grad_tensors
 from attograd.mixin.math import MathMixin
+from attograd.mixin.linalg import LinalgMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -90,7 +91,7 @@ class _TensorType(type):
   @training.deleter
   def training(cls) -> None: TRAINING.value = 0  # back to the default (monkeypatch restores a class attr by deleting)
 
-class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metaclass=_TensorType):
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgMixin, metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
@@ -1223,9 +1224,11 @@ def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
 
 # ops whose sizes are Python ints in their construction (index ranges, windows, sort networks, random counters):
 # a tensor with a symbolic shape gets an error naming the op and the Variable instead of a failure deep inside
-_CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "argmax", "argmin", "argsort", "cumsum",
-                  "cumprod", "cummax", "sort", "topk", "one_hot", "interpolate", "gather", "scatter", "tril", "triu",
-                  "repeat_interleave", "roll", "masked_select")
+_CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "max_unpool2d", "avg_pool2d", "argmax", "argmin",
+                  "argsort", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "topk", "one_hot",
+                  "interpolate", "gather", "scatter", "scatter_reduce", "tril", "triu", "diag", "diagonal", "unfold",
+                  "meshgrid", "rearrange", "repeat_interleave", "roll", "masked_select", "qr", "svd",
+                  "newton_schulz")
 
 def _concrete_only(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
   @functools.wraps(fn)
