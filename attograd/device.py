@@ -81,6 +81,18 @@ class _Device:
 
 Device = _Device()
 
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+  """Whether tensors of `dtype` can be computed with on `device` (Device.DEFAULT if None): the dtype is in the
+  device's `renderer.supported_dtypes()`. Opens the device, so a device that can't start raises DeviceUnavailable.
+
+  >>> from attograd import dtypes
+  >>> is_dtype_supported(dtypes.float32, "CPU")
+  True
+  """
+  if not isinstance(dtype, DType):
+    raise TypeError(f"is_dtype_supported: dtype must be a DType like dtypes.float16, got {dtype!r}")
+  return dtype.scalar() in Device[Device.canonicalize(device)].renderer.supported_dtypes()
+
 # ***** the contract a runtime fills *****
 
 class Allocator:

@@ -74,11 +74,18 @@ class dtypes:
   float8_e4m3fn, float8_e5m2 = fp8e4m3, fp8e5m2  # PyTorch's and ml_dtypes' names (and the names in reprs)
   default_float: DType = float32
   default_int: DType = int32
+  # tinygrad's weak dtypes: the kind (int or float) of a Python scalar, placed in the promotion lattice so that a scalar
+  # defers to any tensor dtype of its kind (weakint joins the ints above bool, weakfloat the floats above every int).
+  # No Tensor has one: from_py gives strong dtypes, and least_upper_dtype of strong dtypes is strong (strong_dtype).
+  # They have no storage; their itemsizes only sort them: weakint after bool and before int8, weakfloat after uint64
+  # and before the fp8s.
+  weakint: Final[DType] = DType.new(0, 100, "weakint", None)
+  weakfloat: Final[DType] = DType.new(9, 0, "weakfloat", None)
 
   @staticmethod
-  def is_float(x: DType) -> bool: return x.scalar() in dtypes.floats
+  def is_float(x: DType) -> bool: return (s := x.scalar()) in dtypes.floats or s is dtypes.weakfloat
   @staticmethod
-  def is_int(x: DType) -> bool: return x.scalar() in dtypes.ints
+  def is_int(x: DType) -> bool: return (s := x.scalar()) in dtypes.ints or s is dtypes.weakint
   @staticmethod
   def is_unsigned(x: DType) -> bool: return x.scalar() in dtypes.uints
   @staticmethod
@@ -132,6 +139,7 @@ class dtypes:
   sints: tuple[DType, ...] = ()
   ints: tuple[DType, ...] = ()
   all: tuple[DType, ...] = ()
+  weaks: tuple[DType, ...] = ()
 
 dtypes.fp8s = (dtypes.fp8e4m3, dtypes.fp8e5m2)
 dtypes.floats = dtypes.fp8s + (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
@@ -139,6 +147,7 @@ dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 dtypes.ints = dtypes.uints + dtypes.sints
 dtypes.all = (dtypes.bool,) + dtypes.ints + dtypes.floats
+dtypes.weaks = (dtypes.weakint, dtypes.weakfloat)
 
 def _wrap_int(v: int, d: DType) -> int:
   bits = d.itemsize * 8
@@ -147,7 +156,7 @@ def _wrap_int(v: int, d: DType) -> int:
   return v
 
 DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items() if isinstance(v, DType) and not k.startswith("default")
-                                 and k not in ("void",)}
+                                 and k not in ("void", "weakint", "weakfloat")}
 def _dtype_by_repr(r: str) -> DType: return eval(r, {"dtypes": dtypes})  # only ever our own repr strings
 
 def to_dtype(x: DType | str) -> DType:
@@ -161,11 +170,14 @@ def to_dtype(x: DType | str) -> DType:
 # Promotion: an edge a -> b means b can hold every value of a (or is the agreed upgrade, as in PyTorch for int -> half).
 # The fp8s sit between the ints and half/bfloat16 as in tinygrad: int op fp8 stays fp8 (like int op half in PyTorch),
 # fp8e4m3 op fp8e5m2 is half (PyTorch refuses to promote fp8s at all).
+# int64 and uint64 meet only at weakfloat (as in tinygrad and JAX): no int holds both, and any float is a choice, the
+# default float (strong_dtype) rather than the first fp8 above them, which kept 3 mantissa bits of a 64-bit int.
 promo_lattice: dict[DType, list[DType]] = {
-  dtypes.bool: [dtypes.int8, dtypes.uint8], dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32],
-  dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.fp8e4m3, dtypes.fp8e5m2],
-  dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
-  dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.fp8e4m3, dtypes.fp8e5m2],
+  dtypes.bool: [dtypes.weakint], dtypes.weakint: [dtypes.int8, dtypes.uint8],
+  dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32], dtypes.int32: [dtypes.int64],
+  dtypes.int64: [dtypes.weakfloat], dtypes.uint8: [dtypes.int16, dtypes.uint16],
+  dtypes.uint16: [dtypes.int32, dtypes.uint32], dtypes.uint32: [dtypes.int64, dtypes.uint64],
+  dtypes.uint64: [dtypes.weakfloat], dtypes.weakfloat: [dtypes.fp8e4m3, dtypes.fp8e5m2],
   dtypes.fp8e4m3: [dtypes.float16, dtypes.bfloat16], dtypes.fp8e5m2: [dtypes.float16, dtypes.bfloat16],
   dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64]}
 
@@ -174,13 +186,28 @@ def _get_recursive_parents(d: DType) -> frozenset[DType]:
   if d is dtypes.float64: return frozenset([dtypes.float64])
   return frozenset([d]).union(*[_get_recursive_parents(p) for p in promo_lattice[d]])
 
-@functools.cache
-def least_upper_dtype(*ds: DType) -> DType:
-  """The smallest dtype every one of `ds` promotes to (PyTorch's rules for tensor-tensor ops)."""
-  common = frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds])
-  return min(common)
+def strong_dtype(d: DType) -> DType:
+  """The dtype a weak dtype stands for in a tensor: weakint -> default_int, weakfloat -> default_float."""
+  return dtypes.default_int if d is dtypes.weakint else dtypes.default_float if d is dtypes.weakfloat else d
 
-def least_upper_float(d: DType) -> DType: return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
+def weak_dtype(d: DType) -> DType:
+  """The weak dtype of d's kind (weakfloat for floats, weakint for ints); bool and others as they are."""
+  return dtypes.weakfloat if dtypes.is_float(d) else dtypes.weakint if dtypes.is_int(d) else d
+
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every one of `ds` promotes to (PyTorch's rules for tensor-tensor ops). With a weak dtype
+  among `ds` the result may be weak, as in tinygrad; strong dtypes alone always give a strong one (int64 with uint64
+  is the default float, where tinygrad returns weakfloat and makes it the default float later)."""
+  return _least_upper(ds, dtypes.default_float)
+
+@functools.cache  # keyed by the default float too: Context(DEFAULT_FLOAT=...) changes what weakfloat stands for
+def _least_upper(ds: tuple[DType, ...], default_float: DType) -> DType:
+  out = min(frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds]))
+  return out if out not in dtypes.weaks or any(d.scalar() in dtypes.weaks for d in ds) else strong_dtype(out)
+
+def least_upper_float(d: DType) -> DType:
+  if d is dtypes.weakint: return dtypes.weakfloat
+  return d if dtypes.is_float(d) else least_upper_dtype(d, dtypes.default_float)
 @functools.cache  # on the path of every sum and matmul
 def sum_acc_dtype(d: DType) -> DType:
   """The dtype sums and matmuls accumulate in: bools and ints widen to (u)int32 (and return in it, like PyTorch's

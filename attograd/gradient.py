@@ -155,9 +155,15 @@ def _pow_tensor_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp]:
   db = (a.eq(0) & (b >= 0)).where(0.0, g * Tensor(ret) * a.log())
   return None, da.uop, db.uop
 
+def _max_unpool_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, None]:
+  """max_unpool2d, a marker (out, values, indices) over the flattened pooled dims: each value's gradient is the
+  output's gradient at its index (read once per value, so repeated indices each get it, as in PyTorch)."""
+  from attograd.tensor import Tensor
+  return None, Tensor(ctx).gather(-1, Tensor(ret.src[2])).uop, None
+
 # CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself)
 custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule, "relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule,
-                                    "expm1": _expm1_rule, "pow": _pow_tensor_rule}
+                                    "expm1": _expm1_rule, "pow": _pow_tensor_rule, "max_unpool2d": _max_unpool_rule}
 
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 

@@ -10,7 +10,7 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
                               prod)
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
-from attograd.engine.schedule import _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
+from attograd.engine.schedule import IOTA_TAG, _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
 from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.engine import multi
@@ -23,6 +23,7 @@ from attograd.mixin.compose import ComposeMixin
 from attograd.mixin.nn import NNMixin
 from attograd.mixin.grad import GradMixin, _grad_tensors
 from attograd.mixin.math import MathMixin
+from attograd.mixin.linalg import LinalgMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -90,7 +91,7 @@ class _TensorType(type):
   @training.deleter
   def training(cls) -> None: TRAINING.value = 0  # back to the default (monkeypatch restores a class attr by deleting)
 
-class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metaclass=_TensorType):
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgMixin, metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
@@ -356,8 +357,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, metacla
     if x.device != self.device: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     self.realize()
-    if not _is_whole_buffer(self.uop):
-      self.uop = x.uop  # a view or a constant: just rebind
+    # a view or a constant: just rebind; so too for Tensor.arange's buffer, which every arange of its size shares (and
+    # which kernels never read: they compute it, as Ops.IOTA)
+    if not _is_whole_buffer(self.uop) or self.uop.base.arg[2:] == (IOTA_TAG,):
+      self.uop = x.uop
       return self
     base = self.uop.base
     # the kernel writes the target while it reads the value: reading the target at other positions (a flip, a
@@ -1221,9 +1224,11 @@ def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
 
 # ops whose sizes are Python ints in their construction (index ranges, windows, sort networks, random counters):
 # a tensor with a symbolic shape gets an error naming the op and the Variable instead of a failure deep inside
-_CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "argmax", "argmin", "argsort", "cumsum",
-                  "cumprod", "cummax", "sort", "topk", "one_hot", "interpolate", "gather", "scatter", "tril", "triu",
-                  "repeat_interleave", "roll", "masked_select")
+_CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "max_unpool2d", "avg_pool2d", "argmax", "argmin",
+                  "argsort", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "topk", "one_hot",
+                  "interpolate", "gather", "scatter", "scatter_reduce", "tril", "triu", "diag", "diagonal", "unfold",
+                  "meshgrid", "rearrange", "repeat_interleave", "roll", "masked_select", "qr", "svd",
+                  "newton_schulz")
 
 def _concrete_only(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
   @functools.wraps(fn)
@@ -1274,6 +1279,13 @@ def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device:
   if len(raw) != n * dtype.itemsize: raise ValueError(f"Tensor: {len(raw)} bytes don't fill shape {shape} of {dtype}")
   buf = Buffer(device, n, dtype, raw if n else None)
   return _reshape_uop(new_buffer_uop(device, n, dtype, buf), shape)
+
+def _iota_buffer(n: int, device: str) -> UOp:
+  """0..n-1 in a buffer tagged as such: kernels compute the values from their index math rather than load them (the
+  bytes are there for copies, the PYTHON device's pickles, and anything that reads the buffer as data)."""
+  raw = struct.pack(f"<{n}i", *range(n))
+  if device.__class__ is tuple: return _buffer_from_bytes(raw, (n,), dtypes.int32, device)
+  return new_buffer_uop(device, n, dtypes.int32, Buffer(device, n, dtypes.int32, raw if n else None), iota=True)
 
 # DEBUG_NAN: the user's line that created each op (weak: forgetting a node forgets its line)
 _op_sites: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
@@ -1367,7 +1379,7 @@ def _index_tensor(n: int, device: str) -> Tensor:
   if n <= 4096:
     key = (n, device)
     if (t := _index_cache.get(key)) is None:
-      t = _index_cache[key] = Tensor(_buffer_from_bytes(struct.pack(f"<{n}i", *range(n)), (n,), dtypes.int32, device))
+      t = _index_cache[key] = Tensor(_iota_buffer(n, device))
     return t
   b = math.isqrt(n - 1) + 1
   a = -(-n // b)

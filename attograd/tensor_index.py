@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import dtypes
 from attograd.helpers import prod
+from attograd.uop.ops import Ops
 if TYPE_CHECKING: from attograd.tensor import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
@@ -108,13 +109,16 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
     flat = term if flat is None else flat + term
   assert flat is not None
   flat = flat._broadcast_to(bshape) if flat.shape != bshape else flat
+  # the flat index gets a buffer of its own (one element per index): the one-hot compare is then one op the gather
+  # kernel can fuse, and codegen's pm_gather_fold turns its reduce over `total` into one load per output element
+  if flat.uop.base.op is not Ops.BUFFER: flat = flat.contiguous()
   total = prod(sizes)
   xf = x.reshape((total,) + rest_shape)
   ar = Tensor.arange(total, device=t.device).reshape((1,) * len(bshape) + (total,))
   onehot = flat.reshape(bshape + (1,)).eq(ar)  # (*bshape, total)
   oh = onehot.reshape(bshape + (total,) + (1,) * len(rest_shape))
   vals = xf.reshape((1,) * len(bshape) + (total,) + rest_shape)
-  picked = oh.where(vals, vals.zeros_like() if vals.dtype is not dtypes.bool else vals.logical_not() & vals)
+  picked = oh.where(vals, Tensor(0, dtype=vals.dtype, device=t.device)) if vals.dtype is not dtypes.bool else oh & vals
   out = picked.sum(len(bshape), dtype=picked.dtype) if picked.dtype is not dtypes.bool else picked.any(len(bshape))
   if consecutive and dims[0] != 0:
     # NumPy keeps the broadcast index dims where the indexed dims were

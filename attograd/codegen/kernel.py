@@ -65,6 +65,9 @@ class Kernel:
   tensor_cores: tuple[DType, ...] = ()
   warp_size: int = 0
   tc: TensorCore | None = None                          # GPU: the matmul runs on tensor cores (Opt TC)
+  # the reduce folds away into loads (a one-hot gather, codegen/lowerer.py pm_gather_fold): its axes are left whole,
+  # since an unrolled or work-group-split reduce axis no longer matches the rule and would loop over every row
+  gathers: bool = False
   # PADTO masks: (terms, limit, gated) means sum(coef * index of axis) < limit must hold for the loads, masked
   # constants and stores in `gated` to touch memory (the rest of the padded positions read or store nothing)
   pads: list[tuple[tuple[tuple[int, int], ...], int, frozenset[UOp]]] = field(default_factory=list)
@@ -73,8 +76,8 @@ class Kernel:
     topo = self.ast.toposort()
     for u in topo:
       if u.op is Ops.VIEW: continue
-      if u.op in (Ops.LOAD, Ops.STORE) or (u.op is Ops.CONST and u.src):
-        view = u.src[1] if u.op is not Ops.CONST else u.src[0]
+      if u.op in (Ops.LOAD, Ops.STORE, Ops.IOTA) or (u.op is Ops.CONST and u.src):
+        view = u.src[1] if u.op in (Ops.LOAD, Ops.STORE) else u.src[0]
         self.sts[u] = view.arg
     reduces = [u for u in topo if u.op is Ops.REDUCE_AXIS]
     out_shape = self.ast.src[0].src[1].arg.shape
@@ -87,6 +90,9 @@ class Kernel:
       if perm != tuple(range(len(perm))): self._permute(perm)
     self.first_reduce = len(self.full_shape) - len(self.reduce_axes)
     self._simplify_axes()
+    if reduces and any(u.op is Ops.IOTA for u in topo):  # only an arange's index math can make a one-hot to fold
+      from attograd.codegen.lowerer import reduce_folds
+      self.gathers = reduce_folds(self)
 
   # ***** the loop space *****
   def index_bound(self) -> int:
@@ -144,6 +150,8 @@ class Kernel:
   # ***** optimizations *****
   def apply_opt(self, opt: Opt) -> None:
     ax, amt = opt.axis, opt.amount
+    if self.gathers and ax >= self.first_reduce and opt.op in ("UNROLL", "RLANES", "GROUP", "GROUPTOP", "PADTO"):
+      raise ValueError(f"{opt}: reduce axis {ax} folds to a gather (one load per output); splitting it would loop")
     if self.tc is not None and not (opt.op == "UPCAST" and ax < self.first_reduce and ax not in (self.tc.m, self.tc.n)):
       raise ValueError(f"{opt}: after TC only UPCAST of an output axis outside the tile (a warp then does several)")
     if opt.op in ("UPCAST", "UNROLL", "LANES", "RLANES"):
@@ -426,7 +434,7 @@ class Kernel:
         if DEBUG >= 3: print(f"opts: {self.applied} full_shape={self.full_shape}")
         return
     out_size = sym_max(prod(self.full_shape[:self.first_reduce]))
-    if self.first_reduce < self.shape_len and out_size <= 2048:
+    if self.first_reduce < self.shape_len and out_size <= 2048 and not self.gathers:
       ax = self.shape_len - 1  # the innermost reduce axis
       amt = next((a for a in (256, 128, 64, 32, 16) if a <= local_max and self.full_shape[ax] % a == 0
                   and self.full_shape[ax] >= 4 * a), 0)
@@ -522,6 +530,7 @@ class Kernel:
           plan.append(("UPCAST", ax, a))
           n_acc *= a
       plan += self._wide_tile(plan)
+      if self.gathers: plan = [p for p in plan if p[1] < self.first_reduce]  # reduce axes stay whole: see `gathers`
       for op, ax, amt in sorted(plan, key=lambda p: -p[1]): self.apply_opt(Opt(op, ax, amt))
     work = prod(self.full_shape)
     if self.first_reduce > 0 and work >= 32768 and self.full_shape[0] >= 2: self.apply_opt(Opt("THREAD", 0, 0))

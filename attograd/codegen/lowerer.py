@@ -1,11 +1,11 @@
 """Lowering: a Kernel's AST becomes loops (RANGE), index arithmetic from each view, loads, reduces and stores."""
 from __future__ import annotations
-import functools, itertools
+import functools, itertools, math
 from attograd.codegen.kernel import Kernel, TensorCore, tc_operand
 from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite, sym_max
-from attograd.uop.symbolic import symbolic
+from attograd.uop.symbolic import fits, ints, is_vec, symbolic
 from attograd.uop.view import _as_index
 
 def _identity(op: Ops, dtype) -> object:
@@ -56,6 +56,10 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       valid = _pad_valid(k, u, idxs, valid)
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
+    elif u.op is Ops.IOTA:
+      st = k.sts[u]
+      idx, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs, d)
+      memo[u] = _iota(u, idx, _pad_valid(k, u, idxs, valid))
     elif u.op is Ops.REDUCE_AXIS:
       src = memo[u.src[0]]
       op = u.arg[0]
@@ -88,9 +92,13 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       sub = sink.substitute(dict(zip(up_vars, (UOp.const(d, v) for v in vals))))
       stores.extend(sub.src)
     sink = UOp(Ops.SINK, dtypes.void, tuple(stores))
-  sink = graph_rewrite(sink, symbolic + pm_lowered)
+  sink = graph_rewrite(sink, symbolic + pm_lowered + pm_gather_fold)
   if lane is None or lane_ax is None: return sink
   return vectorize(sink, lane, reduce_lane=lane_ax >= k.first_reduce)
+
+def reduce_folds(k: Kernel) -> bool:
+  """Every reduce loop of the unoptimized kernel k folds away in lowering (a one-hot gather: pm_gather_fold)."""
+  return not any(u.op is Ops.REDUCE for u in _lower(k, None, False, None).toposort())
 
 # ***** GPU: thread indices and work-group reductions *****
 
@@ -218,6 +226,8 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
       _, valid = k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs, d)
       c = UOp.const(u.dtype, u.arg)
       memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
+    elif u.op is Ops.IOTA:
+      memo[u] = _iota(u, *k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs, d))
     elif u.op is Ops.REDUCE_AXIS:
       x, y = (memo[tc_operand(s)] for s in u.src[0].src)
       ab = (y, x) if tc.swap else (x, y)
@@ -241,7 +251,7 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
     red = UOp(Ops.REDUCE, acc_t, (wmma,) + rng, Ops.ADD) if rng else wmma
     stores += [st.substitute({**up, acc: UOp(Ops.GEP, dtypes.float32, (red,), i).cast(acc.dtype), ph[tc.m]: r,
                               ph[tc.n]: c}) for i, (r, c) in enumerate(fc) for st in memo[k.ast].src]
-  return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic + pm_lowered)
+  return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic + pm_lowered + pm_gather_fold)
 
 # EXP2 and LOG2 too: CPU renderers decompose them into plain arithmetic on the lanes (codegen/transcendental.py)
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIP, Ops.EXP2, Ops.LOG2}
@@ -403,6 +413,11 @@ def _load(u: UOp, idx: UOp, valid: UOp) -> UOp:
   if valid.op is Ops.CONST and valid.arg: return UOp(Ops.LOAD, u.dtype, (glob, idx))
   return UOp(Ops.LOAD, u.dtype, (glob, idx, valid))
 
+def _iota(u: UOp, idx: UOp, valid: UOp) -> UOp:
+  """A buffer holding 0..n-1 read at idx is idx (0 where the view is masked, as a load there reads)."""
+  val = idx.cast(u.dtype)
+  return val if _true(valid) else valid.where(val, UOp.const(u.dtype, 0))
+
 def _fold_gate(x: UOp) -> UOp | None:
   # a load whose gate is always false reads nothing; one whose gate is always true needs no gate
   if len(x.src) == 3 and x.src[2].op is Ops.CONST:
@@ -430,7 +445,90 @@ def _drop_unused_ranges(x: UOp) -> UOp | None:
   kept = tuple(r for r in x.src[1:] if r in used)
   return UOp(Ops.REDUCE, x.dtype, (val,) + kept, x.arg) if kept else val
 
+# ***** gathers: a reduce over a one-hot select is one load *****
+
+def _conjuncts(x: UOp) -> list[UOp]: return [c for s in x.src for c in _conjuncts(s)] if x.op is Ops.AND else [x]
+
+def _is_zero(x: UOp) -> bool:
+  return x.op is Ops.CONST and x.arg == 0 and not (isinstance(x.arg, float) and math.copysign(1.0, x.arg) < 0)
+
+def _solve_for(cmp: UOp, r: UOp) -> tuple[UOp, UOp] | None:
+  """cmp is `r == e` (either side, r maybe through int casts that keep its values) with e free of r: (e in r's dtype,
+  0 <= e < n). The bounds are checked in a dtype that holds every value of e and n, so a wide index can't wrap into
+  the range; e itself may then wrap when it is out of range, where nothing reads it (the result and the loads are
+  gated by the bounds)."""
+  n = r.src[0]
+  for side, other in ((cmp.src[0], cmp.src[1]), (cmp.src[1], cmp.src[0])):
+    while side.op is Ops.CAST and side.dtype in ints and side.src[0].dtype in ints and fits(r.vmin, r.vmax, side.dtype):
+      side = side.src[0]
+    if side is not r or other.dtype not in ints or r in other.toposort(): continue
+    if fits(other.vmin, other.vmax, r.dtype): e = other.cast(r.dtype)
+    elif fits(0, sym_max(n), other.dtype): e, n = other, n.cast(other.dtype)
+    else: continue
+    return e.cast(r.dtype), (e < 0).logical_not() & (e < n)
+  return None
+
+def _gate_loads(x: UOp, r: UOp, valid: UOp) -> UOp:
+  """x with every load whose address or gate depends on r gated by valid too: once r becomes a loaded index, an index
+  out of range must read nothing (a select would still run the load, reading past the buffer)."""
+  subs = {u: UOp(Ops.LOAD, u.dtype, u.src[:2] + ((u.src[2] & valid) if len(u.src) == 3 else valid,))
+          for u in x.toposort() if u.op is Ops.LOAD and any(r in s.toposort() for s in u.src[1:])}
+  return x.substitute(subs) if subs else x
+
+def gather_fold_rule(x: UOp) -> UOp | None:
+  """sum over r of where(r == e & c(r), v(r), 0) is where(0 <= e < n & c(e), v(e), 0): the one-hot reduction that
+  X[idx] builds (and embeddings) becomes one load per output element instead of a loop over every row. Also max over
+  r of a one-hot of unsigned values (any() of bools: where(..) is an AND, cast to uint8), whose other terms are the
+  max's identity 0. Exact: the reduce adds (or maxes) one value to zeros. The loads it moves get the range as a gate."""
+  if x.arg not in (Ops.ADD, Ops.MAX) or x.dtype.count > 1: return None
+  val, cast = x.src[0], None
+  if val.op is Ops.CAST and val.src[0].op in (Ops.WHERE, Ops.AND): val, cast = val.src[0], val.dtype
+  if x.arg is Ops.MAX and not (dtypes.is_unsigned(x.dtype) or x.dtype is dtypes.bool): return None
+  if val.op is Ops.WHERE and _is_zero(val.src[2]): conds, value = _conjuncts(val.src[0]), val.src[1]
+  elif val.op is Ops.AND and val.dtype is dtypes.bool: conds, value = _conjuncts(val), UOp.const(dtypes.bool, True)
+  elif val.op is Ops.MUL and x.arg is Ops.ADD and (hot := next((s for s in val.src if s.op is Ops.CAST and
+                                                                 s.src[0].dtype is dtypes.bool), None)) is not None:
+    # a one-hot as numbers times a value (an embedding's one_hot.cast(float) @ table): rows other than e add 0 * v(r),
+    # so a nan or inf there no longer spreads to every output (it doesn't in torch's embedding either)
+    conds, value = _conjuncts(hot.src[0]), val.src[1] if val.src[0] is hot else val.src[0]
+  else: return None
+  for r in x.src[1:]:
+    for c in conds:
+      if c.op is Ops.CMPEQ and (sol := _solve_for(c, r)) is not None: break
+    else: continue
+    e, valid = sol
+    rest = [cc for cc in conds if cc is not c]
+    out = functools.reduce(lambda a, b: a & b, rest, valid).where(value, value.const_like(0))
+    out = _gate_loads(out, r, valid).substitute({r: e})
+    out = out.cast(cast) if cast is not None else out
+    others = tuple(rr for rr in x.src[1:] if rr is not r)
+    return UOp(Ops.REDUCE, x.dtype, (out,) + others, x.arg) if others else out
+  return None
+
+def narrow_after_rule(x: UOp, a: UOp, b: UOp) -> UOp | None:
+  """cast(a) + cast(b) -> cast(a + b) (and *) for ints cast down from one dtype: both wrap modulo the narrow width, so
+  the result is the same. An index from two arange halves, (r // B) * B + r % B, is computed in int32 while a kernel
+  too big for int32 indexes in int64: this brings the halves together, where the sum folds back to r."""
+  w = a.src[0].dtype
+  if is_vec(x) or w not in ints or w.itemsize < x.dtype.itemsize: return None
+  if b.op is Ops.CONST: bw = UOp.const(w, b.arg)
+  elif b.op is Ops.CAST and b.src[0].dtype is w: bw = b.src[0]
+  else: return None
+  return UOp(x.op, w, (a.src[0], bw)).cast(x.dtype)
+
+def _where_of_gated_load(g: UOp, ld: UOp) -> UOp | None:
+  # where(g, load(.., gate g), 0): the load already reads 0 where g is false
+  return ld if len(ld.src) == 3 and set(_conjuncts(g)) <= set(_conjuncts(ld.src[2])) else None
+
 from attograd.uop.ops import PatternMatcher, UPat  # noqa: E402
+pm_gather_fold = PatternMatcher([
+  (UPat(Ops.REDUCE, name="x"), gather_fold_rule),
+  (UPat((Ops.ADD, Ops.MUL), dtype=ints, name="x", src=(UPat(Ops.CAST, dtype=ints, name="a"), UPat.var("b"))),
+   narrow_after_rule),
+  (UPat(Ops.WHERE, src=(UPat.var("g"), UPat(Ops.LOAD, name="ld"), UPat.cvar("z"))),
+   lambda g, ld, z: _where_of_gated_load(g, ld) if _is_zero(z) else None),
+])
+
 pm_lowered = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _fold_gate),
   (UPat(Ops.STORE, name="x"), _fold_store_gate),
@@ -453,5 +551,9 @@ def estimate_ops(sink: UOp, k: Kernel) -> int:
   # a vector op does one op per lane; a REDUCE is one accumulate per element it reduces
   n_alu = sum(u.dtype.count for u in sink.toposort()
               if (u.op in GroupOp.ALU or u.op is Ops.REDUCE) and u.dtype.scalar() in dtypes.floats)
-  # symbolic sizes count at their largest
-  return n_alu * prod(sym_max(s) for i, s in enumerate(k.full_shape) if i not in k.upcasted and i not in k.unrolled)
+  # symbolic sizes count at their largest; a reduce axis whose loop a rewrite removed (a gather folded to one load)
+  # runs no more
+  looped = {u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE}
+  def runs(i: int) -> bool: return i < k.first_reduce or i in looped or i in k.locals_ or i in k.grouped
+  return n_alu * prod(sym_max(s) for i, s in enumerate(k.full_shape)
+                      if i not in k.upcasted and i not in k.unrolled and runs(i))

@@ -56,11 +56,15 @@ def lookup_realized(node: UOp) -> UOp | None:
   return m[0]
 
 _uid = 0
-def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None) -> UOp:
+# a BUFFER arg's optional third element: the buffer holds 0..size-1 and is never written (Tensor.arange's), so kernels
+# compute its values from their index math (Ops.IOTA) instead of loading them
+IOTA_TAG = "iota"
+
+def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None, iota: bool = False) -> UOp:
   """A fresh BUFFER node (its own identity) backed by `buf` or a new Buffer."""
   global _uid
   _uid += 1
-  u = UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (_uid, size))
+  u = UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (_uid, size, IOTA_TAG) if iota else (_uid, size))
   buffers[u] = buf if buf is not None else Buffer(device, size, dtype)
   return u
 
@@ -233,7 +237,9 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
       st = ShapeTracker.from_shape(n.shape)
       for op, arg in chain: st = st.apply(op, arg)
       view = UOp(Ops.VIEW, dtypes.void, (), st.simplify())
-      if leaf is not None:
+      if leaf is not None and leaf.arg[2:] == (IOTA_TAG,) and leaf is not out_buf:
+        memo[key] = UOp(Ops.IOTA, leaf.dtype, (view,))  # its values are its indices: nothing to read
+      elif leaf is not None:
         # an assign reading its own target uses the output pointer: two restrict pointers must not alias
         idx = 0 if leaf is out_buf else inputs.setdefault(leaf, len(inputs) + 1)
         glob = UOp(Ops.DEFINE_GLOBAL, leaf.dtype.ptr(leaf.arg[1]), (), idx)
@@ -369,7 +375,7 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
       norm[n] = norm[alias]  # type: ignore[index]
       continue
     if n.op is Ops.BUFFER:
-      nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]))
+      nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]) + n.arg[2:])  # keeps the iota tag
       inputs.append((nn, n))
     elif n.op in GroupOp.Marker:  # markers for autograd only: the value is their first source's
       norm[n] = norm[n.src[0]]

@@ -1,5 +1,6 @@
 """Composite ops built from primitives: scans (cumsum...), einsum, gather/scatter, masks, softmax, item assignment."""
 from __future__ import annotations
+import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import prod
@@ -27,13 +28,62 @@ class ComposeMixin:
     [1, 2, 6, 24]
     """
     return self._scan(axis, Ops.MUL, "cumprod")
-  def cummax(self: Tensor, axis: int = 0) -> Tensor:
-    """Running maximum along `axis` (the values only, like tinygrad).
+  def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """Running maximum along `axis` and where it was taken, as (values, int32 indices) like PyTorch: on ties the
+    index is the latest position holding the maximum; a NaN is the maximum from where it appears on.
 
-    >>> Tensor([1, 3, 2, 5, 4]).cummax(0).tolist()
-    [1, 3, 3, 5, 5]
+    >>> v, i = Tensor([1, 3, 2, 3, 4]).cummax(0)
+    >>> v.tolist(), i.tolist()
+    ([1, 3, 3, 3, 4], [0, 1, 1, 3, 4])
     """
-    return self._scan(axis, Ops.MAX, "cummax")
+    return self._cum_extreme(axis, "cummax")
+  def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """Running minimum along `axis` and where it was taken, as (values, int32 indices) like PyTorch.
+
+    >>> v, i = Tensor([3, 1, 2, 1, 0]).cummin(0)
+    >>> v.tolist(), i.tolist()
+    ([3, 1, 1, 1, 0], [0, 1, 1, 3, 4])
+    """
+    # an order-reversing map turns minima into maxima; it keeps equality, so the indices carry over as they are
+    v, i = _reverse_order(self)._cum_extreme(axis, "cummin")
+    return _reverse_order(v), i
+  def _cum_extreme(self: Tensor, axis: int, name: str) -> tuple[Tensor, Tensor]:
+    ax = self._resolve_axis(axis, name)
+    if self.ndim == 0: return self, self._const_like(0, dtypes.int32)
+    x = self.cast(dtypes.uint8) if self.dtype is dtypes.bool else self
+    n = x.shape[ax]
+    if n == 0: return self, self._const_like(0, dtypes.int32)._broadcast_to(self.shape)
+    vals = x.detach()._scan(ax, Ops.MAX, name).transpose(ax, -1)         # (..., n)
+    xt = x.detach().transpose(ax, -1)
+    # hit[..., i, j]: x[j] (j <= i) holds the running max at i; NaNs match NaNs
+    hit = xt.unsqueeze(-2).eq(vals.unsqueeze(-1))
+    if dtypes.is_float(x.dtype): hit = hit | (xt.isnan().unsqueeze(-2) & vals.isnan().unsqueeze(-1))
+    ar = _arange(n, x)
+    hit = hit & (ar.reshape(n, 1) >= ar.reshape(1, n))
+    idx = hit.where(ar.reshape(1, n), -1).max(-1).transpose(ax, -1)      # the latest matching j
+    # the values are read at the indices, so the gradient goes to that one element (as PyTorch's) and not
+    # split among equal values as a max reduce's would be
+    return self.gather(ax, idx), idx
+  def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+    """log(cumsum(exp(x))) along `axis`, computed against the running maximum so large inputs don't overflow.
+
+    >>> [round(v, 4) for v in Tensor([0.0, 0.0, 1000.0]).logcumsumexp(0).tolist()]
+    [0.0, 0.6931, 1000.0]
+    """
+    ax = self._resolve_axis(axis, "logcumsumexp")
+    x = self._f()
+    out_dtype = x.dtype
+    x = x.cast(sum_acc_dtype(x.dtype))  # half and bfloat16: computed in float32, rounded once
+    if x.ndim == 0 or 0 in x.shape: return x.cast(out_dtype)
+    n = x.shape[ax]
+    xt = x.transpose(ax, -1)
+    m = xt.detach()._scan(xt.ndim - 1, Ops.MAX, "logcumsumexp")
+    m = m.isinf().where(0.0, m)  # all -inf so far (or +inf): shift by 0 instead of making inf - inf
+    ar = _arange(n, x)
+    lower = ar.reshape(n, 1) >= ar.reshape(1, n)                         # (n, n): j <= i
+    # masked before exp, not after: exp of a masked-out x_j - m_i can be inf, and its gradient (0 * inf) NaN
+    e = lower.where(xt.unsqueeze(-2) - m.unsqueeze(-1), -math.inf).exp()  # (..., n, n)
+    return (e.sum(-1).log() + m).transpose(ax, -1).cast(out_dtype)
 
   def _scan(self: Tensor, axis: int, op: Ops, name: str) -> Tensor:
     ax = self._resolve_axis(axis, name)
@@ -154,6 +204,57 @@ class ComposeMixin:
     if reduce == "multiply": new = self.cast(acc) * new
     return hit.where(new.cast(self.dtype), self)
 
+  def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
+                     include_self: bool = True) -> Tensor:
+    """Combine the values of `src` sent to each position along `dim` by `index` (like torch.scatter_reduce):
+    reduce is 'sum', 'prod', 'mean', 'amax' or 'amin'. With include_self the tensor's own value takes part;
+    without it, positions that receive values forget theirs. Positions nothing is sent to keep their value.
+    An integer 'mean' rounds down, as in PyTorch.
+
+    >>> Tensor([1.0, 1.0, 1.0]).scatter_reduce(0, Tensor([0, 0, 2]), Tensor([2.0, 3.0, 4.0]), "sum").tolist()
+    [6.0, 1.0, 5.0]
+    >>> Tensor([5, 5]).scatter_reduce(0, Tensor([1, 1]), Tensor([1, 9]), "amax", include_self=False).tolist()
+    [5, 9]
+    """
+    # RuntimeError for a bad reduce and mismatched dtypes, as PyTorch (and tinygrad) raise
+    if reduce not in _SCATTER_REDUCE:
+      raise RuntimeError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCE)}, got {reduce!r}")
+    if not isinstance(src, self.__class__): raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src)}")
+    if src.dtype != self.dtype:
+      raise RuntimeError(f"scatter_reduce: src's dtype {src.dtype} must be the tensor's {self.dtype} (cast it first)")
+    if self.dtype is dtypes.bool: raise TypeError(f"scatter_reduce: bool tensors are not supported (reduce {reduce!r})")
+    d = self._resolve_axis(dim, "scatter_reduce")
+    _check_index(self, d, index, "scatter_reduce")
+    if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
+      raise ValueError(f"scatter_reduce: src shape {src.shape} must cover index shape {index.shape}")
+    if self.ndim == 0:
+      return self.reshape(1).scatter_reduce(0, index.reshape(1), src.reshape(1), reduce, include_self).reshape(())
+    if 0 in index.shape: return self
+    n = self.shape[d]
+    src = src.shrink(tuple((0, i) for i in index.shape))
+    # (..., t, ..., k): index position k along dim sends its value to position t along dim; k is reduced over
+    hot = _one_hot(index, n).transpose(-1, d)
+    vals = src.unsqueeze(-1).transpose(-1, d)
+    hit = hot.any(-1)
+    if reduce in ("sum", "mean"): got = hot.where(vals, 0).sum(-1, dtype=self.dtype)
+    elif reduce == "prod": got = hot.where(vals, 1).prod(-1, dtype=self.dtype)
+    elif reduce == "amax": got = hot.where(vals, dtypes.min(self.dtype)).max(-1)
+    else: got = hot.where(vals, dtypes.max(self.dtype)).min(-1)
+    # the region written has index's shape with dim `d` widened to n; pad it out to this tensor's shape
+    pad = tuple((0, s - (n if i == d else index.shape[i])) for i, s in enumerate(self.shape))
+    hit, got = hit.pad_(pad), got.pad_(pad)
+    if include_self:
+      if reduce in ("sum", "mean"): got = got + self
+      elif reduce == "prod": got = got * self
+      elif reduce == "amax": got = got.maximum(self)
+      else: got = got.minimum(self)
+    if reduce == "mean":
+      # counted in int32 for ints (an int8 count would wrap past 127 values), in the dtype itself for floats
+      count = hot.sum(-1, dtype=dtypes.int32 if dtypes.is_int(self.dtype) else self.dtype).pad_(pad)
+      count = (count + (1 if include_self else 0)).maximum(1)  # positions nothing is sent to keep self's value
+      got = (got.div(count, rounding_mode="floor") if dtypes.is_int(self.dtype) else got / count).cast(self.dtype)
+    return hit.where(got, self)
+
   # ***** masks *****
 
   def masked_fill(self: Tensor, mask: Tensor, value: Tensor | ConstType) -> Tensor:
@@ -256,6 +357,15 @@ class ComposeMixin:
     else: self.uop = new.uop
 
 # ***** helpers *****
+
+_SCATTER_REDUCE = ("sum", "prod", "mean", "amax", "amin")
+
+def _reverse_order(x: Tensor) -> Tensor:
+  """A map that reverses the order of x's values and is its own inverse (for min from max): -x for floats, ~x for
+  signed ints (-x would overflow at INT_MIN), MAX - x for unsigned ints, not for bools."""
+  if x.dtype is dtypes.bool: return x.logical_not()
+  if dtypes.is_unsigned(x.dtype): return dtypes.max(x.dtype) - x
+  return ~x if dtypes.is_int(x.dtype) else -x
 
 def _arange(n: int, like: Tensor) -> Tensor:
   """0..n-1 as int32 on `like`'s device."""

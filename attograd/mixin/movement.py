@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
-from attograd.helpers import argfix
+from attograd.helpers import argfix, prod
 from attograd.uop.ops import UOp, ssimp, sym_val
 from attograd.uop.view import _smax
 
@@ -12,6 +12,11 @@ if TYPE_CHECKING:
   from attograd.tensor import Tensor
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+class RearrangeError(ValueError, AssertionError, RuntimeError):
+  """A bad rearrange formula or size. A ValueError like attograd's other argument errors; also an AssertionError and a
+  RuntimeError because tinygrad raises those for the same mistakes (from asserts and reshapes), and code ported from
+  it catches them."""
 
 def _is_int(x: Any) -> bool:
   # NumPy ints count too (they have __index__ and ndim 0), and symbolic sizes (int UOps); Tensors and arrays don't
@@ -294,3 +299,170 @@ class MovementMixin:
     [[0, 2, 3], [0, 0, 6]]
     """
     return self._triangle(diagonal, True, "triu")
+
+  # ***** diagonals *****
+  def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+    """A 1-D tensor becomes a square matrix with it on the `diagonal`-th diagonal (0 main, > 0 above, < 0 below);
+    a 2-D tensor gives that diagonal back, as torch.diag.
+
+    >>> Tensor([1, 2]).diag().tolist()
+    [[1, 0], [0, 2]]
+    >>> Tensor([1, 2]).diag(1).tolist()
+    [[0, 1, 0], [0, 0, 2], [0, 0, 0]]
+    """
+    if self.ndim == 2: return self.diagonal(diagonal)
+    if self.ndim != 1: raise ValueError(f"diag: needs a 1-D or 2-D tensor, got shape {self.shape}")
+    n, k = self.shape[0], int(diagonal)
+    # (n, 1) padded to (n, n+1) and flattened puts element i at i*(n+1), the (i, i) entry of an (n, n) matrix
+    x = self.reshape(n, 1).pad_(((0, 0), (0, n))).reshape(n * (n + 1)).shrink(((0, n * n),)).reshape(n, n)
+    if k == 0: return x
+    return x.pad_(((0, k), (k, 0)) if k > 0 else ((-k, 0), (0, -k)))
+
+  def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """A view of the diagonal of the (dim1, dim2) planes, as a new last dim (torch.diagonal); `offset` > 0 is above
+    the main diagonal, < 0 below.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).diagonal().tolist()
+    [1, 5]
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).diagonal(1).tolist()
+    [2, 6]
+    """
+    if self.ndim < 2: raise ValueError(f"diagonal: needs at least 2 dims, got shape {self.shape}")
+    a, b = self._resolve_axis(dim1, "diagonal"), self._resolve_axis(dim2, "diagonal")
+    if a == b: raise RuntimeError(f"diagonal: dim1 and dim2 must differ, got {dim1} and {dim2} for shape {self.shape}")
+    x = self.permute([i for i in range(self.ndim) if i not in (a, b)] + [a, b])
+    lead, (r, c), k = x.shape[:-2], x.shape[-2:], int(offset)
+    keep: list[Any] = [None] * len(lead)
+    # the diagonal with offset k starts at (0, k) or (-k, 0): cut the rows or columns before it
+    x = x.shrink(tuple(keep + ([None, (min(k, c), c)] if k >= 0 else [(min(-k, r), r), None])))
+    d = min(x.shape[-2], x.shape[-1])
+    x = x.shrink(tuple(keep + [(0, d), (0, d)])).reshape(lead + (d * d,))
+    # the flat (d*d) axis read as rows of d+1: column 0 of row i is element i*(d+1), the (i, i) entry
+    x = x.pad_(tuple([(0, 0)] * len(lead) + [(0, d)])).reshape(lead + (d, d + 1))
+    return x.shrink(tuple(keep + [None, (0, 1)])).reshape(lead + (d,))
+
+  # ***** windows, grids, einops *****
+  def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+    """Windows of `size` elements every `step` along `dim` (PyTorch's Tensor.unfold): dim becomes the window count
+    (n - size) // step + 1 and a new last dim of `size` holds each window. A view; no copy.
+
+    >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
+    [[1, 2], [3, 4]]
+    """
+    d = self._resolve_axis(dim, "unfold", max(self.ndim, 1))
+    x = self.reshape(1) if self.ndim == 0 else self
+    n = x.shape[d]
+    if not _is_int(size) or not 0 <= size <= n:
+      raise RuntimeError(f"unfold: size must be an int in [0, {n}] (dim {d} of shape {self.shape}), got {size!r}")
+    if not _is_int(step) or step <= 0: raise RuntimeError(f"unfold: step must be a positive int, got {step!r}")
+    count = (n - size) // step + 1
+    if self.ndim == 0: return x.shrink(((0, size),))  # PyTorch: a 0-d tensor is one window of size 0 or 1
+    if size == 0: return x.shrink(_at(x.ndim, d, (0, 0))).reshape(x.shape[:d] + (count,) + x.shape[d + 1:] + (0,))
+    order = [i for i in range(x.ndim) if i != d] + [d]
+    w = x.permute(order)._pool((size,), step)                             # (..., count, size)
+    back = [order.index(i) for i in range(x.ndim)]
+    return w.permute(back + [x.ndim])
+
+  def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 1-D (or 0-d) tensors: the i-th output repeats the i-th input along dim i ("ij", matrix
+    indexing) or with the first two dims swapped ("xy", Cartesian), as torch.meshgrid. Views; no copies.
+
+    >>> x, y = Tensor.meshgrid(Tensor([1, 2]), Tensor([3, 4, 5]))
+    >>> x.tolist(), y.tolist()
+    ([[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]])
+    """
+    if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = (self,) + args
+    for t in ts:
+      if not isinstance(t, MovementMixin): raise TypeError(f"meshgrid: expected Tensors, got {type(t).__name__}")
+      if t.ndim > 1: raise ValueError(f"meshgrid: inputs must be 0-d or 1-D, got shapes {[t.shape for t in ts]}")
+    flat = [t.reshape(-1) for t in ts]
+    sizes = [t.shape[0] for t in flat]
+    axes = list(range(len(ts)))
+    if indexing == "xy" and len(ts) >= 2: axes[0], axes[1] = 1, 0
+    shape = [0] * len(ts)
+    for ax, s in zip(axes, sizes): shape[ax] = s
+    return tuple(t.reshape(_at(len(ts), ax, s, 1)).expand(tuple(shape)) for t, ax, s in zip(flat, axes, sizes))
+
+  def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+    """einops-style rearrange: "b c (h w) -> b h w c" names the dims on the left and says how to lay them out on the
+    right. Parentheses split (left) or merge (right) dims, "..." stands for the dims not named, "1" or "()" is a
+    size-1 dim; sizes of split dims are given as keywords (one per group may be left out and is inferred).
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).rearrange("a b -> b a").tolist()
+    [[1, 4], [2, 5], [3, 6]]
+    >>> Tensor([1, 2, 3, 4]).rearrange("(a b) -> b a", a=2).tolist()
+    [[1, 3], [2, 4]]
+    """
+    if formula.count("->") != 1: raise RearrangeError(f"rearrange: formula needs exactly one '->', got {formula!r}")
+    lhs_s, rhs_s = formula.split("->")
+    lhs, rhs = _einops_side(lhs_s, formula), _einops_side(rhs_s, formula)
+    lnames = [n for g in lhs for n in g if n not in _ELLIPSES]
+    rnames = [n for g in rhs for n in g if n not in _ELLIPSES]
+    if sorted(lnames) != sorted(rnames) or len(set(lnames)) != len(lnames):
+      raise RearrangeError(f"rearrange: each name must appear once on each side, got {formula!r}")
+    def n_ellipses(side: list[list[str]]) -> int: return sum(n in _ELLIPSES for g in side for n in g)
+    if n_ellipses(lhs) != n_ellipses(rhs):
+      raise RearrangeError(f"rearrange: '...' must appear on both sides or on neither, got {formula!r}")
+    if any("(...)" in g for g in lhs):
+      raise RearrangeError(f"rearrange: '...' can't be inside parentheses on the left, got {formula!r}")
+    for k in sizes:
+      if k not in lnames: raise RearrangeError(f"rearrange: size given for {k!r}, which {formula!r} doesn't name")
+    # spell '...' out as one name per dim it covers
+    if n_ellipses(lhs) > 1: raise RearrangeError(f"rearrange: more than one '...' in {formula!r}")
+    n_ell = self.ndim - (len(lhs) - 1) if ["..."] in lhs else 0
+    if n_ell < 0 or (["..."] not in lhs and len(lhs) != self.ndim):
+      raise RearrangeError(f"rearrange: {lhs_s.strip()!r} names {len(lhs)} dims, but the tensor has shape "
+                           f"{self.shape}")
+    ell = [f"...{i}" for i in range(n_ell)]
+    def spell(side: list[list[str]]) -> list[list[str]]:
+      out: list[list[str]] = []
+      for g in side:
+        if g == ["..."]: out.extend([[e] for e in ell])
+        else: out.append([e for n in g for e in (ell if n == "(...)" else [n])])
+      return out
+    lhs, rhs = spell(lhs), spell(rhs)
+    # the size of every name: given, read from the shape, or inferred (at most one unknown per group)
+    known: dict[str, int] = {k: int(v) for k, v in sizes.items()}
+    for g, s in zip(lhs, self.shape):
+      unknown = [n for n in g if n not in known]
+      given = prod(known[n] for n in g if n in known)
+      if len(unknown) > 1:
+        raise RearrangeError(f"rearrange: can't infer the sizes of {unknown} in {formula!r}; give them as keywords")
+      if unknown:
+        if given == 0 or s % given:
+          raise RearrangeError(f"rearrange: a dim of size {s} can't split into {g} with sizes {sizes} in {formula!r}")
+        known[unknown[0]] = s // given
+      elif given != s:
+        raise RearrangeError(f"rearrange: group {g} has size {given}, but its dim has size {s} (shape {self.shape})")
+    flat = [n for g in lhs for n in g]
+    x = self.reshape(tuple(known[n] for n in flat))
+    x = x.permute([flat.index(n) for g in rhs for n in g])
+    return x.reshape(tuple(prod(known[n] for n in g) for g in rhs))
+
+_ELLIPSES = ("...", "(...)")
+
+def _einops_side(side: str, formula: str) -> list[list[str]]:
+  """One side of a rearrange formula as groups of names: 'a (b c) 1' -> [['a'], ['b', 'c'], []]; a bare '...' is the
+  group ['...'] (one dim per dim it covers), '(...)' is a name in a group (its dims merged)."""
+  toks = side.replace("…", "...").replace("(", " ( ").replace(")", " ) ").split()
+  groups: list[list[str]] = []
+  cur: list[str] | None = None
+  for t in toks:
+    if t == "(":
+      if cur is not None: raise RearrangeError(f"rearrange: nested parentheses in {formula!r}")
+      cur = []
+    elif t == ")":
+      if cur is None: raise RearrangeError(f"rearrange: unbalanced ')' in {formula!r}")
+      groups.append(cur)
+      cur = None
+    elif t == "1":
+      if cur is None: groups.append([])
+    elif t == "..." or (t.isidentifier() and not t.startswith("_") and not t.endswith("_")):
+      if cur is None: groups.append([t])
+      else: cur.append("(...)" if t == "..." else t)  # '...' inside parentheses: its dims merged into one
+    else:
+      raise RearrangeError(f"rearrange: {t!r} is not an axis name (an identifier not starting or ending with '_'), "
+                           f"'...', '1' or a parenthesis in {formula!r}")
+  if cur is not None: raise RearrangeError(f"rearrange: unbalanced '(' in {formula!r}")
+  return groups

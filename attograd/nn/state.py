@@ -1,9 +1,9 @@
 """Weights in and out: safetensors files, PyTorch .pt/.pth files (read without torch and without running anything from
 the file), and state dicts (a model's Tensors by dotted name). Loaded tensors are DISK views of the file until moved."""
 from __future__ import annotations
-import _compat_pickle, io, json, os, pickle, struct, time, zipfile
+import _compat_pickle, functools, importlib, io, json, os, pickle, struct, time, zipfile
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable, Iterable
 from attograd.device import Device
 from attograd.dtype import DType, dtypes, to_dtype
 from attograd.helpers import prod
@@ -55,6 +55,165 @@ def _mapping_of(src: PathLike | Tensor, op: str) -> tuple[DiskMapping, int, int]
     return _disk().open(raw.cast("B") if raw.nbytes else b""), 0, src.numel()
   mapping = _disk().open(src)
   return mapping, 0, mapping.size
+
+def accept_filename(fn: Callable[[Tensor], Any]) -> Callable[[Tensor | PathLike], Any]:
+  """Let a function of a uint8 Tensor (a file's bytes) take a path too, as a DISK tensor of the file (tinygrad's
+  decorator for its loaders)."""
+  @functools.wraps(fn)
+  def wrapper(src: Tensor | PathLike) -> Any: return fn(src if isinstance(src, Tensor) else disk_tensor(src))
+  return wrapper
+
+# ***** archives: a file object over a Tensor, tar and zip members as views *****
+
+class TensorIO(io.RawIOBase, BinaryIO):
+  """A read-only, seekable binary file over the bytes of a 1-D uint8 Tensor, for the stdlib's archive readers.
+  A DISK tensor is read straight from its mapped file; a tensor on a compute device is copied to host memory once, on
+  the first read (a slice per read would run a kernel per read). Seeks are clamped to [0, len(t)], as in tinygrad.
+
+  >>> f = TensorIO(Tensor(b"Hello World!"))
+  >>> f.read(5), f.seek(-6, 2), f.read()
+  (b'Hello', 6, b'World!')
+  """
+  def __init__(self, t: Tensor):
+    if not isinstance(t, Tensor) or t.ndim != 1 or t.dtype is not dtypes.uint8:
+      raise ValueError(f"TensorIO: need a 1-D uint8 Tensor, got {t!r:.120}")
+    self._tensor, self._position, self._size = t, 0, t.shape[0]
+    if not isinstance(self._size, int): raise ValueError(f"TensorIO: need a concrete length, got {t.shape}")
+    self._host: memoryview | None = None
+  def _bytes(self) -> memoryview:
+    if self._host is None:
+      if (v := _disk_view(self._tensor)) is not None: self._host = v[0].read(v[1], self._size)
+      else: self._host = self._tensor.data().cast("B") if self._size else memoryview(b"")
+    return self._host
+  def readable(self) -> bool: return True
+  def seekable(self) -> bool: return True
+  def _check_open(self, op: str) -> None:
+    if self.closed: raise ValueError(f"TensorIO.{op}: the TensorIO is closed")
+  def readinto(self, buffer: Any) -> int:
+    self._check_open("read")
+    dest = memoryview(buffer).cast("B")
+    n = max(0, min(dest.nbytes, self._size - self._position))
+    dest[:n] = self._bytes()[self._position:self._position + n]
+    self._position += n
+    return n
+  def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+    self._check_open("seek")
+    if whence not in (io.SEEK_SET, io.SEEK_CUR, io.SEEK_END): raise ValueError(f"TensorIO.seek: bad whence {whence}")
+    base = (0, self._position, self._size)[whence]
+    self._position = min(self._size, max(0, base + offset))
+    return self._position
+  def tell(self) -> int: return self._position
+  # BinaryIO's writing half: this file is read-only
+  def writable(self) -> bool: return False
+  def write(self, s: Any) -> int: raise io.UnsupportedOperation("TensorIO.write: a TensorIO is read-only")
+  def writelines(self, lines: Iterable[Any]) -> None:
+    raise io.UnsupportedOperation("TensorIO.writelines: a TensorIO is read-only")
+  def __enter__(self) -> TensorIO: return self
+
+class _Archive:
+  """The bytes of an archive given as a path or a 1-D uint8 Tensor: a file object to parse them with, and member
+  views that share the archive's memory (DISK views of a file, lazy slices of a compute tensor)."""
+  def __init__(self, src: PathLike | Tensor, op: str):
+    if isinstance(src, Tensor):
+      if src.dtype is not dtypes.uint8 or src.ndim != 1: raise TypeError(f"{op}: need a 1-D uint8 Tensor, got {src}")
+      self.t, self.name = src, f"<{src.numel()}-byte Tensor on {src.device}>"
+    elif isinstance(src, (str, os.PathLike)):
+      self.t, self.name = disk_tensor(src), os.fspath(src)
+    else: raise TypeError(f"{op}: need a path or a 1-D uint8 Tensor, got {type(src).__name__}")
+    self.size, self.disk = self.t.numel(), _disk_view(self.t)
+  def file(self) -> TensorIO: return TensorIO(self.t)
+  def view(self, begin: int, size: int) -> Tensor:
+    assert 0 <= begin and 0 <= size and begin + size <= self.size, "callers check the range against the archive"
+    if self.disk is not None: return disk_tensor(self.disk[0], self.disk[1] + begin, (size,))
+    return self.t[begin:begin + size]
+
+# the magic numbers of the compressions tarfile reads, and the stdlib module that undoes each
+_TAR_COMPRESSIONS = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma"))
+
+def tar_extract(fn: Tensor | PathLike) -> dict[str, Tensor]:
+  """The regular files of a tar archive (ustar, GNU or pax; a path or its bytes as a 1-D uint8 Tensor), by member name,
+  as views of the archive's bytes: nothing is copied. Directories, links and devices are left out. A gzip, bzip2 or xz
+  compressed archive is decompressed once, and the views are of the decompressed bytes. A malformed or truncated
+  archive raises tarfile.ReadError naming it.
+
+  >>> import io, tarfile; buf = io.BytesIO(); info = tarfile.TarInfo("a.txt"); info.size = 2
+  >>> with tarfile.open(fileobj=buf, mode="w") as tar: tar.addfile(info, io.BytesIO(b"hi"))
+  >>> bytes(tar_extract(Tensor(buf.getvalue()))["a.txt"].data())
+  b'hi'
+  """
+  import tarfile
+  ar = _Archive(fn, "tar_extract")
+  head = bytes(ar.file().read(6))
+  for magic, module in _TAR_COMPRESSIONS:
+    if head.startswith(magic):
+      try: raw = importlib.import_module(module).decompress(bytes(ar.file().read()))
+      except Exception as e:  # each module has its own error class; all mean the stream is broken
+        raise tarfile.ReadError(f"tar_extract: {ar.name}: can't decompress its {module} stream "
+                                f"({type(e).__name__}: {e})") from None
+      return tar_extract(disk_tensor(raw) if ar.disk is not None else Tensor(raw, device=ar.t.device))
+  out: dict[str, Tensor] = {}
+  try:
+    with tarfile.open(fileobj=ar.file(), mode="r:") as tar:
+      for m in tar:
+        if not m.isreg(): continue
+        if m.issparse():
+          raise tarfile.ReadError(f"tar_extract: {ar.name}: member {m.name!r} is a sparse file, whose bytes aren't "
+                                  "stored in one piece, so it can't be a view; extract it with the tarfile module")
+        if m.size < 0 or m.offset_data + m.size > ar.size:
+          raise tarfile.ReadError(f"tar_extract: {ar.name}: member {m.name!r} ({m.size} bytes at byte {m.offset_data}) "
+                                  f"runs past the end of the archive ({ar.size} bytes); the archive is truncated")
+        out[m.name] = ar.view(m.offset_data, m.size)
+  except tarfile.TarError as e:
+    if str(e).startswith("tar_extract: "): raise
+    raise tarfile.ReadError(f"tar_extract: {ar.name} is not a valid tar archive ({e})") from None
+  return out
+
+def zip_extract(fn: Tensor | PathLike) -> dict[str, Tensor]:
+  """The files of a zip archive (a path or its bytes as a 1-D uint8 Tensor), by name. Stored (uncompressed) members
+  are views of the archive's bytes; compressed ones (deflate, bzip2, lzma) are decompressed, their CRC checked, into
+  new Tensors on the archive's device. Directories are left out. A malformed archive raises zipfile.BadZipFile naming
+  it.
+
+  >>> import io, zipfile; buf = io.BytesIO()
+  >>> with zipfile.ZipFile(buf, "w") as z: z.writestr("a.txt", b"hi")
+  >>> bytes(zip_extract(Tensor(buf.getvalue()))["a.txt"].data())
+  b'hi'
+  """
+  ar = _Archive(fn, "zip_extract")
+  out: dict[str, Tensor] = {}
+  def bad(why: str) -> zipfile.BadZipFile: return zipfile.BadZipFile(f"zip_extract: {ar.name}: {why}")
+  f = ar.file()
+  # the parser and the decompressors each have their own error classes (NotImplementedError for an unknown version,
+  # lzma.LZMAError, zlib.error, ...): from untrusted bytes, any of them means a malformed archive
+  try: zf = zipfile.ZipFile(f)
+  except Exception as e: raise bad(f"not a valid zip archive ({type(e).__name__}: {e})") from None
+  with zf:
+    for zi in zf.infolist():
+      if zi.is_dir(): continue
+      if zi.flag_bits & 0x1: raise bad(f"member {zi.filename!r} is encrypted, which isn't supported")
+      if zi.compress_type != zipfile.ZIP_STORED:
+        try: data = zf.read(zi)
+        except Exception as e:
+          raise bad(f"can't read member {zi.filename!r} ({type(e).__name__}: {e})") from None
+        out[zi.filename] = disk_tensor(data) if ar.disk is not None else Tensor(data, device=ar.t.device)
+        continue
+      # a stored member's bytes follow its local header, whose extra field may differ in length from the central
+      # directory's copy, so the local header is read for where the data starts
+      if zi.header_offset < 0 or zi.header_offset + 30 > ar.size:
+        raise bad(f"member {zi.filename!r} has its local header at byte {zi.header_offset}, outside the archive "
+                  f"({ar.size} bytes)")
+      f.seek(zi.header_offset)
+      hdr = f.read(30)
+      if hdr[:4] != b"PK\x03\x04": raise bad(f"member {zi.filename!r} has no local header at byte {zi.header_offset}")
+      name_len, extra_len = struct.unpack("<HH", hdr[26:30])
+      start = zi.header_offset + 30 + name_len + extra_len
+      if zi.compress_size != zi.file_size:
+        raise bad(f"stored member {zi.filename!r} has {zi.compress_size} stored bytes but a size of {zi.file_size}")
+      if start + zi.file_size > ar.size:
+        raise bad(f"member {zi.filename!r} ({zi.file_size} bytes at byte {start}) runs past the end of the archive "
+                  f"({ar.size} bytes); the archive is truncated")
+      out[zi.filename] = ar.view(start, zi.file_size)
+  return out
 
 # ***** safetensors *****
 
@@ -203,10 +362,11 @@ def get_parameters(obj: Any) -> list[Tensor]:
   return list({id(t): t for t in get_state_dict(obj).values()}.values())
 
 def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True, verbose: bool = False,
-                    consume: bool = False, realize: bool = True) -> None:
-  """Copy `state_dict`'s tensors into `model`'s, by dotted name, moved to each parameter's device and cast to its dtype.
-  strict=True refuses missing and unexpected keys; a shape mismatch is always an error. consume=True deletes each
-  entry from `state_dict` once loaded, so its memory can go."""
+                    consume: bool = False, realize: bool = True) -> list[Tensor]:
+  """Copy `state_dict`'s tensors into `model`'s, by dotted name, moved to each parameter's device and cast to its dtype;
+  returns the model's tensors that were loaded (as tinygrad does). strict=True refuses missing and unexpected keys; a
+  shape mismatch is an error, except () against (1,), which tinygrad lets through as a reshape. consume=True deletes
+  each entry from `state_dict` once loaded, so its memory can go."""
   model_sd = get_state_dict(model)
   missing = [k for k in model_sd if k not in state_dict]
   unexpected = [k for k in state_dict if k not in model_sd]
@@ -216,11 +376,12 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
     if unexpected: why.append(f"{len(unexpected)} unexpected key(s) the model doesn't have: {_short(unexpected)}")
     raise ValueError(f"load_state_dict: the state dict is {'; and '.join(why)} "
                      "(strict=False loads only the keys in both)")
-  st, nbytes = time.perf_counter(), 0
+  st, nbytes, loaded = time.perf_counter(), 0, []
   for k, p in model_sd.items():
     if k not in state_dict: continue
     v: Any = state_dict[k]
     if not isinstance(v, Tensor): v = Tensor(v, device=p.device)
+    if {v.shape, p.shape} == {(), (1,)}: v = v.reshape(p.shape)  # a scalar saved as one element, or the reverse
     if v.shape != p.shape:
       raise ValueError(f"load_state_dict: shape mismatch for {k!r}: the model has {p.shape}, "
                        f"the state dict has {v.shape}")
@@ -228,11 +389,13 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
     p.assign(v.cast(p.dtype) if v.dtype != p.dtype else v)
     if realize: p.realize()
     nbytes += p.nbytes()
+    loaded.append(p)
     if consume: del state_dict[k]
   if verbose:
     print(f"load_state_dict: loaded {len(model_sd) - len(missing)} tensors ({nbytes / 1e6:.2f} MB) "
           f"in {time.perf_counter() - st:.2f} s" + (f"; not in the state dict: {_short(missing)}" if missing else "")
           + (f"; unused: {_short(unexpected)}" if unexpected else ""))
+  return loaded
 
 # ***** PyTorch .pt / .pth *****
 # torch.save pickles the object with every tensor storage replaced by a persistent id; the storages' bytes are stored
@@ -392,13 +555,20 @@ def _unpickle(f: Any, path: str, storages: dict[str, _StorageRef], what: str) ->
   except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError, RecursionError) as e:
     raise ValueError(f"torch_load: {path}: its {what} is not a valid pickle ({type(e).__name__}: {e})") from None
 
-def torch_load(fn: PathLike) -> Any:
-  """Read a file written by `torch.save` (zip or legacy format) without importing torch and without running anything
-  from it: only an allow-list of torch's tensor-rebuilding names is resolved, and any other global is an error.
-  Returns the saved object (usually a state dict) with every torch tensor as a Tensor: contiguous ones are DISK views
-  of the file; strided ones (a transpose, a slice with a step) are read and viewed on Device.DEFAULT."""
-  path = os.fspath(fn)
-  mapping = _disk().open(path)
+def torch_load(fn: PathLike | Tensor) -> Any:
+  """Read a file written by `torch.save` (zip or legacy format; a path, or its bytes as a 1-D uint8 Tensor, as in
+  tinygrad) without importing torch and without running anything from it: only an allow-list of torch's
+  tensor-rebuilding names is resolved, and any other global is an error. Returns the saved object (usually a state
+  dict) with every torch tensor as a Tensor: contiguous ones are DISK views of the file; strided ones (a transpose, a
+  slice with a step) are read and viewed on Device.DEFAULT."""
+  if isinstance(fn, Tensor):
+    mapping, start, size = _mapping_of(fn, "torch_load")
+    path = mapping.path if fn.device == "DISK" else f"<{size}-byte Tensor on {fn.device}>"
+    # a view inside a bigger file (a tar or zip member) is parsed as a file of its own
+    if (start, size) != (0, mapping.size): mapping = _disk().open(mapping.read(start, size))
+  else:
+    path = os.fspath(fn)
+    mapping = _disk().open(path)
   storages: dict[str, _StorageRef] = {}
   places: dict[str, tuple[DiskMapping, int, int]]
   if mapping.size >= 4 and bytes(mapping.read(0, 4)) == b"PK\x03\x04": obj, places = _load_zip(path, mapping, storages)
@@ -408,7 +578,7 @@ def torch_load(fn: PathLike) -> Any:
 Places = dict[str, tuple[DiskMapping, int, int]]  # storage key -> (mapping, byte offset, byte size)
 
 def _load_zip(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef]) -> tuple[Any, Places]:
-  try: zf = zipfile.ZipFile(path)
+  try: zf = zipfile.ZipFile(TensorIO(disk_tensor(mapping)))
   except zipfile.BadZipFile as e:
     raise ValueError(f"torch_load: {path} starts like a zip file but isn't one: {e}") from None
   with zf:
@@ -440,7 +610,7 @@ def _load_zip(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef])
 
 def _load_legacy(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef]) -> tuple[Any, Places]:
   places: Places = {}
-  with open(path, "rb") as f:
+  with io.BufferedReader(TensorIO(disk_tensor(mapping))) as f:  # buffered: the unpickler reads a byte at a time
     def load(what: str) -> Any: return _unpickle(f, path, storages, what)
     try: magic = load("magic number")
     except ValueError:

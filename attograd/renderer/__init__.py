@@ -22,6 +22,10 @@ class Renderer:
   has_local: bool = False
   local_max: int = 256          # threads in one work-group
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
+  def supported_dtypes(self) -> set[DType]:
+    """The dtypes this language's kernels can load, store and compute with (tinygrad's API). Every renderer runs half,
+    bfloat16 and fp8 at least through float32 conversions, so only a missing hardware type (double) takes one out."""
+    return set(dtypes.all)
 
 class Fp8Format(NamedTuple):
   """The constants of one fp8 format that its float32 conversion functions (C and LLVM IR) are written with: the

@@ -341,6 +341,9 @@ class OpenCLRenderer(GPUCStyle):
                      dtypes.fp8e4m3: "uchar", dtypes.fp8e5m2: "uchar", dtypes.float32: "float",
                      dtypes.float64: "double"}
     self.storage_map = {dtypes.bool: "uchar"}
+  def supported_dtypes(self) -> set[DType]:
+    # double is an OpenCL extension; without cl_khr_fp64 a kernel that names it does not compile
+    return super().supported_dtypes() - (set() if self.fp64 else {dtypes.float64})
   def render_special(self, name: str) -> str:
     return f"get_{'group' if name[0] == 'g' else 'local'}_id({name[-1]})"
   def render_const(self, v: object, d: DType) -> str:
@@ -496,6 +499,7 @@ class MetalRenderer(GPUCStyle):
                      dtypes.float16: "half", dtypes.bfloat16: "bfloat", dtypes.fp8e4m3: "uchar",
                      dtypes.fp8e5m2: "uchar"}
     self.storage_map = {dtypes.bool: "uchar"}
+  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - {dtypes.float64}  # MSL has no double
   def render_special(self, name: str) -> str: return f"{'gid' if name[0] == 'g' else 'lid'}.{'xyz'[int(name[-1])]}"
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"device {ctype}* data{i} [[buffer({i})]]"
   def render_var_arg(self, name: str, i: int) -> str: return f"constant int& {name} [[buffer({i})]]"

@@ -31,6 +31,9 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   DEFINE_GLOBAL = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); ENDRANGE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACC_ASSIGN = auto(); VECTORIZE = auto(); GEP = auto(); SPECIAL = auto()  # noqa: E702
   DEFINE_LOCAL = auto(); BARRIER = auto()  # noqa: E702  GPU: work-group shared memory, and a work-group barrier
+  # kernel AST: a read of a buffer that holds 0..n-1 (Tensor.arange's), through the view in src[0], as the index it
+  # would read at: no memory traffic, and index math the rewrite rules can see (a one-hot gather folds to one load)
+  IOTA = auto()
   # GPU: one warp's matrix multiply-accumulate on tensor cores (arg: the shape and dtypes, see codegen/lowerer.py), and
   # a lane's value read from the lane whose index differs by the xor mask in arg (__shfl_xor_sync)
   WMMA = auto(); SHUFFLE = auto()  # noqa: E702
@@ -301,7 +304,7 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
     return s if u.arg is None else s[:u.arg] + (sum(x.shape[u.arg] for x in u.src),) + s[u.arg + 1:]
   if op is Ops.VIEW: return u.arg.shape
   if op is Ops.LOAD: return u.src[1].shape
-  if op is Ops.CONST and u.src and u.src[0].op is Ops.VIEW: return u.src[0].shape
+  if (op is Ops.CONST or op is Ops.IOTA) and u.src and u.src[0].op is Ops.VIEW: return u.src[0].shape
   if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.SINK, Ops.NOOP): return ()
   if op is Ops.BITCAST:
     s = u.src[0].shape

@@ -407,7 +407,7 @@ ROWS: list[Row] = [
   R("argmin", "x", lambda x: x.argmin(0), SAME, A),
   R("cumsum", "x", lambda x: x.cumsum(1), SAME, A, "mod", 4, grad=True),
   R("cumprod", "x", lambda x: x.cumprod(1), SAME, A, "small", 8, grad=True),
-  R("cummax", "x", lambda x: torch.cummax(x, 1).values, lambda x: x.cummax(1), A, grad=True),
+  R("cummax", "x", lambda x: torch.cummax(x, 1).values, lambda x: x.cummax(1)[0], A, grad=True),
   R("softmax", "x", lambda x: x.softmax(1), SAME, A, "any", 4, grad=True),
   R("log_softmax", "x", lambda x: x.log_softmax(1), SAME, but(A, "int32 uint64"), "any", 4, grad=True),
   R("sort", "x", lambda x: _tsort(x, 1), lambda x: x.sort(1), A, grad=True),
@@ -602,7 +602,7 @@ KNOWN: dict[tuple[str, str, str, str], str] = {
   **{(r, "*", "*", "bwd"): KINK for r in (
     "abs", "relu", "relu6", "clip", "clip.min_only", "clamp", "hardtanh", "leaky_relu", "elu", "celu", "selu",
     "minimum", "maximum", "max_pool2d", "max_pool2d.overlap", "std", "l1_loss", "smooth_l1_loss", "binary_crossentropy",
-    "cumprod", "prod", "hardswish", "hardsigmoid", "max", "min", "max.all", "min.keepdim", "cummax", "sort", "topk")},
+    "cumprod", "prod", "hardswish", "hardsigmoid", "max", "min", "max.all", "min.keepdim", "sort", "topk")},
   ("sigmoid", "*", "*", "bwd"): SIGMOID0, ("tanh", "*", "*", "bwd"): SIGMOID0,
   ("pow", "*", "*", "bwd"): POW_GRAD0, ("pow.scalar", "*", "*", "bwd"): POW_GRAD0,
   ("pow.rscalar", "*", "*", "bwd"): POW_GRAD0,

@@ -1,12 +1,13 @@
-"""nn.datasets (MNIST from the real IDX files, checksums, downloads, the offline error) and nn.data (DataLoader)."""
+"""nn.datasets (MNIST from the real IDX files; CIFAR-10 from a small fake tarball of the real layout; checksums,
+downloads, the offline error) and nn.data (DataLoader)."""
 from __future__ import annotations
-import gzip, os, shutil, struct
+import gzip, hashlib, io, os, shutil, struct, tarfile
 import numpy as np
 import pytest
 from attograd import Device, Tensor, dtypes
 from attograd.nn import datasets
 from attograd.nn.data import DataLoader, normalize_mnist
-from attograd.nn.datasets import fashion_mnist, mnist
+from attograd.nn.datasets import cifar, fashion_mnist, mnist
 
 SHARED = "/work/shared/datasets/mnist"
 needs_mnist = pytest.mark.skipif(not all(os.path.exists(os.path.join(SHARED, f)) for f in datasets._FILES),
@@ -77,6 +78,97 @@ def test_idx_header_validation(tmp_path, content: bytes, msg: str) -> None:
   p = tmp_path / "x.gz"
   with gzip.open(p, "wb") as f: f.write(content)
   with pytest.raises(ValueError, match=msg): datasets._parse_idx(str(p), 0x803, 3)
+
+# ***** CIFAR-10 *****
+
+def fake_cifar(tmp_path, per_batch: int = 3, test: int = 2, seed: int = 0,
+               edit: dict[str, bytes] | None = None) -> tuple[str, np.ndarray, np.ndarray]:
+  """A cifar-10-binary.tar.gz with the real layout (cifar-10-batches-bin/, five data batches, a test batch, the
+  meta file, records of a label byte and 3072 pixel bytes) but a few records per batch. Returns the folder it is
+  served from, and the records (train, test) as arrays."""
+  rng = np.random.default_rng(seed)
+  def records(n: int) -> np.ndarray:
+    r = rng.integers(0, 256, (n, 3073), dtype=np.uint8)
+    r[:, 0] = rng.integers(0, 10, n)
+    return r
+  batches = {f"data_batch_{i}.bin": records(per_batch) for i in range(1, 6)} | {"test_batch.bin": records(test)}
+  members = {f"cifar-10-batches-bin/{k}": v.tobytes() for k, v in batches.items()}
+  members["cifar-10-batches-bin/batches.meta.txt"] = b"airplane\nautomobile\n"
+  members.update(edit or {})
+  src = tmp_path / "mirror"
+  src.mkdir(exist_ok=True)
+  with tarfile.open(src / "cifar-10-binary.tar.gz", "w:gz") as tar:
+    for name, content in members.items():
+      info = tarfile.TarInfo(name)
+      info.size = len(content)
+      tar.addfile(info, io.BytesIO(content))
+  train = np.concatenate([batches[f"data_batch_{i}.bin"] for i in range(1, 6)])
+  return str(src), train, batches["test_batch.bin"]
+
+def _serve(monkeypatch, src: str) -> None:
+  """Mirrors: one that fails, then the fake over file:// (the real urllib download code runs); the fake's checksum."""
+  monkeypatch.setitem(datasets._MIRRORS, "cifar10", ["file:///nonexistent/", f"file://{src}/"])
+  md5 = hashlib.md5(open(os.path.join(src, "cifar-10-binary.tar.gz"), "rb").read()).hexdigest()
+  monkeypatch.setitem(datasets._CHECKSUMS, "cifar10", {"cifar-10-binary.tar.gz": (md5, None)})
+
+def test_cifar_downloads_and_has_tinygrads_shapes(tmp_path, monkeypatch, capsys) -> None:
+  src, train, test = fake_cifar(tmp_path)
+  monkeypatch.setenv("CIFAR_DIR", str(tmp_path / "dl"))
+  _serve(monkeypatch, src)
+  X, Y, Xt, Yt = cifar()
+  assert (X.shape, Y.shape, Xt.shape, Yt.shape) == ((15, 3, 32, 32), (15,), (2, 3, 32, 32), (2,))
+  assert X.dtype is Y.dtype is Xt.dtype is Yt.dtype is dtypes.uint8 and X.device == Device.DEFAULT
+  np.testing.assert_array_equal(X.numpy(), train[:, 1:].reshape(-1, 3, 32, 32))
+  np.testing.assert_array_equal(Y.numpy(), train[:, 0])
+  np.testing.assert_array_equal(Xt.numpy(), test[:, 1:].reshape(-1, 3, 32, 32))
+  np.testing.assert_array_equal(Yt.numpy(), test[:, 0])
+  assert os.listdir(tmp_path / "dl") == ["cifar-10-binary.tar.gz"]
+  assert "cifar-10-binary.tar.gz: [##############################]" in capsys.readouterr().err
+  # the second call finds the cached copy: no download
+  monkeypatch.setattr(datasets, "_download", _no_download)
+  assert cifar(device="PYTHON")[3].tolist() == test[:, 0].tolist()
+
+def test_cifar_default_dir_and_the_real_checksum(tmp_path, monkeypatch) -> None:
+  monkeypatch.delenv("CIFAR_DIR", raising=False)
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  assert datasets.dataset_dir("cifar10") == os.path.join(str(tmp_path), "datasets", "cifar10")
+  assert datasets._CHECKSUMS["cifar10"] == {"cifar-10-binary.tar.gz": ("c32a1d4ab5d03f1284b67883e8d87530", None)}
+  # a download that doesn't match the published md5 is deleted and reported
+  src, _, _ = fake_cifar(tmp_path)
+  monkeypatch.setitem(datasets._MIRRORS, "cifar10", [f"file://{src}/"])
+  with pytest.raises(FileNotFoundError, match=r"downloaded file has md5 [0-9a-f]{32}, expected c32a1d4a"): cifar()
+  assert os.listdir(tmp_path / "datasets" / "cifar10") == []
+
+def test_cifar_offline_says_where_to_put_the_tarball(tmp_path, monkeypatch) -> None:
+  monkeypatch.setenv("CIFAR_DIR", str(tmp_path))
+  monkeypatch.setattr(datasets, "_download", _no_download)
+  with pytest.raises(FileNotFoundError) as e: cifar()
+  msg = str(e.value)
+  assert f"cifar10: cifar-10-binary.tar.gz is not in {tmp_path} and could not be downloaded" in msg
+  assert "network disabled" in msg and "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz" in msg
+  assert f"Put the original cifar-10-binary.tar.gz in {tmp_path}, or set CIFAR_DIR to a folder that holds it." in msg
+
+@pytest.mark.parametrize("edit, msg", [
+  ({"cifar-10-batches-bin/data_batch_3.bin": b"x" * 3072}, r"data_batch_3.bin has 3072 bytes, not a whole number"),
+  ({"cifar-10-batches-bin/test_batch.bin": bytes([10]) + bytes(3072)}, r"test_batch.bin has label 10, expected 0..9"),
+])
+def test_cifar_bad_tarball(tmp_path, monkeypatch, edit: dict[str, bytes], msg: str) -> None:
+  src, _, _ = fake_cifar(tmp_path, edit=edit)
+  monkeypatch.setenv("CIFAR_DIR", src)  # the file is already there: no download
+  _serve(monkeypatch, src)
+  with pytest.raises(ValueError, match=msg): cifar()
+
+def test_cifar_missing_member(tmp_path, monkeypatch) -> None:
+  d = tmp_path / "c"
+  d.mkdir()
+  with tarfile.open(d / "cifar-10-binary.tar.gz", "w:gz") as tar:
+    info = tarfile.TarInfo("cifar-10-batches-bin/data_batch_1.bin")
+    info.size = 3073
+    tar.addfile(info, io.BytesIO(bytes(3073)))
+  monkeypatch.setenv("CIFAR_DIR", str(d))
+  _serve(monkeypatch, str(d))
+  with pytest.raises(ValueError, match=r"cifar: cifar-10-binary.tar.gz has no cifar-10-batches-bin/data_batch_2.bin"):
+    cifar()
 
 # ***** DataLoader *****
 

@@ -430,6 +430,26 @@ def test_load_state_dict_strict_errors() -> None:
   del sd["l9.weight"]
   load_state_dict(net, sd, strict=False)  # loads what matches
 
+def test_load_state_dict_returns_the_loaded_tensors_and_takes_scalars_as_one_element() -> None:
+  # tinygrad returns the model's loaded tensors, and lets () and (1,) stand for each other
+  class Scalars:
+    def __init__(self) -> None: self.a, self.b, self.c = Tensor(0.0), Tensor([0.0]), Tensor([0.0, 0.0])
+  m = Scalars()
+  got = load_state_dict(m, {"a": Tensor([3.0]), "b": Tensor(4.0), "c": Tensor([5.0, 6.0])})
+  assert [t is u for t, u in zip(got, (m.a, m.b, m.c))] == [True] * 3 and len(got) == 3
+  assert (m.a.shape, m.a.item(), m.b.shape, m.b.tolist(), m.c.tolist()) == ((), 3.0, (1,), [4.0], [5.0, 6.0])
+  assert load_state_dict(m, {"c": Tensor([1.0, 1.0])}, strict=False) == [m.c]
+  with pytest.raises(ValueError, match=r"shape mismatch for 'c': the model has \(2,\), the state dict has \(\)"):
+    load_state_dict(m, {"a": Tensor(1.0), "b": Tensor(1.0), "c": Tensor(1.0)})
+
+def test_accept_filename(tmp_path) -> None:
+  from attograd.nn.state import accept_filename
+  @accept_filename
+  def first_bytes(t: Tensor) -> bytes: return bytes(t.to(Device.DEFAULT).data()[:3])
+  (p := tmp_path / "f.bin").write_bytes(b"abcdef")
+  assert first_bytes(p) == first_bytes(str(p)) == first_bytes(Tensor(b"abcdef")) == b"abc"
+  assert first_bytes.__name__ == "first_bytes"
+
 def test_load_state_dict_shape_mismatch() -> None:
   sd = get_state_dict(_Net())
   sd["blocks.1.weight"] = Tensor.zeros(3, 1)
