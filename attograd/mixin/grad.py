@@ -169,7 +169,8 @@ def _gradients(out: Tensor, root: UOp, groups: list[list[UOp]], shapes: list[tup
   gradient flows."""
   from attograd.tensor import Tensor
   if gradient is None:
-    if out.shape != (): raise GradientSeedError(f"backward: the output has shape {out.shape}; need a scalar or `gradient`")
+    if out.shape != ():
+      raise GradientSeedError(f"backward: the output has shape {out.shape}; need a scalar or `gradient`")
     gradient = Tensor(1.0, device=out.device, dtype=out.dtype)
   elif gradient.shape != out.shape:
     raise ValueError(f"backward: `gradient` has shape {gradient.shape} but the output has shape {out.shape}")

@@ -58,7 +58,8 @@ def test_seed_with_size_one_dims(device: str) -> None:
 
 def test_seed_of_other_shape_raises(device: str) -> None:
   x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
-  with pytest.raises(ValueError, match="`gradient` has shape \\(2,\\)"): (x * x).gradient(x, gradient=Tensor([1.0, 1.0]))
+  with pytest.raises(ValueError, match="`gradient` has shape \\(2,\\)"):
+    (x * x).gradient(x, gradient=Tensor([1.0, 1.0]))
   # backward() keeps PyTorch's rule: the seed has the output's shape exactly
   with pytest.raises(ValueError, match="`gradient` has shape \\(1,\\)"): (x * x).sum().backward(Tensor([1.0]))
 
