@@ -1,7 +1,7 @@
 """The user API: a lazy Tensor over a UOp graph. Shapes and dtypes are checked when a method is called;
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
-import functools, math, struct, time, weakref
+import functools, math, os, struct, time, weakref
 from attograd import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
@@ -102,7 +102,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   _rng_base: tuple[Tensor, int] | None = None  # (uint32 tensor holding the counter at `int`) while a TinyJit captures
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None):
-    device = Device.canonicalize(device)
+    asked_device, device = device, Device.canonicalize(device)
     if dtype is not None: dtype = to_dtype(dtype)
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
@@ -133,6 +133,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       d = from_np_dtype(arr.dtype)
       uop = _buffer_from_bytes(np.ascontiguousarray(arr).tobytes(), arr.shape, d, device)
       if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
+    elif isinstance(data, os.PathLike):
+      # a file's bytes stay on DISK (memory-mapped, nothing read) unless a device is asked for, as in tinygrad
+      uop = _file_uop(data, dtype or dtypes.uint8)
+      if asked_device is not None and device != "DISK": uop = Tensor(uop, device="DISK").to(device).uop
     else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
     self.uop: UOp = uop
     self._device = device if uop.device is None else uop.device
@@ -1272,6 +1276,13 @@ def _reshape_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
   if u.shape == shape: return u
   if u.op is Ops.RESHAPE: u = u.src[0]  # reshapes compose
   return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
+
+def _file_uop(path: os.PathLike, dtype: DType) -> UOp:
+  """A DISK buffer over a whole file, as `dtype` elements (a tail shorter than one element is left out)."""
+  disk = Device["DISK"]
+  mapping = disk.open(path)  # type: ignore[attr-defined]  # raises FileNotFoundError for a missing file
+  n = mapping.size // dtype.itemsize
+  return new_buffer_uop("DISK", n, dtype, disk.buffer(mapping, 0, n, dtype))  # type: ignore[attr-defined]
 
 def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
   if device.__class__ is tuple: return multi.shard_uop(_buffer_from_bytes(raw, shape, dtype, device[0]), device, None)

@@ -336,7 +336,8 @@ class ComposeMixin:
   def __setitem__(self: Tensor, indices: Any, value: Tensor | ConstType) -> None:
     """`x[indices] = value`: ints, slices (any step), None, `...`, and integer or bool tensors, like NumPy.
 
-    `value` is a scalar or a tensor that broadcasts to `x[indices].shape`; it is cast to x's dtype. A realized
+    `value` is a scalar (cast to x's dtype) or a tensor of x's dtype that broadcasts to `x[indices].shape`; a tensor
+    of another dtype raises, as in tinygrad (PyTorch casts it: write `value.cast(x.dtype)` for that). A realized
     tensor is written in place (other references to it see the change); a lazy one gets the new graph.
 
     >>> x = Tensor.zeros(2, 3).contiguous()
@@ -344,7 +345,11 @@ class ComposeMixin:
     >>> x.tolist()
     [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
     """
-    from attograd.tensor import _contiguous_view_of_buffer
+    from attograd.tensor import Tensor, _contiguous_view_of_buffer
+    if isinstance(value, Tensor) and value.dtype != self.dtype:
+      # a silent cast would truncate floats written into an int tensor; tinygrad refuses every mismatch, and so do we
+      raise RuntimeError(f"setitem: the value's dtype {value.dtype} differs from the tensor's {self.dtype}; "
+                         f"cast it first: value.cast({self.dtype})")
     if (placed := _setitem(self, indices, value)) is None: return
     v, hit = placed
     new = v if hit is None else hit.where(v, self)

@@ -16,6 +16,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Keyed by id because Tensor.__eq__ is elementwise (a WeakSet would compare tensors with it).
 _grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
+class GradientSeedError(RuntimeError, AssertionError):
+  """backward()/gradient() of a non-scalar output without a `gradient` to seed it. A RuntimeError as in PyTorch;
+  also an AssertionError because tinygrad asserts it, and code ported from tinygrad catches that."""
+
 class _Train:
   """`with Tensor.train():` or `@Tensor.train()`: sets the TRAINING flag (Tensor.training) for the block, then
   restores it; the same as `with Context(TRAINING=1):`."""
@@ -58,8 +62,11 @@ class GradMixin:
 
   # ***** gradients *****
   def gradient(self: Tensor, *targets: Tensor, gradient: Tensor | None = None,
-               materialize_grads: bool = False) -> list[Tensor]:
+               materialize_grads: bool = True) -> list[Tensor]:
     """The gradients of this tensor with respect to `targets`, as lazy Tensors (which can be differentiated again).
+    A target this tensor doesn't depend on (or only through detach()) gets zeros, as in tinygrad;
+    `materialize_grads=False` raises for it instead, as `torch.autograd.grad` does without `allow_unused`.
+    `gradient` seeds the output; like tinygrad, it may differ from the output's shape by size-1 dims.
 
     >>> from attograd import Tensor
     >>> x = Tensor([1.0, 2.0, 3.0])
@@ -68,6 +75,13 @@ class GradMixin:
     """
     for t in targets:
       if not dtypes.is_float(t.dtype): raise RuntimeError(f"gradient: only float tensors have gradients, not {t.dtype}")
+      if _strip_views(t.uop).op is Ops.CONST:
+        # hash-consing makes a constant the very node of every equal literal: (t * 2.0) with t = Tensor(2.0) uses
+        # it twice, so its gradient would count the literal too
+        raise RuntimeError(f"gradient: a target of shape {t.shape} is a constant, the same node as every equal "
+                           "literal; give it storage with Tensor(..., requires_grad=True) or .requires_grad_()")
+    if gradient is not None and gradient.shape != self.shape and _squeezed(gradient.shape) == _squeezed(self.shape):
+      gradient = gradient.reshape(self.shape)
     root = autograd_graph(self.uop)
     by_current = _graph_index(root)
     grads = _gradients(self, root, [_group(t.uop, by_current) for t in targets], [t.shape for t in targets], gradient)
@@ -76,7 +90,7 @@ class GradMixin:
       if g is None:
         if not materialize_grads:
           raise RuntimeError(f"gradient: a target of shape {t.shape} is not in the output's graph (or only through "
-                             "detach()); pass materialize_grads=True to get zeros")
+                             "detach()); materialize_grads=True (the default) gives zeros")
         g = full_like(t.uop, 0)
       out.append(_grad_tensor(t, g))
     return out
@@ -98,7 +112,9 @@ class GradMixin:
     for t, g in zip(tensors, grads):
       if g is None: continue  # only reached through detach(): like PyTorch, .grad is left alone
       gt = _grad_tensor(t, g)
-      t.grad = gt if t.grad is None else t.grad + gt
+      # accumulate into the same .grad object, as PyTorch and tinygrad do: a reference taken earlier sees the sum
+      if t.grad is None: t.grad = gt
+      else: t.grad.uop = (t.grad + gt).uop
       t.grad._is_grad = True  # type: ignore[attr-defined]  # a realized .grad doesn't keep the graph behind it
     return self
 
@@ -125,6 +141,13 @@ def _graph_index(root: UOp) -> dict[UOp, list[UOp]]:
     if (r := lookup_realized(n)) is not None and r is not n: by_current.setdefault(r, []).append(n)
   return by_current
 
+def _strip_views(u: UOp) -> UOp:
+  while u.op in (Ops.RESHAPE, Ops.EXPAND): u = u.src[0]
+  return u
+
+def _squeezed(shape: tuple) -> tuple:
+  return tuple(s for s in shape if s != 1)
+
 def _strip_reshapes(u: UOp) -> UOp:
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u
@@ -146,7 +169,8 @@ def _gradients(out: Tensor, root: UOp, groups: list[list[UOp]], shapes: list[tup
   gradient flows."""
   from attograd.tensor import Tensor
   if gradient is None:
-    if out.shape != (): raise RuntimeError(f"backward: the output has shape {out.shape}; need a scalar or `gradient`")
+    if out.shape != ():
+      raise GradientSeedError(f"backward: the output has shape {out.shape}; need a scalar or `gradient`")
     gradient = Tensor(1.0, device=out.device, dtype=out.dtype)
   elif gradient.shape != out.shape:
     raise ValueError(f"backward: `gradient` has shape {gradient.shape} but the output has shape {out.shape}")

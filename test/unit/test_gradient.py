@@ -459,8 +459,8 @@ def test_detach_blocks(device: str) -> None:
   g, = y.gradient(x)
   np.testing.assert_allclose(g.numpy(), [1.0, 2.0, 3.0])
   z = (x.detach() * 2).sum()
-  with pytest.raises(RuntimeError, match="not in the output.s graph"): z.gradient(x)
-  np.testing.assert_allclose(z.gradient(x, materialize_grads=True)[0].numpy(), [0.0, 0.0, 0.0])
+  with pytest.raises(RuntimeError, match="not in the output.s graph"): z.gradient(x, materialize_grads=False)
+  np.testing.assert_allclose(z.gradient(x)[0].numpy(), [0.0, 0.0, 0.0])
   z.backward()
   assert x.grad is None
 

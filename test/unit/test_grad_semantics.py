@@ -1,0 +1,150 @@
+"""Gradient semantics shared with tinygrad and PyTorch: gradient() of unused and constant targets, the seed's shape,
+.grad accumulation in place, setitem's dtype rule and Tensor(pathlib.Path) as a DISK tensor of the file's bytes."""
+from __future__ import annotations
+import io, pathlib, tarfile
+import numpy as np
+import pytest
+from attograd import Tensor, dtypes
+
+try:
+  import torch
+except ImportError:
+  torch = None  # type: ignore[assignment]
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+
+# ***** gradient(): targets the output doesn't use *****
+
+@needs_torch
+def test_unused_target_gets_zeros(device: str) -> None:
+  x, w = Tensor([1.0, 2.0, 3.0]), Tensor([4.0, 5.0, 6.0])
+  gx, gw = (x * x).sum().gradient(x, w)
+  tx, tw = torch.tensor([1.0, 2.0, 3.0], requires_grad=True), torch.tensor([4.0, 5.0, 6.0], requires_grad=True)
+  rx, rw = torch.autograd.grad((tx * tx).sum(), (tx, tw), allow_unused=True, materialize_grads=True)
+  np.testing.assert_allclose(gx.numpy(), rx.numpy())
+  np.testing.assert_allclose(gw.numpy(), rw.numpy())
+  assert gw.shape == (3,) and gw.dtype == dtypes.float32 and gw.device == w.device
+
+def test_detached_target_gets_zeros(device: str) -> None:
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  g, = (x.detach() * 3).sum().gradient(x)
+  assert g.tolist() == [0.0, 0.0]
+
+def test_unused_target_can_still_raise(device: str) -> None:
+  # materialize_grads=False is torch.autograd.grad without allow_unused: an unused input is an error
+  x, w = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
+  with pytest.raises(RuntimeError, match="not in the output's graph"): x.sum().gradient(w, materialize_grads=False)
+
+def test_constant_target_raises(device: str) -> None:
+  # Tensor(2.0) is the same hash-consed node as the literal 2.0: before, (t * 2.0).gradient(t) gave 4.0, not 2.0
+  t = Tensor(2.0)
+  with pytest.raises(RuntimeError, match="gradient: a target of shape \\(\\) is a constant"): (t * 2.0).gradient(t)
+  with pytest.raises(RuntimeError, match="is a constant"): (Tensor.ones(3) * 2).sum().gradient(Tensor.ones(3))
+  p = Tensor(2.0, requires_grad=True)  # its own storage: no longer shared with the literal
+  assert (p * 2.0).gradient(p)[0].item() == 2.0
+
+def test_integer_target_raises(device: str) -> None:
+  x = Tensor([1, 2, 3])
+  with pytest.raises(RuntimeError, match="only float tensors"): x.float().sum().gradient(x)
+
+# ***** the seed gradient *****
+
+def test_seed_with_size_one_dims(device: str) -> None:
+  # tinygrad's gradient() takes a (1,) seed for a scalar output; it only differs by a size-1 dim
+  x = Tensor([1.0, 2.0, 3.0])
+  g, = (x * x).sum().gradient(x, gradient=Tensor([3.0]))
+  assert g.tolist() == [6.0, 12.0, 18.0]
+  g, = (x * x).reshape(1, 3).gradient(x, gradient=Tensor([1.0, 1.0, 1.0]))
+  assert g.tolist() == [2.0, 4.0, 6.0]
+
+def test_seed_of_other_shape_raises(device: str) -> None:
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  with pytest.raises(ValueError, match="`gradient` has shape \\(2,\\)"):
+    (x * x).gradient(x, gradient=Tensor([1.0, 1.0]))
+  # backward() keeps PyTorch's rule: the seed has the output's shape exactly
+  with pytest.raises(ValueError, match="`gradient` has shape \\(1,\\)"): (x * x).sum().backward(Tensor([1.0]))
+
+@needs_torch
+def test_non_scalar_output_without_seed(device: str) -> None:
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  # a RuntimeError as PyTorch raises, and an AssertionError as tinygrad raises
+  for err in (RuntimeError, AssertionError):
+    with pytest.raises(err, match="need a scalar or `gradient`"): (x * x).gradient(x)
+    with pytest.raises(err, match="need a scalar or `gradient`"): (x * x).backward()
+  with pytest.raises(RuntimeError): (torch.tensor([1.0, 2.0], requires_grad=True) * 2).backward()
+
+# ***** .grad accumulates in place *****
+
+@needs_torch
+def test_grad_accumulates_into_the_same_object(device: str) -> None:
+  x = Tensor([3.0], requires_grad=True)
+  tx = torch.tensor([3.0], requires_grad=True)
+  (x * 2)[0].backward()
+  (tx * 2)[0].backward()
+  old, told = x.grad, tx.grad
+  for f in (lambda v: v * 3, lambda v: v * v):
+    f(x)[0].backward()
+    f(tx)[0].backward()
+    assert x.grad is old and tx.grad is told
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+  np.testing.assert_allclose(old.numpy(), [2.0 + 3.0 + 6.0])
+
+def test_realized_grad_accumulates(device: str) -> None:
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  (w * w).sum().backward()
+  g = w.grad.realize()
+  (w * 5).sum().backward()
+  assert w.grad is g and g.tolist() == [7.0, 9.0]
+
+# ***** setitem: the value's dtype *****
+
+def test_setitem_value_dtype_mismatch_raises(device: str) -> None:
+  t = Tensor.zeros(6, dtype=dtypes.float32).contiguous().realize()
+  with pytest.raises(RuntimeError, match="setitem: the value's dtype .*int32 differs from the tensor's .*float32"):
+    t[2:4] = Tensor([1, 2], dtype=dtypes.int32)
+  assert t.tolist() == [0.0] * 6  # nothing was written
+  t[2:4] = Tensor([1, 2], dtype=dtypes.int32).cast(dtypes.float32)
+  t[0] = 7  # a Python scalar is still cast
+  assert t.tolist() == [7.0, 0.0, 1.0, 2.0, 0.0, 0.0]
+
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.float32, dtypes.bool])
+def test_setitem_same_dtype(device: str, dt: dtypes) -> None:
+  t = Tensor.ones(3, 3, dtype=dt).contiguous()
+  t[1] = Tensor.zeros(3, dtype=dt)
+  assert t.dtype == dt
+  np.testing.assert_equal(t.numpy(), np.array([[1, 1, 1], [0, 0, 0], [1, 1, 1]]).astype(t.numpy().dtype))
+
+def test_setitem_lazy_dtype_mismatch_raises(device: str) -> None:
+  t = Tensor.arange(4).float()  # lazy: setitem builds a new graph, the rule is the same
+  with pytest.raises(RuntimeError, match="setitem"): t[0] = Tensor(1.0, dtype=dtypes.float16)
+
+# ***** Tensor(pathlib.Path) *****
+
+def test_tensor_from_path(tmp_path: pathlib.Path, device: str) -> None:
+  p = tmp_path / "data.bin"
+  p.write_bytes(bytes(range(10)))
+  t = Tensor(p)
+  assert t.device == "DISK" and t.dtype == dtypes.uint8 and t.shape == (10,)
+  assert t.to(device).tolist() == list(range(10))
+  c = Tensor(p, device=device)  # an explicit device gets the bytes copied there
+  assert c.device == device and c.tolist() == list(range(10))
+  h = Tensor(p, dtype=dtypes.int16)  # the file's bytes seen as int16, little-endian
+  assert h.shape == (5,) and h.to(device).tolist() == np.frombuffer(bytes(range(10)), np.int16).tolist()
+
+def test_tensor_from_missing_path(tmp_path: pathlib.Path) -> None:
+  with pytest.raises(FileNotFoundError): Tensor(tmp_path / "non_existent_file.tar")
+
+def test_tensor_from_path_tar_extract(tmp_path: pathlib.Path) -> None:
+  from attograd.nn.state import tar_extract
+  p = tmp_path / "a.tar"
+  with tarfile.open(p, "w") as tar:
+    info = tarfile.TarInfo("x.bin")
+    info.size = 4
+    tar.addfile(info, io.BytesIO(b"\x01\x02\x03\x04"))
+  files = tar_extract(Tensor(p))
+  assert files["x.bin"].to("CPU").tolist() == [1, 2, 3, 4]
+
+def test_tensor_from_empty_file(tmp_path: pathlib.Path) -> None:
+  p = tmp_path / "empty"
+  p.write_bytes(b"")
+  t = Tensor(p)
+  assert t.shape == (0,) and t.dtype == dtypes.uint8
