@@ -84,9 +84,12 @@ DOMAINS: dict[str, tuple[Callable[[float], bool], tuple[float, float]]] = {
   "grad": (lambda v: math.isfinite(v) and abs(v) <= 10 and (v == 0 or abs(v) >= 1e-3), (-3, 3)),
   "gradnz": (lambda v: math.isfinite(v) and 1e-3 <= abs(v) <= 10 and v != -1, (-3, 3)),
   "gradpos": (lambda v: math.isfinite(v) and 1e-3 <= v <= 10, (0.1, 4)),
+  # every edge value forward; backward above -1 only: below it acosh is NaN, yet torch's gradient is its formula's
+  "acosh": (lambda v: True, (-3, 3)),
+  "gradacosh": (lambda v: math.isfinite(v) and -1 < v <= 10 and (v == 0 or abs(v) >= 1e-3), (-1, 4)),
 }
 # the domain a backward check draws from, for a forward domain with extremes
-GRAD_DOMAIN = {"any": "grad", "fin": "grad", "mod": "grad", "nz": "gradnz", "pos": "gradpos"}
+GRAD_DOMAIN = {"any": "grad", "fin": "grad", "mod": "grad", "nz": "gradnz", "pos": "gradpos", "acosh": "gradacosh"}
 
 def dtype_range(dt: str) -> tuple[float, float]:
   if dt == "bool": return (0, 1)
@@ -188,6 +191,20 @@ def k_scatter(dt: str, d: tuple[str, ...], rng: np.random.Generator) -> list[Arg
   idx = np.stack([rng.permutation(4)[:2] for _ in range(5)], 1).astype(np.int64)
   return [_rand((4, 5), dt, d[0], rng), Arg(idx, "aux"), _rand((2, 5), dt, d[0], rng)]
 
+def k_scatter_red(dt: str, d: tuple[str, ...], rng: np.random.Generator) -> list[Arg]:
+  """x (4, 5), indices (3, 5) into 4 rows with repeats (a reduce combines them) and one row sent nothing, src (3, 5)."""
+  idx = np.array([[0, 2, 2, 1, 0], [2, 2, 0, 1, 0], [0, 1, 2, 2, 2]], np.int64)
+  return [_rand((4, 5), dt, d[0], rng), Arg(idx, "aux"), _rand((3, 5), dt, d[0], rng)]
+
+def k_mat(dt: str, d: tuple[str, ...], rng: np.random.Generator) -> list[Arg]:
+  """A batch of two square (3, 3) matrices and one tall (4, 3) matrix of random values (factorizations)."""
+  lo, hi = (0, 2) if dt in UINTS or dt == "bool" else (-3, 3)
+  def mat(shape: tuple[int, ...]) -> Arg:
+    v = rng.uniform(lo, hi, shape) if dt in FLOATS else rng.integers(lo, hi + 1, shape)
+    a = np.array(v, dtype=np_dtype(dt)) if dt != "bfloat16" else round_bf16(np.array(v, dtype=np.float32))
+    return Arg(a, "data")
+  return [mat((2, 3, 3)), mat((4, 3))]
+
 def k_mask(dt: str, d: tuple[str, ...], rng: np.random.Generator) -> list[Arg]:
   return [_rand((4, 5), dt, d[0], rng), Arg(rng.random((4, 5)) < 0.5, "aux")]
 
@@ -217,7 +234,8 @@ def k_like(dt: str, d: tuple[str, ...], rng: np.random.Generator) -> list[Arg]:
 
 INPUTS: dict[str, Callable[[str, tuple[str, ...], np.random.Generator], list[Arg]]] = {
   "x": k_x, "xy": k_xy, "cxy": k_cxy, "xyw": k_xyw, "mm": k_mm, "bmm": k_bmm, "vec": k_vec, "conv": k_conv,
-  "convt": k_convt, "img": k_img, "seq": k_seq, "gather": k_gather, "scatter": k_scatter, "mask": k_mask,
+  "convt": k_convt, "img": k_img, "seq": k_seq, "gather": k_gather, "scatter": k_scatter, "scatter_red": k_scatter_red,
+  "mat": k_mat, "mask": k_mask,
   "logits": k_logits, "logits_w": k_logits_w, "pair": k_pair, "attn": k_attn, "bn": k_bn, "like": k_like}
 
 # ***** rows *****
@@ -277,6 +295,33 @@ def _agetitem_fancy(x: Any) -> Any:
   from attograd import Tensor
   return x[Tensor([3, 0, 3]), 1:6:2]
 
+def _tmeshgrid(a: Any, b: Any) -> Any: return torch.meshgrid(a, b[:4], indexing="xy")
+def _ameshgrid(a: Any, b: Any) -> Any: return a.meshgrid(b[:4], indexing="xy")
+def _tunpool(x: Any) -> Any:
+  if x.is_floating_point(): return F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2)
+  # torch pools and unpools no ints: the indices of a float64 copy, the values read from x at them (exact)
+  i = F.max_pool2d(x.double(), 2, return_indices=True)[1].flatten(-2)
+  v = x.flatten(-2).gather(-1, i)
+  return torch.zeros_like(x[..., :6, :]).flatten(-2).scatter(-1, i, v).reshape(x.shape[:-2] + (6, 6))
+def _aunpool(x: Any) -> Any:
+  v, i = x.max_pool2d(2, return_indices=True)
+  return v.max_unpool2d(i, 2)
+def _tscatter_red(reduce: str, include_self: bool = True) -> Callable[..., Any]:
+  return lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self)
+def _tallclose(a: Any, b: Any, equal_nan: bool) -> Any: return torch.tensor(torch.allclose(a, b, equal_nan=equal_nan))
+def _svd_parts(U: Any, S: Any, Vh: Any) -> Any:
+  """S and U S Vh (the input again): U's and Vh's columns are unique only up to sign, their product is not."""
+  return S, (U[..., :, :S.shape[-1]] * S.unsqueeze(-2)) @ Vh
+def _tsvd(a: Any, b: Any) -> Any: return _svd_parts(*torch.linalg.svd(b, full_matrices=False)) + (torch.linalg.svdvals(a),)
+def _asvd(a: Any, b: Any) -> Any: return _svd_parts(*b.svd(full_matrices=False)) + (a.svd()[1],)
+def _newton_schulz(x: Any) -> Any:
+  """Three steps of the (2, -1.5, 0.5) Newton-Schulz iteration in plain tensor ops: works on torch and attograd."""
+  x = x / (x.square().sum((-2, -1), keepdim=True).sqrt() + 1e-7)
+  for _ in range(3):
+    gram = x @ x.transpose(-2, -1)
+    x = x * 2 + (gram @ x) * -1.5 + (gram @ (gram @ x)) * 0.5
+  return x
+
 ROWS: list[Row] = [
   # ----- elementwise unary -----
   R("neg", "x", lambda x: -x, SAME, but(A, "bool"), grad=True),
@@ -297,6 +342,15 @@ ROWS: list[Row] = [
   R("tan", "x", lambda x: x.tan(), SAME, A, "mod", 4, grad=True),
   R("tanh", "x", lambda x: x.tanh(), SAME, A, grad=True),
   R("sigmoid", "x", lambda x: x.sigmoid(), SAME, A, grad=True),
+  R("erf", "x", lambda x: x.erf(), SAME, A, grad=True),
+  R("asin", "x", lambda x: x.asin(), SAME, A, grad=True),
+  R("acos", "x", lambda x: x.acos(), SAME, A, grad=True),
+  R("atan", "x", lambda x: x.atan(), SAME, A, grad=True),
+  R("sinh", "x", lambda x: x.sinh(), SAME, A, grad=True),
+  R("cosh", "x", lambda x: x.cosh(), SAME, A, grad=True),
+  R("asinh", "x", lambda x: x.asinh(), SAME, A, grad=True),
+  R("acosh", "x", lambda x: x.acosh(), SAME, A, "acosh", grad=True),
+  R("atanh", "x", lambda x: x.atanh(), SAME, A, grad=True),
   R("relu", "x", lambda x: x.relu(), SAME, but(A, "bool"), grad=True),
   R("floor", "x", lambda x: x.floor(), SAME, but(A, "bool"), grad=True),
   R("ceil", "x", lambda x: x.ceil(), SAME, but(A, "bool"), grad=True),
@@ -374,6 +428,14 @@ ROWS: list[Row] = [
   R("le", "xy", lambda a, b: a <= b, lambda a, b: a.le(b), A),
   R("gt", "xy", lambda a, b: a > b, lambda a, b: a.gt(b), A),
   R("ge", "xy", lambda a, b: a >= b, lambda a, b: a.ge(b), A),
+  R("copysign", "xy", lambda a, b: a.copysign(b), SAME, A, grad=True),
+  R("logaddexp", "xy", lambda a, b: a.logaddexp(b), SAME, A, grad=True),
+  R("isclose", "xy", lambda a, b: a.isclose(b), SAME, A),
+  R("isclose.equal_nan", "xy", lambda a, b: torch.isclose(a, b * 1.5, 0.1, 0.5, equal_nan=True),
+    lambda a, b: a.isclose(b * 1.5, 0.1, 0.5, equal_nan=True), A, op="isclose"),
+  R("allclose", "x", lambda x: _tallclose(x, x + 1e-9, False), lambda x: x.allclose(x + 1e-9), A),
+  R("allclose.equal_nan", "x", lambda x: _tallclose(x, x, True), lambda x: x.allclose(x, equal_nan=True), A,
+    op="allclose"),
   R("bitwise_and", "xy", lambda a, b: a & b, lambda a, b: a.bitwise_and(b), IB),
   R("bitwise_or", "xy", lambda a, b: a | b, lambda a, b: a.bitwise_or(b), IB),
   R("bitwise_xor", "xy", lambda a, b: a ^ b, lambda a, b: a.bitwise_xor(b), IB),
@@ -399,6 +461,9 @@ ROWS: list[Row] = [
   R("mean", "x", lambda x: x.mean(1), SAME, A, "mod", 2, grad=True),  # ints: a float sum of INT_MIN + INT_MAX isn't -1
   R("var", "x", lambda x: x.var(1), SAME, A, "mod", 4, grad=True),
   R("std", "x", lambda x: x.std(0, correction=0), SAME, A, "mod", 4, grad=True),
+  R("var_mean", "x", lambda x: torch.var_mean(x, 1), lambda x: x.var_mean(1), A, "mod", 4, grad=True),
+  R("std_mean", "x", lambda x: torch.std_mean(x, 0, correction=0), lambda x: x.std_mean(0, correction=0), A, "mod", 4,
+    grad=True),
   R("any", "x", lambda x: x.any(1).bool(), lambda x: x.any(1), A),  # torch: uint8 in, uint8 out
   R("all", "x", lambda x: x.all(0).bool(), lambda x: x.all(0), A),
   R("logsumexp", "x", lambda x: x.logsumexp(1), SAME, A, "any", 4, grad=True),
@@ -408,6 +473,8 @@ ROWS: list[Row] = [
   R("cumsum", "x", lambda x: x.cumsum(1), SAME, A, "mod", 4, grad=True),
   R("cumprod", "x", lambda x: x.cumprod(1), SAME, A, "small", 8, grad=True),
   R("cummax", "x", lambda x: torch.cummax(x, 1).values, lambda x: x.cummax(1)[0], A, grad=True),
+  R("cummin", "x", lambda x: tuple(torch.cummin(x, 1)), lambda x: x.cummin(1), A, grad=True),
+  R("logcumsumexp", "x", lambda x: x.logcumsumexp(1), SAME, A, "any", 4, grad=True),
   R("softmax", "x", lambda x: x.softmax(1), SAME, A, "any", 4, grad=True),
   R("log_softmax", "x", lambda x: x.log_softmax(1), SAME, but(A, "int32 uint64"), "any", 4, grad=True),
   R("sort", "x", lambda x: _tsort(x, 1), lambda x: x.sort(1), A, grad=True),
@@ -451,6 +518,13 @@ ROWS: list[Row] = [
     grad=True),
   R("tril", "x", lambda x: x.tril(1), SAME, A, grad=True),
   R("triu", "x", lambda x: x.triu(-1), SAME, A, grad=True),
+  R("diag", "x", lambda x: x.diag(-1), SAME, A, grad=True),
+  R("diag.vector", "x", lambda x: x[1].diag(2), SAME, A, grad=True, op="diag"),
+  R("diagonal", "x", lambda x: x.reshape(5, 2, 4).diagonal(1, 2, 0), SAME, A, grad=True),
+  R("unfold", "x", lambda x: x.unfold(1, 3, 2), SAME, A, grad=True),
+  R("meshgrid", "vec", _tmeshgrid, _ameshgrid, A, grad=True),
+  R("rearrange", "x", lambda x: x.reshape(5, 2, 4).permute(2, 0, 1), lambda x: x.rearrange("a (b c) -> c a b", b=2),
+    A, grad=True),
   # ----- indexing -----
   R("getitem", "x", _tgetitem, lambda x: x[1:, ::-3], A, grad=True, op="__getitem__"),
   R("getitem.fancy", "x", _tgetitem_fancy, _agetitem_fancy, A, grad=True, op="__getitem__"),
@@ -458,6 +532,15 @@ ROWS: list[Row] = [
   R("scatter", "scatter", _scatter_ref, SAME, A, grad=True),
   R("scatter.add", "scatter", lambda x, i, s: _scatter_ref(x, i, s, "add"), lambda x, i, s: x.scatter(0, i, s, "add"),
     A, "mod", 2, grad=True),
+  R("scatter_reduce", "scatter_red", _tscatter_red("sum"), SAME, but(A, "bool"), "mod", 2, grad=True),
+  R("scatter_reduce.prod", "scatter_red", _tscatter_red("prod"), SAME, but(A, "bool"), "small", 4, grad=True,
+    op="scatter_reduce"),
+  R("scatter_reduce.mean", "scatter_red", _tscatter_red("mean", False), SAME, but(A, "bool"), "mod", 2, grad=True,
+    op="scatter_reduce"),
+  R("scatter_reduce.amax", "scatter_red", _tscatter_red("amax"), SAME, but(A, "bool"), grad=True, op="scatter_reduce"),
+  R("scatter_reduce.amin", "scatter_red", _tscatter_red("amin", False), SAME, but(A, "bool"), grad=True,
+    op="scatter_reduce"),
+  R("nonzero", "x", lambda x: x.nonzero(), SAME, A),
   R("masked_select", "mask", lambda x, m: x.masked_select(m), SAME, A, grad=True),
   R("one_hot", "x", lambda x: F.one_hot(x.long(), 4), lambda x: x.one_hot(4), I, "cls"),
   # ----- matmul, conv, pooling -----
@@ -477,6 +560,9 @@ ROWS: list[Row] = [
   R("max_pool2d", "img", lambda x: F.max_pool2d(x, 2), lambda x: x.max_pool2d(2), but(A, "bool"), "fin", grad=True),
   R("max_pool2d.overlap", "img", lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
     lambda x: x.max_pool2d(3, 2, padding=1, ceil_mode=True), but(A, "bool"), "fin", grad=True, op="max_pool2d"),
+  R("max_pool2d.indices", "img", lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+    lambda x: x.max_pool2d(3, 2, padding=1, return_indices=True), but(A, "bool"), "fin", grad=True, op="max_pool2d"),
+  R("max_unpool2d", "img", _tunpool, _aunpool, but(A, "bool"), "fin", grad=True),
   R("avg_pool2d", "img", lambda x: F.avg_pool2d(x, (2, 3)), lambda x: x.avg_pool2d((2, 3)), but(A,
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64"), "mod", 2, grad=True),
   R("avg_pool2d.pad", "img", lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
@@ -488,6 +574,11 @@ ROWS: list[Row] = [
   R("interpolate.nearest", "img", lambda x: F.interpolate(x, (9, 4), mode="nearest"),
     lambda x: x.interpolate((9, 4), mode="nearest"), but(A,
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64"), grad=True, op="interpolate"),
+  # ----- factorizations -----
+  R("qr", "mat", lambda a, b: torch.linalg.qr(a), lambda a, b: a.qr(), but(A, "bool"), "any", 16, grad=True),
+  R("svd", "mat", _tsvd, _asvd, but(A, "bool"), "any", 16, grad=True),
+  R("newton_schulz", "mat", lambda a, b: _newton_schulz(b), lambda a, b: b.newton_schulz(3, (2, -1.5, 0.5)), A,
+    "any", 8, grad=True),
   # ----- normalization, attention -----
   R("layernorm", "seq", lambda x: F.layer_norm(x, (8,)), lambda x: x.layernorm(), A, "mod", 8, grad=True),
   R("batchnorm", "bn", lambda x, w, b, m, s: (x - m[:, None]) * w[:, None] * s[:, None] + b[:, None],
@@ -558,13 +649,6 @@ NON_OPS = {
   "rand_like": "random", "randn_like": "random", "scaled_uniform": "random", "glorot_uniform": "random",
   "kaiming_uniform": "random", "kaiming_normal": "random", "multinomial": "random", "from_blob": "reads memory",
   "from_url": "downloads", "replace": "rebinds the graph",
-  # the tinygrad 0.14 math and selection ops added late in this session: compared with torch (values and gradients)
-  # on every device in test/unit/test_tensor_api.py, but not yet over every dtype and edge value here. Rows owed:
-  # move each into ROWS and delete it from this list.
-  "erf": "rows owed", "asin": "rows owed", "acos": "rows owed", "atan": "rows owed", "sinh": "rows owed",
-  "cosh": "rows owed", "asinh": "rows owed", "acosh": "rows owed", "atanh": "rows owed", "copysign": "rows owed",
-  "logaddexp": "rows owed", "isclose": "rows owed", "allclose": "rows owed", "nonzero": "rows owed",
-  "std_mean": "rows owed", "var_mean": "rows owed",
 }
 
 # ***** known failures: (row name, dtype or "*", device or "*", "fwd" | "bwd" | "rej" | "*") -> reason *****
@@ -577,6 +661,9 @@ BF16_LLVM = "issue13 bf16 on LLVM: arithmetic rendered on i16 ('fadd ... i16'), 
 POW_PREC = "new: pow in half/bf16 goes through exp2/log2 in the input dtype (x ** 3 of -7.25 gives -380, not -381)"
 POW_GRAD0 = "new: pow's gradient is 0 where the exponent is 0 or the base is 0 (its special-case where() cuts it)"
 SOFTPLUS = "new: softplus(x, beta) overflows to inf where x * beta does (torch returns x past its threshold)"
+F32_APPROX = ("new: erf (Abramowitz-Stegun 7.1.26, absolute error 1.5e-7) and asin/acos/atan (Cephes' float32 "
+              "minimax, relative error 2e-8) are float32-grade approximations, also in float64 (documented)")
+NAN_SIGN = "new: copysign reads a NaN's sign as positive (by comparison); torch's bfloat16 NaN has its sign bit set"
 SIGMOID0 = "issue13 abs'(0): sigmoid/tanh's gradient at -0.0 has the wrong sign (exp(-|x|) branch picked by x >= 0)"
 KNOWN: dict[tuple[str, str, str, str], str] = {
   ("*", "bfloat16", "LLVM", "*"): BF16_LLVM,
@@ -601,11 +688,14 @@ KNOWN: dict[tuple[str, str, str, str], str] = {
   # gradients at kinks and ties (inputs hold 0, -0 and the clip bounds on purpose)
   **{(r, "*", "*", "bwd"): KINK for r in (
     "abs", "relu", "relu6", "clip", "clip.min_only", "clamp", "hardtanh", "leaky_relu", "elu", "celu", "selu",
-    "minimum", "maximum", "max_pool2d", "max_pool2d.overlap", "std", "l1_loss", "smooth_l1_loss", "binary_crossentropy",
+    "minimum", "maximum", "max_pool2d", "max_pool2d.overlap", "max_pool2d.indices", "std", "std_mean",
+    "scatter_reduce.prod", "scatter_reduce.amax", "scatter_reduce.amin", "l1_loss", "smooth_l1_loss", "binary_crossentropy",
     "cumprod", "prod", "hardswish", "hardsigmoid", "max", "min", "max.all", "min.keepdim", "sort", "topk")},
   ("sigmoid", "*", "*", "bwd"): SIGMOID0, ("tanh", "*", "*", "bwd"): SIGMOID0,
   ("pow", "*", "*", "bwd"): POW_GRAD0, ("pow.scalar", "*", "*", "bwd"): POW_GRAD0,
   ("pow.rscalar", "*", "*", "bwd"): POW_GRAD0,
+  **{(r, "float64", "*", "*"): F32_APPROX for r in ("erf", "asin", "acos", "atan")},
+  ("copysign", "bfloat16", "*", "fwd"): NAN_SIGN,
   ("bitcast", "bool", "LLVM", "fwd"): "new: LLVM emits an IR bitcast from i1 (bool) to i8, which doesn't parse",
 }
 
@@ -614,7 +704,8 @@ KNOWN: dict[tuple[str, str, str, str], str] = {
 UNREJECTED: dict[str, tuple[str, str]] = {
   **{r: ("bool", "applies to bool as to ints (neg is logical_not; abs/floor/ceil/round/trunc are identity; ...)")
      for r in ("abs", "arange", "ceil", "floor", "round", "trunc", "square", "relu", "neg", "floordiv", "fmod", "mod",
-               "max_pool2d", "max_pool2d.overlap", "pad.reflect", "pad.replicate")},
+               "max_pool2d", "max_pool2d.overlap", "max_pool2d.indices", "max_unpool2d", "pad.reflect",
+               "pad.replicate")},
   "linspace": ("bool uint8", "casts the float points, wrapping negatives"),
   **{r: ("bool int8 int16 int32 int64 uint8 uint16 uint32 uint64", "computes on ints in int arithmetic (no float cast)")
      for r in ("avg_pool2d", "avg_pool2d.pad", "hardswish", "hardtanh", "interpolate", "interpolate.nearest", "lerp",
