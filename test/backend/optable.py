@@ -314,7 +314,8 @@ def _tallclose(a: Any, b: Any, equal_nan: bool) -> Any: return torch.tensor(torc
 def _svd_parts(U: Any, S: Any, Vh: Any) -> Any:
   """S and U S Vh (the input again): U's and Vh's columns are unique only up to sign, their product is not."""
   return S, (U[..., :, :S.shape[-1]] * S.unsqueeze(-2)) @ Vh
-def _tsvd(a: Any, b: Any) -> Any: return _svd_parts(*torch.linalg.svd(b, full_matrices=False)) + (torch.linalg.svdvals(a),)
+def _tsvd(a: Any, b: Any) -> Any:
+  return _svd_parts(*torch.linalg.svd(b, full_matrices=False)) + (torch.linalg.svdvals(a),)
 def _asvd(a: Any, b: Any) -> Any: return _svd_parts(*b.svd(full_matrices=False)) + (a.svd()[1],)
 def _newton_schulz(x: Any) -> Any:
   """Three steps of the (2, -1.5, 0.5) Newton-Schulz iteration in plain tensor ops: works on torch and attograd."""
@@ -673,9 +674,10 @@ SOFTPLUS = "new: softplus(x, beta) overflows to inf where x * beta does (torch r
 F32_APPROX = ("new: erf (Abramowitz-Stegun 7.1.26, absolute error 1.5e-7) and asin/acos/atan (Cephes' float32 "
               "minimax, relative error 2e-8) are float32-grade approximations, also in float64 (documented)")
 STRIDED_GRAD = ("new: the gradient is lost (zeros) for an input t = x[::2] used both as t.reshape(...) and through "
-                "t.detach(): Tensor.reshape composes into x's view, and mixin/grad.py's _group only falls back to it when t "
-                "is missing from the graph (here it sits under the DETACH)")
-SVD_REPEATED = "new: torch's svd gradient is NaN for repeated singular values (a rank-1 input here); attograd's is finite"
+                "t.detach(): Tensor.reshape composes into x's view, and mixin/grad.py's _group only falls back to it "
+                "when t is missing from the graph (here it sits under the DETACH)")
+SVD_REPEATED = ("new: torch's svd gradient is NaN for repeated singular values (a rank-1 input here); attograd's is "
+                "finite on CPU (NaN too on PYTHON)")
 TIE_SPLIT = ("max_pool2d's gradient is split among tied maxima, also with return_indices (PyTorch: all to the first); "
              "chosen for speed, see docs/numerics.md")
 NAN_SIGN = "new: copysign reads a NaN's sign as positive (by comparison); torch's bfloat16 NaN has its sign bit set"
