@@ -8,8 +8,10 @@ if TYPE_CHECKING: from attograd.tensor import Tensor
 def _log1p(x: Tensor) -> Tensor:
   """log(1 + x) without losing small x: 2 atanh(y) with y = x / (2 + x), by its series while |x| < 0.5 (|y| <= 1/3,
   9 terms reach 1e-10). (The rewriter would fold the classic log(u) * x / (u - 1) trick's u - 1 back to x.)"""
-  y = x / (x + 2)
-  return (x.abs() < 0.5).where(2 * _series(y, [1 / (2 * k + 1) for k in range(9)]), (x + 1).log())
+  small = x.abs() < 0.5
+  xs = small.where(x, 0.0)  # the series branch sees only small x: at x = -2 its y's gradient is inf - inf (NaN)
+  y = xs / (xs + 2)
+  return small.where(2 * _series(y, [1 / (2 * k + 1) for k in range(9)]), (x + 1).log())
 
 def _series(x: Tensor, coeffs: list[float]) -> Tensor:
   """x * (c0 + c1 x^2 + c2 x^4 + ...), Horner's rule in x^2."""
@@ -35,7 +37,10 @@ class MathMixin:
     def pos(a: Tensor) -> Tensor:
       t = 1 / (1 + 0.3275911 * a)
       poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-      return (a < 0.5).where(_series(a, _ERF), 1 - poly * (-a * a).exp())
+      small = a < 0.5
+      # the series sees only small values: a large one overflows x^17 in half, and where()'s zero gradient for the
+      # unpicked branch times that inf is NaN
+      return small.where(_series(small.where(a, 0.0), _ERF), 1 - poly * (-a * a).exp())
     return _odd(self._f(), pos)
   def asin(self: Tensor) -> Tensor:
     """Inverse sine (NaN outside [-1, 1]).
@@ -62,23 +67,35 @@ class MathMixin:
   def sinh(self: Tensor) -> Tensor:
     """Hyperbolic sine."""
     x = self._f()
-    e = x.exp()
-    return (x.abs() < 0.5).where(_series(x, _SINH), (e - 1 / e) * 0.5)
+    small = x.abs() < 0.5
+    # exp(-x), not 1 / exp(x): the gradient of 1 / e is -1 / e^2, whose e^2 underflows in half (inf at x = -7.25)
+    return small.where(_series(small.where(x, 0.0), _SINH), (x.exp() - (-x).exp()) * 0.5)
   def cosh(self: Tensor) -> Tensor:
     """Hyperbolic cosine."""
     # 1 + 2 sinh(x/2)^2: its gradient, sinh, then comes from sinh's accurate small-x form, not a difference of exps
     return 1 + 2 * (self._f() * 0.5).sinh().square()
   def asinh(self: Tensor) -> Tensor:
-    """Inverse hyperbolic sine: log1p(a + a^2 / (1 + sqrt(1 + a^2))) for a = |x|, odd."""
-    return _odd(self._f(), lambda a: _log1p(a + a * a / (1 + (a * a + 1).sqrt())))
+    """Inverse hyperbolic sine: log1p(a + a^2 / (1 + sqrt(1 + a^2))) for a = |x|, odd; log(2a) for large a."""
+    def pos(a: Tensor) -> Tensor:
+      big = a > _big(a)
+      s = big.where(1.0, a)  # a^2 overflows for large a (NaN from inf / inf): those take log(2a)
+      return big.where(big.where(a, 1.0).log() + math.log(2), _log1p(s + s * s / (1 + (s * s + 1).sqrt())))
+    return _odd(self._f(), pos)
   def acosh(self: Tensor) -> Tensor:
-    """Inverse hyperbolic cosine (NaN below 1)."""
+    """Inverse hyperbolic cosine: log(x + sqrt(x^2 - 1)), log(2x) for large x, NaN below 1."""
     x = self._f()
-    return (x + (x * x - 1).sqrt()).log()
+    big = x > _big(x)
+    # x^2 overflows for large x: those take log(2x). sqrt(x - 1) sqrt(x + 1) is exact near 1 and its gradient at 1 is
+    # inf (as PyTorch's); sqrt((x - 1)(x + 1))'s is 0 * inf there
+    s = big.where(1.0, x)
+    y = big.where(big.where(x, 1.0).log() + math.log(2), (s + (s - 1).sqrt() * (s + 1).sqrt()).log())
+    # below -1 the square root exists and x + sqrt(x^2 - 1) cancels toward 0 (-inf, not NaN): NaN by hand
+    return (x < 1).where(math.nan, y)
   def atanh(self: Tensor) -> Tensor:
-    """Inverse hyperbolic tangent (+-inf at +-1, NaN outside)."""
+    """Inverse hyperbolic tangent (+-inf at +-1, NaN outside): (log1p(x) - log1p(-x)) / 2, whose gradient is
+    1 / (1 - x^2) everywhere, as PyTorch's (inf at +-1; a log1p(2x / (1 - x)) form gave NaN there)."""
     x = self._f()
-    return 0.5 * _log1p(2 * x / (1 - x))
+    return 0.5 * (_log1p(x) - _log1p(-x))
   def copysign(self: Tensor, other: Any) -> Tensor:
     """|self| with the sign of `other` (a negative zero counts as negative, as in PyTorch).
 
@@ -110,9 +127,13 @@ class MathMixin:
     [True, False, True]
     """
     from attograd.tensor import Tensor
+    x = self
     o = other if isinstance(other, Tensor) else self._const_like(other, dtypes.from_py(other))
-    close = (self == o) | (self.isfinite() & o.isfinite() & ((self - o).abs() <= atol + rtol * o.abs()))
-    return close | (self.isnan() & o.isnan()) if equal_nan else close
+    # ints and bools are compared in the default float, as PyTorch does for bools: |x - o| in an int dtype wraps
+    # (int8 0 - -128 is -128, "close" to everything)
+    if not dtypes.is_float(x.dtype) or not dtypes.is_float(o.dtype): x, o = x._f(), o._f()
+    close = (x == o) | (x.isfinite() & o.isfinite() & ((x - o).abs() <= atol + rtol * o.abs()))
+    return close | (x.isnan() & o.isnan()) if equal_nan else close
   def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
     """Whether every element isclose (a one-element bool Tensor, as in tinygrad)."""
     return self.isclose(other, rtol, atol, equal_nan).all()
@@ -123,6 +144,11 @@ def _odd(x: Tensor, pos: Any) -> Tensor:
   neg = x < 0
   y = pos(neg.where(-x, x))
   return neg.where(-y, y)
+
+def _big(x: Tensor) -> float:
+  """Past this, asinh(x) and acosh(x) are log(2x) to the dtype's precision (the error is about 1 / (4x^2)), while x^2
+  still fits: 2^(mantissa bits / 2 + 1)."""
+  return 2.0 ** (dtypes.finfo(x.dtype)[1] // 2 + 1)
 
 def _asin_poly(s: Tensor, z: Tensor) -> Tensor:
   acc = s._const_like(_ASIN_P[-1])
