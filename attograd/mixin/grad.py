@@ -133,10 +133,18 @@ def _own_buffer(t: Tensor) -> None:
   t.uop = type(t).empty(t.shape, dtype=t.dtype, device=t.device).assign(t).uop
 
 def _graph_index(root: UOp) -> dict[UOp, list[UOp]]:
-  """Each node of `root`'s graph under its current form: itself, and the buffer view it was realized into since the
-  graph was built (a realized tensor holds that view, while the graph still holds the node it came from)."""
+  """Each node of `root`'s graph that a gradient can reach (nothing under a DETACH) under its current form: itself,
+  and the buffer view it was realized into since the graph was built (a realized tensor holds that view, while the
+  graph still holds the node it came from). A node seen only under a DETACH is not in the graph for _group: that
+  used to hide the uses of a reshape of it (`t.reshape(a) + t.detach()` gave t a zero gradient)."""
   by_current: dict[UOp, list[UOp]] = {}
-  for n in root.toposort():
+  seen: dict[UOp, None] = {}
+  stack = [root]
+  while stack:
+    if (n := stack.pop()) in seen: continue
+    seen[n] = None
+    if n.op is not Ops.DETACH: stack.extend(n.src)
+  for n in seen:
     by_current.setdefault(n, []).append(n)
     if (r := lookup_realized(n)) is not None and r is not n: by_current.setdefault(r, []).append(n)
   return by_current

@@ -673,9 +673,6 @@ POW_GRAD0 = "new: pow's gradient is 0 where the exponent is 0 or the base is 0 (
 SOFTPLUS = "new: softplus(x, beta) overflows to inf where x * beta does (torch returns x past its threshold)"
 F32_APPROX = ("new: erf (Abramowitz-Stegun 7.1.26, absolute error 1.5e-7) and asin/acos/atan (Cephes' float32 "
               "minimax, relative error 2e-8) are float32-grade approximations, also in float64 (documented)")
-STRIDED_GRAD = ("new: the gradient is lost (zeros) for an input t = x[::2] used both as t.reshape(...) and through "
-                "t.detach(): Tensor.reshape composes into x's view, and mixin/grad.py's _group only falls back to it "
-                "when t is missing from the graph (here it sits under the DETACH)")
 SVD_REPEATED = ("new: torch's svd gradient is NaN for repeated singular values (a rank-1 input here); attograd's is "
                 "finite on CPU (NaN too on PYTHON)")
 TIE_SPLIT = ("max_pool2d's gradient is split among tied maxima, also with return_indices (PyTorch: all to the first); "
@@ -713,7 +710,6 @@ KNOWN: dict[tuple[str, str, str, str], str] = {
   ("erf", "float64", "*", "*"): F32_APPROX,
   **{(r, "float64", "*", "bwd"): F32_APPROX for r in ("asin", "acos", "atan")},
   ("copysign", "bfloat16", "*", "fwd"): NAN_SIGN,
-  ("logcumsumexp", "float32", "*", "bwd"): STRIDED_GRAD,
   ("svd", "float64", "*", "bwd"): SVD_REPEATED,
   ("max_pool2d.indices", "bfloat16", "*", "bwd"): TIE_SPLIT,
   # ties and signed zeros among the values scatter_reduce combines; the product's gradient at subnormals

@@ -24,6 +24,19 @@ def test_unused_target_gets_zeros(device: str) -> None:
   np.testing.assert_allclose(gw.numpy(), rw.numpy())
   assert gw.shape == (3,) and gw.dtype == dtypes.float32 and gw.device == w.device
 
+@needs_torch
+@pytest.mark.parametrize("view", ["strided", "whole"])
+def test_reshaped_use_beside_a_detached_use(device: str, view: str) -> None:
+  # Tensor.reshape composes into t's own view, so the graph reads t's source, not t; t itself appears only under
+  # the DETACH. Its gradient was silently zero (found by the op table's logcumsumexp row on a strided input).
+  b = np.arange(80, dtype=np.float32) / 10
+  t = Tensor(b)[::2] if view == "strided" else Tensor(b[:40]).reshape(5, 8)
+  g, = (t.reshape(5, 1, 8) * t.detach().reshape(5, 8, 1).exp()).sum().gradient(t)
+  tt = torch.tensor(b)[::2] if view == "strided" else torch.tensor(b[:40]).reshape(5, 8)
+  tt.requires_grad_(True)
+  want, = torch.autograd.grad((tt.reshape(5, 1, 8) * tt.detach().reshape(5, 8, 1).exp()).sum(), tt)
+  np.testing.assert_allclose(g.numpy(), want.numpy(), rtol=1e-6)
+
 def test_detached_target_gets_zeros(device: str) -> None:
   x = Tensor([1.0, 2.0], requires_grad=True)
   g, = (x.detach() * 3).sum().gradient(x)
