@@ -53,7 +53,18 @@ def total_shift(x: UOp) -> UOp | None:
   ok = (b if unsigned else b.cast(_UNSIGNED_OF[d])) < bits
   return ok.where(UOp(x.op, d, (a, ok.where(b, b.const_like(0))), "safe"), out)
 
+def float_to_unsigned(x: UOp) -> UOp | None:
+  """A float cast to an unsigned int wraps negatives modulo 2**bits (-1.0 -> 0xFFFFFFFF), as NumPy and PyTorch do on
+  x86 and the PYTHON device does everywhere. C and LLVM leave it undefined, and gcc folds a constant -1.0 to 0: go
+  through int64, which holds every such value (uint64: only the negatives, int64 can't hold 2**63 and up)."""
+  (a,) = x.src
+  d = x.dtype
+  if d.count > 1 or not dtypes.is_unsigned(d) or not dtypes.is_float(a.dtype) or a.vmin >= 0: return None
+  wrapped = a.cast(dtypes.int64).cast(d)
+  return wrapped if d is not dtypes.uint64 else (a < 0).where(wrapped, UOp(Ops.CAST, d, (a,), "safe"))
+
 pm_int_safety = PatternMatcher([
+  (UPat(Ops.CAST, name="x"), lambda x: None if x.arg == "safe" else float_to_unsigned(x)),
   (UPat((Ops.IDIV, Ops.MOD), name="x"), total_divmod),
   (UPat((Ops.SHL, Ops.SHR), name="x"), total_shift),
 ])

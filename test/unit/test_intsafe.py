@@ -43,3 +43,15 @@ def test_guarded_ops_give_the_reference_values(dt, op) -> None:
   vals = sorted({v for v in edges if lo <= v <= hi})
   for x, y in itertools.product(vals, vals):
     assert _eval(guarded, {a: x, b: y}) == exec_alu(op, dt, [x, y]), (x, y)
+
+@pytest.mark.parametrize("dt", ["uint8", "uint16", "uint32", "uint64"])
+def test_negative_float_to_unsigned_wraps(device: str, dt: str) -> None:
+  # C leaves it undefined and gcc folded a constant -1.0 to 0 (linspace(-1, 2, 7, dtype=uint32)[0] was 0, not
+  # 0xFFFFFFFF); NumPy and PyTorch wrap, as the PYTHON device does
+  np = pytest.importorskip("numpy")
+  from attograd import Tensor
+  vals = np.array([-1.5, -1.0, -300.0, 0.0, 3.7, 255.0, 70000.5, 2.0 ** 40], dtype=np.float32)
+  want = vals.astype(np.int64).astype(dt)
+  assert Tensor(vals).cast(getattr(dtypes, dt)).tolist() == want.tolist()
+  assert Tensor.full((3,), -1.0).cast(getattr(dtypes, dt)).tolist() == [int(np.array(-1).astype(dt))] * 3
+  assert Tensor.linspace(-1, 2, 7, dtype=getattr(dtypes, dt)).tolist()[0] == int(np.array(-1).astype(dt))
