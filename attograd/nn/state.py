@@ -183,7 +183,7 @@ def zip_extract(fn: Tensor | PathLike) -> dict[str, Tensor]:
   out: dict[str, Tensor] = {}
   def bad(why: str) -> zipfile.BadZipFile: return zipfile.BadZipFile(f"zip_extract: {ar.name}: {why}")
   f = ar.file()
-  # the parser and the decompressors each have their own error classes (NotImplementedError for an unknown version,
+  # the parser and the decompressors each raise their own error classes (zipfile for an unsupported version,
   # lzma.LZMAError, zlib.error, ...): from untrusted bytes, any of them means a malformed archive
   try: zf = zipfile.ZipFile(f)
   except Exception as e: raise bad(f"not a valid zip archive ({type(e).__name__}: {e})") from None
