@@ -1,7 +1,7 @@
 """The user API: a lazy Tensor over a UOp graph. Shapes and dtypes are checked when a method is called;
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
-import functools, math, os, struct, time, weakref
+import functools, math, os, struct, sys, time, weakref
 from attograd import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
@@ -10,7 +10,8 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
                               prod)
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
-from attograd.engine.schedule import IOTA_TAG, _map_arg, buffers, create_schedule, new_buffer_uop, remember_weakly
+from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
+                                      remember_weakly)
 from attograd.uop.view import is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.engine import multi
@@ -140,6 +141,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
     self.uop: UOp = uop
     self._device = device if uop.device is None else uop.device
+    _made.append(_weakref(self))
+    if len(_made) > _prune_at[0]: _prune_made()
 
   # ***** properties *****
   @property
@@ -201,8 +204,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _new(self, uop: UOp) -> Tensor:
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
-    t.uop, t._requires_grad, t.grad, t._device = uop, None, None, self._device  # a new tensor is in no registry yet
+    t.uop, t._requires_grad, t.grad, t._device = uop, None, None, self._device  # in no grad registry yet
     if DEBUG_NAN.value and uop not in _op_sites: _op_sites[uop] = call_site()
+    _made.append(_weakref(t))
+    if len(_made) > _prune_at[0]: _prune_made()
     return t
 
   # ***** realize and data access *****
@@ -229,6 +234,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     st = time.perf_counter() if DEBUG >= 1 else 0.0
     k0 = GlobalCounters.kernel_count
     outs = list(dict.fromkeys(t.uop for t in todo))
+    # in-place writes among them (an optimizer step): lazy tensors that read the written buffers get their values now
+    if (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}):
+      _keep_values_of_readers(targets, set(outs))
     sst = PROFILER.now() if PROFILER.active else 0.0
     items, becomes = create_schedule(outs)
     if PROFILER.active: PROFILER.span("schedule", "schedule", outs[0].device or Device.DEFAULT, sst, PROFILER.now(),
@@ -355,7 +363,22 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """The same values, cut off from the graph that gradients flow through."""
     return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)))
   def assign(self, x: Any) -> Tensor:
-    """Write `x` into this tensor's buffer (shape and dtype must match)."""
+    """Write `x` into this tensor's buffer (shape and dtype must match).
+
+    As in PyTorch, tensors computed from this one before the write keep the values they had (lazy ones are realized
+    first); views of it see the new values.
+
+    >>> w = Tensor([1.0, 2.0]).realize()
+    >>> before = w * 10
+    >>> _ = w.assign(Tensor([5.0, 6.0]))
+    >>> before.tolist(), w.tolist()
+    ([10.0, 20.0], [5.0, 6.0])
+    """
+    # a value nothing else holds (`w.assign(w - g)`) is computed straight into the buffer; one the caller keeps is a
+    # tensor of its own, realized before the write when it reads this buffer
+    private = sys.getrefcount(x) <= _TEMP_ARG_REFS  # (measured before anything else here holds x)
+    return self._assign(x, private)
+  def _assign(self, x: Any, value_private: bool) -> Tensor:
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
     if x.shape != self.shape: raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
     if x.device != self.device: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
@@ -373,8 +396,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       x = x._new(UOp(Ops.CONTIGUOUS, x.dtype, (x.uop,)))
     target = new_buffer_uop(self.device, base.arg[1], self.dtype, buffers[base])
     assign = UOp(Ops.ASSIGN, self.dtype, (_reshape_uop(base, self.shape), x.uop))
-    run_schedule(create_schedule([assign])[0])
+    # this tensor sees the new version from now on; other tensors that read the old one keep their values
     self.uop = _reshape_uop(target, self.shape)
+    _keep_values_of_readers({base}, {assign, x.uop} if value_private else {assign})
+    run_schedule(create_schedule([assign])[0])
     return self
 
   # ***** creation *****
@@ -1317,6 +1342,60 @@ def _first_nonfinite(outs: list[UOp]) -> str:
       if not all(math.isfinite(v) for v in _unpack(t._raw(), dtypes.float32, t.numel())):
         return f"{_op_sites[u]} ({u.op.name.lower()}, shape {u.shape}, {u.dtype.name})"
   return "(every op computed on its own gave finite values: the kernel's fused form differs)"
+
+# ***** eager values under in-place writes *****
+# Every Tensor made, weakly. UOps can't lead back to Tensors, and an in-place write (assign, setitem, an optimizer
+# step) must first realize the lazy tensors that read the buffer it writes: built before the write, they hold the
+# values of then, as in PyTorch. Dead references are dropped whenever the list has doubled since the last pass.
+_made: list[weakref.ref] = []
+_weakref = weakref.ref
+_prune_at = [4096]
+
+def _prune_made() -> None:
+  _made[:] = [r for r in _made if r() is not None]
+  _prune_at[0] = max(4096, 2 * len(_made))
+
+def _refs_of_arg(x: Any) -> int: return sys.getrefcount(x)
+# what sys.getrefcount shows for an argument nothing but the call holds (measured, not assumed: it is a CPython detail)
+_TEMP_ARG_REFS = _refs_of_arg(object())
+
+def _alias_of_buffer(u: UOp) -> bool:
+  """A view of a buffer (movement ops, detach): it shares the buffer's storage, as a PyTorch view does."""
+  while u.op in GroupOp.Movement or u.op is Ops.DETACH or u.op is Ops.CONTIGUOUS_BACKWARD: u = u.src[0]
+  return u.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_alias_of_buffer(s) for s in u.src))
+
+def _reads_any(root: UOp, memo: dict[UOp, bool]) -> bool:
+  """Whether computing `root` reads one of the nodes memo maps to True (the written BUFFERs), going through the
+  values already remembered for realized nodes, as the scheduler does."""
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    n, visited = stack.pop()
+    if n in memo: continue
+    if visited:
+      memo[n] = any(memo[s] for s in _sources_now(n))
+      continue
+    if n.op is Ops.BUFFER or not n.src:
+      memo[n] = False
+      continue
+    stack.append((n, True))
+    stack.extend((s, False) for s in _sources_now(n) if s not in memo)
+  return memo[root]
+
+def _sources_now(n: UOp) -> tuple[UOp, ...]:
+  """What n's value is computed from now: the view holding it when it was realized, else its sources."""
+  if "_realized" in n.__dict__ and (r := lookup_realized(n)) is not None and r is not n: return (r,)
+  return n.src
+
+def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
+  """Before the BUFFER nodes `targets` are written in place: realize every live lazy Tensor whose value reads them
+  (views of them excepted: those share the storage), so it keeps the value it has now. `skip`: nodes the write's own
+  schedule computes."""
+  memo: dict[UOp, bool] = dict.fromkeys(targets, True)
+  todo: list[Tensor] = []
+  for r in _made:
+    if (t := r()) is None or (u := t.uop) in skip or _alias_of_buffer(u) or u.op is Ops.ASSIGN: continue
+    if _reads_any(u, memo): todo.append(t)
+  if todo: Tensor._realize_all(todo)
 
 def _is_realized(u: UOp) -> bool:
   return u.base.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_is_realized(s) for s in u.src))

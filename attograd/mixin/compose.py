@@ -358,7 +358,7 @@ class ComposeMixin:
       # positions (x[1:] = x[:-1]), compute the result into its own buffer first
       base = self.uop.base
       if base in v.uop.toposort() or (hit is not None and base in hit.uop.toposort()): new = new.contiguous()
-      self.assign(new)
+      self._assign(new, value_private=new is not value)  # (value itself when it covers all of self: the caller's)
     else: self.uop = new.uop
 
 # ***** helpers *****
