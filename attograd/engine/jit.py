@@ -17,6 +17,13 @@ from attograd.tensor import Tensor, _contiguous_view_of_buffer, _prefix_of_buffe
 from attograd.uop.ops import GroupOp, Ops, UOp, unbind_sint
 from attograd.engine.schedule import _SIZED, _bind_size, _map_arg, _sym_arg, _unbind_size
 
+class JitError(Exception):
+  """A misuse of TinyJit (tinygrad's name for it). Each one is also the builtin error it always was, so code that
+  catches TypeError, ValueError or RuntimeError keeps working."""
+class JitTypeError(JitError, TypeError): pass
+class JitValueError(JitError, ValueError): pass
+class JitRuntimeError(JitError, RuntimeError): pass
+
 ReturnType = TypeVar("ReturnType")
 Recording = list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]]
 InputSpec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device
@@ -96,10 +103,10 @@ def _call_key(vals: list[Any], pos: list[int | str], skip: int) -> tuple[Any, ..
     else:
       try: key.append(_value_key(v))
       except _HoldsTensor:
-        raise TypeError(f"TinyJit: {_name(p)} is a {type(v).__name__} holding Tensors; a replay would keep reading the "
+        raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__} holding Tensors; a replay would keep reading the "
                         "Tensors of the captured call. Pass each input Tensor as an argument of its own") from None
       except _Unhashable:
-        raise TypeError(f"TinyJit: {_name(p)} is a {type(v).__name__}, which is not hashable, so a later call can't be "
+        raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__}, which is not hashable, so a later call can't be "
                         "checked against the capture; pass a hashable value (a tuple, a frozen dataclass) or a Tensor, "
                         "or bind it into the function (functools.partial)") from None
   return tuple(key)
@@ -135,7 +142,7 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
     if v.__class__ is UOp and v.op is Ops.BIND:
       vname = v.src[0].arg[0]
       if vname in variables and variables[vname] is not v:
-        raise ValueError(f"TinyJit: Variable {vname!r} is bound twice in one call, to {variables[vname].val} and "
+        raise JitValueError(f"TinyJit: Variable {vname!r} is bound twice in one call, to {variables[vname].val} and "
                          f"{v.val}")
       variables[vname] = v
   return args, kwargs, key, names, tensors, variables
@@ -146,7 +153,7 @@ def _output_tensors(ret: Any, where: str = "the return value") -> list[Tensor]:
   if ret is None: return []
   if isinstance(ret, (tuple, list)): return [t for i, x in enumerate(ret) for t in _output_tensors(x, f"{where}[{i}]")]
   if isinstance(ret, dict): return [t for k, x in ret.items() for t in _output_tensors(x, f"{where}[{k!r}]")]
-  raise TypeError(f"TinyJit: {where} is a {type(ret).__name__} ({ret!r:.40}), not a Tensor; on replay it would keep "
+  raise JitTypeError(f"TinyJit: {where} is a {type(ret).__name__} ({ret!r:.40}), not a Tensor; on replay it would keep "
                   "its value from the captured call. Return Tensors (or None), and read values with .item() outside")
 
 def _rebuild(ret: Any, outs: list[Tensor]) -> Any:
@@ -175,6 +182,15 @@ def _unbind_chain(u: UOp) -> UOp:
 class CapturedJit:
   """The recorded kernels of one call, as prebuilt (function, argument list) pairs, and where each call's input
   buffers and variable values go in those argument lists."""
+  @property
+  def linear(self) -> UOp:
+    """What a replay runs, in tinygrad's form: a LINEAR UOp with one CALL per kernel or copy, in order, each with a
+    SINK (a kernel, named by its arg) or a COPY as its first source. `len(jit.captured.linear.src)` counts them."""
+    if self._linear is None:
+      calls = tuple(UOp(Ops.CALL, dtypes.void, (UOp(Ops.COPY if n == "copy" else Ops.SINK, dtypes.void, arg=n),), arg=n)
+                    for n in self.kernel_names)
+      self._linear = UOp(Ops.LINEAR, dtypes.void, calls)
+    return self._linear
   def __init__(self, rec: Recording, inputs: list[Buffer], names: list[str], specs: list[InputSpec],
                var_names: dict[str, UOp], ret: Any, outs: list[Tensor]):
     self.names, self.specs, self.var_names, self.ret = names, specs, var_names, ret
@@ -185,6 +201,7 @@ class CapturedJit:
     self.calls: list[tuple[Callable[..., Any], list[Any]]] = []
     self.kernel_names = [r.spec.name if isinstance(r, CompiledRunner) else "copy" for r, _, _ in rec]
     self.devices = [bufs[0].device for _, bufs, _ in rec]
+    self._linear: UOp | None = None
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
     self.in_slots: list[list[tuple[list[Any], int, bool]]] = [[] for _ in inputs]
     self.var_slots: list[tuple[list[Any], int, str]] = []
@@ -270,6 +287,19 @@ def _forget(instances: dict[int, Any], oid: int, ref: weakref.ref) -> None:
   """A jitted method's instance died: its captures go with it (unless the id already holds a newer instance)."""
   if (hit := instances.get(oid)) is not None and hit[0] is ref: del instances[oid]
 
+def _prune(rec: Recording, changing: list[Any]) -> Recording:
+  """TinyJit(prune=True): only the recorded kernels whose results can differ between calls, those that read a buffer
+  the inputs (or the random counter) change, directly or through an earlier such kernel, or that take a Variable.
+  The others ran once while capturing; their results stay in their buffers, which the replay reads (a buffer read
+  before it is written is never pooled by plan_jit)."""
+  live = {id(b) for b in changing}
+  kept: Recording = []
+  for runner, kbufs, var_vals in rec:
+    if var_vals or any(id(b) in live for b in kbufs):
+      kept.append((runner, kbufs, var_vals))
+      live.update(id(b) for b in kbufs)
+  return kept
+
 class TinyJit(Generic[ReturnType]):
   """Capture the kernels a function of Tensors runs, and replay them on later calls.
 
@@ -288,9 +318,13 @@ class TinyJit(Generic[ReturnType]):
   >>> [f(Tensor([float(i), 1.0])).item() for i in range(4)]
   [4.0, 6.0, 8.0, 10.0]
   """
-  def __init__(self, fxn: Callable[..., ReturnType], max_captures: int = 8):
-    if max_captures < 1: raise ValueError(f"TinyJit: max_captures must be at least 1, got {max_captures}")
-    self.fxn, self.max_captures = fxn, max_captures
+  def __new__(cls, fxn: Callable[..., ReturnType] | None = None, max_captures: int = 8, prune: bool = False) -> Any:
+    # `@TinyJit(prune=True)`: called without the function, it returns the decorator
+    if fxn is None: return functools.partial(cls, max_captures=max_captures, prune=prune)
+    return super().__new__(cls)
+  def __init__(self, fxn: Callable[..., ReturnType], max_captures: int = 8, prune: bool = False):
+    if max_captures < 1: raise JitValueError(f"TinyJit: max_captures must be at least 1, got {max_captures}")
+    self.fxn, self.max_captures, self.prune = fxn, max_captures, prune
     functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
     self._skip = 0  # 1 in the jit of one instance's method: the instance isn't part of the key
     self._instances: dict[int, tuple[Callable[[], Any], TinyJit[ReturnType]]] = {}  # a method's jit per instance
@@ -309,7 +343,7 @@ class TinyJit(Generic[ReturnType]):
     if obj is None: return self
     hit = self._instances.get(id(obj))
     if hit is None or hit[0]() is not obj:
-      jit: TinyJit[ReturnType] = TinyJit(self.fxn, self.max_captures)
+      jit: TinyJit[ReturnType] = TinyJit(self.fxn, self.max_captures, self.prune)
       jit._skip = 1
       try: ref = weakref.ref(obj, functools.partial(_forget, self._instances, id(obj)))
       except TypeError: return types.MethodType(self, obj)  # no weak references (__slots__): keyed by the instance
@@ -320,7 +354,7 @@ class TinyJit(Generic[ReturnType]):
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
     global _capturing
     if _capturing is not None:
-      raise RuntimeError(f"TinyJit: {self!r} was called while {_capturing!r} is capturing; a jit can't be captured "
+      raise JitRuntimeError(f"TinyJit: {self!r} was called while {_capturing!r} is capturing; a jit can't be captured "
                          "inside another: jit only the outer function")
     if not JIT or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
     args, kwargs, key, names, tensors, variables = _prepare_inputs(args, kwargs, self._skip)
@@ -333,7 +367,7 @@ class TinyJit(Generic[ReturnType]):
     bufs = [buffers[t.uop.base] for t in tensors]
     seen: dict[int, str] = {}
     for n, b in zip(names, bufs):
-      if id(b) in seen: raise ValueError(f"TinyJit: {seen[id(b)]} and {n} are the same buffer; pass distinct Tensors")
+      if id(b) in seen: raise JitValueError(f"TinyJit: {seen[id(b)]} and {n} are the same buffer; pass distinct Tensors")
       seen[id(b)] = n
     if entry is None:  # a new signature: run the function; the next call with it captures
       entry = self._new_entry(key, args, kwargs)
@@ -355,12 +389,17 @@ class TinyJit(Generic[ReturnType]):
       if outs: outs[0].realize(*outs[1:])
     finally: _realize.capturing, _capturing, Tensor._rng_base = None, None, None
     if not rec:
-      raise RuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
+      raise JitRuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
     for i, t in enumerate(outs):
       if t.uop.base.op is Ops.BUFFER and id(b := buffers[t.uop.base]) in seen:
-        raise ValueError(f"TinyJit: output {i} is the same buffer as input {seen[id(b)]}; the replay would write into "
+        raise JitValueError(f"TinyJit: output {i} is the same buffer as input {seen[id(b)]}; the replay would write into "
                          "the caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
+    if self.prune:
+      changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
+      n = len(rec)
+      rec = _prune(rec, changing)
+      if DEBUG >= 1: print(f"jit: pruned {n - len(rec)} of {n} kernels that read nothing the inputs change")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]
     self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)

@@ -22,6 +22,11 @@ class Renderer:
   has_local: bool = False
   local_max: int = 256          # threads in one work-group
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
+  @property
+  def code_for_op(self) -> dict:
+    """ALU ops the language writes as source expressions, to functions of the operands' text and the dtype (tinygrad's
+    table; the C family fills it). LLVM IR and the Python interpreter render no expressions: empty."""
+    return {}
   def supported_dtypes(self) -> set[DType]:
     """The dtypes this language's kernels can load, store and compute with (tinygrad's API). Every renderer runs half,
     bfloat16 and fp8 at least through float32 conversions, so only a missing hardware type (double) takes one out."""

@@ -1,6 +1,7 @@
 """The C-family renderer: one base class for C-like languages, with the C dialect for the CPU device."""
 from __future__ import annotations
-import math
+import functools, math
+from typing import Any, Callable
 from attograd.dtype import DType, PtrDType, dtypes
 from attograd.helpers import prod
 from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format
@@ -118,9 +119,25 @@ class CStyleLanguage(Renderer):
     s, t = self.render_dtype(src), self.render_dtype(dst)
     return f"(__extension__({{ {s} __s = ({x}); {t} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d; }}))"
   def loop_pragma(self, kind: str) -> str: return ""
-  def code_for_op(self, u: UOp, srcs: list[str]) -> str | None:
+  def dialect_expr(self, u: UOp, srcs: list[str]) -> str | None:
     """A dialect's own expression for an op (its vector types, tensor cores, shuffles), or None for the common one."""
     return None
+  @property
+  def code_for_op(self) -> dict[Ops, Callable[..., str]]:
+    """The ALU ops this language writes as an expression of its own, each to a function of the operands' source
+    text and the dtype (`code_for_op[Ops.ADD]("a", "b", dtypes.int32)` is "(a+b)"): tinygrad's table, by which its
+    tests check what a renderer does natively. Ops missing here are rewritten into others before rendering."""
+    unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
+    ops = list(self.infix) + [Ops.MAX, Ops.WHERE, Ops.POW] + sorted(unary, key=lambda o: o.value)
+    return {op: functools.partial(self._scalar_alu, op) for op in ops}
+  def _scalar_alu(self, op: Ops, *args: Any) -> str:
+    """The expression for a scalar ALU op on operands given as source text; the last argument is the dtype."""
+    *xs, d = args
+    if op is Ops.MAX: return self.code_for_max(xs[0], xs[1], d)
+    if op is Ops.POW: return self.code_for_pow(xs[0], xs[1], d)
+    if op is Ops.WHERE: return f"({xs[0]}?{xs[1]}:{xs[2]})"
+    if op in self.infix: return f"({xs[0]}{self.infix[op]}{xs[1]})"
+    return self.code_for_unary(op, xs[0], d)
   def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow{'f' if d is dtypes.float32 else ''}({a}, {b})"
   def render_special(self, name: str) -> str: raise RuntimeError(f"{type(self).__name__}: no GPU thread index {name}")
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"{self.buffer_prefix}{ctype}* {self.restrict} data{i}"
@@ -202,7 +219,7 @@ class CStyleLanguage(Renderer):
         c = f"((({r[u.src[0]]})>({r[u.src[1]]}))|(({r[u.src[0]]})!=({r[u.src[0]]})))" if op is Ops.MAX else r[u.src[0]]
         r[u] = newname("alu")
         emit(f"{T} {r[u]} = ({T})((({M}){c}&({M}){a})|(~({M}){c}&({M}){b}));")
-      elif (expr := self.code_for_op(u, [r[s] for s in u.src])) is not None:
+      elif (expr := self.dialect_expr(u, [r[s] for s in u.src])) is not None:
         r[u] = newname("alu")
         emit(f"{self.render_dtype(d)} {r[u]} = {expr};")
       else:
@@ -210,18 +227,15 @@ class CStyleLanguage(Renderer):
           # a math-library function has no vector form in C: one call per lane (float64; float32 is decomposed)
           lanes = ", ".join(self.code_for_unary(op, f"{r[u.src[0]]}[{i}]", d.scalar()) for i in range(d.count))
           expr = f"(({self.render_dtype(d)}){{{lanes}}})"
-        elif op in GroupOp.Unary: expr = self.code_for_unary(op, r[u.src[0]], d)
-        elif op is Ops.MAX: expr = self.code_for_max(r[u.src[0]], r[u.src[1]], d)
-        elif op in self.infix: expr = f"({r[u.src[0]]}{self.infix[op]}{r[u.src[1]]})"
         elif op is Ops.WHERE and d.count > 1:  # a scalar condition choosing between vectors: both sides vectors
           T = self.render_dtype(d)
           expr = f"({r[u.src[0]]}?(({r[u.src[1]]})-({T}){{0}}):(({r[u.src[2]]})-({T}){{0}}))"
-        elif op is Ops.WHERE: expr = f"({r[u.src[0]]}?{r[u.src[1]]}:{r[u.src[2]]})"
+        elif op in GroupOp.Unary or op in self.infix or op in (Ops.MAX, Ops.WHERE, Ops.POW):
+          expr = self._scalar_alu(op, *(r[s] for s in u.src), d)
         elif op is Ops.CAST: expr = self.render_cast(r[u.src[0]], u.src[0].dtype, d)
         elif op is Ops.BITCAST: expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, d)
         elif op is Ops.GEP: expr = f"{r[u.src[0]]}[{u.arg}]"
         elif op is Ops.VECTORIZE: expr = f"(({self.render_dtype(d)}){{{', '.join(r[s] for s in u.src)}}})"
-        elif op is Ops.POW: expr = self.code_for_pow(r[u.src[0]], r[u.src[1]], d)
         else: raise RuntimeError(f"C renderer: no code for {op}")
         r[u] = newname("alu")
         emit(f"{self.render_dtype(d)} {r[u]} = {expr};")
@@ -418,7 +432,7 @@ class CUDARenderer(GPUCStyle):
   def render_dtype(self, d: DType) -> str:
     return f"atto_{d.scalar().name}x{d.count}" if d.count > 1 else super().render_dtype(d)
   def render_vector_typedef(self, d: DType) -> str: return ""  # in the preamble, before the helpers that use them
-  def code_for_op(self, u: UOp, srcs: list[str]) -> str | None:
+  def dialect_expr(self, u: UOp, srcs: list[str]) -> str | None:
     if u.op is Ops.GEP: return f"{srcs[0]}.v[{u.arg}]"
     if u.op is Ops.VECTORIZE: return f"{self.render_dtype(u.dtype)}{{{{{', '.join(srcs)}}}}}"
     if u.op is Ops.WMMA: return f"__atto_mma_{_MMA_PTX[u.arg[3]]}({', '.join(srcs)})"

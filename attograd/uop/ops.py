@@ -13,6 +13,9 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   CONTIGUOUS = auto(); CONTIGUOUS_BACKWARD = auto(); DETACH = auto(); COPY = auto(); ASSIGN = auto()  # noqa: E702
   # a value (src[0]) with a gradient rule of its own: arg[0] names it in gradient.py, src[1:] are what it reads
   CUSTOM_GRAD = auto()
+  # a captured TinyJit's program as tinygrad shows it (CapturedJit.linear): a LINEAR of one CALL per kernel or copy;
+  # CUSTOM_FUNCTION is tinygrad's batched-graph call, which attograd's jit never makes (named so its checks can run)
+  LINEAR = auto(); CALL = auto(); CUSTOM_FUNCTION = auto()  # noqa: E702
   DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
   # movement (tensor level only; lowered into views)
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
@@ -78,14 +81,18 @@ class _KeyedRef(weakref.ref):
   weakref.KeyedRef, costs more than the rest of making a node)."""
   __slots__ = ("key",)
 
-def _node_gone(r: _KeyedRef, _remove: Any = _remove_dead_weakref) -> None:
-  _remove(UOpMetaClass.ucache, r.key)  # removes the entry only if it still is this dead reference
+# the hash-consing table (UOpMetaClass.ucache), also bound here: at interpreter exit module globals are cleared while
+# nodes are still being freed, and the callback must not look the class up then
+_ucache: dict[tuple, _KeyedRef] = {}
+
+def _node_gone(r: _KeyedRef, _remove: Any = _remove_dead_weakref, _cache: dict = _ucache) -> None:
+  _remove(_cache, r.key)  # removes the entry only if it still is this dead reference
 
 class UOpMetaClass(type):
   # the hash-consing table: key -> weak reference to the one live node with that key. A plain dict of weak references
   # rather than a WeakValueDictionary: making and dropping nodes is the hot path of building graphs, and the
   # WeakValueDictionary's Python-level bookkeeping took more than half of it
-  ucache: dict[tuple, _KeyedRef] = {}
+  ucache: dict[tuple, _KeyedRef] = _ucache
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     key = (op, dtype, src, arg) if arg.__class__ is not float else _cache_key(op, dtype, src, arg)
     if (r := UOpMetaClass.ucache.get(key)) is not None and (ret := r()) is not None: return ret

@@ -418,3 +418,40 @@ def test_debug_names_the_changed_argument(capsys: pytest.CaptureFixture[str]) ->
   out = capsys.readouterr().out
   assert "new argument signature (argument 1 is (1,) (was (0,)))" in out
   assert "argument 2 is -0.0 (bits 8000000000000000) (was 0.0 (bits 0000000000000000))" in out
+
+def test_jit_misuse_is_a_jit_error_and_the_builtin_error():
+  from attograd.engine.jit import JitError
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor: return (a + b).realize()
+  x = Tensor([1.0, 2.0]).realize()
+  with pytest.raises(JitError):
+    for _ in range(3): f(x, x)  # the same buffer twice
+  with pytest.raises(ValueError):
+    for _ in range(3): f(x, x)
+
+def test_prune_drops_kernels_that_read_nothing_the_inputs_change():
+  weights = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  def f(x: Tensor) -> Tensor: return (weights * 2).contiguous() + x
+  plain, pruned = TinyJit(f), TinyJit(f, prune=True)
+  for jit in (plain, pruned):
+    for i in range(4):
+      a = Tensor([float(i)] * 4).realize()
+      assert jit(a).tolist() == [2.0 + i, 4.0 + i, 6.0 + i, 8.0 + i]
+  assert jit is pruned and pruned.captured is not None and plain.captured is not None
+  assert pruned.captured.n_kernels == 1 and plain.captured.n_kernels == 2
+
+def test_prune_as_a_decorator_keeps_random_numbers_fresh():
+  @TinyJit(prune=True)
+  def g(x: Tensor) -> Tensor: return Tensor.rand(4) + x * 0
+  outs = [g(Tensor([0.0] * 4).realize()).tolist() for _ in range(4)]
+  assert len({tuple(o) for o in outs}) == 4
+
+def test_captured_linear_lists_each_replayed_kernel():
+  from attograd.uop.ops import Ops
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x * 2).contiguous().sum()
+  for i in range(3): f(Tensor([float(i), 1.0]).realize())
+  assert f.captured is not None
+  lin = f.captured.linear
+  assert lin.op is Ops.LINEAR and len(lin.src) == f.captured.n_kernels
+  assert all(c.op is Ops.CALL and c.src[0].op is Ops.SINK for c in lin.src)
