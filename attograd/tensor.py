@@ -1395,6 +1395,9 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   for r in _made:
     if (t := r()) is None or (u := t.uop) in skip or _alias_of_buffer(u) or u.op is Ops.ASSIGN: continue
     if _reads_any(u, memo): todo.append(t)
+  # each into a buffer of its own: a graph equal to one realized before is the same node, and would otherwise resolve
+  # to that result's buffer, the very one about to be written (a = x * 2; b = x * 2; a.realize(); a[0] = 5)
+  for t in todo: t.uop = _unique_contiguous(t.uop)
   if todo: Tensor._realize_all(todo)
 
 def _is_realized(u: UOp) -> bool:

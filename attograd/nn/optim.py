@@ -55,8 +55,12 @@ class _StepPlan:
     if g.device != p.device: raise ValueError(f"step: a parameter on {p.device} has a .grad on {g.device}")
     if g.dtype != p.dtype: g = g.cast(p.dtype)
     if g.uop.base.op is not Ops.BUFFER:
-      g = g.contiguous()
-      self.grads.append(g)
+      c = g.contiguous()
+      # the parameter's own .grad becomes that buffer: read after the step, it is the gradient the step used (left
+      # lazy, it would be computed again from the new weights)
+      if g is p.grad: p.grad.uop, c = c.uop, p.grad
+      self.grads.append(c)
+      g = c
     return g
   def assign(self, target: Tensor, value: Tensor) -> Tensor:
     """Write `value` into `target`'s buffer when the plan is realized. Returns the write, to read the new value.

@@ -1,6 +1,7 @@
 """In-place writes (assign, setitem, an optimizer step) keep PyTorch's eager semantics on a lazy graph: a tensor
 computed from a buffer before the buffer is written keeps the value it had; a view of the buffer sees the write."""
 import sys
+import numpy as np
 import pytest
 from attograd import GlobalCounters, Tensor, nn
 from attograd.nn.optim import SGD
@@ -82,3 +83,28 @@ def test_temp_argument_refcount_is_measured():
   held = object()
   named = probe(held)
   assert temp == _TEMP_ARG_REFS and named > _TEMP_ARG_REFS
+
+def test_equal_graphs_are_separate_tensors():
+  # x * 2 built twice is one (hash-consed) node; realizing one and writing into it must not change the other
+  x = Tensor([1.0, 2.0]).realize()
+  a, b = x * 2, x * 2
+  a.realize()
+  a[0] = 5.0
+  assert b.tolist() == [2.0, 4.0] and a.tolist() == [5.0, 4.0]
+  c, d = x * 3, x * 3
+  c.realize()
+  c.assign(Tensor([7.0, 7.0]))
+  assert d.tolist() == [3.0, 6.0] and c.tolist() == [7.0, 7.0]
+
+def test_grad_after_step_is_the_gradient_the_step_used():
+  Tensor.manual_seed(1)
+  layer = nn.Linear(3, 2)
+  opt = SGD(nn.state.get_parameters(layer), lr=0.25)
+  x = Tensor([[1.0, -2.0, 0.5], [0.3, 0.1, -1.0]]).realize()
+  w0 = layer.weight.numpy()
+  with Tensor.train():
+    opt.zero_grad()
+    layer(x).square().mean().backward()
+    opt.step()
+  assert layer.weight.grad is not None
+  np.testing.assert_allclose(layer.weight.grad.numpy(), (w0 - layer.weight.numpy()) / 0.25, rtol=1e-5, atol=1e-6)
