@@ -380,12 +380,19 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self._assign(x, private)
   def _assign(self, x: Any, value_private: bool) -> Tensor:
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
-    if x.shape != self.shape: raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
+    if x.shape != self.shape:
+      # a value that broadcasts to the target (a scalar, a row) fills it, as in tinygrad and PyTorch's copy_
+      if is_symbolic(self.shape) or is_symbolic(x.shape) or len(x.shape) > len(self.shape) or \
+         any(a != b and a != 1 for a, b in zip(x.shape[::-1], self.shape[::-1])):
+        raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
+      x = x._broadcast_to(self.shape)
     if x.device != self.device: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
+    if not _is_whole_buffer(self.uop) and (view := _writable_view(self.uop)) is not None:
+      return self._assign_view(x, *view, value_private=value_private)
     self.realize()
-    # a view or a constant: just rebind; so too for Tensor.arange's buffer, which every arange of its size shares (and
-    # which kernels never read: they compute it, as Ops.IOTA)
+    # a view that isn't one-to-one (expanded, padded) or a constant: just rebind; so too for Tensor.arange's buffer,
+    # which every arange of its size shares (and which kernels never read: they compute it, as Ops.IOTA)
     if not _is_whole_buffer(self.uop) or self.uop.base.arg[2:] == (IOTA_TAG,):
       self.uop = x.uop
       return self
@@ -399,6 +406,19 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # this tensor sees the new version from now on; other tensors that read the old one keep their values
     self.uop = _reshape_uop(target, self.shape)
     _keep_values_of_readers({base}, {assign, x.uop} if value_private else {assign})
+    run_schedule(create_schedule([assign])[0])
+    return self
+  def _assign_view(self, x: Tensor, target: UOp, base_dtype: DType, value_private: bool) -> Tensor:
+    """Write x through this view (a slice, a permute, a flip, a bitcast of a realized buffer) into the buffer under it,
+    as in tinygrad and PyTorch: the buffer's other views and holders see the new values. `target`: this view over the
+    buffer in its own dtype (bitcasts taken off, so the value is bitcast back instead)."""
+    base = target.base
+    xu = x.uop if x.dtype == base_dtype else UOp(Ops.BITCAST, base_dtype, (x.uop,))
+    # a value that reads the buffer at other positions than it writes (xs.assign(xs + X) for xs = X[::-1]) would see
+    # half-written data: computed into its own buffer first
+    if _reads_besides(xu, base, target): xu = UOp(Ops.CONTIGUOUS, base_dtype, (xu,))
+    assign = UOp(Ops.ASSIGN, base_dtype, (target, xu))
+    _keep_values_of_readers({base}, {assign, xu, x.uop} if value_private else {assign})
     run_schedule(create_schedule([assign])[0])
     return self
 
@@ -1414,6 +1434,30 @@ def _prefix_of_buffer(u: UOp) -> bool:
   return u.op is Ops.SHRINK and len(u.arg) == 1 and u.arg[0][0] == 0 and u.src[0].op is Ops.BUFFER
 
 def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
+
+def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
+  """Whether u reads the BUFFER `base` other than through `view` (and views of the value must not: see assign)."""
+  seen: set[UOp] = set()
+  stack = [u]
+  while stack:
+    n = stack.pop()
+    if n is view or n in seen: continue
+    if n is base: return True
+    seen.add(n)
+    stack.extend(n.src)
+  return False
+
+_ONE_TO_ONE = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP)
+def _writable_view(u: UOp) -> tuple[UOp, DType] | None:
+  """(u as a chain of one-to-one views over its BUFFER in the buffer's dtype, that dtype) when an assign to u can
+  write through it into the buffer; None for anything else (an expand or pad maps one element to many or none)."""
+  chain = []
+  while u.op in _ONE_TO_ONE or u.op is Ops.DETACH or (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
+    if u.op in _ONE_TO_ONE: chain.append(u)
+    u = u.src[0]
+  if u.op is not Ops.BUFFER or u.arg[2:] == (IOTA_TAG,): return None
+  for m in reversed(chain): u = UOp(m.op, u.dtype, (u,), m.arg)
+  return u, u.dtype
 
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
   n = max(len(a), len(b))
