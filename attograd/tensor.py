@@ -136,8 +136,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
     elif isinstance(data, os.PathLike):
       # a file's bytes stay on DISK (memory-mapped, nothing read) unless a device is asked for, as in tinygrad
-      uop = _file_uop(data, dtype or dtypes.uint8)
-      if asked_device is not None and device != "DISK": uop = Tensor(uop, device="DISK").to(device).uop
+      uop = tensor_disk.file_uop(data, dtype or dtypes.uint8)
+      if asked_device is not None and not tensor_disk.on_disk(device): uop = Tensor(uop).to(device).uop
     else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
     self.uop: UOp = uop
     self._device = device if uop.device is None else uop.device
@@ -259,6 +259,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
     if self.uop.device.__class__ is tuple: return self.to(self.device[0])._buffer()  # gathered on the first device
+    if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self.uop).base], 0
     t = self.realize()
     if not (_contiguous_view_of_buffer(t.uop) or _prefix_of_buffer(t.uop)):
       t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
@@ -315,8 +316,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     device = Device.canonicalize(device)
     if device == self.device: return self
     if device.__class__ is tuple and self.uop.device.__class__ is not tuple: return self._new(multi.shard_uop(self.uop, device, None))
-    src = self if _contiguous_view_of_buffer(self.uop) else self.contiguous()
-    return self._new(UOp(Ops.COPY, self.dtype, (src.uop, UOp(Ops.DEVICE, arg=device))))
+    # a DISK view is copied from the byte range under it (no kernel runs on DISK to make it contiguous)
+    if tensor_disk.on_disk(self.device): src_uop = tensor_disk.resolve(self.uop)
+    else: src_uop = (self if _contiguous_view_of_buffer(self.uop) else self.contiguous()).uop
+    return self._new(UOp(Ops.COPY, self.dtype, (src_uop, UOp(Ops.DEVICE, arg=device))))
   def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
     self.uop = self.to(device).uop
     return self
@@ -332,6 +335,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if self.uop.device.__class__ is tuple: raise ValueError(f"shard: the tensor is already on {self.device}; shard one-device tensors")
     devs = Device.canonicalize(tuple(devices))
     if len(devs) == 1: return self.to(devs[0])
+    if tensor_disk.on_disk(self.device): return self.to(Device.DEFAULT).shard(devs, axis)  # read the file once
     if axis is not None: axis = self._resolve_axis(axis, "shard")
     if axis is not None and self.shape[axis] < len(devs):
       raise ValueError(f"shard: axis {axis} of shape {self.shape} has fewer rows than the {len(devs)} devices")
@@ -379,6 +383,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     private = sys.getrefcount(x) <= _TEMP_ARG_REFS  # (measured before anything else here holds x)
     return self._assign(x, private)
   def _assign(self, x: Any, value_private: bool) -> Tensor:
+    if tensor_disk.on_disk(self.device): return tensor_disk.assign(self, x)  # from any device: a copy into the file
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
     if x.shape != self.shape:
       # a value that broadcasts to the target (a scalar, a row) fills it, as in tinygrad and PyTorch's copy_
@@ -948,6 +953,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def bitcast(self, dtype: DType | str) -> Tensor:
     """The same bytes read as `dtype` (same item size)."""
     d = to_dtype(dtype)
+    if d.itemsize != self.dtype.itemsize and tensor_disk.on_disk(self.device): return tensor_disk.bitcast(self, d)
     if d.itemsize != self.dtype.itemsize:
       raise ValueError(f"bitcast: {self.dtype} ({self.dtype.itemsize} bytes) to {d} ({d.itemsize} bytes) needs equal item sizes")
     return self if self.dtype == d else self._new(UOp(Ops.BITCAST, d, (self.uop,)))
@@ -1322,13 +1328,6 @@ def _reshape_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
   if u.op is Ops.RESHAPE: u = u.src[0]  # reshapes compose
   return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
 
-def _file_uop(path: os.PathLike, dtype: DType) -> UOp:
-  """A DISK buffer over a whole file, as `dtype` elements (a tail shorter than one element is left out)."""
-  disk = Device["DISK"]
-  mapping = disk.open(path)  # type: ignore[attr-defined]  # raises FileNotFoundError for a missing file
-  n = mapping.size // dtype.itemsize
-  return new_buffer_uop("DISK", n, dtype, disk.buffer(mapping, 0, n, dtype))  # type: ignore[attr-defined]
-
 def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
   if device.__class__ is tuple: return multi.shard_uop(_buffer_from_bytes(raw, shape, dtype, device[0]), device, None)
   n = prod(shape)
@@ -1524,5 +1523,6 @@ def _index_tensor(n: int, device: str) -> Tensor:
   return grid.reshape(a * b).shrink(((0, n),))
 
 from attograd.tensor_index import _getitem  # noqa: E402
+from attograd import tensor_disk  # noqa: E402
 
 for _name in _CONCRETE_ONLY: setattr(Tensor, _name, _concrete_only(getattr(Tensor, _name), _name))

@@ -346,6 +346,8 @@ class ComposeMixin:
     [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
     """
     from attograd.tensor import Tensor, _contiguous_view_of_buffer, _writable_view
+    from attograd import tensor_disk
+    if tensor_disk.on_disk(self.device): return tensor_disk.setitem(self, indices, value)  # bytes into the file
     if isinstance(value, Tensor) and value.dtype != self.dtype:
       # a silent cast would truncate floats written into an int tensor; tinygrad refuses every mismatch, and so do we
       raise RuntimeError(f"setitem: the value's dtype {value.dtype} differs from the tensor's {self.dtype}; "
