@@ -116,8 +116,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       uop = _const(data, d, device) if not requires_grad else _buffer_from_bytes(_pack([data], d), (), d, device)
     elif isinstance(data, (bytes, bytearray, memoryview)):
       raw = bytes(data)
-      uop = _buffer_from_bytes(raw, (len(raw),), dtypes.uint8, device)
-      if dtype is not None and dtype is not dtypes.uint8: uop = UOp(Ops.CAST, dtype, (uop,))
+      # the bytes as elements of dtype (uint8 by default), reinterpreted like torch.frombuffer and tinygrad
+      d = dtype or dtypes.uint8
+      if len(raw) % d.itemsize:
+        raise ValueError(f"Tensor: {len(raw)} bytes aren't a whole number of {d} elements ({d.itemsize} bytes each)")
+      uop = _buffer_from_bytes(raw, (len(raw) // d.itemsize,), d, device)
     elif isinstance(data, (list, tuple)):
       shape = _shape_of_data(data)
       _check_ragged(data, shape)
@@ -272,14 +275,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
     if is_symbolic(self.shape): return self._concrete().data()
-    if 0 in self.shape: return memoryview(b"").cast("B")
+    if 0 in self.shape:  # no values: an empty view of this dtype's format
+      return memoryview(b"").cast("B") if self.dtype.fmt in (None, "e") else memoryview(b"").cast(self.dtype.fmt)
     buf, _ = self._buffer()
     mv = memoryview(bytearray(buf.nbytes))
     buf.copyout(mv)
     if buf.size != self.numel(): mv = mv[:self.numel() * self.dtype.itemsize]  # a symbolic shape's values: a prefix
     if self.dtype.fmt is None or self.dtype.fmt == "e": return mv  # half, bfloat16, fp8: their raw bytes
     fmt = self.dtype.fmt
-    return mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)
+    return mv.cast(fmt, self.shape)  # a 0-d tensor gives a 0-d view
   def _raw(self) -> bytes:
     if is_symbolic(self.shape): return self._concrete()._raw()
     if self.numel() == 0: return b""
