@@ -1231,7 +1231,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _inplace(self, out: Tensor) -> Tensor:
     # x += y: the result keeps x's dtype and shape, and x now refers to it
     if out.shape != self.shape: raise ValueError(f"in-place op: result shape {out.shape} doesn't match {self.shape}")
-    self.uop = out.cast(self.dtype).uop
+    out = out.cast(self.dtype)
+    # a realized buffer, or a one-to-one view of one, is written in place as in PyTorch and tinygrad (its views and
+    # other holders see the new values); a lazy value, or one autograd tracks (requires_grad, or realized from a graph
+    # a backward() may still go through), takes the new graph instead, which keeps the gradient path
+    u = self.uop
+    if not self.requires_grad and "_origin" not in u.base.__dict__ and u.base.op is Ops.BUFFER and \
+       u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None):
+      return self._assign(out, value_private=True)
+    self.uop = out.uop
     return self
   def __iadd__(self, x: Any) -> Tensor: return self._inplace(self + x)
   def __isub__(self, x: Any) -> Tensor: return self._inplace(self - x)

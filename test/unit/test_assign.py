@@ -129,3 +129,19 @@ def test_uop_realized_is_the_buffer_across_assigns(device: str) -> None:
   x[0] += 1  # setitem writes the buffer too
   assert x.item() == 4 and x.uop.base.realized is buf
   assert (x + 1).uop.realized is None
+
+def test_inplace_operator_writes_realized_buffer(device: str) -> None:
+  # x += y on a realized tensor writes its buffer, as in PyTorch and tinygrad: views see it, earlier results don't
+  x = Tensor([1.0, 2.0, 3.0]).realize()
+  buf, view, before = x.uop.base.realized, x[1:], x * 10
+  x += 1
+  x[1:] *= 2  # through a view
+  assert x.tolist() == [2.0, 6.0, 8.0] and view.tolist() == [6.0, 8.0] and before.tolist() == [10.0, 20.0, 30.0]
+  assert x.uop.base.realized is buf
+
+def test_inplace_operator_keeps_gradient_path(device: str) -> None:
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  y = (w * 3).realize()  # realized from a graph backward() goes through: rebound, not written
+  y += 1
+  y.sum().backward()
+  assert w.grad is not None and w.grad.tolist() == [3.0, 3.0]
