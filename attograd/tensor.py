@@ -441,6 +441,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None), device=dev, **kw)
     return Tensor(_reshape_uop(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
   @staticmethod
+  def invalids(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """A tensor whose values are undefined until written (tinygrad's name for an anonymous buffer): attograd has
+    no Invalid marker value, so this is Tensor.empty, whose buffer holds whatever memory it gets.
+
+    >>> z = Tensor.invalids(4, dtype="int32")
+    >>> z[1:3] = 7
+    >>> z[1:3].tolist()
+    [7, 7]
+    """
+    return Tensor.empty(*shape, device=device, dtype=dtype)
+  @staticmethod
   @_takes_requires_grad
   def full(shape: Any, fill_value: ConstType, dtype: DType | str | None = None, device: str | None = None,
            buffer: bool = False, **kw: Any) -> Tensor:

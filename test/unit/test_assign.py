@@ -145,3 +145,9 @@ def test_inplace_operator_keeps_gradient_path(device: str) -> None:
   y += 1
   y.sum().backward()
   assert w.grad is not None and w.grad.tolist() == [3.0, 3.0]
+
+def test_invalids_is_a_writable_buffer(device: str) -> None:
+  z = Tensor.invalids(10, dtype="int").realize()
+  z[2:5] = 2
+  z[6:7] = 3
+  assert z.dtype == dtypes.int32 and z[2:5].tolist() == [2, 2, 2] and z[6:7].tolist() == [3]
