@@ -168,6 +168,10 @@ class UOp(metaclass=UOpMetaClass):
     """The allocated Buffer of a BUFFER node (the engine records it on the node), else None."""
     b = self.__dict__.get("buffer") if self.op is Ops.BUFFER else None
     return b if b is not None and b.is_allocated else None
+  @property
+  def is_realized(self) -> bool:
+    """Whether this node's values sit in allocated memory (a view of an allocated BUFFER)."""
+    return self.base.realized is not None
 
   # ***** constructors and ALU sugar (used by symbolic index math and the lowerer) *****
   @staticmethod

@@ -129,6 +129,7 @@ def test_uop_realized_is_the_buffer_across_assigns(device: str) -> None:
   x[0] += 1  # setitem writes the buffer too
   assert x.item() == 4 and x.uop.base.realized is buf
   assert (x + 1).uop.realized is None
+  assert x.uop.is_realized and not (x + 1).uop.is_realized and not Tensor.empty(3).realize().uop.is_realized
 
 def test_inplace_operator_writes_realized_buffer(device: str) -> None:
   # x += y on a realized tensor writes its buffer, as in PyTorch and tinygrad: views see it, earlier results don't
