@@ -1474,7 +1474,8 @@ def _writable_view(u: UOp) -> tuple[UOp, DType] | None:
   """(u as a chain of one-to-one views over its BUFFER in the buffer's dtype, that dtype) when an assign to u can
   write through it into the buffer; None for anything else (an expand or pad maps one element to many or none)."""
   chain = []
-  while u.op in _ONE_TO_ONE or u.op is Ops.DETACH or (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
+  while u.op in _ONE_TO_ONE or u.op is Ops.DETACH or \
+        (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
     if u.op in _ONE_TO_ONE: chain.append(u)
     u = u.src[0]
   if u.op is not Ops.BUFFER or u.arg[2:] == (IOTA_TAG,): return None

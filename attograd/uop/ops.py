@@ -161,7 +161,8 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def buf_uop(self) -> UOp:
     """The BUFFER node this view reads (tinygrad's name); a node that holds no buffer raises."""
-    if (b := self.base).op is not Ops.BUFFER: raise RuntimeError(f"buf_uop: {self.op} holds no buffer; realize() it first")
+    if (b := self.base).op is not Ops.BUFFER:
+      raise RuntimeError(f"buf_uop: {self.op} holds no buffer; realize() it first")
     return b
   @property
   def realized(self) -> Any:

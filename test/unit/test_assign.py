@@ -105,7 +105,8 @@ def test_assign_broadcasts_value(device: str) -> None:
   assert a.tolist() == [[1.0, 2.0]] * 3
   a[1:].assign(7.0)
   assert a.tolist() == [[1.0, 2.0], [7.0, 7.0], [7.0, 7.0]]
-  with pytest.raises(ValueError, match=r"assign: shape mismatch, target \(3, 2\) but value \(3,\)"): a.assign(Tensor([1.0, 2, 3]))
+  with pytest.raises(ValueError, match=r"assign: shape mismatch, target \(3, 2\) but value \(3,\)"):
+    a.assign(Tensor([1.0, 2, 3]))
 
 def test_setitem_through_views(device: str) -> None:
   t = Tensor.zeros(2, 3).contiguous().realize()

@@ -226,7 +226,8 @@ def test_tensor_from_bytes_reinterprets(device: str) -> None:
   t = Tensor(struct.pack("<ff", 0.25, -2.0), dtype=dtypes.float32)  # like torch.frombuffer: 8 bytes, 2 floats
   assert t.shape == (2,) and t.tolist() == [0.25, -2.0]
   assert Tensor(b"\x01\x02").tolist() == [1, 2]
-  with pytest.raises(ValueError, match="3 bytes aren't a whole number of dtypes.int16"): Tensor(b"abc", dtype=dtypes.int16)
+  with pytest.raises(ValueError, match="3 bytes aren't a whole number of dtypes.int16"):
+    Tensor(b"abc", dtype=dtypes.int16)
 
 def test_data_of_lazy_view(device: str) -> None:
   t = Tensor([[1, 2, 3], [4, 5, 6]]).permute(1, 0) + 1
