@@ -33,6 +33,8 @@ class _Device:
     base = _ALIASES.get(base.upper(), base.upper())
     if base == "GPU": base = self.best_gpu()
     if base not in ALL_DEVICES: raise ValueError(f"unknown device {device!r}; known devices are {ALL_DEVICES}")
+    # "DISK:path" names one file (tinygrad's spelling, any case of "disk"); the path is kept as written
+    if base == "DISK" and num and not num.isdigit(): return f"DISK:{num}"
     if num and not num.isdigit(): raise ValueError(f"bad device number in {device!r}; write it like '{base}:1'")
     return base if num in ("", "0") or base == "DISK" else f"{base}:{num}"
   def __getitem__(self, device: str) -> Compiled:

@@ -116,8 +116,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       uop = _const(data, d, device) if not requires_grad else _buffer_from_bytes(_pack([data], d), (), d, device)
     elif isinstance(data, (bytes, bytearray, memoryview)):
       raw = bytes(data)
-      uop = _buffer_from_bytes(raw, (len(raw),), dtypes.uint8, device)
-      if dtype is not None and dtype is not dtypes.uint8: uop = UOp(Ops.CAST, dtype, (uop,))
+      # the bytes as elements of dtype (uint8 by default), reinterpreted like torch.frombuffer and tinygrad
+      d = dtype or dtypes.uint8
+      if len(raw) % d.itemsize:
+        raise ValueError(f"Tensor: {len(raw)} bytes aren't a whole number of {d} elements ({d.itemsize} bytes each)")
+      uop = _buffer_from_bytes(raw, (len(raw) // d.itemsize,), d, device)
     elif isinstance(data, (list, tuple)):
       shape = _shape_of_data(data)
       _check_ragged(data, shape)
@@ -136,8 +139,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
     elif isinstance(data, os.PathLike):
       # a file's bytes stay on DISK (memory-mapped, nothing read) unless a device is asked for, as in tinygrad
-      uop = _file_uop(data, dtype or dtypes.uint8)
-      if asked_device is not None and device != "DISK": uop = Tensor(uop, device="DISK").to(device).uop
+      uop = tensor_disk.file_uop(data, dtype or dtypes.uint8)
+      if asked_device is not None and not tensor_disk.on_disk(device): uop = Tensor(uop).to(device).uop
     else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
     self.uop: UOp = uop
     self._device = device if uop.device is None else uop.device
@@ -259,6 +262,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
     if self.uop.device.__class__ is tuple: return self.to(self.device[0])._buffer()  # gathered on the first device
+    if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self.uop).base], 0
     t = self.realize()
     if not (_contiguous_view_of_buffer(t.uop) or _prefix_of_buffer(t.uop)):
       t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
@@ -271,14 +275,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
     if is_symbolic(self.shape): return self._concrete().data()
-    if 0 in self.shape: return memoryview(b"").cast("B")
+    if 0 in self.shape:  # no values: an empty view of this dtype's format
+      return memoryview(b"").cast("B") if self.dtype.fmt in (None, "e") else memoryview(b"").cast(self.dtype.fmt)
     buf, _ = self._buffer()
     mv = memoryview(bytearray(buf.nbytes))
     buf.copyout(mv)
     if buf.size != self.numel(): mv = mv[:self.numel() * self.dtype.itemsize]  # a symbolic shape's values: a prefix
     if self.dtype.fmt is None or self.dtype.fmt == "e": return mv  # half, bfloat16, fp8: their raw bytes
     fmt = self.dtype.fmt
-    return mv.cast(fmt, self.shape) if self.shape else mv.cast(fmt)
+    return mv.cast(fmt, self.shape)  # a 0-d tensor gives a 0-d view
   def _raw(self) -> bytes:
     if is_symbolic(self.shape): return self._concrete()._raw()
     if self.numel() == 0: return b""
@@ -315,8 +320,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     device = Device.canonicalize(device)
     if device == self.device: return self
     if device.__class__ is tuple and self.uop.device.__class__ is not tuple: return self._new(multi.shard_uop(self.uop, device, None))
-    src = self if _contiguous_view_of_buffer(self.uop) else self.contiguous()
-    return self._new(UOp(Ops.COPY, self.dtype, (src.uop, UOp(Ops.DEVICE, arg=device))))
+    # a DISK view is copied from the byte range under it (no kernel runs on DISK to make it contiguous)
+    if tensor_disk.on_disk(self.device): src_uop = tensor_disk.resolve(self.uop)
+    else: src_uop = (self if _contiguous_view_of_buffer(self.uop) else self.contiguous()).uop
+    return self._new(UOp(Ops.COPY, self.dtype, (src_uop, UOp(Ops.DEVICE, arg=device))))
   def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
     self.uop = self.to(device).uop
     return self
@@ -332,6 +339,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if self.uop.device.__class__ is tuple: raise ValueError(f"shard: the tensor is already on {self.device}; shard one-device tensors")
     devs = Device.canonicalize(tuple(devices))
     if len(devs) == 1: return self.to(devs[0])
+    if tensor_disk.on_disk(self.device): return self.to(Device.DEFAULT).shard(devs, axis)  # read the file once
     if axis is not None: axis = self._resolve_axis(axis, "shard")
     if axis is not None and self.shape[axis] < len(devs):
       raise ValueError(f"shard: axis {axis} of shape {self.shape} has fewer rows than the {len(devs)} devices")
@@ -379,13 +387,21 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     private = sys.getrefcount(x) <= _TEMP_ARG_REFS  # (measured before anything else here holds x)
     return self._assign(x, private)
   def _assign(self, x: Any, value_private: bool) -> Tensor:
+    if tensor_disk.on_disk(self.device): return tensor_disk.assign(self, x)  # from any device: a copy into the file
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
-    if x.shape != self.shape: raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
+    if x.shape != self.shape:
+      # a value that broadcasts to the target (a scalar, a row) fills it, as in tinygrad and PyTorch's copy_
+      if is_symbolic(self.shape) or is_symbolic(x.shape) or len(x.shape) > len(self.shape) or \
+         any(a != b and a != 1 for a, b in zip(x.shape[::-1], self.shape[::-1])):
+        raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
+      x = x._broadcast_to(self.shape)
     if x.device != self.device: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
+    if not _is_whole_buffer(self.uop) and (view := _writable_view(self.uop)) is not None:
+      return self._assign_view(x, *view, value_private=value_private)
     self.realize()
-    # a view or a constant: just rebind; so too for Tensor.arange's buffer, which every arange of its size shares (and
-    # which kernels never read: they compute it, as Ops.IOTA)
+    # a view that isn't one-to-one (expanded, padded) or a constant: just rebind; so too for Tensor.arange's buffer,
+    # which every arange of its size shares (and which kernels never read: they compute it, as Ops.IOTA)
     if not _is_whole_buffer(self.uop) or self.uop.base.arg[2:] == (IOTA_TAG,):
       self.uop = x.uop
       return self
@@ -401,6 +417,19 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     _keep_values_of_readers({base}, {assign, x.uop} if value_private else {assign})
     run_schedule(create_schedule([assign])[0])
     return self
+  def _assign_view(self, x: Tensor, target: UOp, base_dtype: DType, value_private: bool) -> Tensor:
+    """Write x through this view (a slice, a permute, a flip, a bitcast of a realized buffer) into the buffer under it,
+    as in tinygrad and PyTorch: the buffer's other views and holders see the new values. `target`: this view over the
+    buffer in its own dtype (bitcasts taken off, so the value is bitcast back instead)."""
+    base = target.base
+    xu = x.uop if x.dtype == base_dtype else UOp(Ops.BITCAST, base_dtype, (x.uop,))
+    # a value that reads the buffer at other positions than it writes (xs.assign(xs + X) for xs = X[::-1]) would see
+    # half-written data: computed into its own buffer first
+    if _reads_besides(xu, base, target): xu = UOp(Ops.CONTIGUOUS, base_dtype, (xu,))
+    assign = UOp(Ops.ASSIGN, base_dtype, (target, xu))
+    _keep_values_of_readers({base}, {assign, xu, x.uop} if value_private else {assign})
+    run_schedule(create_schedule([assign])[0])
+    return self
 
   # ***** creation *****
   @staticmethod
@@ -411,6 +440,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if (dev := Device.canonicalize(device)).__class__ is tuple:  # one whole buffer per device
       return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None), device=dev, **kw)
     return Tensor(_reshape_uop(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
+  @staticmethod
+  def invalids(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
+    """A tensor whose values are undefined until written (tinygrad's name for an anonymous buffer): attograd has
+    no Invalid marker value, so this is Tensor.empty, whose buffer holds whatever memory it gets.
+
+    >>> z = Tensor.invalids(4, dtype="int32")
+    >>> z[1:3] = 7
+    >>> z[1:3].tolist()
+    [7, 7]
+    """
+    return Tensor.empty(*shape, device=device, dtype=dtype)
   @staticmethod
   @_takes_requires_grad
   def full(shape: Any, fill_value: ConstType, dtype: DType | str | None = None, device: str | None = None,
@@ -928,6 +968,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def bitcast(self, dtype: DType | str) -> Tensor:
     """The same bytes read as `dtype` (same item size)."""
     d = to_dtype(dtype)
+    if d.itemsize != self.dtype.itemsize and tensor_disk.on_disk(self.device): return tensor_disk.bitcast(self, d)
     if d.itemsize != self.dtype.itemsize:
       raise ValueError(f"bitcast: {self.dtype} ({self.dtype.itemsize} bytes) to {d} ({d.itemsize} bytes) needs equal item sizes")
     return self if self.dtype == d else self._new(UOp(Ops.BITCAST, d, (self.uop,)))
@@ -1201,7 +1242,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _inplace(self, out: Tensor) -> Tensor:
     # x += y: the result keeps x's dtype and shape, and x now refers to it
     if out.shape != self.shape: raise ValueError(f"in-place op: result shape {out.shape} doesn't match {self.shape}")
-    self.uop = out.cast(self.dtype).uop
+    out = out.cast(self.dtype)
+    # a realized buffer, or a one-to-one view of one, is written in place as in PyTorch and tinygrad (its views and
+    # other holders see the new values); a lazy value, or one autograd tracks (requires_grad, or realized from a graph
+    # a backward() may still go through), takes the new graph instead, which keeps the gradient path
+    u = self.uop
+    if not self.requires_grad and "_origin" not in u.base.__dict__ and u.base.op is Ops.BUFFER and \
+       u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None):
+      return self._assign(out, value_private=True)
+    self.uop = out.uop
     return self
   def __iadd__(self, x: Any) -> Tensor: return self._inplace(self + x)
   def __isub__(self, x: Any) -> Tensor: return self._inplace(self - x)
@@ -1301,13 +1350,6 @@ def _reshape_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
   if u.shape == shape: return u
   if u.op is Ops.RESHAPE: u = u.src[0]  # reshapes compose
   return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
-
-def _file_uop(path: os.PathLike, dtype: DType) -> UOp:
-  """A DISK buffer over a whole file, as `dtype` elements (a tail shorter than one element is left out)."""
-  disk = Device["DISK"]
-  mapping = disk.open(path)  # type: ignore[attr-defined]  # raises FileNotFoundError for a missing file
-  n = mapping.size // dtype.itemsize
-  return new_buffer_uop("DISK", n, dtype, disk.buffer(mapping, 0, n, dtype))  # type: ignore[attr-defined]
 
 def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
   if device.__class__ is tuple: return multi.shard_uop(_buffer_from_bytes(raw, shape, dtype, device[0]), device, None)
@@ -1415,6 +1457,31 @@ def _prefix_of_buffer(u: UOp) -> bool:
 
 def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
 
+def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
+  """Whether u reads the BUFFER `base` other than through `view` (and views of the value must not: see assign)."""
+  seen: set[UOp] = set()
+  stack = [u]
+  while stack:
+    n = stack.pop()
+    if n is view or n in seen: continue
+    if n is base: return True
+    seen.add(n)
+    stack.extend(n.src)
+  return False
+
+_ONE_TO_ONE = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP)
+def _writable_view(u: UOp) -> tuple[UOp, DType] | None:
+  """(u as a chain of one-to-one views over its BUFFER in the buffer's dtype, that dtype) when an assign to u can
+  write through it into the buffer; None for anything else (an expand or pad maps one element to many or none)."""
+  chain = []
+  while u.op in _ONE_TO_ONE or u.op is Ops.DETACH or \
+        (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
+    if u.op in _ONE_TO_ONE: chain.append(u)
+    u = u.src[0]
+  if u.op is not Ops.BUFFER or u.arg[2:] == (IOTA_TAG,): return None
+  for m in reversed(chain): u = UOp(m.op, u.dtype, (u,), m.arg)
+  return u, u.dtype
+
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
   n = max(len(a), len(b))
   pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
@@ -1480,5 +1547,6 @@ def _index_tensor(n: int, device: str) -> Tensor:
   return grid.reshape(a * b).shrink(((0, n),))
 
 from attograd.tensor_index import _getitem  # noqa: E402
+from attograd import tensor_disk  # noqa: E402
 
 for _name in _CONCRETE_ONLY: setattr(Tensor, _name, _concrete_only(getattr(Tensor, _name), _name))

@@ -345,7 +345,9 @@ class ComposeMixin:
     >>> x.tolist()
     [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
     """
-    from attograd.tensor import Tensor, _contiguous_view_of_buffer
+    from attograd.tensor import Tensor, _contiguous_view_of_buffer, _writable_view
+    from attograd import tensor_disk
+    if tensor_disk.on_disk(self.device): return tensor_disk.setitem(self, indices, value)  # bytes into the file
     if isinstance(value, Tensor) and value.dtype != self.dtype:
       # a silent cast would truncate floats written into an int tensor; tinygrad refuses every mismatch, and so do we
       raise RuntimeError(f"setitem: the value's dtype {value.dtype} differs from the tensor's {self.dtype}; "
@@ -353,7 +355,8 @@ class ComposeMixin:
     if (placed := _setitem(self, indices, value)) is None: return
     v, hit = placed
     new = v if hit is None else hit.where(v, self)
-    if _contiguous_view_of_buffer(self.uop):
+    # a realized buffer, or a one-to-one view of one (a slice, a permute, a flip): written in place, through the view
+    if _contiguous_view_of_buffer(self.uop) or _writable_view(self.uop) is not None:
       # assign writes this buffer while the kernel reads it: if the value or the index tensors read it at other
       # positions (x[1:] = x[:-1]), compute the result into its own buffer first
       base = self.uop.base

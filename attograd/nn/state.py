@@ -9,7 +9,8 @@ from attograd.dtype import DType, dtypes, to_dtype
 from attograd.helpers import prod
 from attograd.tensor import Tensor
 from attograd.engine.schedule import new_buffer_uop
-from attograd.runtime.ops_disk import DiskBuffer, DiskMapping
+from attograd.runtime.ops_disk import DiskMapping, DiskView
+from attograd.tensor_disk import on_disk
 
 PathLike = str | os.PathLike
 
@@ -41,10 +42,10 @@ def disk_tensor(source: PathLike | bytes | DiskMapping, offset: int = 0, shape: 
   return t.reshape(tuple(shape)) if tuple(shape) != (n,) else t
 
 def _disk_view(t: Tensor) -> tuple[DiskMapping, int] | None:
-  """(mapping, byte offset) when `t` is a whole DISK buffer, else None."""
-  if t.device != "DISK": return None
+  """(mapping, byte offset) when `t` is on a DISK device ("DISK", or one file's "DISK:path"), else None."""
+  if not on_disk(t.device): return None
   buf, _ = t._buffer()
-  return (buf._buf.mapping, buf._buf.offset) if isinstance(buf, DiskBuffer) else None
+  return (buf._buf.mapping, buf._buf.offset) if isinstance(buf._buf, DiskView) else None
 
 def _mapping_of(src: PathLike | Tensor, op: str) -> tuple[DiskMapping, int, int]:
   """The bytes to parse: (mapping, start, size). A path is mapped; a uint8 Tensor is read (or reused if on DISK)."""

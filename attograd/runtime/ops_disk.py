@@ -1,6 +1,8 @@
-"""The DISK device: files memory-mapped read-only. A DISK buffer is a view (offset, size) of a mapped file, so
-loading a model makes tensors over its bytes without reading them; `.to(device)` copies exactly those bytes.
-No kernel runs here."""
+"""The DISK devices: memory-mapped files. A DISK buffer is a view (offset, size) of a mapped file, so loading a model
+makes tensors over its bytes without reading them; `.to(device)` copies exactly those bytes. No kernel runs here.
+"DISK" maps the files the loaders open (nn/state.py), read-only; "DISK:path" is one file, as in tinygrad: opened
+read-write (created or grown to the size asked for) when its first buffer is allocated, so `t.to("DISK:path")`,
+`Tensor.empty(n, device="DISK:path")` and an assign into such a tensor write the file."""
 from __future__ import annotations
 import mmap, os, weakref
 from typing import Any
@@ -24,6 +26,12 @@ class DiskMapping:
         # mmap refuses empty files; an empty file has no bytes to view anyway
         self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
       self.data = memoryview(self.mm) if self.mm is not None else memoryview(b"")
+  @classmethod
+  def of_mmap(cls, path: str, mm: mmap.mmap) -> DiskMapping:
+    """A mapping over an mmap the caller opened (writable when the mmap is)."""
+    self = cls.__new__(cls)
+    self.path, self.mm, self.data = path, mm, memoryview(mm)
+    return self
   @property
   def size(self) -> int: return self.data.nbytes
   def read(self, offset: int, nbytes: int) -> memoryview:
@@ -48,13 +56,25 @@ class DiskAllocator(Allocator):
     raise RuntimeError(f"DISK: can't write into {dest}. {_NO_COMPUTE}")
   def copyout(self, dest: memoryview, src: DiskView) -> None: dest[:] = src.mapping.read(src.offset, src.nbytes)
 
+class FileAllocator(Allocator):
+  """Buffers of a "DISK:path" device: views of its file, which is opened (and grown) on the first allocation."""
+  def __init__(self, dev: DiskDevice): self.dev = dev
+  def alloc(self, nbytes: int) -> DiskView: return DiskView(self.dev._might_open(nbytes), 0, nbytes)
+  def free(self, buf: Any, nbytes: int) -> None: self.dev._might_close()
+  def copyin(self, dest: DiskView, src: memoryview) -> None:
+    if dest.mapping.data.readonly:
+      raise PermissionError(f"DISK: {dest.mapping.path} is open read-only (no write permission); it can't be written")
+    dest.mapping.data[dest.offset:dest.offset + dest.nbytes] = src
+  def copyout(self, dest: memoryview, src: DiskView) -> None: dest[:] = src.mapping.read(src.offset, src.nbytes)
+
 class DiskBuffer(Buffer):
   """A Buffer whose memory is a view of a mapped file. It holds no device memory, so it isn't counted in mem_used."""
-  def __init__(self, device: str, view: DiskView, size: int, dtype: DType, allocator: DiskAllocator):
+  def __init__(self, device: str, view: DiskView, size: int, dtype: DType, allocator: Allocator, parent: Any = None):
     if view.nbytes != size * dtype.itemsize:
       raise ValueError(f"DISK: a view of {view.nbytes} bytes can't hold {size} elements of {dtype}")
     super().__init__(device, size, dtype)
-    self._buf, self.allocator = view, allocator
+    # parent: the allocated Buffer this is a view of, kept alive (it holds the file open) while the view is
+    self._buf, self.allocator, self.parent = view, allocator, parent
   def __del__(self) -> None: pass
   def __repr__(self) -> str: return f"<DiskBuffer {self._buf} {self.size} {self.dtype}>"
 
@@ -70,9 +90,44 @@ def _no_program(*args: Any, **kwargs: Any) -> Any: raise RuntimeError(_NO_COMPUT
 
 class DiskDevice(Compiled):
   def __init__(self, device: str):
-    super().__init__(device, DiskAllocator(), DiskRenderer(), DiskCompiler(), _no_program)
+    self.path = device.partition(":")[2]  # "" for the loaders' device
+    self.size: int | None = None  # bytes mapped, while a buffer of a "DISK:path" device is allocated
+    self.fd: int | None = None
+    self.refcount = 0  # allocated buffers of a "DISK:path" device
+    self.writable = False
+    self.mapping: DiskMapping | None = None
+    super().__init__(device, FileAllocator(self) if self.path else DiskAllocator(), DiskRenderer(), DiskCompiler(),
+                     _no_program)
     # one mapping per open file: loading the same file twice shares it
     self._mappings: weakref.WeakValueDictionary[tuple[Any, ...], DiskMapping] = weakref.WeakValueDictionary()
+  def _might_open(self, nbytes: int) -> DiskMapping:
+    """The file mapped with at least `nbytes` (created, or grown with zeros, when shorter), counted as one more user.
+    A file we may not write is mapped read-only: reading it works, writing it raises."""
+    if self.mapping is None or self.size is None or nbytes > self.size:
+      if self.fd is None:
+        try: self.fd, self.writable = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), True
+        except PermissionError: self.fd, self.writable = os.open(self.path, os.O_RDONLY), False
+      writable = self.writable
+      if os.fstat(self.fd).st_size < nbytes:
+        if not writable:
+          have = os.fstat(self.fd).st_size
+          if self.refcount == 0:  # nothing else holds it open
+            os.close(self.fd)
+            self.fd = None
+          raise ValueError(f"DISK: {self.path} has {have} bytes, {nbytes} asked for, and it is read-only to us")
+        os.ftruncate(self.fd, nbytes)
+      # a larger mapping for a larger buffer; buffers made before keep theirs (both see the same file pages)
+      mm = mmap.mmap(self.fd, nbytes, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+      self.mapping, self.size, self.mem = DiskMapping.of_mmap(self.path, mm), nbytes, mm  # (mem: tinygrad's name)
+    self.refcount += 1
+    return self.mapping
+  def _might_close(self) -> None:
+    """One user fewer; the last one closes the file (mapped views still alive keep their pages)."""
+    self.refcount -= 1
+    if self.refcount > 0: return
+    if self.fd is not None: os.close(self.fd)
+    self.fd, self.size, self.mapping = None, None, None
+    if hasattr(self, "mem"): del self.mem
   def open(self, source: str | os.PathLike | bytes | bytearray | memoryview | DiskMapping) -> DiskMapping:
     """The read-only mapping of a file path (shared while in use), or of bytes already in memory."""
     if isinstance(source, DiskMapping): return source

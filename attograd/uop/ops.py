@@ -158,6 +158,21 @@ class UOp(metaclass=UOpMetaClass):
     x = self
     while x.op in GroupOp.Movement: x = x.src[0]
     return x
+  @property
+  def buf_uop(self) -> UOp:
+    """The BUFFER node this view reads (tinygrad's name); a node that holds no buffer raises."""
+    if (b := self.base).op is not Ops.BUFFER:
+      raise RuntimeError(f"buf_uop: {self.op} holds no buffer; realize() it first")
+    return b
+  @property
+  def realized(self) -> Any:
+    """The allocated Buffer of a BUFFER node (the engine records it on the node), else None."""
+    b = self.__dict__.get("buffer") if self.op is Ops.BUFFER else None
+    return b if b is not None and b.is_allocated else None
+  @property
+  def is_realized(self) -> bool:
+    """Whether this node's values sit in allocated memory (a view of an allocated BUFFER)."""
+    return self.base.realized is not None
 
   # ***** constructors and ALU sugar (used by symbolic index math and the lowerer) *****
   @staticmethod

@@ -1,7 +1,9 @@
 """In-place assign: the value may read the target, and kernels whose inputs fold away still run everywhere."""
 from __future__ import annotations
 from typing import Any
-from attograd import GlobalCounters, Tensor
+import numpy as np
+import pytest
+from attograd import GlobalCounters, Tensor, dtypes
 
 def test_assign_reading_shifted_target(device: str) -> None:
   t = Tensor([0.0, 1, 2, 3, 4, 5]).realize()
@@ -57,3 +59,97 @@ def test_assign_into_a_region_at_a_symbolic_position(device: str) -> None:
   assign_later(cache.shrink(((1, 2), (0, 6), (1, 2))), Tensor.full((1, 6, 1), 9.0)).realize()
   want[:, 1:3], want[1, :, 1] = -1, 9
   assert np.array_equal(cache.numpy(), want)
+
+# ***** assign and setitem through views: the buffer under the view is written (tinygrad and PyTorch semantics) *****
+
+def test_assign_to_slice_writes_the_buffer(device: str) -> None:
+  x = Tensor([1, 2, 3, 4]).realize()
+  xs = x[2:4]
+  xs.assign(xs + 1)
+  assert x.tolist() == [1, 2, 4, 5] and xs.tolist() == [4, 5]
+
+def test_assign_to_slice_reading_other_slice(device: str) -> None:
+  x = Tensor([1, 2, 3, 4]).realize()
+  x[1:3].assign(x[2:4] + 1)  # reads positions it also writes: the value is computed first
+  assert x.tolist() == [1, 4, 5, 4]
+
+def test_assign_to_overlapping_shift(device: str) -> None:
+  x = Tensor.arange(50).float().clone().realize()
+  want = np.arange(50, dtype=np.float32)
+  want[:45] = want[5:].copy()
+  x[0:45].assign(x[5:50])
+  np.testing.assert_equal(x.numpy(), want)
+
+def test_assign_to_flip_reading_buffer(device: str) -> None:
+  ref = np.arange(16, dtype=np.float32)
+  x = Tensor(ref).contiguous().realize()
+  GlobalCounters.reset()
+  xs = x[::-1]
+  xs.assign(xs + x)
+  assert GlobalCounters.kernel_count == 2  # the value into its own buffer, then the write
+  np.testing.assert_equal(x.numpy(), ref + ref[::-1])
+
+def test_assign_to_permuted_row(device: str) -> None:
+  x = Tensor.zeros(3, 4).contiguous().realize()
+  x.T[1].assign(Tensor([5.0, 6.0, 7.0]))
+  assert x.tolist() == [[0.0, 5.0, 0.0, 0.0], [0.0, 6.0, 0.0, 0.0], [0.0, 7.0, 0.0, 0.0]]
+
+def test_assign_to_bitcast_view(device: str) -> None:
+  a = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  a[0:2].bitcast(dtypes.uint32).assign(Tensor([0x40800000, 0x40400000], dtype=dtypes.uint32))
+  assert a.tolist() == [4.0, 3.0, 3.0, 4.0]
+
+def test_assign_broadcasts_value(device: str) -> None:
+  a = Tensor.zeros(3, 2).contiguous().realize()
+  a.assign(Tensor([[1.0, 2.0]]))
+  assert a.tolist() == [[1.0, 2.0]] * 3
+  a[1:].assign(7.0)
+  assert a.tolist() == [[1.0, 2.0], [7.0, 7.0], [7.0, 7.0]]
+  with pytest.raises(ValueError, match=r"assign: shape mismatch, target \(3, 2\) but value \(3,\)"):
+    a.assign(Tensor([1.0, 2, 3]))
+
+def test_setitem_through_views(device: str) -> None:
+  t = Tensor.zeros(2, 3).contiguous().realize()
+  t.T[1, 0] = 5.0
+  t[::-1][0, 2] = 6.0
+  t.detach()[0, 0] = 7.0
+  assert t.tolist() == [[7.0, 5.0, 0.0], [0.0, 0.0, 6.0]]
+
+def test_assign_to_expanded_view_rebinds(device: str) -> None:
+  # an expand maps one element to many: not writable through, so the tensor just takes the value (as before)
+  base = Tensor([1.0]).realize()
+  e = base.expand(3)
+  e.assign(Tensor([4.0, 5.0, 6.0]))
+  assert e.tolist() == [4.0, 5.0, 6.0] and base.tolist() == [1.0]
+
+def test_uop_realized_is_the_buffer_across_assigns(device: str) -> None:
+  x = Tensor([0]).realize()
+  buf = x.uop.base.realized
+  assert buf is not None and x.uop.buf_uop is x.uop.base
+  for _ in range(3): x.assign(x + 1)
+  x[0] += 1  # setitem writes the buffer too
+  assert x.item() == 4 and x.uop.base.realized is buf
+  assert (x + 1).uop.realized is None
+  assert x.uop.is_realized and not (x + 1).uop.is_realized and not Tensor.empty(3).realize().uop.is_realized
+
+def test_inplace_operator_writes_realized_buffer(device: str) -> None:
+  # x += y on a realized tensor writes its buffer, as in PyTorch and tinygrad: views see it, earlier results don't
+  x = Tensor([1.0, 2.0, 3.0]).realize()
+  buf, view, before = x.uop.base.realized, x[1:], x * 10
+  x += 1
+  x[1:] *= 2  # through a view
+  assert x.tolist() == [2.0, 6.0, 8.0] and view.tolist() == [6.0, 8.0] and before.tolist() == [10.0, 20.0, 30.0]
+  assert x.uop.base.realized is buf
+
+def test_inplace_operator_keeps_gradient_path(device: str) -> None:
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  y = (w * 3).realize()  # realized from a graph backward() goes through: rebound, not written
+  y += 1
+  y.sum().backward()
+  assert w.grad is not None and w.grad.tolist() == [3.0, 3.0]
+
+def test_invalids_is_a_writable_buffer(device: str) -> None:
+  z = Tensor.invalids(10, dtype="int").realize()
+  z[2:5] = 2
+  z[6:7] = 3
+  assert z.dtype == dtypes.int32 and z[2:5].tolist() == [2, 2, 2] and z[6:7].tolist() == [3]

@@ -1,5 +1,6 @@
 """Tensor creation, data access and bookkeeping: constructors, numpy/tolist/item/data, realize, to, assign, repr."""
 from __future__ import annotations
+import struct
 from typing import Any, Callable
 import numpy as np
 import pytest
@@ -214,6 +215,19 @@ def test_data_memoryview(device: str) -> None:
   half = Tensor([0.5, 1.0], dtype=dtypes.float16).data()  # Python's memoryview can't hold 'e' before 3.12: bytes ok
   assert isinstance(half, memoryview) and half.nbytes == 4
   assert np.frombuffer(half.tobytes(), np.float16).tolist() == [0.5, 1.0]
+
+def test_data_of_empty_and_scalar(device: str) -> None:
+  e = Tensor([], dtype=dtypes.int32).reshape(0, 2).data()
+  assert e.format == "i" and e.itemsize == 4 and e.shape == (0,) and list(e) == []
+  s = Tensor(3, dtype=dtypes.int32).data()  # a 0-d tensor gives a 0-d view, as in tinygrad
+  assert s.format == "i" and s.shape == () and s.tolist() == 3
+
+def test_tensor_from_bytes_reinterprets(device: str) -> None:
+  t = Tensor(struct.pack("<ff", 0.25, -2.0), dtype=dtypes.float32)  # like torch.frombuffer: 8 bytes, 2 floats
+  assert t.shape == (2,) and t.tolist() == [0.25, -2.0]
+  assert Tensor(b"\x01\x02").tolist() == [1, 2]
+  with pytest.raises(ValueError, match="3 bytes aren't a whole number of dtypes.int16"):
+    Tensor(b"abc", dtype=dtypes.int16)
 
 def test_data_of_lazy_view(device: str) -> None:
   t = Tensor([[1, 2, 3], [4, 5, 6]]).permute(1, 0) + 1

@@ -1,0 +1,99 @@
+"""DISK tensors (views of files, runtime/ops_disk.py) at the Tensor level: a chain of views over a DISK buffer is
+resolved to a buffer over its bytes (no kernel runs on DISK, so only views that are one contiguous byte range can be
+read or written), and writes into such a view copy the value's bytes into the file."""
+from __future__ import annotations
+import os
+from typing import TYPE_CHECKING, Any
+from attograd.device import Buffer, Device
+from attograd.dtype import DType
+from attograd.helpers import prod
+from attograd.uop.ops import GroupOp, Ops, UOp
+from attograd.uop.view import ShapeTracker, strides_for_shape
+from attograd.engine.schedule import buffers, new_buffer_uop
+from attograd.runtime.ops_disk import DiskBuffer, DiskView
+if TYPE_CHECKING: from attograd.tensor import Tensor
+
+def on_disk(device: Any) -> bool: return device.__class__ is str and device.startswith("DISK")
+
+def _noncontiguous(what: str) -> RuntimeError:
+  return RuntimeError(f"DISK: {what}: a non-contiguous view is not supported on DISK (no kernel runs there); move the "
+                      "tensor to a compute device first, e.g. t.to('CPU')")
+
+def resolve(u: UOp) -> UOp:
+  """u (views and same-size bitcasts of a DISK buffer) as a BUFFER over exactly its bytes, reshaped to u's shape."""
+  chain: list[UOp] = []
+  x = u
+  while x.op in GroupOp.Movement or x.op in (Ops.BITCAST, Ops.DETACH, Ops.CONTIGUOUS):
+    if x.op is Ops.BITCAST and x.dtype.itemsize != x.src[0].dtype.itemsize: break
+    if x.op in GroupOp.Movement: chain.append(x)
+    x = x.src[0]
+  if x.op is Ops.COPY:  # a copy into the file not made yet (t.to("DISK:path")[1:]): made now, then viewed
+    from attograd.tensor import Tensor
+    return resolve(u.substitute({x: Tensor(x).realize().uop}))
+  if x.op is not Ops.BUFFER:
+    raise NotImplementedError(f"DISK: {x.op.name.lower()} can't run on {x.device or 'DISK'}: DISK tensors are views of "
+                              "files, nothing is computed there; move the tensor first, e.g. t.to('CPU')")
+  st = ShapeTracker.from_shape((x.arg[1],))
+  for m in reversed(chain): st = st.apply(m.op, m.arg)
+  st = st.simplify()
+  n = prod(u.shape)
+  v = st.views[-1]
+  if n and (len(st.views) != 1 or v.mask is not None or v.strides != strides_for_shape(v.shape)):
+    raise _noncontiguous(f"reading a view of shape {u.shape}")
+  # always a fresh node, even for the whole buffer: a copy out of it is then a new graph, never a memoized result
+  # from before the file was written
+  return _sub_buffer(x, v.offset if n else 0, n, u.dtype, u.shape)
+
+def _sub_buffer(base: UOp, elem_offset: int, n: int, dtype: DType, shape: tuple[int, ...]) -> UOp:
+  """A BUFFER node over n elements of `dtype` at element `elem_offset` (in base's dtype) of base's buffer."""
+  parent = buffers[base].allocate()
+  view: DiskView = parent._buf
+  off = view.offset + elem_offset * base.dtype.itemsize
+  sub = DiskBuffer(parent.device, DiskView(view.mapping, off, n * dtype.itemsize), n, dtype, parent.allocator, parent)
+  out = new_buffer_uop(parent.device, n, dtype, sub)
+  return out if shape == (n,) else UOp(Ops.RESHAPE, dtype, (out,), shape)
+
+def bitcast(t: Tensor, dtype: DType) -> Tensor:
+  """A DISK view's bytes as `dtype` of another item size: the last axis is rescaled, as in tinygrad."""
+  shape = t.shape
+  nbytes = (shape[-1] if shape else 1) * t.dtype.itemsize
+  if nbytes % dtype.itemsize:
+    raise RuntimeError(f"bitcast: the last axis of shape {shape} ({nbytes} bytes of {t.dtype}) isn't a whole number "
+                       f"of {dtype} ({dtype.itemsize} bytes)")
+  if not shape: raise RuntimeError(f"bitcast: a 0-d {t.dtype} tensor can't become {dtype} of another item size")
+  new_shape = shape[:-1] + (nbytes // dtype.itemsize,)
+  u = resolve(t.uop)
+  base = u.base
+  return t._new(_sub_buffer(base, 0, prod(new_shape), dtype, new_shape))
+
+def assign(t: Tensor, x: Any) -> Tensor:
+  """Write x's values into the bytes of the DISK view t. x may live on any device (a DISK x is read through the
+  default device); it is broadcast to t's shape and cast to t's dtype there."""
+  from attograd.tensor import Tensor
+  if not isinstance(x, Tensor): x = Tensor(x, dtype=t.dtype)
+  if on_disk(x.device): x = x.to(Device.DEFAULT)
+  if x.shape != t.shape: x = x._broadcast_to(t.shape)
+  if x.dtype != t.dtype: x = x.cast(t.dtype)
+  target = resolve(t.uop).base
+  buf = buffers[target].allocate()
+  # (no version bump: reads of DISK go through fresh nodes (resolve), so no memoized read of the old bytes is reused,
+  # and a node whose value *is* the file, t.to("DISK:path"), stays valid)
+  if buf.size: buf.copyin(memoryview(x._raw()))
+  return t
+
+def setitem(t: Tensor, indices: Any, value: Any) -> None:
+  """t[indices] = value on DISK: basic indices only (the region must be one contiguous byte range)."""
+  from attograd.tensor import Tensor
+  idx = indices if isinstance(indices, tuple) else (indices,)
+  if any(isinstance(i, (Tensor, list)) or type(i).__module__ == "numpy" for i in idx):
+    raise RuntimeError(f"setitem: advanced (tensor) indexing is not supported for DISK tensors ({t.device}); index "
+                       "with ints and slices")
+  assign(t[indices], value)
+
+def file_uop(path: os.PathLike, dtype: DType) -> UOp:
+  """A whole file as a "DISK:path" buffer of `dtype` elements (a tail shorter than one element left out)."""
+  p = os.fspath(path)
+  size = os.stat(p).st_size  # raises FileNotFoundError for a missing file, before anything would create it
+  dev = Device.canonicalize(f"DISK:{p}")
+  n = size // dtype.itemsize
+  return new_buffer_uop(dev, n, dtype, Buffer(dev, n, dtype))

@@ -1,0 +1,77 @@
+"""DISK:path tensors (one file each, as in tinygrad): created, written by copies, assigns and setitem, and read
+through contiguous views and bitcasts; non-contiguous views and compute raise clearly."""
+from __future__ import annotations
+import pathlib, struct
+import numpy as np
+import pytest
+from attograd import Device, Tensor, dtypes
+
+def _disk(p: pathlib.Path) -> str: return f"disk:{p}"
+
+def test_device_name_keeps_the_path(tmp_path: pathlib.Path) -> None:
+  assert Device.canonicalize(f"disk:{tmp_path}/Ab") == f"DISK:{tmp_path}/Ab"
+  assert Device.canonicalize("DISK") == "DISK"
+
+def test_copy_to_disk_writes_the_file(tmp_path: pathlib.Path, device: str) -> None:
+  p = tmp_path / "ones"
+  Tensor.ones(10, 10).contiguous().to(_disk(p)).realize()
+  assert p.read_bytes() == struct.pack("<f", 1.0) * 100
+  back = Tensor.empty(10, 10, device=_disk(p))
+  np.testing.assert_equal(back.to(device).numpy(), np.ones((10, 10), np.float32))
+
+def test_empty_creates_and_reads(tmp_path: pathlib.Path) -> None:
+  p = tmp_path / "bytes"
+  p.write_bytes(bytes(range(256)))
+  t = Tensor.empty(16, 16, device=_disk(p), dtype=dtypes.uint8)
+  assert t.device == f"DISK:{p}"
+  assert t[1].to("CPU").tolist() == list(range(16, 32))
+  assert t[2:4].tolist() == [list(range(32, 48)), list(range(48, 64))]
+  Tensor.empty(4, 4, device=_disk(tmp_path / "new"), dtype=dtypes.uint8).numpy()  # a new file, grown to the size
+  assert (tmp_path / "new").stat().st_size == 16
+
+def test_bitcast_views(tmp_path: pathlib.Path) -> None:
+  p = tmp_path / "b"
+  p.write_bytes(bytes(range(10, 24)))
+  t = Tensor.empty(14, device=_disk(p), dtype=dtypes.uint8)
+  assert t.bitcast(dtypes.uint16)[1:3].tolist() == np.frombuffer(bytes(range(10, 24)), np.uint16)[1:3].tolist()
+  assert t[2:10].bitcast(dtypes.uint32).to("CPU").tolist() == np.frombuffer(bytes(range(12, 20)), np.uint32).tolist()
+  with pytest.raises(RuntimeError, match="isn't a whole number"): t[0:3].bitcast(dtypes.uint16)
+
+def test_assign_and_setitem_write_the_file(tmp_path: pathlib.Path, device: str) -> None:
+  p = tmp_path / "w"
+  t = Tensor([0, 1, 2, 3], dtype=dtypes.int32).to(_disk(p))
+  t[1:3].assign(Tensor.full((2,), 99, dtype=dtypes.int32))  # a constant value, from the compute device
+  t[3] = 7
+  assert t.tolist() == [0, 99, 99, 7]
+  assert np.frombuffer(p.read_bytes(), np.int32).tolist() == [0, 99, 99, 7]
+  h = Tensor.empty(16, device=_disk(tmp_path / "h"), dtype=dtypes.uint8)
+  h[0:8].bitcast(dtypes.int64).assign([12345])  # how safetensors writes its header length
+  assert int.from_bytes(h[0:8].data(), "little") == 12345
+
+def test_assign_from_disk_and_broadcast(tmp_path: pathlib.Path) -> None:
+  src = Tensor([1, 2, 3, 4], dtype=dtypes.int32).to(_disk(tmp_path / "s"))
+  dst = Tensor.empty(4, device=_disk(tmp_path / "d"), dtype=dtypes.int32)
+  dst.assign(src)  # DISK to DISK goes through the default device
+  assert dst.tolist() == [1, 2, 3, 4]
+  dst.assign(5)
+  assert dst.tolist() == [5, 5, 5, 5]
+
+def test_non_contiguous_and_compute_raise(tmp_path: pathlib.Path) -> None:
+  t = Tensor([[0, 1, 2], [3, 4, 5]]).to(_disk(tmp_path / "n"))
+  with pytest.raises(RuntimeError, match="non-contiguous view is not supported"): t.T.tolist()
+  with pytest.raises(RuntimeError, match="non-contiguous view is not supported"): t[:, ::2].to("CPU")
+  with pytest.raises(RuntimeError, match="non-contiguous view is not supported"): t[0, ::2] = Tensor([9, 9])
+  with pytest.raises(RuntimeError, match="advanced .* not supported for DISK"): t[Tensor([0, 1]), Tensor([1, 2])] = 9
+  with pytest.raises(NotImplementedError, match="cast can't run on DISK"): t.cast(dtypes.float16).to("CPU")
+
+def test_path_tensor_is_a_disk_device(tmp_path: pathlib.Path) -> None:
+  p = tmp_path / "f.bin"
+  p.write_bytes(bytes(range(100)))
+  t = Tensor(p, dtype=dtypes.int16)
+  assert t.device == f"DISK:{p}" and t.shape == (50,)
+  assert t[10:12].tolist() == np.frombuffer(bytes(range(100)), np.int16)[10:12].tolist()
+  dev = Device[t.device]
+  t.numpy()
+  assert dev.refcount >= 1 and dev.fd is not None
+  with pytest.raises(FileNotFoundError): Tensor(tmp_path / "missing")
+  assert not (tmp_path / "missing").exists()
