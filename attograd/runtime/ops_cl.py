@@ -9,8 +9,12 @@ from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator,
 from attograd.helpers import cache_dir
 from attograd.renderer.cstyle import OpenCLRenderer
 
-# PoCL compiles each kernel with clang and keeps its own cache; keep it next to ours (set before the library loads)
+# PoCL compiles each kernel with clang in a work directory (set before the library loads). Its own kernel cache is off:
+# attograd's disk cache already keeps each program's binary, and PoCL's, shared by every process, races: a process
+# that finds another's half-written entry returns a program binary without kernel metadata, and loading that binary
+# later aborts the interpreter (PoCL's assertion `len > 0` in pocl_binary_get_kernels_metadata).
 os.environ.setdefault("POCL_CACHE_DIR", os.path.join(cache_dir(), "pocl"))
+os.environ.setdefault("POCL_KERNEL_CACHE", "0")
 
 c_p, c_int, c_uint, c_size, c_ulong = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_uint64
 CL_DEVICE_TYPE_ALL, CL_MEM_READ_WRITE, CL_QUEUE_PROFILING_ENABLE, CL_QUEUE_PROPERTIES = 0xFFFFFFFF, 1, 2, 0x1093

@@ -146,3 +146,20 @@ def test_cl_without_platform_says_so(tmp_path) -> None:
   if not CL_OK: pytest.skip(f"CL unavailable: {CL_WHY}")
   out = _available_cl_in_subprocess(OCL_ICD_VENDORS=str(tmp_path))  # the ICD loader finds no drivers there
   assert "False" in out and "no OpenCL platform" in out
+
+@needs_cl
+def test_program_binaries_load_in_a_fresh_process(tmp_path) -> None:
+  # attograd's disk cache keeps each program's binary; PoCL's own kernel cache, shared by every process, is off (a
+  # process reading another's half-written entry got a binary without kernel metadata, and loading it aborted the
+  # interpreter). Two processes build the same kernels at once into an empty cache, a third runs them from it.
+  import os, subprocess, sys
+  code = ("import os; from attograd import Tensor, dtypes;"
+          "x = Tensor.arange(12, device='CL', dtype=dtypes.int32).reshape(3, 4).contiguous().realize();"
+          "x.assign(x - 3); print(x.sum().item()); assert os.environ['POCL_KERNEL_CACHE'] == '0'")
+  env = {k: v for k, v in os.environ.items() if k not in ("POCL_KERNEL_CACHE", "POCL_CACHE_DIR")}
+  env["ATTOGRAD_CACHE_DIR"] = str(tmp_path)
+  run = lambda: subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  procs = [run(), run()]
+  outs = [p.communicate(timeout=300) for p in procs] + [run().communicate(timeout=300)]
+  assert [o.decode().strip() for o, _ in outs] == ["30"] * 3, [e.decode()[-500:] for _, e in outs]
+  assert os.listdir(tmp_path / "compile")  # the third process found the binaries there
