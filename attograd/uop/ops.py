@@ -3,7 +3,7 @@ from __future__ import annotations
 import math, operator, weakref
 from _weakref import _remove_dead_weakref
 from enum import IntEnum, auto
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from attograd.dtype import ConstType, DType, dtypes, truncate_to
 from attograd.helpers import prod
 
@@ -112,6 +112,12 @@ class UOpMetaClass(type):
 class UOp(metaclass=UOpMetaClass):
   """An immutable node (op, dtype, src, arg). Building the same node twice returns the same object."""
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  if TYPE_CHECKING:  # the fields live in the slots; the metaclass builds nodes: both said here for the type checker
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None: ...
   def __setattr__(self, k: str, v: Any) -> None:
     if k in ("op", "dtype", "src", "arg"): raise AttributeError("UOp is immutable")
     object.__setattr__(self, k, v)
