@@ -291,8 +291,8 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
       h = hashlib.sha256()
       fd, tmp = tempfile.mkstemp(dir=fp.parent, prefix=".fetch-")
       try:
-        with os.fdopen(fd, "wb") as f, tqdm(total=None if gunzip else length, unit="B", unit_scale=True, desc=url,
-                                            disable=None) as bar:
+        with os.fdopen(fd, "wb") as f, tqdm[bytes](total=None if gunzip else length, unit="B", unit_scale=True,
+                                                   desc=url, disable=None) as bar:
           got = 0
           while (chunk := src.read(1 << 16)):
             h.update(chunk)

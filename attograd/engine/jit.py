@@ -182,6 +182,7 @@ def _unbind_chain(u: UOp) -> UOp:
 class CapturedJit:
   """The recorded kernels of one call, as prebuilt (function, argument list) pairs, and where each call's input
   buffers and variable values go in those argument lists."""
+  _linear: UOp | None  # built on first use of .linear
   @property
   def linear(self) -> UOp:
     """What a replay runs, in tinygrad's form: a LINEAR UOp with one CALL per kernel or copy, in order, each with a
@@ -201,7 +202,7 @@ class CapturedJit:
     self.calls: list[tuple[Callable[..., Any], list[Any]]] = []
     self.kernel_names = [r.spec.name if isinstance(r, CompiledRunner) else "copy" for r, _, _ in rec]
     self.devices = [bufs[0].device for _, bufs, _ in rec]
-    self._linear: UOp | None = None
+    self._linear = None
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
     self.in_slots: list[list[tuple[list[Any], int, bool]]] = [[] for _ in inputs]
     self.var_slots: list[tuple[list[Any], int, str]] = []
@@ -397,9 +398,9 @@ class TinyJit(Generic[ReturnType]):
                          "the caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
     if self.prune:
       changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
-      n = len(rec)
+      before = len(rec)
       rec = _prune(rec, changing)
-      if DEBUG >= 1: print(f"jit: pruned {n - len(rec)} of {n} kernels that read nothing the inputs change")
+      if DEBUG >= 1: print(f"jit: pruned {before - len(rec)} of {before} kernels that read nothing the inputs change")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]
     self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)

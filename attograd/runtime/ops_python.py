@@ -107,7 +107,7 @@ class PythonProgram:
       elif op is Ops.CONST: v[u] = u.arg
       elif op is Ops.DEFINE_GLOBAL:
         assert isinstance(u.dtype, PtrDType)
-        views[u.arg] = bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base))
+        views[u.arg] = bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base))  # type: ignore[call-overload]
         v[u] = u.arg
       elif op is Ops.DEFINE_VAR: v[u] = var_vals[u.arg[0]]
       elif op is Ops.LOAD:
@@ -138,7 +138,8 @@ class PythonProgram:
   def _run_gpu(self, bufs: tuple[memoryview, ...], vals: tuple[int, ...], gsize: tuple[int, ...],
                lsize: tuple[int, ...]) -> None:
     var_vals = dict(zip(sorted({u.arg[0] for u in self.uops if u.op is Ops.DEFINE_VAR}), vals))
-    views = {u.arg: bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base)) for u in self.uops if u.op is Ops.DEFINE_GLOBAL
+    views = {u.arg: bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base))  # type: ignore[call-overload]
+             for u in self.uops if u.op is Ops.DEFINE_GLOBAL
              and isinstance(u.dtype, PtrDType)}
     ls = lsize + (1,) * (3 - len(lsize))
     n = prod(ls)

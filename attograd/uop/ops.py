@@ -1,7 +1,7 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
 import math, operator, weakref
-from _weakref import _remove_dead_weakref
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from attograd.dtype import ConstType, DType, dtypes, truncate_to
@@ -80,6 +80,7 @@ class _KeyedRef(weakref.ref):
   """A weak reference that knows its cache key (set after construction: a Python-level __init__, as in
   weakref.KeyedRef, costs more than the rest of making a node)."""
   __slots__ = ("key",)
+  key: tuple
 
 # the hash-consing table (UOpMetaClass.ucache), also bound here: at interpreter exit module globals are cleared while
 # nodes are still being freed, and the callback must not look the class up then
@@ -96,7 +97,7 @@ class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     key = (op, dtype, src, arg) if arg.__class__ is not float else _cache_key(op, dtype, src, arg)
     if (r := UOpMetaClass.ucache.get(key)) is not None and (ret := r()) is not None: return ret
-    ret = _new_object(cls)  # no __init__ call: the four fields are set through their slots directly
+    ret = _new_object(cls)  # type: ignore[arg-type]  # no __init__: the fields are set through their slots
     _set_op(ret, op)
     _set_dtype(ret, dtype)
     _set_src(ret, src)
@@ -154,7 +155,7 @@ class UOp(metaclass=UOpMetaClass):
   def device(self) -> str:
     if self.op is Ops.DEVICE: return self.arg
     if self.op is Ops.COPY: return self.src[1].arg
-    if self.op is Ops.MULTI: return tuple(s.device for s in self.src)
+    if self.op is Ops.MULTI: return tuple(s.device for s in self.src)  # type: ignore[return-value]  # sharded
     for s in self.src:
       if (d := s.device) is not None: return d
     return None  # type: ignore[return-value]
@@ -242,7 +243,7 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def val(self) -> int:
     """The value of a bound Variable, or of an expression over bound Variables."""
-    return sym_val(self)
+    return sym_val(self)  # type: ignore[arg-type]  # sint is typed as int
   def variables(self) -> list[UOp]:
     return sorted({x.src[0] if x.op is Ops.BIND else x for x in self.toposort() if x.op in (Ops.DEFINE_VAR, Ops.BIND)},
                   key=lambda v: v.arg)
