@@ -103,7 +103,8 @@ def resolve(roots: list[UOp]) -> dict[UOp, UOp]:
 def _is_leaf(u: UOp) -> bool: return u.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.DEFINE_VAR, Ops.BIND)
 
 def find_kernel_roots(outs: list[UOp]) -> dict[UOp, None]:
-  """The nodes that must be materialized: outputs, CONTIGUOUS/COPY/ASSIGN, and reduces that can't fuse with their users."""
+  """The nodes that must be materialized: outputs, CONTIGUOUS/COPY/ASSIGN, and reduces that can't fuse with their
+  users."""
   topo: dict[UOp, None] = {}
   for o in outs: topo.update(o.toposort())
   roots: dict[UOp, None] = {}
@@ -342,7 +343,8 @@ def _bind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
 
 # a node built only from these over constants needs no normalizing (nor a walk below it) in any graph: its value
 # doesn't depend on any buffer or Variable, so even a realized copy of it may be recomputed in place
-_PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.CAST} | GroupOp.ALU
+_PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP,
+         Ops.CAST} | GroupOp.ALU
 
 def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[UOp, UOp], dict[UOp, int]]:
   """One pass that resolves realized nodes to their buffers and replaces every BUFFER by a numbered placeholder,
@@ -494,7 +496,8 @@ def _make_template(routs: list[UOp]) -> _Template:
     elif ro.op is Ops.ASSIGN and _region_of(ro.src[0], ro.shape) is not None: becomes.append(ro.src[0])  # the region
     elif ro.base in node_buffer: becomes.append(_apply_movements(ro, node_buffer))
     else: becomes.append(ro)  # already a view of a buffer (or a constant): its resolved form
-  realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots if r not in routs and r.op is not Ops.ASSIGN)
+  realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots
+                         if r not in routs and r.op is not Ops.ASSIGN)
   targets = tuple(dict.fromkeys(node_buffer[r] for r in roots if r.op is Ops.ASSIGN))
   return _Template(tuple(items), tuple(new_bufs), tuple(becomes), realized_roots, targets)
 

@@ -102,7 +102,8 @@ def _unary(name: str, fn: Callable[[Tensor], Tensor], float_only: bool = True) -
 
 for _name, _fn in {"Exp": Tensor.exp, "Log": Tensor.log, "Sqrt": Tensor.sqrt, "Reciprocal": Tensor.reciprocal,
                    "Sin": Tensor.sin, "Cos": Tensor.cos, "Tan": Tensor.tan, "Asin": Tensor.asin, "Acos": Tensor.acos,
-                   "Atan": Tensor.atan, "Sinh": Tensor.sinh, "Cosh": Tensor.cosh, "Asinh": Tensor.asinh, "Acosh": Tensor.acosh, "Atanh": Tensor.atanh,
+                   "Atan": Tensor.atan, "Sinh": Tensor.sinh, "Cosh": Tensor.cosh, "Asinh": Tensor.asinh,
+                   "Acosh": Tensor.acosh, "Atanh": Tensor.atanh,
                    "Erf": Tensor.erf, "Sigmoid": Tensor.sigmoid, "Tanh": Tensor.tanh, "Softsign": Tensor.softsign,
                    "Softplus": lambda x: x.softplus(), "Mish": lambda x: x * x.softplus().tanh()}.items():
   _unary(_name, _fn)

@@ -115,7 +115,8 @@ class PythonProgram:
         else:
           idx = v[u.src[1]]
           buf = views[v[u.src[0]]]
-          if not 0 <= idx < len(buf): raise IndexError(f"PYTHON: {self.name} reads index {idx} of a {len(buf)}-element buffer")
+          if not 0 <= idx < len(buf):
+            raise IndexError(f"PYTHON: {self.name} reads index {idx} of a {len(buf)}-element buffer")
           v[u] = _from_raw(buf[idx], u.dtype)
       elif op is Ops.STORE:
         g = u.src[0]
