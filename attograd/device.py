@@ -1,4 +1,5 @@
-"""The device registry ("CPU", "PYTHON", "CL:1", ...), Buffer, and the Allocator/Compiler/Program contract every runtime fills."""
+"""The device registry ("CPU", "PYTHON", "CL:1", ...), Buffer, and the Allocator/Compiler/Program contract every
+runtime fills."""
 from __future__ import annotations
 import ctypes, hashlib, importlib, os, struct, sys, tempfile, threading
 from typing import Any, Callable
@@ -167,7 +168,8 @@ class Compiled:
   kernels at once (slower code), which the engine runs while the optimized builds are made in the background."""
   quick_build: Callable[[list[tuple[str, str]]], list[Any]] | None = None
   def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
-    self.device, self.allocator, self.renderer, self.compiler, self.runtime = device, allocator, renderer, compiler, runtime
+    self.device, self.allocator, self.renderer = device, allocator, renderer
+    self.compiler, self.runtime = compiler, runtime
   def synchronize(self) -> None: pass
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.device}>"
 

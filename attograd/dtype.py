@@ -1,6 +1,6 @@
 """Data types: the DType record, the `dtypes` namespace, promotion rules and conversions to Python/struct formats."""
 from __future__ import annotations
-import functools, math, struct
+import builtins, functools, math, struct
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 from attograd.helpers import getenv
@@ -83,13 +83,13 @@ class dtypes:
   weakfloat: Final[DType] = DType.new(9, 0, "weakfloat", None)
 
   @staticmethod
-  def is_float(x: DType) -> bool: return (s := x.scalar()) in dtypes.floats or s is dtypes.weakfloat
+  def is_float(x: DType) -> builtins.bool: return (s := x.scalar()) in dtypes.floats or s is dtypes.weakfloat
   @staticmethod
-  def is_int(x: DType) -> bool: return (s := x.scalar()) in dtypes.ints or s is dtypes.weakint
+  def is_int(x: DType) -> builtins.bool: return (s := x.scalar()) in dtypes.ints or s is dtypes.weakint
   @staticmethod
-  def is_unsigned(x: DType) -> bool: return x.scalar() in dtypes.uints
+  def is_unsigned(x: DType) -> builtins.bool: return x.scalar() in dtypes.uints
   @staticmethod
-  def is_bool(x: DType) -> bool: return x.scalar() is dtypes.bool
+  def is_bool(x: DType) -> builtins.bool: return x.scalar() is dtypes.bool
   @staticmethod
   def from_py(x: Any) -> DType:
     """The dtype a Python value becomes: float -> default_float, int -> default_int (int64 when it doesn't fit, so
@@ -126,7 +126,7 @@ class dtypes:
     if dtype.scalar() is dtypes.fp8e4m3: return 448.0
     return True if dtype is dtypes.bool else math.inf
   @staticmethod
-  def finfo(dtype: DType) -> tuple[int, int]:
+  def finfo(dtype: DType) -> tuple[builtins.int, builtins.int]:
     """(exponent bits, mantissa bits) of a float dtype."""
     if not dtypes.is_float(dtype): raise ValueError(f"finfo: {dtype} is not a float dtype")
     return {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7),

@@ -85,8 +85,8 @@ class _function(Generic[R]):
     if self.grad_fxn is not None:
       if len(outs) != 1: raise TypeError(f"function {self.name}: grad_fxn needs the function to return one Tensor, "
                                          f"it returned {len(outs)}")
-      src = (ret.uop, *[t.uop for t in inputs])  # type: ignore[union-attr]
-      ret = Tensor(UOp(Ops.CUSTOM_GRAD, ret.dtype, src, ("function", self.grad_fxn)))  # type: ignore[union-attr,assignment]
+      src = (ret.uop, *[t.uop for t in inputs])  # type: ignore[attr-defined]
+      ret = Tensor(UOp(Ops.CUSTOM_GRAD, ret.dtype, src, ("function", self.grad_fxn)))  # type: ignore[attr-defined,assignment]
     if DEBUG >= 2:
       print("  " * _function.depth + f"function {self.name} traced in {(time.perf_counter() - st) * 1e3:8.2f} ms")
     return ret

@@ -44,7 +44,8 @@ def getenv(key: str, default: Any = 0) -> Any:
   val = os.getenv(key, "")
   if val == "": return default  # set but empty means unset
   try: return type(default)(val)
-  except ValueError: raise ValueError(f"environment variable {key}={val!r} should be a {type(default).__name__}") from None
+  except ValueError:
+    raise ValueError(f"environment variable {key}={val!r} should be a {type(default).__name__}") from None
 
 class ContextVar:
   """A named setting read from the environment once, changeable in code with `Context(NAME=value)`.
@@ -156,7 +157,8 @@ class GlobalCounters:
   mem_used: int = 0
   @staticmethod
   def reset() -> None:
-    GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0, 0, 0.0, 0
+    GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
+    GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0.0, 0
 
 def cache_dir() -> str:
   """Where compiled kernels live: $ATTOGRAD_CACHE_DIR, else $XDG_CACHE_HOME/attograd, else ~/.cache/attograd."""
@@ -291,8 +293,8 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
       h = hashlib.sha256()
       fd, tmp = tempfile.mkstemp(dir=fp.parent, prefix=".fetch-")
       try:
-        with os.fdopen(fd, "wb") as f, tqdm(total=None if gunzip else length, unit="B", unit_scale=True, desc=url,
-                                            disable=None) as bar:
+        with os.fdopen(fd, "wb") as f, tqdm[bytes](total=None if gunzip else length, unit="B", unit_scale=True,
+                                                   desc=url, disable=None) as bar:
           got = 0
           while (chunk := src.read(1 << 16)):
             h.update(chunk)

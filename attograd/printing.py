@@ -48,8 +48,9 @@ def format_values(nested: Any, shape: tuple[int, ...], kept: list[list[int] | No
 
 def _block(x: list[Any], shape: tuple[int, ...], kept: list[list[int] | None], d: int, cell: Any, indent: int) -> str:
   """One dim's bracketed block: the last dim as a wrapped row of cells, outer dims as blocks separated by newlines."""
-  idx = kept[d] if kept[d] is not None else list(range(shape[d]))
-  gap = len(idx) and kept[d] is not None  # a summarized dim: `...` between its two halves
+  k = kept[d]
+  idx = k if k is not None else list(range(shape[d]))
+  gap = len(idx) and k is not None  # a summarized dim: `...` between its two halves
   if d == len(shape) - 1:
     items = [cell(v) for v in x]
     if gap: items.insert(EDGEITEMS, "...")

@@ -513,7 +513,7 @@ class Kernel:
                     and any(st.index_strides()[ax] == 0 for st in self._loads_full() if st not in vec)]
         # one tall tile for a matmul-like kernel (8 accumulators hide the FMA latency), 4x4 for a dot product; short
         # rows (a small conv's 10 or 6 outputs) take a tile of 5 or 6 rather than 2
-        amts = [(4, 2), (4, 2)] if lane[0] == "RLANES" else [(8, 6, 5, 4, 3, 2)]
+        amts: list[tuple[int, ...]] = [(4, 2), (4, 2)] if lane[0] == "RLANES" else [(8, 6, 5, 4, 3, 2)]
         # a convolution (window axes unrolled in the reduce): a second, small tile, so that short rows still give
         # enough accumulators to hide the FMA latency
         if lane[0] == "LANES" and n_unroll > 1: amts.append((2,))

@@ -2,13 +2,13 @@
 from __future__ import annotations
 import functools, itertools, math
 from attograd.codegen.kernel import Kernel, TensorCore, tc_operand
-from attograd.dtype import DType, dtypes
+from attograd.dtype import ConstType, DType, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite, sym_max
 from attograd.uop.symbolic import fits, ints, is_vec, symbolic
 from attograd.uop.view import _as_index
 
-def _identity(op: Ops, dtype) -> object:
+def _identity(op: Ops, dtype: DType) -> ConstType:
   if op is Ops.ADD: return 0
   if op is Ops.MUL: return 1
   return dtypes.min(dtype)  # MAX
@@ -87,7 +87,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
   lane = placeholders[lane_ax] if lane_ax is not None else None
   up_vars = [placeholders[i] for i in k.upcasted if i != lane_ax]
   if up_vars:
-    stores = []
+    stores: list[UOp] = []
     for vals in itertools.product(*[range(v.arg[2] + 1) for v in up_vars]):
       sub = sink.substitute(dict(zip(up_vars, (UOp.const(d, v) for v in vals))))
       stores.extend(sub.src)
@@ -98,7 +98,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
 
 def reduce_folds(k: Kernel) -> bool:
   """Every reduce loop of the unoptimized kernel k folds away in lowering (a one-hot gather: pm_gather_fold)."""
-  return not any(u.op is Ops.REDUCE for u in _lower(k, None, False, None).toposort())
+  return (low := _lower(k, None, False, None)) is not None and not any(u.op is Ops.REDUCE for u in low.toposort())
 
 # ***** GPU: thread indices and work-group reductions *****
 
@@ -463,7 +463,7 @@ def _solve_for(cmp: UOp, r: UOp) -> tuple[UOp, UOp] | None:
       side = side.src[0]
     if side is not r or other.dtype not in ints or r in other.toposort(): continue
     if fits(other.vmin, other.vmax, r.dtype): e = other.cast(r.dtype)
-    elif fits(0, sym_max(n), other.dtype): e, n = other, n.cast(other.dtype)
+    elif fits(0, sym_max(n), other.dtype): e, n = other, n.cast(other.dtype)  # type: ignore[arg-type]  # n: a UOp
     else: continue
     return e.cast(r.dtype), (e < 0).logical_not() & (e < n)
   return None

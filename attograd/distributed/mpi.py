@@ -159,7 +159,7 @@ class MPIWorld:
       if op == "mean" and not dtypes.is_float(t.dtype):
         raise TypeError(f"all_reduce: op='mean' needs a float tensor, got {t.dtype}; use op='sum'")
       if t.dtype not in _MPI_TYPE and t.dtype not in _WIDEN: raise TypeError(f"all_reduce: unsupported dtype {t.dtype}")
-    header = tuple((tuple(t.shape), t.dtype.name) for t in ts) + (op,)
+    header: tuple[Any, ...] = tuple((tuple(t.shape), t.dtype.name) for t in ts) + (op,)
     deadline = self.agree("all_reduce", header[0] + (op,) if len(ts) == 1 else header, timeout)
     if self.nccl is not None and all(self.nccl.handles(t) for t in ts):
       return [self.nccl.all_reduce(t, op, deadline) for t in ts]

@@ -60,14 +60,14 @@ class NCCLComm:
   def _ctx(self) -> Any:
     from attograd.device import Device
     from attograd.runtime.ops_cuda import cuda
-    dev = Device[self.device]
+    dev: Any = Device[self.device]  # a CUDA device: it has a context
     cuda().cuCtxSetCurrent(dev.ctx)
     return dev
   def _check(self, status: int, what: str) -> None:
     if status not in (0, _IN_PROGRESS):
       msg = self.lib.ncclGetErrorString(status) if hasattr(self.lib, "ncclGetErrorString") else None
       raise DistributedError(f"{what} failed on rank {self.world.rank}: NCCL error {status}"
-                             + (f" ({ctypes.cast(msg, ctypes.c_char_p).value.decode()})" if msg else ""))
+                             + (f" ({(ctypes.cast(msg, ctypes.c_char_p).value or b'').decode()})" if msg else ""))
   def handles(self, t: Tensor) -> bool: return isinstance(t.device, str) and t.device.split(":")[0] == "CUDA"
   def _ptr(self, t: Tensor) -> int: return t.to(self.device).contiguous().realize()._buffer()[0]._buf
   def _wait(self, what: str, deadline: float) -> None:

@@ -103,12 +103,13 @@ def _call_key(vals: list[Any], pos: list[int | str], skip: int) -> tuple[Any, ..
     else:
       try: key.append(_value_key(v))
       except _HoldsTensor:
-        raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__} holding Tensors; a replay would keep reading the "
-                        "Tensors of the captured call. Pass each input Tensor as an argument of its own") from None
+        raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__} holding Tensors; a replay would keep reading "
+                           "the Tensors of the captured call. Pass each input Tensor as an argument of its own") \
+          from None
       except _Unhashable:
-        raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__}, which is not hashable, so a later call can't be "
-                        "checked against the capture; pass a hashable value (a tuple, a frozen dataclass) or a Tensor, "
-                        "or bind it into the function (functools.partial)") from None
+        raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__}, which is not hashable, so a later call can't "
+                           "be checked against the capture; pass a hashable value (a tuple, a frozen dataclass) or a "
+                           "Tensor, or bind it into the function (functools.partial)") from None
   return tuple(key)
 
 def _modes() -> dict[str, Any]:
@@ -182,6 +183,7 @@ def _unbind_chain(u: UOp) -> UOp:
 class CapturedJit:
   """The recorded kernels of one call, as prebuilt (function, argument list) pairs, and where each call's input
   buffers and variable values go in those argument lists."""
+  _linear: UOp | None  # built on first use of .linear
   @property
   def linear(self) -> UOp:
     """What a replay runs, in tinygrad's form: a LINEAR UOp with one CALL per kernel or copy, in order, each with a
@@ -201,7 +203,7 @@ class CapturedJit:
     self.calls: list[tuple[Callable[..., Any], list[Any]]] = []
     self.kernel_names = [r.spec.name if isinstance(r, CompiledRunner) else "copy" for r, _, _ in rec]
     self.devices = [bufs[0].device for _, bufs, _ in rec]
-    self._linear: UOp | None = None
+    self._linear = None
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
     self.in_slots: list[list[tuple[list[Any], int, bool]]] = [[] for _ in inputs]
     self.var_slots: list[tuple[list[Any], int, str]] = []
@@ -367,7 +369,8 @@ class TinyJit(Generic[ReturnType]):
     bufs = [buffers[t.uop.base] for t in tensors]
     seen: dict[int, str] = {}
     for n, b in zip(names, bufs):
-      if id(b) in seen: raise JitValueError(f"TinyJit: {seen[id(b)]} and {n} are the same buffer; pass distinct Tensors")
+      if id(b) in seen:
+        raise JitValueError(f"TinyJit: {seen[id(b)]} and {n} are the same buffer; pass distinct Tensors")
       seen[id(b)] = n
     if entry is None:  # a new signature: run the function; the next call with it captures
       entry = self._new_entry(key, args, kwargs)
@@ -393,13 +396,13 @@ class TinyJit(Generic[ReturnType]):
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
     for i, t in enumerate(outs):
       if t.uop.base.op is Ops.BUFFER and id(b := buffers[t.uop.base]) in seen:
-        raise JitValueError(f"TinyJit: output {i} is the same buffer as input {seen[id(b)]}; the replay would write into "
-                         "the caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
+        raise JitValueError(f"TinyJit: output {i} is the same buffer as input {seen[id(b)]}; the replay would write "
+                            "into the caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
     if self.prune:
       changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
-      n = len(rec)
+      before = len(rec)
       rec = _prune(rec, changing)
-      if DEBUG >= 1: print(f"jit: pruned {n - len(rec)} of {n} kernels that read nothing the inputs change")
+      if DEBUG >= 1: print(f"jit: pruned {before - len(rec)} of {before} kernels that read nothing the inputs change")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]
     self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc, itertools, sys
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence, TYPE_CHECKING
+from typing import Any, Callable, Generic, Hashable, Sequence, TYPE_CHECKING, TypeVar
 from attograd.device import Buffer, Device
 from attograd.helpers import DEBUG, ContextVar, getenv
 from attograd.dtype import dtypes
@@ -39,30 +39,32 @@ class PooledBuffer(Buffer):
 
 # ***** lifetimes and best fit *****
 
+K = TypeVar("K", bound=Hashable)  # what a plan places: placeholder UOps (schedules) or Buffers (the jit)
+
 @dataclass
-class Plan:
+class Plan(Generic[K]):
   """Which slot each pooled buffer uses, the slots' sizes, and the peak bytes per device with and without pooling."""
-  slot_of: dict[Hashable, int]
+  slot_of: dict[K, int]
   slots: list[tuple[str, int]]  # (device, bytes)
   peak: dict[str, int]
   unpooled_peak: dict[str, int]
-  at_peak: dict[str, list[Hashable]]  # per device, the buffers (not slots) alive at the peak, largest first
+  at_peak: dict[str, list[K]]  # per device, the buffers (not slots) alive at the peak, largest first
 
-def plan_memory(steps: Sequence[Sequence[Hashable]], info: Callable[[Hashable], tuple[str, int]],
-                pooled: set[Hashable], resident: set[Hashable]) -> Plan:
+def plan_memory(steps: Sequence[Sequence[K]], info: Callable[[K], tuple[str, int]],
+                pooled: set[K], resident: set[K]) -> Plan[K]:
   """Plan storage for buffers used by `steps` (each step: the buffers one kernel touches, the written one first).
 
   `pooled` buffers live from their first to their last use and share slots (greedy best fit by bytes, per device;
   each must be written by its first use). `resident` ones exist before the steps and after them. The rest are made
   at their first use and kept to the end."""
-  first: dict[Hashable, int] = {}
-  last: dict[Hashable, int] = {}
+  first: dict[K, int] = {}
+  last: dict[K, int] = {}
   for i, step in enumerate(steps):
     for k in step:
       if k not in first: first[k] = i
       last[k] = i
   n = len(steps)
-  slot_of: dict[Hashable, int] = {}
+  slot_of: dict[K, int] = {}
   slots: list[list[Any]] = []  # [device, bytes, first step, last step]
   for k in sorted((k for k in pooled if k in first), key=lambda k: (first[k], -info(k)[1])):
     dev, nb = info(k)
@@ -94,7 +96,7 @@ def plan_memory(steps: Sequence[Sequence[Hashable]], info: Callable[[Hashable], 
   spans = [(info(k)[0], 0 if k in resident else first[k], n - 1, info(k)[1]) for k in own]
   peak, when = peaks(spans + [(s[0], s[2], s[3], s[1]) for s in slots])
   unpooled, _ = peaks(spans + [(info(k)[0], first[k], n - 1, info(k)[1]) for k in slot_of])
-  at_peak: dict[str, list[Hashable]] = {}
+  at_peak: dict[str, list[K]] = {}
   for k in first:
     dev, nb = info(k)
     i = when.get(dev, 0)
@@ -111,7 +113,7 @@ def memory_limit(device: str) -> int:
 
 def _fmt_bytes(n: int) -> str: return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n} bytes"
 
-def check_plan(plan: Plan, describe: Callable[[Hashable], str], what: str) -> None:
+def check_plan(plan: Plan[K], describe: Callable[[K], str], what: str) -> None:
   """Report the peak with DEBUG>=2; raise MemoryLimitError if it is over a device's limit."""
   for dev, pk in plan.peak.items():
     if DEBUG >= 2:
@@ -201,7 +203,7 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
     check_plan(plan, lambda k: _describe(k, shapes.get(k)), f"a schedule of {len(tmpl.items)} kernels")
   if not plan.slot_of: return {}
   slots = [Buffer(dev, nb, dtypes.uint8) for dev, nb in plan.slots]
-  return {ph: PooledBuffer(ph.device, ph.arg[1], ph.dtype, slots[j]) for ph, j in plan.slot_of.items()}  # type: ignore[union-attr]
+  return {ph: PooledBuffer(ph.device, ph.arg[1], ph.dtype, slots[j]) for ph, j in plan.slot_of.items()}
 
 def _ph_info(k: Hashable) -> tuple[str, int]:
   assert isinstance(k, UOp)
@@ -226,7 +228,7 @@ def plan_jit(rec: Recording, inputs: list[Buffer], outputs: list[Buffer]) -> Rec
   del live
   keep = {id(b) for b in inputs + outputs}
   seen: set[int] = set()
-  pooled: set[Hashable] = set()
+  pooled: set[Buffer] = set()
   for runner, bufs, _ in rec:
     written = _written(runner, bufs)
     for i, b in enumerate(bufs):
@@ -237,7 +239,7 @@ def plan_jit(rec: Recording, inputs: list[Buffer], outputs: list[Buffer]) -> Rec
          and id(b) not in keep and type(b) in (Buffer, PooledBuffer):
         pooled.add(b)
   resident = {b for _, bufs, _ in rec for b in bufs if b not in pooled}
-  plan = plan_memory([_ordered(r, bufs) for r, bufs, _ in rec], lambda b: (b.device, b.nbytes), pooled, resident)  # type: ignore[attr-defined]
+  plan = plan_memory([_ordered(r, bufs) for r, bufs, _ in rec], lambda b: (b.device, b.nbytes), pooled, resident)
   check_plan(plan, _describe, "the captured jit")
   if not plan.slot_of: return rec
   slots = [Buffer(dev, nb, dtypes.uint8) for dev, nb in plan.slots]

@@ -235,7 +235,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         PROFILER.span(f"copy {si.bufs[1].device} -> {si.bufs[0].device}", "copy", si.bufs[0].device, st, PROFILER.now(),
                       bytes=si.bufs[0].nbytes)
       GlobalCounters.global_mem += si.bufs[0].nbytes
-      if DEBUG >= 2: print(f"{colored('copy', 'yellow')} {si.bufs[0].nbytes:>10d} bytes {si.bufs[1].device} -> {si.bufs[0].device}")
+      if DEBUG >= 2:
+        print(f"{colored('copy', 'yellow')} {si.bufs[0].nbytes:>10d} bytes {si.bufs[1].device} -> {si.bufs[0].device}")
       continue
     device = si.bufs[0].device
     runner = get_runner(device, si.ast)
@@ -254,7 +255,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       sp = runner.spec
       gflops = sp.op_estimate / et * 1e-9 if et > 0 else 0
       gbs = sum(b.nbytes for b in si.bufs) / et * 1e-9 if et > 0 else 0
-      print(f"*** {device:7s} {GlobalCounters.kernel_count:4d} {sp.name:32s} {et*1e6:9.2f} us  {gflops:8.2f} GFLOPS {gbs:8.2f} GB/s"
+      print(f"*** {device:7s} {GlobalCounters.kernel_count:4d} {sp.name:32s} {et*1e6:9.2f} us  {gflops:8.2f} GFLOPS "
+            f"{gbs:8.2f} GB/s"
             + (f"  opts {list(sp.applied_opts)}" if DEBUG >= 3 else ""))
 
 def _profile_kernel(runner: CompiledRunner, si: ScheduleItem, st: float, et: float) -> None:

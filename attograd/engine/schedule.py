@@ -103,7 +103,8 @@ def resolve(roots: list[UOp]) -> dict[UOp, UOp]:
 def _is_leaf(u: UOp) -> bool: return u.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.DEFINE_VAR, Ops.BIND)
 
 def find_kernel_roots(outs: list[UOp]) -> dict[UOp, None]:
-  """The nodes that must be materialized: outputs, CONTIGUOUS/COPY/ASSIGN, and reduces that can't fuse with their users."""
+  """The nodes that must be materialized: outputs, CONTIGUOUS/COPY/ASSIGN, and reduces that can't fuse with their
+  users."""
   topo: dict[UOp, None] = {}
   for o in outs: topo.update(o.toposort())
   roots: dict[UOp, None] = {}
@@ -137,7 +138,7 @@ _PAD_UNSAFE = {Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.C
 def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, bool]]:
   """(node, can fuse here) for every reduce inside `root`'s kernel, and for every pad-unsafe op below a PAD."""
   out: list[tuple[UOp, bool]] = []
-  seen: set[tuple[UOp, bool, bool, bool]] = set()
+  seen: set[tuple[UOp, bool, bool, bool, bool]] = set()
   signature: list[tuple[Any, ...]] = []
   stack = [(root.src[0] if root.op is Ops.CONTIGUOUS else root, True, False, False, False)]
   if root.op in (Ops.ASSIGN,): stack = [(root.src[1], True, False, False, False)]
@@ -299,7 +300,7 @@ def _region_of(target: UOp, kshape: tuple[sint, ...]) -> ShapeTracker | None:
 @dataclass(frozen=True)
 class _Template:
   """A schedule over placeholder buffers: inputs are BUFFERs with arg (-k-1, size), new ones (-(k+1)-NEW, size)."""
-  items: tuple[tuple[UOp, tuple[UOp, ...], tuple[tuple[UOp, int], ...]], ...]
+  items: tuple[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]], ...]  # (ast, buffers, variables)
   new_bufs: tuple[UOp, ...]                   # placeholders to allocate, in order
   becomes: tuple[UOp | None, ...]             # per output: its new home (over placeholders)
   realized_roots: tuple[tuple[UOp, UOp], ...] # intermediate roots (normalized) -> their home
@@ -342,7 +343,8 @@ def _bind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
 
 # a node built only from these over constants needs no normalizing (nor a walk below it) in any graph: its value
 # doesn't depend on any buffer or Variable, so even a realized copy of it may be recomputed in place
-_PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.CAST} | GroupOp.ALU
+_PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP,
+         Ops.CAST} | GroupOp.ALU
 
 def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[UOp, UOp], dict[UOp, int]]:
   """One pass that resolves realized nodes to their buffers and replaces every BUFFER by a numbered placeholder,
@@ -399,11 +401,11 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
       n_unique[0] += 1
       nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique[0])
     else:
-      src = tuple(map(norm.__getitem__, n.src))
-      if src == n.src:
+      srcs = tuple(map(norm.__getitem__, n.src))
+      if srcs == n.src:
         nn = n
-        if n.op in _PURE and all(x.__dict__.get("_pure") for x in src): n.__dict__["_pure"] = True
-      else: nn = UOp(n.op, n.dtype, src, n.arg)
+        if n.op in _PURE and all(x.__dict__.get("_pure") for x in srcs): n.__dict__["_pure"] = True
+      else: nn = UOp(n.op, n.dtype, srcs, n.arg)
     norm[n] = nn
     orig[nn] = n
   return [norm[o] for o in outs], inputs, orig, var_vals
@@ -419,7 +421,7 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     tmpl = _schedule_cache[key] = _make_template(nouts)
   # bind placeholders to real buffers: inputs by position, new buffers freshly made
   bind: dict[UOp, UOp] = {}
-  for ph, b in inputs: bind[ph] = b
+  bind.update(inputs)
   # intermediates nobody can read afterwards share storage (and are not remembered); raises if over the memory limit
   pooled = plan_schedule(tmpl, orig, outs)
   for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype, pooled.get(ph))
@@ -427,13 +429,14 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
            for ast, bufs, vs in tmpl.items]
   for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
   # a result stays valid while neither its buffer nor any buffer it was computed from is written again
-  deps = tuple((b, b.version) for _, u in inputs if (b := buffers.get(u)) is not None)
+  deps = tuple((buf, buf.version) for _, u in inputs if (buf := buffers.get(u)) is not None)
   becomes: dict[UOp, UOp] = {}
   for o, home in zip(outs, tmpl.becomes):
     becomes[o] = b = o if home is None else _rebind(home, bind, var_vals)
     if b is not o: remember(o, b, deps)
   for r, home in tmpl.realized_roots:
-    if (o := orig.get(r)) is not None and home.base not in pooled: remember(o, _rebind(home, bind, var_vals), deps)
+    if (orig_r := orig.get(r)) is not None and home.base not in pooled:
+      remember(orig_r, _rebind(home, bind, var_vals), deps)
   return items, becomes
 
 def _create_multi_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
@@ -475,7 +478,7 @@ def _make_template(routs: list[UOp]) -> _Template:
   order: list[UOp] = []
   for n in _topo_of(routs):
     if n in roots: order.append(n)
-  items: list[tuple[UOp, tuple[UOp, ...], tuple[tuple[UOp, int], ...]]] = []
+  items: list[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]] = []  # (ast, buffers, variables)
   for r in order:
     if r.op is Ops.COPY:
       src = r.src[0]
@@ -493,7 +496,8 @@ def _make_template(routs: list[UOp]) -> _Template:
     elif ro.op is Ops.ASSIGN and _region_of(ro.src[0], ro.shape) is not None: becomes.append(ro.src[0])  # the region
     elif ro.base in node_buffer: becomes.append(_apply_movements(ro, node_buffer))
     else: becomes.append(ro)  # already a view of a buffer (or a constant): its resolved form
-  realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots if r not in routs and r.op is not Ops.ASSIGN)
+  realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots
+                         if r not in routs and r.op is not Ops.ASSIGN)
   targets = tuple(dict.fromkeys(node_buffer[r] for r in roots if r.op is Ops.ASSIGN))
   return _Template(tuple(items), tuple(new_bufs), tuple(becomes), realized_roots, targets)
 

@@ -273,7 +273,7 @@ class Llama:
 
   # ***** the forward passes *****
 
-  def _norm_matmul(self, x: Tensor, norm: Tensor, w: Tensor) -> Tensor:
+  def _norm_matmul(self, x: Tensor, norm: Tensor, w: Weight) -> Tensor:
     """rms_norm(x) @ w.T (RMSNorm with weight `norm`), the per-row scale applied after the matmul: no extra kernel."""
     return linear(x * norm, w) * self._rms_scale(x)
   def _rms_scale(self, x: Tensor) -> Tensor: return (x.square().mean(-1, keepdim=True) + self.cfg.norm_eps).rsqrt()
@@ -416,7 +416,7 @@ class Llama:
       for _ in range(2): self.prefill([0] * n)  # a TinyJit runs the first call and captures the second
     for _ in range(2): self.step(0, min(1, self.max_context - 1))
 
-  def _result(self, outs: tuple[Tensor, Tensor]) -> Tensor:
+  def _result(self, outs: tuple[Tensor, ...]) -> Tensor:
     self._argmax = buffers[outs[1].uop.base]
     return outs[0]
 

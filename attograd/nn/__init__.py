@@ -131,8 +131,9 @@ class ConvTranspose1d(ConvTranspose2d):
 class BatchNorm:
   """Batch normalization over the channel dim (dim 1) of (N, C, ...): BatchNorm1d/2d/3d in one.
 
-  In training (the TRAINING flag: `Context(TRAINING=1)`, `Tensor.train()`) it normalizes with the batch's statistics and updates running_mean and running_var
-  (running_var with the unbiased batch variance, as PyTorch); otherwise it uses the running statistics.
+  In training (the TRAINING flag: `Context(TRAINING=1)`, `Tensor.train()`) it normalizes with the batch's statistics
+  and updates running_mean and running_var (running_var with the unbiased batch variance, as PyTorch); otherwise it
+  uses the running statistics.
   track_running_stats=False always uses the batch's statistics.
 
   >>> from attograd import Tensor

@@ -42,6 +42,7 @@ def _fields(buf: memoryview, pos: int, end: int) -> Iterator[tuple[int, int, Any
   while pos < end:
     key, pos = _varint(buf, pos, end)
     num, wt = key >> 3, key & 7
+    val: Any
     if wt == 0: val, pos = _varint(buf, pos, end)
     elif wt == 1:
       if pos + 8 > end: raise OnnxError(f"onnx: truncated 8-byte field {num} at byte {pos}")
@@ -118,13 +119,13 @@ def _scalar(buf: memoryview, wt: int, val: Any, kind: str, msg: str, name: str) 
 def decode(buf: memoryview, msg: str, span: tuple[int, int], depth: int = 0) -> dict[str, Any]:
   """The fields of message type `msg` in buf[span] as a dict (repeated fields as lists)."""
   if depth > MAX_DEPTH: raise OnnxError(f"onnx: messages nested deeper than {MAX_DEPTH} levels")
-  table, out = SCHEMA[msg], {}
+  table, out = SCHEMA[msg], dict[str, Any]()
   for num, wt, val in _fields(buf, span[0], span[1]):
     if (entry := table.get(num)) is None: continue
     name, kind = entry
     if kind.startswith("*"):
       kind = kind[1:]
-      lst = out.setdefault(name, [])
+      lst: list[Any] = out.setdefault(name, [])
       if kind in SCHEMA:
         if wt != 2: raise OnnxError(f"onnx: field {msg}.{name} has wire type {wt}, expected 2")
         lst.append(decode(buf, kind, val, depth + 1))
@@ -323,7 +324,7 @@ class _Loader:
       present = [k for k, f in ATTR_FIELDS.items() if f in a and a[f] != []]
       typ = present[0] if present else 7
     if typ not in ATTR_FIELDS: raise OnnxError(f"onnx: attribute {name!r} of {op} has unknown type {typ}")
-    val = a.get(ATTR_FIELDS[typ], [] if typ in (6, 7, 8, 9, 10, 14) else None)
+    val: Any = a.get(ATTR_FIELDS[typ], [] if typ in (6, 7, 8, 9, 10, 14) else None)
     if typ == 3: return _text(val)
     if typ == 8: return [_text(s) for s in val]
     if typ == 4: return tensor_from_proto(val, self.src) if val is not None else None

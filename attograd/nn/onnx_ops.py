@@ -102,7 +102,8 @@ def _unary(name: str, fn: Callable[[Tensor], Tensor], float_only: bool = True) -
 
 for _name, _fn in {"Exp": Tensor.exp, "Log": Tensor.log, "Sqrt": Tensor.sqrt, "Reciprocal": Tensor.reciprocal,
                    "Sin": Tensor.sin, "Cos": Tensor.cos, "Tan": Tensor.tan, "Asin": Tensor.asin, "Acos": Tensor.acos,
-                   "Atan": Tensor.atan, "Sinh": Tensor.sinh, "Cosh": Tensor.cosh, "Asinh": Tensor.asinh, "Acosh": Tensor.acosh, "Atanh": Tensor.atanh,
+                   "Atan": Tensor.atan, "Sinh": Tensor.sinh, "Cosh": Tensor.cosh, "Asinh": Tensor.asinh,
+                   "Acosh": Tensor.acosh, "Atanh": Tensor.atanh,
                    "Erf": Tensor.erf, "Sigmoid": Tensor.sigmoid, "Tanh": Tensor.tanh, "Softsign": Tensor.softsign,
                    "Softplus": lambda x: x.softplus(), "Mish": lambda x: x * x.softplus().tanh()}.items():
   _unary(_name, _fn)
@@ -166,11 +167,11 @@ def _nan_or(a: Tensor, b: Tensor, r: Tensor) -> Tensor:
   if not dtypes.is_float(r.dtype): return r
   return a.isnan().where(a, b.isnan().where(b, r))
 
-for _name, _fn in {"Equal": Tensor.eq, "Less": Tensor.__lt__, "LessOrEqual": Tensor.__le__, "Greater": Tensor.__gt__,
+for _name, _cmp in {"Equal": Tensor.eq, "Less": Tensor.__lt__, "LessOrEqual": Tensor.__le__, "Greater": Tensor.__gt__,
                    "GreaterOrEqual": Tensor.__ge__, "And": Tensor.logical_and, "Or": Tensor.logical_or,
                    "Xor": Tensor.logical_xor, "BitwiseAnd": Tensor.bitwise_and, "BitwiseOr": Tensor.bitwise_or,
                    "BitwiseXor": Tensor.bitwise_xor}.items():
-  onnx_op(_name)(lambda a, b, _fn=_fn, **_: _fn(a, b))
+  onnx_op(_name)(lambda a, b, _cmp=_cmp, **_: _cmp(a, b))
 onnx_op("BitwiseNot")(lambda x: x.bitwise_not())
 
 @onnx_op()
@@ -436,8 +437,8 @@ def _take(x: Tensor, axis: int, start: int, count: int, step: int) -> Tensor:
 @onnx_op(consts=(1, 2, 3, 4))
 def Slice(x: Tensor, starts: Any = None, ends: Any = None, axes: Any = None, steps: Any = None) -> Tensor:
   st, en = _ints(starts) or [], _ints(ends) or []
-  ax = _ints(axes) if axes is not None else list(range(len(st)))
-  sp = _ints(steps) if steps is not None else [1] * len(st)
+  ax = (_ints(axes) or []) if axes is not None else list(range(len(st)))
+  sp = (_ints(steps) or []) if steps is not None else [1] * len(st)
   if not len(st) == len(en) == len(ax) == len(sp):
     raise OnnxError(f"onnx Slice: starts {st}, ends {en}, axes {ax} and steps {sp} need the same length")
   for s, e, a, p in zip(st, en, ax, sp):
@@ -449,7 +450,7 @@ def Slice(x: Tensor, starts: Any = None, ends: Any = None, axes: Any = None, ste
 def Pad(x: Tensor, pads: Any = None, constant_value: Any = None, axes: Any = None, mode: str = "constant",
         value: float = 0.0) -> Tensor:
   p = _ints(pads) or []
-  ax = [_axis(a, x.ndim, "Pad") for a in (_ints(axes) if axes is not None else range(x.ndim))]
+  ax = [_axis(a, x.ndim, "Pad") for a in ((_ints(axes) or []) if axes is not None else range(x.ndim))]
   if len(p) != 2 * len(ax): raise OnnxError(f"onnx Pad: {len(p)} pads for {len(ax)} axes of {x.shape}")
   pairs: list[tuple[int, int]] = [(0, 0)] * x.ndim
   for i, a in enumerate(ax): pairs[a] = (p[i], p[i + len(ax)])
@@ -575,7 +576,7 @@ def SpaceToDepth(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
 @onnx_op(consts=(1,))
 def CenterCropPad(x: Tensor, shape: Any, axes: Any = None) -> Tensor:
   sizes = _ints(shape) or []
-  ax = [_axis(a, x.ndim, "CenterCropPad") for a in (_ints(axes) if axes is not None else range(x.ndim))]
+  ax = [_axis(a, x.ndim, "CenterCropPad") for a in ((_ints(axes) or []) if axes is not None else range(x.ndim))]
   for s, a in zip(sizes, ax):
     n = x.shape[a]
     if s < n: x = x.shrink(tuple(((n - s) // 2, (n - s) // 2 + s) if i == a else None for i in range(x.ndim)))
@@ -969,7 +970,8 @@ def LRN(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: flo
   before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
   sq = (x * x).pad(tuple((before, after) if i == 1 else None for i in range(x.ndim)))
   C = x.shape[1]
-  win = sum(sq.shrink(tuple((j, j + C) if i == 1 else None for i in range(x.ndim))) for j in range(size))
+  win = functools.reduce(Tensor.add, [sq.shrink(tuple((j, j + C) if i == 1 else None for i in range(x.ndim)))
+                                      for j in range(size)])
   return x / (bias + (alpha / size) * win).pow(beta)
 
 @onnx_op()
@@ -1216,6 +1218,7 @@ def QuantizeLinear(x: Tensor, y_scale: Tensor, y_zero_point: Tensor | None = Non
                    output_dtype: int = 0, saturate: int = 1, precision: int = 0) -> Tensor:
   out = y_zero_point.dtype if y_zero_point is not None else onnx_dtype(output_dtype) if output_dtype else dtypes.uint8
   s, z = _qparam(y_scale, x, axis, block_size), _qparam(y_zero_point, x, axis, block_size)
+  assert s is not None
   fd = dtypes.float32 if x.dtype is not dtypes.float64 else x.dtype
   q = (x.cast(fd) / s.cast(fd)).round()
   if z is not None: q = q + z.cast(fd)
@@ -1225,6 +1228,7 @@ def QuantizeLinear(x: Tensor, y_scale: Tensor, y_zero_point: Tensor | None = Non
 def DequantizeLinear(x: Tensor, x_scale: Tensor, x_zero_point: Tensor | None = None, axis: int = 1,
                      block_size: int = 0, output_dtype: int = 0) -> Tensor:
   s, z = _qparam(x_scale, x, axis, block_size), _qparam(x_zero_point, x, axis, block_size)
+  assert s is not None
   xi = x.cast(dtypes.int32) if x.dtype is not dtypes.int32 else x
   if z is not None: xi = xi - z.cast(dtypes.int32)
   out = onnx_dtype(output_dtype) if output_dtype else x_scale.dtype

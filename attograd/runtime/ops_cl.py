@@ -5,6 +5,7 @@ A program is released when its runner leaves the runner cache; PoCL keeps the ke
 tens of thousands of distinct kernels on PoCL can reach the limit of 65530 mappings (vm.max_map_count)."""
 from __future__ import annotations
 import ctypes, ctypes.util, os
+from typing import Any
 from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator, host_bytes
 from attograd.helpers import cache_dir
 from attograd.renderer.cstyle import OpenCLRenderer
@@ -76,7 +77,7 @@ def cl() -> ctypes.CDLL:
 def check(status: int, what: str) -> None:
   if status != 0: raise RuntimeError(f"CL: {what} failed with OpenCL error {status}")
 
-def _info_str(fn: ctypes._CFuncPtr, obj: int, param: int) -> str:
+def _info_str(fn: Any, obj: int, param: int) -> str:
   size = c_size()
   check(fn(obj, param, 0, None, ctypes.byref(size)), "get info")
   buf = ctypes.create_string_buffer(size.value)
@@ -93,13 +94,13 @@ def list_devices() -> list[tuple[int, int]]:
                             "driver (ICD), e.g. `apt-get install pocl-opencl-icd`, and check with `clinfo -l`.")
   plats = (c_p * n.value)()
   check(lib.clGetPlatformIDs(n.value, plats, None), "clGetPlatformIDs")
-  out = []
+  out: list[tuple[int, int]] = []
   for p in plats:
     nd = c_uint()
     if lib.clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, None, ctypes.byref(nd)) != 0 or nd.value == 0: continue
     devs = (c_p * nd.value)()
     check(lib.clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd.value, devs, None), "clGetDeviceIDs")
-    out.extend((p, d) for d in devs)
+    out.extend((p, d) for d in devs)  # type: ignore[misc]  # ctypes arrays of c_void_p read as ints
   return out
 
 class CLAllocator(LRUAllocator):
@@ -165,6 +166,7 @@ class CLProgram:
                                              (c_p * 1)(ctypes.addressof(binary)), ctypes.byref(status),
                                              ctypes.byref(err))
     check(err.value or status.value, f"loading the binary of {name}")
+    assert isinstance(dev.compiler, CLCompiler)
     dev.compiler.build(self.prg, f"<binary of {name}>")
     self.kernel = cl_.clCreateKernel(self.prg, name.encode(), ctypes.byref(err))
     check(err.value, f"clCreateKernel({name})")

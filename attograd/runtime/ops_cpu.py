@@ -1,7 +1,9 @@
-"""The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with OpenMP."""
+"""The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with
+OpenMP."""
 from __future__ import annotations
 import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, weakref
-from attograd.device import Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put, host_bytes
+from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put,
+                             host_bytes)
 from attograd.renderer.cstyle import ClangRenderer
 
 # OpenMP threads sleep between kernels instead of spinning: spinning workers steal the cores that other processes
@@ -32,12 +34,14 @@ def find_c_compiler() -> str:
   """$CC, else cc, gcc or clang on PATH."""
   if (cc := os.getenv("CC")):
     path = shutil.which(cc.split()[0])
-    if path is None: raise DeviceUnavailable(f"CPU: CC={cc} is not an executable on PATH. Install it, unset CC, or run with DEV=PYTHON.")
+    if path is None:
+      raise DeviceUnavailable(f"CPU: CC={cc} is not an executable on PATH. Install it, unset CC, or run with "
+                              "DEV=PYTHON.")
     return cc
   for cand in ("cc", "gcc", "clang"):
     if shutil.which(cand): return cand
-  raise DeviceUnavailable("CPU: no C compiler found (looked for $CC, cc, gcc and clang). Install one "
-                          "(e.g. `apt-get install gcc` or `apt-get install clang`), or run with DEV=PYTHON, which needs no compiler.")
+  raise DeviceUnavailable("CPU: no C compiler found (looked for $CC, cc, gcc and clang). Install one (e.g. `apt-get "
+                          "install gcc` or `apt-get install clang`), or run with DEV=PYTHON, which needs no compiler.")
 
 HUGE_KERNEL_LINES = 20_000
 
@@ -53,7 +57,8 @@ class ClangCompiler(Compiler):
   def __init__(self, cc: str):
     self.cc = cc.split()
     try: version = subprocess.run(self.cc + ["--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired) as e: raise DeviceUnavailable(f"CPU: could not run the C compiler {cc!r}: {e}") from None
+    except (OSError, subprocess.TimeoutExpired) as e:
+      raise DeviceUnavailable(f"CPU: could not run the C compiler {cc!r}: {e}") from None
     ident = hashlib.sha256(f"{cc}\0{version}".encode()).hexdigest()
     # IEEE semantics for NaN, inf and signed zero: no -fno-signed-zeros (with it gcc folds x*0.0 to 0 even for NaN
     # and inf, and x+0.0 to x for -0.0) and no -fassociative-math (which needs it). Reductions vectorize without
@@ -79,8 +84,8 @@ class ClangCompiler(Compiler):
     key = hashlib.sha256(f"openmp\0{ident}".encode()).hexdigest()
     if (hit := disk_cache_get("probe", key)) is not None: return hit == b"1"
     try:
-      self._compile_with("int f(void) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < 4; i++) s += i;\nreturn s; }",
-                         self.flags + ["-fopenmp"])
+      self._compile_with("int f(void) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n"
+                         "for (int i = 0; i < 4; i++) s += i;\nreturn s; }", self.flags + ["-fopenmp"])
       ok = True
     except RuntimeError: ok = False
     disk_cache_put("probe", key, b"1" if ok else b"0")

@@ -268,7 +268,7 @@ class LLVMProgram:
       self._cfn = ctypes.CFUNCTYPE(None, *args)(self.addr)
     n = self.threads
     if n == 1: return self._cfn(*bufs, *vals, 0, 1)
-    rest = [_thread_pool().submit(self._cfn, *bufs, *vals, i, n) for i in range(1, n)]
+    rest = [_thread_pool().submit(self._cfn, *bufs, *vals, i, n) for i in range(1, n)]  # type: ignore[call-arg]
     self._cfn(*bufs, *vals, 0, n)
     for r in rest: r.result()
   def __del__(self) -> None:

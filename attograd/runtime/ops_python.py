@@ -107,7 +107,7 @@ class PythonProgram:
       elif op is Ops.CONST: v[u] = u.arg
       elif op is Ops.DEFINE_GLOBAL:
         assert isinstance(u.dtype, PtrDType)
-        views[u.arg] = bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base))
+        views[u.arg] = bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base))  # type: ignore[call-overload]
         v[u] = u.arg
       elif op is Ops.DEFINE_VAR: v[u] = var_vals[u.arg[0]]
       elif op is Ops.LOAD:
@@ -115,7 +115,8 @@ class PythonProgram:
         else:
           idx = v[u.src[1]]
           buf = views[v[u.src[0]]]
-          if not 0 <= idx < len(buf): raise IndexError(f"PYTHON: {self.name} reads index {idx} of a {len(buf)}-element buffer")
+          if not 0 <= idx < len(buf):
+            raise IndexError(f"PYTHON: {self.name} reads index {idx} of a {len(buf)}-element buffer")
           v[u] = _from_raw(buf[idx], u.dtype)
       elif op is Ops.STORE:
         g = u.src[0]
@@ -138,7 +139,8 @@ class PythonProgram:
   def _run_gpu(self, bufs: tuple[memoryview, ...], vals: tuple[int, ...], gsize: tuple[int, ...],
                lsize: tuple[int, ...]) -> None:
     var_vals = dict(zip(sorted({u.arg[0] for u in self.uops if u.op is Ops.DEFINE_VAR}), vals))
-    views = {u.arg: bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base)) for u in self.uops if u.op is Ops.DEFINE_GLOBAL
+    views = {u.arg: bufs[self.gpos[u.arg]].cast(_fmt(u.dtype.base))  # type: ignore[call-overload]
+             for u in self.uops if u.op is Ops.DEFINE_GLOBAL
              and isinstance(u.dtype, PtrDType)}
     ls = lsize + (1,) * (3 - len(lsize))
     n = prod(ls)

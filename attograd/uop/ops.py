@@ -1,9 +1,9 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
 import math, operator, weakref
-from _weakref import _remove_dead_weakref
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
 from enum import IntEnum, auto
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from attograd.dtype import ConstType, DType, dtypes, truncate_to
 from attograd.helpers import prod
 
@@ -47,8 +47,8 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
 
 class GroupOp:
   Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC}
-  Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR,
-            Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
+  Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND,
+            Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
   Ternary = {Ops.WHERE}
   ALU = Unary | Binary | Ternary
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
@@ -80,6 +80,7 @@ class _KeyedRef(weakref.ref):
   """A weak reference that knows its cache key (set after construction: a Python-level __init__, as in
   weakref.KeyedRef, costs more than the rest of making a node)."""
   __slots__ = ("key",)
+  key: tuple
 
 # the hash-consing table (UOpMetaClass.ucache), also bound here: at interpreter exit module globals are cleared while
 # nodes are still being freed, and the callback must not look the class up then
@@ -96,7 +97,7 @@ class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     key = (op, dtype, src, arg) if arg.__class__ is not float else _cache_key(op, dtype, src, arg)
     if (r := UOpMetaClass.ucache.get(key)) is not None and (ret := r()) is not None: return ret
-    ret = _new_object(cls)  # no __init__ call: the four fields are set through their slots directly
+    ret = _new_object(cls)  # type: ignore[arg-type]  # no __init__: the fields are set through their slots
     _set_op(ret, op)
     _set_dtype(ret, dtype)
     _set_src(ret, src)
@@ -112,6 +113,12 @@ class UOpMetaClass(type):
 class UOp(metaclass=UOpMetaClass):
   """An immutable node (op, dtype, src, arg). Building the same node twice returns the same object."""
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+  if TYPE_CHECKING:  # the fields live in the slots; the metaclass builds nodes: both said here for the type checker
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None: ...
   def __setattr__(self, k: str, v: Any) -> None:
     if k in ("op", "dtype", "src", "arg"): raise AttributeError("UOp is immutable")
     object.__setattr__(self, k, v)
@@ -148,7 +155,7 @@ class UOp(metaclass=UOpMetaClass):
   def device(self) -> str:
     if self.op is Ops.DEVICE: return self.arg
     if self.op is Ops.COPY: return self.src[1].arg
-    if self.op is Ops.MULTI: return tuple(s.device for s in self.src)
+    if self.op is Ops.MULTI: return tuple(s.device for s in self.src)  # type: ignore[return-value]  # sharded
     for s in self.src:
       if (d := s.device) is not None: return d
     return None  # type: ignore[return-value]
@@ -251,7 +258,7 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def val(self) -> int:
     """The value of a bound Variable, or of an expression over bound Variables."""
-    return sym_val(self)
+    return sym_val(self)  # type: ignore[arg-type]  # sint is typed as int
   def variables(self) -> list[UOp]:
     return sorted({x.src[0] if x.op is Ops.BIND else x for x in self.toposort() if x.op in (Ops.DEFINE_VAR, Ops.BIND)},
                   key=lambda v: v.arg)
@@ -317,7 +324,8 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
     s = u.src[0].shape
     if op is Ops.PERMUTE: return tuple(s[i] for i in u.arg)
     if op is Ops.PAD: return tuple(_ssum(d, b, a) for d, (b, a) in zip(s, u.arg))
-    if op is Ops.SHRINK: return tuple(e - b if e.__class__ is int and b.__class__ is int else ssimp(e - b) for b, e in u.arg)
+    if op is Ops.SHRINK:
+      return tuple(e - b if e.__class__ is int and b.__class__ is int else ssimp(e - b) for b, e in u.arg)
     return s  # FLIP
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(u.src[0].shape))
   if op is Ops.BUFFER: return (u.arg[1],)
@@ -374,7 +382,8 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
   if op is Ops.CMPNE: return False, True
   if op is Ops.CAST and (dtypes.is_int(u.src[0].dtype) or u.src[0].dtype is dtypes.bool):
     lo, hi = u.src[0].vmin_vmax
-    if dtypes.min(d) <= lo and hi <= dtypes.max(d): return (bool(lo), bool(hi)) if d is dtypes.bool else (int(lo), int(hi))
+    if dtypes.min(d) <= lo and hi <= dtypes.max(d):
+      return (bool(lo), bool(hi)) if d is dtypes.bool else (int(lo), int(hi))
   return dtypes.min(d), dtypes.max(d)
 
 def _clamp(lo: Any, hi: Any, d: DType) -> tuple[Any, Any]:
@@ -425,8 +434,9 @@ def _pow(a: Any, b: Any) -> Any:
   except OverflowError: return math.inf
 
 python_alu: dict[Ops, Callable[..., Any]] = {
-  Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin, Ops.SQRT: _sqrt, Ops.RECIP: _recip, Ops.NEG: operator.neg, Ops.TRUNC: _trunc,
-  Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _fdiv, Ops.IDIV: _c_idiv, Ops.MOD: _c_mod,
+  Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin, Ops.SQRT: _sqrt, Ops.RECIP: _recip, Ops.NEG: operator.neg,
+  Ops.TRUNC: _trunc, Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.FDIV: _fdiv,
+  Ops.IDIV: _c_idiv, Ops.MOD: _c_mod,
   Ops.MAX: _max, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq, Ops.AND: operator.and_,
   Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.SHL: _shl, Ops.SHR: _shr, Ops.POW: _pow,
   Ops.WHERE: lambda c, a, b: a if c else b}
@@ -445,20 +455,24 @@ class UPat:
   """A pattern over UOps. `UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")))` matches x + const and names the parts."""
   __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "custom_early_reject")
   def __init__(self, op: Ops | tuple[Ops, ...] | set[Ops] | None = None, dtype: DType | tuple[DType, ...] | None = None,
-               src: tuple[UPat, ...] | UPat | None = None, arg: Any = None, name: str | None = None, allow_any_len: bool = False):
+               src: tuple[UPat, ...] | UPat | None = None, arg: Any = None, name: str | None = None,
+               allow_any_len: bool = False):
     self.op: frozenset[Ops] | None = None if op is None else frozenset([op] if isinstance(op, Ops) else op)
-    self.dtype: frozenset[DType] | None = None if dtype is None else frozenset([dtype] if isinstance(dtype, DType) else dtype)
+    self.dtype: frozenset[DType] | None = \
+      None if dtype is None else frozenset([dtype] if isinstance(dtype, DType) else dtype)
     # a single UPat as src means "every source matches this"
     self.src: tuple[UPat, ...] | UPat | None = src
     self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
   @staticmethod
-  def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
+  def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+    return UPat(dtype=dtype, name=name)
   @staticmethod
   def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
     return UPat(Ops.CONST, dtype=dtype, name=name)
   @staticmethod
   def const(dtype: DType | tuple[DType, ...] | None, val: Any) -> UPat: return UPat(Ops.CONST, dtype=dtype, arg=val)
-  def _bin(self, op: Ops, x: UPat | ConstType) -> UPat: return UPat(op, src=(self, x if isinstance(x, UPat) else UPat.const(None, x)))
+  def _bin(self, op: Ops, x: UPat | ConstType) -> UPat:
+    return UPat(op, src=(self, x if isinstance(x, UPat) else UPat.const(None, x)))
   def __add__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.ADD, x)
   def __mul__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.MUL, x)
   def __floordiv__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.IDIV, x)
@@ -469,7 +483,8 @@ class UPat:
   def ne(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.CMPNE, x)
   def maximum(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.MAX, x)
   def where(self, x: UPat, y: UPat) -> UPat: return UPat(Ops.WHERE, src=(self, x, y))
-  def __repr__(self) -> str: return f"UPat({self.op}, {self.dtype}, arg={self.arg!r}, name={self.name!r}, src={self.src!r})"
+  def __repr__(self) -> str:
+    return f"UPat({self.op}, {self.dtype}, arg={self.arg!r}, name={self.name!r}, src={self.src!r})"
 
   def match(self, u: UOp, store: dict[str, UOp]) -> bool:
     """Match `u`, filling `store` with named parts. A name bound twice must be the same node."""

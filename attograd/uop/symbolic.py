@@ -7,7 +7,7 @@ sums they reason about cannot wrap for any value within bounds.
 """
 from __future__ import annotations
 import math
-from attograd.dtype import DType, dtypes
+from attograd.dtype import ConstType, DType, dtypes
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu
 
 ints = tuple(dtypes.ints)
@@ -47,10 +47,10 @@ def sum_bounds(terms: list[tuple[UOp, int]], const: int) -> tuple[int, int]:
   """Bounds of sum(coef * term) + const in exact arithmetic (no wrapping), from each term's bounds."""
   lo = hi = const
   for t, k in terms:
-    lo, hi = lo + min(k * t.vmin, k * t.vmax), hi + max(k * t.vmin, k * t.vmax)
+    lo, hi = lo + min(k * t.vmin, k * t.vmax), hi + max(k * t.vmin, k * t.vmax)  # type: ignore[assignment]  # index bounds are ints
   return lo, hi
 
-def fits(lo: int, hi: int, dtype: DType) -> bool: return dtypes.min(dtype) <= lo and hi <= dtypes.max(dtype)
+def fits(lo: ConstType, hi: ConstType, dtype: DType) -> bool: return dtypes.min(dtype) <= lo and hi <= dtypes.max(dtype)
 
 def nowrap_nonneg(terms: list[tuple[UOp, int]], const: int, dtype: DType) -> bool:
   """The sum never wraps and is never negative, so C division/modulo of it is the floor one on its exact value."""

@@ -15,15 +15,15 @@ def _mul(a: sint, b: sint) -> sint:
   return b if a == 1 else a if b == 1 else ssimp(a * b)  # type: ignore[operator]
 def _smax(a: sint, b: sint) -> sint:
   if a.__class__ is int and b.__class__ is int: return max(a, b)
-  return _pick(a, b, a >= b, b >= a)  # type: ignore[operator]
+  return _pick(a, b, a >= b, b >= a)  # type: ignore[operator,arg-type]
 def _smin(a: sint, b: sint) -> sint:
   if a.__class__ is int and b.__class__ is int: return min(a, b)
-  return _pick(a, b, a <= b, b <= a)  # type: ignore[operator]
+  return _pick(a, b, a <= b, b <= a)  # type: ignore[operator,arg-type]
 def _pick(a: sint, b: sint, a_wins: UOp, b_wins: UOp) -> sint:
   """a or b, decided from the Variables' bounds where they can, else left to the kernel as a WHERE."""
   if _surely(a_wins): return a
   if _surely(b_wins): return b
-  return ssimp(a_wins.simplify().where(a, b))
+  return ssimp(a_wins.simplify().where(a, b))  # type: ignore[arg-type]  # sint is typed as int
 def _surely(cond: Any) -> bool:
   """True only when the condition holds for every value of its Variables."""
   if not isinstance(cond, UOp): return bool(cond)

@@ -47,7 +47,7 @@ def _near(u: UOp, depth: int) -> dict[str, Any]:
   keep: dict[UOp, None] = {}
   frontier = [u]
   for _ in range(depth + 1):
-    nxt = []
+    nxt: list[Any] = []
     for n in frontier:
       if n not in keep:
         keep[n] = None

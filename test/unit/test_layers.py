@@ -1,0 +1,200 @@
+"""The package's import graph against DESIGN.md's layers: data flows down only, and no module cycle.
+
+The imports are read from the source (ast), not by importing: every `import` and `from ... import` in a module,
+at the top or inside a function, resolved to the attograd module it loads; imports under `if TYPE_CHECKING:` are left
+out (they never run). Each module belongs to the first layer in LAYERS whose prefix names it; an import of a module
+in a layer above is an upward import.
+
+Today's code breaks the rule in known places, listed in UPWARD and CYCLES as debt (issue 19 pays it). The test fails
+on any new upward import or cycle, and on a listed one that is gone, so the lists only shrink."""
+from __future__ import annotations
+import ast, os, sys
+from functools import lru_cache
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# top to bottom: (layer, module prefixes); a module's layer is the first whose prefix matches (so a specific
+# module listed high up wins over its folder's layer below)
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+  ("apps", ("attograd.llm", "attograd.distributed", "attograd.nn.onnx", "attograd.nn.onnx_ops", "attograd.viz")),
+  ("package", ("attograd",)),  # attograd/__init__.py: the public names, re-exported from below
+  ("nn", ("attograd.nn",)),
+  ("tensor", ("attograd.tensor", "attograd.tensor_index", "attograd.mixin", "attograd.function",
+              "attograd.printing")),
+  ("gradient", ("attograd.gradient",)),
+  ("schedule", ("attograd.engine.schedule",)),
+  ("engine", ("attograd.engine",)),
+  ("codegen", ("attograd.codegen",)),
+  ("renderer", ("attograd.renderer",)),
+  ("runtime", ("attograd.runtime",)),
+  ("device", ("attograd.device",)),
+  ("ir", ("attograd.uop", "attograd.dtype", "attograd.helpers")),
+]
+
+# (importer, imported): upward imports in today's code, each one debt. (The runtimes name their renderer, as a
+# backend is a renderer plus a runtime; issue 19 decides whether the device registry pairs them instead.)
+UPWARD: set[tuple[str, str]] = {
+  ("attograd.codegen", "attograd"),
+  ("attograd.codegen", "attograd.engine.schedule"),
+  ("attograd.codegen", "attograd.viz"),
+  ("attograd.engine.jit", "attograd.engine.schedule"),
+  ("attograd.engine.jit", "attograd.tensor"),
+  ("attograd.engine.realize", "attograd"),
+  ("attograd.engine.realize", "attograd.engine.schedule"),
+  ("attograd.engine.realize", "attograd.viz"),
+  ("attograd.function", "attograd.nn.state"),
+  ("attograd.gradient", "attograd.tensor"),
+  ("attograd.nn.data", "attograd"),
+  ("attograd.nn.data", "attograd.distributed"),
+  ("attograd.runtime.ops_cl", "attograd.renderer.cstyle"),
+  ("attograd.runtime.ops_cpu", "attograd.renderer.cstyle"),
+  ("attograd.runtime.ops_cuda", "attograd.renderer.cstyle"),
+  ("attograd.runtime.ops_disk", "attograd.renderer"),
+  ("attograd.runtime.ops_llvm", "attograd.renderer.llvmir"),
+  ("attograd.runtime.ops_python", "attograd.renderer"),
+  ("attograd.runtime.ops_python", "attograd.renderer.cstyle"),
+  ("attograd.tensor", "attograd"),
+  ("attograd.tensor", "attograd.viz"),
+}
+
+# strongly connected components of more than one module, in today's code, each one debt
+CYCLES: set[frozenset[str]] = {
+  frozenset({"attograd", "attograd.codegen", "attograd.codegen.search", "attograd.engine.jit",
+    "attograd.engine.realize", "attograd.function", "attograd.gradient", "attograd.mixin.compose",
+    "attograd.mixin.grad", "attograd.mixin.math", "attograd.mixin.nn", "attograd.nn", "attograd.nn.gguf",
+    "attograd.nn.optim", "attograd.nn.state", "attograd.tensor", "attograd.tensor_index", "attograd.viz",
+    "attograd.viz.serve"}),
+  frozenset({"attograd.codegen.kernel", "attograd.codegen.lowerer"}),
+  frozenset({"attograd.distributed", "attograd.distributed.data_parallel"}),
+  frozenset({"attograd.dtype", "attograd.helpers"}),
+  frozenset({"attograd.llm.__main__", "attograd.llm.server"}),
+  frozenset({"attograd.nn.onnx", "attograd.nn.onnx_ops"}),
+  frozenset({"attograd.uop.ops", "attograd.uop.symbolic"}),
+}
+
+def _modules() -> dict[str, str]:
+  out = {}
+  for d, _, files in os.walk(os.path.join(ROOT, "attograd")):
+    for f in files:
+      if not f.endswith(".py"): continue
+      name = os.path.relpath(os.path.join(d, f), ROOT)[:-3].replace(os.sep, ".")
+      out[name.removesuffix(".__init__")] = os.path.join(d, f)
+  return out
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+  skip: set[int] = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+      for inner in node.body: skip.update(id(n) for n in ast.walk(inner))
+  return skip
+
+@lru_cache(None)
+def import_graph() -> dict[str, frozenset[str]]:
+  """module -> the attograd modules it imports (TYPE_CHECKING-only imports left out)."""
+  mods = _modules()
+  graph: dict[str, frozenset[str]] = {}
+  for mod, path in mods.items():
+    with open(path, encoding="utf-8") as f: tree = ast.parse(f.read(), path)
+    skip, package = _type_checking_nodes(tree), path.endswith("__init__.py")
+    deps: set[str] = set()
+    for node in ast.walk(tree):
+      if id(node) in skip: continue
+      if isinstance(node, ast.Import): names = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:  # relative: from the module's package, up level-1 packages
+          parts = mod.split(".") if package else mod.split(".")[:-1]
+          base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+        # `from pkg import name` loads pkg, and pkg.name too when that is a module
+        names = [base] + [f"{base}.{a.name}" for a in node.names]
+      else: continue
+      for n in names:
+        while n and n not in mods: n = n.rpartition(".")[0]
+        if n and n != mod: deps.add(n)
+    graph[mod] = frozenset(deps)
+  return graph
+
+def layer_of(mod: str) -> int:
+  for i, (name, prefixes) in enumerate(LAYERS):
+    # the package layer is attograd/__init__.py alone, not every module under it
+    if any(mod == p or (name != "package" and mod.startswith(p + ".")) for p in prefixes): return i
+  raise AssertionError(f"{mod} is in no layer: add its prefix to LAYERS in {__file__}")
+
+def upward_imports() -> set[tuple[str, str]]:
+  return {(m, d) for m, deps in import_graph().items() for d in deps if layer_of(d) < layer_of(m)}
+
+def cycles() -> set[frozenset[str]]:
+  """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+  graph = import_graph()
+  index: dict[str, int] = {}
+  low: dict[str, int] = {}
+  stack: list[str] = []
+  on_stack: set[str] = set()
+  out: set[frozenset[str]] = set()
+  for root in sorted(graph):
+    if root in index: continue
+    work = [(root, iter(sorted(graph[root])))]
+    index[root] = low[root] = len(index)
+    stack.append(root)
+    on_stack.add(root)
+    while work:
+      v, it = work[-1]
+      w = next(it, None)
+      if w is not None:
+        if w not in index:
+          index[w] = low[w] = len(index)
+          stack.append(w)
+          on_stack.add(w)
+          work.append((w, iter(sorted(graph[w]))))
+        elif w in on_stack: low[v] = min(low[v], index[w])
+        continue
+      work.pop()
+      if work: low[work[-1][0]] = min(low[work[-1][0]], low[v])
+      if low[v] == index[v]:
+        comp = set()
+        while True:
+          x = stack.pop()
+          on_stack.discard(x)
+          comp.add(x)
+          if x == v: break
+        if len(comp) > 1: out.add(frozenset(comp))
+  return out
+
+def test_every_module_has_a_layer() -> None:
+  for mod in import_graph(): layer_of(mod)
+
+def test_no_new_upward_import() -> None:
+  now = upward_imports()
+  new = sorted(now - UPWARD)
+  assert not new, "imports up the layers (data flows down only; see DESIGN.md):\n" + "\n".join(
+    f"  {m} ({LAYERS[layer_of(m)][0]}) imports {d} ({LAYERS[layer_of(d)][0]})" for m, d in new)
+  gone = sorted(UPWARD - now)
+  assert not gone, f"these upward imports are gone: remove them from UPWARD in {__file__}: {gone}"
+
+def test_no_new_import_cycle() -> None:
+  now = cycles()
+  def show(cs: set[frozenset[str]]) -> str: return "\n".join(f"  {sorted(c)}" for c in sorted(cs, key=sorted))
+  assert now <= CYCLES, f"new import cycles:\n{show(now - CYCLES)}"
+  assert CYCLES <= now, f"these import cycles are gone: remove them from CYCLES in {__file__}:\n{show(CYCLES - now)}"
+
+@pytest.mark.parametrize("src,want", [
+  ("from attograd.tensor import Tensor", {"attograd.tensor"}),
+  ("from attograd import nn", {"attograd", "attograd.nn"}),
+  ("import attograd.uop.ops as o", {"attograd.uop.ops"}),
+  ("def f():\n  from ..uop import ops", {"attograd.uop", "attograd.uop.ops"}),
+  ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n  from attograd.tensor import Tensor", set()),
+])
+def test_reads_imports(tmp_path: object, monkeypatch: pytest.MonkeyPatch, src: str, want: set[str]) -> None:
+  # the reader on a one-module package: relative imports, function-level imports, TYPE_CHECKING
+  me = sys.modules[__name__]
+  root = os.path.join(str(tmp_path), "r")
+  for d in ("attograd", "attograd/uop", "attograd/nn", "attograd/engine"):
+    os.makedirs(os.path.join(root, d), exist_ok=True)
+    open(os.path.join(root, d, "__init__.py"), "w").close()
+  for f in ("attograd/tensor.py", "attograd/uop/ops.py"): open(os.path.join(root, f), "w").close()
+  with open(os.path.join(root, "attograd", "engine", "x.py"), "w") as f: f.write(src)
+  monkeypatch.setattr(me, "ROOT", root)
+  import_graph.cache_clear()
+  try: assert import_graph()["attograd.engine.x"] == want
+  finally: import_graph.cache_clear()
