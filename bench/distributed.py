@@ -2,10 +2,12 @@
 ideal scaling doubles the images/s), and the all-reduce bandwidth of a 64 MB float32 tensor across 2 ranks against
 this machine's memory copy bandwidth.
 
-  python -m bench.distributed          # needs mpirun and mpi4py (pip install -e '.[distributed]')
+  python -m bench --only distributed   # needs mpirun and mpi4py (pip install -e '.[distributed]')
+  python -m bench.distributed          # the same figures, printed alone
 """
 from __future__ import annotations
 import os, shutil, subprocess, sys, time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, STEPS, WARMUP, MB = 128, 10, 3, 64
@@ -71,6 +73,23 @@ def _launch(ranks: int, what: str) -> float:
                         "--worker", what], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
   if out.returncode != 0: raise RuntimeError(out.stderr[-2000:])
   return float(out.stdout.strip().splitlines()[-1])
+
+def rows(quick: bool = False) -> list[dict[str, Any]]:
+  """The rows `python -m bench` prints: steps/s of 1 and 2 ranks (the scaling efficiency is their ratio, each rank
+  running a full batch) and the 64 MB all-reduce's algorithm bandwidth (GB/s: its vs-limit column is the share of
+  the copy bandwidth measured in the same run)."""
+  if shutil.which("mpirun") is None: raise ModuleNotFoundError("needs mpirun: pip install -e '.[distributed]'")
+  try: import mpi4py  # noqa: F401
+  except ImportError as e: raise ModuleNotFoundError("needs mpi4py: pip install -e '.[distributed]'") from e
+  one, two = _launch(1, "mnist"), _launch(2, "mnist")
+  sec = _launch(2, "allreduce")
+  return [{"name": f"MNIST train b{BATCH}/rank, 1 rank x 1 thr", "unit": "steps/s", "work": 0.0,
+           "values": {"attograd": one}},
+          {"name": f"MNIST train b{BATCH}/rank, 2 ranks x 1 thr", "unit": "steps/s", "work": 0.0,
+           "values": {"attograd": two}},
+          {"name": "  2-rank scaling efficiency", "unit": "%", "work": 0.0, "values": {"attograd": 100 * two / one}},
+          {"name": f"all_reduce {MB} MB float32, 2 ranks", "unit": "GB/s", "work": 0.0,
+           "values": {"attograd": MB * 2**20 / sec / 1e9}}]
 
 def main() -> None:
   one, two = _launch(1, "mnist"), _launch(2, "mnist")

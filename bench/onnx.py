@@ -1,5 +1,6 @@
-"""`python -m bench.onnx`: ONNX inference latency, attograd's OnnxRunner (under TinyJit) next to onnxruntime with its
-default threads and with 1 thread, in one run: resnet18 (random weights, 224x224) at batch 1 and batch 16."""
+"""`python -m bench --only onnx` (or `python -m bench.onnx` alone): ONNX inference latency, attograd's OnnxRunner
+(under TinyJit) next to onnxruntime with its default threads and with 1 thread, in one run: resnet18 (random
+weights, 224x224) at batch 1 and batch 16."""
 from __future__ import annotations
 import argparse, os, statistics, sys, time
 from typing import Any, Callable
@@ -47,6 +48,13 @@ def run(batches: tuple[int, ...] = (1, 16), size: int = 224) -> list[tuple[str, 
     figures["attograd"] = _median_ms(lambda: step(xt).numpy())
     rows.append((f"resnet18 batch {b} latency", figures))
   return rows
+
+def rows(quick: bool = False) -> list[dict[str, Any]]:
+  """The rows `python -m bench` prints (unit ms, lower is better; onnxruntime's two settings are the peers)."""
+  for mod, extra in (("onnxruntime", "onnx"), ("torch", "test")):  # torch exports the model
+    try: __import__(mod)
+    except ImportError as e: raise ModuleNotFoundError(f"needs {mod}: pip install -e '.[{extra}]'") from e
+  return [{"name": name, "unit": "ms", "work": 0.0, "values": figs} for name, figs in run((1,) if quick else (1, 16))]
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m bench.onnx", description=__doc__)

@@ -4,8 +4,8 @@ inference, all measured in one run. Each row shows attograd's ratio to the best 
 (peak FLOPs of an OpenBLAS sgemm, copy bandwidth), both measured in the same run, and its change since the last run
 of the same configuration, from a JSON history: a row more than 10% worse is flagged."""
 from __future__ import annotations
-import argparse, datetime, importlib.metadata, importlib.util, json, os, platform, statistics, subprocess, sys
-import tempfile, time
+import argparse, datetime, importlib, importlib.metadata, importlib.util, json, os, platform, statistics, subprocess
+import sys, tempfile, time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,7 +51,7 @@ def median_time(fn: Callable[[], Any], warmup: int = 2, min_runs: int = 5, max_r
 @dataclass
 class Row:
   name: str
-  unit: str  # "GFLOPS", "GB/s", "steps/s": higher is better; "us", "s": lower is better
+  unit: str  # "GFLOPS", "GB/s", "steps/s", "%": higher is better; "us", "ms", "s": lower is better
   work: float  # flops or bytes per call; for "us" rows unused
   values: dict[str, float | str] = field(default_factory=dict)  # framework -> figure, or the error text
   def figure(self, seconds: float) -> float:
@@ -528,8 +528,12 @@ def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
       t = measured[id(fn)]
       row.values[fw] = row.figure(t) if isinstance(t, float) else t
 
-LOWER_IS_BETTER = ("us", "s")
-PEERS = ("numpy", "torch")
+LOWER_IS_BETTER = ("us", "ms", "s")
+# the peers "vs best" compares with; onnxruntime is the ONNX rows' peer (its default threads and 1 thread)
+PEERS = ("numpy", "torch", "onnxruntime", "onnxruntime 1 thread")
+# groups measured by their own modules (each runs its frameworks itself, in turns or in separate processes); a group
+# whose optional packages are missing is skipped with the reason, not counted as a failure
+GROUPS = ("llm", "onnx", "distributed")
 REGRESSION = 0.10  # a row this much worse than in the last run of the same configuration is flagged
 
 def _speedup(a: float, b: float, unit: str) -> float:
@@ -616,20 +620,21 @@ def print_table(rows: list[Row], frameworks: list[str], limits: dict[str, float]
   # frameworks only some rows have (the LLM rows' llama.cpp and quantized attograd) get a column each, after the peers
   extra = list(dict.fromkeys(fw for row in rows for fw in row.values if fw not in FRAMEWORKS))
   header = f"{'benchmark':<40}{'unit':>8}{'attograd':>11}" + "".join(f"{fw:>11}" for fw in peers)
-  header += "".join(f"{fw:>20}" for fw in extra) + f"{'vs best':>9}{'vs limit':>10}{'vs last':>10}"
+  width = {fw: max(20, len(fw) + 2) for fw in extra}
+  header += "".join(f"{fw:>{width[fw]}}" for fw in extra) + f"{'vs best':>9}{'vs limit':>10}{'vs last':>10}"
   print(header)
   print("-" * len(header))
   regressed = []
   for row in rows:
     line = f"{row.name:<40}{row.unit:>8}{cell(row, 'attograd'):>11}" + "".join(f"{cell(row, fw):>11}" for fw in peers)
-    line += "".join(f"{cell(row, fw):>20}" for fw in extra)
+    line += "".join(f"{cell(row, fw):>{width[fw]}}" for fw in extra)
     best, lim, ch = ratio_to_best(row), ratio_to_limit(row, limits), change.get(row.name)
     line += f"{f'{best:.2f}x' if best is not None else '-':>9}{f'{lim:.0%}' if lim is not None else '-':>10}"
     if ch is not None and ch < -REGRESSION: regressed.append(row.name)
     line += f"{(f'{ch:+.0%}' + (' !' if ch < -REGRESSION else '  ')) if ch is not None else '-':>10}"
     print(line)
-  print("vs best = attograd speed / the best peer's (> 1: attograd is faster; for 'us' and 's' rows lower time is "
-        "faster); vs limit = attograd's share of the machine's peak sgemm FLOPs (GFLOPS rows) or copy bandwidth (GB/s "
+  print("vs best = attograd speed / the best peer's (> 1: attograd is faster; for 'us', 'ms' and 's' rows lower "
+        "time is faster); vs limit = attograd's share of the machine's peak sgemm FLOPs (GFLOPS rows) or copy bandwidth (GB/s "
         f"rows); vs last = the change since the last run of this configuration, '!' when over {REGRESSION:.0%} worse")
   return errors, regressed
 
@@ -644,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                    epilog="Exit status is 1 when any benchmark failed (its error is printed), else 0.")
   parser.add_argument("--quick", action="store_true", help="smaller sizes, for a fast smoke run")
-  parser.add_argument("--only", metavar="NAME", help=f"comma-separated subset of: {', '.join(BENCHES)}, llm")
+  parser.add_argument("--only", metavar="NAME", help=f"comma-separated subset of: {', '.join((*BENCHES, *GROUPS))}")
   parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks of failing benchmarks")
   parser.add_argument("--history", metavar="PATH", default=default_history(),
                       help="the JSON history this run is compared with and appended to (default: %(default)s)")
@@ -653,9 +658,9 @@ def main(argv: list[str] | None = None) -> int:
   if np is None:
     print("bench: NumPy is needed for the reference figures; install it with `pip install -e '.[test]'`")
     return 1
-  names = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHES) + ["llm"]
-  if (unknown := [n for n in names if n not in BENCHES and n != "llm"]):
-    parser.error(f"--only: unknown benchmark {', '.join(unknown)}; choose from {', '.join(BENCHES)}, llm")
+  names = [n.strip() for n in args.only.split(",")] if args.only else [*BENCHES, *GROUPS]
+  if (unknown := [n for n in names if n not in BENCHES and n not in GROUPS]):
+    parser.error(f"--only: unknown benchmark {', '.join(unknown)}; choose from {', '.join((*BENCHES, *GROUPS))}")
 
   device = _attograd_device()
   sizes = TINY if device == "PYTHON" else QUICK if args.quick else FULL
@@ -676,10 +681,14 @@ def main(argv: list[str] | None = None) -> int:
 
   rows: list[Row] = []
   for name in names:
-    if name == "llm":  # measured by bench/llm.py (frameworks take turns, best round): its rows come back filled in
+    if name in GROUPS:  # measured by bench/<name>.py: its rows come back filled in
       try:
-        from bench import llm
-        rows.extend(Row(r["name"], r["unit"], r["work"], r["values"]) for r in llm.run(args.quick or sizes is TINY, args.verbose))
+        mod = importlib.import_module(f"bench.{name}")
+        quick = args.quick or sizes is TINY
+        got = mod.run(quick, args.verbose) if name == "llm" else mod.rows(quick)
+        rows.extend(Row(r["name"], r["unit"], r["work"], r["values"]) for r in got)
+      except ModuleNotFoundError as e:
+        print(f"bench: {name} skipped: {e}")
       except Exception as e:
         if args.verbose: traceback.print_exc()
         rows.append(Row(name, "-", 0.0, {fw: _short_error(e) for fw in frameworks}))

@@ -37,3 +37,26 @@ def test_history_flags_regressions(tmp_path: Any, capsys: Any) -> None:
   assert "-20% !" in capsys.readouterr().out
   save_history(path, hist, "CPU/full", now, {})
   assert len(load_history(path)) == 2
+
+def test_onnx_rows_compare_with_onnxruntime() -> None:
+  # the ONNX rows are latencies in ms; onnxruntime at its best setting is the peer
+  row = Row("resnet18 batch 1 latency", "ms", 0.0,
+            {"attograd": 60.0, "onnxruntime": 120.0, "onnxruntime 1 thread": 40.0})
+  assert ratio_to_best(row) == 40.0 / 60.0
+
+def test_groups_run_from_the_one_entry_point(monkeypatch: Any, capsys: Any) -> None:
+  # the ONNX and distributed groups are part of `python -m bench`; a group whose optional packages are missing is
+  # skipped with the reason (exit 0), a group that breaks is an error row (exit 1)
+  import bench.distributed, bench.onnx, bench.run
+  def missing(quick: bool = False) -> Any: raise ModuleNotFoundError("needs mpirun: pip install -e '.[distributed]'")
+  def broken(quick: bool = False) -> Any: raise RuntimeError("rank 1 died")
+  monkeypatch.setattr(bench.distributed, "rows", missing)
+  monkeypatch.setattr(bench.onnx, "rows", lambda quick=False: [
+    {"name": "resnet18 batch 1 latency", "unit": "ms", "work": 0.0,
+     "values": {"attograd": 50.0, "onnxruntime": 100.0}}])
+  assert bench.run.main(["--only", "onnx,distributed", "--quick", "--no-history"]) == 0
+  out = capsys.readouterr().out
+  assert "distributed skipped: needs mpirun" in out and "resnet18 batch 1 latency" in out and "2.00x" in out
+  monkeypatch.setattr(bench.distributed, "rows", broken)
+  assert bench.run.main(["--only", "distributed", "--quick", "--no-history"]) == 1
+  assert "rank 1 died" in capsys.readouterr().out
