@@ -1,4 +1,5 @@
-"""The C-family renderer: one base class for C-like languages, with the C dialect for the CPU device."""
+"""The C-family renderer: a rule table from linear UOps to C-like text (pm_render_c), shared by C for the CPU device,
+OpenCL C, CUDA C and Metal; each dialect adds only its own rules and its types, constants and casts."""
 from __future__ import annotations
 import functools, math
 from typing import Callable
@@ -58,8 +59,8 @@ def overloaded_alu(sin: str) -> AluTable:
 # ***** the C family's rules: one linear UOp -> its text *****
 
 class CWriter:
-  """The kernel being written: each value's name (or inline text) so far and the vector types it needs. The ctx of
-  every rendering rule, which reach the language's types and constants through `ren`."""
+  """The kernel being written: each value's name (or inline text) so far and the vector types it needs. It is the
+  ctx of every rendering rule; the rules reach the language's types and constants through `ren`."""
   __slots__ = ("ren", "r", "vecs", "counters")
   def __init__(self, ren: CStyleLanguage):
     self.ren, self.r, self.vecs, self.counters = ren, {}, set(), {}
@@ -76,7 +77,7 @@ class CWriter:
 # or (every other op) an expression the loop declares as `T name = expr;`
 INLINE = frozenset({Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR})
 STATEMENTS = frozenset({Ops.SPECIAL, Ops.BARRIER, Ops.RANGE, Ops.ENDRANGE, Ops.ACC_ASSIGN, Ops.LOAD, Ops.STORE})
-# the names the loop gives values before their rule runs (a rule for lines writes its own name); others are alu<n>
+# the names the loop gives values before their rules run (a rule writing lines declares its own); others are alu<n>
 FIXED_NAME: dict[Ops, Callable[[CWriter, UOp], str]] = {
   Ops.SPECIAL: lambda ctx, u: u.arg[0], Ops.DEFINE_LOCAL: lambda ctx, u: u.arg[0],
   Ops.RANGE: lambda ctx, u: f"ridx{u.arg[0]}", Ops.BARRIER: lambda ctx, u: ctx[u.src[0]]}  # a barrier is its buffer

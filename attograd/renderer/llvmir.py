@@ -1,4 +1,5 @@
-"""The LLVM IR renderer: the same linear UOp programs the C renderer gets, written as one LLVM IR function.
+"""The LLVM IR renderer: the same linear UOp programs the C renderer gets, written as one LLVM IR function by a rule
+table (pm_render_llvm, at the end) whose rules write each UOp's instructions and give its SSA value.
 
 Loops become a header block with a phi for the index, accumulators become allocas (mem2reg turns them back into
 phis), gated loads read index 0 instead and select zero, and the lowerer's vector lanes become LLVM vector types.
@@ -13,7 +14,7 @@ from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format
 from attograd.renderer.cstyle import pm_promote_half
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
-# ***** the rule tables *****
+# ***** types and instructions *****
 
 llvm_type: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
