@@ -136,7 +136,8 @@ class LLVMRenderer(Renderer):
   def render(self, name: str, uops: list[UOp]) -> str: return _FunctionWriter(name, uops).write()
 
 class _FunctionWriter:
-  """One pass over a linear program, writing SSA instructions into basic blocks."""
+  """The function being written, in one pass over a linear program: SSA instructions in basic blocks. The ctx of
+  pm_render_llvm's rules, which write through ins() and label() and return each op's value."""
   def __init__(self, name: str, uops: list[UOp]):
     self.name, self.uops = name, uops
     self.lines: list[str] = []
