@@ -89,7 +89,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
 def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
   """The pipeline, one named pass a line."""
   from attograd.codegen.kernel import Kernel
-  from attograd.codegen.lowerer import estimate_ops, gpu_launch, lower, pm_reduce_acc
+  from attograd.codegen.lowerer import estimate_ops, lower, pm_reduce_acc
   from attograd.codegen.linearize import linearize
   from attograd.codegen.transcendental import pm_exp_reduce, pm_transcendental
   from attograd.codegen.intsafe import pm_int_safety
@@ -129,6 +129,6 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Pr
   mem = 0
   for u in uops:
     if u.op is Ops.DEFINE_GLOBAL and isinstance(u.dtype, PtrDType): mem += u.dtype.bufsize * u.dtype.itemsize
-  launch = gpu_launch(k, renderer.global_max)[1:] if renderer.has_local else (None, None)
+  launch = renderer.launch_sizes(uops)                  # GPU: work-groups and threads, read from the thread indices
   return ProgramSpec(name, src, renderer.device, tuple(uops), globs, (0,), variables, estimate_ops(sink, k), mem,
                      tuple(k.applied), *launch)

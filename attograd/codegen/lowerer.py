@@ -29,7 +29,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
   d = k.index_dtype()
   idxs: list[UOp] = []
   placeholders: dict[int, UOp] = {}
-  specials = gpu_launch(k, global_max)[0] if gpu else {}
+  specials = gpu_indices(k, global_max) if gpu else {}
   for i, s in enumerate(k.full_shape):
     if s == 1: idxs.append(UOp.const(d, 0))
     elif i in specials: idxs.append(specials[i])
@@ -103,38 +103,34 @@ def reduce_folds(k: Kernel) -> bool:
 # ***** GPU: thread indices and work-group reductions *****
 
 def _special_dims(prefix: str, axes: list[int], shape: tuple[int, ...], maxes: tuple[int, ...] | None,
-                  d: DType = dtypes.int32) -> tuple[dict[int, UOp], tuple[int, ...]]:
+                  d: DType = dtypes.int32) -> dict[int, UOp]:
   """Each axis gets an index from one launch dimension (the innermost axis -> dimension 0). Past 3 axes, or when a
-  dimension exceeds its limit, outer axes share one dimension and are recovered with // and %."""
+  dimension exceeds its limit, outer axes share one dimension and are recovered with // and %. The SPECIALs carry
+  the dimensions' sizes: the launch sizes are read back from them (renderer.launch_dims)."""
   groups = [[a] for a in reversed(axes)]  # in dimension order; each group lists its axes outermost first
   while len(groups) > 3: groups[-2:] = [groups[-1] + groups[-2]]
   if maxes is not None and any(prod(shape[a] for a in g) > m for g, m in zip(groups, maxes)): groups = [list(axes)]
   idx: dict[int, UOp] = {}
-  sizes: list[int] = []
   for dim, g in enumerate(groups):
-    sizes.append(prod(shape[a] for a in g))
-    sp = UOp(Ops.SPECIAL, d, (), (f"{prefix}{dim}", sizes[-1]))
+    sp = UOp(Ops.SPECIAL, d, (), (f"{prefix}{dim}", prod(shape[a] for a in g)))
     for j, a in enumerate(g):
       inner = prod(shape[b] for b in g[j + 1:])
       x = sp // inner if inner > 1 else sp
       idx[a] = x % shape[a] if j > 0 else x
-  return idx, tuple(sizes) if sizes else (1,)
+  return idx
 
-def gpu_launch(k: Kernel, global_max: tuple[int, ...] | None = None,
-               ) -> tuple[dict[int, UOp], tuple[int, ...], tuple[int, ...]]:
-  """(index of each axis run by the GPU, global size in work-groups, local size in threads)."""
+def gpu_indices(k: Kernel, global_max: tuple[int, ...] | None = None) -> dict[int, UOp]:
+  """The index of each axis run by the GPU: a work-group (gidx) or thread (lidx) index, or a part of one."""
   shape, d = k.full_shape, k.index_dtype()
   if k.tc is not None:  # one warp per work-group, one 16x8 output tile per warp
-    gidx, gsize = _special_dims("gidx", [i for i in range(k.first_reduce) if shape[i] != 1 and i not in
-                                         (k.tc.m, k.tc.n) and i not in k.upcasted], shape, global_max, d)
-    return gidx, gsize, (WARP,)
+    # (the warp's lane index, lidx0, is made by _lower_tc)
+    return _special_dims("gidx", [i for i in range(k.first_reduce) if shape[i] != 1 and i not in (k.tc.m, k.tc.n)
+                                  and i not in k.upcasted], shape, global_max, d)
   # a symbolic axis stays a loop inside each thread: launch sizes are fixed when the program is built
   glob = [i for i in range(k.first_reduce) if shape[i] != 1 and i not in k.upcasted and i not in k.locals_
           and shape[i].__class__ is int]
   loc = [i for i in range(k.shape_len) if shape[i] != 1 and (i in k.locals_ or i in k.grouped)]
-  gidx, gsize = _special_dims("gidx", glob, shape, global_max, d)
-  lidx, lsize = _special_dims("lidx", loc, shape, None, d)
-  return {**gidx, **lidx}, gsize, lsize
+  return {**_special_dims("gidx", glob, shape, global_max, d), **_special_dims("lidx", loc, shape, None, d)}
 
 def _group_reduce(k: Kernel, partial: UOp, specials: dict[int, UOp], op: Ops, n: int) -> UOp:
   """Each thread's partial result goes to local memory; after a barrier every thread combines the work-group's.
@@ -201,7 +197,7 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
   runs the code after the reduce for, and stores, the 4 output elements of each tile it holds."""
   tc, d = k.tc, k.index_dtype()
   assert tc is not None
-  specials = gpu_launch(k, global_max)[0]
+  specials = gpu_indices(k, global_max)
   lane = UOp(Ops.SPECIAL, d, (), ("lidx0", WARP))
   ph = {ax: UOp(Ops.DEFINE_VAR, d, (), (f"_tc{ax}", 0, k.full_shape[ax] - 1)) for ax in (tc.m, tc.n, tc.k)}
   ph.update({ax: UOp(Ops.DEFINE_VAR, d, (), (f"_unroll{ax}", 0, k.full_shape[ax] - 1)) for ax in k.upcasted})

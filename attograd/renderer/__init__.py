@@ -4,7 +4,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
 from attograd.dtype import DType, dtypes
-from attograd.uop.ops import PatternMatcher, UOp
+from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 @dataclass
 class Renderer:
@@ -22,6 +22,9 @@ class Renderer:
   has_local: bool = False
   local_max: int = 256          # threads in one work-group
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
+  def launch_sizes(self, uops: list[UOp]) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(global, local) sizes a kernel of this language is launched with: (None, None) where it runs its own loops."""
+    return launch_dims(uops) if self.has_local else (None, None)
   @property
   def code_for_op(self) -> dict:
     """ALU ops the language writes as source expressions, to functions of the operands' text and the dtype (tinygrad's
@@ -31,6 +34,23 @@ class Renderer:
     """The dtypes this language's kernels can load, store and compute with (tinygrad's API). Every renderer runs half,
     bfloat16 and fp8 at least through float32 conversions, so only a missing hardware type (double) takes one out."""
     return set(dtypes.all)
+
+# what a linear program (codegen/linearize.py's output) holds: the ops every renderer's rule table must render, and
+# those only GPU languages get (thread indices, work-group memory; warp shuffles and tensor cores where they have them)
+PROGRAM_OPS = frozenset({Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.ENDRANGE, Ops.DEFINE_ACC,
+                         Ops.ACC_ASSIGN, Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.GEP, Ops.VECTORIZE}
+                        | GroupOp.ALU)
+GPU_OPS = frozenset({Ops.SPECIAL, Ops.DEFINE_LOCAL, Ops.BARRIER})
+WARP_OPS = frozenset({Ops.SHUFFLE, Ops.WMMA})
+
+def launch_dims(uops: list[UOp] | tuple[UOp, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  """A GPU kernel's launch: work-groups per dimension (its gidx<d> thread indices) and threads per work-group (lidx<d>),
+  1 in a dimension no index reads. The one source of launch sizes: the thread indices the program itself reads."""
+  sizes: dict[str, dict[int, int]] = {"g": {}, "l": {}}
+  for u in uops:
+    if u.op is Ops.SPECIAL: sizes[u.arg[0][0]][int(u.arg[0][-1])] = u.arg[1]
+  glob, loc = ({d: n[d] if d in n else 1 for d in range(max(n, default=0) + 1)} for n in (sizes["g"], sizes["l"]))
+  return tuple(glob.values()), tuple(loc.values())
 
 class Fp8Format(NamedTuple):
   """The constants of one fp8 format that its float32 conversion functions (C and LLVM IR) are written with: the

@@ -1,10 +1,11 @@
-"""The C-family renderer: one base class for C-like languages, with the C dialect for the CPU device."""
+"""The C-family renderer: a rule table from linear UOps to C-like text (pm_render_c), shared by C for the CPU device,
+OpenCL C, CUDA C and Metal; each dialect adds only its own rules and its types, constants and casts."""
 from __future__ import annotations
 import functools, math
-from typing import Any, Callable
+from typing import Callable
 from attograd.dtype import DType, PtrDType, dtypes
 from attograd.helpers import prod
-from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format
+from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format, launch_dims
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 # dtypes held in registers as their bits (an integer type) with no arithmetic of their own: math runs in float32
@@ -21,17 +22,140 @@ def _promote_to_float(x: UOp, low: tuple[DType, ...] = LOW_FLOATS) -> UOp | None
     return ret if x.dtype is dtypes.bool else ret.cast(x.dtype)
   return None
 
-def _overloaded_unary(r: CStyleLanguage, op: Ops, x: str, d: DType, sin: str) -> str | None:
-  """Math for languages whose functions are overloaded on the type (OpenCL C, Metal): no f suffixes."""
-  fns = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: sin, Ops.SQRT: "sqrt"}
-  if op in fns: return f"{fns[op]}({x})"
-  if op is Ops.TRUNC: return f"trunc({x})" if dtypes.is_float(d) else x
-  if op is Ops.RECIP: return f"(({r.render_dtype(d)})1/{x})"
-  return None
-
 def _mask_of(d: DType) -> DType: return (dtypes.int64 if d.scalar() is dtypes.float64 else dtypes.int32).vec(d.count)
 
 pm_promote_half = PatternMatcher([(UPat(GroupOp.ALU, name="x"), _promote_to_float)])
+
+# ***** ALU ops as expressions: each language's table of them is its code_for_op *****
+
+# every entry is a function (renderer, *operand source text, dtype) -> expression
+AluTable = dict[Ops, Callable[..., str]]
+
+def _f(d: DType) -> str: return "f" if d is dtypes.float32 else ""  # C's float32 math functions end in f
+def _infix(sym: str) -> Callable[..., str]: return lambda r, a, b, d: f"({a}{sym}{b})"
+def _libm(fn: str) -> Callable[..., str]: return lambda r, x, d: f"{fn}{_f(d)}({x})"
+def _call(fn: str) -> Callable[..., str]: return lambda r, *xs: f"{fn}({', '.join(xs[:-1])})"
+
+INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
+         Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+
+c_alu: AluTable = {
+  **{op: _infix(sym) for op, sym in INFIX.items()},
+  # NaN-propagating: (a > b || a != a) picks a NaN a; a NaN b loses every comparison
+  Ops.MAX: lambda r, a, b, d: f"(({a}>{b}||{a}!={a})?{a}:{b})" if dtypes.is_float(d) else f"(({a}>{b})?{a}:{b})",
+  Ops.WHERE: lambda r, c, a, b, d: f"({c}?{a}:{b})",
+  Ops.POW: lambda r, a, b, d: f"pow{_f(d)}({a}, {b})",
+  Ops.NEG: lambda r, x, d: f"(!{x})" if d is dtypes.bool else f"(-{x})",
+  Ops.EXP2: _libm("exp2"), Ops.LOG2: _libm("log2"), Ops.SIN: _libm("sin"), Ops.SQRT: _libm("sqrt"),
+  Ops.RECIP: lambda r, x, d: f"(1.0{_f(d)}/{x})",
+  Ops.TRUNC: lambda r, x, d: f"trunc{_f(d)}({x})" if dtypes.is_float(d) else x}
+
+def overloaded_alu(sin: str) -> AluTable:
+  """Math for languages whose functions are overloaded on the type (OpenCL C, Metal): no f suffixes."""
+  return {Ops.EXP2: _call("exp2"), Ops.LOG2: _call("log2"), Ops.SIN: _call(sin), Ops.SQRT: _call("sqrt"),
+          Ops.POW: _call("pow"), Ops.TRUNC: lambda r, x, d: f"trunc({x})" if dtypes.is_float(d) else x,
+          Ops.RECIP: lambda r, x, d: f"(({r.render_dtype(d)})1/{x})"}
+
+# ***** the C family's rules: one linear UOp -> its text *****
+
+class CWriter:
+  """The kernel being written: each value's name (or inline text) so far and the vector types it needs. It is the
+  ctx of every rendering rule; the rules reach the language's types and constants through `ren`."""
+  __slots__ = ("ren", "r", "vecs", "counters")
+  def __init__(self, ren: CStyleLanguage):
+    self.ren, self.r, self.vecs, self.counters = ren, {}, set(), {}
+  def __getitem__(self, u: UOp) -> str: return self.r[u]
+  def newname(self, prefix: str) -> str:
+    n = self.counters.get(prefix, 0)
+    self.counters[prefix] = n + 1
+    return f"{prefix}{n}"
+  def name(self, u: UOp) -> str:
+    """The name a value gets before its rule runs: fixed by its op (ridx3, gidx0), else a prefix and a count."""
+    return FIXED_NAME[u.op](self, u) if u.op in FIXED_NAME else self.newname(NAME_PREFIX.get(u.op, "alu"))
+
+# what a rule's text is, by op: the value itself (written inline where it is used), whole lines of the kernel's body,
+# or (every other op) an expression the loop declares as `T name = expr;`
+INLINE = frozenset({Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR})
+STATEMENTS = frozenset({Ops.SPECIAL, Ops.BARRIER, Ops.RANGE, Ops.ENDRANGE, Ops.ACC_ASSIGN, Ops.LOAD, Ops.STORE})
+# the names the loop gives values before their rules run (a rule writing lines declares its own); others are alu<n>
+FIXED_NAME: dict[Ops, Callable[[CWriter, UOp], str]] = {
+  Ops.SPECIAL: lambda ctx, u: u.arg[0], Ops.DEFINE_LOCAL: lambda ctx, u: u.arg[0],
+  Ops.RANGE: lambda ctx, u: f"ridx{u.arg[0]}", Ops.BARRIER: lambda ctx, u: ctx[u.src[0]]}  # a barrier is its buffer
+NAME_PREFIX = {Ops.DEFINE_ACC: "acc", Ops.LOAD: "val"}
+UNNAMED = INLINE | {Ops.STORE, Ops.ACC_ASSIGN, Ops.ENDRANGE}
+
+def load_rule(ctx: CWriter, x: UOp) -> str:
+  buf, idx, d = ctx[x.src[0]], ctx[x.src[1]], x.dtype
+  if d.count > 1:  # vector lanes: an unaligned copy, zero where the gate is off
+    copy = f"__builtin_memcpy(&{ctx[x]}, {buf} + {idx}, sizeof({ctx[x]}));"
+    zero = ctx.ren.render_const(0.0 if dtypes.is_float(d) else 0, d)
+    gated = f"if ({ctx[x.src[2]]}) {copy}" if len(x.src) == 3 else copy
+    return f"{ctx.ren.render_dtype(d)} {ctx[x]} = {zero};\n{gated}"
+  load = f"{buf}[{idx}]" if d is not dtypes.bool else f"({buf}[{idx}]!=0)"
+  if len(x.src) == 3: load = f"({ctx[x.src[2]]}?{load}:{ctx.ren.render_const(dtypes.as_const(0, d), d)})"
+  return f"{ctx.ren.render_dtype(d)} {ctx[x]} = {load};"
+
+def store_rule(ctx: CWriter, x: UOp) -> str:
+  buf, idx, v = ctx[x.src[0]], ctx[x.src[1]], x.src[2]
+  if v.dtype.count > 1: return f"__builtin_memcpy({buf} + {idx}, &{ctx[v]}, sizeof({ctx[v]}));"
+  val = f"(unsigned char)({ctx[v]})" if v.dtype is dtypes.bool else ctx[v]
+  gate = f"if ({ctx[x.src[3]]}) " if len(x.src) == 4 else ""  # GPU: one thread of a work-group stores
+  return f"{gate}{buf}[{idx}] = {val};"
+
+def lane_select_rule(ctx: CWriter, x: UOp) -> str | None:
+  """MAX, and WHERE on a vector condition, lane-wise through the bits: C has no ?: on vectors (MAX keeps NaN like
+  the scalar form)."""
+  d = x.dtype
+  if d.count == 1 or (x.op is Ops.WHERE and x.src[0].dtype.count == 1): return None
+  m = _mask_of(d)
+  ctx.vecs.add(m)
+  T, M = ctx.ren.render_dtype(d), ctx.ren.render_dtype(m)
+  a, b = (f"(({ctx[s]})-({T}){{0}})" for s in x.src[-2:])  # a scalar operand becomes a vector, -0.0 intact
+  s0, s1 = ctx[x.src[0]], ctx[x.src[1]]
+  c = f"((({s0})>({s1}))|(({s0})!=({s0})))" if x.op is Ops.MAX else s0
+  return f"({T})((({M}){c}&({M}){a})|(~({M}){c}&({M}){b}))"
+
+def per_lane_rule(ctx: CWriter, x: UOp) -> str | None:
+  """A math-library function has no vector form in C: one call per lane (float64; float32 is decomposed)."""
+  d = x.dtype
+  if d.count == 1: return None
+  lanes = ", ".join(ctx.ren.alu[x.op](ctx.ren, f"{ctx[x.src[0]]}[{i}]", d.scalar()) for i in range(d.count))
+  return f"(({ctx.ren.render_dtype(d)}){{{lanes}}})"
+
+def vector_where_rule(ctx: CWriter, x: UOp) -> str | None:
+  """A scalar condition choosing between vectors: both sides made vectors."""
+  if x.dtype.count == 1: return None
+  T = ctx.ren.render_dtype(x.dtype)
+  return f"({ctx[x.src[0]]}?(({ctx[x.src[1]]})-({T}){{0}}):(({ctx[x.src[2]]})-({T}){{0}}))"
+
+def alu_rule(ctx: CWriter, x: UOp) -> str | None:
+  if (fn := ctx.ren.alu.get(x.op)) is None: return None
+  return fn(ctx.ren, *[ctx[s] for s in x.src], x.dtype)
+
+def range_rule(ctx: CWriter, x: UOp) -> str:
+  i = ctx[x]
+  return f"for ({ctx.ren.render_dtype(x.dtype)} {i} = 0; {i} < {ctx[x.src[0]]}; {i}++) {{"
+
+pm_render_c = PatternMatcher([
+  (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.ren.render_const(x.arg, x.dtype)),
+  (UPat(Ops.DEFINE_GLOBAL, name="x"), lambda x: f"data{x.arg}"),
+  (UPat(Ops.DEFINE_VAR, name="x"), lambda x: x.arg[0]),
+  (UPat(Ops.RANGE, name="x"), range_rule),
+  (UPat(Ops.ENDRANGE), lambda: "}"),
+  (UPat(Ops.DEFINE_ACC, name="x"), lambda ctx, x: ctx[x.src[0]]),
+  (UPat(Ops.ACC_ASSIGN, name="x"), lambda ctx, x: f"{ctx[x.src[0]]} = {ctx[x.src[1]]};"),
+  (UPat(Ops.LOAD, name="x"), load_rule),
+  (UPat(Ops.STORE, name="x"), store_rule),
+  (UPat((Ops.MAX, Ops.WHERE), name="x"), lane_select_rule),
+  (UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT), name="x"), per_lane_rule),
+  (UPat(Ops.WHERE, name="x"), vector_where_rule),
+  (UPat(GroupOp.ALU, name="x"), alu_rule),
+  (UPat(Ops.CAST, name="x"), lambda ctx, x: ctx.ren.render_cast(ctx[x.src[0]], x.src[0].dtype, x.dtype)),
+  (UPat(Ops.BITCAST, name="x"), lambda ctx, x: ctx.ren.render_bitcast(ctx[x.src[0]], x.src[0].dtype, x.dtype)),
+  (UPat(Ops.GEP, name="x"), lambda ctx, x: f"{ctx[x.src[0]]}[{x.arg}]"),
+  (UPat(Ops.VECTORIZE, name="x"),
+   lambda ctx, x: f"(({ctx.ren.render_dtype(x.dtype)}){{{', '.join(ctx[s] for s in x.src)}}})"),
+])
 
 class CStyleLanguage(Renderer):
   kernel_prefix = "void"
@@ -45,12 +169,13 @@ class CStyleLanguage(Renderer):
     dtypes.fp8e4m3: "unsigned char", dtypes.fp8e5m2: "unsigned char", dtypes.float32: "float", dtypes.float64: "double"}
   storage_map: dict[DType, str] = {dtypes.bool: "unsigned char"}
   float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
-  infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
-           Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
   preamble = ""
-  # GPU dialects: work-group memory and barrier (see OpenCLRenderer, CUDARenderer, MetalRenderer)
+  # GPU dialects: how work-group memory is declared (see pm_render_gpu)
   smem_prefix = ""
-  barrier = ""
+  dialect = "C-family"  # the language's name in errors
+  alu: AluTable = c_alu  # the ALU ops it writes natively (code_for_op)
+  dialect_rules: PatternMatcher | None = None  # the dialect's own rules, tried before the shared ones
+  string_rewrite: PatternMatcher = pm_render_c  # every rule: one linear UOp -> its text
 
   def render_dtype(self, d: DType) -> str:
     if d.count > 1: return f"{self.type_map[d.scalar()].replace(' ', '_')}{d.count}"  # a typedef'd vector type
@@ -78,19 +203,6 @@ class CStyleLanguage(Renderer):
     if d is dtypes.uint32: return f"{v}u"
     if d is dtypes.int32 and v == -2**31: return "(-2147483647-1)"
     return str(v)
-  def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
-    f = "f" if d is dtypes.float32 else ""
-    if op is Ops.NEG: return f"(!{x})" if d is dtypes.bool else f"(-{x})"
-    if op is Ops.EXP2: return f"exp2{f}({x})"
-    if op is Ops.LOG2: return f"log2{f}({x})"
-    if op is Ops.SIN: return f"sin{f}({x})"
-    if op is Ops.SQRT: return f"sqrt{f}({x})"
-    if op is Ops.RECIP: return f"(1.0{f}/{x})"
-    if op is Ops.TRUNC: return f"trunc{f}({x})" if dtypes.is_float(d) else x
-    raise RuntimeError(f"C renderer: no code for {op}")
-  def code_for_max(self, a: str, b: str, d: DType) -> str:
-    if dtypes.is_float(d): return f"(({a}>{b}||{a}!={a})?{a}:{b})"
-    return f"(({a}>{b})?{a}:{b})"
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
     # a C cast between vector types reinterprets the bits; converting lane values is a builtin (gcc >= 9, clang)
     if dst.count > 1: return f"__builtin_convertvector({x}, {self.render_dtype(dst)})"
@@ -118,135 +230,51 @@ class CStyleLanguage(Renderer):
     # memcpy through a statement expression: well-defined in C, and compiles to a register move
     s, t = self.render_dtype(src), self.render_dtype(dst)
     return f"(__extension__({{ {s} __s = ({x}); {t} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d; }}))"
-  def loop_pragma(self, kind: str) -> str: return ""
   def dialect_expr(self, u: UOp, srcs: list[str]) -> str | None:
-    """A dialect's own expression for an op (its vector types, tensor cores, shuffles), or None for the common one."""
-    return None
+    """A dialect's own text for an op (its vector types, tensor cores, shuffles, thread indices) with operands named
+    `srcs`: what the first of its own rules (`dialect_rules`) gives, or None where the shared C table renders it."""
+    if self.dialect_rules is None: return None
+    ctx = CWriter(self)
+    ctx.r.update(zip(u.src, srcs))
+    if u.op not in UNNAMED: ctx.r[u] = ctx.name(u)
+    return self.dialect_rules.rewrite(u, ctx)
   @property
   def code_for_op(self) -> dict[Ops, Callable[..., str]]:
     """The ALU ops this language writes as an expression of its own, each to a function of the operands' source
     text and the dtype (`code_for_op[Ops.ADD]("a", "b", dtypes.int32)` is "(a+b)"): tinygrad's table, by which its
     tests check what a renderer does natively. Ops missing here are rewritten into others before rendering."""
-    unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
-    ops = list(self.infix) + [Ops.MAX, Ops.WHERE, Ops.POW] + sorted(unary, key=lambda o: o.value)
-    return {op: functools.partial(self._scalar_alu, op) for op in ops}
-  def _scalar_alu(self, op: Ops, *args: Any) -> str:
-    """The expression for a scalar ALU op on operands given as source text; the last argument is the dtype."""
-    *xs, d = args
-    if op is Ops.MAX: return self.code_for_max(xs[0], xs[1], d)
-    if op is Ops.POW: return self.code_for_pow(xs[0], xs[1], d)
-    if op is Ops.WHERE: return f"({xs[0]}?{xs[1]}:{xs[2]})"
-    if op in self.infix: return f"({xs[0]}{self.infix[op]}{xs[1]})"
-    return self.code_for_unary(op, xs[0], d)
-  def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow{'f' if d is dtypes.float32 else ''}({a}, {b})"
-  def render_special(self, name: str) -> str: raise RuntimeError(f"{type(self).__name__}: no GPU thread index {name}")
+    return {op: functools.partial(fn, self) for op, fn in self.alu.items()}
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"{self.buffer_prefix}{ctype}* {self.restrict} data{i}"
   def render_var_arg(self, name: str, i: int) -> str: return f"const int {name}"
   def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
     return f"{self.kernel_prefix} {name}({', '.join(args)})"
 
   def render(self, name: str, uops: list[UOp]) -> str:
-    r: dict[UOp, str] = {}
+    """Each UOp's text from the language's rule table, in program order; the loop only names values and indents."""
+    ctx = CWriter(self)
+    r, vecs, rewrite = ctx.r, ctx.vecs, self.string_rewrite.rewrite
     lines: list[str] = []
-    globals_: dict[int, UOp] = {}
-    variables: dict[str, UOp] = {}
-    depth = 1
-    counters: dict[str, int] = {}
-    def newname(prefix: str) -> str:
-      counters[prefix] = counters.get(prefix, 0) + 1
-      return f"{prefix}{counters[prefix] - 1}"
-    def emit(s: str) -> None: lines.append("  " * depth + s)
-    vecs: set[DType] = set()
     local_decls: list[str] = []
+    depth = 1
     for u in uops:
-      op, d = u.op, u.dtype
-      if d.count > 1: vecs.add(d)
-      if op is Ops.DEFINE_GLOBAL:
-        globals_[u.arg] = u
-        r[u] = f"data{u.arg}"
-      elif op is Ops.DEFINE_VAR:
-        variables[u.arg[0]] = u
-        r[u] = u.arg[0]
-      elif op is Ops.CONST: r[u] = self.render_const(u.arg, d)
-      elif op is Ops.SPECIAL:
-        r[u] = u.arg[0]
-        emit(f"{self.render_dtype(d)} {u.arg[0]} = {self.render_special(u.arg[0])}; /* {u.arg[1]} */")
-      elif op is Ops.DEFINE_LOCAL:
-        r[u] = u.arg[0]
-        assert isinstance(d, PtrDType)
-        ctype = self.storage_map.get(d.base, self.render_dtype(d.base))
-        local_decls.append(f"  {self.smem_prefix}{ctype} {u.arg[0]}[{u.arg[1]}];")
-      elif op is Ops.BARRIER:
-        r[u] = r[u.src[0]]
-        emit(self.barrier)
-      elif op is Ops.RANGE:
-        r[u] = f"ridx{u.arg[0]}"
-        if (p := self.loop_pragma(u.arg[1])): emit(p)
-        emit(f"for ({self.render_dtype(d)} {r[u]} = 0; {r[u]} < {r[u.src[0]]}; {r[u]}++) {{")
-        depth += 1
-      elif op is Ops.ENDRANGE:
-        depth -= 1
-        emit("}")
-      elif op is Ops.DEFINE_ACC:
-        r[u] = newname("acc")
-        emit(f"{self.render_dtype(d)} {r[u]} = {r[u.src[0]]};")
-      elif op is Ops.ACC_ASSIGN: emit(f"{r[u.src[0]]} = {r[u.src[1]]};")
-      elif op is Ops.LOAD and d.count > 1:
-        r[u] = newname("val")
-        vecs.add(d)
-        copy = f"__builtin_memcpy(&{r[u]}, {r[u.src[0]]} + {r[u.src[1]]}, sizeof({r[u]}));"
-        emit(f"{self.render_dtype(d)} {r[u]} = {self.render_const(0.0 if dtypes.is_float(d) else 0, d)};")
-        emit(f"if ({r[u.src[2]]}) {copy}" if len(u.src) == 3 else copy)
-      elif op is Ops.STORE and u.src[2].dtype.count > 1:
-        emit(f"__builtin_memcpy({r[u.src[0]]} + {r[u.src[1]]}, &{r[u.src[2]]}, sizeof({r[u.src[2]]}));")
-      elif op is Ops.LOAD:
-        r[u] = newname("val")
-        buf, idx = r[u.src[0]], r[u.src[1]]
-        load = f"{buf}[{idx}]" if d is not dtypes.bool else f"({buf}[{idx}]!=0)"
-        if len(u.src) == 3: load = f"({r[u.src[2]]}?{load}:{self.render_const(dtypes.as_const(0, d), d)})"
-        emit(f"{self.render_dtype(d)} {r[u]} = {load};")
-      elif op is Ops.STORE:
-        val = r[u.src[2]]
-        if u.src[2].dtype is dtypes.bool: val = f"(unsigned char)({val})"
-        gate = f"if ({r[u.src[3]]}) " if len(u.src) == 4 else ""  # GPU: one thread of a work-group stores
-        emit(f"{gate}{r[u.src[0]]}[{r[u.src[1]]}] = {val};")
-      elif d.count > 1 and op in (Ops.MAX, Ops.WHERE) and (op is Ops.MAX or u.src[0].dtype.count > 1):
-        # lane-wise select through the bits: C has no ?: on vectors (MAX keeps NaN like the scalar form)
-        m = _mask_of(d)
-        vecs.add(m)
-        T, M = self.render_dtype(d), self.render_dtype(m)
-        a, b = (f"(({r[s]})-({T}){{0}})" for s in u.src[-2:])  # a scalar operand becomes a vector, -0.0 intact
-        c = f"((({r[u.src[0]]})>({r[u.src[1]]}))|(({r[u.src[0]]})!=({r[u.src[0]]})))" if op is Ops.MAX else r[u.src[0]]
-        r[u] = newname("alu")
-        emit(f"{T} {r[u]} = ({T})((({M}){c}&({M}){a})|(~({M}){c}&({M}){b}));")
-      elif (expr := self.dialect_expr(u, [r[s] for s in u.src])) is not None:
-        r[u] = newname("alu")
-        emit(f"{self.render_dtype(d)} {r[u]} = {expr};")
-      else:
-        if op in GroupOp.Unary and d.count > 1 and op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT):
-          # a math-library function has no vector form in C: one call per lane (float64; float32 is decomposed)
-          lanes = ", ".join(self.code_for_unary(op, f"{r[u.src[0]]}[{i}]", d.scalar()) for i in range(d.count))
-          expr = f"(({self.render_dtype(d)}){{{lanes}}})"
-        elif op is Ops.WHERE and d.count > 1:  # a scalar condition choosing between vectors: both sides vectors
-          T = self.render_dtype(d)
-          expr = f"({r[u.src[0]]}?(({r[u.src[1]]})-({T}){{0}}):(({r[u.src[2]]})-({T}){{0}}))"
-        elif op in GroupOp.Unary or op in self.infix or op in (Ops.MAX, Ops.WHERE, Ops.POW):
-          expr = self._scalar_alu(op, *(r[s] for s in u.src), d)
-        elif op is Ops.CAST: expr = self.render_cast(r[u.src[0]], u.src[0].dtype, d)
-        elif op is Ops.BITCAST: expr = self.render_bitcast(r[u.src[0]], u.src[0].dtype, d)
-        elif op is Ops.GEP: expr = f"{r[u.src[0]]}[{u.arg}]"
-        elif op is Ops.VECTORIZE: expr = f"(({self.render_dtype(d)}){{{', '.join(r[s] for s in u.src)}}})"
-        else: raise RuntimeError(f"C renderer: no code for {op}")
-        r[u] = newname("alu")
-        emit(f"{self.render_dtype(d)} {r[u]} = {expr};")
-    args = []
-    for i in sorted(globals_):
-      g = globals_[i]
-      assert isinstance(g.dtype, PtrDType)
-      base = g.dtype.base
-      ctype = self.storage_map.get(base, self.render_dtype(base))
-      args.append(self.render_buffer_arg(i, ctype))
-    args += [self.render_var_arg(n, len(globals_) + j) for j, n in enumerate(sorted(variables))]
+      op = u.op
+      if u.dtype.count > 1: vecs.add(u.dtype)
+      if op not in UNNAMED: r[u] = ctx.name(u)
+      if (text := rewrite(u, ctx)) is None:
+        raise RuntimeError(f"{self.dialect} renderer ({type(self).__name__}): no rule renders {op} on {u.dtype}")
+      if op in INLINE: r[u] = text
+      elif op is Ops.DEFINE_LOCAL: local_decls.append("  " + text)
+      elif op in STATEMENTS:
+        if op is Ops.ENDRANGE: depth -= 1
+        pad = "  " * depth
+        lines.extend(pad + line for line in text.split("\n"))
+        if op is Ops.RANGE: depth += 1
+      else: lines.append(f"{'  ' * depth}{self.render_dtype(u.dtype)} {r[u]} = {text};")
+    globals_ = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_GLOBAL}
+    args = [self.render_buffer_arg(i, self.storage_map.get(globals_[i].base, self.render_dtype(globals_[i].base)))
+            for i in sorted(globals_)]
+    variables = sorted({u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR})
+    args += [self.render_var_arg(n, len(globals_) + j) for j, n in enumerate(variables)]
     typedefs = "".join(self.render_vector_typedef(v) + "\n" for v in sorted(vecs, key=lambda v: (v.name, v.count)))
     return (f"{self.render_preamble(uops)}{typedefs}{self.render_signature(name, args, uops)} {{\n"
             + "\n".join(local_decls + lines) + "\n}\n")
@@ -286,8 +314,27 @@ def _fp8_c_helpers(r: CStyleLanguage, f: Fp8Format) -> str:
   guard = f"ATTO_{f.name.upper()}"  # several kernels may share one source (CUDA's one translation unit of many)
   return f"#ifndef {guard}\n#define {guard}\n{decode}{encode}#endif\n"
 
+def parallel_range_rule(ctx: CWriter, x: UOp) -> str | None:
+  """The parallel loop's iterations run across the cores (OpenMP), when the compiler has it."""
+  if x.arg[1] != "parallel" or not ctx.ren.has_threads: return None
+  return "#pragma omp parallel for\n" + range_rule(ctx, x)
+
+pm_render_clang = PatternMatcher([(UPat(Ops.RANGE, name="x"), parallel_range_rule)])
+
+def _clang_max(r: CStyleLanguage, a: str, b: str, d: DType) -> str:
+  # a NaN-propagating max as bit operations: written as a condition (a > b || a != a), gcc makes it two branches,
+  # and on data like a max-pool window's they mispredict half the time (the pool kernel ran 3.5x slower). Written
+  # as plain selects (m = a > b ? a : b; a != a ? a : m), gcc 12 -O3 miscompiles it next to masked loads.
+  if d is dtypes.float32: return f"__maxf({a},{b})"
+  if d is dtypes.float64: return f"__maxd({a},{b})"
+  return c_alu[Ops.MAX](r, a, b, d)
+
 class ClangRenderer(CStyleLanguage):
   """C for the CPU device, compiled by gcc or clang."""
+  dialect = "C"
+  alu = {**c_alu, Ops.MAX: _clang_max}
+  dialect_rules = pm_render_clang
+  string_rewrite = pm_render_clang + pm_render_c
   preamble = ("#include <math.h>\n"
               "static inline float __bf16_to_f32(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f;"
               " __builtin_memcpy(&f, &u, 4); return f; }\n"
@@ -303,14 +350,6 @@ class ClangRenderer(CStyleLanguage):
   def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True):
     super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True,
                      decompose_transcendentals=True)
-  def loop_pragma(self, kind: str) -> str: return "#pragma omp parallel for" if kind == "parallel" and self.has_threads else ""
-  def code_for_max(self, a: str, b: str, d: DType) -> str:
-    # a NaN-propagating max as bit operations: written as a condition (a > b || a != a), gcc makes it two branches,
-    # and on data like a max-pool window's they mispredict half the time (the pool kernel ran 3.5x slower). Written
-    # as plain selects (m = a > b ? a : b; a != a ? a : m), gcc 12 -O3 miscompiles it next to masked loads.
-    if d is dtypes.float32: return f"__maxf({a},{b})"
-    if d is dtypes.float64: return f"__maxd({a},{b})"
-    return super().code_for_max(a, b, d)
 
 # ***** GPU dialects *****
 
@@ -318,11 +357,24 @@ def _half_bits(v: float) -> int:
   import struct
   return struct.unpack("<H", struct.pack("<e", v))[0]
 
+def define_local_rule(ctx: CWriter, x: UOp) -> str:
+  assert isinstance(x.dtype, PtrDType)
+  ctype = ctx.ren.storage_map.get(x.dtype.base, ctx.ren.render_dtype(x.dtype.base))
+  return f"{ctx.ren.smem_prefix}{ctype} {x.arg[0]}[{x.arg[1]}];"
+
+def special_rule(index: Callable[[str], str]) -> Callable[..., str]:
+  """A thread index (gidx0, lidx1, ...) declared from the language's own builtin for it, `index(name)`."""
+  return lambda ctx, x: f"{ctx.ren.render_dtype(x.dtype)} {x.arg[0]} = {index(x.arg[0])}; /* {x.arg[1]} */"
+
+# shared by the GPU dialects; each adds its thread indices (SPECIAL) and work-group barrier (BARRIER)
+pm_render_gpu = PatternMatcher([(UPat(Ops.DEFINE_LOCAL, name="x"), define_local_rule)])
+
 class GPUCStyle(CStyleLanguage):
   """Shared by the GPU C dialects: no loops over outputs (threads instead), no vector lanes, float math for half
   when the device has no native half, and bfloat16 held as its 16 bits like the C renderer does."""
   half_bits = False   # True: half values live in registers as their 16 bits (no native half arithmetic)
   half_from_bits, half_to_bits = "__half_to_f32", "__f32_to_half"
+  string_rewrite = pm_render_gpu + pm_render_c
   def prepare(self, sink: UOp) -> UOp:
     return graph_rewrite(sink, pm_bf16_only if self.supports_float16 else pm_promote_half)
   def render_const(self, v: object, d: DType) -> str:
@@ -338,13 +390,21 @@ class GPUCStyle(CStyleLanguage):
     if self.half_bits and src is dtypes.float16: x, src = f"{self.half_from_bits}({x})", dtypes.float32
     return super().render_cast(x, src, dst)
 
+pm_render_opencl = PatternMatcher([
+  (UPat(Ops.SPECIAL, name="x"), special_rule(lambda n: f"get_{'group' if n[0] == 'g' else 'local'}_id({n[-1]})")),
+  (UPat(Ops.BARRIER), lambda: "barrier(CLK_LOCAL_MEM_FENCE);"),
+])
+
 class OpenCLRenderer(GPUCStyle):
   """OpenCL C. Without cl_khr_fp16, half is stored as half but computed in float (vload_half/vstore_half are core)."""
   kernel_prefix = "__kernel void"
   helper_prefix = ""
   buffer_prefix = "__global "
   smem_prefix = "__local "
-  barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+  dialect = "OpenCL C"
+  alu = {**c_alu, **overloaded_alu("sin")}
+  dialect_rules = pm_render_opencl
+  string_rewrite = pm_render_opencl + pm_render_gpu + pm_render_c
   float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
   def __init__(self, device: str = "CL", fp16: bool = False, fp64: bool = True, local_max: int = 256):
     super().__init__(device=device, has_local=True, local_max=local_max, supports_float16=fp16, supports_vectors=False)
@@ -358,15 +418,10 @@ class OpenCLRenderer(GPUCStyle):
   def supported_dtypes(self) -> set[DType]:
     # double is an OpenCL extension; without cl_khr_fp64 a kernel that names it does not compile
     return super().supported_dtypes() - (set() if self.fp64 else {dtypes.float64})
-  def render_special(self, name: str) -> str:
-    return f"get_{'group' if name[0] == 'g' else 'local'}_id({name[-1]})"
   def render_const(self, v: object, d: DType) -> str:
     if d is dtypes.int64: return f"{v}l" if v != -2**63 else "(-9223372036854775807l-1)"
     if d is dtypes.uint64: return f"{v}ul"
     return super().render_const(v, d)
-  def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
-    return _overloaded_unary(self, op, x, d, "sin") or super().code_for_unary(op, x, d)
-  def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_{self.render_dtype(dst)}({x})"
   def render_preamble(self, uops: list[UOp]) -> str:
     used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
@@ -408,13 +463,27 @@ def fuse_wmma_acc(uops: list[UOp]) -> list[UOp]:
 
 _MMA_PTX = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
 
+pm_render_cuda = PatternMatcher([
+  (UPat(Ops.SPECIAL, name="x"),
+   special_rule(lambda n: f"{'blockIdx' if n[0] == 'g' else 'threadIdx'}.{'xyz'[int(n[-1])]}")),
+  (UPat(Ops.BARRIER), lambda: "__syncthreads();"),
+  # vectors (only tensor-core fragments and accumulators use them) are small structs of one array
+  (UPat(Ops.GEP, name="x"), lambda ctx, x: f"{ctx[x.src[0]]}.v[{x.arg}]"),
+  (UPat(Ops.VECTORIZE, name="x"),
+   lambda ctx, x: f"{ctx.ren.render_dtype(x.dtype)}{{{{{', '.join(ctx[s] for s in x.src)}}}}}"),
+  (UPat(Ops.WMMA, name="x"), lambda ctx, x: f"__atto_mma_{_MMA_PTX[x.arg[3]]}({', '.join(ctx[s] for s in x.src)})"),
+  (UPat(Ops.SHUFFLE, name="x"), lambda ctx, x: f"__shfl_xor_sync(0xffffffffu, {ctx[x.src[0]]}, {x.arg})"),
+])
+
 class CUDARenderer(GPUCStyle):
   """CUDA C for NVRTC or nvcc. half and bfloat16 are stored natively and computed in float."""
   kernel_prefix = 'extern "C" __global__ void'
   helper_prefix = "__device__ __forceinline__ "
   restrict = "__restrict__"
   smem_prefix = "__shared__ "
-  barrier = "__syncthreads();"
+  dialect = "CUDA C"
+  dialect_rules = pm_render_cuda
+  string_rewrite = pm_render_cuda + pm_render_gpu + pm_render_c
   warp_size = 32  # reductions over a warp's lanes use __shfl_xor_sync
   def __init__(self, device: str = "CUDA", arch: str = "sm_80"):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False,
@@ -425,19 +494,10 @@ class CUDARenderer(GPUCStyle):
     self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.float16: "half",
                      dtypes.bfloat16: "__nv_bfloat16"}
     self.storage_map = {dtypes.bool: "unsigned char"}
-  def render_special(self, name: str) -> str:
-    return f"{'blockIdx' if name[0] == 'g' else 'threadIdx'}.{'xyz'[int(name[-1])]}"
   def render(self, name: str, uops: list[UOp]) -> str: return super().render(name, fuse_wmma_acc(uops))
-  # vectors (only tensor-core fragments and accumulators use them) are small structs of one array
   def render_dtype(self, d: DType) -> str:
     return f"atto_{d.scalar().name}x{d.count}" if d.count > 1 else super().render_dtype(d)
   def render_vector_typedef(self, d: DType) -> str: return ""  # in the preamble, before the helpers that use them
-  def dialect_expr(self, u: UOp, srcs: list[str]) -> str | None:
-    if u.op is Ops.GEP: return f"{srcs[0]}.v[{u.arg}]"
-    if u.op is Ops.VECTORIZE: return f"{self.render_dtype(u.dtype)}{{{{{', '.join(srcs)}}}}}"
-    if u.op is Ops.WMMA: return f"__atto_mma_{_MMA_PTX[u.arg[3]]}({', '.join(srcs)})"
-    if u.op is Ops.SHUFFLE: return f"__shfl_xor_sync(0xffffffffu, {srcs[0]}, {u.arg})"
-    return None
   def render_const(self, v: object, d: DType) -> str:
     if d.count > 1: return f"{self.render_dtype(d)}{{{{{', '.join([self.render_const(v, d.scalar())] * d.count)}}}}}"
     # NVRTC has no math.h: NAN and INFINITY are spelled as bits
@@ -467,7 +527,7 @@ class CUDARenderer(GPUCStyle):
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
     return f"__atto_bitcast<{self.render_dtype(dst)}, {self.render_dtype(src)}>({x})"
   def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
-    threads = prod(u.arg[1] for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"))
+    threads = prod(launch_dims(uops)[1])  # the work-group size it is launched with
     return f"{self.kernel_prefix} __launch_bounds__({threads}) {name}({', '.join(args)})"
   def render_preamble(self, uops: list[UOp]) -> str:
     used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
@@ -498,13 +558,21 @@ def _mma_helper(r: CUDARenderer, t: DType) -> str:
           '    : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));\n'
           "  return c;\n}\n#endif")
 
+pm_render_metal = PatternMatcher([
+  (UPat(Ops.SPECIAL, name="x"), special_rule(lambda n: f"{'gid' if n[0] == 'g' else 'lid'}.{'xyz'[int(n[-1])]}")),
+  (UPat(Ops.BARRIER), lambda: "threadgroup_barrier(mem_flags::mem_threadgroup);"),
+])
+
 class MetalRenderer(GPUCStyle):
   """Metal Shading Language: buffers are `device` pointers bound by [[buffer(i)]], thread positions come in as
   [[attributes]], work-group memory is `threadgroup`. half and bfloat are native types computed in float here."""
   kernel_prefix = "kernel void"
   buffer_prefix = "device "
   smem_prefix = "threadgroup "
-  barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+  dialect = "Metal"
+  alu = {**c_alu, **overloaded_alu("precise::sin")}
+  dialect_rules = pm_render_metal
+  string_rewrite = pm_render_metal + pm_render_gpu + pm_render_c
   restrict = ""
   def __init__(self, device: str = "METAL"):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False)
@@ -514,7 +582,6 @@ class MetalRenderer(GPUCStyle):
                      dtypes.fp8e5m2: "uchar"}
     self.storage_map = {dtypes.bool: "uchar"}
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - {dtypes.float64}  # MSL has no double
-  def render_special(self, name: str) -> str: return f"{'gid' if name[0] == 'g' else 'lid'}.{'xyz'[int(name[-1])]}"
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"device {ctype}* data{i} [[buffer({i})]]"
   def render_var_arg(self, name: str, i: int) -> str: return f"constant int& {name} [[buffer({i})]]"
   def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
@@ -533,9 +600,6 @@ class MetalRenderer(GPUCStyle):
     if dst in dtypes.fp8s: return f"__f32_to_{fp8_format(dst).name}((float)({x}))"
     if dst is dtypes.bool: return f"({x}!=0)"
     return f"({self.render_dtype(dst)})({x})"
-  def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
-    return _overloaded_unary(self, op, x, d, "precise::sin") or super().code_for_unary(op, x, d)
-  def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_type<{self.render_dtype(dst)}>({x})"
   def render_preamble(self, uops: list[UOp]) -> str:
     return "#include <metal_stdlib>\nusing namespace metal;\n" + self.fp8_helpers(uops)

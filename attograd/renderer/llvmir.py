@@ -1,4 +1,5 @@
-"""The LLVM IR renderer: the same linear UOp programs the C renderer gets, written as one LLVM IR function.
+"""The LLVM IR renderer: the same linear UOp programs the C renderer gets, written as one LLVM IR function by a rule
+table (pm_render_llvm, at the end) whose rules write each UOp's instructions and give its SSA value.
 
 Loops become a header block with a phi for the index, accumulators become allocas (mem2reg turns them back into
 phis), gated loads read index 0 instead and select zero, and the lowerer's vector lanes become LLVM vector types.
@@ -11,9 +12,9 @@ import math, struct
 from attograd.dtype import DType, PtrDType, dtypes
 from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format
 from attograd.renderer.cstyle import pm_promote_half
-from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite
+from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
-# ***** the rule tables *****
+# ***** types and instructions *****
 
 llvm_type: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
@@ -135,7 +136,8 @@ class LLVMRenderer(Renderer):
   def render(self, name: str, uops: list[UOp]) -> str: return _FunctionWriter(name, uops).write()
 
 class _FunctionWriter:
-  """One pass over a linear program, writing SSA instructions into basic blocks."""
+  """The function being written, in one pass over a linear program: SSA instructions in basic blocks. The ctx of
+  pm_render_llvm's rules, which write through ins() and label() and return each op's value."""
   def __init__(self, name: str, uops: list[UOp]):
     self.name, self.uops = name, uops
     self.lines: list[str] = []
@@ -143,6 +145,7 @@ class _FunctionWriter:
     self.decls: set[str] = set()
     self.r: dict[UOp, str] = {}
     self.accs: dict[UOp, str] = {}  # DEFINE_ACC -> its alloca
+    self.loops: dict[UOp, tuple[str, str]] = {}  # open RANGE -> (label prefix, next-index name)
     self.n = 0
     self.block = "entry"
     self.parallel = 0
@@ -210,56 +213,6 @@ class _FunctionWriter:
     if sbits > tbits: return self.ins(f"trunc {s} {x} to {t}")
     return self.ins(f"{'sext' if signed else 'zext'} {s} {x} to {t}")
 
-  def alu(self, u: UOp) -> str:
-    op, d = u.op, u.dtype
-    sd = u.src[0].dtype.scalar() if op in GroupOp.Comparison or op is Ops.WHERE else d.scalar()
-    t = ltype(d)
-    if op is Ops.WHERE:
-      c, a, b = self.val(u.src[0]), self.val(u.src[1], d), self.val(u.src[2], d)
-      cd = u.src[0].dtype
-      if cd.count > 1 and cd.scalar() is not dtypes.bool:  # a lane mask (all bits set or clear) from a comparison
-        c = self.ins(f"trunc {ltype(cd)} {c} to <{cd.count} x i1>")
-      ct = f"<{cd.count} x i1>" if cd.count > 1 else "i1"
-      return self.ins(f"select {ct} {c}, {t} {a}, {t} {b}")
-    if op in (Ops.AND, Ops.OR) and d.count > 1 and d.scalar() is not dtypes.bool:  # lane masks
-      return self.ins(f"{'and' if op is Ops.AND else 'or'} {t} {self.val(u.src[0], d)}, {self.val(u.src[1], d)}")
-    vec = d if d.count > 1 and op not in comparisons else (u.src[0].dtype if u.src[0].dtype.count > 1 else
-                                                           u.src[1].dtype if len(u.src) > 1 and u.src[1].dtype.count > 1 else None)
-    xs = [self.val(s, vec) for s in u.src]
-    is_f = dtypes.is_float(sd)
-    unsigned = dtypes.is_unsigned(sd) or sd is dtypes.bool
-    if op in comparisons:
-      pred = comparisons[op][2 if is_f else (1 if unsigned else 0)]
-      st = ltype(vec) if vec is not None else ltype(u.src[0].dtype)
-      res = self.ins(f"{'fcmp' if is_f else 'icmp'} {pred} {st} {xs[0]}, {xs[1]}")
-      # a vector comparison is a lane mask: all bits set where true, as wide as the compared lanes
-      return self.ins(f"sext <{d.count} x i1> {res} to {t}") if d.count > 1 and d.scalar() is not dtypes.bool else res
-    if op is Ops.NEG:
-      if is_f: return self.ins(f"fneg {FMF} {t} {xs[0]}")
-      return self.ins(f"xor i1 {xs[0]}, true" if sd is dtypes.bool else f"sub {t} 0, {xs[0]}")
-    if op is Ops.RECIP: return self.ins(f"fdiv {FMF} {t} {render_const(1.0, d)}, {xs[0]}")
-    if op is Ops.MAX:
-      bt = f"<{d.count} x i1>" if d.count > 1 else "i1"
-      if is_f:  # (a > b || a != a) ? a : b, the C renderer's NaN-propagating max
-        gt, nan = self.ins(f"fcmp ogt {t} {xs[0]}, {xs[1]}"), self.ins(f"fcmp uno {t} {xs[0]}, {xs[0]}")
-        pick = self.ins(f"or {bt} {gt}, {nan}")
-      else: pick = self.ins(f"icmp {'ugt' if unsigned else 'sgt'} {t} {xs[0]}, {xs[1]}")
-      return self.ins(f"select {bt} {pick}, {t} {xs[0]}, {t} {xs[1]}")
-    if op in intrinsics:
-      if not is_f:
-        if op is Ops.TRUNC: return xs[0]
-        raise RuntimeError(f"LLVM renderer: {op} needs a float operand, got {sd}")
-      suffix = {dtypes.float32: "f32", dtypes.float64: "f64"}[sd]
-      fn = f"llvm.{intrinsics[op]}.{'v' + str(d.count) if d.count > 1 else ''}{suffix}"
-      self.decls.add(f"declare {t} @{fn}({', '.join([t] * len(xs))})")
-      return self.ins(f"call {t} @{fn}({', '.join(f'{t} {x}' for x in xs)})")
-    if is_f and op in float_binary: return self.ins(f"{float_binary[op]} {FMF} {t} {xs[0]}, {xs[1]}")
-    if not is_f and op in int_binary:
-      instr = int_binary[op][1 if unsigned else 0]
-      # x / 0, INT_MIN / -1 and shifts by the width or more were guarded by codegen/intsafe.py
-      return self.ins(f"{instr} {t} {xs[0]}, {xs[1]}")
-    raise RuntimeError(f"LLVM renderer: no code for {op} on {d}")
-
   def address(self, buf: UOp, idx: UOp) -> str:
     assert isinstance(buf.dtype, PtrDType)
     st = storage_type.get(buf.dtype.base, llvm_type[buf.dtype.base])
@@ -291,7 +244,7 @@ class _FunctionWriter:
     v = self.ins(f"load {st}, ptr {self.address(buf, u.src[1])}, align {align}")
     return self.ins(f"icmp ne i8 {v}, 0") if d is dtypes.bool else v
 
-  def store(self, u: UOp) -> None:
+  def store(self, u: UOp) -> str:
     buf, x = u.src[0], u.src[2]
     assert isinstance(buf.dtype, PtrDType)
     v, t = self.val(x), ltype(x.dtype)
@@ -304,74 +257,59 @@ class _FunctionWriter:
     if len(u.src) == 4:
       self.lines.append(f"  br label %{n}_join")
       self.label(f"{n}_join")
+    return ""
+  def open_loop(self, u: UOp) -> str:
+    """A loop header: a phi for the index, the exit test, and the body's block (the value is the index)."""
+    lp = self.tmp("loop")[1:]
+    idx, nxt = f"%{lp}_i", f"%{lp}_next"
+    lo, hi, it = "0", self.val(u.src[0]), ltype(u.dtype)  # it: i32, or i64 in a kernel with 64-bit indices
+    if u.arg[1] == "parallel":  # this thread's share: [id*chunk, min((id+1)*chunk, n)), chunk = ceil(n/count)
+      # (the runtime only compares the size with its core count: a 64-bit one is capped to fit the i32 constant)
+      self.parallel = min(u.src[0].arg, 2**31 - 1) if u.src[0].op is Ops.CONST else -1
+      cid, cnt = ("%core_id", "%core_count") if it == "i32" else \
+        (self.ins(f"sext i32 %core_id to {it}"), self.ins(f"sext i32 %core_count to {it}"))
+      up = self.ins(f"add {it} {hi}, {self.ins(f'sub {it} {cnt}, 1')}")
+      chunk = self.ins(f"sdiv {it} {up}, {cnt}")
+      lo = self.ins(f"mul {it} {cid}, {chunk}")
+      end = self.ins(f"add {it} {lo}, {chunk}")
+      hi = self.ins(f"select i1 {self.ins(f'icmp slt {it} {end}, {hi}')}, {it} {end}, {it} {hi}")
+    pre = self.block
+    self.lines.append(f"  br label %{lp}_head")
+    self.label(f"{lp}_head")
+    self.lines.append(f"  {idx} = phi {it} [{lo}, %{pre}], [{nxt}, %{lp}_latch]")
+    go = self.ins(f"icmp slt {it} {idx}, {hi}")
+    self.lines.append(f"  br i1 {go}, label %{lp}_body, label %{lp}_exit")
+    self.label(f"{lp}_body")
+    self.loops[u] = (lp, nxt)
+    return idx
+  def close_loop(self, u: UOp) -> str:
+    lp, nxt = self.loops.pop(u.src[0])
+    self.lines.append(f"  br label %{lp}_latch")
+    self.label(f"{lp}_latch")
+    self.lines.append(f"  {nxt} = add nuw nsw {ltype(u.src[0].dtype)} {self.r[u.src[0]]}, 1")
+    self.lines.append(f"  br label %{lp}_head")
+    self.label(f"{lp}_exit")
+    return ""
+  def define_acc(self, u: UOp) -> str:
+    """An accumulator lives in an alloca (mem2reg makes it a phi); val() loads it where it is read."""
+    slot = self.tmp("acc")
+    self.allocas.append(f"  {slot} = alloca {ltype(u.dtype)}")
+    self.lines.append(f"  store {ltype(u.dtype)} {self.val(u.src[0])}, ptr {slot}")
+    self.accs[u] = slot
+    return ""
+  def statement(self, line: str) -> str:
+    self.lines.append(line)
+    return ""
 
   def write(self) -> str:
-    globals_: dict[int, UOp] = {}
-    variables: dict[str, UOp] = {}
-    loops: dict[UOp, tuple[str, str]] = {}  # open RANGE -> (label prefix, next-index name)
+    rewrite = pm_render_llvm.rewrite
     for u in self.uops:
-      op = u.op
-      if op is Ops.DEFINE_GLOBAL:
-        globals_[u.arg] = u
-        self.r[u] = f"%data{u.arg}"
-      elif op is Ops.DEFINE_VAR:
-        variables[u.arg[0]] = u
-        self.r[u] = f"%var_{u.arg[0]}"
-      elif op is Ops.CONST: self.r[u] = render_const(u.arg, u.dtype)
-      elif op is Ops.RANGE:
-        lp = self.tmp("loop")[1:]
-        idx, nxt = f"%{lp}_i", f"%{lp}_next"
-        lo, hi, it = "0", self.val(u.src[0]), ltype(u.dtype)  # it: i32, or i64 in a kernel with 64-bit indices
-        if u.arg[1] == "parallel":  # this thread's share: [id*chunk, min((id+1)*chunk, n)), chunk = ceil(n/count)
-          # (the runtime only compares the size with its core count: a 64-bit one is capped to fit the i32 constant)
-          self.parallel = min(u.src[0].arg, 2**31 - 1) if u.src[0].op is Ops.CONST else -1
-          cid, cnt = ("%core_id", "%core_count") if it == "i32" else \
-            (self.ins(f"sext i32 %core_id to {it}"), self.ins(f"sext i32 %core_count to {it}"))
-          up = self.ins(f"add {it} {hi}, {self.ins(f'sub {it} {cnt}, 1')}")
-          chunk = self.ins(f"sdiv {it} {up}, {cnt}")
-          lo = self.ins(f"mul {it} {cid}, {chunk}")
-          end = self.ins(f"add {it} {lo}, {chunk}")
-          hi = self.ins(f"select i1 {self.ins(f'icmp slt {it} {end}, {hi}')}, {it} {end}, {it} {hi}")
-        pre = self.block
-        self.lines.append(f"  br label %{lp}_head")
-        self.label(f"{lp}_head")
-        self.lines.append(f"  {idx} = phi {it} [{lo}, %{pre}], [{nxt}, %{lp}_latch]")
-        go = self.ins(f"icmp slt {it} {idx}, {hi}")
-        self.lines.append(f"  br i1 {go}, label %{lp}_body, label %{lp}_exit")
-        self.label(f"{lp}_body")
-        self.r[u] = idx
-        loops[u] = (lp, nxt)
-      elif op is Ops.ENDRANGE:
-        lp, nxt = loops.pop(u.src[0])
-        self.lines.append(f"  br label %{lp}_latch")
-        self.label(f"{lp}_latch")
-        self.lines.append(f"  {nxt} = add nuw nsw {ltype(u.src[0].dtype)} {self.r[u.src[0]]}, 1")
-        self.lines.append(f"  br label %{lp}_head")
-        self.label(f"{lp}_exit")
-      elif op is Ops.DEFINE_ACC:
-        slot = self.tmp("acc")
-        self.allocas.append(f"  {slot} = alloca {ltype(u.dtype)}")
-        self.lines.append(f"  store {ltype(u.dtype)} {self.val(u.src[0])}, ptr {slot}")
-        self.accs[u] = slot
-      elif op is Ops.ACC_ASSIGN:
-        acc = u.src[0]
-        self.lines.append(f"  store {ltype(acc.dtype)} {self.val(u.src[1])}, ptr {self.accs[acc]}")
-      elif op is Ops.LOAD: self.r[u] = self.load(u)
-      elif op is Ops.STORE: self.store(u)
-      elif op is Ops.CAST: self.r[u] = self.cast(self.val(u.src[0]), u.src[0].dtype, u.dtype)
-      elif op is Ops.BITCAST:
-        s, t = ltype(u.src[0].dtype), ltype(u.dtype)
-        self.r[u] = self.val(u.src[0]) if s == t else self.ins(f"bitcast {s} {self.val(u.src[0])} to {t}")
-      elif op is Ops.GEP: self.r[u] = self.ins(f"extractelement {ltype(u.src[0].dtype)} {self.val(u.src[0])}, i32 {u.arg}")
-      elif op is Ops.VECTORIZE:
-        v = "poison"
-        for i, x in enumerate(u.src): v = self.ins(f"insertelement {ltype(u.dtype)} {v}, {ltype(x.dtype)} {self.val(x)}, i32 {i}")
-        self.r[u] = v
-      elif op in GroupOp.ALU: self.r[u] = self.alu(u)
-      else: raise RuntimeError(f"LLVM renderer: can't render {op}")
-    args = []
-    for i in sorted(globals_): args.append(f"ptr noalias nocapture %data{i}")
-    args += [f"i32 %var_{n}" for n in sorted(variables)]
+      # a rule gives the op's SSA value (or inline constant), or "" for a statement (its lines are already written)
+      if (v := rewrite(u, self)) is None: raise RuntimeError(f"LLVM IR renderer: no rule renders {u.op} on {u.dtype}")
+      if v: self.r[u] = v
+    globals_ = sorted({u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL})
+    args = [f"ptr noalias nocapture %data{i}" for i in globals_]
+    args += [f"i32 %var_{n}" for n in sorted({u.arg[0] for u in self.uops if u.op is Ops.DEFINE_VAR})]
     args += ["i32 %core_id", "i32 %core_count"]  # which share of the parallel loop to run; (0, 1) runs all of it
     body = "\n".join(["entry:"] + self.allocas + self.lines + ["  ret void"])
     decls = "".join(d + "\n" for d in sorted(self.decls) if d not in BF16_HELPERS)
@@ -380,3 +318,113 @@ class _FunctionWriter:
     used = {u.dtype.scalar() for u in self.uops} | {u.dtype.base for u in self.uops if isinstance(u.dtype, PtrDType)}
     helpers = BF16_HELPERS + "".join(fp8_helpers(fp8_format(d)) for d in dtypes.fp8s if d in used)
     return f"{helpers}{decls}{split}define void @{self.name}({', '.join(args)}) nounwind {{\n{body}\n}}\n"
+
+# ***** the rules: one linear UOp -> its SSA value, written into the function's blocks *****
+
+def _operands(ctx: _FunctionWriter, x: UOp) -> tuple[list[str], DType | None]:
+  """The operands' values, splatted to the op's vector type where it has lanes (a comparison: its operands' lanes)."""
+  d = x.dtype
+  if d.count > 1 and x.op not in comparisons: vec: DType | None = d
+  elif x.src[0].dtype.count > 1: vec = x.src[0].dtype
+  else: vec = x.src[1].dtype if len(x.src) > 1 and x.src[1].dtype.count > 1 else None
+  return [ctx.val(s, vec) for s in x.src], vec
+
+def _unsigned(d: DType) -> bool: return dtypes.is_unsigned(d) or d is dtypes.bool
+
+def where_rule(ctx: _FunctionWriter, x: UOp) -> str:
+  d, cd = x.dtype, x.src[0].dtype
+  c, a, b = ctx.val(x.src[0]), ctx.val(x.src[1], d), ctx.val(x.src[2], d)
+  if cd.count > 1 and cd.scalar() is not dtypes.bool:  # a lane mask (all bits set or clear) from a comparison
+    c = ctx.ins(f"trunc {ltype(cd)} {c} to <{cd.count} x i1>")
+  ct = f"<{cd.count} x i1>" if cd.count > 1 else "i1"
+  return ctx.ins(f"select {ct} {c}, {ltype(d)} {a}, {ltype(d)} {b}")
+
+def lane_mask_rule(ctx: _FunctionWriter, x: UOp) -> str | None:
+  """AND and OR of vector lane masks (from comparisons): bit operations on the lanes' integer type."""
+  d = x.dtype
+  if d.count == 1 or d.scalar() is dtypes.bool: return None
+  t = ltype(d)
+  return ctx.ins(f"{'and' if x.op is Ops.AND else 'or'} {t} {ctx.val(x.src[0], d)}, {ctx.val(x.src[1], d)}")
+
+def compare_rule(ctx: _FunctionWriter, x: UOp) -> str:
+  d, sd = x.dtype, x.src[0].dtype.scalar()
+  xs, vec = _operands(ctx, x)
+  is_f = dtypes.is_float(sd)
+  pred = comparisons[x.op][2 if is_f else (1 if _unsigned(sd) else 0)]
+  st = ltype(vec) if vec is not None else ltype(x.src[0].dtype)
+  res = ctx.ins(f"{'fcmp' if is_f else 'icmp'} {pred} {st} {xs[0]}, {xs[1]}")
+  # a vector comparison is a lane mask: all bits set where true, as wide as the compared lanes
+  return ctx.ins(f"sext <{d.count} x i1> {res} to {ltype(d)}") if d.count > 1 and d.scalar() is not dtypes.bool else res
+
+def neg_rule(ctx: _FunctionWriter, x: UOp) -> str:
+  xs, _ = _operands(ctx, x)
+  sd, t = x.dtype.scalar(), ltype(x.dtype)
+  if dtypes.is_float(sd): return ctx.ins(f"fneg {FMF} {t} {xs[0]}")
+  return ctx.ins(f"xor i1 {xs[0]}, true" if sd is dtypes.bool else f"sub {t} 0, {xs[0]}")
+
+def max_rule(ctx: _FunctionWriter, x: UOp) -> str:
+  xs, _ = _operands(ctx, x)
+  d, t = x.dtype, ltype(x.dtype)
+  bt = f"<{d.count} x i1>" if d.count > 1 else "i1"
+  if dtypes.is_float(d.scalar()):  # (a > b || a != a) ? a : b, the C renderer's NaN-propagating max
+    gt, nan = ctx.ins(f"fcmp ogt {t} {xs[0]}, {xs[1]}"), ctx.ins(f"fcmp uno {t} {xs[0]}, {xs[0]}")
+    pick = ctx.ins(f"or {bt} {gt}, {nan}")
+  else: pick = ctx.ins(f"icmp {'ugt' if _unsigned(d.scalar()) else 'sgt'} {t} {xs[0]}, {xs[1]}")
+  return ctx.ins(f"select {bt} {pick}, {t} {xs[0]}, {t} {xs[1]}")
+
+def intrinsic_rule(ctx: _FunctionWriter, x: UOp) -> str:
+  xs, _ = _operands(ctx, x)
+  d, sd, t = x.dtype, x.dtype.scalar(), ltype(x.dtype)
+  if not dtypes.is_float(sd):
+    if x.op is Ops.TRUNC: return xs[0]
+    raise RuntimeError(f"LLVM IR renderer: {x.op} needs a float operand, got {sd}")
+  suffix = {dtypes.float32: "f32", dtypes.float64: "f64"}[sd]
+  fn = f"llvm.{intrinsics[x.op]}.{'v' + str(d.count) if d.count > 1 else ''}{suffix}"
+  ctx.decls.add(f"declare {t} @{fn}({', '.join([t] * len(xs))})")
+  return ctx.ins(f"call {t} @{fn}({', '.join(f'{t} {v}' for v in xs)})")
+
+def binary_rule(ctx: _FunctionWriter, x: UOp) -> str | None:
+  sd, t = x.dtype.scalar(), ltype(x.dtype)
+  is_f = dtypes.is_float(sd)
+  if x.op not in (float_binary if is_f else int_binary): return None  # no such instruction (FDIV on ints, ...)
+  xs, _ = _operands(ctx, x)
+  # x / 0, INT_MIN / -1 and shifts by the width or more were guarded by codegen/intsafe.py
+  instr = float_binary[x.op] + f" {FMF}" if is_f else int_binary[x.op][1 if _unsigned(sd) else 0]
+  return ctx.ins(f"{instr} {t} {xs[0]}, {xs[1]}")
+
+def bitcast_rule(ctx: _FunctionWriter, x: UOp) -> str:
+  s, t = ltype(x.src[0].dtype), ltype(x.dtype)
+  return ctx.val(x.src[0]) if s == t else ctx.ins(f"bitcast {s} {ctx.val(x.src[0])} to {t}")
+
+def vectorize_rule(ctx: _FunctionWriter, x: UOp) -> str:
+  v = "poison"
+  for i, s in enumerate(x.src):
+    v = ctx.ins(f"insertelement {ltype(x.dtype)} {v}, {ltype(s.dtype)} {ctx.val(s)}, i32 {i}")
+  return v
+
+pm_render_llvm = PatternMatcher([
+  (UPat(Ops.DEFINE_GLOBAL, name="x"), lambda x: f"%data{x.arg}"),
+  (UPat(Ops.DEFINE_VAR, name="x"), lambda x: f"%var_{x.arg[0]}"),
+  (UPat(Ops.CONST, name="x"), lambda x: render_const(x.arg, x.dtype)),
+  (UPat(Ops.RANGE, name="x"), lambda ctx, x: ctx.open_loop(x)),
+  (UPat(Ops.ENDRANGE, name="x"), lambda ctx, x: ctx.close_loop(x)),
+  (UPat(Ops.DEFINE_ACC, name="x"), lambda ctx, x: ctx.define_acc(x)),
+  (UPat(Ops.ACC_ASSIGN, name="x"), lambda ctx, x: ctx.statement(
+    f"  store {ltype(x.src[0].dtype)} {ctx.val(x.src[1])}, ptr {ctx.accs[x.src[0]]}")),
+  (UPat(Ops.LOAD, name="x"), lambda ctx, x: ctx.load(x)),
+  (UPat(Ops.STORE, name="x"), lambda ctx, x: ctx.store(x)),
+  (UPat(Ops.CAST, name="x"), lambda ctx, x: ctx.cast(ctx.val(x.src[0]), x.src[0].dtype, x.dtype)),
+  (UPat(Ops.BITCAST, name="x"), bitcast_rule),
+  (UPat(Ops.GEP, name="x"),
+   lambda ctx, x: ctx.ins(f"extractelement {ltype(x.src[0].dtype)} {ctx.val(x.src[0])}, i32 {x.arg}")),
+  (UPat(Ops.VECTORIZE, name="x"), vectorize_rule),
+  (UPat(Ops.WHERE, name="x"), where_rule),
+  (UPat((Ops.AND, Ops.OR), name="x"), lane_mask_rule),
+  (UPat(tuple(comparisons), name="x"), compare_rule),
+  (UPat(Ops.NEG, name="x"), neg_rule),
+  (UPat(Ops.RECIP, name="x"), lambda ctx, x: ctx.ins(f"fdiv {FMF} {ltype(x.dtype)} {render_const(1.0, x.dtype)}, "
+                                                      f"{_operands(ctx, x)[0][0]}")),
+  (UPat(Ops.MAX, name="x"), max_rule),
+  (UPat(tuple(intrinsics), name="x"), intrinsic_rule),
+  (UPat(tuple(float_binary) + tuple(int_binary), name="x"), binary_rule),
+])
