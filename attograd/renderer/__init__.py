@@ -2,7 +2,7 @@
 from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 from attograd.dtype import DType, dtypes
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
@@ -22,6 +22,9 @@ class Renderer:
   has_local: bool = False
   local_max: int = 256          # threads in one work-group
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
+  def prepare(self, sink: UOp) -> UOp:
+    """The language's own rewrites of a lowered kernel before it is linearized (e.g. half math done in float)."""
+    return sink
   def launch_sizes(self, uops: list[UOp]) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     """(global, local) sizes a kernel of this language is launched with: (None, None) where it runs its own loops."""
     return launch_dims(uops) if self.has_local else (None, None)
@@ -92,3 +95,7 @@ class ProgramSpec:
   applied_opts: tuple = field(default_factory=tuple)
   global_size: tuple[int, ...] | None = None   # GPU launch: work-groups per dimension (None: not a GPU kernel)
   local_size: tuple[int, ...] | None = None    # GPU launch: threads per work-group per dimension
+
+def text_rules(pm: PatternMatcher) -> Callable[[UOp, Any], str | None]:
+  """A rendering table's rewrite, typed for what its rules return: a UOp's text (None where no rule matches)."""
+  return cast(Callable[[UOp, Any], "str | None"], pm.rewrite)

@@ -5,7 +5,7 @@ import functools, math
 from typing import Callable
 from attograd.dtype import DType, PtrDType, dtypes
 from attograd.helpers import prod
-from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format, launch_dims
+from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format, launch_dims, text_rules
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 # dtypes held in registers as their bits (an integer type) with no arithmetic of their own: math runs in float32
@@ -63,7 +63,10 @@ class CWriter:
   ctx of every rendering rule; the rules reach the language's types and constants through `ren`."""
   __slots__ = ("ren", "r", "vecs", "counters")
   def __init__(self, ren: CStyleLanguage):
-    self.ren, self.r, self.vecs, self.counters = ren, {}, set(), {}
+    self.ren = ren
+    self.r: dict[UOp, str] = {}
+    self.vecs: set[DType] = set()
+    self.counters: dict[str, int] = {}
   def __getitem__(self, u: UOp) -> str: return self.r[u]
   def newname(self, prefix: str) -> str:
     n = self.counters.get(prefix, 0)
@@ -237,7 +240,7 @@ class CStyleLanguage(Renderer):
     ctx = CWriter(self)
     ctx.r.update(zip(u.src, srcs))
     if u.op not in UNNAMED: ctx.r[u] = ctx.name(u)
-    return self.dialect_rules.rewrite(u, ctx)
+    return text_rules(self.dialect_rules)(u, ctx)
   @property
   def code_for_op(self) -> dict[Ops, Callable[..., str]]:
     """The ALU ops this language writes as an expression of its own, each to a function of the operands' source
@@ -252,7 +255,7 @@ class CStyleLanguage(Renderer):
   def render(self, name: str, uops: list[UOp]) -> str:
     """Each UOp's text from the language's rule table, in program order; the loop only names values and indents."""
     ctx = CWriter(self)
-    r, vecs, rewrite = ctx.r, ctx.vecs, self.string_rewrite.rewrite
+    r, vecs, rewrite = ctx.r, ctx.vecs, text_rules(self.string_rewrite)
     lines: list[str] = []
     local_decls: list[str] = []
     depth = 1

@@ -10,7 +10,7 @@ thread, with the GIL released, instead of OpenMP.
 from __future__ import annotations
 import math, struct
 from attograd.dtype import DType, PtrDType, dtypes
-from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format
+from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format, text_rules
 from attograd.renderer.cstyle import pm_promote_half
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
@@ -302,7 +302,7 @@ class _FunctionWriter:
     return ""
 
   def write(self) -> str:
-    rewrite = pm_render_llvm.rewrite
+    rewrite = text_rules(pm_render_llvm)
     for u in self.uops:
       # a rule gives the op's SSA value (or inline constant), or "" for a statement (its lines are already written)
       if (v := rewrite(u, self)) is None: raise RuntimeError(f"LLVM IR renderer: no rule renders {u.op} on {u.dtype}")
