@@ -194,8 +194,9 @@ class CStyleLanguage(Renderer):
     if dtypes.is_float(d):
       assert isinstance(v, float)
       if math.isnan(v): return f"(({self.render_dtype(d)})NAN)" if d is not dtypes.bfloat16 else "0x7FC0"
-      if math.isinf(v): return ("-" if v < 0 else "") + f"(({self.render_dtype(d)})INFINITY)" if d is not dtypes.bfloat16 \
-        else ("0xFF80" if v < 0 else "0x7F80")
+      if math.isinf(v):
+        if d is dtypes.bfloat16: return "0xFF80" if v < 0 else "0x7F80"
+        return ("-" if v < 0 else "") + f"(({self.render_dtype(d)})INFINITY)"
       if d is dtypes.bfloat16:
         from attograd.dtype import float_to_bf16_bits
         return f"{float_to_bf16_bits(v)}"
@@ -342,10 +343,13 @@ class ClangRenderer(CStyleLanguage):
               "static inline float __bf16_to_f32(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f;"
               " __builtin_memcpy(&f, &u, 4); return f; }\n"
               "static inline unsigned short __f32_to_bf16(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4);"
-              " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (unsigned short)(u >> 16); }\n"
+              " if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (unsigned "
+              "short)(u >> 16); }\n"
               # one-lane vectors: their comparisons are lane masks, so the max is bit operations with no branch
-              "typedef float __v1f __attribute__((vector_size(4))); typedef int __v1i __attribute__((vector_size(4)));\n"
-              "typedef double __v1d __attribute__((vector_size(8))); typedef long long __v1l __attribute__((vector_size(8)));\n"
+              "typedef float __v1f __attribute__((vector_size(4))); typedef int __v1i "
+              "__attribute__((vector_size(4)));\n"
+              "typedef double __v1d __attribute__((vector_size(8))); typedef long long __v1l "
+              "__attribute__((vector_size(8)));\n"
               "static inline float __maxf(float a, float b) { __v1f x = {a}, y = {b}; __v1i c = (x > y) | (x != x);"
               " return ((__v1f)((c & (__v1i)x) | (~c & (__v1i)y)))[0]; }\n"
               "static inline double __maxd(double a, double b) { __v1d x = {a}, y = {b}; __v1l c = (x > y) | (x != x);"
