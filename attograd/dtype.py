@@ -70,8 +70,9 @@ class dtypes:
   # IEEE-like
   fp8e4m3: Final[DType] = DType.new(9, 1, "float8_e4m3fn", None)
   fp8e5m2: Final[DType] = DType.new(9, 1, "float8_e5m2", None)
-  # AMD's "fnuz" fp8s (finite, no negative zero): exponent bias one more than the OCP pair's, no inf, and one NaN, 0x80
-  # (the bits of -0). e4m3fnuz holds at most 240, e5m2fnuz 57344; past that (and from inf) a cast gives NaN, as in PyTorch
+  # AMD's "fnuz" fp8s (finite, no negative zero): exponent bias one more than the OCP pair's, no inf, and one NaN,
+  # 0x80 (the bits of -0). e4m3fnuz holds at most 240, e5m2fnuz 57344; past that (and from inf) a cast gives NaN, as
+  # in PyTorch
   fp8e4m3fnuz: Final[DType] = DType.new(9, 1, "float8_e4m3fnuz", None)
   fp8e5m2fnuz: Final[DType] = DType.new(9, 1, "float8_e5m2fnuz", None)
   float16: Final[DType] = DType.new(10, 2, "float16", "e")
@@ -143,7 +144,8 @@ class dtypes:
     """(exponent bits, mantissa bits) of a float dtype."""
     if not dtypes.is_float(dtype): raise ValueError(f"finfo: {dtype} is not a float dtype")
     return {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2),
-            dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[dtype.scalar()]
+            dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23),
+            dtypes.float64: (11, 52)}[dtype.scalar()]
   @staticmethod
   def fields() -> dict[str, DType]: return DTYPES_DICT
   fp8_ocp: tuple[DType, ...] = ()
@@ -307,7 +309,9 @@ def truncate_to(x: Any, dtype: DType) -> Any:
   d = dtype.scalar()
   if d is dtypes.bool: return bool(x)
   if dtypes.is_int(d): return dtypes.as_const(x, d)
-  if d is dtypes.float64: return float(x)
+  try: x = float(x)  # an int past a float's range would make struct raise its own error, not OverflowError
+  except OverflowError: return math.inf if x > 0 else -math.inf
+  if d is dtypes.float64: return x
   try:
     if d is dtypes.float32: return struct.unpack("<f", struct.pack("<f", x))[0]
     if d is dtypes.float16: return struct.unpack("<e", struct.pack("<e", x))[0]
@@ -337,7 +341,8 @@ def _float_range(d: DType) -> tuple[int, float, int, bool, bool]:
   """(mantissa bits, largest finite value, exponent of the smallest subnormal, has inf, has -0) of a float dtype."""
   e_bits, m_bits = dtypes.finfo(d)
   bias = fp8_bias(d) if d in dtypes.fp8s else (1 << (e_bits - 1)) - 1
-  top = FP8_NO_INF.get(d, (2 - 2.0 ** -m_bits) * 2.0 ** ((1 << e_bits) - 2 - bias))  # IEEE-like: the top exponent is inf
+  # IEEE-like formats: the top exponent is inf/NaN, so the largest value has the one below it
+  top = FP8_NO_INF[d] if d in FP8_NO_INF else (2 - 0.5 ** m_bits) * 2.0 ** ((1 << e_bits) - 2 - bias)
   return m_bits, top, 1 - bias - m_bits, d not in FP8_NO_INF, d not in dtypes.fp8_fnuz
 
 @functools.cache
@@ -347,7 +352,8 @@ def can_lossless_cast(dt0: DType, dt1: DType) -> bool:
   if dt0 is dt1 or dt0 is dtypes.bool: return True
   if dt1 is dtypes.weakint: return dt0 in dtypes.ints
   if dt1 is dtypes.bool or dt0 in dtypes.weaks or dt1 in dtypes.weaks: return False
-  if dtypes.is_int(dt0) and dtypes.is_int(dt1): return dtypes.min(dt1) <= dtypes.min(dt0) and dtypes.max(dt0) <= dtypes.max(dt1)
+  if dtypes.is_int(dt0) and dtypes.is_int(dt1):
+    return dtypes.min(dt1) <= dtypes.min(dt0) and dtypes.max(dt0) <= dtypes.max(dt1)
   if dtypes.is_int(dt0):  # a float holds every int whose magnitude bits fit in its significand (mantissa + 1)
     return dt0.itemsize * 8 - (0 if dtypes.is_unsigned(dt0) else 1) <= dtypes.finfo(dt1)[1] + 1
   if not dtypes.is_float(dt1): return False
@@ -358,7 +364,7 @@ def _to_np_dtype(dtype: DType) -> Any:
   """The NumPy scalar type of `Tensor.numpy()` for `dtype`: float32 for bfloat16 and the fp8s, None where none."""
   import numpy as np
   if dtype is dtypes.bfloat16 or dtype in dtypes.fp8s: return np.float32
-  return np.dtype(dtype.fmt).type if dtype.fmt is not None else None
+  return np.dtype(dtype.name).type if dtype.fmt is not None else None
 def _from_np_dtype(npdtype: Any) -> DType: return from_np_dtype(npdtype)
 
 @functools.cache

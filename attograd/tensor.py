@@ -936,8 +936,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if d.itemsize == src.itemsize: return self if src == d else self._new(UOp(Ops.BITCAST, d, (self.uop,)))
     last = self.shape[-1] if self.ndim else 1
     if not self.ndim or dtypes.bool in (src, d) or not isinstance(last, int) or (last * src.itemsize) % d.itemsize:
-      raise RuntimeError(f"bitcast: {src} ({src.itemsize} bytes) to {d} ({d.itemsize} bytes) needs equal item sizes, or a "
-                         f"last dim whose bytes divide by {d.itemsize} and no bools; got shape {self.shape}")
+      raise RuntimeError(f"bitcast: {src} ({src.itemsize} bytes) to {d} ({d.itemsize} bytes) needs equal item sizes, "
+                         f"or a last dim whose bytes divide by {d.itemsize} and no bools; got shape {self.shape}")
     # through unsigned ints of both sizes, little-endian (the byte order of every device): a wide item is its narrow
     # ones shifted into place, so the split and the join are shifts, masks and ors in one elementwise kernel
     uint_of = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -946,7 +946,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if src.itemsize > d.itemsize:  # split: item k of the r narrow ones is bits [k*w, (k+1)*w) of the wide one
       r, w = src.itemsize // d.itemsize, 8 * d.itemsize
       parts = [((x >> (k * w)) & ((1 << w) - 1)).cast(u_dst) for k in range(r)]
-      out = parts[0].unsqueeze(-1).cat(*[p.unsqueeze(-1) for p in parts[1:]], dim=-1).reshape(*self.shape[:-1], last * r)
+      out = Tensor.stack(*parts, dim=-1).reshape(*self.shape[:-1], last * r)
     else:  # join: r neighbours along the last dim make one wide item, the first in the lowest bits
       r, w = d.itemsize // src.itemsize, 8 * src.itemsize
       y = x.reshape(*self.shape[:-1], last // r, r).cast(u_dst)
