@@ -377,7 +377,9 @@ def _to_torch_dtype(dtype: DType) -> Any:
   return getattr(torch, d.name, None) if d in dtypes.all else None
 @functools.cache
 def _from_torch_dtype(torchdtype: Any) -> DType:
-  found = {t: d for d in DTYPES_DICT.values() if (t := _to_torch_dtype(d)) is not None and d not in dtypes.fp8s}
+  """The dtype of a torch dtype (torch.float8_e4m3fn is fp8e4m3: our dtypes carry torch's names)."""
+  import torch
+  found = {t: d for d in DTYPES_DICT.values() if isinstance(t := getattr(torch, d.name, None), torch.dtype)}
   if torchdtype not in found: raise TypeError(f"_from_torch_dtype: torch dtype {torchdtype} has no attograd dtype")
   return found[torchdtype]
 

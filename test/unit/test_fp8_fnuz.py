@@ -6,8 +6,8 @@ from typing import Any
 import numpy as np
 import pytest
 from attograd import Tensor, dtypes
-from attograd.dtype import (_to_np_dtype, _to_torch_dtype, can_lossless_cast, float_to_bf16, float_to_fp8,
-                            float_to_fp16, fp8_to_float, least_upper_dtype, truncate)
+from attograd.dtype import (_from_torch_dtype, _to_np_dtype, _to_torch_dtype, can_lossless_cast, float_to_bf16,
+                            float_to_fp8, float_to_fp16, fp8_to_float, least_upper_dtype, truncate)
 
 torch = pytest.importorskip("torch")
 d = dtypes
@@ -150,5 +150,8 @@ def test_numpy_and_torch_dtypes() -> None:
   assert _to_torch_dtype(d.uint64) is torch.uint64 and _to_torch_dtype(d.bfloat16) is torch.bfloat16
   assert _to_torch_dtype(d.weakfloat) is torch.float32 and _to_torch_dtype(d.weakint) is torch.int32
   assert all(_to_torch_dtype(x) is torch.uint8 for x in dtypes.fp8s)  # their bits, as tinygrad's tests read them
+  assert all(_from_torch_dtype(getattr(torch, x.name)) is x for x in dtypes.all)
+  assert _from_torch_dtype(torch.float8_e5m2fnuz) is d.fp8e5m2fnuz and _from_torch_dtype(torch.int) is d.int32
+  with pytest.raises(TypeError, match="complex64"): _from_torch_dtype(torch.complex64)
   assert d.uint16.max == 65535 and d.int8.min == -128 and d.bool.max is True and d.float16.min == -math.inf
   assert d.float32.bitsize == 32 and d.fp8e5m2fnuz.bitsize == 8
