@@ -180,13 +180,17 @@ DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items() if isi
                                  and k not in ("void", "weakint", "weakfloat")}
 def _dtype_by_repr(r: str) -> DType: return eval(r, {"dtypes": dtypes})  # only ever our own repr strings
 
+class DTypeNameError(TypeError, AttributeError):
+  """An unknown dtype name. A TypeError, and an AttributeError as well: tinygrad's to_dtype looks names up with getattr
+  on `dtypes`, so tinygrad code catches that."""
+
 def to_dtype(x: DType | str) -> DType:
   """Accept a DType or its name ('float32', 'half', ...); raise a clear error otherwise."""
   if isinstance(x, DType): return x
   if isinstance(x, str) and x in DTYPES_DICT: return DTYPES_DICT[x]
   np_name = getattr(x, "name", None) if not isinstance(x, str) else None  # numpy dtypes and torch-style names
   if isinstance(np_name, str) and np_name in DTYPES_DICT: return DTYPES_DICT[np_name]
-  raise TypeError(f"invalid dtype {x!r}; valid dtypes are {sorted(k for k in DTYPES_DICT)}")
+  raise DTypeNameError(f"invalid dtype {x!r}; valid dtypes are {sorted(k for k in DTYPES_DICT)}")
 
 # Promotion: an edge a -> b means b can hold every value of a (or is the agreed upgrade, as in PyTorch for int -> half).
 # The fp8s sit between the ints and half/bfloat16 as in tinygrad: int op fp8 stays fp8 (like int op half in PyTorch),
