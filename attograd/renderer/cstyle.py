@@ -359,7 +359,10 @@ class OpenCLRenderer(GPUCStyle):
   def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
     return _overloaded_unary(self, op, x, d, "sin") or super().code_for_unary(op, x, d)
   def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
-  def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_{self.render_dtype(dst)}({x})"
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    # as_<type> has no bool: a bool's byte is 0 or 1, so a conversion is its bitcast (and any nonzero byte is true)
+    if dtypes.bool in (src, dst): return f"(({self.render_dtype(dst)})({x}))"
+    return f"as_{self.render_dtype(dst)}({x})"
   def render_preamble(self, uops: list[UOp]) -> str:
     used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
     out = []
@@ -528,6 +531,8 @@ class MetalRenderer(GPUCStyle):
   def code_for_unary(self, op: Ops, x: str, d: DType) -> str:
     return _overloaded_unary(self, op, x, d, "precise::sin") or super().code_for_unary(op, x, d)
   def code_for_pow(self, a: str, b: str, d: DType) -> str: return f"pow({a}, {b})"
-  def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_type<{self.render_dtype(dst)}>({x})"
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    if dtypes.bool in (src, dst): return f"(({self.render_dtype(dst)})({x}))"  # as_type has no bool, as in OpenCL
+    return f"as_type<{self.render_dtype(dst)}>({x})"
   def render_preamble(self, uops: list[UOp]) -> str:
     return "#include <metal_stdlib>\nusing namespace metal;\n" + self.fp8_helpers(uops)

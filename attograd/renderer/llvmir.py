@@ -367,8 +367,11 @@ class _FunctionWriter:
       elif op is Ops.STORE: self.store(u)
       elif op is Ops.CAST: self.r[u] = self.cast(self.val(u.src[0]), u.src[0].dtype, u.dtype)
       elif op is Ops.BITCAST:
-        s, t = ltype(u.src[0].dtype), ltype(u.dtype)
-        self.r[u] = self.val(u.src[0]) if s == t else self.ins(f"bitcast {s} {self.val(u.src[0])} to {t}")
+        s, t, x = ltype(u.src[0].dtype), ltype(u.dtype), self.val(u.src[0])
+        # a bool is an i1 in registers and a byte (0 or 1) in memory: its bitcast to a byte is that byte
+        if s == "i1": self.r[u] = self.ins(f"zext i1 {x} to {t}")
+        elif t == "i1": self.r[u] = self.ins(f"icmp ne {s} {x}, 0")
+        else: self.r[u] = x if s == t else self.ins(f"bitcast {s} {x} to {t}")
       elif op is Ops.GEP: self.r[u] = self.ins(f"extractelement {ltype(u.src[0].dtype)} {self.val(u.src[0])}, i32 {u.arg}")
       elif op is Ops.VECTORIZE:
         v = "poison"

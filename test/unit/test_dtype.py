@@ -195,6 +195,9 @@ BITCASTS = [
   P("f64_i64", [1.0, -0.5], d.float64, d.int64),
   P("i64_f64", [4607182418800017408, 0], d.int64, d.float64),
   P("i32_u32", [-1, 5], d.int32, d.uint32),
+  # a bool is one byte (LLVM emitted an IR bitcast from i1, CL and Metal an as_bool, none of which compile)
+  P("bool_u8", [True, False], d.bool, d.uint8), P("u8_bool", [0, 1, 7], d.uint8, d.bool),
+  P("i8_bool", [1, 0, -1], d.int8, d.bool),
 ]
 @pytest.mark.parametrize("vals,src,dst", BITCASTS)
 def test_bitcast(device: str, vals: list, src: Any, dst: Any) -> None:
