@@ -129,7 +129,7 @@ class dtypes:
     return truncate_to(float(val), d) if d.itemsize < 4 else float(val)
   @staticmethod
   def min(dtype: DType) -> ConstType:
-    """The smallest value of `dtype` (-inf for floats with an inf, the lowest finite value for fp8e4m3)."""
+    """The smallest value of `dtype` (-inf for floats with an inf, the lowest finite value for the fp8s without)."""
     if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -(2 ** (dtype.itemsize * 8 - 1))
     # fp8s without an inf: the lowest finite value is max's identity and max-pool's pad (-inf would cast to NaN)
     if (s := dtype.scalar()) in FP8_NO_INF: return -FP8_NO_INF[s]
@@ -371,10 +371,10 @@ def _to_np_dtype(dtype: DType) -> Any:
   return np.dtype(dtype.name).type if dtype.fmt is not None else None
 def _from_np_dtype(npdtype: Any) -> DType: return from_np_dtype(npdtype)
 
-@functools.cache
 def _to_torch_dtype(dtype: DType) -> Any:
   """The torch dtype that holds `dtype`'s values (weak dtypes as their strong ones); the fp8s as their bits, uint8,
-  as tinygrad's tests read them (fp8_to_float turns those bits into values)."""
+  as tinygrad's tests read them (fp8_to_float turns those bits into values). Not cached: weakfloat follows
+  Context(DEFAULT_FLOAT=...)."""
   import torch
   d = strong_dtype(dtype)
   if d in dtypes.fp8s: return torch.uint8

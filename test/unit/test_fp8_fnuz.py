@@ -5,7 +5,7 @@ import math
 from typing import Any
 import numpy as np
 import pytest
-from attograd import Tensor, dtypes
+from attograd import Context, Tensor, dtypes
 from attograd.dtype import (_from_torch_dtype, _to_np_dtype, _to_torch_dtype, can_lossless_cast, float_to_bf16,
                             float_to_fp8, float_to_fp16, fp8_to_float, least_upper_dtype, truncate)
 
@@ -149,6 +149,7 @@ def test_numpy_and_torch_dtypes() -> None:
   assert all(Tensor([1], dtype=x).numpy().dtype.type is _to_np_dtype(x) for x in dtypes.all)
   assert _to_torch_dtype(d.uint64) is torch.uint64 and _to_torch_dtype(d.bfloat16) is torch.bfloat16
   assert _to_torch_dtype(d.weakfloat) is torch.float32 and _to_torch_dtype(d.weakint) is torch.int32
+  with Context(DEFAULT_FLOAT="HALF"): assert _to_torch_dtype(d.weakfloat) is torch.float16
   assert all(_to_torch_dtype(x) is torch.uint8 for x in dtypes.fp8s)  # their bits, as tinygrad's tests read them
   assert all(_from_torch_dtype(getattr(torch, x.name)) is x for x in dtypes.all)
   assert _from_torch_dtype(torch.float8_e5m2fnuz) is d.fp8e5m2fnuz and _from_torch_dtype(torch.int) is d.int32
