@@ -18,7 +18,7 @@ from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite
 llvm_type: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
   dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
-  dtypes.bfloat16: "i16", dtypes.fp8e4m3: "i8", dtypes.fp8e5m2: "i8", dtypes.float32: "float", dtypes.float64: "double"}
+  dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double", **{d: "i8" for d in dtypes.fp8s}}
 storage_type: dict[DType, str] = {dtypes.bool: "i8"}  # memory holds a bool as a byte
 
 # fast-math flags matching the C compiler's: contraction into FMAs only. No nnan/ninf (NaN and inf are values
@@ -76,10 +76,17 @@ declare double @llvm.fabs.f64(double)
 def fp8_helpers(f: Fp8Format) -> str:
   """fp8 <-> float for one format, the same integer math on a float's bits as the C helpers (renderer/cstyle.py)."""
   sh, m_mask = 23 - f.m_bits, (1 << f.m_bits) - 1
-  # special values: e5m2's all-ones exponent is inf (mantissa 0) or NaN; e4m3fn's only special is NaN, S.1111.111
+  # special values: e5m2's all-ones exponent is inf (mantissa 0) or NaN; e4m3fn's only special is NaN, S.1111.111;
+  # fnuz's is its NaN 0x80, which has no sign (%sx: the sign the result gets)
   if f.has_inf: special = (f"  %isspec = icmp eq i32 %e, {f.e_mask}\n  %mz = icmp eq i32 %m, 0\n"
-                           "  %spec = select i1 %mz, i32 2139095040, i32 2143289344\n")
-  else: special = "  %low = and i32 %u, 127\n  %isspec = icmp eq i32 %low, 127\n  %spec = add i32 0, 2143289344\n"
+                           "  %spec = select i1 %mz, i32 2139095040, i32 2143289344\n  %sx = or i32 %s, 0\n")
+  elif f.fnuz: special = ("  %isspec = icmp eq i32 %u, 128\n  %spec = add i32 0, 2143289344\n"
+                          "  %sx = select i1 %isspec, i32 0, i32 %s\n")
+  else: special = ("  %low = and i32 %u, 127\n  %isspec = icmp eq i32 %low, 127\n  %spec = add i32 0, 2143289344\n"
+                   "  %sx = or i32 %s, 0\n")
+  # fnuz has no -0: a result of zero keeps no sign (it would be 0x80, the NaN)
+  if f.fnuz: sign_out = "  %nz = icmp ne i32 %v2, 0\n  %sz = select i1 %nz, i32 %s, i32 0\n  %v3 = or i32 %v2, %sz\n"
+  else: sign_out = "  %v3 = or i32 %v2, %s\n"
   return (f"define internal float @__{f.name}_to_f32(i8 %b) alwaysinline {{\n"
           f"  %u = zext i8 %b to i32\n  %s0 = and i32 %u, 128\n  %s = shl i32 %s0, 24\n"
           f"  %e0 = lshr i32 %u, {f.m_bits}\n  %e = and i32 %e0, {f.e_mask}\n  %m = and i32 %u, {m_mask}\n{special}"
@@ -87,7 +94,7 @@ def fp8_helpers(f: Fp8Format) -> str:
           f"  %sub = bitcast float %subf to i32\n  %eb = add i32 %e, {f.rebias}\n  %ebs = shl i32 %eb, 23\n"
           f"  %ms = shl i32 %m, {sh}\n  %norm = or i32 %ebs, %ms\n  %isz = icmp eq i32 %e, 0\n"
           f"  %mag0 = select i1 %isz, i32 %sub, i32 %norm\n  %mag = select i1 %isspec, i32 %spec, i32 %mag0\n"
-          f"  %bits = or i32 %mag, %s\n  %o = bitcast i32 %bits to float\n  ret float %o\n}}\n"
+          f"  %bits = or i32 %mag, %sx\n  %o = bitcast i32 %bits to float\n  ret float %o\n}}\n"
           # subnormal results: |x| + magic rounds |x| to a multiple of the subnormal step (the FPU's nearest even);
           # normal ones: rebias the exponent and round the mantissa to nearest even (wrapping i32 math is defined)
           f"define internal i8 @__f32_to_{f.name}(float %x) alwaysinline {{\n"
@@ -99,7 +106,7 @@ def fp8_helpers(f: Fp8Format) -> str:
           f"  %t2 = add i32 %t1, %lsb\n  %norm = lshr i32 %t2, {sh}\n  %issub = icmp ult i32 %a, {f.min_normal}\n"
           f"  %v0 = select i1 %issub, i32 %sub, i32 %norm\n  %ovf = icmp uge i32 %a, {f.overflow}\n"
           f"  %v1 = select i1 %ovf, i32 {f.over}, i32 %v0\n  %nan = icmp ugt i32 %a, 2139095040\n"
-          f"  %v2 = select i1 %nan, i32 127, i32 %v1\n  %v3 = or i32 %v2, %s\n  %o = trunc i32 %v3 to i8\n"
+          f"  %v2 = select i1 %nan, i32 {f.nan}, i32 %v1\n{sign_out}  %o = trunc i32 %v3 to i8\n"
           f"  ret i8 %o\n}}\n")
 
 def ltype(d: DType) -> str:
@@ -360,8 +367,11 @@ class _FunctionWriter:
       elif op is Ops.STORE: self.store(u)
       elif op is Ops.CAST: self.r[u] = self.cast(self.val(u.src[0]), u.src[0].dtype, u.dtype)
       elif op is Ops.BITCAST:
-        s, t = ltype(u.src[0].dtype), ltype(u.dtype)
-        self.r[u] = self.val(u.src[0]) if s == t else self.ins(f"bitcast {s} {self.val(u.src[0])} to {t}")
+        s, t, x = ltype(u.src[0].dtype), ltype(u.dtype), self.val(u.src[0])
+        # a bool is an i1 in registers and a byte (0 or 1) in memory: its bitcast to a byte is that byte
+        if s == "i1": self.r[u] = self.ins(f"zext i1 {x} to {t}")
+        elif t == "i1": self.r[u] = self.ins(f"icmp ne {s} {x}, 0")
+        else: self.r[u] = x if s == t else self.ins(f"bitcast {s} {x} to {t}")
       elif op is Ops.GEP: self.r[u] = self.ins(f"extractelement {ltype(u.src[0].dtype)} {self.val(u.src[0])}, i32 {u.arg}")
       elif op is Ops.VECTORIZE:
         v = "poison"

@@ -391,6 +391,9 @@ ROWS: list[Row] = [
   R("char", "x", lambda x: x.char(), SAME, A, "small"),
   R("bool", "x", lambda x: x.bool(), SAME, A),
   R("bitcast", "x", _tbitcast, _abitcast, A, "fin"),
+  # between item sizes the last dim (8) scales by their ratio; bools have no bytes to regroup
+  R("bitcast.int64", "x", lambda x: x.view(torch.int64), lambda x: x.bitcast("int64"), but(A, "bool"), "fin"),
+  R("bitcast.uint8", "x", lambda x: x.view(torch.uint8), lambda x: x.bitcast("uint8"), A, "fin"),
   R("contiguous", "x", lambda x: x.contiguous(), SAME, A, grad=True),
   R("contiguous_backward", "x", lambda x: x, lambda x: x.contiguous_backward(), A, grad=True),
   R("clone", "x", lambda x: x.clone(), SAME, A, grad=True),
@@ -697,7 +700,6 @@ KNOWN: dict[tuple[str, str, str, str], str] = {
   # ties and signed zeros among the values scatter_reduce combines; the product's gradient at subnormals
   **{("scatter_reduce.prod", d, "*", "bwd"): KINK for d in ("float16", "float32", "float64")},
   ("scatter_reduce.amin", "bfloat16", "*", "bwd"): KINK,
-  ("bitcast", "bool", "LLVM", "fwd"): "new: LLVM emits an IR bitcast from i1 (bool) to i8, which doesn't parse",
 }
 
 # rows that accept a dtype outside their list, with a result unlike PyTorch's (or PyTorch has none): row name ->
