@@ -1404,8 +1404,7 @@ def _reads_any(root: UOp, memo: dict[UOp, bool]) -> bool:
 
 def _sources_now(n: UOp) -> tuple[UOp, ...]:
   """What n's value is computed from now: the view holding it when it was realized, else its sources."""
-  if "_realized" in n.__dict__ and (r := lookup_realized(n)) is not None and r is not n: return (r,)
-  return n.src
+  return (r,) if (r := lookup_realized(n)) is not None and r is not n else n.src
 
 def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   """Before the BUFFER nodes `targets` are written in place: realize every live lazy Tensor whose value reads them
