@@ -391,9 +391,6 @@ ROWS: list[Row] = [
   R("char", "x", lambda x: x.char(), SAME, A, "small"),
   R("bool", "x", lambda x: x.bool(), SAME, A),
   R("bitcast", "x", _tbitcast, _abitcast, A, "fin"),
-  # between item sizes the last dim (8) scales by their ratio; bools have no bytes to regroup
-  R("bitcast.int64", "x", lambda x: x.view(torch.int64), lambda x: x.bitcast("int64"), but(A, "bool"), "fin"),
-  R("bitcast.uint8", "x", lambda x: x.view(torch.uint8), lambda x: x.bitcast("uint8"), A, "fin"),
   R("contiguous", "x", lambda x: x.contiguous(), SAME, A, grad=True),
   R("contiguous_backward", "x", lambda x: x, lambda x: x.contiguous_backward(), A, grad=True),
   R("clone", "x", lambda x: x.clone(), SAME, A, grad=True),
@@ -635,6 +632,9 @@ ROWS: list[Row] = [
   R("svd", "mat", _tsvd, _asvd, but(A, "bool"), "any", 16, grad=True),
   R("newton_schulz", "mat", lambda a, b: _newton_schulz(b), lambda a, b: b.newton_schulz(3, (2, -1.5, 0.5)), A,
     "any", 8, grad=True),
+  # ----- bitcasts between item sizes: the last dim (8) scales by their ratio; bools have no bytes to regroup -----
+  R("bitcast.int64", "x", lambda x: x.view(torch.int64), lambda x: x.bitcast("int64"), but(A, "bool"), "fin"),
+  R("bitcast.uint8", "x", lambda x: x.view(torch.uint8), lambda x: x.bitcast("uint8"), A, "fin"),
 ]
 
 # ***** public Tensor attributes that are not ops: each says why it has no row *****
