@@ -2,7 +2,7 @@
 from __future__ import annotations
 import builtins, functools, math, struct
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Callable, Final, Literal
 from attograd.helpers import getenv
 
 ConstType = float | int | bool
@@ -32,6 +32,13 @@ class DType:
     if sz == 1: return self
     return _vec(self, sz)
   def ptr(self, size: int = -1) -> PtrDType: return _ptr(self, size)
+  # tinygrad's spellings of the same facts: dt.min/dt.max are dtypes.min(dt)/dtypes.max(dt), dt.bitsize its bits
+  @property
+  def min(self) -> ConstType: return dtypes.min(self)
+  @property
+  def max(self) -> ConstType: return dtypes.max(self)
+  @property
+  def bitsize(self) -> int: return self.itemsize * 8
 
 @dataclass(frozen=True, eq=False)
 class PtrDType(DType):
@@ -63,6 +70,11 @@ class dtypes:
   # IEEE-like
   fp8e4m3: Final[DType] = DType.new(9, 1, "float8_e4m3fn", None)
   fp8e5m2: Final[DType] = DType.new(9, 1, "float8_e5m2", None)
+  # AMD's "fnuz" fp8s (finite, no negative zero): exponent bias one more than the OCP pair's, no inf, and one NaN,
+  # 0x80 (the bits of -0). e4m3fnuz holds at most 240, e5m2fnuz 57344; past that (and from inf) a cast gives NaN, as
+  # in PyTorch
+  fp8e4m3fnuz: Final[DType] = DType.new(9, 1, "float8_e4m3fnuz", None)
+  fp8e5m2fnuz: Final[DType] = DType.new(9, 1, "float8_e5m2fnuz", None)
   float16: Final[DType] = DType.new(10, 2, "float16", "e")
   bfloat16: Final[DType] = DType.new(11, 2, "bfloat16", None)
   float32: Final[DType] = DType.new(12, 4, "float32", "f")
@@ -72,6 +84,7 @@ class dtypes:
   uchar, char, short, ushort = uint8, int8, int16, uint16
   int, uint, long, ulong = int32, uint32, int64, uint64
   float8_e4m3fn, float8_e5m2 = fp8e4m3, fp8e5m2  # PyTorch's and ml_dtypes' names (and the names in reprs)
+  float8_e4m3fnuz, float8_e5m2fnuz = fp8e4m3fnuz, fp8e5m2fnuz
   default_float: DType = float32
   default_int: DType = int32
   # tinygrad's weak dtypes: the kind (int or float) of a Python scalar, placed in the promotion lattice so that a scalar
@@ -116,23 +129,27 @@ class dtypes:
     return truncate_to(float(val), d) if d.itemsize < 4 else float(val)
   @staticmethod
   def min(dtype: DType) -> ConstType:
-    """The smallest value of `dtype` (-inf for floats with an inf, the lowest finite value for fp8e4m3)."""
+    """The smallest value of `dtype` (-inf for floats with an inf, the lowest finite value for the fp8s without)."""
     if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -(2 ** (dtype.itemsize * 8 - 1))
-    if dtype.scalar() is dtypes.fp8e4m3: return -448.0  # it has no -inf: this is max's identity and max-pool's pad
+    # fp8s without an inf: the lowest finite value is max's identity and max-pool's pad (-inf would cast to NaN)
+    if (s := dtype.scalar()) in FP8_NO_INF: return -FP8_NO_INF[s]
     return False if dtype is dtypes.bool else -math.inf
   @staticmethod
   def max(dtype: DType) -> ConstType:
     if dtypes.is_int(dtype): return 2 ** (dtype.itemsize * 8 - (0 if dtypes.is_unsigned(dtype) else 1)) - 1
-    if dtype.scalar() is dtypes.fp8e4m3: return 448.0
+    if (s := dtype.scalar()) in FP8_NO_INF: return FP8_NO_INF[s]
     return True if dtype is dtypes.bool else math.inf
   @staticmethod
   def finfo(dtype: DType) -> tuple[builtins.int, builtins.int]:
     """(exponent bits, mantissa bits) of a float dtype."""
     if not dtypes.is_float(dtype): raise ValueError(f"finfo: {dtype} is not a float dtype")
-    return {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7),
-            dtypes.float32: (8, 23), dtypes.float64: (11, 52)}[dtype.scalar()]
+    return {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2),
+            dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23),
+            dtypes.float64: (11, 52)}[dtype.scalar()]
   @staticmethod
   def fields() -> dict[str, DType]: return DTYPES_DICT
+  fp8_ocp: tuple[DType, ...] = ()
+  fp8_fnuz: tuple[DType, ...] = ()
   fp8s: tuple[DType, ...] = ()
   floats: tuple[DType, ...] = ()
   uints: tuple[DType, ...] = ()
@@ -141,7 +158,11 @@ class dtypes:
   all: tuple[DType, ...] = ()
   weaks: tuple[DType, ...] = ()
 
-dtypes.fp8s = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.fp8_ocp = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.fp8_fnuz = (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
+dtypes.fp8s = dtypes.fp8_ocp + dtypes.fp8_fnuz
+# the largest finite value of each fp8 that has no inf
+FP8_NO_INF: dict[DType, float] = {dtypes.fp8e4m3: 448.0, dtypes.fp8e4m3fnuz: 240.0, dtypes.fp8e5m2fnuz: 57344.0}
 dtypes.floats = dtypes.fp8s + (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
@@ -159,13 +180,17 @@ DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items() if isi
                                  and k not in ("void", "weakint", "weakfloat")}
 def _dtype_by_repr(r: str) -> DType: return eval(r, {"dtypes": dtypes})  # only ever our own repr strings
 
+class DTypeNameError(TypeError, AttributeError):
+  """An unknown dtype name. A TypeError, and an AttributeError as well: tinygrad's to_dtype looks names up with getattr
+  on `dtypes`, so tinygrad code catches that."""
+
 def to_dtype(x: DType | str) -> DType:
   """Accept a DType or its name ('float32', 'half', ...); raise a clear error otherwise."""
   if isinstance(x, DType): return x
   if isinstance(x, str) and x in DTYPES_DICT: return DTYPES_DICT[x]
   np_name = getattr(x, "name", None) if not isinstance(x, str) else None  # numpy dtypes and torch-style names
   if isinstance(np_name, str) and np_name in DTYPES_DICT: return DTYPES_DICT[np_name]
-  raise TypeError(f"invalid dtype {x!r}; valid dtypes are {sorted(k for k in DTYPES_DICT)}")
+  raise DTypeNameError(f"invalid dtype {x!r}; valid dtypes are {sorted(k for k in DTYPES_DICT)}")
 
 # Promotion: an edge a -> b means b can hold every value of a (or is the agreed upgrade, as in PyTorch for int -> half).
 # The fp8s sit between the ints and half/bfloat16 as in tinygrad: int op fp8 stays fp8 (like int op half in PyTorch),
@@ -177,8 +202,8 @@ promo_lattice: dict[DType, list[DType]] = {
   dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32], dtypes.int32: [dtypes.int64],
   dtypes.int64: [dtypes.weakfloat], dtypes.uint8: [dtypes.int16, dtypes.uint16],
   dtypes.uint16: [dtypes.int32, dtypes.uint32], dtypes.uint32: [dtypes.int64, dtypes.uint64],
-  dtypes.uint64: [dtypes.weakfloat], dtypes.weakfloat: [dtypes.fp8e4m3, dtypes.fp8e5m2],
-  dtypes.fp8e4m3: [dtypes.float16, dtypes.bfloat16], dtypes.fp8e5m2: [dtypes.float16, dtypes.bfloat16],
+  dtypes.uint64: [dtypes.weakfloat], dtypes.weakfloat: list(dtypes.fp8s),
+  **{d: [dtypes.float16, dtypes.bfloat16] for d in dtypes.fp8s},
   dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64]}
 
 @functools.cache
@@ -240,44 +265,57 @@ def _to_f32(x: float) -> float:
   try: return struct.unpack("<f", struct.pack("<f", x))[0]
   except OverflowError: return math.copysign(math.inf, x)
 
+def fp8_bias(d: DType) -> int:
+  """The exponent bias of an fp8: 2**(e-1) - 1 for the OCP formats, one more for the fnuz ones."""
+  return (1 << (dtypes.finfo(d)[0] - 1)) - (0 if d in dtypes.fp8_fnuz else 1)
+
+def fp8_max_code(d: DType) -> int:
+  """The bits of an fp8's largest finite value: e4m3fn's S.1111.111 is NaN and e5m2's top exponent is inf/NaN, while
+  every code but 0x80 is a number in the fnuz formats."""
+  return {dtypes.fp8e4m3: 0x7E, dtypes.fp8e5m2: 0x7B}.get(d, 0x7F)
+
 def float_to_fp8_bits(x: float, d: DType) -> int:
-  """float -> fp8 bits as PyTorch casts to float8_e4m3fn/float8_e5m2: through float32 first, then round to nearest
-  even; past the largest finite value fp8e4m3 saturates to +-448 (inf too), fp8e5m2 becomes +-inf; NaN keeps its sign.
+  """float -> fp8 bits as PyTorch casts to float8_e4m3fn/e5m2/e4m3fnuz/e5m2fnuz: through float32 first, then round to
+  nearest even. Past the largest finite value (inf too) fp8e4m3 saturates to +-448, fp8e5m2 becomes +-inf and the fnuz
+  formats become their NaN, 0x80; NaN keeps its sign in the OCP formats, and fnuz has no -0 (tiny negatives give 0).
   (The kernels' versions are in renderer/cstyle.py and renderer/llvmir.py; this one is the reference.)"""
   f = _to_f32(float(x))
+  fnuz = d in dtypes.fp8_fnuz
   sign = 0x80 if math.copysign(1.0, f) < 0 else 0
-  if math.isnan(f): return sign | 0x7F
-  e_bits, m_bits = dtypes.finfo(d)
-  bias = (1 << (e_bits - 1)) - 1
-  a, over = abs(f), (0x7E if d is dtypes.fp8e4m3 else 0x7C)  # e4m3 saturates to its largest finite value, e5m2 to inf
-  if math.isinf(a) or (d is dtypes.fp8e4m3 and a > 448.0): return sign | over
-  if a == 0: return sign
+  if math.isnan(f): return 0x80 if fnuz else sign | 0x7F
+  over = 0x80 if fnuz else sign | (0x7E if d is dtypes.fp8e4m3 else 0x7C)  # e4m3 saturates, e5m2 goes to inf
+  if math.isinf(f): return over
+  m_bits, bias = dtypes.finfo(d)[1], fp8_bias(d)
+  a = abs(f)
+  if a == 0: return 0 if fnuz else sign
   e = max(math.frexp(a)[1] - 1, 1 - bias)   # the binade's exponent; subnormals share the smallest normal one
   n = round(a * 2.0 ** (m_bits - e))        # exact scaling; Python's round() breaks ties to even
   if n >= 2 << m_bits: e, n = e + 1, n >> 1  # rounded up into the next binade (n was exactly 2**(m+1))
-  if n < 1 << m_bits: return sign | n        # subnormal (or rounded up to the smallest normal: n == 2**m encodes it)
-  code = ((e + bias) << m_bits) | (n - (1 << m_bits))
-  return sign | (over if code > fp8_max_code(d) else code)  # e5m2 rounds up to inf from 61440 on
+  # subnormal (or rounded up to the smallest normal: n == 2**m encodes it), else exponent and mantissa fields
+  code = n if n < 1 << m_bits else ((e + bias) << m_bits) | (n - (1 << m_bits))
+  if code > fp8_max_code(d): return over     # e5m2 rounds up to inf from 61440 on, e4m3fnuz to NaN from 248
+  return 0 if fnuz and code == 0 else sign | code
 
 def fp8_bits_to_float(b: int, d: DType) -> float:
   e_bits, m_bits = dtypes.finfo(d)
-  bias = (1 << (e_bits - 1)) - 1
+  bias = fp8_bias(d)
   sign = -1.0 if b & 0x80 else 1.0
   e, m = (b >> m_bits) & ((1 << e_bits) - 1), b & ((1 << m_bits) - 1)
   # e4m3fn: S.1111.111 is its only NaN and it has no inf; NaNs keep their sign, like the kernels' conversions
   if d is dtypes.fp8e4m3 and (b & 0x7F) == 0x7F: return math.copysign(math.nan, sign)
   if d is dtypes.fp8e5m2 and e == 0x1F: return math.copysign(math.inf if m == 0 else math.nan, sign)
+  if d in dtypes.fp8_fnuz and b == 0x80: return math.nan  # the one NaN, where -0 would be
   if e == 0: return sign * m * 2.0 ** (1 - bias - m_bits)
   return sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
-
-def fp8_max_code(d: DType) -> int: return 0x7E if d is dtypes.fp8e4m3 else 0x7B  # bits of the largest finite value
 
 def truncate_to(x: Any, dtype: DType) -> Any:
   """Round a Python value to what `dtype` can hold (used by the PYTHON device and constant folding)."""
   d = dtype.scalar()
   if d is dtypes.bool: return bool(x)
   if dtypes.is_int(d): return dtypes.as_const(x, d)
-  if d is dtypes.float64: return float(x)
+  try: x = float(x)  # an int past a float's range would make struct raise its own error, not OverflowError
+  except OverflowError: return math.inf if x > 0 else -math.inf
+  if d is dtypes.float64: return x
   try:
     if d is dtypes.float32: return struct.unpack("<f", struct.pack("<f", x))[0]
     if d is dtypes.float16: return struct.unpack("<e", struct.pack("<e", x))[0]
@@ -288,6 +326,66 @@ def truncate_to(x: Any, dtype: DType) -> Any:
     except OverflowError: return math.copysign(math.inf, x)
   if d in dtypes.fp8s: return fp8_bits_to_float(float_to_fp8_bits(x, d), d)
   return x
+
+# ***** tinygrad's helper names: the same conversions, as tinygrad code imports them from tinygrad.dtype *****
+
+def float_to_fp16(x: Any) -> float: return truncate_to(float(x), dtypes.float16)
+def float_to_bf16(x: Any) -> float: return truncate_to(float(x), dtypes.bfloat16)
+def float_to_fp8(x: Any, dtype: DType) -> int: return float_to_fp8_bits(float(x), _need_fp8(dtype, "float_to_fp8"))
+def fp8_to_float(x: int, dtype: DType) -> float: return fp8_bits_to_float(int(x), _need_fp8(dtype, "fp8_to_float"))
+def _need_fp8(d: DType, op: str) -> DType:
+  if d not in dtypes.fp8s: raise TypeError(f"{op}: {d} is not an fp8 dtype; fp8 dtypes are {list(dtypes.fp8s)}")
+  return d
+
+# dtype -> the function that rounds (floats, saturating or overflowing as a cast does) or wraps (ints) a Python value to
+# that dtype: truncate[dtypes.fp8e4m3](1000.0) == 448.0, truncate[dtypes.uint8](257) == 1
+truncate: dict[DType, Callable[[Any], Any]] = {d: functools.partial(truncate_to, dtype=d) for d in dtypes.all}
+
+def _float_range(d: DType) -> tuple[int, float, int, bool, bool]:
+  """(mantissa bits, largest finite value, exponent of the smallest subnormal, has inf, has -0) of a float dtype."""
+  e_bits, m_bits = dtypes.finfo(d)
+  bias = fp8_bias(d) if d in dtypes.fp8s else (1 << (e_bits - 1)) - 1
+  # IEEE-like formats: the top exponent is inf/NaN, so the largest value has the one below it
+  top = FP8_NO_INF[d] if d in FP8_NO_INF else (2 - 0.5 ** m_bits) * 2.0 ** ((1 << e_bits) - 2 - bias)
+  return m_bits, top, 1 - bias - m_bits, d not in FP8_NO_INF, d not in dtypes.fp8_fnuz
+
+@functools.cache
+def can_lossless_cast(dt0: DType, dt1: DType) -> bool:
+  """Whether every value of dt0 is also a value of dt1 (so a cast there and back is exact). Decided from the formats
+  (bits, ranges, subnormals, inf and -0), so it also says yes where it holds for bfloat16 (uint8 and the fp8s)."""
+  if dt0 is dt1 or dt0 is dtypes.bool: return True
+  if dt1 is dtypes.weakint: return dt0 in dtypes.ints
+  if dt1 is dtypes.bool or dt0 in dtypes.weaks or dt1 in dtypes.weaks: return False
+  if dtypes.is_int(dt0) and dtypes.is_int(dt1):
+    return dtypes.min(dt1) <= dtypes.min(dt0) and dtypes.max(dt0) <= dtypes.max(dt1)
+  if dtypes.is_int(dt0):  # a float holds every int whose magnitude bits fit in its significand (mantissa + 1)
+    return dt0.itemsize * 8 - (0 if dtypes.is_unsigned(dt0) else 1) <= dtypes.finfo(dt1)[1] + 1
+  if not dtypes.is_float(dt1): return False
+  (m0, top0, sub0, inf0, nz0), (m1, top1, sub1, inf1, nz1) = _float_range(dt0), _float_range(dt1)
+  return m0 <= m1 and top0 <= top1 and sub1 <= sub0 and inf1 >= inf0 and nz1 >= nz0
+
+def _to_np_dtype(dtype: DType) -> Any:
+  """The NumPy scalar type of `Tensor.numpy()` for `dtype`: float32 for bfloat16 and the fp8s, None where none."""
+  import numpy as np
+  if dtype is dtypes.bfloat16 or dtype in dtypes.fp8s: return np.float32
+  return np.dtype(dtype.name).type if dtype.fmt is not None else None
+def _from_np_dtype(npdtype: Any) -> DType: return from_np_dtype(npdtype)
+
+def _to_torch_dtype(dtype: DType) -> Any:
+  """The torch dtype that holds `dtype`'s values (weak dtypes as their strong ones); the fp8s as their bits, uint8,
+  as tinygrad's tests read them (fp8_to_float turns those bits into values). Not cached: weakfloat follows
+  Context(DEFAULT_FLOAT=...)."""
+  import torch
+  d = strong_dtype(dtype)
+  if d in dtypes.fp8s: return torch.uint8
+  return getattr(torch, d.name, None) if d in dtypes.all else None
+@functools.cache
+def _from_torch_dtype(torchdtype: Any) -> DType:
+  """The dtype of a torch dtype (torch.float8_e4m3fn is fp8e4m3: our dtypes carry torch's names)."""
+  import torch
+  found = {t: d for d in DTYPES_DICT.values() if isinstance(t := getattr(torch, d.name, None), torch.dtype)}
+  if torchdtype not in found: raise TypeError(f"_from_torch_dtype: torch dtype {torchdtype} has no attograd dtype")
+  return found[torchdtype]
 
 def to_np_dtype(d: DType) -> Any:
   import numpy as np

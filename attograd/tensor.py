@@ -966,12 +966,33 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     d = to_dtype(dtype)
     return self if self.dtype == d else self._new(UOp(Ops.CAST, d, (self.uop,)))
   def bitcast(self, dtype: DType | str) -> Tensor:
-    """The same bytes read as `dtype` (same item size)."""
-    d = to_dtype(dtype)
-    if d.itemsize != self.dtype.itemsize and tensor_disk.on_disk(self.device): return tensor_disk.bitcast(self, d)
-    if d.itemsize != self.dtype.itemsize:
-      raise ValueError(f"bitcast: {self.dtype} ({self.dtype.itemsize} bytes) to {d} ({d.itemsize} bytes) needs equal item sizes")
-    return self if self.dtype == d else self._new(UOp(Ops.BITCAST, d, (self.uop,)))
+    """The same bytes read as `dtype`, as torch's `view(dtype)`. Between item sizes that differ the last dim scales
+    by their ratio (its bytes must divide evenly): int32 (2, 4) -> int8 (2, 16) -> int32 (2, 4).
+
+    >>> Tensor([1.0]).bitcast(dtypes.uint16).tolist()
+    [0, 16256]
+    """
+    d, src = to_dtype(dtype), self.dtype
+    if d.itemsize == src.itemsize: return self if src == d else self._new(UOp(Ops.BITCAST, d, (self.uop,)))
+    if tensor_disk.on_disk(self.device): return tensor_disk.bitcast(self, d)  # the file's bytes read as d
+    last = self.shape[-1] if self.ndim else 1
+    if not self.ndim or dtypes.bool in (src, d) or not isinstance(last, int) or (last * src.itemsize) % d.itemsize:
+      raise RuntimeError(f"bitcast: {src} ({src.itemsize} bytes) to {d} ({d.itemsize} bytes) needs equal item sizes, "
+                         f"or a last dim whose bytes divide by {d.itemsize} and no bools; got shape {self.shape}")
+    # through unsigned ints of both sizes, little-endian (the byte order of every device): a wide item is its narrow
+    # ones shifted into place, so the split and the join are shifts, masks and ors in one elementwise kernel
+    uint_of = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+    u_src, u_dst = uint_of[src.itemsize], uint_of[d.itemsize]
+    x = self.bitcast(u_src)
+    if src.itemsize > d.itemsize:  # split: item k of the r narrow ones is bits [k*w, (k+1)*w) of the wide one
+      r, w = src.itemsize // d.itemsize, 8 * d.itemsize
+      parts = [((x >> (k * w)) & ((1 << w) - 1)).cast(u_dst) for k in range(r)]
+      out = Tensor.stack(*parts, dim=-1).reshape(*self.shape[:-1], last * r)
+    else:  # join: r neighbours along the last dim make one wide item, the first in the lowest bits
+      r, w = d.itemsize // src.itemsize, 8 * src.itemsize
+      y = x.reshape(*self.shape[:-1], last // r, r).cast(u_dst)
+      out = functools.reduce(Tensor.bitwise_or, [y[..., k] << (k * w) for k in range(r)])
+    return out.bitcast(d)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)
   def double(self) -> Tensor: return self.cast(dtypes.float64)

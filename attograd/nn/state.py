@@ -222,7 +222,8 @@ def zip_extract(fn: Tensor | PathLike) -> dict[str, Tensor]:
 safe_dtypes: dict[str, DType] = {
   "U64": dtypes.uint64, "I64": dtypes.int64, "F64": dtypes.float64, "F32": dtypes.float32, "U32": dtypes.uint32,
   "I32": dtypes.int32, "BF16": dtypes.bfloat16, "F16": dtypes.float16, "U16": dtypes.uint16, "I16": dtypes.int16,
-  "F8_E4M3": dtypes.fp8e4m3, "F8_E5M2": dtypes.fp8e5m2, "I8": dtypes.int8, "U8": dtypes.uint8, "BOOL": dtypes.bool}
+  "F8_E5M2FNUZ": dtypes.fp8e5m2fnuz, "F8_E4M3FNUZ": dtypes.fp8e4m3fnuz, "F8_E4M3": dtypes.fp8e4m3,
+  "F8_E5M2": dtypes.fp8e5m2, "I8": dtypes.int8, "U8": dtypes.uint8, "BOOL": dtypes.bool}
 inverse_safe_dtypes: dict[DType, str] = {v: k for k, v in safe_dtypes.items()}
 _SAFE_RANK = {d: i for i, d in enumerate(safe_dtypes.values())}
 
@@ -407,13 +408,15 @@ _TORCH_STORAGES = {
   "FloatStorage": dtypes.float32, "DoubleStorage": dtypes.float64, "HalfStorage": dtypes.float16,
   "BFloat16Storage": dtypes.bfloat16, "LongStorage": dtypes.int64, "IntStorage": dtypes.int32,
   "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8, "ByteStorage": dtypes.uint8, "BoolStorage": dtypes.bool,
-  "Float8_e4m3fnStorage": dtypes.fp8e4m3, "Float8_e5m2Storage": dtypes.fp8e5m2}
+  "Float8_e4m3fnStorage": dtypes.fp8e4m3, "Float8_e5m2Storage": dtypes.fp8e5m2,
+  "Float8_e4m3fnuzStorage": dtypes.fp8e4m3fnuz, "Float8_e5m2fnuzStorage": dtypes.fp8e5m2fnuz}
 _TORCH_DTYPES = {
   "float32": dtypes.float32, "float": dtypes.float32, "float64": dtypes.float64, "double": dtypes.float64,
   "float16": dtypes.float16, "half": dtypes.float16, "bfloat16": dtypes.bfloat16, "int64": dtypes.int64,
   "long": dtypes.int64, "int32": dtypes.int32, "int": dtypes.int32, "int16": dtypes.int16, "short": dtypes.int16,
   "int8": dtypes.int8, "uint8": dtypes.uint8, "bool": dtypes.bool, "uint16": dtypes.uint16, "uint32": dtypes.uint32,
-  "uint64": dtypes.uint64, "float8_e4m3fn": dtypes.fp8e4m3, "float8_e5m2": dtypes.fp8e5m2}
+  "uint64": dtypes.uint64, "float8_e4m3fn": dtypes.fp8e4m3, "float8_e5m2": dtypes.fp8e5m2,
+  "float8_e4m3fnuz": dtypes.fp8e4m3fnuz, "float8_e5m2fnuz": dtypes.fp8e5m2fnuz}
 _LEGACY_MAGIC, _LEGACY_PROTOCOL = 0x1950A86A20F9469CFC6C, 1001
 
 class _Frozen:

@@ -1,6 +1,6 @@
 """Renderers: a linear program of UOps -> source text for one language."""
 from __future__ import annotations
-import struct
+import math, struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, cast
 from attograd.dtype import DType, dtypes
@@ -65,20 +65,26 @@ class Fp8Format(NamedTuple):
   unit: float         # the subnormal step, 2**(1 - bias - m_bits): a subnormal is m * unit
   min_normal: int     # bits of the smallest normal fp8 value as a float32: below it, the result is subnormal
   magic: float        # a float32 whose ulp is `unit`: |x| + magic rounds |x| to a multiple of unit (nearest even)
-  overflow: int       # float32 bits (of |x|) from which the result is `over` (e4m3: past 448; e5m2: from 61440)
-  over: int           # e4m3 saturates to 0x7E (+-448), e5m2 goes to inf (0x7C)
+  overflow: int       # float32 bits (of |x|) from which the result is `over` (e4m3: past 448; others: the rounding tie)
+  over: int           # e4m3 saturates to 0x7E (+-448), e5m2 goes to inf (0x7C), fnuz to its NaN (0x80, the sign's bit)
+  nan: int            # the NaN a NaN becomes, ORed with the sign: 0x7F, or 0x80 for fnuz (one NaN, no sign)
   has_inf: bool       # e5m2: exponent all ones is inf (mantissa 0) or NaN; e4m3fn: only S.1111.111 is NaN
+  fnuz: bool          # no -0 (0x80 is the NaN, so a result of zero drops its sign) and every other code is a number
 
 def f32_bits(x: float) -> int: return struct.unpack("<I", struct.pack("<f", x))[0]
 
 def fp8_format(d: DType) -> Fp8Format:
+  from attograd.dtype import fp8_bias, fp8_bits_to_float, fp8_max_code
   e_bits, m_bits = dtypes.finfo(d)
-  bias = (1 << (e_bits - 1)) - 1
-  e4m3 = d is dtypes.fp8e4m3
-  # e5m2's first value past its largest finite one (57344) that rounds to inf is the midpoint 61440 (ties to even)
-  overflow = f32_bits(448.0) + 1 if e4m3 else f32_bits((57344.0 + 65536.0) / 2)
-  return Fp8Format("fp8e4m3" if e4m3 else "fp8e5m2", m_bits, (1 << e_bits) - 1, 127 - bias, 2.0 ** (1 - bias - m_bits),
-                   (127 + 1 - bias) << 23, 2.0 ** (23 + 1 - bias - m_bits), overflow, 0x7E if e4m3 else 0x7C, not e4m3)
+  bias, fnuz, top = fp8_bias(d), d in dtypes.fp8_fnuz, fp8_bits_to_float(fp8_max_code(d), d)
+  # past the largest finite value `top`, results round to the next power of two and overflow from the tie between
+  # them (e5m2: 61440, e4m3fnuz: 248); e4m3fn saturates anything past 448
+  tie = top + 2.0 ** (math.frexp(top)[1] - 2 - m_bits)
+  overflow = f32_bits(top) + 1 if d is dtypes.fp8e4m3 else f32_bits(tie)
+  over = 0x80 if fnuz else 0x7E if d is dtypes.fp8e4m3 else 0x7C
+  name = {dtypes.fp8e4m3: "fp8e4m3", dtypes.fp8e5m2: "fp8e5m2", dtypes.fp8e4m3fnuz: "fp8e4m3fnuz"}.get(d, "fp8e5m2fnuz")
+  return Fp8Format(name, m_bits, (1 << e_bits) - 1, 127 - bias, 2.0 ** (1 - bias - m_bits), (127 + 1 - bias) << 23,
+                   2.0 ** (23 + 1 - bias - m_bits), overflow, over, 0x80 if fnuz else 0x7F, d is dtypes.fp8e5m2, fnuz)
 
 @dataclass(frozen=True)
 class ProgramSpec:

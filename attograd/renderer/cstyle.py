@@ -169,7 +169,7 @@ class CStyleLanguage(Renderer):
     dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
     dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
-    dtypes.fp8e4m3: "unsigned char", dtypes.fp8e5m2: "unsigned char", dtypes.float32: "float", dtypes.float64: "double"}
+    dtypes.float32: "float", dtypes.float64: "double", **{d: "unsigned char" for d in dtypes.fp8s}}
   storage_map: dict[DType, str] = {dtypes.bool: "unsigned char"}
   float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
   preamble = ""
@@ -292,11 +292,13 @@ pm_bf16_only = PatternMatcher([(UPat(GroupOp.ALU, name="x"), lambda x: _promote_
 
 def _fp8_c_helpers(r: CStyleLanguage, f: Fp8Format) -> str:
   """fp8 <-> float32 as two C functions (no C dialect has fp8 arithmetic), on the float's bits with unsigned integer
-  math: round to nearest even, fp8e4m3 saturating at +-448, fp8e5m2 overflowing to inf, NaN keeping its sign."""
+  math: round to nearest even, fp8e4m3 saturating at +-448, fp8e5m2 overflowing to inf, NaN keeping its sign; the fnuz
+  formats overflow to their one NaN, 0x80, and have no -0."""
   u8, u32, q = r.type_map[dtypes.uint8], r.type_map[dtypes.uint32], r.helper_prefix
   sh, m_mask = 23 - f.m_bits, (1 << f.m_bits) - 1
   as_bits, as_float = (lambda x: r.f32_bits(x, True)), (lambda x: r.f32_bits(x, False))
   if f.has_inf: special = f"if (e == {f.e_mask}u) return {as_float('s | (m ? 0x7FC00000u : 0x7F800000u)')};"
+  elif f.fnuz: special = f"if (b == 0x80u) return {as_float('0x7FC00000u')};"
   else: special = f"if (e == {f.e_mask}u && m == {m_mask}u) return {as_float('s | 0x7FC00000u')};"
   subnormal = as_bits(f"(float)m * {f.unit!r}f")
   decode = (f"{q}float __{f.name}_to_f32({u8} b) {{\n"
@@ -308,11 +310,15 @@ def _fp8_c_helpers(r: CStyleLanguage, f: Fp8Format) -> str:
   # subnormal results: adding `magic` makes the FPU round |x| to a multiple of the subnormal step (nearest even) and
   # the low bits of the sum are that multiple; normal ones: rebias the exponent and round the mantissa to nearest even
   rounded = as_bits(f"{as_float('a')} + {f.magic!r}f")
+  sub = f"({rounded} - {f32_bits(f.magic)}u)"
+  # fnuz has no -0: a result that rounded to zero keeps no sign (s | 0 would be its NaN)
+  if f.fnuz: subnormal_out = f"{{ {u32} r = {sub}; return ({u8})(r ? (s | r) : 0u); }}"
+  else: subnormal_out = f"return ({u8})(s | {sub});"
   encode = (f"{q}{u8} __f32_to_{f.name}(float x) {{\n"
             f"  {u32} u = {as_bits('x')}, s = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;\n"
-            f"  if (a > 0x7F800000u) return ({u8})(s | 0x7Fu);\n"
+            f"  if (a > 0x7F800000u) return ({u8})(s | {f.nan}u);\n"
             f"  if (a >= {f.overflow}u) return ({u8})(s | {f.over}u);\n"
-            f"  if (a < {f.min_normal}u) return ({u8})(s | ({rounded} - {f32_bits(f.magic)}u));\n"
+            f"  if (a < {f.min_normal}u) {subnormal_out}\n"
             f"  return ({u8})(s | ((a - {f.rebias << 23}u + {(1 << (sh - 1)) - 1}u + ((a >> {sh}) & 1u)) >> {sh}));"
             "\n}\n")
   guard = f"ATTO_{f.name.upper()}"  # several kernels may share one source (CUDA's one translation unit of many)
@@ -419,7 +425,7 @@ class OpenCLRenderer(GPUCStyle):
     self.type_map = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
                      dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
                      dtypes.uint64: "ulong", dtypes.float16: "half" if fp16 else "ushort", dtypes.bfloat16: "ushort",
-                     dtypes.fp8e4m3: "uchar", dtypes.fp8e5m2: "uchar", dtypes.float32: "float",
+                     **{d: "uchar" for d in dtypes.fp8s}, dtypes.float32: "float",
                      dtypes.float64: "double"}
     self.storage_map = {dtypes.bool: "uchar"}
   def supported_dtypes(self) -> set[DType]:
@@ -429,7 +435,10 @@ class OpenCLRenderer(GPUCStyle):
     if d is dtypes.int64: return f"{v}l" if v != -2**63 else "(-9223372036854775807l-1)"
     if d is dtypes.uint64: return f"{v}ul"
     return super().render_const(v, d)
-  def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_{self.render_dtype(dst)}({x})"
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    # as_<type> has no bool: a bool's byte is 0 or 1, so a conversion is its bitcast (and any nonzero byte is true)
+    if dtypes.bool in (src, dst): return f"(({self.render_dtype(dst)})({x}))"
+    return f"as_{self.render_dtype(dst)}({x})"
   def render_preamble(self, uops: list[UOp]) -> str:
     used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
     out = []
@@ -585,8 +594,8 @@ class MetalRenderer(GPUCStyle):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False)
     self.type_map = {**CStyleLanguage.type_map, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
                      dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
-                     dtypes.float16: "half", dtypes.bfloat16: "bfloat", dtypes.fp8e4m3: "uchar",
-                     dtypes.fp8e5m2: "uchar"}
+                     dtypes.float16: "half", dtypes.bfloat16: "bfloat",
+                     **{d: "uchar" for d in dtypes.fp8s}}
     self.storage_map = {dtypes.bool: "uchar"}
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - {dtypes.float64}  # MSL has no double
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"device {ctype}* data{i} [[buffer({i})]]"
@@ -607,6 +616,8 @@ class MetalRenderer(GPUCStyle):
     if dst in dtypes.fp8s: return f"__f32_to_{fp8_format(dst).name}((float)({x}))"
     if dst is dtypes.bool: return f"({x}!=0)"
     return f"({self.render_dtype(dst)})({x})"
-  def render_bitcast(self, x: str, src: DType, dst: DType) -> str: return f"as_type<{self.render_dtype(dst)}>({x})"
+  def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+    if dtypes.bool in (src, dst): return f"(({self.render_dtype(dst)})({x}))"  # as_type has no bool, as in OpenCL
+    return f"as_type<{self.render_dtype(dst)}>({x})"
   def render_preamble(self, uops: list[UOp]) -> str:
     return "#include <metal_stdlib>\nusing namespace metal;\n" + self.fp8_helpers(uops)

@@ -19,7 +19,7 @@ from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 llvm_type: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
   dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
-  dtypes.bfloat16: "i16", dtypes.fp8e4m3: "i8", dtypes.fp8e5m2: "i8", dtypes.float32: "float", dtypes.float64: "double"}
+  dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double", **{d: "i8" for d in dtypes.fp8s}}
 storage_type: dict[DType, str] = {dtypes.bool: "i8"}  # memory holds a bool as a byte
 
 # fast-math flags matching the C compiler's: contraction into FMAs only. No nnan/ninf (NaN and inf are values
@@ -77,10 +77,17 @@ declare double @llvm.fabs.f64(double)
 def fp8_helpers(f: Fp8Format) -> str:
   """fp8 <-> float for one format, the same integer math on a float's bits as the C helpers (renderer/cstyle.py)."""
   sh, m_mask = 23 - f.m_bits, (1 << f.m_bits) - 1
-  # special values: e5m2's all-ones exponent is inf (mantissa 0) or NaN; e4m3fn's only special is NaN, S.1111.111
+  # special values: e5m2's all-ones exponent is inf (mantissa 0) or NaN; e4m3fn's only special is NaN, S.1111.111;
+  # fnuz's is its NaN 0x80, which has no sign (%sx: the sign the result gets)
   if f.has_inf: special = (f"  %isspec = icmp eq i32 %e, {f.e_mask}\n  %mz = icmp eq i32 %m, 0\n"
-                           "  %spec = select i1 %mz, i32 2139095040, i32 2143289344\n")
-  else: special = "  %low = and i32 %u, 127\n  %isspec = icmp eq i32 %low, 127\n  %spec = add i32 0, 2143289344\n"
+                           "  %spec = select i1 %mz, i32 2139095040, i32 2143289344\n  %sx = or i32 %s, 0\n")
+  elif f.fnuz: special = ("  %isspec = icmp eq i32 %u, 128\n  %spec = add i32 0, 2143289344\n"
+                          "  %sx = select i1 %isspec, i32 0, i32 %s\n")
+  else: special = ("  %low = and i32 %u, 127\n  %isspec = icmp eq i32 %low, 127\n  %spec = add i32 0, 2143289344\n"
+                   "  %sx = or i32 %s, 0\n")
+  # fnuz has no -0: a result of zero keeps no sign (it would be 0x80, the NaN)
+  if f.fnuz: sign_out = "  %nz = icmp ne i32 %v2, 0\n  %sz = select i1 %nz, i32 %s, i32 0\n  %v3 = or i32 %v2, %sz\n"
+  else: sign_out = "  %v3 = or i32 %v2, %s\n"
   return (f"define internal float @__{f.name}_to_f32(i8 %b) alwaysinline {{\n"
           f"  %u = zext i8 %b to i32\n  %s0 = and i32 %u, 128\n  %s = shl i32 %s0, 24\n"
           f"  %e0 = lshr i32 %u, {f.m_bits}\n  %e = and i32 %e0, {f.e_mask}\n  %m = and i32 %u, {m_mask}\n{special}"
@@ -88,7 +95,7 @@ def fp8_helpers(f: Fp8Format) -> str:
           f"  %sub = bitcast float %subf to i32\n  %eb = add i32 %e, {f.rebias}\n  %ebs = shl i32 %eb, 23\n"
           f"  %ms = shl i32 %m, {sh}\n  %norm = or i32 %ebs, %ms\n  %isz = icmp eq i32 %e, 0\n"
           f"  %mag0 = select i1 %isz, i32 %sub, i32 %norm\n  %mag = select i1 %isspec, i32 %spec, i32 %mag0\n"
-          f"  %bits = or i32 %mag, %s\n  %o = bitcast i32 %bits to float\n  ret float %o\n}}\n"
+          f"  %bits = or i32 %mag, %sx\n  %o = bitcast i32 %bits to float\n  ret float %o\n}}\n"
           # subnormal results: |x| + magic rounds |x| to a multiple of the subnormal step (the FPU's nearest even);
           # normal ones: rebias the exponent and round the mantissa to nearest even (wrapping i32 math is defined)
           f"define internal i8 @__f32_to_{f.name}(float %x) alwaysinline {{\n"
@@ -100,7 +107,7 @@ def fp8_helpers(f: Fp8Format) -> str:
           f"  %t2 = add i32 %t1, %lsb\n  %norm = lshr i32 %t2, {sh}\n  %issub = icmp ult i32 %a, {f.min_normal}\n"
           f"  %v0 = select i1 %issub, i32 %sub, i32 %norm\n  %ovf = icmp uge i32 %a, {f.overflow}\n"
           f"  %v1 = select i1 %ovf, i32 {f.over}, i32 %v0\n  %nan = icmp ugt i32 %a, 2139095040\n"
-          f"  %v2 = select i1 %nan, i32 127, i32 %v1\n  %v3 = or i32 %v2, %s\n  %o = trunc i32 %v3 to i8\n"
+          f"  %v2 = select i1 %nan, i32 {f.nan}, i32 %v1\n{sign_out}  %o = trunc i32 %v3 to i8\n"
           f"  ret i8 %o\n}}\n")
 
 def ltype(d: DType) -> str:
@@ -393,8 +400,11 @@ def binary_rule(ctx: _FunctionWriter, x: UOp) -> str | None:
   return ctx.ins(f"{instr} {t} {xs[0]}, {xs[1]}")
 
 def bitcast_rule(ctx: _FunctionWriter, x: UOp) -> str:
-  s, t = ltype(x.src[0].dtype), ltype(x.dtype)
-  return ctx.val(x.src[0]) if s == t else ctx.ins(f"bitcast {s} {ctx.val(x.src[0])} to {t}")
+  s, t, v = ltype(x.src[0].dtype), ltype(x.dtype), ctx.val(x.src[0])
+  # a bool is an i1 in registers and a byte (0 or 1) in memory: its bitcast to a byte is that byte
+  if s == "i1": return ctx.ins(f"zext i1 {v} to {t}")
+  if t == "i1": return ctx.ins(f"icmp ne {s} {v}, 0")
+  return v if s == t else ctx.ins(f"bitcast {s} {v} to {t}")
 
 def vectorize_rule(ctx: _FunctionWriter, x: UOp) -> str:
   v = "poison"

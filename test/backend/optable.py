@@ -632,6 +632,9 @@ ROWS: list[Row] = [
   R("svd", "mat", _tsvd, _asvd, but(A, "bool"), "any", 16, grad=True),
   R("newton_schulz", "mat", lambda a, b: _newton_schulz(b), lambda a, b: b.newton_schulz(3, (2, -1.5, 0.5)), A,
     "any", 8, grad=True),
+  # ----- bitcasts between item sizes: the last dim (8) scales by their ratio; bools have no bytes to regroup -----
+  R("bitcast.int64", "x", lambda x: x.view(torch.int64), lambda x: x.bitcast("int64"), but(A, "bool"), "fin"),
+  R("bitcast.uint8", "x", lambda x: x.view(torch.uint8), lambda x: x.bitcast("uint8"), A, "fin"),
 ]
 
 # ***** public Tensor attributes that are not ops: each says why it has no row *****
@@ -697,7 +700,6 @@ KNOWN: dict[tuple[str, str, str, str], str] = {
   # ties and signed zeros among the values scatter_reduce combines; the product's gradient at subnormals
   **{("scatter_reduce.prod", d, "*", "bwd"): KINK for d in ("float16", "float32", "float64")},
   ("scatter_reduce.amin", "bfloat16", "*", "bwd"): KINK,
-  ("bitcast", "bool", "LLVM", "fwd"): "new: LLVM emits an IR bitcast from i1 (bool) to i8, which doesn't parse",
 }
 
 # rows that accept a dtype outside their list, with a result unlike PyTorch's (or PyTorch has none): row name ->

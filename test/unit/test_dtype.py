@@ -195,6 +195,9 @@ BITCASTS = [
   P("f64_i64", [1.0, -0.5], d.float64, d.int64),
   P("i64_f64", [4607182418800017408, 0], d.int64, d.float64),
   P("i32_u32", [-1, 5], d.int32, d.uint32),
+  # a bool is one byte (LLVM emitted an IR bitcast from i1, CL and Metal an as_bool, none of which compile)
+  P("bool_u8", [True, False], d.bool, d.uint8), P("u8_bool", [0, 1, 7], d.uint8, d.bool),
+  P("i8_bool", [1, 0, -1], d.int8, d.bool),
 ]
 @pytest.mark.parametrize("vals,src,dst", BITCASTS)
 def test_bitcast(device: str, vals: list, src: Any, dst: Any) -> None:
@@ -213,6 +216,33 @@ def test_bitcast_roundtrip_and_lazy(device: str) -> None:
 
 def test_bitcast_by_name(device: str) -> None:
   assert Tensor([1.0]).bitcast("int32").tolist() == [1065353216]
+
+# between item sizes: the last dim scales by the ratio, as torch's view(dtype) (which raised "needs equal item sizes")
+SIZE_CHANGE = [d.int8, d.uint16, d.float16, d.bfloat16, d.int32, d.float32, d.uint64, d.float64, d.fp8e5m2fnuz]
+@pytest.mark.parametrize("src", SIZE_CHANGE, ids=str)
+def test_bitcast_changes_item_size(device: str, src: Any) -> None:
+  torch = pytest.importorskip("torch")
+  raw = np.random.default_rng(3).integers(0, 256, (2, 3, 16), dtype=np.uint8)
+  raw[..., 1::2] &= 0x3F  # no float NaNs (the PYTHON device's Python floats keep no NaN payload)
+  torch_of = {d.uint16: torch.uint16, d.uint64: torch.uint64, d.fp8e5m2fnuz: torch.float8_e5m2fnuz}
+  t, ref = Tensor(raw).bitcast(src), torch.from_numpy(raw)
+  for dst in SIZE_CHANGE:
+    want = ref.view(torch_of.get(dst) or getattr(torch, dst.name))
+    want = want.float() if dst.itemsize < 4 and dtypes.is_float(dst) and dst is not d.float16 else want
+    got = t.bitcast(dst)
+    assert got.dtype is dst and got.shape == (2, 3, 16 // dst.itemsize), (src, dst, got.shape)
+    # NaN equals NaN here (fp8e5m2fnuz's 0x80)
+    np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=f"{src} -> {dst}")
+  # and the bytes come back exactly where no float NaN is in the way
+  np.testing.assert_array_equal(t.bitcast(d.uint64).bitcast(d.uint8).numpy(), raw)
+
+def test_bitcast_item_size_errors(device: str) -> None:
+  assert Tensor([72, -90, 27, 40], dtype=d.int8).bitcast(d.int16).tolist() == [-22968, 10267]  # little-endian
+  assert (Tensor([1.0, 2.0]) + 1).bitcast(d.uint16).tolist() == [0, 16384, 0, 16448]  # a lazy source
+  with pytest.raises(RuntimeError, match=r"int8 \(1 bytes\) to dtypes.float16 .*shape \(3,\)"):
+    Tensor.empty(3, dtype=d.int8).bitcast(d.float16)
+  with pytest.raises(RuntimeError, match="bitcast"): Tensor(1.0).bitcast(d.uint8)  # no last dim to scale
+  with pytest.raises(RuntimeError, match="bools"): Tensor([True, False]).bitcast(d.int16)
 
 # ***** overflow and precision *****
 
@@ -275,7 +305,8 @@ LOW = [P("half", d.float16), P("bf16", d.bfloat16), P("fp8e4m3", d.fp8e4m3), P("
 def _torch_dtype(dt: Any) -> Any:
   torch = pytest.importorskip("torch")
   return {d.float16: torch.float16, d.bfloat16: torch.bfloat16, d.fp8e4m3: torch.float8_e4m3fn,
-          d.fp8e5m2: torch.float8_e5m2, d.float32: torch.float32}[dt]
+          d.fp8e5m2: torch.float8_e5m2, d.fp8e4m3fnuz: torch.float8_e4m3fnuz, d.fp8e5m2fnuz: torch.float8_e5m2fnuz,
+          d.float32: torch.float32}[dt]
 
 def _rounded(x: np.ndarray, dt: Any) -> np.ndarray:
   """float32 values rounded to `dt` by PyTorch's cast, as float32 again: the reference for results in `dt`."""
@@ -377,7 +408,7 @@ def test_int_sum_and_conv_accumulate_wide(device: str) -> None:
 
 # ***** fp8: OCP float8_e4m3fn (no inf, saturates at +-448) and float8_e5m2 (IEEE-like), as PyTorch casts them *****
 
-FP8 = [P("e4m3", d.fp8e4m3), P("e5m2", d.fp8e5m2)]
+FP8 = [P("e4m3", d.fp8e4m3), P("e5m2", d.fp8e5m2), P("e4m3fnuz", d.fp8e4m3fnuz), P("e5m2fnuz", d.fp8e5m2fnuz)]
 
 def _fp8_sweep() -> np.ndarray:
   """float32 inputs for the fp8 casts: every fp8 value, the midpoints between neighbours (ties) and the floats just
@@ -385,13 +416,15 @@ def _fp8_sweep() -> np.ndarray:
   magnitude; both signs."""
   torch = pytest.importorskip("torch")
   bits = torch.arange(256, dtype=torch.uint8)
-  vals = [bits.view(t).float().numpy() for t in (torch.float8_e4m3fn, torch.float8_e5m2)]
+  fp8s = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+  vals = [bits.view(t).float().numpy() for t in fp8s]
   fin = np.unique(np.abs(np.concatenate(vals)))
   fin = fin[np.isfinite(fin)]
   mids = ((fin[1:].astype(np.float64) + fin[:-1]) / 2).astype(np.float32)
   rng = np.random.default_rng(0)
   rand = (rng.standard_normal(1500) * 10.0 ** rng.integers(-9, 6, 1500)).astype(np.float32)
-  edges = np.array([0.0, 1e-45, 1e-40, 2.0 ** -10, 2.0 ** -17, 448, 449, 464, 465, 479.9, 480, 500, 1e6, 57344, 61439,
+  edges = np.array([0.0, 1e-45, 1e-40, 2.0 ** -10, 2.0 ** -17, 240, 247.9, 248, 256, 448, 449, 464, 465, 479.9, 480,
+                    500, 1e6, 57344, 61439,
                     61440, 65536, 3.4e38, np.inf, np.nan], np.float32)
   near = [np.nextafter(mids, np.float32(0)), np.nextafter(mids, np.float32(np.inf))]
   x = np.concatenate([fin, mids, *near, rand, edges])
@@ -426,7 +459,7 @@ def test_fp8_encode_matches_torch(device: str, dt: Any) -> None:
   np.testing.assert_array_equal(Tensor(h).cast(dt).bitcast(d.uint8).numpy(),
                                 torch.from_numpy(h).to(_torch_dtype(dt)).view(torch.uint8).numpy())
   # and to ints, through float32 like PyTorch
-  xi = np.array([3.0, -7.5, 100.0, 448.0, -0.4], np.float32)
+  xi = np.array([3.0, -7.5, 100.0, 240.0, -0.4], np.float32)  # (no NaN: NaN -> int is a separate question)
   np.testing.assert_array_equal(Tensor(xi).cast(dt).cast(d.int32).numpy(),
                                 torch.from_numpy(xi).to(_torch_dtype(dt)).to(torch.int32).numpy())
 
@@ -437,20 +470,22 @@ def test_fp8_tensor_creation_and_access(device: str, dt: Any) -> None:
   t = Tensor(vals, dtype=dt)
   assert t.dtype == dt and t.shape == (5,) and t.element_size() == 1
   np.testing.assert_array_equal(t.numpy(), want)
-  assert t.numpy().dtype == np.float32 and t.tolist() == want.tolist()
+  assert t.numpy().dtype == np.float32
+  np.testing.assert_array_equal(t.tolist(), want.tolist())  # 1000 is NaN in e4m3fnuz
   assert Tensor(2.3, dtype=dt).item() == _rounded(np.array([2.3]), dt)[0]
   assert Tensor([[0.5, 1.5]], dtype=dt).tolist() == [[0.5, 1.5]]
   np.testing.assert_array_equal(Tensor(np.array(vals, np.float32), dtype=dt).numpy(), want)
   assert bytes(t.data()) == _t_bytes(vals, dt) and Tensor.full((2,), 7.0, dtype=dt).tolist() == [7.0, 7.0]
   assert t.cast("float8_e4m3fn").dtype is d.fp8e4m3 and t.cast("fp8e5m2").dtype is d.fp8e5m2
-  assert repr(dt) in ("dtypes.float8_e4m3fn", "dtypes.float8_e5m2") and eval(repr(dt), {"dtypes": dtypes}) is dt
+  assert repr(dt) == f"dtypes.{_torch_dtype(dt)}".replace("torch.", "") and eval(repr(dt), {"dtypes": dtypes}) is dt
 
 def _t_bytes(vals: list, dt: Any) -> bytes:
   torch = pytest.importorskip("torch")
   return torch.tensor(vals).to(_torch_dtype(dt)).view(torch.uint8).numpy().tobytes()
 
 def test_fp8_dtype_facts() -> None:
-  assert dtypes.fp8s == (d.fp8e4m3, d.fp8e5m2) and all(dtypes.is_float(x) and x in dtypes.floats for x in dtypes.fp8s)
+  assert dtypes.fp8s == (d.fp8e4m3, d.fp8e5m2, d.fp8e4m3fnuz, d.fp8e5m2fnuz) == dtypes.fp8_ocp + dtypes.fp8_fnuz
+  assert all(dtypes.is_float(x) and x in dtypes.floats and x.itemsize == 1 for x in dtypes.fp8s)
   assert not dtypes.is_int(d.fp8e4m3) and dtypes.finfo(d.fp8e4m3) == (4, 3) and dtypes.finfo(d.fp8e5m2) == (5, 2)
   assert dtypes.max(d.fp8e4m3) == 448.0 and dtypes.min(d.fp8e4m3) == -448.0 and dtypes.max(d.fp8e5m2) == np.inf
   assert d.fp8e4m3.itemsize == 1 and d.fp8e4m3 in dtypes.all

@@ -60,6 +60,8 @@ def test_weak_dtypes_are_kinds_not_storage_types() -> None:
   assert wi not in dtypes.ints and wf not in dtypes.floats and not set(dtypes.weaks) & set(dtypes.all)
   assert "weakint" not in DTYPES_DICT and "weakfloat" not in DTYPES_DICT
   with pytest.raises(TypeError, match="invalid dtype 'weakfloat'"): to_dtype("weakfloat")
+  # an unknown name is an AttributeError too, as in tinygrad (whose to_dtype is a getattr on dtypes)
+  with pytest.raises(AttributeError, match="invalid dtype 'nonexistdtype'"): Tensor([1, 2], dtype="nonexistdtype")
   assert (strong_dtype(wi), strong_dtype(wf), strong_dtype(dtypes.int8)) == (dtypes.int32, dtypes.float32, dtypes.int8)
   assert [weak_dtype(d) for d in (dtypes.half, dtypes.uint16, dtypes.bool, wf)] == [wf, wi, dtypes.bool, wf]
   with Context(DEFAULT_FLOAT="half", DEFAULT_INT="int64"):

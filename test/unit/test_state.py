@@ -275,10 +275,12 @@ def test_torch_load_module_checkpoint(tmp_path, zip_format: bool) -> None:
 @pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
 def test_torch_load_fp8(tmp_path, zip_format: bool) -> None:
   vals = torch.tensor([1.0, -2.5, 448.0, 0.01, -0.0, 3e-3])
-  ref = {"e4m3": vals.to(torch.float8_e4m3fn), "e5m2": vals.to(torch.float8_e5m2)}
+  ref = {"e4m3": vals.to(torch.float8_e4m3fn), "e5m2": vals.to(torch.float8_e5m2),
+         "e4m3fnuz": vals.to(torch.float8_e4m3fnuz), "e5m2fnuz": vals.to(torch.float8_e5m2fnuz)}  # 448: NaN in e4m3fnuz
   torch.save(ref, tmp_path / "f8.pt", _use_new_zipfile_serialization=zip_format)
   got = torch_load(tmp_path / "f8.pt")
   assert got["e4m3"].dtype is dtypes.fp8e4m3 and got["e5m2"].dtype is dtypes.fp8e5m2
+  assert got["e4m3fnuz"].dtype is dtypes.fp8e4m3fnuz and got["e5m2fnuz"].dtype is dtypes.fp8e5m2fnuz
   for k, r in ref.items(): np.testing.assert_array_equal(values(got[k]), r.float().numpy(), err_msg=k)
 
 @needs_torch
