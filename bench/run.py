@@ -185,7 +185,8 @@ def make_overhead(n: int) -> Bench:
             jitted.name: lambda: _attograd_sync(graph(Tensor(xs[next(it) % 64]), ty))}
   def numpy_() -> dict[str, Callable[[], Any]]:
     it = iter(range(1 << 62))
-    return {same.name: lambda: _graph10(x, y, np_relu), fresh.name: lambda: _graph10(xs[next(it) % 64].copy(), y, np_relu)}
+    return {same.name: lambda: _graph10(x, y, np_relu),
+            fresh.name: lambda: _graph10(xs[next(it) % 64].copy(), y, np_relu)}
   def torch() -> dict[str, Callable[[], Any]]:
     import torch
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
@@ -196,7 +197,8 @@ def make_overhead(n: int) -> Bench:
 
 def make_conv(batch: int) -> Bench:
   rng = np.random.default_rng(5)
-  xn, wn = rng.standard_normal((batch, 32, 32, 32), dtype=np.float32), rng.standard_normal((64, 32, 3, 3), dtype=np.float32)
+  xn = rng.standard_normal((batch, 32, 32, 32), dtype=np.float32)
+  wn = rng.standard_normal((64, 32, 3, 3), dtype=np.float32)
   row = Row(f"conv2d fwd+bwd b{batch} 32->64 3x3 32x32", "us", 0.0)
   def attograd() -> dict[str, Callable[[], Any]]:
     from attograd import Tensor
@@ -259,7 +261,8 @@ def make_mnist(batch: int) -> Bench:
     def run() -> float:
       out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT] + sys.path)})
-      if out.returncode != 0: raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
+      if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
       return float(out.stdout.strip().splitlines()[-1])
     run.self_timed = True  # type: ignore[attr-defined]
     return lambda: {first.name: run}
@@ -322,7 +325,8 @@ def make_softmax(n: int) -> Bench:
     import torch
     tx = torch.from_numpy(x)
     return {row.name: lambda: torch.softmax(tx, -1)}
-  return Bench("softmax", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: np_softmax(x)}, "torch": torch})
+  return Bench("softmax", [row],
+               {"attograd": attograd, "numpy": lambda: {row.name: lambda: np_softmax(x)}, "torch": torch})
 
 _LATENCY = {
   "attograd": "from attograd import Tensor\n"
@@ -345,7 +349,8 @@ def make_latency(n: int) -> Bench:
         out = subprocess.run([sys.executable, "-c", _LATENCY[fw].format(n=n)], capture_output=True, text=True,
                              timeout=600, env=env)
         et = time.perf_counter() - st
-      if out.returncode != 0: raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
+      if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
       return et
     run.self_timed = True  # type: ignore[attr-defined]
     return run
@@ -486,7 +491,8 @@ def make_firstrun(s: Sizes) -> Bench:
   return Bench("firstrun", rows, {fw: setup(fw) for fw in ("attograd", "torch")})
 
 BENCHES: dict[str, Callable[[Sizes], Bench]] = {
-  "matmul": lambda s: _merge("matmul", [make_matmul(n) for n in ((512, 1024, 2048) if s.matmul == 1024 else (s.matmul,))]),
+  "matmul": lambda s: _merge("matmul",
+                             [make_matmul(n) for n in ((512, 1024, 2048) if s.matmul == 1024 else (s.matmul,))]),
   "softmax": lambda s: make_softmax(s.matmul * 4),
   "latency": lambda s: make_latency(s.matmul),
   "elementwise": lambda s: make_elementwise(s.elementwise),
@@ -634,8 +640,9 @@ def print_table(rows: list[Row], frameworks: list[str], limits: dict[str, float]
     line += f"{(f'{ch:+.0%}' + (' !' if ch < -REGRESSION else '  ')) if ch is not None else '-':>10}"
     print(line)
   print("vs best = attograd speed / the best peer's (> 1: attograd is faster; for 'us', 'ms' and 's' rows lower "
-        "time is faster); vs limit = attograd's share of the machine's peak sgemm FLOPs (GFLOPS rows) or copy bandwidth (GB/s "
-        f"rows); vs last = the change since the last run of this configuration, '!' when over {REGRESSION:.0%} worse")
+        "time is faster); vs limit = attograd's share of the machine's peak sgemm FLOPs (GFLOPS rows) or copy "
+        "bandwidth (GB/s rows); vs last = the change since the last run of this configuration, '!' when over "
+        f"{REGRESSION:.0%} worse")
   return errors, regressed
 
 def _attograd_device() -> str:

@@ -9,8 +9,10 @@ from attograd.nn.data import DataLoader, normalize_mnist
 
 class Model:
   def __init__(self) -> None:
-    self.layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32), Tensor.max_pool2d,
-                   nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, nn.BatchNorm(64), Tensor.max_pool2d,
+    self.layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32),
+                   Tensor.max_pool2d,
+                   nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, nn.BatchNorm(64),
+                   Tensor.max_pool2d,
                    lambda x: x.flatten(1), nn.Linear(576, 10)]
   def __call__(self, x: Tensor) -> Tensor: return x.sequential(self.layers)
 
@@ -46,15 +48,18 @@ def main() -> float:
     losses.append(loss_value)
     done = i + 1
     bar = "#" * (30 * done // steps)
-    print(f"\rstep {done:4d}/{steps} [{bar:<30}] loss {loss_value:6.3f}  {(time.perf_counter() - st) / done:5.2f} s/step",
+    print(f"\rstep {done:4d}/{steps} [{bar:<30}] loss {loss_value:6.3f}  "
+          f"{(time.perf_counter() - st) / done:5.2f} s/step",
           end="", file=sys.stderr, flush=True)
   print(file=sys.stderr)
   n_test = getenv("TEST_SIZE", X_test.shape[0])
   acc = test_accuracy(model, X_test[:n_test], Y_test[:n_test])
   print(f"losses {' '.join(f'{v:.3f}' for v in losses)}")
-  print(f"test accuracy {acc:.2f}% after {steps} steps of {bs} ({time.perf_counter() - st:.1f} s, first step {first_step:.1f} s)")
+  print(f"test accuracy {acc:.2f}% after {steps} steps of {bs} ({time.perf_counter() - st:.1f} s, "
+        f"first step {first_step:.1f} s)")
   return acc
 
 if __name__ == "__main__":
   acc = main()
-  if (want := float(os.getenv("TARGET", "0"))) and acc < want: sys.exit(f"test accuracy {acc:.2f}% is below the target {want}%")
+  if (want := float(os.getenv("TARGET", "0"))) and acc < want:
+    sys.exit(f"test accuracy {acc:.2f}% is below the target {want}%")

@@ -7,11 +7,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MNIST = os.getenv("MNIST_DIR") or os.path.join(os.path.dirname(ROOT), "shared", "datasets", "mnist")
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(os.path.join(MNIST, "train-images-idx3-ubyte.gz")), reason=f"no MNIST files in {MNIST}")
+@pytest.mark.skipif(not os.path.exists(os.path.join(MNIST, "train-images-idx3-ubyte.gz")),
+                    reason=f"no MNIST files in {MNIST}")
 def test_beautiful_mnist_reaches_98_percent() -> None:
   env = {**os.environ, "PYTHONPATH": ROOT, "MNIST_DIR": MNIST, "STEPS": "100", "BS": "512", "DEV": "CPU"}
-  r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "beautiful_mnist.py")], capture_output=True, text=True,
-                     env=env, timeout=1800)
+  r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "beautiful_mnist.py")], capture_output=True,
+                     text=True, env=env, timeout=1800)
   assert r.returncode == 0, r.stderr[-3000:]
   losses = [float(v) for v in re.search(r"losses (.*)", r.stdout).group(1).split()]  # type: ignore[union-attr]
   acc = float(re.search(r"test accuracy ([\d.]+)%", r.stdout).group(1))  # type: ignore[union-attr]
@@ -19,7 +20,8 @@ def test_beautiful_mnist_reaches_98_percent() -> None:
   assert acc >= 98.0, r.stdout
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(os.path.join(MNIST, "train-images-idx3-ubyte.gz")), reason=f"no MNIST files in {MNIST}")
+@pytest.mark.skipif(not os.path.exists(os.path.join(MNIST, "train-images-idx3-ubyte.gz")),
+                    reason=f"no MNIST files in {MNIST}")
 def test_tinygrad_style_training_code_path(monkeypatch: pytest.MonkeyPatch) -> None:
   """The API calls of tinygrad 0.14's beautiful_mnist (its code is not copied here): a @function model call, a
   @TinyJit @Context(TRAINING=1) step sampling its batch with Tensor.randint, loss.realize(*opt.schedule_step()),

@@ -9,7 +9,8 @@ import pytest
 from chromium import CHROMIUM, SKIP_REASON, chromium_page
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROGRAM = "from attograd import Tensor\na = Tensor.arange(16).reshape(4, 4).float()\nprint((a @ a.T).relu().sum(1).tolist())\n"
+PROGRAM = ("from attograd import Tensor\na = Tensor.arange(16).reshape(4, 4).float()\n"
+           "print((a @ a.T).relu().sum(1).tolist())\n")
 
 def _free_port() -> int:
   with socket.socket() as s:

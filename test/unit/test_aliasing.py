@@ -21,8 +21,9 @@ def test_scalar_leaf_gradient_is_its_own(device: str) -> None:
   assert x.grad is not None and x.grad.item() == 3.0
 
 def test_creation_functions_keep_requires_grad(device: str) -> None:
-  for t in (Tensor.zeros(3, requires_grad=True), Tensor.ones(2, 2, requires_grad=True), Tensor.rand(3, requires_grad=True),
-            Tensor.full((2,), 4.0, requires_grad=True), Tensor.eye(2, requires_grad=True)):
+  for t in (Tensor.zeros(3, requires_grad=True), Tensor.ones(2, 2, requires_grad=True),
+            Tensor.rand(3, requires_grad=True), Tensor.full((2,), 4.0, requires_grad=True),
+            Tensor.eye(2, requires_grad=True)):
     assert t.requires_grad is True
 
 def test_deep_unary_chain_has_a_shape(device: str) -> None:

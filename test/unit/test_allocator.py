@@ -1,4 +1,5 @@
-"""The caching allocator: freed buffers are handed out again by size, and a full cache drops the sizes freed longest ago."""
+"""The caching allocator: freed buffers are handed out again by size, and a full cache drops the sizes freed longest
+ago."""
 from attograd.device import LRUAllocator
 
 class Recording(LRUAllocator):

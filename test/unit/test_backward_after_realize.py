@@ -59,4 +59,5 @@ def test_realized_values_make_no_reference_cycles() -> None:
   gc.disable()
   try: alive = [step()() is not None for _ in range(3)]
   finally: gc.enable()
-  assert not any(alive), "a step's buffer outlived its tensors (held by a reference cycle until the garbage collector runs)"
+  assert not any(alive), \
+    "a step's buffer outlived its tensors (held by a reference cycle until the garbage collector runs)"

@@ -234,10 +234,12 @@ def test_float_max_without_branches_matches_numpy_with_nan() -> None:
   a = np.array([1.0, np.nan, 3.0, -np.inf, np.inf, 0.0, np.nan, -2.0], dtype=np.float32)
   b = np.array([2.0, 1.0, np.nan, -1.0, np.nan, -0.0, np.nan, -np.inf], dtype=np.float32)
   for dt in (np.float32, np.float64):
-    np.testing.assert_array_equal(Tensor(a.astype(dt)).maximum(Tensor(b.astype(dt))).numpy(), np.maximum(a, b).astype(dt))
+    np.testing.assert_array_equal(Tensor(a.astype(dt)).maximum(Tensor(b.astype(dt))).numpy(),
+                                  np.maximum(a, b).astype(dt))
     # a padded operand (masked loads next to the max: gcc 12 miscompiled that once max was written as selects)
     pa, pb = np.pad(a.reshape(2, 4), ((1, 0), (0, 2))), np.pad(b.reshape(2, 4), ((1, 0), (0, 2)))
-    got = Tensor(a.reshape(2, 4).astype(dt)).pad(((1, 0), (0, 2))).maximum(Tensor(b.reshape(2, 4).astype(dt)).pad(((1, 0), (0, 2))))
+    pads = ((1, 0), (0, 2))
+    got = Tensor(a.reshape(2, 4).astype(dt)).pad(pads).maximum(Tensor(b.reshape(2, 4).astype(dt)).pad(pads))
     np.testing.assert_array_equal(got.numpy(), np.maximum(pa, pb).astype(dt))
 
 def test_conv_tile_accumulates_one_product_at_a_time() -> None:

@@ -10,10 +10,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
   full_env = {**os.environ, "PYTHONPATH": ROOT, **env}
-  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=120)
+  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env,
+                        timeout=120)
 
-@pytest.mark.parametrize("env, want", [({"DEV": "PYTHON"}, "PYTHON"), ({"PYTHON": "1"}, "PYTHON"), ({"CPU": "1"}, "CPU"),
-                                       ({"CLANG": "1"}, "CPU"), ({"DEV": "cpu"}, "CPU")])
+@pytest.mark.parametrize("env, want", [({"DEV": "PYTHON"}, "PYTHON"), ({"PYTHON": "1"}, "PYTHON"),
+                                       ({"CPU": "1"}, "CPU"), ({"CLANG": "1"}, "CPU"), ({"DEV": "cpu"}, "CPU")])
 def test_default_device_from_env(env: dict, want: str) -> None:
   clean = {k: "" for k in ("DEV", "PYTHON", "CPU", "CLANG") if k not in env}
   r = run_py("from attograd import Device, Tensor; print(Device.DEFAULT, Tensor([1]).device)", **clean, **env)
@@ -21,7 +22,8 @@ def test_default_device_from_env(env: dict, want: str) -> None:
   assert r.stdout.split() == [want, want]
 
 def test_canonical_names() -> None:
-  assert Device.canonicalize("cpu") == "CPU" and Device.canonicalize("CPU:0") == "CPU" and Device.canonicalize("CPU:1") == "CPU:1"
+  assert Device.canonicalize("cpu") == "CPU" and Device.canonicalize("CPU:0") == "CPU"
+  assert Device.canonicalize("CPU:1") == "CPU:1"
   with pytest.raises(ValueError, match="unknown device 'TPU'"): Device.canonicalize("TPU")
 
 def test_unknown_device_in_tensor() -> None:
@@ -37,7 +39,8 @@ def test_bad_cc_env_is_named() -> None:
   assert r.returncode != 0 and "CC=no-such-cc-xyz" in r.stderr
 
 def test_python_device_needs_no_compiler() -> None:
-  r = run_py("from attograd import Tensor; print((Tensor([1.0, 2.0]) * 3).sum().item())", DEV="PYTHON", CC="", PATH="/nonexistent")
+  r = run_py("from attograd import Tensor; print((Tensor([1.0, 2.0]) * 3).sum().item())", DEV="PYTHON", CC="",
+             PATH="/nonexistent")
   assert r.returncode == 0, r.stderr
   assert r.stdout.strip() == "9.0"
 
@@ -127,7 +130,8 @@ def test_corrupt_compiled_kernel_is_rebuilt(tmp_path) -> None:
 def test_concurrent_processes_share_the_cache(tmp_path) -> None:
   code = "from attograd import Tensor; print((Tensor.arange(100).float() * 3).sum().item())"
   env = {**os.environ, "PYTHONPATH": ROOT, "ATTOGRAD_CACHE_DIR": str(tmp_path), "DEV": "CPU"}
-  procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(4)]
+  procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+           for _ in range(4)]
   outs = [p.communicate(timeout=120) for p in procs]
   assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
   assert {o[0].strip() for o in outs} == {b"14850.0"}

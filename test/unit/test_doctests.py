@@ -10,13 +10,15 @@ GLOBS = dict(Tensor=Tensor, dtypes=dtypes, nn=nn, TinyJit=TinyJit, Variable=Vari
 
 def _modules() -> list[str]:
   # __main__ modules run programs when imported; optional-dependency modules are imported only if they import
-  return sorted(m.name for m in pkgutil.walk_packages(attograd.__path__, "attograd.") if not m.name.endswith("__main__"))
+  return sorted(m.name for m in pkgutil.walk_packages(attograd.__path__, "attograd.")
+                if not m.name.endswith("__main__"))
 
 @pytest.mark.parametrize("name", _modules())
 def test_docstring_examples(name: str) -> None:
   try: mod = importlib.import_module(name)
   except ImportError as e: pytest.skip(f"{name} needs an optional package: {e}")
-  finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+  finder = doctest.DocTestFinder()
+  runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
   for test in finder.find(mod, name, globs={**vars(mod), **GLOBS}):
     runner.run(test)
   res = runner.summarize(verbose=False)

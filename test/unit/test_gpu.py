@@ -138,7 +138,8 @@ def _available_cl_in_subprocess(code: str = "", **env: str) -> str:
 
 def test_cl_without_library_says_what_to_install() -> None:
   hide = ("import ctypes\nclass NoCL(ctypes.CDLL):\n  def __init__(self, name, *a, **k):\n"
-          "    if name and 'OpenCL' in str(name): raise OSError(name)\n    super().__init__(name, *a, **k)\nctypes.CDLL = NoCL")
+          "    if name and 'OpenCL' in str(name): raise OSError(name)\n    super().__init__(name, *a, **k)\n"
+          "ctypes.CDLL = NoCL")
   out = _available_cl_in_subprocess(hide)
   assert "False" in out and "libOpenCL.so was not found" in out and "pocl-opencl-icd" in out
 
@@ -158,7 +159,8 @@ def test_program_binaries_load_in_a_fresh_process(tmp_path) -> None:
           "x.assign(x - 3); print(x.sum().item()); assert os.environ['POCL_KERNEL_CACHE'] == '0'")
   env = {k: v for k, v in os.environ.items() if k not in ("POCL_KERNEL_CACHE", "POCL_CACHE_DIR")}
   env["ATTOGRAD_CACHE_DIR"] = str(tmp_path)
-  run = lambda: subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  def run() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   procs = [run(), run()]
   outs = [p.communicate(timeout=300) for p in procs] + [run().communicate(timeout=300)]
   assert [o.decode().strip() for o, _ in outs] == ["30"] * 3, [e.decode()[-500:] for _, e in outs]
