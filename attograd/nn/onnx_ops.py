@@ -1364,9 +1364,9 @@ def TensorScatter(past_cache: Tensor, update: Tensor, write_indices: Tensor | No
   if mode not in ("linear", "circular"): raise OnnxError(f"onnx {op}: mode must be linear or circular, got {mode!r}")
   a = _axis(axis, past_cache.ndim, op)
   if a == 0: raise OnnxError(f"onnx {op}: axis can't be the batch axis 0")
-  if update.ndim != past_cache.ndim or any(u != c for i, (u, c) in enumerate(zip(update.shape, past_cache.shape))
-                                           if i != a) or update.shape[a] > past_cache.shape[a] or \
-     update.dtype is not past_cache.dtype:
+  others_match = update.ndim == past_cache.ndim and \
+    all(u == c for i, (u, c) in enumerate(zip(update.shape, past_cache.shape)) if i != a)
+  if not others_match or update.shape[a] > past_cache.shape[a] or update.dtype is not past_cache.dtype:
     raise OnnxError(f"onnx {op}: update {update.shape} {update.dtype.name} must match past_cache "
                     f"{past_cache.shape} {past_cache.dtype.name} except along axis {a}, and be no longer there")
   B, M, U = past_cache.shape[0], past_cache.shape[a], update.shape[a]
