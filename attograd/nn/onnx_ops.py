@@ -966,6 +966,15 @@ def RMSNormalization(X: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 
   return (xs * xs.square().mean(tuple(range(a, X.ndim)), keepdim=True).add(epsilon).rsqrt()).cast(X.dtype) * scale
 
 @onnx_op()
+def SimplifiedLayerNormalization(X: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-5,
+                                 stash_type: int = 1) -> tuple:
+  # onnxruntime's RMSNorm in the ai.onnx domain (its LLaMA and T5 fusions emit it); also gives 1/rms
+  a = _axis(axis, X.ndim, "SimplifiedLayerNormalization")
+  xs = X.cast(onnx_dtype(stash_type))
+  inv = xs.square().mean(tuple(range(a, X.ndim)), keepdim=True).add(epsilon).rsqrt()
+  return (xs * inv).cast(X.dtype) * scale, inv
+
+@onnx_op()
 def LRN(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
   before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
   sq = (x * x).pad(tuple((before, after) if i == 1 else None for i in range(x.ndim)))
