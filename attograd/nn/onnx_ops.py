@@ -966,6 +966,15 @@ def RMSNormalization(X: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 
   return (xs * xs.square().mean(tuple(range(a, X.ndim)), keepdim=True).add(epsilon).rsqrt()).cast(X.dtype) * scale
 
 @onnx_op()
+def SimplifiedLayerNormalization(X: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-5,
+                                 stash_type: int = 1) -> tuple:
+  # onnxruntime's RMSNorm in the ai.onnx domain (its LLaMA and T5 fusions emit it); also gives 1/rms
+  a = _axis(axis, X.ndim, "SimplifiedLayerNormalization")
+  xs = X.cast(onnx_dtype(stash_type))
+  inv = xs.square().mean(tuple(range(a, X.ndim)), keepdim=True).add(epsilon).rsqrt()
+  return (xs * inv).cast(X.dtype) * scale, inv
+
+@onnx_op()
 def LRN(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
   before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
   sq = (x * x).pad(tuple((before, after) if i == 1 else None for i in range(x.ndim)))
@@ -1277,11 +1286,14 @@ onnx_op("QLinearMul", domain="com.microsoft")(_qlinear_binary(Tensor.mul))
 @onnx_op(domain="com.microsoft")
 def QLinearGlobalAveragePool(X: Tensor, x_scale: Tensor, x_zero_point: Tensor, y_scale: Tensor, y_zero_point: Tensor,
                              channels_last: int = 0) -> Tensor:
-  x = DequantizeLinear(X, x_scale, x_zero_point)
-  if channels_last: x = x.permute(0, x.ndim - 1, *range(1, x.ndim - 1))
-  y = GlobalAveragePool(x)
-  if channels_last: y = y.permute(0, *range(2, y.ndim), 1)
-  return QuantizeLinear(y, y_scale, y_zero_point)
+  # an integer sum of (x - zero point) times one float32 factor x_scale / (y_scale * n), as onnxruntime computes it (a
+  # float mean rounds ties differently)
+  if channels_last: X = X.permute(0, X.ndim - 1, *range(1, X.ndim - 1))
+  axes = tuple(range(2, X.ndim))
+  acc = (X.cast(dtypes.int32) - x_zero_point.cast(dtypes.int32)).sum(axes, keepdim=True)
+  factor = x_scale.cast(dtypes.float32) / (y_scale.cast(dtypes.float32) * prod(X.shape[2:]))
+  y = _saturate((acc.cast(dtypes.float32) * factor).round() + y_zero_point.cast(dtypes.float32), X.dtype)
+  return y.permute(0, *range(2, y.ndim), 1) if channels_last else y
 
 # ***** attention *****
 
@@ -1353,6 +1365,250 @@ def RotaryEmbedding(X: Tensor, cos_cache: Tensor, sin_cache: Tensor, position_id
   rot = r1.stack(r2, dim=-1).reshape((*r1.shape[:-1], rd)) if interleaved else r1.cat(r2, dim=-1)
   out = rot.cat(xp, dim=-1) if rd < D else rot
   return out.reshape(shape) if len(shape) == 3 else out.permute(0, 2, 1, 3)
+
+@onnx_op(since=24)
+def TensorScatter(past_cache: Tensor, update: Tensor, write_indices: Tensor | None = None, axis: int = -2,
+                  mode: str = "linear") -> Tensor:
+  # a KV-cache write: update's rows along `axis` land in the cache at write_indices[b] + j, per batch entry b. Written
+  # as a select over (cache row, update row) pairs so the indices stay on the device (no sync, TinyJit replays new
+  # ones); in linear mode a row written past the cache's end is dropped (onnxruntime raises instead)
+  op = "TensorScatter"
+  if mode not in ("linear", "circular"): raise OnnxError(f"onnx {op}: mode must be linear or circular, got {mode!r}")
+  a = _axis(axis, past_cache.ndim, op)
+  if a == 0: raise OnnxError(f"onnx {op}: axis can't be the batch axis 0")
+  others_match = update.ndim == past_cache.ndim and \
+    all(u == c for i, (u, c) in enumerate(zip(update.shape, past_cache.shape)) if i != a)
+  if not others_match or update.shape[a] > past_cache.shape[a] or update.dtype is not past_cache.dtype:
+    raise OnnxError(f"onnx {op}: update {update.shape} {update.dtype.name} must match past_cache "
+                    f"{past_cache.shape} {past_cache.dtype.name} except along axis {a}, and be no longer there")
+  B, M, U = past_cache.shape[0], past_cache.shape[a], update.shape[a]
+  if write_indices is not None and write_indices.shape != (B,):
+    raise OnnxError(f"onnx {op}: write_indices must be ({B},), got {write_indices.shape}")
+  cache, upd = past_cache.transpose(a, -1), update.transpose(a, -1)     # (B, ..., M) and (B, ..., U)
+  lead = [1] * (cache.ndim - 2)
+  start = write_indices.cast(dtypes.int32).reshape(B, *lead, 1) if write_indices is not None else 0
+  pos = Tensor.arange(U, device=cache.device).reshape(1, *lead, U) + start  # (B, 1.., U): where each row goes
+  if mode == "circular": pos = pos % M
+  hit = pos.unsqueeze(-2).eq(Tensor.arange(M, device=cache.device).reshape(M, 1))  # (B, 1.., M, U)
+  picked = hit.where(upd.unsqueeze(-2), 0).sum(-1).cast(cache.dtype)           # each cache row's update, if any
+  out = hit.any(-1).where(picked, cache)
+  return out.transpose(a, -1)
+
+# ***** images *****
+
+@onnx_op(since=20)
+def ImageDecoder(encoded_stream: Tensor, pixel_format: str = "RGB") -> Tensor:
+  # the result's shape depends on the stream's contents, so the bytes are read on the host and decoded there
+  from attograd.nn.onnx_image import ImageError, decode_image
+  if pixel_format not in ("RGB", "BGR", "Grayscale"):
+    raise OnnxError(f"onnx ImageDecoder: pixel_format must be RGB, BGR or Grayscale, got {pixel_format!r}")
+  if encoded_stream.dtype is not dtypes.uint8 or encoded_stream.ndim != 1:
+    raise OnnxError(f"onnx ImageDecoder: encoded_stream must be 1-d uint8, got {encoded_stream.shape} "
+                    f"{encoded_stream.dtype.name}")
+  try: H, W, rgb = decode_image(bytes(encoded_stream.data()))
+  except ImageError as e: raise OnnxError(f"onnx ImageDecoder: {e}") from None
+  img = Tensor(rgb, device=encoded_stream.device).reshape(H, W, 3)
+  if pixel_format == "BGR": return img.flip(-1)
+  if pixel_format == "RGB": return img
+  # ITU-R 601 luma in 16-bit fixed point, rounded, as Pillow's convert("L") (the spec's reference decoder)
+  r, g, b = (img[..., i:i + 1].cast(dtypes.int32) for i in range(3))
+  return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).cast(dtypes.uint8)
+
+# ***** ai.onnx.ml *****
+
+ML = "ai.onnx.ml"
+
+@onnx_op(domain=ML, consts=(1,))
+def ArrayFeatureExtractor(X: Tensor, Y: Any) -> Tensor:
+  # the indices pick along the last axis; a 1-d X gives a (1, k) result, as onnxruntime's
+  idx = [int(i) for i in _flatten(Y)]
+  n = X.shape[-1]
+  if bad := [i for i in idx if not 0 <= i < n]:
+    raise OnnxError(f"onnx ArrayFeatureExtractor: indices {bad} are out of range for the last dim ({n}) of X {X.shape}")
+  if not idx: raise OnnxError("onnx ArrayFeatureExtractor: needs at least one index")
+  out = X[..., idx]
+  return out.reshape(1, -1) if X.ndim == 1 else out
+
+def _flatten(v: Any) -> list:
+  return [x for item in v for x in _flatten(item)] if isinstance(v, list) else [v]
+
+@onnx_op(domain=ML)
+def Binarizer(X: Tensor, threshold: float = 0.0) -> Tensor:
+  # 1 where X > threshold, else 0 (NaN gives 0, as the spec's reference: onnxruntime refuses NaN instead)
+  if X.dtype is dtypes.bool or not (dtypes.is_float(X.dtype) or dtypes.is_int(X.dtype)):
+    raise OnnxError(f"onnx Binarizer: needs a float or int tensor, got {X.dtype.name}")
+  return (X > threshold).cast(X.dtype)
+
+# ***** com.microsoft (onnxruntime's contrib operators, docs/ContribOperators.md) *****
+
+MS = "com.microsoft"
+
+def _hidden_vec(v: Tensor | None, H: int, op: str, name: str) -> None:
+  """Refuse a per-hidden-unit parameter that isn't (H,)."""
+  if v is not None and v.shape != (H,):
+    raise OnnxError(f"onnx {op}: {name} must have shape ({H},) to match the input's last dim, got {v.shape}")
+
+@onnx_op(domain=MS)
+def BiasGelu(A: Tensor, B: Tensor) -> Tensor: return Gelu(A + B)
+
+@onnx_op(domain=MS)
+def FastGelu(X: Tensor, bias: Tensor | None = None) -> Tensor:
+  return Gelu(X + bias if bias is not None else X, approximate="tanh")
+
+onnx_op("Gelu", domain=MS)(lambda X: Gelu(X))
+
+@onnx_op(domain=MS)
+def QuickGelu(X: Tensor, alpha: float = 1.702) -> Tensor: return X * (X * alpha).sigmoid()
+
+@onnx_op(domain=MS)
+def BiasAdd(X: Tensor, bias: Tensor, skip: Tensor) -> Tensor:
+  _hidden_vec(bias, X.shape[-1], "BiasAdd", "bias")
+  return X + bias + skip
+
+@onnx_op(domain=MS)
+def SkipLayerNormalization(input: Tensor, skip: Tensor, gamma: Tensor, beta: Tensor | None = None,  # noqa: A002
+                           bias: Tensor | None = None, epsilon: float = 1e-12) -> tuple:
+  H = input.shape[-1]
+  if skip.shape[-1:] != (H,) or skip.ndim > input.ndim:
+    raise OnnxError(f"onnx SkipLayerNormalization: skip {skip.shape} doesn't broadcast to input {input.shape}")
+  for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)): _hidden_vec(v, H, "SkipLayerNormalization", name)
+  s = input + skip
+  if bias is not None: s = s + bias
+  # statistics in float32 (the `U` outputs), the result in the input's dtype
+  y, mean, inv = _normalize(s, (s.ndim - 1,), epsilon, dtypes.float32)
+  y = y * gamma
+  return (y + beta if beta is not None else y), mean, inv, s
+
+@onnx_op(domain=MS)
+def SkipSimplifiedLayerNormalization(input: Tensor, skip: Tensor, gamma: Tensor,  # noqa: A002
+                                     bias: Tensor | None = None, epsilon: float = 1e-12) -> tuple:
+  H = input.shape[-1]
+  for name, v in (("gamma", gamma), ("bias", bias)): _hidden_vec(v, H, "SkipSimplifiedLayerNormalization", name)
+  s = input + skip
+  if bias is not None: s = s + bias
+  xs = s.cast(dtypes.float32)
+  inv = xs.square().mean(-1, keepdim=True).add(epsilon).rsqrt()
+  return (xs * inv).cast(s.dtype) * gamma, None, inv, s
+
+@onnx_op(domain=MS)
+def EmbedLayerNormalization(input_ids: Tensor, segment_ids: Tensor | None, word_embedding: Tensor,
+                            position_embedding: Tensor, segment_embedding: Tensor | None, gamma: Tensor, beta: Tensor,
+                            mask: Tensor | None = None, position_ids: Tensor | None = None, epsilon: float = 1e-12,
+                            mask_index_type: int = 1) -> tuple:
+  # BERT's embedding layer: word + position (+ segment) embeddings, layer-normalized; mask_index counts each row's
+  # unmasked tokens
+  op = "EmbedLayerNormalization"
+  if input_ids.ndim != 2: raise OnnxError(f"onnx {op}: input_ids must be (batch, sequence), got {input_ids.shape}")
+  if (segment_ids is None) != (segment_embedding is None):
+    raise OnnxError(f"onnx {op}: segment_ids and segment_embedding come together (got only one of them)")
+  B, S = input_ids.shape
+  H = word_embedding.shape[-1]
+  for name, t in (("position_embedding", position_embedding), ("segment_embedding", segment_embedding)):
+    if t is not None and (t.ndim != 2 or t.shape[1] != H):
+      raise OnnxError(f"onnx {op}: {name} must be (n, {H}) like word_embedding {word_embedding.shape}, got {t.shape}")
+  for name, v in (("gamma", gamma), ("beta", beta)): _hidden_vec(v, H, op, name)
+  for name, t in (("segment_ids", segment_ids), ("mask", mask)):
+    if t is not None and t.shape != (B, S): raise OnnxError(f"onnx {op}: {name} must be {(B, S)}, got {t.shape}")
+  if position_ids is None: position_ids = Tensor.arange(S, device=input_ids.device).reshape(1, S)
+  emb = Gather(word_embedding, input_ids) + Gather(position_embedding, position_ids).expand(B, S, H)
+  if segment_ids is not None and segment_embedding is not None: emb = emb + Gather(segment_embedding, segment_ids)
+  y = _normalize(emb, (2,), epsilon, dtypes.float32)[0] * gamma + beta
+  if mask is not None: mask_index = mask.cast(dtypes.int32).sum(1).cast(dtypes.int32)
+  else: mask_index = Tensor.zeros(B, dtype=dtypes.int32, device=input_ids.device)
+  return y, mask_index, emb
+
+def _contrib_mask(mask_index: Tensor, B: int, S: int, T: int, P: int) -> Tensor:
+  """com.microsoft Attention's mask_index as a bool (B or 1, 1, S, T) that is True where a key is masked out."""
+  m, keys = mask_index, Tensor.arange(T, device=mask_index.device).reshape(1, T)
+  if m.ndim == 1 and m.shape[0] == B:          # right padding: each row's length
+    return (keys >= m.cast(dtypes.int32).reshape(B, 1)).reshape(B, 1, 1, T)
+  if m.ndim == 1 and m.shape[0] == 2 * B:      # left padding: exclusive ends, then inclusive starts
+    end, start = m[:B].cast(dtypes.int32).reshape(B, 1), m[B:].cast(dtypes.int32).reshape(B, 1)
+    return ((keys >= end) | (keys < start)).reshape(B, 1, 1, T)
+  if m.ndim == 2 and m.shape == (B, T): return m.eq(0).reshape(B, 1, 1, T)
+  if m.ndim == 3 and m.shape == (B, S, T): return m.eq(0).reshape(B, 1, S, T)
+  raise OnnxError(f"onnx Attention (com.microsoft): mask_index must be ({B},), ({2 * B},), ({B}, {T}) or "
+                  f"({B}, {S}, {T}), got {m.shape}")
+
+@onnx_op("Attention", domain=MS)
+def ContribAttention(input: Tensor, weights: Tensor, bias: Tensor | None = None,  # noqa: A002
+                     mask_index: Tensor | None = None, past: Tensor | None = None,
+                     attention_bias: Tensor | None = None, past_sequence_length: Tensor | None = None,
+                     num_heads: int = 0, qkv_hidden_sizes: list[int] | None = None, unidirectional: int = 0,
+                     scale: float | None = None, mask_filter_value: float = -10000.0, do_rotary: int = 0,
+                     rotary_embedding_dim: int = 0, past_present_share_buffer: int = 0) -> tuple:
+  # onnxruntime's fused multi-head self-attention (BERT, GPT-2): one projection to Q, K, V, then attention per head
+  op = "Attention (com.microsoft)"
+  if num_heads <= 0: raise OnnxError(f"onnx {op}: needs a positive num_heads, got {num_heads}")
+  if input.ndim != 3: raise OnnxError(f"onnx {op}: input must be (batch, sequence, hidden), got {input.shape}")
+  if do_rotary or past_present_share_buffer:
+    # neither has a CPU reference in onnxruntime to check against: refused rather than guessed
+    raise OnnxError(f"onnx {op}: do_rotary and past_present_share_buffer are not supported (onnxruntime's CPU "
+                    "kernel refuses them too); export the model with MultiHeadAttention + RotaryEmbedding")
+  B, S, Hin = input.shape
+  if weights.ndim != 2 or weights.shape[0] != Hin:
+    raise OnnxError(f"onnx {op}: weights must be ({Hin}, q+k+v hidden), got {weights.shape} for input {input.shape}")
+  sizes = [int(s) for s in qkv_hidden_sizes] if qkv_hidden_sizes else [weights.shape[1] // 3] * 3
+  if sum(sizes) != weights.shape[1] or any(s <= 0 or s % num_heads for s in sizes):
+    raise OnnxError(f"onnx {op}: q, k, v hidden sizes {sizes} must be positive multiples of num_heads={num_heads} "
+                    f"summing to the weights' {weights.shape[1]} columns")
+  if bias is not None and bias.shape != (sum(sizes),):
+    raise OnnxError(f"onnx {op}: bias must have shape ({sum(sizes)},), got {bias.shape}")
+  qkv = input @ weights
+  if bias is not None: qkv = qkv + bias
+  q, k, v = (t.reshape(B, S, num_heads, -1).permute(0, 2, 1, 3) for t in qkv.split(sizes, dim=2))  # (B, N, S, h)
+  P = 0
+  if past is not None:
+    if past.ndim != 5 or past.shape[:3] != (2, B, num_heads) or past.shape[4] != k.shape[3] or sizes[1] != sizes[2]:
+      raise OnnxError(f"onnx {op}: past must be (2, {B}, {num_heads}, past_length, {k.shape[3]}) with equal k and v "
+                      f"sizes, got {past.shape} and sizes {sizes}")
+    P = past.shape[3]
+    k, v = past[0].cat(k, dim=2), past[1].cat(v, dim=2)
+  T = P + S
+  present = k.stack(v) if sizes[1] == sizes[2] else None
+  scores = (q @ k.transpose(-1, -2)) * (scale if scale else 1 / math.sqrt(q.shape[-1]))  # (B, N, S, T)
+  masked: Tensor | None = None
+  if mask_index is not None: masked = _contrib_mask(mask_index, B, S, T, P)
+  if unidirectional:
+    causal = Tensor.ones(S, T, dtype=dtypes.bool, device=input.device).tril(P).logical_not()
+    masked = causal if masked is None else masked | causal
+  if masked is not None: scores = scores + masked.where(mask_filter_value, 0.0).cast(scores.dtype)
+  if attention_bias is not None: scores = scores + attention_bias.cast(scores.dtype)
+  probs = scores.cast(dtypes.float32).softmax(-1).cast(v.dtype)
+  out = (probs @ v).permute(0, 2, 1, 3).reshape(B, S, -1)
+  return out, present
+
+@onnx_op("RotaryEmbedding", domain=MS)
+def ContribRotaryEmbedding(input: Tensor, position_ids: Tensor, cos_cache: Tensor, sin_cache: Tensor,  # noqa: A002
+                           interleaved: int = 0, num_heads: int = 0, rotary_embedding_dim: int = 0,
+                           is_packed_batching: int = 0, scale: float = 1.0) -> Tensor:
+  # onnxruntime's RoPE: the inputs come in another order than ai.onnx's, and a one-element position_ids is the
+  # position of the first token (the rest follow it)
+  op = "RotaryEmbedding (com.microsoft)"
+  if is_packed_batching: raise OnnxError(f"onnx {op}: is_packed_batching is not supported")
+  if input.ndim not in (3, 4): raise OnnxError(f"onnx {op}: input must be 3-d or 4-d, got {input.shape}")
+  B, S = input.shape[0], input.shape[1] if input.ndim == 3 else input.shape[2]
+  if position_ids.numel() == 1:
+    position_ids = (Tensor.arange(S, device=input.device).reshape(1, S) + position_ids.reshape(1, 1)).expand(B, S)
+  elif position_ids.shape != (B, S):
+    raise OnnxError(f"onnx {op}: position_ids must have one element or be {(B, S)}, got {position_ids.shape}")
+  heads = num_heads
+  if input.ndim == 3 and not heads:
+    rd = rotary_embedding_dim or cos_cache.shape[-1] * 2
+    heads = input.shape[2] // rd  # onnxruntime infers the head count from the cache width when it isn't given
+  if input.ndim == 3 and (heads <= 0 or input.shape[2] % heads):
+    raise OnnxError(f"onnx {op}: hidden size {input.shape[2]} doesn't split into num_heads={heads} heads")
+  return RotaryEmbedding(input, cos_cache, sin_cache, position_ids.cast(dtypes.int64), interleaved=interleaved,
+                         num_heads=heads, rotary_embedding_dim=rotary_embedding_dim)
+
+# QuantizeLinear and DequantizeLinear under com.microsoft (onnxruntime's quantization tools emit them) are ai.onnx's
+@onnx_op("QuantizeLinear", domain=MS)
+def ContribQuantizeLinear(x: Tensor, y_scale: Tensor, y_zero_point: Tensor | None = None, axis: int = 1) -> Tensor:
+  return QuantizeLinear(x, y_scale, y_zero_point, axis)
+
+@onnx_op("DequantizeLinear", domain=MS)
+def ContribDequantizeLinear(x: Tensor, x_scale: Tensor, x_zero_point: Tensor | None = None, axis: int = 1) -> Tensor:
+  return DequantizeLinear(x, x_scale, x_zero_point, axis)
 
 # ***** training (ai.onnx.preview.training) *****
 
