@@ -952,6 +952,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """The same elements with a new shape; one dim may be -1. A dim may be a bound Variable (or an expression of
     them): the tensor then has a symbolic shape, and kernels over it compile once for every value."""
     new = argfix(shape, *args)
+    if None in new:  # None keeps the dim at that position, as in tinygrad
+      if len(new) > self.ndim and None in new[self.ndim:]: raise ValueError(f"reshape: None at a dim {self.shape} lacks, got {new}")
+      new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if any(not isinstance(s, int) for s in new):
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
       new = tuple(_size_arg(s, "reshape") for s in new)
