@@ -9,10 +9,10 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
                               prod)
-from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
+from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_eq, sym_val
 from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
                                       remember_weakly)
-from attograd.uop.view import is_symbolic
+from attograd.uop.view import _smax, is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.engine import multi
 from attograd.engine.profile import PROFILER
@@ -1092,6 +1092,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     axes = self._axes(axis, "var")
     n = prod(self.shape[a] for a in axes)
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
+    if isinstance(n, UOp):  # a symbolic count: divide by max(0, n - correction) in the kernel (0 dof gives nan or inf)
+      return sq.div(_smax(ssimp(n - correction), 0)).cast(out_dtype)
     return (sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan).cast(out_dtype)
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
@@ -1418,11 +1420,20 @@ def _prefix_of_buffer(u: UOp) -> bool:
 
 def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
 
+def _shape_str(shape: tuple[sint, ...]) -> str:
+  """A shape for messages: symbolic sizes as their expressions (a UOp's repr is its whole graph)."""
+  return f"({', '.join(d.render() if isinstance(d, UOp) else str(d) for d in shape)}{',' if len(shape) == 1 else ''})"
+
 def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
   n = max(len(a), len(b))
   pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
   out = []
   for x, y in zip(pa, pb):
+    if x.__class__ is not int or y.__class__ is not int:  # symbolic: equal for every value (i+j is j+i), or a 1
+      if not (sym_eq(x, y) or (x.__class__ is int and x == 1) or (y.__class__ is int and y == 1)):
+        raise ValueError(f"shapes {_shape_str(a)} and {_shape_str(b)} can't be broadcast together")
+      out.append(y if x.__class__ is int and x == 1 else x)
+      continue
     if x != y and x != 1 and y != 1: raise ValueError(f"shapes {a} and {b} can't be broadcast together")
     out.append(y if x == 1 else x)
   return tuple(out)

@@ -75,7 +75,7 @@ class View:
 
   @property
   def size(self) -> int: return prod(self.shape)
-  def is_empty_mask(self) -> bool: return self.mask is not None and any(lo >= hi for lo, hi in self.mask)
+  def is_empty_mask(self) -> bool: return self.mask is not None and any(_surely(lo >= hi) for lo, hi in self.mask)
 
   # ***** movement *****
   def permute(self, axes: tuple[int, ...]) -> View:
