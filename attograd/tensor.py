@@ -9,7 +9,7 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
                               prod)
-from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_eq, sym_val
+from attograd.uop.ops import GroupOp, Ops, SymbolicSizeError, UOp, sint, ssimp, sym_eq, sym_max, sym_val, unbind_sint
 from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
                                       remember_weakly)
 from attograd.uop.view import _smax, is_symbolic
@@ -107,7 +107,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if dtype is not None: dtype = to_dtype(dtype)
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
-    if isinstance(data, UOp): uop = data
+    if isinstance(data, UOp): uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
     elif isinstance(data, Tensor): uop = data.uop if dtype is None else data.cast(dtype).uop
     elif data is None: uop = _buffer_from_bytes(b"", (0,), dtype or dtypes.default_float, device)
     elif isinstance(data, (bool, int, float)):
@@ -408,6 +408,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def empty(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     shp = _check_shape(argfix(*shape), "empty")
+    if is_symbolic(shp):  # a buffer for the Variables' largest values, seen as its first prod(shape) elements
+      buf = new_buffer_uop(Device.canonicalize(device), sym_max(prod(shp)), d)
+      return Tensor(_reshape_uop(UOp(Ops.SHRINK, d, (buf,), ((0, ssimp(prod(shp))),)), shp), device=device, **kw)
     if (dev := Device.canonicalize(device)).__class__ is tuple:  # one whole buffer per device
       return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None), device=dev, **kw)
     return Tensor(_reshape_uop(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
@@ -420,6 +423,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(dtype, str) and dtype not in DTYPES_DICT and device is None: dtype, device = None, dtype  # old order
     if buffer: return Tensor.full(shape, fill_value, dtype, device, **kw).contiguous()
     shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
+    if isinstance(fill_value, UOp):  # a bound Variable (or an int expression of them): its value, read in the kernel
+      fill = Tensor(_size_arg(fill_value, "full"), device=device, dtype=dtype)
+      return Tensor(fill.uop, device=device, **kw).reshape((1,) * len(shp)).expand(shp)
     d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     return Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw).reshape((1,) * len(shp)).expand(shp)
   @staticmethod
@@ -442,8 +448,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
     """Evenly spaced values in [start, stop): `Tensor.arange(5)` is 0, 1, 2, 3, 4."""
     if stop is None: start, stop = 0, start
-    for x in (start, stop, step):
-      if isinstance(x, UOp): _symbolic_error("arange", x)
+    if isinstance(start, UOp) or isinstance(stop, UOp) or isinstance(step, UOp): return _symbolic_arange(start, stop, step, kw)
     if step == 0: raise ValueError("arange: step must not be zero")
     dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.from_py([start, stop, step])
     n = max(0, math.ceil((stop - start) / step))
@@ -610,7 +615,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(y, Tensor) and y.uop.shape == xu.shape and y.uop.dtype is xu.dtype and y.device == x.device:
       return (y, x) if reverse else (x, y)
     if not isinstance(y, Tensor):
-      if isinstance(y, UOp): y = Tensor(y)
+      if isinstance(y, UOp):  # a symbolic int (a bound Variable) takes the tensor's dtype, as a Python int would
+        yd = dtypes.default_int if x.dtype is dtypes.bool else x.dtype
+        y = Tensor(y if y.dtype == yd else UOp(Ops.CAST, yd, (y,)), device=x.device)
       elif not isinstance(y, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
       else:
         # a Python scalar adopts the tensor's dtype unless it is a float meeting an int/bool tensor
@@ -1244,7 +1251,8 @@ def _empty_nested(shape: tuple[int, ...]) -> Any:
 
 def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  if op == "full" and is_symbolic(shape):  # a constant over a symbolic shape is only a view: nothing to allocate
+  # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest values
+  if op in ("full", "empty") and is_symbolic(shape):
     return tuple(_size_arg(s, op) if isinstance(s, UOp) else s for s in shape)
   for s in shape:
     if isinstance(s, UOp): _symbolic_error(op, s)
@@ -1253,14 +1261,14 @@ def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
 
 def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
   names = ", ".join(repr(v.expr) for v in size.variables())
-  raise ValueError(f"{op}: needs concrete sizes, but {where or 'it was given'} the symbolic size {size.render()} "
+  raise SymbolicSizeError(f"{op}: needs concrete sizes, but {where or 'it was given'} the symbolic size {size.render()} "
                    f"(Variable {names}); use a concrete shape here (e.g. reshape to the bound value) or pad to the maximum")
 
 # ops whose sizes are Python ints in their construction (index ranges, windows, sort networks, random counters):
 # a tensor with a symbolic shape gets an error naming the op and the Variable instead of a failure deep inside
 _CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "max_unpool2d", "avg_pool2d", "argmax", "argmin",
                   "argsort", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "topk", "one_hot",
-                  "interpolate", "gather", "scatter", "scatter_reduce", "tril", "triu", "diag", "diagonal", "unfold",
+                  "interpolate", "gather", "scatter", "scatter_reduce", "diag", "diagonal", "unfold",
                   "meshgrid", "rearrange", "repeat_interleave", "roll", "masked_select", "qr", "svd",
                   "newton_schulz")
 
@@ -1479,6 +1487,28 @@ def _hash32(x: Tensor) -> Tensor:
   return x ^ (x >> 16)
 
 _index_cache: dict[tuple[int, str], Tensor] = {}
+def _symbolic_arange(start: sint, stop: sint, step: sint, kw: dict[str, Any]) -> Tensor:
+  """arange with bounds or step that are int expressions of bound Variables: a symbolic length ceil((stop - start) /
+  step), as a view of the index buffer for the largest length, and values start + step * i computed in the kernel."""
+  for x in (start, stop, step):
+    if isinstance(x, UOp): _size_arg(x, "arange")
+    elif not isinstance(x, int): raise TypeError(f"arange: symbolic bounds need int start, stop and step, got {x!r}")
+  if step.__class__ is int and step == 0: raise ValueError("arange: step must not be zero")
+  if isinstance(step, UOp) and not (unbind_sint(step).simplify().vmin > 0):
+    raise ValueError(f"arange: a symbolic step must be positive for every value of its Variables, got {step.render()}")
+  sign = 1 if isinstance(step, UOp) or step > 0 else -1
+  span = ssimp((stop - start) * sign + (step * sign - 1))  # type: ignore[operator]
+  n = _smax(ssimp(span // (step * sign)) if isinstance(span, UOp) or isinstance(step, UOp) else span // (step * sign), 0)
+  dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.default_int
+  device = Device.canonicalize(kw.pop("device", None))
+  top = sym_max(n)
+  idx = _index_tensor(top, device)
+  if n.__class__ is not int or n != top: idx = idx.shrink(((0, n),))
+  out = idx.cast(dtype)
+  if not (step.__class__ is int and step == 1): out = out * step
+  if not (start.__class__ is int and start == 0): out = out + start
+  return Tensor(out.uop, device=device, **kw)
+
 def _index_tensor(n: int, device: str) -> Tensor:
   """0..n-1 as int32 (int64 past 2**31 - 1). Small ones are stored once per device; large ones combine two small ones
   (i*B + j)."""

@@ -5,7 +5,7 @@ import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import argfix, prod
-from attograd.uop.ops import UOp, ssimp, sym_val
+from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val
 from attograd.uop.view import _smax
 
 if TYPE_CHECKING:
@@ -52,6 +52,10 @@ def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[in
     elif isinstance(p, (tuple, list)) and len(p) == 2 and all(_is_int(v) for v in p): out.append((_int(p[0]), _int(p[1])))
     else: raise TypeError(f"pad: each entry of {padding} must be None or a (before, after) pair of ints, got {p!r}")
   return tuple(out)
+
+def _symbolic_dim_error(op: str, x: Tensor, d: int) -> None:
+  raise SymbolicSizeError(f"{op}: can't split dim {d} of shape {x._shape_repr()}: its size {x.shape[d].render()} is "
+                          "symbolic, so the number of pieces isn't known; split a concrete dim or shrink to a concrete size first")
 
 class MovementMixin:
   # ***** pad *****
@@ -187,6 +191,7 @@ class MovementMixin:
     if self.ndim == 0: raise ValueError("split: a 0-d tensor has no dim to split")
     d = self._resolve_axis(dim, "split")
     n = self.shape[d]
+    if isinstance(n, UOp): _symbolic_dim_error("split", self, d)
     if _is_int(sizes):
       size = int(sizes)  # type: ignore[arg-type]
       if size < 0 or (size == 0 and n):
@@ -212,6 +217,7 @@ class MovementMixin:
     if self.ndim == 0: raise ValueError("chunk: a 0-d tensor has no dim to split")
     d = self._resolve_axis(dim, "chunk")
     n = self.shape[d]
+    if isinstance(n, UOp): _symbolic_dim_error("chunk", self, d)
     if n == 0: return tuple(self for _ in range(chunks))  # PyTorch gives `chunks` empty pieces
     return self.split(-(-n // chunks), d)
 

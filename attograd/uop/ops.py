@@ -71,6 +71,11 @@ class cached:
 
 sint = int  # a size: an int, or (with symbolic shapes) a UOp; kept as an alias so signatures read well
 
+class SymbolicSizeError(ValueError, AssertionError):
+  """An op that needs a concrete size was given a symbolic one. A ValueError like attograd's other argument errors;
+  also an AssertionError because tinygrad asserts on the same misuse (chunk along a symbolic dim), and code ported
+  from it catches that."""
+
 def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any) -> tuple:
   # floats need care: -0.0 == 0.0 and nan != nan, but they are different constants
   if arg.__class__ is float: arg = ("f", arg if arg == arg else "nan", math.copysign(1.0, arg))
@@ -167,6 +172,7 @@ class UOp(metaclass=UOpMetaClass):
     out_dtype = dtypes.bool if op in GroupOp.Comparison else (src[-1] if op is Ops.WHERE else self).dtype
     return UOp(op, out_dtype, (self,) + src)
   def _binop(self, op: Ops, x: UOp | ConstType, reverse: bool) -> UOp:
+    if hasattr(x, "uop"): return NotImplemented  # a Tensor: Variable * Tensor is the Tensor's op (its __rmul__)
     y = x if isinstance(x, UOp) else self.const_like(x)
     return y.alu(op, self) if reverse else self.alu(op, y)
   def __add__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, False)
