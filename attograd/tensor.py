@@ -9,7 +9,8 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
                               prod)
-from attograd.uop.ops import GroupOp, Ops, SymbolicSizeError, UOp, sint, ssimp, sym_eq, sym_max, sym_val, unbind_sint
+from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_shape, _shape_str, sint, sym_eq, ssimp, sym_max, sym_val,
+                              unbind_sint)
 from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
                                       remember_weakly)
 from attograd.uop.view import _smax, is_symbolic
@@ -964,9 +965,14 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if any(not isinstance(s, int) for s in new):
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
-      new = tuple(_size_arg(s, "reshape") for s in new)
+      new = tuple(_size_arg(s, "reshape", bound=False) for s in new)
     if new.count(-1) > 1: raise ValueError(f"reshape: only one dim can be -1, got {new}")
     numel = self.numel()
+    if _values(*new, numel) is None:  # an unbound Variable: the sizes must agree for every value
+      if -1 in new or not sym_eq(prod(new), numel):
+        raise ValueError(f"reshape: can't reshape {_shape_str(self.shape)} to {_shape_str(new)}: with an unbound "
+                         "Variable the element counts must be equal for every value (bind it to check them with its value)")
+      return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
     if -1 in new:
       rest = prod(s for s in new if s != -1)
       if sym_val(rest) == 0 or sym_val(numel) % sym_val(rest): raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
@@ -1002,9 +1008,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) of each dim (None keeps the dim whole)."""
     if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
-    full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink"), _size_arg(a[1], "shrink")) for a, s in zip(arg, self.shape))
+    full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink", bound=False), _size_arg(a[1], "shrink", bound=False))
+                 for a, s in zip(arg, self.shape))
     for (b, e), s in zip(full, self.shape):
-      if not 0 <= sym_val(b) <= sym_val(e) <= sym_val(s): raise ValueError(f"shrink: {arg} is out of bounds for shape {self.shape}")
+      # with an unbound Variable the check waits for its value (the kernel's bounds come from the Variable's range)
+      if (v := _values(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
+        raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
     if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
@@ -1231,13 +1240,25 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
 
 # ***** helpers below the class *****
 
-def _size_arg(x: Any, op: str) -> sint:
-  """A size given to a movement op: an int, or an int expression over bound Variables (checked to have values)."""
+def _size_arg(x: Any, op: str, bound: bool = True) -> sint:
+  """A size given to a movement op: an int, or an int expression over Variables (bound ones unless bound=False)."""
   if not isinstance(x, UOp): return int(x)
   if not dtypes.is_int(x.dtype): raise TypeError(f"{op}: a symbolic size must be an int expression, got {x.dtype}")
-  try: sym_val(x)
-  except ValueError as e: raise ValueError(f"{op}: {e}") from None
+  if bound:
+    try: sym_val(x)
+    except ValueError as e: raise ValueError(f"{op}: {e}") from None
   return ssimp(x)
+
+def _values(*xs: sint) -> list[int] | None:
+  """The values of sizes, or None when one has an unbound Variable."""
+  try: return [sym_val(x) for x in xs]
+  except ValueError: return None
+
+def _args_str(arg: Any) -> str:
+  """Movement args for messages: symbolic sizes as their expressions."""
+  if isinstance(arg, UOp): return arg.render()
+  if isinstance(arg, (tuple, list)): return "(" + ", ".join(_args_str(a) for a in arg) + ("," if len(arg) == 1 else "") + ")"
+  return repr(arg)
 
 def _concrete_uop(u: UOp) -> UOp:
   """A view chain with each symbolic size in its movement args replaced by its bound value."""
@@ -1427,24 +1448,6 @@ def _prefix_of_buffer(u: UOp) -> bool:
   return u.op is Ops.SHRINK and len(u.arg) == 1 and u.arg[0][0] == 0 and u.src[0].op is Ops.BUFFER
 
 def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
-
-def _shape_str(shape: tuple[sint, ...]) -> str:
-  """A shape for messages: symbolic sizes as their expressions (a UOp's repr is its whole graph)."""
-  return f"({', '.join(d.render() if isinstance(d, UOp) else str(d) for d in shape)}{',' if len(shape) == 1 else ''})"
-
-def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-  n = max(len(a), len(b))
-  pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-  out = []
-  for x, y in zip(pa, pb):
-    if x.__class__ is not int or y.__class__ is not int:  # symbolic: equal for every value (i+j is j+i), or a 1
-      if not (sym_eq(x, y) or (x.__class__ is int and x == 1) or (y.__class__ is int and y == 1)):
-        raise ValueError(f"shapes {_shape_str(a)} and {_shape_str(b)} can't be broadcast together")
-      out.append(y if x.__class__ is int and x == 1 else x)
-      continue
-    if x != y and x != 1 and y != 1: raise ValueError(f"shapes {a} and {b} can't be broadcast together")
-    out.append(y if x == 1 else x)
-  return tuple(out)
 
 def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
   """A reduce; a long reduce to few outputs is split in two so both stages can use every core."""

@@ -237,6 +237,32 @@ class UOp(metaclass=UOpMetaClass):
   def unbind(self) -> tuple[UOp, int]:
     if self.op is not Ops.BIND: raise TypeError(f"unbind: {self.op} is not a bound Variable")
     return self.src[0], self.src[1].arg
+  def unbind_all(self) -> tuple[UOp, dict[UOp, int]]:
+    """This graph with every bound Variable (in sources and in movement ops' symbolic sizes) replaced by the
+    Variable itself, and the values they were bound to: {Variable: value}."""
+    vals: dict[UOp, int] = {}
+    memo: dict[UOp, UOp] = {}
+    for u in self.toposort():
+      if u.op is Ops.BIND:
+        var, val = u.src[0], u.src[1].arg
+        if vals.setdefault(var, val) != val:
+          raise ValueError(f"unbind_all: Variable {var.expr!r} is bound to both {vals[var]} and {val}")
+        memo[u] = var
+        continue
+      arg = u.arg
+      if u.op in GroupOp.Movement and _has_sym(arg):
+        arg = tuple(tuple(_unbind_into(b, vals) for b in a) if isinstance(a, tuple) else _unbind_into(a, vals) for a in arg)
+      memo[u] = u if arg is u.arg and all(memo[x] is x for x in u.src) else UOp(u.op, u.dtype, tuple(memo[x] for x in u.src), arg)
+    return memo[self], vals
+  def contiguous_view_offset(self) -> sint | None:
+    """The element offset into its buffer when this is a contiguous run of a buffer's elements (a BUFFER seen through
+    reshapes and one shrink of its flat elements), else None."""
+    x, offset = self, 0
+    while x.op is Ops.RESHAPE: x = x.src[0]
+    if x.op is Ops.SHRINK and len(x.arg) == 1:
+      offset, x = x.arg[0][0], x.src[0]
+      while x.op is Ops.RESHAPE: x = x.src[0]
+    return offset if x.op is Ops.BUFFER else None
   @property
   def expr(self) -> str: return self.arg[0]
   @property
@@ -265,6 +291,19 @@ def sym_val(x: sint, vals: dict[str, int] | None = None) -> int:
     if vals is None or x.arg[0] not in vals: raise ValueError(f"Variable {x.arg[0]!r} has no value: bind it first")
     return vals[x.arg[0]]
   return exec_alu(x.op, x.dtype, [sym_val(s, vals) for s in x.src])
+
+def _has_sym(arg: Any) -> bool:
+  return isinstance(arg, tuple) and any(isinstance(a, UOp) or (isinstance(a, tuple) and any(isinstance(b, UOp) for b in a))
+                                        for a in arg)
+
+def _unbind_into(x: Any, vals: dict[UOp, int]) -> Any:
+  """A size with its bound Variables replaced by the Variables, their values noted in `vals`."""
+  if not isinstance(x, UOp): return x
+  unbound, v = x.unbind_all()
+  for var, val in v.items():
+    if vals.setdefault(var, val) != val:
+      raise ValueError(f"unbind_all: Variable {var.expr!r} is bound to both {vals[var]} and {val}")
+  return unbound
 
 def ssimp(x: sint) -> sint:
   """A size in its simplest form: an int when it is one."""
@@ -326,6 +365,29 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
   # in a kernel a Variable has no view (shape ()), so an expression over Variables only takes the others' shape
   s = u.src[0].shape if u.src else ()
   return s if s or len(u.src) < 2 else next((t for x in u.src[1:] if (t := x.shape)), ())
+
+class BroadcastError(ValueError, IndexError):
+  """Shapes that can't be broadcast together. A ValueError like attograd's other shape errors; also an IndexError,
+  which tinygrad's _broadcast_shape raises (and code ported from it catches)."""
+
+def _shape_str(shape: tuple[sint, ...]) -> str:
+  """A shape for messages: symbolic sizes as their expressions (a UOp's repr is its whole graph)."""
+  return f"({', '.join(d.render() if isinstance(d, UOp) else str(d) for d in shape)}{',' if len(shape) == 1 else ''})"
+
+def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
+  """The shape `shapes` broadcast to, NumPy's rules aligned right: per dim the sizes other than 1 must agree (symbolic
+  sizes equal for every value of their Variables, so i+j meets j+i)."""
+  n = max(len(s) for s in shapes)
+  out: list[sint] = []
+  for sizes in zip(*((1,) * (n - len(s)) + s for s in shapes)):
+    d: sint = 1
+    for x in sizes:
+      if x.__class__ is int and x == 1: continue
+      if d.__class__ is int and d == 1: d = x
+      elif not (x == d if x.__class__ is int and d.__class__ is int else sym_eq(x, d)):
+        raise BroadcastError(f"shapes {' and '.join(map(_shape_str, shapes))} can't be broadcast together")
+    out.append(d)
+  return tuple(out)
 
 # ***** bounds of integer/boolean expressions (for the symbolic simplifier) *****
 
