@@ -108,7 +108,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if dtype is not None: dtype = to_dtype(dtype)
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
-    if isinstance(data, UOp): uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
+    if isinstance(data, UOp):
+      uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
+      if uop.device is None and uop.op in _SCALAR_EXPR and any(x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in uop.toposort()):
+        # a Variable's value as a tensor: 0 + v ties it to the device (the graph alone names none, so the same
+        # graph realized for another device would reuse this one's schedule)
+        uop = UOp(Ops.ADD, uop.dtype, (_const(0, uop.dtype, device), uop))
     elif isinstance(data, Tensor): uop = data.uop if dtype is None else data.cast(dtype).uop
     elif data is None: uop = _buffer_from_bytes(b"", (0,), dtype or dtypes.default_float, device)
     elif isinstance(data, (bool, int, float)):
@@ -1239,6 +1244,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def __irshift__(self, x: Any) -> Tensor: return self._inplace(self >> x)
 
 # ***** helpers below the class *****
+
+_SCALAR_EXPR = GroupOp.ALU | {Ops.CAST, Ops.BIND, Ops.DEFINE_VAR}
 
 def _size_arg(x: Any, op: str, bound: bool = True) -> sint:
   """A size given to a movement op: an int, or an int expression over Variables (bound ones unless bound=False)."""

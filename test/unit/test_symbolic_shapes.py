@@ -135,3 +135,112 @@ def test_bound_values_in_one_graph_must_agree() -> None:
   a, b = Tensor.ones(2, 3).reshape(v.bind(2), 3), Tensor.ones(3, 3).reshape(v.bind(3), 3)
   with pytest.raises(ValueError):
     (a.sum() + b.sum()).realize()
+
+# ***** tinygrad's symbolic surface: slicing, arange, full/empty, cat, var, triangles, unbound Variables *****
+
+def test_slicing_with_variables(device: str) -> None:
+  a = np.random.default_rng(2).standard_normal((3, 10, 4)).astype(np.float32)
+  t = Tensor(a, device=device)
+  for i in (3, 7, 10):
+    vi = Variable("i", 1, 10).bind(i)
+    assert t[:, :vi].shape[1] is vi
+    # negative int bounds count from the symbolic end; an int index too
+    np.testing.assert_allclose(t[:, :vi][:, -3:-1].numpy(), a[:, :i][:, -3:-1])
+    np.testing.assert_allclose(t[:, :vi][:, -1].numpy(), a[:, :i][:, -1])
+    # int bounds over a symbolic dim clamp to its largest size: a concrete shape again
+    assert t[:, :vi][:2, :3].shape == (2, 3, 4)
+    np.testing.assert_allclose(t[:, :vi][:2, :3].numpy(), a[:2, :3])
+    np.testing.assert_allclose(t[1:3, vi - 3:vi].numpy(), a[1:3, i - 3:i])
+  with pytest.raises(IndexError, match="step 1"): t[:, :Variable("i", 1, 10).bind(4):2]
+
+def test_symbolic_arange(device: str) -> None:
+  b, e, s = Variable("b", 0, 5), Variable("e", 6, 20), Variable("s", 1, 3)
+  assert Tensor.arange(e.bind(9)).tolist() == list(range(9))
+  assert Tensor.arange(b.bind(4), 7).tolist() == [4, 5, 6]
+  assert Tensor.arange(0, 10, s.bind(3)).tolist() == [0, 3, 6, 9]
+  assert Tensor.arange(b.bind(2), e.bind(14), s.bind(3)).tolist() == [2, 5, 8, 11]
+  assert Tensor.arange(e.bind(8), 3, -2).tolist() == [8, 6, 4]
+  assert Tensor.arange(b.bind(5), 3).tolist() == []  # an empty range: a length of 0, not negative
+  with pytest.raises(ValueError, match="positive"): Tensor.arange(0, 10, Variable("n", -2, 2).bind(1))
+
+def test_symbolic_full_empty_and_fill(device: str) -> None:
+  v = Variable("x", 1, 10).bind(5)
+  assert Tensor.full((3,), v).tolist() == [5, 5, 5]
+  assert Tensor.full((2,), v, dtype="float32").tolist() == [5.0, 5.0]
+  assert Tensor.ones(v).sum().item() == 5.0
+  t = Tensor.empty(3, v)
+  assert t.shape == (3, v) and t.uop.base.arg[1] == 30  # a buffer for the largest value
+  t8 = Tensor.ones(3, dtype="int8")
+  assert (t8 * v).dtype == t8.dtype and (t8 * v).tolist() == [5, 5, 5]  # a Variable adopts the tensor's dtype
+  assert (v * t8).tolist() == [5, 5, 5]  # Variable * Tensor is the Tensor's op
+
+def test_cat_sums_of_variables_broadcast(device: str) -> None:
+  a, b = np.arange(30, dtype=np.float32).reshape(10, 3), -np.arange(30, dtype=np.float32).reshape(10, 3)
+  ta, tb = Tensor(a, device=device), Tensor(b, device=device)
+  for i, j in ((2, 3), (4, 1)):
+    vi, vj = Variable("i", 1, 10).bind(i), Variable("j", 1, 10).bind(j)
+    out = ta[:vi].cat(tb[:vj], dim=0)  # the pieces' pads give i+j and j+i: the same size
+    np.testing.assert_allclose(out[:i + j].numpy(), np.concatenate([a[:i], b[:j]]))
+    np.testing.assert_allclose(ta[:vi].cat(tb[:2]).numpy(), np.concatenate([a[:i], b[:2]]))
+
+def test_var_and_mean_over_symbolic_counts(device: str) -> None:
+  a = np.random.default_rng(3).random((10, 10)).astype(np.float32)
+  t = Tensor(a, device=device)
+  for i, j in ((2, 3), (1, 4), (5, 5)):
+    vi, vj = Variable("i", 1, 10).bind(i), Variable("j", 1, 10).bind(j)
+    for axis in (None, 0, 1):
+      np.testing.assert_allclose(t[:vi, :vj].mean(axis).numpy(), a[:i, :j].mean(axis), rtol=1e-5, atol=1e-6)
+      with np.errstate(divide="ignore", invalid="ignore"):
+        want = a[:i, :j].var(axis, ddof=1)
+      np.testing.assert_allclose(t[:vi, :vj].var(axis).numpy(), want, rtol=1e-4, atol=1e-6)
+
+def test_triangles_with_symbolic_sizes(device: str) -> None:
+  t = Variable("t", 1, 10).bind(4)
+  for sp in (0, 1, 3):
+    vsp = Variable("start_pos", 0, 5).bind(sp)
+    for fn, ref in (("triu", np.triu), ("tril", np.tril)):
+      mask = getattr(Tensor.full((1, 1, t, vsp + t), float("-inf")), fn)(vsp + 1)
+      np.testing.assert_equal(mask.numpy(), ref(np.full((1, 1, 4, sp + 4), float("-inf")), k=sp + 1))
+
+def test_unbound_variables() -> None:
+  v = Variable("i", 1, 5)
+  assert Tensor.rand(5, 5).shrink(((0, 5), (0, v))).shape == (5, v)
+  assert Tensor.rand(3, 5).shrink(((0, 2), (v, v + 1))).shape == (2, 1)
+  with pytest.raises(RuntimeError, match="'u' is unbound"): Tensor(Variable("u", 1, 10)).item()
+  with pytest.raises(RuntimeError, match="unbound"): (Tensor(Variable("u", 1, 10)) + 1).item()
+  assert Tensor(Variable("u", 1, 10).bind(2) + 1).item() == 3
+  assert Tensor(Variable("u", 1, 10).bind(2), dtype="float32").item() == 2.0
+
+def test_unbind_all_and_view_offset() -> None:
+  v, bv = Variable("v", 1, 100), Variable("v", 1, 100).bind(2)
+  u, vals = Tensor.rand(3, 4).shrink(((bv, bv + 1), (0, 4))).uop.unbind_all()
+  assert vals == {v: 2} and not any(x.op.name == "BIND" for x in u.toposort())
+  w = Variable("w", 1, 7).bind(4)
+  assert Tensor.rand(10).realize().shrink(((3, 3 + w),)).uop.contiguous_view_offset() == 3
+  assert Tensor.rand(10).realize().shrink(((0, w),)).uop.contiguous_view_offset() == 0
+  assert Tensor.rand(10).realize().reshape(2, 5).shrink(((0, 1), (1, 3))).uop.contiguous_view_offset() is None
+
+def test_symbolic_size_errors() -> None:
+  from attograd.uop.ops import _broadcast_shape
+  v = Variable("v", 0, 10)
+  assert _broadcast_shape((v,), (1,)) == (v,) and _broadcast_shape((3, v), (3, 1)) == (3, v)
+  with pytest.raises(IndexError, match=r"\(v,\) and \(5,\)"): _broadcast_shape((v,), (5,))
+  with pytest.raises(ValueError): _broadcast_shape((2, 3), (4, 3))
+  t = Tensor.ones(10, 8)[:Variable("a", 1, 10).bind(4)]
+  assert [c.shape[1] for c in t.chunk(2, dim=1)] == [4, 4]
+  with pytest.raises(AssertionError, match="chunk: .*symbolic"): t.chunk(2, dim=0)
+  with pytest.raises(ValueError, match="split: .*symbolic"): t.split(2, dim=0)
+  assert t.reshape(None, 2, 4).shape == (t.shape[0], 2, 4)
+
+def test_symbolic_ordering_is_canonical() -> None:
+  from attograd.uop.ops import ssimp, sym_eq
+  i, j = Variable("i", 1, 10).bind(2), Variable("j", 1, 10).bind(3)
+  assert ssimp(i + j) is ssimp(j + i) and ssimp(i * j) is ssimp(j * i) and sym_eq(i * j + 1, 1 + j * i)
+  assert (i < i + 2).simplify().arg is True and (i * 3 + 1 < i * 3).simplify().arg is False
+
+def test_variable_tensor_realizes_on_its_own_device() -> None:
+  # regression: Tensor(v) was a device-less graph, so realizing it for a second device reused the first one's schedule
+  v = Variable("x", 1, 10).bind(5)
+  for dev in ("CPU", "PYTHON", "CPU"):
+    t = Tensor.full((3,), v, device=dev).contiguous().realize()
+    assert t.device == dev and t.uop.base.device == dev and t.tolist() == [5, 5, 5]
