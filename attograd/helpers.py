@@ -10,7 +10,10 @@ def all_same(xs: Sequence[Any]) -> bool: return all(x == xs[0] for x in xs)
 def all_int(xs: Iterable[Any]) -> bool: return all(isinstance(x, int) for x in xs)
 def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
-def ceildiv(a: int, b: int) -> int: return -(-a // b)
+def ceildiv(a: int, b: int) -> int:
+  # a symbolic size divides as C does (toward zero), so -(-a // b) would round the wrong way; (a + b - 1) // b is
+  # the ceiling for the non-negative sizes it is used with
+  return -(-a // b) if a.__class__ is int and b.__class__ is int else (a + (b - 1)) // b
 def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
 def argsort(xs: Sequence[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
 

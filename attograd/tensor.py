@@ -1294,7 +1294,7 @@ def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
 
 # ops whose sizes are Python ints in their construction (index ranges, windows, sort networks, random counters):
 # a tensor with a symbolic shape gets an error naming the op and the Variable instead of a failure deep inside
-_CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "max_unpool2d", "avg_pool2d", "argmax", "argmin",
+_CONCRETE_ONLY = ("conv_transpose2d", "max_pool2d", "max_unpool2d", "avg_pool2d", "argmax", "argmin",
                   "argsort", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "topk", "one_hot",
                   "interpolate", "gather", "scatter", "scatter_reduce", "diag", "diagonal", "unfold",
                   "meshgrid", "rearrange", "repeat_interleave", "roll", "masked_select", "qr", "svd",

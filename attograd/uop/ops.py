@@ -286,7 +286,7 @@ def sym_val(x: sint, vals: dict[str, int] | None = None) -> int:
   """The value of a size: an int as is, an expression over bound Variables (or Variables named in `vals`) computed."""
   if not isinstance(x, UOp): return x
   if x.op is Ops.CONST: return x.arg
-  if x.op is Ops.BIND: return x.src[1].arg
+  if x.op is Ops.BIND: return x.src[1].arg if vals is None or x.src[0].arg[0] not in vals else vals[x.src[0].arg[0]]
   if x.op is Ops.DEFINE_VAR:
     if vals is None or x.arg[0] not in vals: raise ValueError(f"Variable {x.arg[0]!r} has no value: bind it first")
     return vals[x.arg[0]]
@@ -304,6 +304,10 @@ def _unbind_into(x: Any, vals: dict[UOp, int]) -> Any:
     if vals.setdefault(var, val) != val:
       raise ValueError(f"unbind_all: Variable {var.expr!r} is bound to both {vals[var]} and {val}")
   return unbound
+
+def sym_infer(x: sint, var_vals: dict[str, int]) -> int:
+  """tinygrad's name for sym_val: the value of a size with its Variables given by name."""
+  return sym_val(x, var_vals)
 
 def ssimp(x: sint) -> sint:
   """A size in its simplest form: an int when it is one."""
