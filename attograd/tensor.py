@@ -9,8 +9,8 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
                               prod)
-from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_shape, _shape_str, sint, sym_eq, ssimp, sym_max, sym_val,
-                              unbind_sint)
+from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
+                              ssimp, sym_eq, sym_max, sym_val, unbind_sint)
 from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
                                       remember_weakly)
 from attograd.uop.view import _smax, is_symbolic
@@ -637,7 +637,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
     if reverse: x, y = y, x
-    shape = _broadcast_shape(x.shape, y.shape)
+    shape = _broadcast_pair(x.shape, y.shape)
     return x._broadcast_to(shape), y._broadcast_to(shape)
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
     if self.shape == shape: return self

@@ -381,17 +381,22 @@ def _shape_str(shape: tuple[sint, ...]) -> str:
 def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   """The shape `shapes` broadcast to, NumPy's rules aligned right: per dim the sizes other than 1 must agree (symbolic
   sizes equal for every value of their Variables, so i+j meets j+i)."""
-  n = max(len(s) for s in shapes)
+  out = shapes[0]
+  for b in shapes[1:]: out = _broadcast_pair(out, b, shapes)
+  return out
+
+def _broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...], shapes: tuple[tuple[sint, ...], ...] = ()) -> tuple[sint, ...]:
+  # two shapes, ints first: this runs for every binary op whose operands' shapes differ
+  n = max(len(a), len(b))
+  pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
   out: list[sint] = []
-  for sizes in zip(*((1,) * (n - len(s)) + s for s in shapes)):
-    d: sint = 1
-    for x in sizes:
-      if x.__class__ is int and x == 1: continue
-      if d.__class__ is int and d == 1: d = x
-      elif not (x == d if x.__class__ is int and d.__class__ is int else sym_eq(x, d)):
-        raise BroadcastError(f"shapes {' and '.join(map(_shape_str, shapes))} can't be broadcast together")
-    out.append(d)
-  return tuple(out)
+  for x, y in zip(pa, pb):  # (a UOp equals only itself here: == on UOps is identity)
+    if x == y or y == 1: out.append(x)
+    elif x == 1: out.append(y)
+    elif (x.__class__ is not int or y.__class__ is not int) and sym_eq(x, y): out.append(x)
+    else: break
+  else: return tuple(out)
+  raise BroadcastError(f"shapes {' and '.join(map(_shape_str, shapes or (a, b)))} can't be broadcast together")
 
 # ***** bounds of integer/boolean expressions (for the symbolic simplifier) *****
 
