@@ -166,7 +166,10 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** constructors and ALU sugar (used by symbolic index math and the lowerer) *****
   @staticmethod
-  def const(dtype: DType, val: ConstType) -> UOp: return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
+  def const(dtype: DType, val: ConstType = None) -> UOp:  # type: ignore[assignment]
+    # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type)
+    if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py(dtype), dtype
+    return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
   def const_like(self, val: ConstType) -> UOp: return UOp.const(self.dtype, val)
   def alu(self, op: Ops, *src: UOp) -> UOp:
     out_dtype = dtypes.bool if op in GroupOp.Comparison else (src[-1] if op is Ops.WHERE else self).dtype

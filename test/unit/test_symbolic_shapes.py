@@ -272,3 +272,13 @@ def test_conv2d_symbolic_limits() -> None:
   with pytest.raises(SymbolicSizeError, match="larger than the symbolic input size h"): x.conv2d(Tensor.ones(1, 1, 8, 1))
   x = Tensor.ones(1, 1, 20, 9)[:, :, :Variable("h", 8, 20).bind(9)]
   with pytest.raises(SymbolicSizeError, match="56 elements"): x.conv2d(Tensor.ones(1, 1, 8, 7))
+
+def test_symbolic_size_helpers() -> None:
+  from attograd.helpers import ceildiv, prod
+  from attograd.uop.ops import UOp
+  a, v = Variable("a", 1, 5), Variable("v", 11, 100)
+  assert prod((a, 3, 4)).render() == "(a*12)" and prod((3, 4, a)) is prod((a, 12))  # simplified: one node
+  assert ceildiv(v - 5, 6).render() == "(v//6)" and ceildiv(v, 6).render() == "((v+5)//6)"
+  for n in range(11, 101):  # the ceiling for every value (C division truncates: -(-a // b) gave the floor)
+    assert ceildiv(v - 5, 6).substitute({v: UOp.const(v.dtype, n)}).ssimplify() == -(-(n - 5) // 6)
+  assert UOp.const(8) is UOp.const(v.dtype, 8)  # tinygrad's newer spelling: the value alone
