@@ -51,6 +51,9 @@ def _symbolic_slice(i: slice, size: sint, dim: int) -> tuple[sint, sint] | None:
   if i.step is not None and i.step != 1:
     if isinstance(i.step, UOp) or isinstance(i.start, UOp) or isinstance(i.stop, UOp):
       raise IndexError(f"slice {i!r} of dim {dim}: a symbolic slice needs step 1, got step {i.step.render() if isinstance(i.step, UOp) else i.step}")
+    if not all(isinstance(b, int) and b >= 0 for b in (i.start, i.stop)):  # the bounds would depend on the size
+      raise IndexError(f"slice {i!r} of dim {dim}: a step other than 1 over the symbolic size {size.render()} "  # type: ignore[union-attr]
+                       "needs explicit non-negative int start and stop")
     return None  # int bounds with a step over a symbolic size: the int path, clamped to the largest size
   start: sint = 0 if i.start is None else i.start
   stop: sint = size if i.stop is None else i.stop

@@ -151,6 +151,11 @@ def test_slicing_with_variables(device: str) -> None:
     np.testing.assert_allclose(t[:, :vi][:2, :3].numpy(), a[:2, :3])
     np.testing.assert_allclose(t[1:3, vi - 3:vi].numpy(), a[1:3, i - 3:i])
   with pytest.raises(IndexError, match="step 1"): t[:, :Variable("i", 1, 10).bind(4):2]
+  # a step over a symbolic size needs explicit int bounds (None or a negative bound would mean the largest size)
+  ts = t[:, :Variable("i", 1, 10).bind(6)]
+  np.testing.assert_allclose(ts[:, 1:5:2].numpy(), a[:, 1:5:2])
+  for bad in (slice(None, None, -1), slice(None, 4, 2), slice(-4, 5, 2)):
+    with pytest.raises(IndexError, match="explicit non-negative int start and stop"): ts[:, bad]
 
 def test_symbolic_arange(device: str) -> None:
   b, e, s = Variable("b", 0, 5), Variable("e", 6, 20), Variable("s", 1, 3)
