@@ -110,7 +110,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     self.grad: Tensor | None = None
     if isinstance(data, UOp):
       uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
-      if uop.device is None and uop.op in _SCALAR_EXPR and any(x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in uop.toposort()):
+      if uop.device is None and uop.op in _SCALAR_EXPR and \
+         any(x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in uop.toposort()):
         # a Variable's value as a tensor: 0 + v ties it to the device (the graph alone names none, so the same
         # graph realized for another device would reuse this one's schedule)
         uop = UOp(Ops.ADD, uop.dtype, (_const(0, uop.dtype, device), uop))
@@ -454,7 +455,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
     """Evenly spaced values in [start, stop): `Tensor.arange(5)` is 0, 1, 2, 3, 4."""
     if stop is None: start, stop = 0, start
-    if isinstance(start, UOp) or isinstance(stop, UOp) or isinstance(step, UOp): return _symbolic_arange(start, stop, step, kw)
+    if isinstance(start, UOp) or isinstance(stop, UOp) or isinstance(step, UOp):
+      return _symbolic_arange(start, stop, step, kw)
     if step == 0: raise ValueError("arange: step must not be zero")
     dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.from_py([start, stop, step])
     n = max(0, math.ceil((stop - start) / step))
@@ -966,7 +968,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     them): the tensor then has a symbolic shape, and kernels over it compile once for every value."""
     new = argfix(shape, *args)
     if None in new:  # None keeps the dim at that position, as in tinygrad
-      if len(new) > self.ndim and None in new[self.ndim:]: raise ValueError(f"reshape: None at a dim {self.shape} lacks, got {new}")
+      if len(new) > self.ndim and None in new[self.ndim:]:
+        raise ValueError(f"reshape: None keeps a dim, but {self.shape} has no dim {new.index(None, self.ndim)}: "
+                         f"got {new}")
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if any(not isinstance(s, int) for s in new):
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
@@ -976,7 +980,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if _values(*new, numel) is None:  # an unbound Variable: the sizes must agree for every value
       if -1 in new or not sym_eq(prod(new), numel):
         raise ValueError(f"reshape: can't reshape {_shape_str(self.shape)} to {_shape_str(new)}: with an unbound "
-                         "Variable the element counts must be equal for every value (bind it to check them with its value)")
+                         "Variable the element counts must be equal for every value (bind it to check them with "
+                         "its value)")
       return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
     if -1 in new:
       rest = prod(s for s in new if s != -1)
@@ -1013,8 +1018,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) of each dim (None keeps the dim whole)."""
     if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
-    full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink", bound=False), _size_arg(a[1], "shrink", bound=False))
-                 for a, s in zip(arg, self.shape))
+    full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink", bound=False),
+                                           _size_arg(a[1], "shrink", bound=False)) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(full, self.shape):
       # with an unbound Variable the check waits for its value (the kernel's bounds come from the Variable's range)
       if (v := _values(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
@@ -1264,7 +1269,8 @@ def _values(*xs: sint) -> list[int] | None:
 def _args_str(arg: Any) -> str:
   """Movement args for messages: symbolic sizes as their expressions."""
   if isinstance(arg, UOp): return arg.render()
-  if isinstance(arg, (tuple, list)): return "(" + ", ".join(_args_str(a) for a in arg) + ("," if len(arg) == 1 else "") + ")"
+  if isinstance(arg, (tuple, list)):
+    return "(" + ", ".join(_args_str(a) for a in arg) + ("," if len(arg) == 1 else "") + ")"
   return repr(arg)
 
 def _concrete_uop(u: UOp) -> UOp:
@@ -1289,7 +1295,8 @@ def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
 
 def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
   names = ", ".join(repr(v.expr) for v in size.variables())
-  raise SymbolicSizeError(f"{op}: needs concrete sizes, but {where or 'it was given'} the symbolic size {size.render()} "
+  raise SymbolicSizeError(f"{op}: needs concrete sizes, but {where or 'it was given'} the symbolic size "
+                          f"{size.render()} "
                    f"(Variable {names}); use a concrete shape here (e.g. reshape to the bound value) or pad to the maximum")
 
 # ops whose sizes are Python ints in their construction (index ranges, windows, sort networks, random counters):
@@ -1508,7 +1515,8 @@ def _symbolic_arange(start: sint, stop: sint, step: sint, kw: dict[str, Any]) ->
     raise ValueError(f"arange: a symbolic step must be positive for every value of its Variables, got {step.render()}")
   sign = 1 if isinstance(step, UOp) or step > 0 else -1
   span = ssimp((stop - start) * sign + (step * sign - 1))  # type: ignore[operator]
-  n = _smax(ssimp(span // (step * sign)) if isinstance(span, UOp) or isinstance(step, UOp) else span // (step * sign), 0)
+  count = ssimp(span // (step * sign)) if isinstance(span, UOp) or isinstance(step, UOp) else span // (step * sign)
+  n = _smax(count, 0)
   dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.default_int
   device = Device.canonicalize(kw.pop("device", None))
   top = sym_max(n)

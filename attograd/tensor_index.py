@@ -50,9 +50,11 @@ def _symbolic_slice(i: slice, size: sint, dim: int) -> tuple[sint, sint] | None:
   elif size.__class__ is int: return None
   if i.step is not None and i.step != 1:
     if isinstance(i.step, UOp) or isinstance(i.start, UOp) or isinstance(i.stop, UOp):
-      raise IndexError(f"slice {i!r} of dim {dim}: a symbolic slice needs step 1, got step {i.step.render() if isinstance(i.step, UOp) else i.step}")
+      step = i.step.render() if isinstance(i.step, UOp) else i.step
+      raise IndexError(f"slice {i!r} of dim {dim}: a symbolic slice needs step 1, got step {step}")
     if not all(isinstance(b, int) and b >= 0 for b in (i.start, i.stop)):  # the bounds would depend on the size
-      raise IndexError(f"slice {i!r} of dim {dim}: a step other than 1 over the symbolic size {size.render()} "  # type: ignore[union-attr]
+      shown = size.render()  # type: ignore[union-attr]
+      raise IndexError(f"slice {i!r} of dim {dim}: a step other than 1 over the symbolic size {shown} "
                        "needs explicit non-negative int start and stop")
     return None  # int bounds with a step over a symbolic size: the int path, clamped to the largest size
   start: sint = 0 if i.start is None else i.start
@@ -84,7 +86,7 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
       new_shape.append(size)
       dim += 1
       continue
-    if isinstance(i, UOp) and dtypes.is_int(i.dtype) and not i.shape: pass  # a symbolic int index, e.g. a bound Variable
+    if isinstance(i, UOp) and dtypes.is_int(i.dtype) and not i.shape: pass  # a symbolic int index (a bound Variable)
     elif isinstance(i, bool) or not isinstance(i, (int, slice)):
       raise IndexError(f"invalid index {i!r}: use ints, slices, None, ..., or integer/bool tensors")
     if not isinstance(i, slice):

@@ -7,7 +7,7 @@ from typing import Any
 from attograd.dtype import DType, dtypes
 from attograd.device import Buffer
 from attograd.helpers import prod
-from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_max
+from attograd.uop.ops import BindMismatchError, GroupOp, Ops, UOp, sint, ssimp, sym_max
 from attograd.uop.view import ShapeTracker
 from attograd.engine.memory import plan_schedule
 from attograd.engine import multi
@@ -322,7 +322,8 @@ def _note_value(bind: UOp, var_vals: dict[UOp, int]) -> None:
   """Collect a bound Variable's value; one graph can't bind the same Variable to two values."""
   var, val = bind.src[0], bind.src[1].arg
   if var_vals.setdefault(var, val) != val:
-    raise ValueError(f"Variable {var.arg[0]!r} is bound to both {var_vals[var]} and {val} in one graph")
+    raise BindMismatchError(f"bind mismatch on Variable {var.arg[0]!r}: bound to both {var_vals[var]} and {val} in one "
+                            "graph; realize one of them first, or use two Variables")
 
 def _unbind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
   if not isinstance(x, UOp): return x

@@ -55,7 +55,8 @@ def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[in
 
 def _symbolic_dim_error(op: str, x: Tensor, d: int) -> None:
   raise SymbolicSizeError(f"{op}: can't split dim {d} of shape {x._shape_repr()}: its size {x.shape[d].render()} is "
-                          "symbolic, so the number of pieces isn't known; split a concrete dim or shrink to a concrete size first")
+                          "symbolic, so the number of pieces isn't known; split a concrete dim or shrink to a "
+                          "concrete size first")
 
 class MovementMixin:
   # ***** pad *****

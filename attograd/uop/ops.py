@@ -76,6 +76,10 @@ class SymbolicSizeError(ValueError, AssertionError):
   also an AssertionError because tinygrad asserts on the same misuse (chunk along a symbolic dim), and code ported
   from it catches that."""
 
+class BindMismatchError(ValueError, RuntimeError):
+  """One graph binds a Variable to two values. A ValueError like attograd's other argument errors; also the
+  RuntimeError tinygrad raises for it."""
+
 def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any) -> tuple:
   # floats need care: -0.0 == 0.0 and nan != nan, but they are different constants
   if arg.__class__ is float: arg = ("f", arg if arg == arg else "nan", math.copysign(1.0, arg))
@@ -249,13 +253,16 @@ class UOp(metaclass=UOpMetaClass):
       if u.op is Ops.BIND:
         var, val = u.src[0], u.src[1].arg
         if vals.setdefault(var, val) != val:
-          raise ValueError(f"unbind_all: Variable {var.expr!r} is bound to both {vals[var]} and {val}")
+          raise BindMismatchError(f"unbind_all: bind mismatch on Variable {var.expr!r}: bound to both {vals[var]} and "
+                                  f"{val}")
         memo[u] = var
         continue
       arg = u.arg
       if u.op in GroupOp.Movement and _has_sym(arg):
-        arg = tuple(tuple(_unbind_into(b, vals) for b in a) if isinstance(a, tuple) else _unbind_into(a, vals) for a in arg)
-      memo[u] = u if arg is u.arg and all(memo[x] is x for x in u.src) else UOp(u.op, u.dtype, tuple(memo[x] for x in u.src), arg)
+        arg = tuple(tuple(_unbind_into(b, vals) for b in a) if isinstance(a, tuple) else _unbind_into(a, vals)
+                    for a in arg)
+      src = tuple(memo[x] for x in u.src)
+      memo[u] = u if arg is u.arg and src == u.src else UOp(u.op, u.dtype, src, arg)
     return memo[self], vals
   def contiguous_view_offset(self) -> sint | None:
     """The element offset into its buffer when this is a contiguous run of a buffer's elements (a BUFFER seen through
@@ -296,8 +303,8 @@ def sym_val(x: sint, vals: dict[str, int] | None = None) -> int:
   return exec_alu(x.op, x.dtype, [sym_val(s, vals) for s in x.src])
 
 def _has_sym(arg: Any) -> bool:
-  return isinstance(arg, tuple) and any(isinstance(a, UOp) or (isinstance(a, tuple) and any(isinstance(b, UOp) for b in a))
-                                        for a in arg)
+  return isinstance(arg, tuple) and \
+    any(isinstance(a, UOp) or (isinstance(a, tuple) and any(isinstance(b, UOp) for b in a)) for a in arg)
 
 def _unbind_into(x: Any, vals: dict[UOp, int]) -> Any:
   """A size with its bound Variables replaced by the Variables, their values noted in `vals`."""
@@ -305,7 +312,8 @@ def _unbind_into(x: Any, vals: dict[UOp, int]) -> Any:
   unbound, v = x.unbind_all()
   for var, val in v.items():
     if vals.setdefault(var, val) != val:
-      raise ValueError(f"unbind_all: Variable {var.expr!r} is bound to both {vals[var]} and {val}")
+      raise BindMismatchError(f"unbind_all: bind mismatch on Variable {var.expr!r}: bound to both {vals[var]} and "
+                              f"{val}")
   return unbound
 
 def sym_infer(x: sint, var_vals: dict[str, int]) -> int:
@@ -388,7 +396,8 @@ def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   for b in shapes[1:]: out = _broadcast_pair(out, b, shapes)
   return out
 
-def _broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...], shapes: tuple[tuple[sint, ...], ...] = ()) -> tuple[sint, ...]:
+def _broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...],
+                    shapes: tuple[tuple[sint, ...], ...] = ()) -> tuple[sint, ...]:
   # two shapes, ints first: this runs for every binary op whose operands' shapes differ
   n = max(len(a), len(b))
   pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b

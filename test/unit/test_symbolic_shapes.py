@@ -274,7 +274,8 @@ def test_conv2d_symbolic_limits() -> None:
   out = Tensor.ones(1, 8, 100)[:, :, :v.bind(79)].conv2d(Tensor.ones(16, 8, 12), stride=6, padding=(3, 3))
   assert sym_infer(out.shape[2], {"v": 79}) == 13 and sym_infer(out.shape[2], {"v": 11}) == 1
   x = Tensor.ones(1, 1, 20, 9)[:, :, :Variable("h", 3, 20).bind(9)]
-  with pytest.raises(SymbolicSizeError, match="larger than the symbolic input size h"): x.conv2d(Tensor.ones(1, 1, 8, 1))
+  with pytest.raises(SymbolicSizeError, match="larger than the symbolic input size h"):
+    x.conv2d(Tensor.ones(1, 1, 8, 1))
   x = Tensor.ones(1, 1, 20, 9)[:, :, :Variable("h", 8, 20).bind(9)]
   with pytest.raises(SymbolicSizeError, match="56 elements"): x.conv2d(Tensor.ones(1, 1, 8, 7))
 
@@ -287,3 +288,14 @@ def test_symbolic_size_helpers() -> None:
   for n in range(11, 101):  # the ceiling for every value (C division truncates: -(-a // b) gave the floor)
     assert ceildiv(v - 5, 6).substitute({v: UOp.const(v.dtype, n)}).ssimplify() == -(-(n - 5) // 6)
   assert UOp.const(8) is UOp.const(v.dtype, 8)  # tinygrad's newer spelling: the value alone
+
+def test_index_by_a_variable_and_bind_mismatch(device: str) -> None:
+  a = Tensor(np.arange(1000, dtype=np.int32).reshape(100, 10), device=device)
+  vi = Variable("i", 0, 99)
+  assert a[vi.bind(12)].tolist() == list(range(120, 130))
+  assert a[vi.bind(12)].cat(a[Variable("j", 0, 99).bind(76)]).tolist() == list(range(120, 130)) + list(range(760, 770))
+  for err in (RuntimeError, ValueError):  # tinygrad's RuntimeError, and attograd's argument error
+    with pytest.raises(err, match="bind mismatch on Variable 'i': bound to both 12 and 76"):
+      a[vi.bind(12)].cat(a[vi.bind(76)]).tolist()
+  with pytest.raises(RuntimeError, match="bind mismatch"):
+    (Tensor.ones(3)[:vi.bind(1)].sum() + vi.bind(2)).uop.unbind_all()
