@@ -249,13 +249,13 @@ def test_variable_tensor_realizes_on_its_own_device() -> None:
     t = Tensor.full((3,), v, device=dev).contiguous().realize()
     assert t.device == dev and t.uop.base.device == dev and t.tolist() == [5, 5, 5]
 
-@pytest.mark.parametrize("k,stride,dilation,padding", [(3, 1, 1, 1), (2, 2, 1, 0), (3, 2, 2, 1), (5, 1, 1, "same")])
+@pytest.mark.parametrize("k,stride,dilation,padding", [(3, 1, 1, 1), (2, 2, 1, 0), (3, 2, 2, 1), (4, 1, 1, "same")])
 def test_conv2d_over_a_symbolic_size(device: str, k: int, stride: int, dilation: int, padding) -> None:
   # the output size is a ceiling division of the symbolic size (C's division rounds toward zero: -(-a // b) was wrong)
   rng = np.random.default_rng(4)
-  xa, wa = rng.standard_normal((2, 3, 12, 5)).astype(np.float32), rng.standard_normal((4, 3, k, k)).astype(np.float32)
-  v = Variable("h", 5, 12)
-  for n in (12, 7, 5):
+  xa, wa = rng.standard_normal((1, 2, 10, 4)).astype(np.float32), rng.standard_normal((2, 2, k, k)).astype(np.float32)
+  v = Variable("h", 5, 10)
+  for n in (10, 5):
     x, w = Tensor(xa[:, :, :n], device=device), Tensor(wa, device=device)
     xs = Tensor(xa, device=device, requires_grad=True)
     out = xs[:, :, :v.bind(n)].conv2d(Tensor(wa, device=device), stride=stride, dilation=dilation, padding=padding)
