@@ -299,3 +299,31 @@ def test_index_by_a_variable_and_bind_mismatch(device: str) -> None:
       a[vi.bind(12)].cat(a[vi.bind(76)]).tolist()
   with pytest.raises(RuntimeError, match="bind mismatch"):
     (Tensor.ones(3)[:vi.bind(1)].sum() + vi.bind(2)).uop.unbind_all()
+
+def test_symbolic_padding(device: str) -> None:
+  a = np.arange(16, dtype=np.float32).reshape(2, 8)
+  t = Tensor(a, device=device)
+  for n in (1, 5, 8):
+    sp = Variable("sp", 1, 8).bind(n)
+    # 8 - sp may be 0..7: taken as a growth, so the padded size is 8 again (a concrete shape, not a max expression)
+    out = t[:, :sp].pad((None, (0, 8 - sp)))
+    assert out.shape == (2, 8)
+    np.testing.assert_allclose(out.numpy(), np.pad(a[:, :n], ((0, 0), (0, 8 - n))))
+  sp = Variable("sp", 1, 8).bind(8)
+  with pytest.raises(ValueError, match=r"symbolic padding \(\(sp\*-1\)\+7\) is -1"): t[:, :sp].pad((None, (0, 7 - sp)))
+
+def test_jit_kv_cache_with_a_symbolic_start(device: str) -> None:
+  # LLaMA's cache update: the cache so far, the new keys after it, padded back to the cache's size, written in place
+  bsz, ctx = 2, 8
+  class Attn:
+    @TinyJit
+    def __call__(self, xk: Tensor, start_pos) -> None:
+      seqlen = xk.shape[1]
+      if not hasattr(self, "cache"): self.cache = Tensor.zeros(bsz, ctx, 1, 1, device=device).contiguous().realize()
+      keys = self.cache.shrink((None, (0, start_pos), None, None)).cat(xk, dim=1) if start_pos > 0 else xk
+      self.cache.assign(keys.pad((None, (0, ctx - start_pos - seqlen), None, None)).contiguous()).realize()
+  attn = Attn()
+  attn(Tensor.ones(bsz, 3, 1, 1, device=device).contiguous(), 0)
+  for i in range(3, 6):
+    attn(Tensor.full((bsz, 1, 1, 1), float(i), device=device).contiguous(), Variable("start_pos", 1, ctx).bind(i))
+  np.testing.assert_allclose(attn.cache.numpy().reshape(bsz, ctx), [[1, 1, 1, 3, 4, 5, 0, 0]] * bsz)
