@@ -15,7 +15,7 @@ from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedu
                                       remember_weakly)
 from attograd.uop.view import _smax, is_symbolic
 from attograd.engine.realize import run_schedule
-from attograd.engine import multi
+from attograd.engine import multi, realize as _realize_mod
 from attograd.engine.profile import PROFILER
 from attograd import viz
 from attograd.viz import VIZ
@@ -990,6 +990,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if any(sym_val(s) < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
     if sym_val(prod(new)) != sym_val(numel):
       raise ValueError(f"reshape: can't reshape {self.shape} ({sym_val(numel)} elements) to {new} ({sym_val(prod(new))} elements)")
+    if _realize_mod.size_checks is not None and (numel.__class__ is not int or is_symbolic(new)) and not sym_eq(prod(new), numel):
+      _realize_mod.size_checks.append((prod(new), numel, True, f"reshape of {self._shape_repr()} to {_shape_str(new)}"))
     return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
   def view(self, *shape: Any, **kw: Any) -> Tensor:
     """reshape under PyTorch's name; `view(shape=(2, 3))` as in tinygrad."""
@@ -1024,6 +1026,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       # with an unbound Variable the check waits for its value (the kernel's bounds come from the Variable's range)
       if (v := _values(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
         raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
+      if _realize_mod.size_checks is not None and not (b.__class__ is int and e.__class__ is int and s.__class__ is int):
+        what = f"shrink {_args_str(arg)} of {self._shape_repr()}"
+        _realize_mod.size_checks.extend(((0, b, False, what), (b, e, False, what), (e, s, False, what)))
     if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
@@ -1468,7 +1473,8 @@ def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
   shape = u.shape
   red = prod(shape[a] for a in axes)
   outs = prod(s for i, s in enumerate(shape) if i not in axes)
-  if red >= 65536 and outs < 64 and len(axes) >= 1:
+  # (a symbolic count isn't split: how to split it would depend on the Variable's value)
+  if red.__class__ is int and outs.__class__ is int and red >= 65536 and outs < 64 and len(axes) >= 1:
     # fold the reduced axes into one, then split it into (split, red/split)
     perm = tuple(i for i in range(len(shape)) if i not in axes) + axes
     x = UOp(Ops.PERMUTE, u.dtype, (u,), perm) if perm != tuple(range(len(shape))) else u

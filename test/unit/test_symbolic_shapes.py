@@ -327,3 +327,13 @@ def test_jit_kv_cache_with_a_symbolic_start(device: str) -> None:
   for i in range(3, 6):
     attn(Tensor.full((bsz, 1, 1, 1), float(i), device=device).contiguous(), Variable("start_pos", 1, ctx).bind(i))
   np.testing.assert_allclose(attn.cache.numpy().reshape(bsz, ctx), [[1, 1, 1, 3, 4, 5, 0, 0]] * bsz)
+
+def test_jit_replay_checks_the_captured_sizes(device: str) -> None:
+  # regression: a replay with a value the function's shrink would refuse read past the buffer (garbage, or a crash)
+  x = Tensor([1.0, 2.0, 3.0], device=device).realize()
+  @TinyJit
+  def f(x: Tensor, v) -> Tensor: return x[:v].sum().realize()
+  assert [f(x, Variable("a", 1, 10**6).bind(n)).item() for n in (1, 2, 3, 2)] == [1.0, 3.0, 6.0, 3.0]
+  with pytest.raises(ValueError, match=r"a=999999 the captured shrink \(\(0, a\),\) of \(3,\) is out of bounds"):
+    f(x, Variable("a", 1, 10**6).bind(999999))
+  assert f(x, Variable("a", 1, 10**6).bind(3)).item() == 6.0 and f.captured is not None
