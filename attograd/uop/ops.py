@@ -240,6 +240,9 @@ class UOp(metaclass=UOpMetaClass):
     name, lo, hi = self.arg
     if not isinstance(val, int) or not lo <= val <= hi:
       raise ValueError(f"bind: {val!r} is outside Variable {name!r}'s range [{lo}, {hi}]")
+    if not -2**31 <= val < 2**31:  # kernels take a Variable's value as a 32-bit int: it would wrap silently
+      raise ValueError(f"bind: {val} for Variable {name!r} doesn't fit in 32 bits, and kernels take Variables as "
+                       "int32; pass a value this large as a Tensor instead")
     return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
   def unbind(self) -> tuple[UOp, int]:
     if self.op is not Ops.BIND: raise TypeError(f"unbind: {self.op} is not a bound Variable")

@@ -337,3 +337,10 @@ def test_jit_replay_checks_the_captured_sizes(device: str) -> None:
   with pytest.raises(ValueError, match=r"a=999999 the captured shrink \(\(0, a\),\) of \(3,\) is out of bounds"):
     f(x, Variable("a", 1, 10**6).bind(999999))
   assert f(x, Variable("a", 1, 10**6).bind(3)).item() == 6.0 and f.captured is not None
+
+def test_bind_refuses_values_kernels_cant_take() -> None:
+  # regression: Variable("b", 0, 2**40, dtype=int64).bind(2**35) reached kernels as a wrapped 32-bit int (0)
+  from attograd import dtypes
+  big = Variable("b", 0, 2**40, dtype=dtypes.int64)
+  assert Tensor(big.bind(2**31 - 1)).item() == 2**31 - 1
+  with pytest.raises(ValueError, match="doesn't fit in 32 bits"): big.bind(2**35)
