@@ -9,12 +9,13 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
                               prod)
-from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
+from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
+                              ssimp, sym_eq, sym_max, sym_val, unbind_sint)
 from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
                                       remember_weakly)
-from attograd.uop.view import is_symbolic
+from attograd.uop.view import _smax, is_symbolic
 from attograd.engine.realize import run_schedule
-from attograd.engine import multi
+from attograd.engine import multi, realize as _realize_mod
 from attograd.engine.profile import PROFILER
 from attograd import viz
 from attograd.viz import VIZ
@@ -107,7 +108,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if dtype is not None: dtype = to_dtype(dtype)
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
-    if isinstance(data, UOp): uop = data
+    if isinstance(data, UOp):
+      uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
+      if uop.device is None and uop.op in _SCALAR_EXPR and \
+         any(x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in uop.toposort()):
+        # a Variable's value as a tensor: 0 + v ties it to the device (the graph alone names none, so the same
+        # graph realized for another device would reuse this one's schedule)
+        uop = UOp(Ops.ADD, uop.dtype, (_const(0, uop.dtype, device), uop))
     elif isinstance(data, Tensor): uop = data.uop if dtype is None else data.cast(dtype).uop
     elif data is None: uop = _buffer_from_bytes(b"", (0,), dtype or dtypes.default_float, device)
     elif isinstance(data, (bool, int, float)):
@@ -437,6 +444,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def empty(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     shp = _check_shape(argfix(*shape), "empty")
+    if is_symbolic(shp):  # a buffer for the Variables' largest values, seen as its first prod(shape) elements
+      buf = new_buffer_uop(Device.canonicalize(device), sym_max(prod(shp)), d)
+      return Tensor(_reshape_uop(UOp(Ops.SHRINK, d, (buf,), ((0, ssimp(prod(shp))),)), shp), device=device, **kw)
     if (dev := Device.canonicalize(device)).__class__ is tuple:  # one whole buffer per device
       return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None), device=dev, **kw)
     return Tensor(_reshape_uop(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
@@ -460,6 +470,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(dtype, str) and dtype not in DTYPES_DICT and device is None: dtype, device = None, dtype  # old order
     if buffer: return Tensor.full(shape, fill_value, dtype, device, **kw).contiguous()
     shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
+    if isinstance(fill_value, UOp):  # a bound Variable (or an int expression of them): its value, read in the kernel
+      fill = Tensor(_size_arg(fill_value, "full"), device=device, dtype=dtype)
+      return Tensor(fill.uop, device=device, **kw).reshape((1,) * len(shp)).expand(shp)
     d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     return Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw).reshape((1,) * len(shp)).expand(shp)
   @staticmethod
@@ -482,8 +495,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
     """Evenly spaced values in [start, stop): `Tensor.arange(5)` is 0, 1, 2, 3, 4."""
     if stop is None: start, stop = 0, start
-    for x in (start, stop, step):
-      if isinstance(x, UOp): _symbolic_error("arange", x)
+    if isinstance(start, UOp) or isinstance(stop, UOp) or isinstance(step, UOp):
+      return _symbolic_arange(start, stop, step, kw)
     if step == 0: raise ValueError("arange: step must not be zero")
     dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.from_py([start, stop, step])
     n = max(0, math.ceil((stop - start) / step))
@@ -650,7 +663,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(y, Tensor) and y.uop.shape == xu.shape and y.uop.dtype is xu.dtype and y.device == x.device:
       return (y, x) if reverse else (x, y)
     if not isinstance(y, Tensor):
-      if isinstance(y, UOp): y = Tensor(y)
+      if isinstance(y, UOp):  # a symbolic int (a bound Variable) takes the tensor's dtype, as a Python int would
+        yd = dtypes.default_int if x.dtype is dtypes.bool else x.dtype
+        y = Tensor(y if y.dtype == yd else UOp(Ops.CAST, yd, (y,)), device=x.device)
       elif not isinstance(y, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
       else:
         # a Python scalar adopts the tensor's dtype unless it is a float meeting an int/bool tensor
@@ -664,7 +679,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
     if reverse: x, y = y, x
-    shape = _broadcast_shape(x.shape, y.shape)
+    shape = _broadcast_pair(x.shape, y.shape)
     return x._broadcast_to(shape), y._broadcast_to(shape)
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
     if self.shape == shape: return self
@@ -1014,11 +1029,22 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """The same elements with a new shape; one dim may be -1. A dim may be a bound Variable (or an expression of
     them): the tensor then has a symbolic shape, and kernels over it compile once for every value."""
     new = argfix(shape, *args)
+    if None in new:  # None keeps the dim at that position, as in tinygrad
+      if len(new) > self.ndim and None in new[self.ndim:]:
+        raise ValueError(f"reshape: None keeps a dim, but {self.shape} has no dim {new.index(None, self.ndim)}: "
+                         f"got {new}")
+      new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if any(not isinstance(s, int) for s in new):
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
-      new = tuple(_size_arg(s, "reshape") for s in new)
+      new = tuple(_size_arg(s, "reshape", bound=False) for s in new)
     if new.count(-1) > 1: raise ValueError(f"reshape: only one dim can be -1, got {new}")
     numel = self.numel()
+    if _values(*new, numel) is None:  # an unbound Variable: the sizes must agree for every value
+      if -1 in new or not sym_eq(prod(new), numel):
+        raise ValueError(f"reshape: can't reshape {_shape_str(self.shape)} to {_shape_str(new)}: with an unbound "
+                         "Variable the element counts must be equal for every value (bind it to check them with "
+                         "its value)")
+      return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
     if -1 in new:
       rest = prod(s for s in new if s != -1)
       if sym_val(rest) == 0 or sym_val(numel) % sym_val(rest): raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
@@ -1026,6 +1052,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if any(sym_val(s) < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
     if sym_val(prod(new)) != sym_val(numel):
       raise ValueError(f"reshape: can't reshape {self.shape} ({sym_val(numel)} elements) to {new} ({sym_val(prod(new))} elements)")
+    if _realize_mod.size_checks is not None and (numel.__class__ is not int or is_symbolic(new)) and not sym_eq(prod(new), numel):
+      _realize_mod.size_checks.append((prod(new), numel, True, f"reshape of {self._shape_repr()} to {_shape_str(new)}"))
     return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
   def view(self, *shape: Any, **kw: Any) -> Tensor:
     """reshape under PyTorch's name; `view(shape=(2, 3))` as in tinygrad."""
@@ -1054,9 +1082,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) of each dim (None keeps the dim whole)."""
     if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
-    full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink"), _size_arg(a[1], "shrink")) for a, s in zip(arg, self.shape))
+    full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink", bound=False),
+                                           _size_arg(a[1], "shrink", bound=False)) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(full, self.shape):
-      if not 0 <= sym_val(b) <= sym_val(e) <= sym_val(s): raise ValueError(f"shrink: {arg} is out of bounds for shape {self.shape}")
+      # with an unbound Variable the check waits for its value (the kernel's bounds come from the Variable's range)
+      if (v := _values(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
+        raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
+      if _realize_mod.size_checks is not None and not (b.__class__ is int and e.__class__ is int and s.__class__ is int):
+        what = f"shrink {_args_str(arg)} of {self._shape_repr()}"
+        _realize_mod.size_checks.extend(((0, b, False, what), (b, e, False, what), (e, s, False, what)))
     if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
@@ -1151,6 +1185,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     axes = self._axes(axis, "var")
     n = prod(self.shape[a] for a in axes)
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
+    if isinstance(n, UOp):  # a symbolic count: divide by max(0, n - correction) in the kernel (0 dof gives nan or inf)
+      return sq.div(_smax(ssimp(n - correction), 0)).cast(out_dtype)
     return (sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan).cast(out_dtype)
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
@@ -1289,13 +1325,28 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
 
 # ***** helpers below the class *****
 
-def _size_arg(x: Any, op: str) -> sint:
-  """A size given to a movement op: an int, or an int expression over bound Variables (checked to have values)."""
+_SCALAR_EXPR = GroupOp.ALU | {Ops.CAST, Ops.BIND, Ops.DEFINE_VAR}
+
+def _size_arg(x: Any, op: str, bound: bool = True) -> sint:
+  """A size given to a movement op: an int, or an int expression over Variables (bound ones unless bound=False)."""
   if not isinstance(x, UOp): return int(x)
   if not dtypes.is_int(x.dtype): raise TypeError(f"{op}: a symbolic size must be an int expression, got {x.dtype}")
-  try: sym_val(x)
-  except ValueError as e: raise ValueError(f"{op}: {e}") from None
+  if bound:
+    try: sym_val(x)
+    except ValueError as e: raise ValueError(f"{op}: {e}") from None
   return ssimp(x)
+
+def _values(*xs: sint) -> list[int] | None:
+  """The values of sizes, or None when one has an unbound Variable."""
+  try: return [sym_val(x) for x in xs]
+  except ValueError: return None
+
+def _args_str(arg: Any) -> str:
+  """Movement args for messages: symbolic sizes as their expressions."""
+  if isinstance(arg, UOp): return arg.render()
+  if isinstance(arg, (tuple, list)):
+    return "(" + ", ".join(_args_str(a) for a in arg) + ("," if len(arg) == 1 else "") + ")"
+  return repr(arg)
 
 def _concrete_uop(u: UOp) -> UOp:
   """A view chain with each symbolic size in its movement args replaced by its bound value."""
@@ -1309,7 +1360,8 @@ def _empty_nested(shape: tuple[int, ...]) -> Any:
 
 def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  if op == "full" and is_symbolic(shape):  # a constant over a symbolic shape is only a view: nothing to allocate
+  # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest values
+  if op in ("full", "empty") and is_symbolic(shape):
     return tuple(_size_arg(s, op) if isinstance(s, UOp) else s for s in shape)
   for s in shape:
     if isinstance(s, UOp): _symbolic_error(op, s)
@@ -1318,14 +1370,15 @@ def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
 
 def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
   names = ", ".join(repr(v.expr) for v in size.variables())
-  raise ValueError(f"{op}: needs concrete sizes, but {where or 'it was given'} the symbolic size {size.render()} "
+  raise SymbolicSizeError(f"{op}: needs concrete sizes, but {where or 'it was given'} the symbolic size "
+                          f"{size.render()} "
                    f"(Variable {names}); use a concrete shape here (e.g. reshape to the bound value) or pad to the maximum")
 
 # ops whose sizes are Python ints in their construction (index ranges, windows, sort networks, random counters):
 # a tensor with a symbolic shape gets an error naming the op and the Variable instead of a failure deep inside
-_CONCRETE_ONLY = ("conv2d", "conv_transpose2d", "max_pool2d", "max_unpool2d", "avg_pool2d", "argmax", "argmin",
+_CONCRETE_ONLY = ("conv_transpose2d", "max_pool2d", "max_unpool2d", "avg_pool2d", "argmax", "argmin",
                   "argsort", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "topk", "one_hot",
-                  "interpolate", "gather", "scatter", "scatter_reduce", "tril", "triu", "diag", "diagonal", "unfold",
+                  "interpolate", "gather", "scatter", "scatter_reduce", "diag", "diagonal", "unfold",
                   "meshgrid", "rearrange", "repeat_interleave", "roll", "masked_select", "qr", "svd",
                   "newton_schulz")
 
@@ -1503,21 +1556,13 @@ def _writable_view(u: UOp) -> tuple[UOp, DType] | None:
   for m in reversed(chain): u = UOp(m.op, u.dtype, (u,), m.arg)
   return u, u.dtype
 
-def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-  n = max(len(a), len(b))
-  pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-  out = []
-  for x, y in zip(pa, pb):
-    if x != y and x != 1 and y != 1: raise ValueError(f"shapes {a} and {b} can't be broadcast together")
-    out.append(y if x == 1 else x)
-  return tuple(out)
-
 def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
   """A reduce; a long reduce to few outputs is split in two so both stages can use every core."""
   shape = u.shape
   red = prod(shape[a] for a in axes)
   outs = prod(s for i, s in enumerate(shape) if i not in axes)
-  if red >= 65536 and outs < 64 and len(axes) >= 1:
+  # (a symbolic count isn't split: how to split it would depend on the Variable's value)
+  if red.__class__ is int and outs.__class__ is int and red >= 65536 and outs < 64 and len(axes) >= 1:
     # fold the reduced axes into one, then split it into (split, red/split)
     perm = tuple(i for i in range(len(shape)) if i not in axes) + axes
     x = UOp(Ops.PERMUTE, u.dtype, (u,), perm) if perm != tuple(range(len(shape))) else u
@@ -1553,6 +1598,29 @@ def _hash32(x: Tensor) -> Tensor:
   return x ^ (x >> 16)
 
 _index_cache: dict[tuple[int, str], Tensor] = {}
+def _symbolic_arange(start: sint, stop: sint, step: sint, kw: dict[str, Any]) -> Tensor:
+  """arange with bounds or step that are int expressions of bound Variables: a symbolic length ceil((stop - start) /
+  step), as a view of the index buffer for the largest length, and values start + step * i computed in the kernel."""
+  for x in (start, stop, step):
+    if isinstance(x, UOp): _size_arg(x, "arange")
+    elif not isinstance(x, int): raise TypeError(f"arange: symbolic bounds need int start, stop and step, got {x!r}")
+  if step.__class__ is int and step == 0: raise ValueError("arange: step must not be zero")
+  if isinstance(step, UOp) and not (unbind_sint(step).simplify().vmin > 0):
+    raise ValueError(f"arange: a symbolic step must be positive for every value of its Variables, got {step.render()}")
+  sign = 1 if isinstance(step, UOp) or step > 0 else -1
+  span = ssimp((stop - start) * sign + (step * sign - 1))  # type: ignore[operator]
+  count = ssimp(span // (step * sign)) if isinstance(span, UOp) or isinstance(step, UOp) else span // (step * sign)
+  n = _smax(count, 0)
+  dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.default_int
+  device = Device.canonicalize(kw.pop("device", None))
+  top = sym_max(n)
+  idx = _index_tensor(top, device)
+  if n.__class__ is not int or n != top: idx = idx.shrink(((0, n),))
+  out = idx.cast(dtype)
+  if not (step.__class__ is int and step == 1): out = out * step
+  if not (start.__class__ is int and start == 0): out = out + start
+  return Tensor(out.uop, device=device, **kw)
+
 def _index_tensor(n: int, device: str) -> Tensor:
   """0..n-1 as int32 (int64 past 2**31 - 1). Small ones are stored once per device; large ones combine two small ones
   (i*B + j)."""

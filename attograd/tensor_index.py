@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import Ops
+from attograd.uop.ops import Ops, UOp, sint, ssimp, sym_max
 if TYPE_CHECKING: from attograd.tensor import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
@@ -39,6 +39,33 @@ def _expand_bool_indices(x: Tensor, idx: list[Any]) -> list[Any]:
       out.append(Tensor([(k // stride) % i.shape[d] for k in flat], device=x.device, dtype=dtypes.int32))
   return out
 
+def _symbolic_slice(i: slice, size: sint, dim: int) -> tuple[sint, sint] | None:
+  """The (start, stop) of a slice that involves a symbolic size, or None for a plain int slice. Negative int bounds
+  count from the (maybe symbolic) end, as slice.indices does; int bounds over a symbolic size clamp to its largest
+  value (so `x[:, :vi][:, :3]` has the concrete size 3)."""
+  if isinstance(i.start, UOp) or isinstance(i.stop, UOp) or isinstance(i.step, UOp):
+    if any(not (b is None or isinstance(b, int) or (isinstance(b, UOp) and dtypes.is_int(b.dtype))) for b in
+           (i.start, i.stop, i.step)):
+      raise IndexError(f"invalid slice {i!r}: bounds must be ints or int expressions of Variables")
+  elif size.__class__ is int: return None
+  if i.step is not None and i.step != 1:
+    if isinstance(i.step, UOp) or isinstance(i.start, UOp) or isinstance(i.stop, UOp):
+      step = i.step.render() if isinstance(i.step, UOp) else i.step
+      raise IndexError(f"slice {i!r} of dim {dim}: a symbolic slice needs step 1, got step {step}")
+    if not all(isinstance(b, int) and b >= 0 for b in (i.start, i.stop)):  # the bounds would depend on the size
+      shown = size.render()  # type: ignore[union-attr]
+      raise IndexError(f"slice {i!r} of dim {dim}: a step other than 1 over the symbolic size {shown} "
+                       "needs explicit non-negative int start and stop")
+    return None  # int bounds with a step over a symbolic size: the int path, clamped to the largest size
+  start: sint = 0 if i.start is None else i.start
+  stop: sint = size if i.stop is None else i.stop
+  if start.__class__ is int and start < 0: start = ssimp(start + size)
+  if stop.__class__ is int and stop < 0: stop = ssimp(stop + size)
+  if start.__class__ is int and stop.__class__ is int:  # both bounds concrete: clamp against the largest size
+    start, stop = min(start, sym_max(size)), min(stop, sym_max(size))
+    return start, max(start, stop)
+  return ssimp(start), ssimp(stop)
+
 def _getitem(t: Tensor, indices: Any) -> Tensor:
   from attograd.tensor import Tensor
   idx = _normalize(t, indices)
@@ -59,15 +86,22 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
       new_shape.append(size)
       dim += 1
       continue
-    if isinstance(i, bool) or not isinstance(i, (int, slice)):
+    if isinstance(i, UOp) and dtypes.is_int(i.dtype) and not i.shape: pass  # a symbolic int index (a bound Variable)
+    elif isinstance(i, bool) or not isinstance(i, (int, slice)):
       raise IndexError(f"invalid index {i!r}: use ints, slices, None, ..., or integer/bool tensors")
-    if isinstance(i, int):
-      if not -size <= i < size: raise IndexError(f"index {i} is out of bounds for dim {dim} with size {size}")
-      i = i + size if i < 0 else i
-      x = x.shrink(tuple((i, i + 1) if d == dim else None for d in range(x.ndim)))
+    if not isinstance(i, slice):
+      if i.__class__ is int and size.__class__ is int and not -size <= i < size:
+        raise IndexError(f"index {i} is out of bounds for dim {dim} with size {size}")
+      if i.__class__ is int and i < 0: i = ssimp(i + size)
+      x = x.shrink(tuple((i, ssimp(i + 1)) if d == dim else None for d in range(x.ndim)))
       x = x.reshape(x.shape[:dim] + x.shape[dim + 1:])
       continue
-    start, stop, step = i.indices(size)
+    if (sym := _symbolic_slice(i, size, dim)) is not None:
+      x = x.shrink(tuple(sym if d == dim else None for d in range(x.ndim)))
+      new_shape.append(x.shape[dim])
+      dim += 1
+      continue
+    start, stop, step = i.indices(size if size.__class__ is int else sym_max(size))
     if step > 0: n = max(0, -(-(stop - start) // step))
     else: n = max(0, -(-(start - stop) // -step))
     if n == 0:

@@ -14,7 +14,7 @@ from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.engine.schedule import buffers, new_buffer_uop
 from attograd.helpers import DEBUG, JIT, GlobalCounters
 from attograd.tensor import Tensor, _contiguous_view_of_buffer, _prefix_of_buffer
-from attograd.uop.ops import GroupOp, Ops, UOp, unbind_sint
+from attograd.uop.ops import GroupOp, Ops, UOp, sym_val, unbind_sint
 from attograd.engine.schedule import _SIZED, _bind_size, _map_arg, _sym_arg, _unbind_size
 
 class JitError(Exception):
@@ -235,10 +235,12 @@ class CapturedJit:
       self.outs.append((_unbind_chain(t.uop), buffers[base] if base.op is Ops.BUFFER else None))
     self.written = [b for k, b in written.items() if k not in where]
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
+    self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see realize.size_checks
 
   def __call__(self, tensors: list[Tensor], variables: dict[str, UOp]) -> Any:
     # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
     st = time.perf_counter() if DEBUG >= 1 else 0.0
+    if self.size_checks: self._check_sizes(variables)
     for t, slots in zip(tensors, self.in_slots):
       b = buffers[t.uop.base]
       raw = b._buf
@@ -268,6 +270,17 @@ class CapturedJit:
       else: outs.append(Tensor(_swap_base(u, new_buffer_uop(buf.device, buf.size, buf.dtype, buf), vals)))
     return _rebuild(self.ret, outs)
 
+  def _check_sizes(self, variables: dict[str, UOp]) -> None:
+    """The captured kernels are right only where the traced function's size checks pass for this call's values."""
+    vals = {n: v.src[1].arg for n, v in variables.items()}
+    for a, b, is_eq, what in self.size_checks:
+      va, vb = sym_val(a, vals), sym_val(b, vals)
+      if (va != vb) if is_eq else (va > vb):
+        shown = ", ".join(f"{n}={v}" for n, v in sorted(vals.items()))
+        raise JitValueError(f"TinyJit: with {shown} the captured {what} is out of bounds ({va} {'!=' if is_eq else '>'} "
+                            f"{vb}): its kernels would read outside their buffers. Keep the Variables in the range the "
+                            "function allows, or call it without the jit for this value")
+
 def _fast_call(runner: CompiledRunner, nbufs: int) -> Callable[..., Any]:
   """The cheapest callable running this kernel with (buffer handles..., variable values...): the ctypes function
   itself where the runtime exposes one with its argument types set, else a call through the program object."""
@@ -277,6 +290,11 @@ def _fast_call(runner: CompiledRunner, nbufs: int) -> Callable[..., Any]:
   prg = runner.prg
   def call(*args: Any) -> None: prg(*args[:nbufs], vals=tuple(args[nbufs:]), **launch)
   return call
+
+def _reads_any(sizes: tuple[Any, ...], variables: dict[str, UOp]) -> bool:
+  """Whether any of the sizes is bound through one of the call's Variables."""
+  return any(isinstance(x, UOp) and any(u.op is Ops.BIND and u.src[0].arg[0] in variables for u in x.toposort())
+             for x in sizes)
 
 class _Entry:
   """One argument signature's state: run once (captured None), then captured; `last` orders entries by last use."""
@@ -386,11 +404,13 @@ class TinyJit(Generic[ReturnType]):
     rng_start = Tensor._rng_counter
     rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
     _realize.capturing, _capturing, Tensor._rng_base = rec, self, (rng, rng_start)
+    checks: list[tuple[Any, Any, bool, str]] = []
+    _realize.size_checks = checks
     try:
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])
-    finally: _realize.capturing, _capturing, Tensor._rng_base = None, None, None
+    finally: _realize.capturing, _capturing, Tensor._rng_base, _realize.size_checks = None, None, None, None
     if not rec:
       raise JitRuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
@@ -407,6 +427,8 @@ class TinyJit(Generic[ReturnType]):
     specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]
     self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
     if (used := Tensor._rng_counter - rng_start): self.captured.rng = (buffers[rng.uop.base], used)
+    # the size facts over this call's Variables, checked again on each replay (those over constants hold for good)
+    self.captured.size_checks = [c for c in dict.fromkeys(checks) if _reads_any(c[:2], variables)]
     if DEBUG >= 1: print(f"jit: captured {len(rec)} kernels of {self!r}")
     return ret
 

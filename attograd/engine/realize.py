@@ -222,6 +222,10 @@ copy_runner = CopyRunner()
 
 # the recording a TinyJit is making: (runner, buffers, variable values) per kernel run, or None when not capturing
 capturing: list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]] | None = None
+# while a TinyJit captures: the facts about symbolic sizes that the traced function's checks passed on, as
+# (a, b, is_eq, what) for a <= b (a == b when is_eq). A replay with other Variable values checks them again: its
+# kernels, built for the captured values, would otherwise read outside their buffers (x[:v] with v past x's size)
+size_checks: list[tuple[Any, Any, bool, str]] | None = None
 
 def run_schedule(items: list[ScheduleItem]) -> None:
   _prepare(items)

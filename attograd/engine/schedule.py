@@ -7,7 +7,7 @@ from typing import Any
 from attograd.dtype import DType, dtypes
 from attograd.device import Buffer
 from attograd.helpers import prod
-from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_max
+from attograd.uop.ops import BindMismatchError, GroupOp, Ops, UOp, sint, ssimp, sym_max
 from attograd.uop.view import ShapeTracker
 from attograd.engine.memory import plan_schedule
 from attograd.engine import multi
@@ -323,7 +323,8 @@ def _note_value(bind: UOp, var_vals: dict[UOp, int]) -> None:
   """Collect a bound Variable's value; one graph can't bind the same Variable to two values."""
   var, val = bind.src[0], bind.src[1].arg
   if var_vals.setdefault(var, val) != val:
-    raise ValueError(f"Variable {var.arg[0]!r} is bound to both {var_vals[var]} and {val} in one graph")
+    raise BindMismatchError(f"bind mismatch on Variable {var.arg[0]!r}: bound to both {var_vals[var]} and {val} in one "
+                            "graph; realize one of them first, or use two Variables")
 
 def _unbind_size(x: sint, var_vals: dict[UOp, int]) -> sint:
   if not isinstance(x, UOp): return x
@@ -425,8 +426,13 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   # intermediates nobody can read afterwards share storage (and are not remembered); raises if over the memory limit
   pooled = plan_schedule(tmpl, orig, outs)
   for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype, pooled.get(ph))
-  items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), tuple((v, var_vals[v]) for v in vs))
-           for ast, bufs, vs in tmpl.items]
+  try:
+    items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), tuple((v, var_vals[v]) for v in vs))
+             for ast, bufs, vs in tmpl.items]
+  except KeyError:  # a kernel reads a Variable nothing bound: say which, instead of a bare KeyError
+    free = sorted({v.arg[0] for _, _, vs in tmpl.items for v in vs if v not in var_vals})
+    if not free: raise
+    raise _unbound_error(free) from None
   for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
   # a result stays valid while neither its buffer nor any buffer it was computed from is written again
   deps = tuple((buf, buf.version) for _, u in inputs if (buf := buffers.get(u)) is not None)
@@ -451,10 +457,16 @@ def _create_multi_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UO
            for o, lo in zip(outs, lowered)}
   return items, homes
 
+def _unbound_error(names: list[str]) -> RuntimeError:
+  return RuntimeError(f"realize: Variable {', '.join(map(repr, names))} is unbound: a kernel needs its value; "
+                      "use Variable(...).bind(value) where the tensor is built")
+
 def _rebind(u: UOp, bind: dict[UOp, UOp], var_vals: dict[UOp, int]) -> UOp:
   """A view chain over a placeholder, over the real buffer instead (and its symbolic sizes bound again)."""
   if u.op is Ops.BUFFER: return bind.get(u, u)
-  if u.op is Ops.DEFINE_VAR: return u.bind(var_vals[u])
+  if u.op is Ops.DEFINE_VAR:
+    if u not in var_vals: raise _unbound_error([u.arg[0]])
+    return u.bind(var_vals[u])
   arg = _map_arg(u.arg, lambda x: _bind_size(x, var_vals)) if u.op in _SIZED and _sym_arg(u.arg) else u.arg
   return UOp(u.op, u.dtype, tuple(_rebind(s, bind, var_vals) for s in u.src), arg)
 

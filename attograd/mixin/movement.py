@@ -5,8 +5,9 @@ import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import argfix, prod
-from attograd.uop.ops import UOp, ssimp, sym_val
-from attograd.uop.view import _smax
+from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val
+from attograd.uop.view import _surely
+from attograd.engine import realize as _realize
 
 if TYPE_CHECKING:
   from attograd.tensor import Tensor
@@ -53,6 +54,28 @@ def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[in
     else: raise TypeError(f"pad: each entry of {padding} must be None or a (before, after) pair of ints, got {p!r}")
   return tuple(out)
 
+def _symbolic_dim_error(op: str, x: Tensor, d: int) -> None:
+  raise SymbolicSizeError(f"{op}: can't split dim {d} of shape {x._shape_repr()}: its size {x.shape[d].render()} is "
+                          "symbolic, so the number of pieces isn't known; split a concrete dim or shrink to a "
+                          "concrete size first")
+
+# a padding amount: its positive part grows the dim, its negative part cuts it (PyTorch's negative padding). A
+# symbolic amount whose sign the Variables' bounds don't decide is a growth, as in tinygrad (checked for the bound value)
+def _grow(p: Any) -> Any: return max(p, 0) if p.__class__ is int else (0 if _surely(p <= 0) else p)
+def _cut(p: Any) -> Any: return max(-p, 0) if p.__class__ is int else (ssimp(-p) if _surely(p < 0) else 0)
+
+def _check_sym_pad(p: UOp) -> None:
+  if _surely(p >= 0) or _surely(p <= 0): return
+  if (v := _known(p)) is not None and v[0] < 0:
+    raise ValueError(f"pad: the symbolic padding {p.render()} is {v[0]} for the bound value; a padding whose sign "
+                     "depends on a Variable must be non-negative (cut with shrink instead)")
+  if _realize.size_checks is not None: _realize.size_checks.append((0, p, False, f"pad by {p.render()}"))
+
+def _known(*xs: Any) -> list[int] | None:
+  """The values of sizes, or None when one has an unbound Variable."""
+  try: return [sym_val(x) for x in xs]
+  except ValueError: return None
+
 class MovementMixin:
   # ***** pad *****
   def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: Any = 0.0) -> Tensor:
@@ -74,10 +97,11 @@ class MovementMixin:
     if value is None: value = 0.0  # PyTorch's default
     if mode != "constant" and value != 0: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value!r}")
     pairs = _pad_pairs(padding, self.shape)
+    for p in (p for pair in pairs for p in pair if isinstance(p, UOp)): _check_sym_pad(p)
     for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
-      if sym_val(_smax(-b, 0) + _smax(-a, 0)) > sym_val(s):
+      if (v := _known(ssimp(_cut(b) + _cut(a)), s)) is not None and v[0] > v[1]:
         raise ValueError(f"pad: padding {tuple(padding)} removes more than the {s} elements of dim {d} of {self.shape}")
-    grow = tuple((_smax(b, 0), _smax(a, 0)) for b, a in pairs)
+    grow = tuple((_grow(b), _grow(a)) for b, a in pairs)
     if mode == "constant": return self._crop(pairs)._pad_constant(grow, value)
     # circular wraps the cropped tensor; reflect and replicate read the uncropped one (both as in PyTorch)
     if mode == "circular": return self._crop(pairs)._pad_circular(grow)
@@ -86,7 +110,7 @@ class MovementMixin:
 
   def _crop(self: Tensor, pairs: tuple[tuple[int, int], ...]) -> Tensor:
     """Apply the negative parts of `pairs` (a shrink); the positive parts are ignored."""
-    return self.shrink(tuple((_smax(-b, 0), ssimp(s - _smax(-a, 0))) for (b, a), s in zip(pairs, self.shape)))
+    return self.shrink(tuple((_cut(b), ssimp(s - _cut(a))) for (b, a), s in zip(pairs, self.shape)))
 
   def _pad_constant(self: Tensor, grow: tuple[tuple[int, int], ...], value: Any) -> Tensor:
     x = self.pad_(grow)
@@ -187,6 +211,7 @@ class MovementMixin:
     if self.ndim == 0: raise ValueError("split: a 0-d tensor has no dim to split")
     d = self._resolve_axis(dim, "split")
     n = self.shape[d]
+    if isinstance(n, UOp): _symbolic_dim_error("split", self, d)
     if _is_int(sizes):
       size = int(sizes)  # type: ignore[arg-type]
       if size < 0 or (size == 0 and n):
@@ -212,6 +237,7 @@ class MovementMixin:
     if self.ndim == 0: raise ValueError("chunk: a 0-d tensor has no dim to split")
     d = self._resolve_axis(dim, "chunk")
     n = self.shape[d]
+    if isinstance(n, UOp): _symbolic_dim_error("chunk", self, d)
     if n == 0: return tuple(self for _ in range(chunks))  # PyTorch gives `chunks` empty pieces
     return self.split(-(-n // chunks), d)
 

@@ -71,6 +71,15 @@ class cached:
 
 sint = int  # a size: an int, or (with symbolic shapes) a UOp; kept as an alias so signatures read well
 
+class SymbolicSizeError(ValueError, AssertionError):
+  """An op that needs a concrete size was given a symbolic one. A ValueError like attograd's other argument errors;
+  also an AssertionError because tinygrad asserts on the same misuse (chunk along a symbolic dim), and code ported
+  from it catches that."""
+
+class BindMismatchError(ValueError, RuntimeError):
+  """One graph binds a Variable to two values. A ValueError like attograd's other argument errors; also the
+  RuntimeError tinygrad raises for it."""
+
 def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any) -> tuple:
   # floats need care: -0.0 == 0.0 and nan != nan, but they are different constants
   if arg.__class__ is float: arg = ("f", arg if arg == arg else "nan", math.copysign(1.0, arg))
@@ -183,12 +192,16 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** constructors and ALU sugar (used by symbolic index math and the lowerer) *****
   @staticmethod
-  def const(dtype: DType, val: ConstType) -> UOp: return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
+  def const(dtype: DType, val: ConstType = None) -> UOp:  # type: ignore[assignment]
+    # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type)
+    if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py(dtype), dtype
+    return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
   def const_like(self, val: ConstType) -> UOp: return UOp.const(self.dtype, val)
   def alu(self, op: Ops, *src: UOp) -> UOp:
     out_dtype = dtypes.bool if op in GroupOp.Comparison else (src[-1] if op is Ops.WHERE else self).dtype
     return UOp(op, out_dtype, (self,) + src)
   def _binop(self, op: Ops, x: UOp | ConstType, reverse: bool) -> UOp:
+    if hasattr(x, "uop"): return NotImplemented  # a Tensor: Variable * Tensor is the Tensor's op (its __rmul__)
     y = x if isinstance(x, UOp) else self.const_like(x)
     return y.alu(op, self) if reverse else self.alu(op, y)
   def __add__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, False)
@@ -249,10 +262,42 @@ class UOp(metaclass=UOpMetaClass):
     name, lo, hi = self.arg
     if not isinstance(val, int) or not lo <= val <= hi:
       raise ValueError(f"bind: {val!r} is outside Variable {name!r}'s range [{lo}, {hi}]")
+    if not -2**31 <= val < 2**31:  # kernels take a Variable's value as a 32-bit int: it would wrap silently
+      raise ValueError(f"bind: {val} for Variable {name!r} doesn't fit in 32 bits, and kernels take Variables as "
+                       "int32; pass a value this large as a Tensor instead")
     return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
   def unbind(self) -> tuple[UOp, int]:
     if self.op is not Ops.BIND: raise TypeError(f"unbind: {self.op} is not a bound Variable")
     return self.src[0], self.src[1].arg
+  def unbind_all(self) -> tuple[UOp, dict[UOp, int]]:
+    """This graph with every bound Variable (in sources and in movement ops' symbolic sizes) replaced by the
+    Variable itself, and the values they were bound to: {Variable: value}."""
+    vals: dict[UOp, int] = {}
+    memo: dict[UOp, UOp] = {}
+    for u in self.toposort():
+      if u.op is Ops.BIND:
+        var, val = u.src[0], u.src[1].arg
+        if vals.setdefault(var, val) != val:
+          raise BindMismatchError(f"unbind_all: bind mismatch on Variable {var.expr!r}: bound to both {vals[var]} and "
+                                  f"{val}")
+        memo[u] = var
+        continue
+      arg = u.arg
+      if u.op in GroupOp.Movement and _has_sym(arg):
+        arg = tuple(tuple(_unbind_into(b, vals) for b in a) if isinstance(a, tuple) else _unbind_into(a, vals)
+                    for a in arg)
+      src = tuple(memo[x] for x in u.src)
+      memo[u] = u if arg is u.arg and src == u.src else UOp(u.op, u.dtype, src, arg)
+    return memo[self], vals
+  def contiguous_view_offset(self) -> sint | None:
+    """The element offset into its buffer when this is a contiguous run of a buffer's elements (a BUFFER seen through
+    reshapes and one shrink of its flat elements), else None."""
+    x, offset = self, 0
+    while x.op is Ops.RESHAPE: x = x.src[0]
+    if x.op is Ops.SHRINK and len(x.arg) == 1:
+      offset, x = x.arg[0][0], x.src[0]
+      while x.op is Ops.RESHAPE: x = x.src[0]
+    return offset if x.op is Ops.BUFFER else None
   @property
   def expr(self) -> str: return self.arg[0]
   @property
@@ -276,11 +321,29 @@ def sym_val(x: sint, vals: dict[str, int] | None = None) -> int:
   """The value of a size: an int as is, an expression over bound Variables (or Variables named in `vals`) computed."""
   if not isinstance(x, UOp): return x
   if x.op is Ops.CONST: return x.arg
-  if x.op is Ops.BIND: return x.src[1].arg
+  if x.op is Ops.BIND: return x.src[1].arg if vals is None or x.src[0].arg[0] not in vals else vals[x.src[0].arg[0]]
   if x.op is Ops.DEFINE_VAR:
     if vals is None or x.arg[0] not in vals: raise ValueError(f"Variable {x.arg[0]!r} has no value: bind it first")
     return vals[x.arg[0]]
   return exec_alu(x.op, x.dtype, [sym_val(s, vals) for s in x.src])
+
+def _has_sym(arg: Any) -> bool:
+  return isinstance(arg, tuple) and \
+    any(isinstance(a, UOp) or (isinstance(a, tuple) and any(isinstance(b, UOp) for b in a)) for a in arg)
+
+def _unbind_into(x: Any, vals: dict[UOp, int]) -> Any:
+  """A size with its bound Variables replaced by the Variables, their values noted in `vals`."""
+  if not isinstance(x, UOp): return x
+  unbound, v = x.unbind_all()
+  for var, val in v.items():
+    if vals.setdefault(var, val) != val:
+      raise BindMismatchError(f"unbind_all: bind mismatch on Variable {var.expr!r}: bound to both {vals[var]} and "
+                              f"{val}")
+  return unbound
+
+def sym_infer(x: sint, var_vals: dict[str, int]) -> int:
+  """tinygrad's name for sym_val: the value of a size with its Variables given by name."""
+  return sym_val(x, var_vals)
 
 def ssimp(x: sint) -> sint:
   """A size in its simplest form: an int when it is one."""
@@ -343,6 +406,35 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
   # in a kernel a Variable has no view (shape ()), so an expression over Variables only takes the others' shape
   s = u.src[0].shape if u.src else ()
   return s if s or len(u.src) < 2 else next((t for x in u.src[1:] if (t := x.shape)), ())
+
+class BroadcastError(ValueError, IndexError):
+  """Shapes that can't be broadcast together. A ValueError like attograd's other shape errors; also an IndexError,
+  which tinygrad's _broadcast_shape raises (and code ported from it catches)."""
+
+def _shape_str(shape: tuple[sint, ...]) -> str:
+  """A shape for messages: symbolic sizes as their expressions (a UOp's repr is its whole graph)."""
+  return f"({', '.join(d.render() if isinstance(d, UOp) else str(d) for d in shape)}{',' if len(shape) == 1 else ''})"
+
+def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
+  """The shape `shapes` broadcast to, NumPy's rules aligned right: per dim the sizes other than 1 must agree (symbolic
+  sizes equal for every value of their Variables, so i+j meets j+i)."""
+  out = shapes[0]
+  for b in shapes[1:]: out = _broadcast_pair(out, b, shapes)
+  return out
+
+def _broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...],
+                    shapes: tuple[tuple[sint, ...], ...] = ()) -> tuple[sint, ...]:
+  # two shapes, ints first: this runs for every binary op whose operands' shapes differ
+  n = max(len(a), len(b))
+  pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+  out: list[sint] = []
+  for x, y in zip(pa, pb):  # (a UOp equals only itself here: == on UOps is identity)
+    if x == y or y == 1: out.append(x)
+    elif x == 1: out.append(y)
+    elif (x.__class__ is not int or y.__class__ is not int) and sym_eq(x, y): out.append(x)
+    else: break
+  else: return tuple(out)
+  raise BroadcastError(f"shapes {' and '.join(map(_shape_str, shapes or (a, b)))} can't be broadcast together")
 
 # ***** bounds of integer/boolean expressions (for the symbolic simplifier) *****
 

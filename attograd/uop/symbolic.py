@@ -85,10 +85,18 @@ def _merge_divmod(terms: list[tuple[UOp, int]]) -> list[tuple[UOp, int]]:
   for t, k in out: acc[t] = acc.get(t, 0) + k
   return [(t, k) for t, k in acc.items() if k != 0]
 
+def _var_key(u: UOp) -> tuple | None:
+  """A sort key for a Variable (bound or not), else None: sums and products of Variables (symbolic sizes) get one
+  canonical order, so i+j and j+i are the same node and shapes built in either order compare equal."""
+  if u.op is Ops.DEFINE_VAR: return (u.arg, -1)
+  if u.op is Ops.BIND and u.src[1].op is Ops.CONST: return (u.src[0].arg, u.src[1].arg)
+  return None
+
 def fold_sum(x: UOp) -> UOp | None:
   if is_vec(x): return None
   terms, const = split_terms(x)
   terms = _merge_divmod(terms)
+  if len(terms) > 1 and all(_var_key(t) is not None for t, _ in terms): terms.sort(key=lambda tk: _var_key(tk[0]))
   ret = build_sum(terms, const, x.dtype)
   return ret if ret is not x else None
 
@@ -174,6 +182,20 @@ def fold_lt_sum(x: UOp, c: UOp) -> UOp | None:
       if g > 1: return build_sum([(t, k // g) for t, k in terms], 0, x.dtype) < -(-c.arg // g)
   return None
 
+def fold_lt_same_terms(x: UOp, y: UOp) -> UOp | None:
+  """a + k1 < a + k2 -> k1 < k2: both sides the same sum of terms up to a constant (a symbolic mask or size such as
+  i < i + 2, which bounds alone can't decide). Only where neither side can wrap."""
+  if is_vec(x) or y.op is Ops.CONST: return None
+  (tx, kx), (ty, ky) = split_terms(x), split_terms(y)
+  if not tx or dict(tx) != dict(ty): return None
+  if not (fits(*sum_bounds(tx, kx), x.dtype) and fits(*sum_bounds(ty, ky), y.dtype)): return None
+  return UOp.const(dtypes.bool, kx < ky)
+
+def canon_var_mul(a: UOp, b: UOp) -> UOp | None:
+  """j*i -> i*j for two Variables (see _var_key)."""
+  ka, kb = _var_key(a), _var_key(b)
+  return b * a if ka is not None and kb is not None and kb < ka else None
+
 def fold_max(a: UOp, b: UOp) -> UOp | None:
   """max(a, b) is a when a's bounds are all above b's."""
   if is_vec(a): return None
@@ -221,6 +243,7 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.MUL, dtype=ints, src=(UPat.var("x"), UPat.cvar("c"))), distribute_mul),
   (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))),
    fold_mul_mul),
+  (UPat(Ops.MUL, dtype=ints, src=(UPat.var("a"), UPat.var("b"))), canon_var_mul),
   # division and modulo
   (UPat(Ops.IDIV, dtype=ints, src=(UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), fold_div_div),
   (UPat(Ops.MOD, dtype=ints, src=(UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("a"))), UPat.cvar("b"))), fold_mod_mod),
@@ -229,6 +252,7 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.MOD, dtype=ints, src=(UPat.var("x"), UPat.cvar("c"))), fold_mod),
   # comparisons
   (UPat(Ops.CMPLT, src=(UPat.var("x", ints), UPat.cvar("c"))), fold_lt_sum),
+  (UPat(Ops.CMPLT, src=(UPat.var("x", ints), UPat.var("y", ints))), fold_lt_same_terms),
   (UPat(Ops.MAX, dtype=ints, src=(UPat.var("a"), UPat.var("b"))), fold_max),
 ])
 

@@ -75,7 +75,7 @@ class View:
 
   @property
   def size(self) -> int: return prod(self.shape)
-  def is_empty_mask(self) -> bool: return self.mask is not None and any(lo >= hi for lo, hi in self.mask)
+  def is_empty_mask(self) -> bool: return self.mask is not None and any(_surely(lo >= hi) for lo, hi in self.mask)
 
   # ***** movement *****
   def permute(self, axes: tuple[int, ...]) -> View:
@@ -147,12 +147,14 @@ class View:
       if oi >= len(old): return None
       o0, n0 = oi, ni
       op, np_ = old[oi][0], new_shape[ni]
-      while op != np_:
+      while op != np_ if op.__class__ is int and np_.__class__ is int else not sym_eq(op, np_):
         if op < np_:
           oi += 1
+          if oi >= len(old): return None  # (symbolic sizes: products the bounds ordered one way, the values another)
           op *= old[oi][0]
         else:
           ni += 1
+          if ni >= len(new_shape): return None
           np_ *= new_shape[ni]
       group = old[o0:oi + 1]
       # the old dims of a group must be laid out as one strided run

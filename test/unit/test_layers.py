@@ -63,9 +63,9 @@ UPWARD: set[tuple[str, str]] = {
 CYCLES: set[frozenset[str]] = {
   frozenset({"attograd", "attograd.codegen", "attograd.codegen.search", "attograd.engine.jit",
     "attograd.engine.realize", "attograd.function", "attograd.gradient", "attograd.mixin.compose",
-    "attograd.mixin.grad", "attograd.mixin.math", "attograd.mixin.nn", "attograd.nn", "attograd.nn.gguf",
-    "attograd.nn.optim", "attograd.nn.state", "attograd.tensor", "attograd.tensor_disk", "attograd.tensor_index",
-    "attograd.viz", "attograd.viz.serve"}),
+    "attograd.mixin.grad", "attograd.mixin.math", "attograd.mixin.movement", "attograd.mixin.nn", "attograd.nn",
+    "attograd.nn.gguf", "attograd.nn.optim", "attograd.nn.state", "attograd.tensor", "attograd.tensor_disk",
+    "attograd.tensor_index", "attograd.viz", "attograd.viz.serve"}),
   frozenset({"attograd.codegen.kernel", "attograd.codegen.lowerer"}),
   frozenset({"attograd.distributed", "attograd.distributed.data_parallel"}),
   frozenset({"attograd.dtype", "attograd.helpers"}),
