@@ -113,3 +113,17 @@ def test_shard_errors() -> None:
   t = Tensor([1.0, 2.0]).shard(("CPU:0", "CPU:1"))
   with pytest.raises(ValueError, match="already on"): t.shard(("CPU:0", "CPU:1"))
   with pytest.raises(ValueError, match="device mismatch"): t + Tensor([1.0, 2.0])
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_conv2d_on_sharded_input(devs: tuple[str, str], axis: int | None) -> None:
+  # conv2d (then pooling) with the batch split (each device its images), the input channels split (each device a
+  # partial sum over its channels, all-reduced) or the input copied; weights copied to both; forward and backward
+  rng = np.random.default_rng(1)
+  xn, wn = rng.standard_normal((3, 4, 7, 7)).astype(np.float32), rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
+  def run(shard: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+    xs, ws = (x.shard(devs, axis=axis), w.to(devs)) if shard else (x, w)
+    out = xs.conv2d(ws, padding=1).relu().avg_pool2d(2)
+    (out * out).sum().backward()
+    return out.numpy(), x.grad.numpy(), w.grad.numpy()
+  for got, want in zip(run(True), run(False)): np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
