@@ -18,9 +18,12 @@ class DType:
   _scalar: DType | None = None
 
   @staticmethod
-  def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType: return DType(priority, itemsize, name, fmt)
-  def __repr__(self) -> str: return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
-  def __lt__(self, o: DType) -> bool: return (self.priority, self.itemsize, self.name) < (o.priority, o.itemsize, o.name)
+  def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
+    return DType(priority, itemsize, name, fmt)
+  def __repr__(self) -> str:
+    return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+  def __lt__(self, o: DType) -> bool:
+    return (self.priority, self.itemsize, self.name) < (o.priority, o.itemsize, o.name)
   def __reduce__(self) -> Any: return (_dtype_by_repr, (repr(self),))
   @property
   def base(self) -> DType: return self
@@ -176,9 +179,21 @@ def _wrap_int(v: int, d: DType) -> int:
   if not dtypes.is_unsigned(d) and v >= 1 << (bits - 1): v -= 1 << bits
   return v
 
-DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items() if isinstance(v, DType) and not k.startswith("default")
+DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items()
+                                 if isinstance(v, DType) and not k.startswith("default")
                                  and k not in ("void", "weakint", "weakfloat")}
-def _dtype_by_repr(r: str) -> DType: return eval(r, {"dtypes": dtypes})  # only ever our own repr strings
+def _dtype_by_repr(r: str) -> DType:
+  """The DType a repr names ("dtypes.float32", "dtypes.float32.vec(4)", "dtypes.float32.ptr(-1)"): how a DType
+  unpickles, parsed (never eval'd: a pickle's bytes are not trusted code)."""
+  name, *calls = r.removeprefix("dtypes.").split(".")
+  d = getattr(dtypes, name, None) if name.isidentifier() and not name.startswith("_") else None
+  if not isinstance(d, DType): raise ValueError(f"not a dtype's repr: {r!r}")
+  for c in calls:
+    fn, _, arg = c.partition("(")
+    if fn not in ("vec", "ptr") or not arg.endswith(")") or not arg[:-1].lstrip("-").isdigit():
+      raise ValueError(f"not a dtype's repr: {r!r}")
+    d = getattr(d, fn)(int(arg[:-1]))
+  return d
 
 class DTypeNameError(TypeError, AttributeError):
   """An unknown dtype name. A TypeError, and an AttributeError as well: tinygrad's to_dtype looks names up with getattr

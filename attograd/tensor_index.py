@@ -15,7 +15,8 @@ def _normalize(t: Tensor, indices: Any) -> list[Any]:
     if isinstance(i, list): i = Tensor(i, device=t.device)
     if type(i).__module__ == "numpy" and hasattr(i, "shape"): i = Tensor(i, device=t.device) if i.shape else i.item()
     idx.append(i)
-  n_real = sum(1 for i in idx if i is not None and i is not Ellipsis and not (isinstance(i, Tensor) and i.dtype is dtypes.bool))
+  n_real = sum(1 for i in idx
+               if i is not None and i is not Ellipsis and not (isinstance(i, Tensor) and i.dtype is dtypes.bool))
   n_real += sum(i.ndim for i in idx if isinstance(i, Tensor) and i.dtype is dtypes.bool)
   if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
   if n_real > t.ndim: raise IndexError(f"too many indices for a tensor of shape {t.shape}: {len(indices)} given")

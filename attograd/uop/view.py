@@ -106,7 +106,8 @@ class View:
     offset = ssimp(self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, arg) if f))
     mask = None
     if self.mask is not None:
-      mask = tuple((ssimp(s - hi), ssimp(s - lo)) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, arg))
+      mask = tuple((ssimp(s - hi), ssimp(s - lo)) if f else (lo, hi)
+                   for (lo, hi), s, f in zip(self.mask, self.shape, arg))
     return View.create(self.shape, tuple(-st if f else st for st, f in zip(self.strides, arg)), offset, mask)
 
   def reshape(self, new_shape: tuple[sint, ...]) -> View | None:
@@ -121,7 +122,8 @@ class View:
     # all padding: a view of rank 0 has no dim to carry the empty mask (its mask would read as "no mask", every
     # element valid), so that one takes a second view over this one
     if self.is_empty_mask(): return View.empty(new_shape) if len(new_shape) else None
-    if is_symbolic(self.shape) or is_symbolic(new_shape) or is_symbolic(self.strides) or self.offset.__class__ is not int:
+    if is_symbolic(self.shape) or is_symbolic(new_shape) or is_symbolic(self.strides) or \
+       self.offset.__class__ is not int:
       try: return self._reshape(new_shape)
       except TypeError: return None  # a comparison the Variables' bounds can't decide: stack a view instead
     return self._reshape(new_shape)
@@ -299,14 +301,16 @@ def _index_strides(st: ShapeTracker) -> tuple[int | None, ...]:
     from attograd.uop.symbolic import split_terms, symbolic
     from attograd.uop.ops import graph_rewrite
     d = st.index_dtype()
-    axv = [UOp(Ops.DEFINE_VAR, d, (), (f"_ax{i}", 0, s - 1)) if s > 1 else UOp.const(d, 0) for i, s in enumerate(st.shape)]
+    axv = [UOp(Ops.DEFINE_VAR, d, (), (f"_ax{i}", 0, s - 1)) if s > 1 else UOp.const(d, 0)
+           for i, s in enumerate(st.shape)]
     idx, valid = st.to_indexed(axv, d)
     idx, valid = graph_rewrite(idx, symbolic), graph_rewrite(valid, symbolic)
     in_valid = set(valid.toposort())
     terms, _ = split_terms(idx)
     coef = {t: c for t, c in terms}
     bad = {u for t in coef if t.op is not Ops.DEFINE_VAR for u in t.toposort()}
-    return tuple(0 if s == 1 else None if (v in in_valid or v in bad) else coef.get(v, 0) for v, s in zip(axv, st.shape))
+    return tuple(0 if s == 1 else None if (v in in_valid or v in bad) else coef.get(v, 0)
+                 for v, s in zip(axv, st.shape))
 
 _movement_names = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad",
                    Ops.SHRINK: "shrink", Ops.FLIP: "flip"}

@@ -553,3 +553,15 @@ def test_fp8_reduce_matmul_and_backward(device: str, dt: Any) -> None:
   (m @ m).sum().backward()
   assert m.grad is not None and m.grad.dtype == dt  # ones @ m.T + m.T @ ones, each term exact, the sum rounded
   assert m.grad.tolist() == _rounded(np.array([[7.0, 11.0], [9.0, 13.0]]), dt).tolist()
+
+def test_dtypes_unpickle_by_name_without_eval() -> None:
+  # a DType pickles as its repr; unpickling parses that name (a pickle's bytes are not trusted code: it was eval'd)
+  import pickle
+  from attograd.dtype import _dtype_by_repr
+  for d in (dtypes.float32, dtypes.bool, dtypes.fp8e5m2, dtypes.float32.vec(4), dtypes.float32.ptr(16),
+            dtypes.half.vec(2).ptr(8)):
+    back = pickle.loads(pickle.dumps(d))
+    assert back == d and repr(back) == repr(d)
+  for bad in ("dtypes.__class__", "__import__('os').getcwd()", "dtypes.float32.vec(x)", "dtypes.float32.__init__(1)",
+              "dtypes.float32.ptr(1) or print(1)"):
+    with pytest.raises(ValueError, match="not a dtype's repr"): _dtype_by_repr(bad)
