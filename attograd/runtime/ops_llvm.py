@@ -271,8 +271,9 @@ class LLVMProgram:
     rest = [_thread_pool().submit(self._cfn, *bufs, *vals, i, n) for i in range(1, n)]  # type: ignore[call-arg]
     self._cfn(*bufs, *vals, 0, n)
     for r in rest: r.result()
-  def __del__(self) -> None:
-    if (keep := getattr(self, "_keepalive", None)) is not None: _graveyard.append(keep)
+  # the graveyard is bound here: at interpreter exit the module's globals are cleared while programs are still freed
+  def __del__(self, _graves: list[Any] = _graveyard) -> None:
+    if (keep := getattr(self, "_keepalive", None)) is not None: _graves.append(keep)
 
 class LlvmDevice(Compiled):
   def __init__(self, device: str):
