@@ -2,6 +2,7 @@
 chat prompts rendered from the model's chat template (llm/templates.py)."""
 from __future__ import annotations
 import codecs, os, time
+from attograd.device import Device, LRUAllocator
 from attograd.helpers import prod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -54,7 +55,11 @@ class LLM:
       wide = sum(4 * prod(t.shape) for t in tensors.values() if isinstance(t, QuantizedTensor))
       quantized = wide > _memory_bytes() // 4
     if not quantized: tensors = {k: t.dequantize() if isinstance(t, QuantizedTensor) else t for k, t in tensors.items()}
-    return LLM(Llama(cfg, tensors, max_context, progress), tok, os.path.splitext(os.path.basename(str(path)))[0])
+    model = Llama(cfg, tensors, max_context, progress)
+    # loading leaves its temporaries (blocks before they were split, copies on the way) in the allocator's cache of
+    # freed buffers, where nothing of the model's size will ask for them again: they go back to the system
+    if isinstance(alloc := Device[model.device].allocator, LRUAllocator): alloc.free_cache()
+    return LLM(model, tok, os.path.splitext(os.path.basename(str(path)))[0])
 
   def encode(self, text: str) -> list[int]:
     """Prompt ids: BOS first when the tokenizer adds one (special tokens in the text become their ids)."""

@@ -13,6 +13,8 @@ from attograd.renderer import Renderer
 _NO_COMPUTE = ("DISK tensors are read-only views of files: no kernel runs on DISK. Move the tensor to a compute device "
                "first, e.g. t.to('CPU'), and apply casts, bitcasts and views there")
 
+_MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)  # Linux, macOS; absent on Windows
+
 class DiskMapping:
   """One file (or bytes object) mapped read-only. Views keep it alive; the mapping closes with its last view."""
   def __init__(self, source: str | os.PathLike | bytes | bytearray | memoryview):
@@ -34,6 +36,14 @@ class DiskMapping:
     return self
   @property
   def size(self) -> int: return self.data.nbytes
+  def release(self, offset: int, nbytes: int) -> None:
+    """Drop this process's pages of bytes [offset, offset+nbytes) of the file (they are read from it again if
+    touched; the mappings are shared, so written bytes are in the file): a model file copied to a device is then not
+    held in memory twice."""
+    if self.mm is None or _MADV_DONTNEED is None or self.path == "<memory>": return
+    start = offset - offset % mmap.PAGESIZE
+    try: self.mm.madvise(_MADV_DONTNEED, start, min(offset + nbytes, self.size) - start)
+    except (OSError, ValueError): pass  # an advice only
   def read(self, offset: int, nbytes: int) -> memoryview:
     """A zero-copy view of bytes [offset, offset+nbytes)."""
     if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
@@ -54,7 +64,11 @@ class DiskAllocator(Allocator):
   def alloc(self, nbytes: int) -> Any: raise RuntimeError(f"DISK: can't allocate a {nbytes}-byte buffer. {_NO_COMPUTE}")
   def copyin(self, dest: Any, src: memoryview) -> None:
     raise RuntimeError(f"DISK: can't write into {dest}. {_NO_COMPUTE}")
-  def copyout(self, dest: memoryview, src: DiskView) -> None: dest[:] = src.mapping.read(src.offset, src.nbytes)
+  def copyout(self, dest: memoryview, src: DiskView) -> None:
+    dest[:] = src.mapping.read(src.offset, src.nbytes)
+    # the bytes now live on the device: the file's pages needn't stay in this process too (they fault in again, from
+    # the page cache, if the file is read again)
+    src.mapping.release(src.offset, src.nbytes)
 
 class FileAllocator(Allocator):
   """Buffers of a "DISK:path" device: views of its file, which is opened (and grown) on the first allocation."""
@@ -65,7 +79,9 @@ class FileAllocator(Allocator):
     if dest.mapping.data.readonly:
       raise PermissionError(f"DISK: {dest.mapping.path} is open read-only (no write permission); it can't be written")
     dest.mapping.data[dest.offset:dest.offset + dest.nbytes] = src
-  def copyout(self, dest: memoryview, src: DiskView) -> None: dest[:] = src.mapping.read(src.offset, src.nbytes)
+  def copyout(self, dest: memoryview, src: DiskView) -> None:
+    dest[:] = src.mapping.read(src.offset, src.nbytes)
+    src.mapping.release(src.offset, src.nbytes)  # (a shared mapping: written bytes are in the file, not the pages)
 
 class DiskBuffer(Buffer):
   """A Buffer whose memory is a view of a mapped file. It holds no device memory, so it isn't counted in mem_used."""

@@ -1,7 +1,7 @@
 """DISK:path tensors (one file each, as in tinygrad): created, written by copies, assigns and setitem, and read
 through contiguous views and bitcasts; non-contiguous views and compute raise clearly."""
 from __future__ import annotations
-import pathlib, struct
+import os, pathlib, struct, subprocess, sys
 import numpy as np
 import pytest
 from attograd import Device, Tensor, dtypes
@@ -75,3 +75,19 @@ def test_path_tensor_is_a_disk_device(tmp_path: pathlib.Path) -> None:
   assert dev.refcount >= 1 and dev.fd is not None
   with pytest.raises(FileNotFoundError): Tensor(tmp_path / "missing")
   assert not (tmp_path / "missing").exists()
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads RssFile from /proc/self/status")
+def test_copy_from_disk_lets_the_files_pages_go(tmp_path) -> None:
+  # a file copied to a device is not held twice: its mapped pages are dropped from this process once copied (a model
+  # file's weights used to stay resident next to their device copy)
+  path = tmp_path / "w.bin"
+  path.write_bytes(os.urandom(32 << 20))
+  code = ("import pathlib; from attograd import Tensor\n"
+          "def rss_file():\n"
+          "  return [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('RssFile:')][0]\n"
+          f"t = Tensor(pathlib.Path({str(path)!r}))\nbefore = rss_file()\nc = t.to('CPU').realize()\n"
+          "assert c[-1].item() == pathlib.Path(" + repr(str(path)) + ").read_bytes()[-1]\n"
+          "print(rss_file() - before)")
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert int(r.stdout.strip()) < 8 << 10, f"{int(r.stdout) >> 10} MiB of the 32 MiB file stayed resident"
