@@ -7,8 +7,8 @@ from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
-from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
-                              prod)
+from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ShapeError, argfix,
+                              fully_flatten, make_tuple, prod)
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
                                       remember_weakly)
@@ -694,7 +694,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if rounding_mode == "trunc":
       return a._alu(Ops.IDIV, b._safe_divisor()).mul(b.ne(0)) if dtypes.is_int(a.dtype) else a.div(b).trunc()
     if rounding_mode == "floor": return a // b
-    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if rounding_mode is not None: raise ShapeError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     if not dtypes.is_float(a.dtype): a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
     return a._alu(Ops.FDIV, b)
   def _safe_divisor(self) -> Tensor: return self.eq(0).where(self._const_like(1), self)
@@ -800,7 +800,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool).ne(True)
   def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
-    if dtypes.is_float(a.dtype): raise TypeError(f"{op.name.lower()}: bitwise ops need int or bool tensors, got {a.dtype}")
+    if dtypes.is_float(a.dtype): raise DTypeOpError(f"{op.name.lower()}: bitwise ops need int or bool tensors, got {a.dtype}")
     return a._alu(op, b)
   def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.AND, x, reverse)
   def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.OR, x, reverse)
@@ -947,7 +947,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
     """min(max(x, min_), max_) like torch.clamp: NaN stays NaN, -0.0 stays -0.0, and the gradient is 1 at both
     bounds (x itself is kept there, so ties go to x)."""
-    if min_ is None and max_ is None: raise ValueError("clip: at least one of min and max must be given")
+    if min_ is None and max_ is None: raise ShapeError("clip: at least one of min and max must be given")
     out = self
     if min_ is not None:
       a, lo = out._broadcasted(min_)
@@ -1015,9 +1015,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     them): the tensor then has a symbolic shape, and kernels over it compile once for every value."""
     new = argfix(shape, *args)
     if any(not isinstance(s, int) for s in new):
+      # None keeps the size the dim at that position has now (tinygrad's reshape)
+      if None in new and len(new) > self.ndim: raise ShapeError(f"reshape: None at a position past the dims of {self.shape} in {new}")
+      new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
       new = tuple(_size_arg(s, "reshape") for s in new)
-    if new.count(-1) > 1: raise ValueError(f"reshape: only one dim can be -1, got {new}")
+    if new.count(-1) > 1: raise ShapeError(f"reshape: only one dim can be -1, got {new}")
     numel = self.numel()
     if -1 in new:
       rest = prod(s for s in new if s != -1)
@@ -1036,7 +1039,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def permute(self, order: Any, *args: Any) -> Tensor:
     order = argfix(order, *args)
     ax = tuple(self._resolve_axis(a, "permute") for a in order)
-    if sorted(ax) != list(range(self.ndim)): raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
+    if sorted(ax) != list(range(self.ndim)): raise ShapeError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
     return self if ax == tuple(range(self.ndim)) else self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), ax))
   def expand(self, shape: Any, *args: Any) -> Tensor:
     """Repeat size-1 dims without copying; -1 keeps a dim."""
@@ -1060,7 +1063,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
-    axes = {self._resolve_axis(a, "flip") for a in argfix(axis, *args)}
+    given = [self._resolve_axis(a, "flip") for a in argfix(axis, *args)]
+    axes = set(given)
+    if len(axes) != len(given): raise ShapeError(f"flip: a dim appears more than once in {argfix(axis, *args)}")
     arg = tuple(i in axes for i in range(self.ndim))
     return self if not any(arg) else self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), arg))
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -1203,10 +1208,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         out = w(self)
         return out if dtype is None else out.cast(dtype)
       raise TypeError(f"matmul: expected a Tensor or a layer with a .weight (like nn.Linear), got {type(w).__name__}")
-    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
+    if self.ndim == 0 or w.ndim == 0: raise ShapeError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
-      raise ValueError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
+      raise ShapeError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
     d = to_dtype(dtype) if dtype is not None else least_upper_dtype(x.dtype, y.dtype)
     # the operands are cast to the accumulator before multiplying: int8 products wrap at 8 bits otherwise, and
     # half/bfloat16/fp8 products are exact in float32 (then summed there, rounded to `d` once: PyTorch's result)

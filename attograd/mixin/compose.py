@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
-from attograd.helpers import prod
+from attograd.helpers import DTypeOpError, ShapeError, prod
 from attograd.uop.ops import Ops
 if TYPE_CHECKING: from attograd.tensor import Tensor
 
@@ -117,7 +117,7 @@ class ComposeMixin:
     for t, letters in zip(ts, ins):
       for c, s in zip(letters, t.shape):
         if sizes.get(c, 1) != 1 and s != 1 and sizes[c] != s:
-          raise ValueError(f"einsum: index {c!r} has size {sizes[c]} and {s} in {formula!r}")
+          raise ShapeError(f"einsum: index {c!r} has size {sizes[c]} and {s} in {formula!r}")
         if s != 1 or c not in sizes: sizes[c] = s
     # per operand: take diagonals of repeated letters, then sum letters used nowhere else right away
     terms = [_einsum_unique(t, letters) for t, letters in zip(ts, ins)]
@@ -177,8 +177,10 @@ class ComposeMixin:
     fill = None if isinstance(src, self.__class__) else src
     if isinstance(src, self.__class__):
       if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
-        raise ValueError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
-      src = src.shrink(tuple((0, i) for i in index.shape)).cast(self.dtype)
+        raise ShapeError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
+      # as PyTorch: a silent cast would truncate a float src written into an int tensor
+      if src.dtype != self.dtype: raise DTypeOpError(f"scatter: src dtype {src.dtype} differs from the tensor's {self.dtype}")
+      src = src.shrink(tuple((0, i) for i in index.shape))
     else: src = self._const_like(src)._broadcast_to(index.shape)
     if 0 in index.shape: return self
     n = self.shape[d]
@@ -226,7 +228,7 @@ class ComposeMixin:
     d = self._resolve_axis(dim, "scatter_reduce")
     _check_index(self, d, index, "scatter_reduce")
     if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
-      raise ValueError(f"scatter_reduce: src shape {src.shape} must cover index shape {index.shape}")
+      raise ShapeError(f"scatter_reduce: src shape {src.shape} must cover index shape {index.shape}")
     if self.ndim == 0:
       return self.reshape(1).scatter_reduce(0, index.reshape(1), src.reshape(1), reduce, include_self).reshape(())
     if 0 in index.shape: return self
@@ -436,9 +438,9 @@ def _scan_last_blocked(x: Tensor, op: Ops) -> Tensor:
 def _check_index(x: Tensor, d: int, index: Tensor, op: str) -> None:
   if not dtypes.is_int(index.dtype): raise TypeError(f"{op}: index must be an integer tensor, got {index.dtype}")
   if index.ndim != x.ndim:
-    raise ValueError(f"{op}: index shape {index.shape} needs as many dims as the tensor's {x.shape}")
+    raise ShapeError(f"{op}: index shape {index.shape} needs as many dims as the tensor's {x.shape}")
   if any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
-    raise ValueError(f"{op}: index shape {index.shape} is larger than the tensor's {x.shape} outside dim {d}")
+    raise ShapeError(f"{op}: index shape {index.shape} is larger than the tensor's {x.shape} outside dim {d}")
 
 def _one_hot(index: Tensor, n: int) -> Tensor:
   """(*index.shape, n) bools: true where the last coordinate equals the index."""
