@@ -1016,7 +1016,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     new = argfix(shape, *args)
     if any(not isinstance(s, int) for s in new):
       # None keeps the size the dim at that position has now (tinygrad's reshape)
-      if None in new and len(new) > self.ndim: raise ShapeError(f"reshape: None at a position past the dims of {self.shape} in {new}")
+      if any(s is None for s in new[self.ndim:]): raise ShapeError(f"reshape: None past the dims of {self.shape} in {new}")
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
       new = tuple(_size_arg(s, "reshape") for s in new)
@@ -1082,9 +1082,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self.reshape(self.shape[:d] + sizes + self.shape[d + 1:])
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    if self.ndim == 0: return self
-    d = self._resolve_axis(dim, "squeeze")
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    d = self._resolve_axis(dim, "squeeze")  # a 0-d tensor takes dim 0 or -1, as in PyTorch
+    return self if self.ndim == 0 or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
   def unsqueeze(self, dim: int) -> Tensor:
     d = self._resolve_axis(dim, "unsqueeze", self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])

@@ -323,6 +323,38 @@ class ComposeMixin:
     m, e, s = self._softmax(axis, dtype, "log_softmax")
     return (m - s.log()).cast(self._softmax_dtype(dtype))
 
+  def softmin(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+    """softmax(-x) along `axis`: most weight on the smallest values, as torch.nn.functional.softmin.
+
+    >>> [round(v, 4) for v in Tensor([1.0, 2.0, 3.0]).softmin().tolist()]
+    [0.6652, 0.2447, 0.09]
+    """
+    return (-self._f()).softmax(axis, dtype)
+
+  def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """x / max(||x||_p, eps) along `dim`, as torch.nn.functional.normalize: p=0 counts the non-zeros, p=+-inf takes
+    the largest or smallest magnitude, any other p is (sum |x|^p)^(1/p).
+
+    >>> Tensor([[3.0, 4.0]]).normalize().tolist()
+    [[0.6000000238418091, 0.800000011920929]]
+    """
+    x = self._f()
+    d, a = self._resolve_axis(dim, "normalize"), x.abs()
+    if p == 0: n = x.ne(0).sum(d, keepdim=True).cast(x.dtype)  # a count: no gradient flows through it
+    elif p == math.inf: n = a.max(d, keepdim=True)
+    elif p == -math.inf: n = a.min(d, keepdim=True)
+    else:
+      # the norm is 0 for an all-zero slice (p > 0) or one holding a zero (p < 0): there the powers' infinite
+      # gradients are masked, so 0 flows back through the norm, as in PyTorch
+      if p > 0:
+        s = a.pow(p).sum(d, keepdim=True)
+        ok = s > 0
+      else:
+        ok = a.ne(0).all(d, keepdim=True)
+        s = ok.where(a, 1.0).pow(p).sum(d, keepdim=True)
+      n = ok.where(ok.where(s, 1.0).pow(1.0 / p), 0.0)
+    return x / n.maximum(eps)
+
   def _softmax_dtype(self: Tensor, dtype: DType | str | None) -> DType:
     return to_dtype(dtype) if dtype is not None else self._f().dtype
   def _softmax(self: Tensor, axis: int, dtype: DType | str | None, name: str) -> tuple[Tensor, Tensor, Tensor]:

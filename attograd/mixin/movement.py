@@ -191,7 +191,13 @@ class MovementMixin:
 
     >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4]), dim=1).tolist()
     [[1, 3], [2, 4]]
+    >>> Tensor.stack([Tensor([1, 2]), Tensor([3, 4])]).tolist()
+    [[1, 2], [3, 4]]
     """
+    if isinstance(self, (tuple, list)):  # Tensor.stack([a, b]), as torch.stack takes them
+      if args: raise ValueError(f"stack: give the tensors as one sequence or as arguments, not both; got {len(args)} more")
+      if not self: raise ValueError("stack: needs at least one tensor")
+      return self[0].stack(*self[1:], dim=dim)
     ts = (self,) + args
     for t in args:
       if not isinstance(t, MovementMixin): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")

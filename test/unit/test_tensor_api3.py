@@ -1,0 +1,139 @@
+"""tinygrad 0.14's Tensor API, part 3: shrink_to, pad_to, softmin, normalize, reshape with None, Tensor.stack of a
+sequence, tuples inside an index, and the argument checks that PyTorch makes (squeeze of a 0-d tensor, boolean masks of
+the wrong size, negative optimizer hyperparameters), vs PyTorch, forward and backward."""
+from __future__ import annotations
+import math
+from typing import Any, Callable
+import numpy as np
+import pytest
+from attograd import Tensor, dtypes, nn
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+def P(name: str, *args: Any) -> Any: return pytest.param(*args, id=name)
+
+def check_fwd_bwd(x: np.ndarray, att_fn: Callable, torch_fn: Callable, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+  """att_fn(Tensor(x)) vs torch_fn(torch.tensor(x)), and the gradients of the output times fixed weights."""
+  t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+  o, to = att_fn(t), torch_fn(tt)
+  assert o.shape == tuple(to.shape), f"shape {o.shape} != torch's {tuple(to.shape)}"
+  np.testing.assert_allclose(o.numpy(), to.detach().numpy(), rtol=rtol, atol=atol)
+  w = np.random.default_rng(1).uniform(0.5, 1.5, o.shape).astype(np.float32)
+  (o * Tensor(w)).sum().backward()
+  (to * torch.tensor(w)).sum().backward()
+  assert t.grad is not None and tt.grad is not None
+  np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=rtol, atol=atol)
+
+RNG = np.random.default_rng(0)
+A45 = RNG.standard_normal((4, 5)).astype(np.float32)
+A234 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+# a row of zeros and a row holding one zero: the norm is 0 there for p > 0 and p < 0, and 0 gradient flows through it
+ZEROS = np.array([[0.0, 0.0, 0.0], [1.0, -2.0, 3.0], [0.0, 1.0, -2.0]], dtype=np.float32)
+
+# ***** shrink_to, pad_to *****
+
+def test_shrink_to(device: str) -> None:
+  x = np.arange(32, dtype=np.float32).reshape(4, 8)
+  check_fwd_bwd(x, lambda t: t.shrink_to(2, 3), lambda t: t[:2, :3])
+  check_fwd_bwd(x, lambda t: t.shrink_to((None, 2)), lambda t: t[:, :2])
+  with pytest.raises(ValueError, match="shrink_to"): Tensor(x).shrink_to(2)
+  with pytest.raises(ValueError, match="shrink"): Tensor(x).shrink_to(5, 2)
+
+@pytest.mark.parametrize("value", [0, 2.5, -1])
+def test_pad_to(device: str, value: float) -> None:
+  check_fwd_bwd(A45, lambda t: t.pad_to(6, None, value=value), lambda t: F.pad(t, (0, 0, 0, 2), value=value))
+  check_fwd_bwd(A45, lambda t: t.pad_to(4, 7, value=value), lambda t: F.pad(t, (0, 2), value=value))
+  assert Tensor([1, 2], dtype=dtypes.int32).pad_to(4, value=value).tolist() == [1, 2, int(value), int(value)]
+  x = Tensor([1.0, 2.0])
+  assert x.pad_to(None, value=value) is x  # no padding: nothing to fill
+  with pytest.raises(ValueError, match="pad_to"): x.pad_to(2, 3)
+  with pytest.raises(ValueError, match="pad_to"): x.pad_to(1)
+
+# ***** softmin, normalize *****
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_softmin(device: str, axis: int) -> None:
+  check_fwd_bwd(A45, lambda t: t.softmin(axis), lambda t: F.softmin(t, axis))
+  check_fwd_bwd(A234 * 30, lambda t: t.softmin(axis), lambda t: F.softmin(t, axis))  # large values don't overflow
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, 0.0, -1.0, -2.5, math.inf, -math.inf])
+def test_normalize(device: str, p: float) -> None:
+  check_fwd_bwd(A45, lambda t: t.normalize(p=p), lambda t: F.normalize(t, p=p))
+  check_fwd_bwd(A234, lambda t: t.normalize(p=p, dim=0), lambda t: F.normalize(t, p=p, dim=0))
+  check_fwd_bwd(ZEROS, lambda t: t.normalize(p=p), lambda t: F.normalize(t, p=p), rtol=1e-4)
+
+def test_normalize_int_and_eps(device: str) -> None:
+  np.testing.assert_allclose(Tensor([[3, 4]]).normalize().numpy(), [[0.6, 0.8]], rtol=1e-6)
+  check_fwd_bwd(A45 * 1e-3, lambda t: t.normalize(dim=-1, eps=1e-2), lambda t: F.normalize(t, dim=-1, eps=1e-2))
+
+# ***** reshape, stack, squeeze *****
+
+def test_reshape_none_keeps_a_dim(device: str) -> None:
+  check_fwd_bwd(A234, lambda t: t.reshape(None, None, 2, 2), lambda t: t.reshape(2, 3, 2, 2))
+  check_fwd_bwd(A234, lambda t: t.reshape((None, -1)), lambda t: t.reshape(2, -1))
+  with pytest.raises(ValueError, match="None"): Tensor(A45).reshape(20, None, None)
+
+def test_stack_of_a_sequence(device: str) -> None:
+  a, b = RNG.standard_normal((2, 3)).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
+  for dim in (0, 1, -1):
+    for seq in (tuple, list):
+      out = Tensor.stack(seq([Tensor(a), Tensor(b)]), dim=dim)
+      np.testing.assert_equal(out.numpy(), torch.stack(seq([torch.tensor(a), torch.tensor(b)]), dim).numpy())
+  with pytest.raises(ValueError, match="stack"): Tensor.stack((Tensor([1, 2]), Tensor([3, 4])), Tensor([5, 6]))
+  with pytest.raises(ValueError, match="stack"): Tensor.stack([])
+
+def test_squeeze_of_0d_checks_the_dim(device: str) -> None:
+  x = Tensor(2.0)
+  assert x.squeeze(0).shape == () and x.squeeze(-1).shape == ()
+  for d in (1, -2, 10):
+    with pytest.raises(IndexError): torch.tensor(2.0).squeeze(d)
+    with pytest.raises(IndexError, match="squeeze"): x.squeeze(d)
+
+# ***** indexing *****
+
+X = np.arange(2 * 5 * 6, dtype=np.float32).reshape(2, 5, 6)
+INDEXES = [
+  P("tuple_in_tuple", ((0,),)),
+  P("nested_tuple", (((0,),),)),
+  P("tuple_and_tensor", ((1, 0), [1, 2], slice(None))),
+  P("tuple_2d", (slice(None), ((2,), (1,), (0,)), (5, 1, 0))),
+  P("tuple_neg", (1, (-2, 1, 0))),
+  P("list_of_bool_and_int", ([True, False, 1],)),
+]
+@pytest.mark.parametrize("idx", INDEXES)
+def test_tuple_inside_an_index_is_a_sequence(device: str, idx: tuple) -> None:
+  # NumPy and PyTorch read a tuple inside the index like a list: positions along one dim, not more dims
+  check_fwd_bwd(X, lambda t: t[idx], lambda t: t[idx])
+
+def test_bool_mask_of_the_wrong_size_raises(device: str) -> None:
+  a, ta = Tensor.ones(10, 11, 12), torch.ones(10, 11, 12)
+  for idx in ([True, False], (slice(None), [True] * 12), (None, 1, [True] * 12)):
+    mask = lambda c: tuple(c(i) if isinstance(i, list) else i for i in (idx if isinstance(idx, tuple) else (idx,)))
+    with pytest.raises(IndexError): ta[mask(torch.tensor)]
+    with pytest.raises(IndexError, match="boolean index"): a[mask(Tensor)]
+  # the right sizes still select (after None and an int too)
+  assert a[None, 1, Tensor([True] * 5 + [False] * 6)].shape == ta[None, 1, torch.tensor([True] * 5 + [False] * 6)].shape
+
+# ***** optimizers *****
+
+OPTIMS = [
+  P("sgd_lr", lambda p: nn.optim.SGD(p, lr=-0.1), lambda p: torch.optim.SGD(p, lr=-0.1)),
+  P("sgd_momentum", lambda p: nn.optim.SGD(p, lr=0.1, momentum=-0.1), lambda p: torch.optim.SGD(p, lr=0.1, momentum=-0.1)),
+  P("sgd_wd", lambda p: nn.optim.SGD(p, lr=0.1, weight_decay=-1), lambda p: torch.optim.SGD(p, lr=0.1, weight_decay=-1)),
+  P("adam_lr", lambda p: nn.optim.Adam(p, lr=-1e-3), lambda p: torch.optim.Adam(p, lr=-1e-3)),
+  P("adam_wd", lambda p: nn.optim.Adam(p, weight_decay=-0.1), lambda p: torch.optim.Adam(p, weight_decay=-0.1)),
+  P("adam_eps", lambda p: nn.optim.Adam(p, eps=-1e-8), lambda p: torch.optim.Adam(p, eps=-1e-8)),
+  P("adam_b1", lambda p: nn.optim.Adam(p, b1=1.0), lambda p: torch.optim.Adam(p, betas=(1.0, 0.999))),
+  P("adamw_wd", lambda p: nn.optim.AdamW(p, weight_decay=-0.1), lambda p: torch.optim.AdamW(p, weight_decay=-0.1)),
+  P("adamw_b2", lambda p: nn.optim.AdamW(p, b2=-0.5), lambda p: torch.optim.AdamW(p, betas=(0.9, -0.5))),
+]
+@pytest.mark.parametrize("make,torch_make", OPTIMS)
+def test_optimizer_rejects_bad_hyperparameters(device: str, make: Callable, torch_make: Callable) -> None:
+  with pytest.raises(ValueError): torch_make([torch.tensor([1.0], requires_grad=True)])
+  with pytest.raises(ValueError, match="must be"): make([Tensor([1.0])])
+
+def test_optimizer_accepts_zero_hyperparameters(device: str) -> None:
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  nn.optim.SGD([w], lr=0.0, momentum=0.0, weight_decay=0.0)
+  nn.optim.AdamW([w], lr=0.0, b1=0.0, b2=0.0, eps=0.0, weight_decay=0.0)
