@@ -724,6 +724,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def pow(self, x: Any, reverse: bool = False) -> Tensor:
     """Elementwise power; integer tensors stay integer."""
     if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
+      # as in PyTorch: an int tensor to a float power is float (2.0 too), to a negative int power an error
+      if isinstance(x, float) and not dtypes.is_float(self.dtype): return self._f().pow(x)
+      if x < 0 and not dtypes.is_float(self.dtype):
+        raise DTypeOpError(f"pow: an integer tensor ({self.dtype}) to a negative integer power ({x}) isn't an integer")
       if x == 2: return self * self
       if x == 1: return self + 0
       if x == 0: return self.ones_like()
@@ -1155,7 +1159,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     axes = self._axes(axis, "var")
     n = prod(self.shape[a] for a in axes)
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
-    return (sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan).cast(out_dtype)
+    # no degrees of freedom left: sq / 0 (inf, or nan where sq is 0), as PyTorch
+    return sq.div(max(0, n - correction)).cast(out_dtype)
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     """(var, mean) together, as torch.var_mean."""

@@ -489,6 +489,7 @@ def _parse_einsum(formula: str, ts: list[Tensor]) -> tuple[list[list[str]], list
   for p in parts + [rhs]:
     if not all(c.isalpha() for c in p.replace("...", "")):
       raise ValueError(f"einsum: subscripts must be letters or '...', got {p!r} in {formula!r}")
+    if p.count("...") > 1: raise ShapeError(f"einsum: {p!r} has more than one '...' in {formula!r}")
   # '...' dims get letters outside the ASCII range, right-aligned as in broadcasting
   n_ell = max([t.ndim - len(p.replace("...", "")) for p, t in zip(parts, ts) if "..." in p], default=0)
   ell = [chr(0x100 + i) for i in range(n_ell)]

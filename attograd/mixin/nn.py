@@ -571,6 +571,8 @@ class NNMixin:
       else:
         src = ((ar + 0.5) if mode == "nearest-exact" else ar) * (n_in / n_out)
         x = x.gather(d, along(src.floor().minimum(n_in - 1).cast(dtypes.int32)))
+    # integers (PyTorch's uint8 images) round half up, as PyTorch's fixed-point kernel does, rather than truncate
+    if mode.endswith("linear") and not dtypes.is_float(self.dtype): x = (x + 0.5).floor()
     return x.cast(self.dtype)
 
   # ***** attention *****

@@ -1,8 +1,9 @@
 """tinygrad 0.14's Tensor API, part 3: shrink_to, pad_to, softmin, normalize, reshape with None, Tensor.stack of a
-sequence, tuples inside an index, and the argument checks that PyTorch makes (squeeze of a 0-d tensor, boolean masks of
-the wrong size, negative optimizer hyperparameters), vs PyTorch, forward and backward."""
+sequence, tuples inside an index, and where PyTorch's answers or checks differed (int ** float is float, var with no
+degrees of freedom, uint8 linear interpolation rounds, squeeze of a 0-d tensor, boolean masks of the wrong size,
+negative optimizer hyperparameters), vs PyTorch, forward and backward."""
 from __future__ import annotations
-import math
+import contextlib, math
 from typing import Any, Callable
 import numpy as np
 import pytest
@@ -137,3 +138,46 @@ def test_optimizer_accepts_zero_hyperparameters(device: str) -> None:
   w = Tensor([1.0, 2.0], requires_grad=True)
   nn.optim.SGD([w], lr=0.0, momentum=0.0, weight_decay=0.0)
   nn.optim.AdamW([w], lr=0.0, b1=0.0, b2=0.0, eps=0.0, weight_decay=0.0)
+
+# ***** pow, var/std, einsum, interpolate *****
+
+@pytest.mark.parametrize("exponent", [0.5, 1.5, 2.0, 1.0, -1.0, 0.0, 2, 3])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_])
+def test_int_tensor_to_a_python_power(device: str, exponent: float, dtype: Any) -> None:
+  # an int tensor to a float power is float in PyTorch (2.0 and 0.0 too); to an int power it stays int (bool goes to
+  # int64 in PyTorch, and stays bool here: only the values are compared)
+  x = np.array([1, 2, 3, 4]).astype(dtype)
+  got, want = Tensor(x) ** exponent, torch.tensor(x) ** exponent
+  if isinstance(exponent, float) or dtype is not np.bool_: assert got.numpy().dtype == want.numpy().dtype
+  np.testing.assert_allclose(got.numpy().astype(np.float64), want.numpy().astype(np.float64), rtol=1e-6)
+
+def test_int_tensor_to_a_negative_int_power_raises(device: str) -> None:
+  with pytest.raises(RuntimeError): torch.tensor([-2, 0, 2]) ** -2
+  with pytest.raises(RuntimeError, match="pow"): Tensor([-2, 0, 2]) ** -2
+  np.testing.assert_allclose((Tensor([-2.0, 2.0]) ** -2).numpy(), [0.25, 0.25])  # floats are fine
+
+@pytest.mark.parametrize("axis,correction", [((0, 3), 1), ((0, 3), 5), ((0, 4), 5), ((0, 4), 6), ((0, 4), 0)])
+@pytest.mark.parametrize("fn", ["var", "std"])
+def test_var_std_without_degrees_of_freedom(device: str, fn: str, axis: tuple, correction: int) -> None:
+  # n - correction <= 0 divides by 0 as PyTorch does: inf where the squares sum to more than 0, nan where they are 0
+  x = RNG.standard_normal((1, 2, 3, 1, 5)).astype(np.float32)
+  with pytest.warns(UserWarning) if x.shape[axis[0]] * x.shape[axis[1]] <= correction else contextlib.nullcontext():
+    want = getattr(torch.tensor(x), fn)(dim=axis, correction=correction).numpy()
+  np.testing.assert_allclose(getattr(Tensor(x), fn)(axis, correction=correction).numpy(), want, rtol=1e-5)
+
+def test_einsum_two_ellipses_in_one_operand_raise(device: str) -> None:
+  a = Tensor.ones(2, 3, 4)
+  with pytest.raises(RuntimeError): torch.einsum("...ik...,...jk->", torch.ones(2, 3, 4), torch.ones(2, 3, 4))
+  with pytest.raises(RuntimeError, match="einsum"): Tensor.einsum("...ik...,...jk->", a, a)
+
+@pytest.mark.parametrize("size", [(10, 10), (7, 13), (33, 5)])
+def test_interpolate_linear_uint8_rounds(device: str, size: tuple) -> None:
+  # integer images round to the nearest value instead of truncating: PyTorch's uint8 kernel rounds too (from
+  # fixed-point weights, so it can differ by 1 where the exact value is near a half)
+  x = np.random.default_rng(2).integers(0, 256, (1, 2, 64, 64)).astype(np.uint8)
+  got = Tensor(x).interpolate(size, mode="linear")
+  assert got.dtype == dtypes.uint8
+  exact = F.interpolate(torch.tensor(x, dtype=torch.float64), size=size, mode="bilinear").numpy()
+  assert np.abs(got.numpy() - exact).max() <= 0.5 + 1e-3  # the nearest integer (a float32 half may go either way)
+  torch_u8 = F.interpolate(torch.tensor(x), size=size, mode="bilinear").numpy().astype(int)
+  assert np.abs(got.numpy().astype(int) - torch_u8).max() <= 1
