@@ -14,10 +14,10 @@ def ceildiv(a: int, b: int) -> int: return -(-a // b)
 def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
 def argsort(xs: Sequence[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
 
-class ShapeError(ValueError, RuntimeError):
+class ArgumentError(ValueError, RuntimeError):
   """A Tensor op given shapes, axes or options that don't fit together (matmul's inner dims, a permutation that
-  isn't one, an unknown mode). A ValueError like attograd's other argument errors, and a RuntimeError because PyTorch
-  and tinygrad raise that for the same mistakes, so code ported from either that catches it still works."""
+  isn't one, an unknown mode, a negative std). A ValueError like attograd's other argument errors, and a RuntimeError
+  because PyTorch and tinygrad raise that for the same mistakes, so code ported from either that catches it works."""
 
 class DTypeOpError(TypeError, RuntimeError):
   """A Tensor op that doesn't accept an input's dtype (a shift of a float tensor, an int raised to a negative int).

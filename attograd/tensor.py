@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
-from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ShapeError, argfix,
+from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError, argfix,
                               fully_flatten, make_tuple, prod)
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_val
 from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
@@ -550,19 +550,23 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @staticmethod
   @_takes_requires_grad
   def randint(*shape: Any, low: int = 0, high: int = 10, **kw: Any) -> Tensor:
-    if not isinstance(low, int) or not isinstance(high, int) or high <= low:
-      raise ValueError(f"randint: need integers low < high, got low={low!r} high={high!r}")
+    if not isinstance(low, int) or not isinstance(high, int):
+      raise TypeError(f"randint: low and high must be ints, got low={low!r} high={high!r}")
+    if high <= low: raise ArgumentError(f"randint: needs low < high, got low={low} high={high}")
     dtype = to_dtype(kw.pop("dtype", dtypes.int32))
     return (Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw) * (high - low)).floor().cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high < low:
+      raise ArgumentError(f"uniform: needs low <= high, got low={low} high={high}")
     return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low) + low).cast(dtype)
   @staticmethod
   @_takes_requires_grad
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
+    if isinstance(std, (int, float)) and std < 0: raise ArgumentError(f"normal: std must be >= 0, got {std}")
     return (Tensor.randn(*shape, dtype=dtypes.float32, **kw) * std + mean).cast(dtype)
   def rand_like(self, **kw: Any) -> Tensor:
     """Uniform [0, 1) values of this Tensor's shape, dtype and device (each overridable)."""
@@ -694,7 +698,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if rounding_mode == "trunc":
       return a._alu(Ops.IDIV, b._safe_divisor()).mul(b.ne(0)) if dtypes.is_int(a.dtype) else a.div(b).trunc()
     if rounding_mode == "floor": return a // b
-    if rounding_mode is not None: raise ShapeError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if rounding_mode is not None: raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     if not dtypes.is_float(a.dtype): a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
     return a._alu(Ops.FDIV, b)
   def _safe_divisor(self) -> Tensor: return self.eq(0).where(self._const_like(1), self)
@@ -951,7 +955,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
     """min(max(x, min_), max_) like torch.clamp: NaN stays NaN, -0.0 stays -0.0, and the gradient is 1 at both
     bounds (x itself is kept there, so ties go to x)."""
-    if min_ is None and max_ is None: raise ShapeError("clip: at least one of min and max must be given")
+    if min_ is None and max_ is None: raise ArgumentError("clip: at least one of min and max must be given")
     out = self
     if min_ is not None:
       a, lo = out._broadcasted(min_)
@@ -1020,11 +1024,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     new = argfix(shape, *args)
     if any(not isinstance(s, int) for s in new):
       # None keeps the size the dim at that position has now (tinygrad's reshape)
-      if any(s is None for s in new[self.ndim:]): raise ShapeError(f"reshape: None past the dims of {self.shape} in {new}")
+      if any(s is None for s in new[self.ndim:]): raise ArgumentError(f"reshape: None past the dims of {self.shape} in {new}")
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
       new = tuple(_size_arg(s, "reshape") for s in new)
-    if new.count(-1) > 1: raise ShapeError(f"reshape: only one dim can be -1, got {new}")
+    if new.count(-1) > 1: raise ArgumentError(f"reshape: only one dim can be -1, got {new}")
     numel = self.numel()
     if -1 in new:
       rest = prod(s for s in new if s != -1)
@@ -1043,7 +1047,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def permute(self, order: Any, *args: Any) -> Tensor:
     order = argfix(order, *args)
     ax = tuple(self._resolve_axis(a, "permute") for a in order)
-    if sorted(ax) != list(range(self.ndim)): raise ShapeError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
+    if sorted(ax) != list(range(self.ndim)): raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
     return self if ax == tuple(range(self.ndim)) else self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), ax))
   def expand(self, shape: Any, *args: Any) -> Tensor:
     """Repeat size-1 dims without copying; -1 keeps a dim."""
@@ -1069,7 +1073,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def flip(self, axis: Any, *args: Any) -> Tensor:
     given = [self._resolve_axis(a, "flip") for a in argfix(axis, *args)]
     axes = set(given)
-    if len(axes) != len(given): raise ShapeError(f"flip: a dim appears more than once in {argfix(axis, *args)}")
+    if len(axes) != len(given): raise ArgumentError(f"flip: a dim appears more than once in {argfix(axis, *args)}")
     arg = tuple(i in axes for i in range(self.ndim))
     return self if not any(arg) else self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), arg))
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -1212,10 +1216,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         out = w(self)
         return out if dtype is None else out.cast(dtype)
       raise TypeError(f"matmul: expected a Tensor or a layer with a .weight (like nn.Linear), got {type(w).__name__}")
-    if self.ndim == 0 or w.ndim == 0: raise ShapeError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
+    if self.ndim == 0 or w.ndim == 0: raise ArgumentError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
-      raise ShapeError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
+      raise ArgumentError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
     d = to_dtype(dtype) if dtype is not None else least_upper_dtype(x.dtype, y.dtype)
     # the operands are cast to the accumulator before multiplying: int8 products wrap at 8 bits otherwise, and
     # half/bfloat16/fp8 products are exact in float32 (then summed there, rounded to `d` once: PyTorch's result)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
-from attograd.helpers import ShapeError, argfix, prod
+from attograd.helpers import ArgumentError, argfix, prod
 from attograd.uop.ops import UOp, ssimp, sym_val
 from attograd.uop.view import _smax
 
@@ -256,10 +256,10 @@ class MovementMixin:
     """
     sh = _ints(shifts)
     if dims is None:
-      if len(sh) != 1: raise ShapeError(f"roll: with dims=None give one shift, got {sh}")
+      if len(sh) != 1: raise ArgumentError(f"roll: with dims=None give one shift, got {sh}")
       return self.flatten().roll(sh[0], 0).reshape(self.shape)
     dm = _ints(dims)
-    if len(sh) != len(dm): raise ShapeError(f"roll: need one shift per dim, got shifts {sh} and dims {dm}")
+    if len(sh) != len(dm): raise ArgumentError(f"roll: need one shift per dim, got shifts {sh} and dims {dm}")
     x = self
     for s, dim in zip(sh, dm):
       d = self._resolve_axis(dim, "roll")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
 from attograd.dtype import DType, dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
-from attograd.helpers import ShapeError, TRAINING, argfix, ceildiv, flatten, make_tuple, prod
+from attograd.helpers import ArgumentError, TRAINING, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, UOp
 
 # windows of more elements than this are not stacks of shifted slices: a kernel unrolls a stack's window whole (up to 49
@@ -249,7 +249,7 @@ class NNMixin:
     if self.ndim < nk: raise ValueError(f"pool: can't slide a {nk}-d kernel {k_} over shape {self.shape}")
     lead, i_ = self.shape[:-nk], self.shape[-nk:]
     for k, d, i in zip(k_, d_, i_):
-      if d * (k - 1) + 1 > i: raise ShapeError(f"pool: kernel {k_} with dilation {d_} is larger than the input {i_}")
+      if d * (k - 1) + 1 > i: raise ArgumentError(f"pool: kernel {k_} with dilation {d_} is larger than the input {i_}")
     o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, k_, s_)]
     keep = [None] * len(lead)
     if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
@@ -595,7 +595,7 @@ class NNMixin:
       key, value = key.repeat_interleave(hq // hkv, -3), value.repeat_interleave(hq // hkv, -3)
     qk = self.dot(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
     if is_causal:
-      if attn_mask is not None: raise ShapeError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+      if attn_mask is not None: raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
       attn_mask = type(self).full(qk.shape[-2:], True, dtype=dtypes.bool, device=self.device).tril()
     if attn_mask is not None:
       # (in the scores' dtype: a default-float mask would promote half scores, and the result, to float32)
@@ -640,7 +640,7 @@ class NNMixin:
     if Y.shape != self.shape:
       if Y.shape != self.shape[:cdim] + self.shape[cdim + 1:]:
         want = self.shape[:cdim] + self.shape[cdim + 1:]
-        raise ShapeError(f"cross_entropy: targets must be class indices of shape {want} or probabilities of shape "
+        raise ArgumentError(f"cross_entropy: targets must be class indices of shape {want} or probabilities of shape "
                          f"{self.shape}, got {Y.shape}")
       Y = _one_hot_along(Y.unsqueeze(cdim), n, cdim).cast(self._f().dtype)
     Y = (1 - label_smoothing) * Y + label_smoothing / n

@@ -116,6 +116,18 @@ def test_bool_mask_of_the_wrong_size_raises(device: str) -> None:
   # the right sizes still select (after None and an int too)
   assert a[None, 1, Tensor([True] * 5 + [False] * 6)].shape == ta[None, 1, torch.tensor([True] * 5 + [False] * 6)].shape
 
+def test_del_item_is_a_type_error(device: str) -> None:
+  t, tt = Tensor.ones(3, 3), torch.ones(3, 3)
+  with pytest.raises(TypeError): del tt[0]
+  with pytest.raises(TypeError, match="deleted"): del t[0]
+
+def test_randint_bounds_must_be_ints(device: str) -> None:
+  for low, high in ((0.1, 3), (0, 3.5)):
+    with pytest.raises(TypeError): torch.randint(low, high, (3, 4))  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="randint"): Tensor.randint(3, 4, low=low, high=high)
+  assert (Tensor.randint(16, low=5, high=6).numpy() == 5).all()
+  assert Tensor.uniform(4, low=1.0, high=1.0).tolist() == [1.0] * 4  # an empty range is allowed, as in PyTorch
+
 # ***** optimizers *****
 
 OPTIMS = [
