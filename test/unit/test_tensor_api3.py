@@ -128,6 +128,27 @@ def test_randint_bounds_must_be_ints(device: str) -> None:
   assert (Tensor.randint(16, low=5, high=6).numpy() == 5).all()
   assert Tensor.uniform(4, low=1.0, high=1.0).tolist() == [1.0] * 4  # an empty range is allowed, as in PyTorch
 
+def test_is_param_is_requires_grad_not_false(device: str) -> None:
+  w = Tensor([3.5]).clone()
+  assert w.is_param is True and w.requires_grad is None
+  assert w.is_param_(False) is w and w.is_param is False and w.requires_grad is False
+  assert w.is_param_(True).requires_grad is None
+  # an optimizer updates is_param tensors and keeps the others as buffers, so their .grad is filled after backward
+  a, b, buf = Tensor([3.5]).clone(), Tensor([3.5]).clone(), Tensor([1.0]).clone().is_param_(False)
+  opt = nn.optim.SGD([a, b, buf], lr=0.01)
+  assert opt.params == [a, b] and opt.buffers == [buf] and a.is_param and not buf.is_param
+  (a + b).sum().backward()
+  assert a.grad is not None and b.grad is not None and a.grad.tolist() == [1.0] and b.grad.tolist() == [1.0]
+  assert Tensor([1.0], requires_grad=True).is_param_(True).requires_grad is True  # True stays True
+
+def test_mv_address_reads_the_memory(device: str) -> None:
+  import array
+  from attograd.helpers import mv_address
+  mv = memoryview(bytearray(16)).cast("I")
+  mv[:] = array.array("I", [0, 1, 2, 3])
+  assert (Tensor.from_blob(mv_address(mv), (4,), dtype=dtypes.uint32, device="CPU") + 1).tolist() == [1, 2, 3, 4]
+  with pytest.raises(TypeError, match="read-only"): mv_address(memoryview(b"1234"))
+
 # ***** optimizers *****
 
 OPTIMS = [
