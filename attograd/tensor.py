@@ -487,6 +487,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if step == 0: raise ValueError("arange: step must not be zero")
     dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.from_py([start, stop, step])
     n = max(0, math.ceil((stop - start) / step))
+    if n and dtypes.is_int(dtype):
+      # values past the dtype's range would wrap silently (PyTorch wraps them): refuse, as tinygrad does
+      last = start + (n - 1) * step
+      if not dtype.min <= min(start, last) <= max(start, last) <= dtype.max:
+        raise OverflowError(f"arange: values {start}..{last} don't fit in {dtype} ({dtype.min}..{dtype.max})")
     device = Device.canonicalize(kw.pop("device", None))
     idx = _index_tensor(n, device)
     # in the output dtype: an int64 arange past 2**31 (arange(2**40, 2**40 + 5)) must not wrap in int32 first
@@ -495,8 +500,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @staticmethod
   @_takes_requires_grad
   def linspace(start: float, stop: float, steps: int, **kw: Any) -> Tensor:
-    if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
+    if steps < 0: raise ArgumentError(f"linspace: steps must be >= 0, got {steps}")
     dtype = to_dtype(kw.pop("dtype", dtypes.default_float))
+    # points between start and stop aren't bools: PyTorch refuses it too (every point but start would be True)
+    if dtype is dtypes.bool: raise DTypeOpError("linspace: needs a numeric dtype, got dtypes.bool")
     if steps == 1: return Tensor.full((1,), start, dtype=dtype, **kw)
     return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
             * ((stop - start) / (steps - 1)) + start).cast(dtype)

@@ -214,3 +214,23 @@ def test_interpolate_linear_uint8_rounds(device: str, size: tuple) -> None:
   assert np.abs(got.numpy() - exact).max() <= 0.5 + 1e-3  # the nearest integer (a float32 half may go either way)
   torch_u8 = F.interpolate(torch.tensor(x), size=size, mode="bilinear").numpy().astype(int)
   assert np.abs(got.numpy().astype(int) - torch_u8).max() <= 1
+
+# ***** creation *****
+
+@pytest.mark.parametrize("args,dtype", [((2**33,), dtypes.int32), ((129,), dtypes.int8), ((-129, 128), dtypes.int8),
+                                        ((128, 0, -1), dtypes.int8), ((127, -130, -1), dtypes.int8), ((-1, 3), dtypes.uint8)])
+def test_arange_out_of_the_dtype_range_raises(device: str, args: tuple, dtype: Any) -> None:
+  # PyTorch wraps these silently; a wrapped arange is never what was meant
+  with pytest.raises(OverflowError, match="arange"): Tensor.arange(*args, dtype=dtype)
+
+@pytest.mark.parametrize("args,dtype", [((128,), torch.int8), ((-128, 128), torch.int8), ((127, -129, -1), torch.int8),
+                                        ((256,), torch.uint8), ((2**31, 2**31 + 3), torch.int64)])
+def test_arange_at_the_dtype_bounds(device: str, args: tuple, dtype: Any) -> None:
+  want = torch.arange(*args, dtype=dtype).numpy()
+  got = Tensor.arange(*args, dtype=dtypes.int64 if dtype is torch.int64 else getattr(dtypes, str(dtype)[6:]))
+  np.testing.assert_equal(got.numpy(), want)
+
+def test_linspace_bool_and_negative_steps_raise(device: str) -> None:
+  for bad in (lambda m: m.linspace(5, 10, 3, dtype="bool" if m is Tensor else torch.bool), lambda m: m.linspace(1, 2, -1)):
+    with pytest.raises(RuntimeError): bad(torch)
+    with pytest.raises(RuntimeError, match="linspace"): bad(Tensor)
