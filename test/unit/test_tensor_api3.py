@@ -234,3 +234,17 @@ def test_linspace_bool_and_negative_steps_raise(device: str) -> None:
   for bad in (lambda m: m.linspace(5, 10, 3, dtype="bool" if m is Tensor else torch.bool), lambda m: m.linspace(1, 2, -1)):
     with pytest.raises(RuntimeError): bad(torch)
     with pytest.raises(RuntimeError, match="linspace"): bad(Tensor)
+
+# ***** gradients *****
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_acosh_gradient_everywhere_as_torch(device: str, dtype: Any) -> None:
+  # PyTorch's 1 / sqrt(x^2 - 1) is finite below -1 (where acosh is NaN) and NaN in (-1, 1). The reference is PyTorch in
+  # float64: in float32 its x^2 - 1 cancels near 1 and overflows for large x, which attograd's form avoids
+  x = np.array([-1e30, -3.0, -1.5, -0.5, 0.0, 0.5, 1.0, 1.0001, 1.5, 3.0, 1e10, 1e30], dtype=dtype)
+  t, tt = Tensor(x, requires_grad=True), torch.tensor(x.astype(np.float64), requires_grad=True)
+  np.testing.assert_allclose(t.acosh().numpy(), tt.acosh().detach().numpy(), rtol=1e-6)
+  t.acosh().sum().backward()
+  tt.acosh().sum().backward()
+  assert t.grad is not None and tt.grad is not None
+  np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-5)
