@@ -485,11 +485,14 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     for x in (start, stop, step):
       if isinstance(x, UOp): _symbolic_error("arange", x)
     if step == 0: raise ValueError("arange: step must not be zero")
-    dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.from_py([start, stop, step])
     n = max(0, math.ceil((stop - start) / step))
+    last = start + (n - 1) * step if n else start
+    if "dtype" in kw: dtype = to_dtype(kw.pop("dtype"))
+    # ints: default_int unless a value made needs int64 (stop isn't one, and an empty range has none)
+    elif all(v.__class__ is int for v in (start, stop, step)): dtype = dtypes.from_py([start, last])
+    else: dtype = dtypes.from_py([start, stop, step])
     if n and dtypes.is_int(dtype):
       # values past the dtype's range would wrap silently (PyTorch wraps them): refuse, as tinygrad does
-      last = start + (n - 1) * step
       if not dtype.min <= min(start, last) <= max(start, last) <= dtype.max:
         raise OverflowError(f"arange: values {start}..{last} don't fit in {dtype} ({dtype.min}..{dtype.max})")
     device = Device.canonicalize(kw.pop("device", None))

@@ -248,3 +248,14 @@ def test_acosh_gradient_everywhere_as_torch(device: str, dtype: Any) -> None:
   tt.acosh().sum().backward()
   assert t.grad is not None and tt.grad is not None
   np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-5)
+
+def test_arange_dtype_follows_the_values_made(device: str) -> None:
+  from attograd.helpers import Context
+  # stop isn't a value of the range: 0..2**31-1 fits int32; an empty range is default_int whatever its bounds
+  assert Tensor.arange(0, 2**31, 2**30).dtype == dtypes.int32
+  assert Tensor.arange(2**31, 2**31 + 3).dtype == dtypes.int64
+  with Context(DEFAULT_INT=dtypes.uint8):
+    assert Tensor.arange(3, 5, -2).dtype == dtypes.uint8 and Tensor.arange(3, 5, -2).shape == (0,)
+    down = Tensor.arange(5, 0, -1)
+    assert down.dtype == dtypes.uint8 and down.tolist() == [5, 4, 3, 2, 1]
+    assert Tensor.arange(-3, 2).dtype == dtypes.int64  # a negative value doesn't fit uint8
