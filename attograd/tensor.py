@@ -818,7 +818,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool).ne(True)
   def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
-    if dtypes.is_float(a.dtype): raise DTypeOpError(f"{op.name.lower()}: bitwise ops need int or bool tensors, got {a.dtype}")
+    if dtypes.is_float(a.dtype):
+      raise DTypeOpError(f"{op.name.lower()}: bitwise ops need int or bool tensors, got {a.dtype}")
     return a._alu(op, b)
   def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.AND, x, reverse)
   def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.OR, x, reverse)
@@ -1034,7 +1035,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     new = argfix(shape, *args)
     if any(not isinstance(s, int) for s in new):
       # None keeps the size the dim at that position has now (tinygrad's reshape)
-      if any(s is None for s in new[self.ndim:]): raise ArgumentError(f"reshape: None past the dims of {self.shape} in {new}")
+      if any(s is None for s in new[self.ndim:]):
+        raise ArgumentError(f"reshape: None past the dims of {self.shape} in {new}")
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
       new = tuple(_size_arg(s, "reshape") for s in new)

@@ -179,7 +179,8 @@ class ComposeMixin:
       if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
         raise ArgumentError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
       # as PyTorch: a silent cast would truncate a float src written into an int tensor
-      if src.dtype != self.dtype: raise DTypeOpError(f"scatter: src dtype {src.dtype} differs from the tensor's {self.dtype}")
+      if src.dtype != self.dtype:
+        raise DTypeOpError(f"scatter: src dtype {src.dtype} differs from the tensor's {self.dtype}")
       src = src.shrink(tuple((0, i) for i in index.shape))
     else: src = self._const_like(src)._broadcast_to(index.shape)
     if 0 in index.shape: return self
@@ -367,9 +368,9 @@ class ComposeMixin:
 
   # ***** item assignment *****
 
-  def __delitem__(self: Tensor, indices: Any) -> None:
+  def __delitem__(self, indices: Any) -> None:
     # without it Python raises a bare AttributeError('__delitem__'); PyTorch and NumPy raise this TypeError
-    raise TypeError(f"del x[{indices!r}]: a Tensor has a fixed shape, its items can't be deleted; index to keep the rest")
+    raise TypeError(f"del x[{indices!r}]: a Tensor has a fixed shape, its items can't be deleted; index the rest")
 
   def __setitem__(self: Tensor, indices: Any, value: Tensor | ConstType) -> None:
     """`x[indices] = value`: ints, slices (any step), None, `...`, and integer or bool tensors, like NumPy.

@@ -195,7 +195,7 @@ class MovementMixin:
     [[1, 2], [3, 4]]
     """
     if isinstance(self, (tuple, list)):  # Tensor.stack([a, b]), as torch.stack takes them
-      if args: raise ValueError(f"stack: give the tensors as one sequence or as arguments, not both; got {len(args)} more")
+      if args: raise ValueError(f"stack: give the tensors as one sequence or as arguments, not both; got {len(args)}")
       if not self: raise ValueError("stack: needs at least one tensor")
       return self[0].stack(*self[1:], dim=dim)
     ts = (self,) + args

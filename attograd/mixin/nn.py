@@ -595,7 +595,8 @@ class NNMixin:
       key, value = key.repeat_interleave(hq // hkv, -3), value.repeat_interleave(hq // hkv, -3)
     qk = self.dot(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
     if is_causal:
-      if attn_mask is not None: raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+      if attn_mask is not None:
+        raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
       attn_mask = type(self).full(qk.shape[-2:], True, dtype=dtypes.bool, device=self.device).tril()
     if attn_mask is not None:
       # (in the scores' dtype: a default-float mask would promote half scores, and the result, to float32)

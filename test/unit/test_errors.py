@@ -128,7 +128,8 @@ def _t() -> Any:
   return torch
 
 TORCH_RUNTIME_ERRORS = [
-  P("matmul_inner", lambda: Tensor.ones(2, 4) @ Tensor.ones(1, 3), lambda: _t().ones(2, 4) @ _t().ones(1, 3), ValueError),
+  P("matmul_inner", lambda: Tensor.ones(2, 4) @ Tensor.ones(1, 3), lambda: _t().ones(2, 4) @ _t().ones(1, 3),
+    ValueError),
   P("matmul_0d", lambda: Tensor(3.0) @ Tensor.ones(3, 3), lambda: _t().tensor(3.0) @ _t().ones(3, 3), ValueError),
   P("permute", lambda: Tensor.ones(3, 4).permute(0, 0), lambda: _t().ones(3, 4).permute(0, 0), ValueError),
   P("flip_repeated", lambda: Tensor.ones(3, 4).flip((1, -1)), lambda: _t().ones(3, 4).flip((1, -1)), ValueError),
@@ -141,8 +142,8 @@ TORCH_RUNTIME_ERRORS = [
   P("roll_dims", lambda: Tensor.ones(3, 3).roll(1, (0, 1)), lambda: _t().ones(3, 3).roll(1, (0, 1)), ValueError),
   P("einsum_sizes", lambda: Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3), Tensor.ones(4, 2)),
     lambda: _t().einsum("ij,jk->ik", _t().ones(2, 3), _t().ones(4, 2)), ValueError),
-  P("gather_ndim", lambda: Tensor.ones(4, 5).gather(0, Tensor([1])), lambda: _t().ones(4, 5).gather(0, _t().tensor([1])),
-    ValueError),
+  P("gather_ndim", lambda: Tensor.ones(4, 5).gather(0, Tensor([1])),
+    lambda: _t().ones(4, 5).gather(0, _t().tensor([1])), ValueError),
   P("scatter_src_small", lambda: Tensor.ones(2, 3).scatter(1, Tensor([[0, 1, 2]]), Tensor.ones(1, 2)),
     lambda: _t().ones(2, 3).scatter(1, _t().tensor([[0, 1, 2]]), _t().ones(1, 2)), ValueError),
   P("scatter_src_dtype", lambda: Tensor.ones(2, 3).half().scatter(1, Tensor([[0]]), Tensor.ones(1, 1)),
@@ -153,7 +154,8 @@ TORCH_RUNTIME_ERRORS = [
   P("gather_bool_index", lambda: Tensor.ones(2, 3).gather(0, Tensor([[True]])),
     lambda: _t().ones(2, 3).gather(0, _t().tensor([[True]])), TypeError),
   P("normal_std", lambda: Tensor.normal(3, std=-1.0), lambda: _t().normal(0.0, -1.0, (3,)), ValueError),
-  P("uniform_range", lambda: Tensor.uniform(3, low=5.0, high=3.0), lambda: _t().empty(3).uniform_(5.0, 3.0), ValueError),
+  P("uniform_range", lambda: Tensor.uniform(3, low=5.0, high=3.0), lambda: _t().empty(3).uniform_(5.0, 3.0),
+    ValueError),
   P("randint_range", lambda: Tensor.randint(3, low=10, high=5), lambda: _t().randint(10, 5, (3,)), ValueError),
   P("pool_too_small", lambda: Tensor.ones(1, 1, 6, 7).conv2d(Tensor.ones(1, 1, 3, 3), dilation=3),
     lambda: _t().nn.functional.conv2d(_t().ones(1, 1, 6, 7), _t().ones(1, 1, 3, 3), dilation=3), ValueError),

@@ -109,10 +109,10 @@ def test_tuple_inside_an_index_is_a_sequence(device: str, idx: tuple) -> None:
 
 def test_bool_mask_of_the_wrong_size_raises(device: str) -> None:
   a, ta = Tensor.ones(10, 11, 12), torch.ones(10, 11, 12)
-  for idx in ([True, False], (slice(None), [True] * 12), (None, 1, [True] * 12)):
-    mask = lambda c: tuple(c(i) if isinstance(i, list) else i for i in (idx if isinstance(idx, tuple) else (idx,)))
-    with pytest.raises(IndexError): ta[mask(torch.tensor)]
-    with pytest.raises(IndexError, match="boolean index"): a[mask(Tensor)]
+  def mask(idx: tuple, make: Callable) -> tuple: return tuple(make(i) if isinstance(i, list) else i for i in idx)
+  for idx in (([True, False],), (slice(None), [True] * 12), (None, 1, [True] * 12)):
+    with pytest.raises(IndexError): ta[mask(idx, torch.tensor)]
+    with pytest.raises(IndexError, match="boolean index"): a[mask(idx, Tensor)]
   # the right sizes still select (after None and an int too)
   assert a[None, 1, Tensor([True] * 5 + [False] * 6)].shape == ta[None, 1, torch.tensor([True] * 5 + [False] * 6)].shape
 
@@ -153,8 +153,8 @@ def test_mv_address_reads_the_memory(device: str) -> None:
 
 OPTIMS = [
   P("sgd_lr", lambda p: nn.optim.SGD(p, lr=-0.1), lambda p: torch.optim.SGD(p, lr=-0.1)),
-  P("sgd_momentum", lambda p: nn.optim.SGD(p, lr=0.1, momentum=-0.1), lambda p: torch.optim.SGD(p, lr=0.1, momentum=-0.1)),
-  P("sgd_wd", lambda p: nn.optim.SGD(p, lr=0.1, weight_decay=-1), lambda p: torch.optim.SGD(p, lr=0.1, weight_decay=-1)),
+  P("sgd_momentum", lambda p: nn.optim.SGD(p, lr=0.1, momentum=-1), lambda p: torch.optim.SGD(p, lr=0.1, momentum=-1)),
+  P("sgd_wd", lambda p: nn.optim.SGD(p, lr=0.1, weight_decay=-1), lambda p: torch.optim.SGD(p, lr=1, weight_decay=-1)),
   P("adam_lr", lambda p: nn.optim.Adam(p, lr=-1e-3), lambda p: torch.optim.Adam(p, lr=-1e-3)),
   P("adam_wd", lambda p: nn.optim.Adam(p, weight_decay=-0.1), lambda p: torch.optim.Adam(p, weight_decay=-0.1)),
   P("adam_eps", lambda p: nn.optim.Adam(p, eps=-1e-8), lambda p: torch.optim.Adam(p, eps=-1e-8)),
@@ -217,8 +217,9 @@ def test_interpolate_linear_uint8_rounds(device: str, size: tuple) -> None:
 
 # ***** creation *****
 
-@pytest.mark.parametrize("args,dtype", [((2**33,), dtypes.int32), ((129,), dtypes.int8), ((-129, 128), dtypes.int8),
-                                        ((128, 0, -1), dtypes.int8), ((127, -130, -1), dtypes.int8), ((-1, 3), dtypes.uint8)])
+OVERFLOWS = [((2**33,), dtypes.int32), ((129,), dtypes.int8), ((-129, 128), dtypes.int8), ((128, 0, -1), dtypes.int8),
+             ((127, -130, -1), dtypes.int8), ((-1, 3), dtypes.uint8)]
+@pytest.mark.parametrize("args,dtype", OVERFLOWS)
 def test_arange_out_of_the_dtype_range_raises(device: str, args: tuple, dtype: Any) -> None:
   # PyTorch wraps these silently; a wrapped arange is never what was meant
   with pytest.raises(OverflowError, match="arange"): Tensor.arange(*args, dtype=dtype)
@@ -231,7 +232,8 @@ def test_arange_at_the_dtype_bounds(device: str, args: tuple, dtype: Any) -> Non
   np.testing.assert_equal(got.numpy(), want)
 
 def test_linspace_bool_and_negative_steps_raise(device: str) -> None:
-  for bad in (lambda m: m.linspace(5, 10, 3, dtype="bool" if m is Tensor else torch.bool), lambda m: m.linspace(1, 2, -1)):
+  bool_dtype = lambda m: "bool" if m is Tensor else torch.bool  # noqa: E731
+  for bad in (lambda m: m.linspace(5, 10, 3, dtype=bool_dtype(m)), lambda m: m.linspace(1, 2, -1)):
     with pytest.raises(RuntimeError): bad(torch)
     with pytest.raises(RuntimeError, match="linspace"): bad(Tensor)
 
