@@ -9,6 +9,11 @@ if TYPE_CHECKING: from attograd.tensor import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
   from attograd.tensor import Tensor
+  # a list holding a slice, None or ... is a tuple of indices (x[[slice(None), [1, 3]]] is x[:, [1, 3]]), as in
+  # PyTorch and tinygrad; NumPy refuses such lists. A list of sequences or Tensors stays one index array (NumPy's
+  # reading, which PyTorch's deprecation warning says it moves to; PyTorch 2.x and tinygrad still read it as a tuple)
+  if isinstance(indices, list) and any(i is None or i is Ellipsis or isinstance(i, slice) for i in indices):
+    indices = tuple(indices)
   if not isinstance(indices, tuple): indices = (indices,)
   idx = []
   for i in indices:

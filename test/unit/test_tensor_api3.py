@@ -101,11 +101,21 @@ INDEXES = [
   P("tuple_2d", (slice(None), ((2,), (1,), (0,)), (5, 1, 0))),
   P("tuple_neg", (1, (-2, 1, 0))),
   P("list_of_bool_and_int", ([True, False, 1],)),
+  # a list holding a slice, None or ... is a tuple of indices (PyTorch's and tinygrad's rule; NumPy refuses it)
+  P("list_with_slice", [slice(None), [1, 3]]),
+  P("list_with_none", [None, 1, [0, 2]]),
+  P("list_with_ellipsis", [Ellipsis, [5, 0]]),
 ]
 @pytest.mark.parametrize("idx", INDEXES)
-def test_tuple_inside_an_index_is_a_sequence(device: str, idx: tuple) -> None:
+def test_tuple_inside_an_index_is_a_sequence(device: str, idx: Any) -> None:
   # NumPy and PyTorch read a tuple inside the index like a list: positions along one dim, not more dims
   check_fwd_bwd(X, lambda t: t[idx], lambda t: t[idx])
+
+def test_list_of_lists_is_one_index_array(device: str) -> None:
+  # NumPy's reading, the one PyTorch's deprecation warning announces (PyTorch 2.x still reads a tuple)
+  x = np.arange(30, dtype=np.float32).reshape(5, 6)
+  check_fwd_bwd(x, lambda t: t[[[0, 1], [2, 3], [1, 0]]], lambda t: t[torch.tensor([[0, 1], [2, 3], [1, 0]])])
+  assert Tensor(x)[[[0, 1], [2, 3], [1, 0]]].shape == np.asarray(x)[np.array([[0, 1], [2, 3], [1, 0]])].shape
 
 def test_bool_mask_of_the_wrong_size_raises(device: str) -> None:
   a, ta = Tensor.ones(10, 11, 12), torch.ones(10, 11, 12)
