@@ -145,6 +145,12 @@ def _log1p_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
   x = ret.src[1]
   return None, _div(ctx, _add(x, full_like(x, 1)))
 def _expm1_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, _mul(ctx, _add(ret, full_like(ret, 1)))
+def _acosh_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
+  """1 / sqrt(x^2 - 1), PyTorch's formula, which is finite below -1 too (where acosh itself is NaN); as
+  sqrt(|x| - 1) sqrt(|x| + 1) it stays exact near 1 and doesn't overflow for large x."""
+  from attograd.tensor import Tensor
+  a = Tensor(ret.src[1]).abs()
+  return None, (Tensor(ctx) / ((a - 1).sqrt() * (a + 1).sqrt())).uop
 
 def _pow_tensor_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp]:
   """Tensor.pow on floats, torch's rule: d/da = b * a^(b-1) (0 where b = 0, so 0 at a = 0 for b > 1), d/db = a^b ln(a)
@@ -163,7 +169,8 @@ def _max_unpool_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, None]:
 
 # CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself)
 custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule, "relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule,
-                                    "expm1": _expm1_rule, "pow": _pow_tensor_rule, "max_unpool2d": _max_unpool_rule}
+                                    "expm1": _expm1_rule, "acosh": _acosh_rule, "pow": _pow_tensor_rule,
+                                    "max_unpool2d": _max_unpool_rule}
 
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 

@@ -22,6 +22,21 @@ def ceildiv(a: int, b: int) -> int:
 def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
 def argsort(xs: Sequence[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
 
+class ArgumentError(ValueError, RuntimeError):
+  """A Tensor op given shapes, axes or options that don't fit together (matmul's inner dims, a permutation that
+  isn't one, an unknown mode, a negative std). A ValueError like attograd's other argument errors, and a RuntimeError
+  because PyTorch and tinygrad raise that for the same mistakes, so code ported from either that catches it works."""
+
+class DTypeOpError(TypeError, RuntimeError):
+  """A Tensor op that doesn't accept an input's dtype (a shift of a float tensor, an int raised to a negative int).
+  A TypeError, and a RuntimeError as PyTorch raises for these."""
+
+def mv_address(mv: memoryview) -> int:
+  """The address of a writable memoryview's first byte, for Tensor.from_blob (which reads the memory in place)."""
+  import ctypes
+  if mv.readonly: raise TypeError("mv_address: the memoryview is read-only; from_blob needs writable memory")
+  return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
 def argfix(*x: Any) -> tuple[Any, ...]:
   """Accept f(1, 2), f((1, 2)) and f([1, 2]) alike."""
   if x and x[0].__class__ in (tuple, list):

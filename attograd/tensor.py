@@ -7,8 +7,8 @@ from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
-from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, GlobalCounters, argfix, fully_flatten, make_tuple,
-                              prod)
+from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError, argfix,
+                              fully_flatten, make_tuple, prod)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
                               ssimp, sym_eq, sym_max, sym_val, unbind_sint)
 from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
@@ -498,8 +498,16 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(start, UOp) or isinstance(stop, UOp) or isinstance(step, UOp):
       return _symbolic_arange(start, stop, step, kw)
     if step == 0: raise ValueError("arange: step must not be zero")
-    dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.from_py([start, stop, step])
     n = max(0, math.ceil((stop - start) / step))
+    last = start + (n - 1) * step if n else start
+    if "dtype" in kw: dtype = to_dtype(kw.pop("dtype"))
+    # ints: default_int unless a value made needs int64 (stop isn't one, and an empty range has none)
+    elif all(v.__class__ is int for v in (start, stop, step)): dtype = dtypes.from_py([start, last])
+    else: dtype = dtypes.from_py([start, stop, step])
+    if n and dtypes.is_int(dtype):
+      # values past the dtype's range would wrap silently (PyTorch wraps them): refuse, as tinygrad does
+      if not dtype.min <= min(start, last) <= max(start, last) <= dtype.max:
+        raise OverflowError(f"arange: values {start}..{last} don't fit in {dtype} ({dtype.min}..{dtype.max})")
     device = Device.canonicalize(kw.pop("device", None))
     idx = _index_tensor(n, device)
     # in the output dtype: an int64 arange past 2**31 (arange(2**40, 2**40 + 5)) must not wrap in int32 first
@@ -508,8 +516,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @staticmethod
   @_takes_requires_grad
   def linspace(start: float, stop: float, steps: int, **kw: Any) -> Tensor:
-    if steps < 0: raise ValueError(f"linspace: steps must be >= 0, got {steps}")
+    if steps < 0: raise ArgumentError(f"linspace: steps must be >= 0, got {steps}")
     dtype = to_dtype(kw.pop("dtype", dtypes.default_float))
+    # points between start and stop aren't bools: PyTorch refuses it too (every point but start would be True)
+    if dtype is dtypes.bool: raise DTypeOpError("linspace: needs a numeric dtype, got dtypes.bool")
     if steps == 1: return Tensor.full((1,), start, dtype=dtype, **kw)
     return (Tensor.arange(steps, **kw).cast(dtypes.float64 if dtype is dtypes.float64 else dtypes.float32)
             * ((stop - start) / (steps - 1)) + start).cast(dtype)
@@ -563,19 +573,23 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @staticmethod
   @_takes_requires_grad
   def randint(*shape: Any, low: int = 0, high: int = 10, **kw: Any) -> Tensor:
-    if not isinstance(low, int) or not isinstance(high, int) or high <= low:
-      raise ValueError(f"randint: need integers low < high, got low={low!r} high={high!r}")
+    if not isinstance(low, int) or not isinstance(high, int):
+      raise TypeError(f"randint: low and high must be ints, got low={low!r} high={high!r}")
+    if high <= low: raise ArgumentError(f"randint: needs low < high, got low={low} high={high}")
     dtype = to_dtype(kw.pop("dtype", dtypes.int32))
     return (Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw) * (high - low)).floor().cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high < low:
+      raise ArgumentError(f"uniform: needs low <= high, got low={low} high={high}")
     return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low) + low).cast(dtype)
   @staticmethod
   @_takes_requires_grad
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
+    if isinstance(std, (int, float)) and std < 0: raise ArgumentError(f"normal: std must be >= 0, got {std}")
     return (Tensor.randn(*shape, dtype=dtypes.float32, **kw) * std + mean).cast(dtype)
   def rand_like(self, **kw: Any) -> Tensor:
     """Uniform [0, 1) values of this Tensor's shape, dtype and device (each overridable)."""
@@ -709,7 +723,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if rounding_mode == "trunc":
       return a._alu(Ops.IDIV, b._safe_divisor()).mul(b.ne(0)) if dtypes.is_int(a.dtype) else a.div(b).trunc()
     if rounding_mode == "floor": return a // b
-    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if rounding_mode is not None: raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     if not dtypes.is_float(a.dtype): a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
     return a._alu(Ops.FDIV, b)
   def _safe_divisor(self) -> Tensor: return self.eq(0).where(self._const_like(1), self)
@@ -739,6 +753,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def pow(self, x: Any, reverse: bool = False) -> Tensor:
     """Elementwise power; integer tensors stay integer."""
     if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool):
+      # as in PyTorch: an int tensor to a float power is float (2.0 too), to a negative int power an error
+      if isinstance(x, float) and not dtypes.is_float(self.dtype): return self._f().pow(x)
+      if x < 0 and not dtypes.is_float(self.dtype):
+        raise DTypeOpError(f"pow: an integer tensor ({self.dtype}) to a negative integer power ({x}) isn't an integer")
       if x == 2: return self * self
       if x == 1: return self + 0
       if x == 0: return self.ones_like()
@@ -815,7 +833,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool).ne(True)
   def _bitwise(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
-    if dtypes.is_float(a.dtype): raise TypeError(f"{op.name.lower()}: bitwise ops need int or bool tensors, got {a.dtype}")
+    if dtypes.is_float(a.dtype):
+      raise DTypeOpError(f"{op.name.lower()}: bitwise ops need int or bool tensors, got {a.dtype}")
     return a._alu(op, b)
   def bitwise_and(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.AND, x, reverse)
   def bitwise_or(self, x: Any, reverse: bool = False) -> Tensor: return self._bitwise(Ops.OR, x, reverse)
@@ -962,7 +981,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
     """min(max(x, min_), max_) like torch.clamp: NaN stays NaN, -0.0 stays -0.0, and the gradient is 1 at both
     bounds (x itself is kept there, so ties go to x)."""
-    if min_ is None and max_ is None: raise ValueError("clip: at least one of min and max must be given")
+    if min_ is None and max_ is None: raise ArgumentError("clip: at least one of min and max must be given")
     out = self
     if min_ is not None:
       a, lo = out._broadcasted(min_)
@@ -1031,13 +1050,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     new = argfix(shape, *args)
     if None in new:  # None keeps the dim at that position, as in tinygrad
       if len(new) > self.ndim and None in new[self.ndim:]:
-        raise ValueError(f"reshape: None keeps a dim, but {self.shape} has no dim {new.index(None, self.ndim)}: "
+        raise ArgumentError(f"reshape: None keeps a dim, but {self.shape} has no dim {new.index(None, self.ndim)}: "
                          f"got {new}")
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if any(not isinstance(s, int) for s in new):
       if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
       new = tuple(_size_arg(s, "reshape", bound=False) for s in new)
-    if new.count(-1) > 1: raise ValueError(f"reshape: only one dim can be -1, got {new}")
+    if new.count(-1) > 1: raise ArgumentError(f"reshape: only one dim can be -1, got {new}")
     numel = self.numel()
     if _values(*new, numel) is None:  # an unbound Variable: the sizes must agree for every value
       if -1 in new or not sym_eq(prod(new), numel):
@@ -1064,7 +1083,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def permute(self, order: Any, *args: Any) -> Tensor:
     order = argfix(order, *args)
     ax = tuple(self._resolve_axis(a, "permute") for a in order)
-    if sorted(ax) != list(range(self.ndim)): raise ValueError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
+    if sorted(ax) != list(range(self.ndim)): raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
     return self if ax == tuple(range(self.ndim)) else self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), ax))
   def expand(self, shape: Any, *args: Any) -> Tensor:
     """Repeat size-1 dims without copying; -1 keeps a dim."""
@@ -1094,7 +1113,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
-    axes = {self._resolve_axis(a, "flip") for a in argfix(axis, *args)}
+    given = [self._resolve_axis(a, "flip") for a in argfix(axis, *args)]
+    axes = set(given)
+    if len(axes) != len(given): raise ArgumentError(f"flip: a dim appears more than once in {argfix(axis, *args)}")
     arg = tuple(i in axes for i in range(self.ndim))
     return self if not any(arg) else self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), arg))
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -1111,9 +1132,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self.reshape(self.shape[:d] + sizes + self.shape[d + 1:])
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    if self.ndim == 0: return self
-    d = self._resolve_axis(dim, "squeeze")
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    d = self._resolve_axis(dim, "squeeze")  # a 0-d tensor takes dim 0 or -1, as in PyTorch
+    return self if self.ndim == 0 or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
   def unsqueeze(self, dim: int) -> Tensor:
     d = self._resolve_axis(dim, "unsqueeze", self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
@@ -1187,7 +1207,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
     if isinstance(n, UOp):  # a symbolic count: divide by max(0, n - correction) in the kernel (0 dof gives nan or inf)
       return sq.div(_smax(ssimp(n - correction), 0)).cast(out_dtype)
-    return (sq.div(max(0, n - correction)) if n - correction > 0 else sq * math.nan).cast(out_dtype)
+    # no degrees of freedom left: sq / 0 (inf, or nan where sq is 0), as PyTorch
+    return sq.div(max(0, n - correction)).cast(out_dtype)
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     """(var, mean) together, as torch.var_mean."""
@@ -1239,10 +1260,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         out = w(self)
         return out if dtype is None else out.cast(dtype)
       raise TypeError(f"matmul: expected a Tensor or a layer with a .weight (like nn.Linear), got {type(w).__name__}")
-    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
+    if self.ndim == 0 or w.ndim == 0: raise ArgumentError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
-      raise ValueError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
+      raise ArgumentError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
     d = to_dtype(dtype) if dtype is not None else least_upper_dtype(x.dtype, y.dtype)
     # the operands are cast to the accumulator before multiplying: int8 products wrap at 8 bits otherwise, and
     # half/bfloat16/fp8 products are exact in float32 (then summed there, rounded to `d` once: PyTorch's result)

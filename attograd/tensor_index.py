@@ -9,10 +9,16 @@ if TYPE_CHECKING: from attograd.tensor import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
   from attograd.tensor import Tensor
+  # a list holding a slice, None or ... is a tuple of indices (x[[slice(None), [1, 3]]] is x[:, [1, 3]]), as in
+  # PyTorch and tinygrad; NumPy refuses such lists. A list of sequences or Tensors stays one index array (NumPy's
+  # reading, which PyTorch's deprecation warning says it moves to; PyTorch 2.x and tinygrad still read it as a tuple)
+  if isinstance(indices, list) and any(i is None or i is Ellipsis or isinstance(i, slice) for i in indices):
+    indices = tuple(indices)
   if not isinstance(indices, tuple): indices = (indices,)
   idx = []
   for i in indices:
-    if isinstance(i, list): i = Tensor(i, device=t.device)
+    # a list or tuple inside the index is a sequence of indices (NumPy and PyTorch), not more dims
+    if isinstance(i, (list, tuple)): i = Tensor(i, device=t.device)
     if type(i).__module__ == "numpy" and hasattr(i, "shape"): i = Tensor(i, device=t.device) if i.shape else i.item()
     idx.append(i)
   n_real = sum(1 for i in idx
@@ -30,10 +36,16 @@ def _expand_bool_indices(x: Tensor, idx: list[Any]) -> list[Any]:
   """Bool tensor indices as integer tensors of the true positions (read on the host, like NumPy's nonzero)."""
   from attograd.tensor import Tensor
   out: list[Any] = []
+  dim = 0  # the dim of x that index i starts at (None adds a dim and reads none)
   for i in idx:
     if not (isinstance(i, Tensor) and i.dtype is dtypes.bool):
       out.append(i)
+      dim += i is not None
       continue
+    # a mask of another size would pick wrong positions silently: PyTorch and NumPy refuse it too
+    if i.shape != x.shape[dim:dim + i.ndim]:
+      raise IndexError(f"getitem: a boolean index of shape {i.shape} doesn't match dims {dim}.. of shape {x.shape}")
+    dim += i.ndim
     flat = [k for k, b in enumerate(i.flatten().tolist()) if b]
     for d in range(i.ndim):
       stride = prod(i.shape[d + 1:])

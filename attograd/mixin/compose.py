@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
-from attograd.helpers import prod
+from attograd.helpers import DTypeOpError, ArgumentError, prod
 from attograd.uop.ops import Ops
 if TYPE_CHECKING: from attograd.tensor import Tensor
 
@@ -117,7 +117,7 @@ class ComposeMixin:
     for t, letters in zip(ts, ins):
       for c, s in zip(letters, t.shape):
         if sizes.get(c, 1) != 1 and s != 1 and sizes[c] != s:
-          raise ValueError(f"einsum: index {c!r} has size {sizes[c]} and {s} in {formula!r}")
+          raise ArgumentError(f"einsum: index {c!r} has size {sizes[c]} and {s} in {formula!r}")
         if s != 1 or c not in sizes: sizes[c] = s
     # per operand: take diagonals of repeated letters, then sum letters used nowhere else right away
     terms = [_einsum_unique(t, letters) for t, letters in zip(ts, ins)]
@@ -177,8 +177,11 @@ class ComposeMixin:
     fill = None if isinstance(src, self.__class__) else src
     if isinstance(src, self.__class__):
       if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
-        raise ValueError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
-      src = src.shrink(tuple((0, i) for i in index.shape)).cast(self.dtype)
+        raise ArgumentError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
+      # as PyTorch: a silent cast would truncate a float src written into an int tensor
+      if src.dtype != self.dtype:
+        raise DTypeOpError(f"scatter: src dtype {src.dtype} differs from the tensor's {self.dtype}")
+      src = src.shrink(tuple((0, i) for i in index.shape))
     else: src = self._const_like(src)._broadcast_to(index.shape)
     if 0 in index.shape: return self
     n = self.shape[d]
@@ -226,7 +229,7 @@ class ComposeMixin:
     d = self._resolve_axis(dim, "scatter_reduce")
     _check_index(self, d, index, "scatter_reduce")
     if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
-      raise ValueError(f"scatter_reduce: src shape {src.shape} must cover index shape {index.shape}")
+      raise ArgumentError(f"scatter_reduce: src shape {src.shape} must cover index shape {index.shape}")
     if self.ndim == 0:
       return self.reshape(1).scatter_reduce(0, index.reshape(1), src.reshape(1), reduce, include_self).reshape(())
     if 0 in index.shape: return self
@@ -321,6 +324,38 @@ class ComposeMixin:
     m, e, s = self._softmax(axis, dtype, "log_softmax")
     return (m - s.log()).cast(self._softmax_dtype(dtype))
 
+  def softmin(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+    """softmax(-x) along `axis`: most weight on the smallest values, as torch.nn.functional.softmin.
+
+    >>> [round(v, 4) for v in Tensor([1.0, 2.0, 3.0]).softmin().tolist()]
+    [0.6652, 0.2447, 0.09]
+    """
+    return (-self._f()).softmax(axis, dtype)
+
+  def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """x / max(||x||_p, eps) along `dim`, as torch.nn.functional.normalize: p=0 counts the non-zeros, p=+-inf takes
+    the largest or smallest magnitude, any other p is (sum |x|^p)^(1/p).
+
+    >>> [round(v, 4) for v in Tensor([[3.0, 4.0]]).normalize()[0].tolist()]
+    [0.6, 0.8]
+    """
+    x = self._f()
+    d, a = self._resolve_axis(dim, "normalize"), x.abs()
+    if p == 0: n = x.ne(0).sum(d, keepdim=True).cast(x.dtype)  # a count: no gradient flows through it
+    elif p == math.inf: n = a.max(d, keepdim=True)
+    elif p == -math.inf: n = a.min(d, keepdim=True)
+    else:
+      # the norm is 0 for an all-zero slice (p > 0) or one holding a zero (p < 0): there the powers' infinite
+      # gradients are masked, so 0 flows back through the norm, as in PyTorch
+      if p > 0:
+        s = a.pow(p).sum(d, keepdim=True)
+        ok = s > 0
+      else:
+        ok = a.ne(0).all(d, keepdim=True)
+        s = ok.where(a, 1.0).pow(p).sum(d, keepdim=True)
+      n = ok.where(ok.where(s, 1.0).pow(1.0 / p), 0.0)
+    return x / n.maximum(eps)
+
   def _softmax_dtype(self: Tensor, dtype: DType | str | None) -> DType:
     return to_dtype(dtype) if dtype is not None else self._f().dtype
   def _softmax(self: Tensor, axis: int, dtype: DType | str | None, name: str) -> tuple[Tensor, Tensor, Tensor]:
@@ -332,6 +367,10 @@ class ComposeMixin:
     return m, e, e.sum(ax, keepdim=True)
 
   # ***** item assignment *****
+
+  def __delitem__(self, indices: Any) -> None:
+    # without it Python raises a bare AttributeError('__delitem__'); PyTorch and NumPy raise this TypeError
+    raise TypeError(f"del x[{indices!r}]: a Tensor has a fixed shape, its items can't be deleted; index the rest")
 
   def __setitem__(self: Tensor, indices: Any, value: Tensor | ConstType) -> None:
     """`x[indices] = value`: ints, slices (any step), None, `...`, and integer or bool tensors, like NumPy.
@@ -434,11 +473,11 @@ def _scan_last_blocked(x: Tensor, op: Ops) -> Tensor:
   return out.shrink(tuple(None for _ in lead) + ((nb * bs - n, nb * bs),))
 
 def _check_index(x: Tensor, d: int, index: Tensor, op: str) -> None:
-  if not dtypes.is_int(index.dtype): raise TypeError(f"{op}: index must be an integer tensor, got {index.dtype}")
+  if not dtypes.is_int(index.dtype): raise DTypeOpError(f"{op}: index must be an integer tensor, got {index.dtype}")
   if index.ndim != x.ndim:
-    raise ValueError(f"{op}: index shape {index.shape} needs as many dims as the tensor's {x.shape}")
+    raise ArgumentError(f"{op}: index shape {index.shape} needs as many dims as the tensor's {x.shape}")
   if any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
-    raise ValueError(f"{op}: index shape {index.shape} is larger than the tensor's {x.shape} outside dim {d}")
+    raise ArgumentError(f"{op}: index shape {index.shape} is larger than the tensor's {x.shape} outside dim {d}")
 
 def _one_hot(index: Tensor, n: int) -> Tensor:
   """(*index.shape, n) bools: true where the last coordinate equals the index."""
@@ -455,6 +494,7 @@ def _parse_einsum(formula: str, ts: list[Tensor]) -> tuple[list[list[str]], list
   for p in parts + [rhs]:
     if not all(c.isalpha() for c in p.replace("...", "")):
       raise ValueError(f"einsum: subscripts must be letters or '...', got {p!r} in {formula!r}")
+    if p.count("...") > 1: raise ArgumentError(f"einsum: {p!r} has more than one '...' in {formula!r}")
   # '...' dims get letters outside the ASCII range, right-aligned as in broadcasting
   n_ell = max([t.ndim - len(p.replace("...", "")) for p, t in zip(parts, ts) if "..." in p], default=0)
   ell = [chr(0x100 + i) for i in range(n_ell)]

@@ -59,6 +59,17 @@ class GradMixin:
     """Set requires_grad in place and return this tensor."""
     self.requires_grad = requires_grad
     return self
+  @property
+  def is_param(self) -> bool:
+    """tinygrad's name: an optimizer updates this tensor (requires_grad None or True) rather than keeping it as a
+    buffer (requires_grad False, as BatchNorm's running statistics)."""
+    return self.requires_grad is not False
+  def is_param_(self: Tensor, is_param: bool = True) -> Tensor:
+    """tinygrad's marker: is_param_(False) is requires_grad_(False); is_param_(True) undoes that (requires_grad None)
+    and leaves a tensor that already requires grad as it is."""
+    if not is_param: self.requires_grad = False
+    elif self.requires_grad is False: self.requires_grad = None
+    return self
 
   # ***** gradients *****
   def gradient(self: Tensor, *targets: Tensor, gradient: Tensor | None = None,

@@ -88,9 +88,10 @@ class MathMixin:
     # x^2 overflows for large x: those take log(2x). sqrt(x - 1) sqrt(x + 1) is exact near 1 and its gradient at 1 is
     # inf (as PyTorch's); sqrt((x - 1)(x + 1))'s is 0 * inf there
     s = big.where(1.0, x)
-    y = big.where(big.where(x, 1.0).log() + math.log(2), (s + (s - 1).sqrt() * (s + 1).sqrt()).log())
+    # log1p of (x - 1) + ..., x - 1 being exact: log(x + ...) lost digits near 1, where the result is small
+    y = big.where(big.where(x, 1.0).log() + math.log(2), _log1p((s - 1) + (s - 1).sqrt() * (s + 1).sqrt()))
     # below -1 the square root exists and x + sqrt(x^2 - 1) cancels toward 0 (-inf, not NaN): NaN by hand
-    return (x < 1).where(math.nan, y)
+    return x._custom_grad("acosh", (x < 1).where(math.nan, y))
   def atanh(self: Tensor) -> Tensor:
     """Inverse hyperbolic tangent (+-inf at +-1, NaN outside): (log1p(x) - log1p(-x)) / 2, whose gradient is
     1 / (1 - x^2) everywhere, as PyTorch's (inf at +-1; a log1p(2x / (1 - x)) form gave NaN there)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
-from attograd.helpers import argfix, prod
+from attograd.helpers import ArgumentError, argfix, prod
 from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val
-from attograd.uop.view import _surely
+from attograd.uop.view import _smax, _surely
 from attograd.engine import realize as _realize
 
 if TYPE_CHECKING:
@@ -155,6 +155,30 @@ class MovementMixin:
       x = x.repeat(_at(x.ndim, d, 3, 1)).shrink(_at(x.ndim, d, (s - b, 2 * s + a)))
     return x
 
+  def _to_sizes(self: Tensor, op: str, shape: Any, *args: Any) -> tuple[Any, ...]:
+    sizes = argfix(shape, *args)
+    if len(sizes) != self.ndim: raise ValueError(f"{op}: need one size (or None) per dim of {self.shape}, got {sizes}")
+    return tuple(s if n is None else n for n, s in zip(sizes, self.shape))
+
+  def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
+    """Keep the first `shape[d]` elements of each dim (None keeps a dim whole), as tinygrad's shrink_to.
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]]).shrink_to(None, 2).tolist()
+    [[1, 2], [4, 5]]
+    """
+    return self.shrink(tuple((0, n) for n in self._to_sizes("shrink_to", shape, *args)))
+
+  def pad_to(self: Tensor, shape: Any, *args: Any, value: Any = 0) -> Tensor:
+    """Pad each dim at its end with `value` up to `shape[d]` (None keeps a dim), as tinygrad's pad_to.
+
+    >>> Tensor([[1, 2]]).pad_to(2, 3, value=-1).tolist()
+    [[1, 2, -1], [-1, -1, -1]]
+    """
+    sizes = self._to_sizes("pad_to", shape, *args)
+    for n, s in zip(sizes, self.shape):
+      if sym_val(n) < sym_val(s): raise ValueError(f"pad_to: size {sizes} is smaller than the shape {self.shape}")
+    return self._pad_constant(tuple((0, ssimp(n - s)) for n, s in zip(sizes, self.shape)), value)
+
   # ***** cat, stack, split, chunk *****
   def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
     """Join tensors along an existing dim; `Tensor.cat(a, b, dim=1)` and `a.cat(b, dim=1)` are the same.
@@ -191,7 +215,13 @@ class MovementMixin:
 
     >>> Tensor.stack(Tensor([1, 2]), Tensor([3, 4]), dim=1).tolist()
     [[1, 3], [2, 4]]
+    >>> Tensor.stack([Tensor([1, 2]), Tensor([3, 4])]).tolist()
+    [[1, 2], [3, 4]]
     """
+    if isinstance(self, (tuple, list)):  # Tensor.stack([a, b]), as torch.stack takes them
+      if args: raise ValueError(f"stack: give the tensors as one sequence or as arguments, not both; got {len(args)}")
+      if not self: raise ValueError("stack: needs at least one tensor")
+      return self[0].stack(*self[1:], dim=dim)
     ts = (self,) + args
     for t in args:
       if not isinstance(t, MovementMixin): raise TypeError(f"stack: expected Tensors, got {type(t).__name__}")
@@ -252,10 +282,10 @@ class MovementMixin:
     """
     sh = _ints(shifts)
     if dims is None:
-      if len(sh) != 1: raise ValueError(f"roll: with dims=None give one shift, got {sh}")
+      if len(sh) != 1: raise ArgumentError(f"roll: with dims=None give one shift, got {sh}")
       return self.flatten().roll(sh[0], 0).reshape(self.shape)
     dm = _ints(dims)
-    if len(sh) != len(dm): raise ValueError(f"roll: need one shift per dim, got shifts {sh} and dims {dm}")
+    if len(sh) != len(dm): raise ArgumentError(f"roll: need one shift per dim, got shifts {sh} and dims {dm}")
     x = self
     for s, dim in zip(sh, dm):
       d = self._resolve_axis(dim, "roll")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
 from attograd.dtype import DType, dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
-from attograd.helpers import TRAINING, argfix, ceildiv, flatten, make_tuple, prod
+from attograd.helpers import ArgumentError, TRAINING, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, SymbolicSizeError, UOp, _shape_str, ssimp
 from attograd.uop.view import _smax, _surely
 
@@ -253,7 +253,7 @@ class NNMixin:
       if i.__class__ is not int and not _surely(d * (k - 1) + 1 <= i) and not _surely(d * (k - 1) + 1 > i):
         raise SymbolicSizeError(f"pool: kernel {k_} with dilation {d_} is larger than the symbolic input size "
                                 f"{i.render()} for some values of its Variables; narrow their range")
-      if d * (k - 1) + 1 > i: raise ValueError(f"pool: kernel {k_} with dilation {d_} is larger than the input {i_}")
+      if d * (k - 1) + 1 > i: raise ArgumentError(f"pool: kernel {k_} with dilation {d_} is larger than the input {i_}")
     o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, k_, s_)]
     keep = [None] * len(lead)
     if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
@@ -580,6 +580,8 @@ class NNMixin:
       else:
         src = ((ar + 0.5) if mode == "nearest-exact" else ar) * (n_in / n_out)
         x = x.gather(d, along(src.floor().minimum(n_in - 1).cast(dtypes.int32)))
+    # integers (PyTorch's uint8 images) round half up, as PyTorch's fixed-point kernel does, rather than truncate
+    if mode.endswith("linear") and not dtypes.is_float(self.dtype): x = (x + 0.5).floor()
     return x.cast(self.dtype)
 
   # ***** attention *****
@@ -602,7 +604,8 @@ class NNMixin:
       key, value = key.repeat_interleave(hq // hkv, -3), value.repeat_interleave(hq // hkv, -3)
     qk = self.dot(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
     if is_causal:
-      if attn_mask is not None: raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+      if attn_mask is not None:
+        raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
       attn_mask = type(self).full(qk.shape[-2:], True, dtype=dtypes.bool, device=self.device).tril()
     if attn_mask is not None:
       # (in the scores' dtype: a default-float mask would promote half scores, and the result, to float32)
@@ -647,7 +650,7 @@ class NNMixin:
     if Y.shape != self.shape:
       if Y.shape != self.shape[:cdim] + self.shape[cdim + 1:]:
         want = self.shape[:cdim] + self.shape[cdim + 1:]
-        raise ValueError(f"cross_entropy: targets must be class indices of shape {want} or probabilities of shape "
+        raise ArgumentError(f"cross_entropy: targets must be class indices of shape {want} or probabilities of shape "
                          f"{self.shape}, got {Y.shape}")
       Y = _one_hot_along(Y.unsqueeze(cdim), n, cdim).cast(self._f().dtype)
     Y = (1 - label_smoothing) * Y + label_smoothing / n

@@ -99,6 +99,11 @@ def _own_buffers(ts: Sequence[Tensor]) -> None:
     t.uop = home.uop
   if plan.writes: Tensor._realize_all(plan.tensors(), keep_graph=False)
 
+def _check_hyper(opt: str, **values: float) -> None:
+  """Refuse negative hyperparameters (a negative lr or decay climbs the loss), as PyTorch's optimizers do."""
+  for name, v in values.items():
+    if isinstance(v, (int, float)) and v < 0: raise ValueError(f"{opt}: {name} must be >= 0, got {v}")
+
 # ***** the optimizers *****
 
 class Optimizer:
@@ -110,6 +115,7 @@ class Optimizer:
     if not hasattr(self, "_step") and type(self)._plan_step is Optimizer._plan_step:
       raise TypeError(f"{type(self).__name__}: an optimizer subclass defines _step (the update of each parameter); "
                       "use SGD, Adam, AdamW, LAMB or LARS, or write one")
+    _check_hyper(type(self).__name__, lr=lr if isinstance(lr, (int, float)) else 0.0)
     params = list(params)
     for x in params:
       if x.requires_grad is None: x.requires_grad = True
@@ -204,6 +210,7 @@ class LARS(Optimizer):
   def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.9,
                weight_decay: float = 1e-4, nesterov: bool = False, classic: bool = True, tcoef: float = 0.001):
     super().__init__(params, lr)
+    _check_hyper(type(self).__name__, momentum=momentum, weight_decay=weight_decay)
     if nesterov and momentum <= 0:
       raise ValueError(f"{type(self).__name__}: nesterov needs momentum > 0, got momentum={momentum}")
     self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
@@ -316,6 +323,9 @@ class LAMB(Optimizer):
   def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,
                eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False):
     super().__init__(params, lr)
+    _check_hyper(type(self).__name__, eps=eps, weight_decay=weight_decay)
+    for name, b in (("b1", b1), ("b2", b2)):
+      if not 0.0 <= b < 1.0: raise ValueError(f"{type(self).__name__}: {name} must be in [0, 1), got {b}")
     self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
     self.l2 = 0.0  # PyTorch Adam's weight_decay: added to the gradient (see Adam)
     # b1**t and b2**t for the bias correction, kept as tensors so the step's kernels don't change with t
@@ -357,6 +367,7 @@ class Adam(LAMB):
   def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,
                eps: float = 1e-8, weight_decay: float = 0.0):
     super().__init__(params, lr, b1, b2, eps, 0.0, adam=True)
+    _check_hyper("Adam", weight_decay=weight_decay)
     self.l2 = weight_decay
 
 class AdamW(LAMB):

@@ -120,3 +120,55 @@ def test_len_of_scalar(device: str) -> None:
 def test_bool_of_multi_element(device: str) -> None:
   with pytest.raises(ERRORS):
     if Tensor([1.0, 2.0]): pass
+
+# (name, attograd call, the same mistake in PyTorch, the class attograd raised before): PyTorch raises RuntimeError for
+# these and so does tinygrad, so attograd's error is a RuntimeError too (and still the ValueError/TypeError it was)
+def _t() -> Any:
+  import torch
+  return torch
+
+TORCH_RUNTIME_ERRORS = [
+  P("matmul_inner", lambda: Tensor.ones(2, 4) @ Tensor.ones(1, 3), lambda: _t().ones(2, 4) @ _t().ones(1, 3),
+    ValueError),
+  P("matmul_0d", lambda: Tensor(3.0) @ Tensor.ones(3, 3), lambda: _t().tensor(3.0) @ _t().ones(3, 3), ValueError),
+  P("permute", lambda: Tensor.ones(3, 4).permute(0, 0), lambda: _t().ones(3, 4).permute(0, 0), ValueError),
+  P("flip_repeated", lambda: Tensor.ones(3, 4).flip((1, -1)), lambda: _t().ones(3, 4).flip((1, -1)), ValueError),
+  P("reshape_two_neg1", lambda: Tensor.ones(3, 4).reshape(-1, -1, 2), lambda: _t().ones(3, 4).reshape(-1, -1, 2),
+    ValueError),
+  P("clip_none", lambda: Tensor.ones(3).clip(None, None), lambda: _t().ones(3).clip(None, None), ValueError),
+  P("div_mode", lambda: Tensor.ones(3).div(2, rounding_mode="typo"), lambda: _t().ones(3).div(2, rounding_mode="typo"),
+    ValueError),
+  P("roll_shifts", lambda: Tensor.ones(2, 4).roll((1, 2)), lambda: _t().ones(2, 4).roll((1, 2)), ValueError),
+  P("roll_dims", lambda: Tensor.ones(3, 3).roll(1, (0, 1)), lambda: _t().ones(3, 3).roll(1, (0, 1)), ValueError),
+  P("einsum_sizes", lambda: Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3), Tensor.ones(4, 2)),
+    lambda: _t().einsum("ij,jk->ik", _t().ones(2, 3), _t().ones(4, 2)), ValueError),
+  P("gather_ndim", lambda: Tensor.ones(4, 5).gather(0, Tensor([1])),
+    lambda: _t().ones(4, 5).gather(0, _t().tensor([1])), ValueError),
+  P("scatter_src_small", lambda: Tensor.ones(2, 3).scatter(1, Tensor([[0, 1, 2]]), Tensor.ones(1, 2)),
+    lambda: _t().ones(2, 3).scatter(1, _t().tensor([[0, 1, 2]]), _t().ones(1, 2)), ValueError),
+  P("scatter_src_dtype", lambda: Tensor.ones(2, 3).half().scatter(1, Tensor([[0]]), Tensor.ones(1, 1)),
+    lambda: _t().ones(2, 3).half().scatter(1, _t().tensor([[0]]), _t().ones(1, 1)), None),
+  P("shift_float", lambda: Tensor([1.0]) << 2, lambda: _t().tensor([1.0]) << 2, TypeError),
+  P("gather_float_index", lambda: Tensor.ones(2, 3).gather(0, Tensor([[0.0]])),
+    lambda: _t().ones(2, 3).gather(0, _t().tensor([[0.0]])), TypeError),
+  P("gather_bool_index", lambda: Tensor.ones(2, 3).gather(0, Tensor([[True]])),
+    lambda: _t().ones(2, 3).gather(0, _t().tensor([[True]])), TypeError),
+  P("normal_std", lambda: Tensor.normal(3, std=-1.0), lambda: _t().normal(0.0, -1.0, (3,)), ValueError),
+  P("uniform_range", lambda: Tensor.uniform(3, low=5.0, high=3.0), lambda: _t().empty(3).uniform_(5.0, 3.0),
+    ValueError),
+  P("randint_range", lambda: Tensor.randint(3, low=10, high=5), lambda: _t().randint(10, 5, (3,)), ValueError),
+  P("pool_too_small", lambda: Tensor.ones(1, 1, 6, 7).conv2d(Tensor.ones(1, 1, 3, 3), dilation=3),
+    lambda: _t().nn.functional.conv2d(_t().ones(1, 1, 6, 7), _t().ones(1, 1, 3, 3), dilation=3), ValueError),
+  P("sdpa_mask_and_causal", lambda: Tensor.ones(1, 2, 2).scaled_dot_product_attention(Tensor.ones(1, 2, 2),
+    Tensor.ones(1, 2, 2), attn_mask=Tensor.ones(2, 2, dtype=dtypes.bool), is_causal=True),
+    lambda: _t().nn.functional.scaled_dot_product_attention(_t().ones(1, 2, 2), _t().ones(1, 2, 2), _t().ones(1, 2, 2),
+    attn_mask=_t().ones(2, 2, dtype=_t().bool), is_causal=True), ValueError),
+  P("cross_entropy_target", lambda: Tensor.ones(4, 10).cross_entropy(Tensor.ones(4, 1, dtype=dtypes.int32)),
+    lambda: _t().nn.functional.cross_entropy(_t().ones(4, 10), _t().ones(4, 1, dtype=_t().long)), ValueError),
+]
+@pytest.mark.parametrize("fn,torch_fn,old", TORCH_RUNTIME_ERRORS)
+def test_runtime_error_as_torch(device: str, fn: Callable, torch_fn: Callable, old: type | None) -> None:
+  with pytest.raises(RuntimeError): torch_fn()
+  with pytest.raises(RuntimeError) as e: fn()
+  if old is not None: assert isinstance(e.value, old), f"{type(e.value)} stopped being a {old.__name__}"
+  assert str(e.value)  # a message naming the op, not a bare exception
