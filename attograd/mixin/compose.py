@@ -340,7 +340,9 @@ class ComposeMixin:
     [0.6, 0.8]
     """
     x = self._f()
-    d, a = self._resolve_axis(dim, "normalize"), x.abs()
+    # the norm of half or bfloat16 values is computed in float32 (their squares overflow: 65504 alone gave 0), then
+    # rounded to x's dtype, as PyTorch's norm
+    d, a = self._resolve_axis(dim, "normalize"), x.abs().cast(sum_acc_dtype(x.dtype))
     if p == 0: n = x.ne(0).sum(d, keepdim=True).cast(x.dtype)  # a count: no gradient flows through it
     elif p == math.inf: n = a.max(d, keepdim=True)
     elif p == -math.inf: n = a.min(d, keepdim=True)
@@ -349,12 +351,12 @@ class ComposeMixin:
       # gradients are masked, so 0 flows back through the norm, as in PyTorch
       if p > 0:
         s = a.pow(p).sum(d, keepdim=True)
-        ok = s > 0
+        ok = s.ne(0)  # (a NaN's sum is NaN, which must reach the result: `s > 0` took it for zero and divided by eps)
       else:
         ok = a.ne(0).all(d, keepdim=True)
         s = ok.where(a, 1.0).pow(p).sum(d, keepdim=True)
       n = ok.where(ok.where(s, 1.0).pow(1.0 / p), 0.0)
-    return x / n.maximum(eps)
+    return x / n.cast(x.dtype).maximum(eps)
 
   def _softmax_dtype(self: Tensor, dtype: DType | str | None) -> DType:
     return to_dtype(dtype) if dtype is not None else self._f().dtype

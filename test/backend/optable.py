@@ -635,6 +635,11 @@ ROWS: list[Row] = [
   # ----- bitcasts between item sizes: the last dim (8) scales by their ratio; bools have no bytes to regroup -----
   R("bitcast.int64", "x", lambda x: x.view(torch.int64), lambda x: x.bitcast("int64"), but(A, "bool"), "fin"),
   R("bitcast.uint8", "x", lambda x: x.view(torch.uint8), lambda x: x.bitcast("uint8"), A, "fin"),
+  # ----- tinygrad's API additions -----
+  R("softmin", "x", lambda x: F.softmin(x, 1), lambda x: x.softmin(1), A, "any", 4, grad=True),
+  R("normalize", "x", lambda x: F.normalize(x, p=2.0, dim=1), lambda x: x.normalize(2.0, 1), A, "any", 4, grad=True),
+  R("pad_to", "x", lambda x: _tpad(x, (0, 3, 0, 2)), lambda x: x.pad_to(7, 11), A, grad=True),
+  R("shrink_to", "x", lambda x: x[:3, :6], lambda x: x.shrink_to(3, 6), A, grad=True),
 ]
 
 # ***** public Tensor attributes that are not ops: each says why it has no row *****
@@ -657,7 +662,8 @@ NON_OPS = {
   "manual_seed": "random", "rand": "random", "randn": "random", "randint": "random", "uniform": "random",
   "normal": "random", "randperm": "random",
   # uninitialized memory: no values to compare
-  "empty": "uninitialized", "empty_like": "uninitialized",
+  "empty": "uninitialized", "empty_like": "uninitialized", "invalids": "uninitialized (Tensor.empty)",
+  "is_param": "autograd flag", "is_param_": "autograd flag",
   # random creation like the random rows above; from memory or a URL; rebinding: test/unit/test_tensor_api.py
   "rand_like": "random", "randn_like": "random", "scaled_uniform": "random", "glorot_uniform": "random",
   "kaiming_uniform": "random", "kaiming_normal": "random", "multinomial": "random", "from_blob": "reads memory",
