@@ -11,11 +11,14 @@ from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError,
                               fully_flatten, make_tuple, prod)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
                               ssimp, sym_eq, sym_max, sym_val, unbind_sint)
-from attograd.engine.schedule import (IOTA_TAG, _map_arg, buffers, create_schedule, lookup_realized, new_buffer_uop,
-                                      remember_weakly)
+from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
+from attograd.schedule import create_schedule, lookup_realized, remember_weakly
+from attograd.uop.state import ORIGIN, has, put
+from attograd.uop.variables import map_arg as _map_arg
 from attograd.uop.view import _smax, is_symbolic
 from attograd.engine.realize import run_schedule
-from attograd.engine import multi, realize as _realize_mod
+from attograd.engine import multi
+from attograd.engine.recorder import active as _active_recorder
 from attograd.engine.profile import PROFILER
 from attograd import viz
 from attograd.viz import VIZ
@@ -101,7 +104,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   """
   _seed: int = 0
   _rng_counter: int = 0
-  _rng_base: tuple[Tensor, int] | None = None  # (uint32 tensor holding the counter at `int`) while a TinyJit captures
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None):
     asked_device, device = device, Device.canonicalize(device)
@@ -261,7 +263,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       nu = becomes.get(t.uop, t.uop)
       if keep_graph and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
          and not t.requires_grad and not getattr(t, "_is_grad", False):
-        nu.__dict__["_origin"] = t.uop
+        put(nu, ORIGIN, t.uop)
         remember_weakly(t.uop)
       t.uop = nu
     if DEBUG >= 1:
@@ -543,9 +545,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     start = Tensor._rng_counter
     Tensor._rng_counter += n
     idx = _index_tensor(n, device).cast(dtypes.uint32)
-    if Tensor._rng_base is None: ctr = idx + (start & 0xFFFFFFFF)
+    if (rec := _active_recorder()) is None or rec.rng is None: ctr = idx + (start & 0xFFFFFFFF)
     else:  # a TinyJit is capturing: the counter comes from a buffer it refills on every replay (same values)
-      base, base_start = Tensor._rng_base
+      base, base_start = rec.rng
       ctr = idx + base.to(device) + ((start - base_start) & 0xFFFFFFFF)
     key = _hash32_int((Tensor._seed * 0x9E3779B1 + (start >> 32) * 0x85EBCA77) & 0xFFFFFFFF)
     x = _hash32(ctr ^ key)
@@ -1071,8 +1073,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if any(sym_val(s) < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
     if sym_val(prod(new)) != sym_val(numel):
       raise ValueError(f"reshape: can't reshape {self.shape} ({sym_val(numel)} elements) to {new} ({sym_val(prod(new))} elements)")
-    if _realize_mod.size_checks is not None and (numel.__class__ is not int or is_symbolic(new)) and not sym_eq(prod(new), numel):
-      _realize_mod.size_checks.append((prod(new), numel, True, f"reshape of {self._shape_repr()} to {_shape_str(new)}"))
+    if (rec := _active_recorder()) is not None and (numel.__class__ is not int or is_symbolic(new)) \
+       and not sym_eq(prod(new), numel):
+      rec.size_check(prod(new), numel, True, f"reshape of {self._shape_repr()} to {_shape_str(new)}")
     return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
   def view(self, *shape: Any, **kw: Any) -> Tensor:
     """reshape under PyTorch's name; `view(shape=(2, 3))` as in tinygrad."""
@@ -1107,9 +1110,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       # with an unbound Variable the check waits for its value (the kernel's bounds come from the Variable's range)
       if (v := _values(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
         raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
-      if _realize_mod.size_checks is not None and not (b.__class__ is int and e.__class__ is int and s.__class__ is int):
+      if (rec := _active_recorder()) is not None \
+         and not (b.__class__ is int and e.__class__ is int and s.__class__ is int):
         what = f"shrink {_args_str(arg)} of {self._shape_repr()}"
-        _realize_mod.size_checks.extend(((0, b, False, what), (b, e, False, what), (e, s, False, what)))
+        for lo, hi in ((0, b), (b, e), (e, s)): rec.size_check(lo, hi, False, what)
     if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
@@ -1325,7 +1329,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # other holders see the new values); a lazy value, or one autograd tracks (requires_grad, or realized from a graph
     # a backward() may still go through), takes the new graph instead, which keeps the gradient path
     u = self.uop
-    if not self.requires_grad and "_origin" not in u.base.__dict__ and u.base.op is Ops.BUFFER and \
+    if not self.requires_grad and not has(u.base, ORIGIN) and u.base.op is Ops.BUFFER and \
        u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None):
       return self._assign(out, value_private=True)
     self.uop = out.uop

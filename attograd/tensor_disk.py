@@ -9,7 +9,7 @@ from attograd.dtype import DType
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp
 from attograd.uop.view import ShapeTracker, strides_for_shape
-from attograd.engine.schedule import buffers, new_buffer_uop
+from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.runtime.ops_disk import DiskBuffer, DiskView
 if TYPE_CHECKING: from attograd.tensor import Tensor
 

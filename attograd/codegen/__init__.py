@@ -70,7 +70,7 @@ def _spec_from_bytes(data: bytes) -> ProgramSpec | None:
 
 def _has_vars(ast: UOp) -> bool:
   """Symbolic sizes (or Variables as values): BEAM can't time a kernel without values for them."""
-  from attograd.engine.schedule import ast_variables
+  from attograd.uop.variables import ast_variables
   return bool(ast_variables(ast))
 
 def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:

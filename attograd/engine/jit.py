@@ -6,16 +6,16 @@ import functools, struct, time, types, warnings, weakref
 from typing import Any, Callable, Generic, TypeVar
 from attograd.device import Buffer, Device
 from attograd.dtype import DType, dtypes
-from attograd.engine import realize as _realize
+from attograd.engine import recorder
+from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.engine.memory import plan_jit
 from attograd.engine.nan import DEBUG_NAN
 from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
-from attograd.engine.schedule import buffers, new_buffer_uop
 from attograd.helpers import DEBUG, JIT, GlobalCounters
 from attograd.tensor import Tensor, _contiguous_view_of_buffer, _prefix_of_buffer
 from attograd.uop.ops import GroupOp, Ops, UOp, sym_val, unbind_sint
-from attograd.engine.schedule import _SIZED, _bind_size, _map_arg, _sym_arg, _unbind_size
+from attograd.uop.variables import SIZED, bind_size, map_arg, sym_arg, unbind_size
 
 class JitError(Exception):
   """A misuse of TinyJit (tinygrad's name for it). Each one is also the builtin error it always was, so code that
@@ -28,9 +28,6 @@ ReturnType = TypeVar("ReturnType")
 Recording = list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]]
 InputSpec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device
 Prepared = tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...], list[str], list[Tensor], dict[str, UOp]]
-
-# the TinyJit now recording, if any: a jitted function called while another records can't be captured correctly
-_capturing: TinyJit | None = None
 
 def _is_whole_buffer(u: UOp) -> bool:
   """A buffer seen through reshapes, or through the prefix of it that holds the values (a symbolic shape's)."""
@@ -171,13 +168,13 @@ def _rebuild(ret: Any, outs: list[Tensor]) -> Any:
 def _swap_base(u: UOp, base: UOp, vals: dict[UOp, int]) -> UOp:
   """The movement ops above u's base, over `base` instead, with symbolic sizes bound to this call's values."""
   if u.op not in GroupOp.Movement: return base
-  arg = _map_arg(u.arg, lambda x: _bind_size(x, vals)) if u.op in _SIZED and _sym_arg(u.arg) else u.arg
+  arg = map_arg(u.arg, lambda x: bind_size(x, vals)) if u.op in SIZED and sym_arg(u.arg) else u.arg
   return UOp(u.op, u.dtype, (_swap_base(u.src[0], base, vals),), arg)
 
 def _unbind_chain(u: UOp) -> UOp:
   """A view chain with its symbolic sizes unbound (bound again to each call's values on replay)."""
   if u.op not in GroupOp.Movement: return u
-  arg = _map_arg(u.arg, lambda x: _unbind_size(x, {})) if u.op in _SIZED and _sym_arg(u.arg) else u.arg
+  arg = map_arg(u.arg, lambda x: unbind_size(x, {})) if u.op in SIZED and sym_arg(u.arg) else u.arg
   return UOp(u.op, u.dtype, (_unbind_chain(u.src[0]),), arg)
 
 class CapturedJit:
@@ -235,7 +232,7 @@ class CapturedJit:
       self.outs.append((_unbind_chain(t.uop), buffers[base] if base.op is Ops.BUFFER else None))
     self.written = [b for k, b in written.items() if k not in where]
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
-    self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see realize.size_checks
+    self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see recorder.Recorder
 
   def __call__(self, tensors: list[Tensor], variables: dict[str, UOp]) -> Any:
     # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
@@ -372,9 +369,8 @@ class TinyJit(Generic[ReturnType]):
   def __repr__(self) -> str: return f"<TinyJit {getattr(self.fxn, '__qualname__', self.fxn)!s} calls={self.cnt}>"
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-    global _capturing
-    if _capturing is not None:
-      raise JitRuntimeError(f"TinyJit: {self!r} was called while {_capturing!r} is capturing; a jit can't be captured "
+    if (outer := recorder.active()) is not None:
+      raise JitRuntimeError(f"TinyJit: {self!r} was called while {outer.owner!r} is capturing; a jit can't be captured "
                          "inside another: jit only the outer function")
     if not JIT or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
     args, kwargs, key, names, tensors, variables = _prepare_inputs(args, kwargs, self._skip)
@@ -398,19 +394,15 @@ class TinyJit(Generic[ReturnType]):
       self._entries[key] = entry
       return ret
     entry.last = self.cnt
-    # the second call: record every kernel it runs
-    rec: Recording = []
-    # random numbers read their counter from this buffer while capturing, so each replay draws new ones
+    # the second call: record every kernel it runs; random numbers read their counter from the recorder's buffer
+    # while capturing, so each replay draws new ones
     rng_start = Tensor._rng_counter
     rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
-    _realize.capturing, _capturing, Tensor._rng_base = rec, self, (rng, rng_start)
-    checks: list[tuple[Any, Any, bool, str]] = []
-    _realize.size_checks = checks
-    try:
+    with recorder.recording(recorder.Recorder(self, (rng, rng_start))) as capture:
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])
-    finally: _realize.capturing, _capturing, Tensor._rng_base, _realize.size_checks = None, None, None, None
+    rec: Recording = capture.kernels
     if not rec:
       raise JitRuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
@@ -428,7 +420,7 @@ class TinyJit(Generic[ReturnType]):
     self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
     if (used := Tensor._rng_counter - rng_start): self.captured.rng = (buffers[rng.uop.base], used)
     # the size facts over this call's Variables, checked again on each replay (those over constants hold for good)
-    self.captured.size_checks = [c for c in dict.fromkeys(checks) if _reads_any(c[:2], variables)]
+    self.captured.size_checks = [c for c in dict.fromkeys(capture.size_checks) if _reads_any(c[:2], variables)]
     if DEBUG >= 1: print(f"jit: captured {len(rec)} kernels of {self!r}")
     return ret
 

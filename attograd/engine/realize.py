@@ -3,7 +3,7 @@ A schedule's new kernels are lowered and their builds started before the first o
 all cores and beside the lowering of later kernels, and each kernel waits only for its own program. Where the device
 has a quick tier (CPU: many kernels in one -O1 translation unit), a big first build starts there and the optimized
 build, made in the background, replaces it when ready; only the optimized one is kept in the disk cache.
-While a TinyJit captures, every kernel run here is also recorded (runner, buffers, variable values)."""
+While a TinyJit captures, every kernel run here is also reported to its recorder (engine/recorder.py)."""
 from __future__ import annotations
 import os, threading, time, warnings
 from collections import OrderedDict
@@ -12,10 +12,11 @@ from typing import Any
 from attograd.codegen import get_program
 from attograd.device import Buffer, Compiled, Device, defer_frees_on_this_thread
 from attograd.engine.nan import DEBUG_NAN, check_kernel
+from attograd.engine.item import ScheduleItem
 from attograd.engine.profile import PROFILER
+from attograd.engine import recorder
 from attograd import viz
 from attograd.viz import VIZ
-from attograd.engine.schedule import ScheduleItem
 from attograd.helpers import DEBUG, ContextVar, GlobalCounters, colored
 from attograd.renderer import ProgramSpec
 from attograd.uop.ops import Ops, UOp
@@ -220,19 +221,13 @@ class CopyRunner:
     return 0.0
 copy_runner = CopyRunner()
 
-# the recording a TinyJit is making: (runner, buffers, variable values) per kernel run, or None when not capturing
-capturing: list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]] | None = None
-# while a TinyJit captures: the facts about symbolic sizes that the traced function's checks passed on, as
-# (a, b, is_eq, what) for a <= b (a == b when is_eq). A replay with other Variable values checks them again: its
-# kernels, built for the captured values, would otherwise read outside their buffers (x[:v] with v past x's size)
-size_checks: list[tuple[Any, Any, bool, str]] | None = None
-
 def run_schedule(items: list[ScheduleItem]) -> None:
   _prepare(items)
+  capturing = recorder.active()  # a TinyJit's recorder, while one captures
   for si in items:
     for b in si.bufs: b.allocate()
     if si.ast.op is Ops.COPY:
-      if capturing is not None: capturing.append((copy_runner, si.bufs, {}))
+      if capturing is not None: capturing.kernel(copy_runner, si.bufs, {})
       st = PROFILER.now() if PROFILER.active else 0.0
       _copy(si.bufs[0], si.bufs[1])
       if PROFILER.active:
@@ -245,7 +240,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     device = si.bufs[0].device
     runner = get_runner(device, si.ast)
     var_vals = {v.arg[0]: val for v, val in si.var_vals}
-    if capturing is not None: capturing.append((runner.finish(), si.bufs, var_vals))
+    if capturing is not None: capturing.kernel(runner.finish(), si.bufs, var_vals)
     st = PROFILER.now() if PROFILER.active else 0.0
     et = runner(list(si.bufs), var_vals)
     if PROFILER.active: _profile_kernel(runner, si, st, et)

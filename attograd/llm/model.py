@@ -9,7 +9,7 @@ from typing import Any, Callable
 from attograd.device import Buffer, Device
 from attograd.dtype import dtypes
 from attograd.engine.jit import TinyJit
-from attograd.engine.schedule import buffers
+from attograd.engine.buffers import buffers
 from attograd.nn.gguf import QuantizedTensor
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp, Variable

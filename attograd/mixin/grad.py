@@ -7,7 +7,8 @@ from attograd.dtype import dtypes
 from attograd.helpers import TRAINING
 from attograd.gradient import compute_gradient, full_like, reshape
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
-from attograd.engine.schedule import lookup_realized
+from attograd.schedule.realized import lookup_realized
+from attograd.uop.state import ORIGIN, get, has
 if TYPE_CHECKING: from attograd.tensor import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -133,11 +134,11 @@ class GradMixin:
 # with requires_grad exist), so backward() through a realized result (after loss.item(), or using a realized
 # intermediate) still reaches the leaves. The graph's nodes resolve to their buffers when scheduled: nothing is
 # computed twice.
-_origin_pm = PatternMatcher([(UPat(name="x"), lambda x: x.__dict__.get("_origin"))])
+_origin_pm = PatternMatcher([(UPat(name="x"), lambda x: get(x, ORIGIN))])
 
 def autograd_graph(u: UOp) -> UOp:
   """`u` with every realized view that remembers its graph replaced by that graph."""
-  if not any("_origin" in n.__dict__ for n in u.toposort()): return u
+  if not any(has(n, ORIGIN) for n in u.toposort()): return u
   return graph_rewrite(u, _origin_pm)
 
 def _own_buffer(t: Tensor) -> None:

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import ArgumentError, argfix, prod
 from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val
-from attograd.uop.view import _smax, _surely
-from attograd.engine import realize as _realize
+from attograd.uop.view import _surely
+from attograd.engine.recorder import active as _active_recorder
 
 if TYPE_CHECKING:
   from attograd.tensor import Tensor
@@ -69,7 +69,7 @@ def _check_sym_pad(p: UOp) -> None:
   if (v := _known(p)) is not None and v[0] < 0:
     raise ValueError(f"pad: the symbolic padding {p.render()} is {v[0]} for the bound value; a padding whose sign "
                      "depends on a Variable must be non-negative (cut with shrink instead)")
-  if _realize.size_checks is not None: _realize.size_checks.append((0, p, False, f"pad by {p.render()}"))
+  if (rec := _active_recorder()) is not None: rec.size_check(0, p, False, f"pad by {p.render()}")
 
 def _known(*xs: Any) -> list[int] | None:
   """The values of sizes, or None when one has an unbound Variable."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import TRAINING
-from attograd.engine.schedule import buffers, new_buffer_uop
+from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp
 

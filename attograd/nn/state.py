@@ -8,7 +8,7 @@ from attograd.device import Device
 from attograd.dtype import DType, dtypes, to_dtype
 from attograd.helpers import prod
 from attograd.tensor import Tensor
-from attograd.engine.schedule import new_buffer_uop
+from attograd.engine.buffers import new_buffer_uop
 from attograd.runtime.ops_disk import DiskMapping, DiskView
 from attograd.tensor_disk import on_disk
 

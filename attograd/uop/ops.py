@@ -6,6 +6,7 @@ from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from attograd.dtype import ConstType, DType, dtypes, truncate_to
 from attograd.helpers import prod
+from attograd.uop import state
 
 class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every hot path
   # graph structure and memory
@@ -183,7 +184,7 @@ class UOp(metaclass=UOpMetaClass):
   @property
   def realized(self) -> Any:
     """The allocated Buffer of a BUFFER node (the engine records it on the node), else None."""
-    b = self.__dict__.get("buffer") if self.op is Ops.BUFFER else None
+    b = state.get(self, state.BUFFER) if self.op is Ops.BUFFER else None
     return b if b is not None and b.is_allocated else None
   @property
   def is_realized(self) -> bool:

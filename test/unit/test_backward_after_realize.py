@@ -44,7 +44,7 @@ def test_realized_values_make_no_reference_cycles() -> None:
   # so a training step's buffers go as soon as its tensors do, not at the garbage collector's next run (before, the
   # next step found no cached memory and faulted in fresh pages: MNIST ran ~1.5x slower)
   import gc, weakref
-  from attograd.engine.schedule import buffers
+  from attograd.engine.buffers import buffers
   w = Tensor(np.ones((8, 8), np.float32), requires_grad=True)
   x = Tensor(np.arange(32, dtype=np.float32).reshape(4, 8)).realize()
   def step() -> weakref.ref:

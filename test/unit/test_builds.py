@@ -9,7 +9,7 @@ import pytest
 from attograd import Tensor, TinyJit
 from attograd.device import Device
 from attograd.engine import realize
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.helpers import Context
 from attograd.codegen import get_program
 from attograd.runtime.ops_cpu import ClangCompiler

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from attograd import Device, Tensor
 from attograd.codegen import get_program
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.helpers import Context
 from attograd.renderer.cstyle import ClangRenderer
 
@@ -102,7 +102,7 @@ def test_window_axes_unroll_and_strides() -> None:
   assert mixed.index_strides() == (2, None)
 
 def test_stack_is_free_but_scatter_add_is_not() -> None:
-  from attograd.engine.schedule import _is_cat
+  from attograd.schedule.kernels import _is_cat
   a = Tensor.rand(4, 5)
   stacked = Tensor.stack(a, a * 2, dim=0).uop
   assert _is_cat(stacked)

@@ -8,7 +8,7 @@ import pytest
 from attograd.codegen import get_program
 from attograd.codegen.kernel import Opt
 from attograd.dtype import dtypes
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.renderer.cstyle import CUDARenderer
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, Variable

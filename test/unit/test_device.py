@@ -158,7 +158,7 @@ def test_global_counters() -> None:
 
 def test_large_kernels_are_threaded() -> None:
   from attograd.codegen import get_program
-  from attograd.engine.schedule import create_schedule
+  from attograd.schedule import create_schedule
   x = Tensor.rand(1 << 20).realize()
   items, _ = create_schedule([(x * 2 + 1).uop])
   spec = get_program(items[-1].ast, Device["CPU"].renderer)

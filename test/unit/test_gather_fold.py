@@ -8,7 +8,7 @@ import torch
 from helpers import compare
 from attograd import Tensor, dtypes, GlobalCounters
 from attograd.device import Device
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.uop.ops import Ops
 
 def P(name: str, *args: Any) -> Any: return pytest.param(*args, id=name)

@@ -9,7 +9,7 @@ from attograd.codegen.kernel import Kernel, Opt
 from attograd.device import DeviceUnavailable
 from attograd.dtype import dtypes
 from attograd.engine.realize import CompiledRunner
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.renderer.cstyle import OpenCLRenderer
 from attograd.uop.ops import Ops
 

@@ -7,7 +7,7 @@ import pytest
 from attograd import Tensor, dtypes
 from attograd.codegen import get_program
 from attograd.device import Device
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.uop.view import ShapeTracker
 
 BIG = 2**31 + 5  # one past what int32 index math can count to

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
   ("tensor", ("attograd.tensor", "attograd.tensor_index", "attograd.tensor_disk", "attograd.mixin",
               "attograd.function", "attograd.printing")),
   ("gradient", ("attograd.gradient",)),
-  ("schedule", ("attograd.engine.schedule",)),
+  ("schedule", ("attograd.schedule",)),
   ("engine", ("attograd.engine",)),
   ("codegen", ("attograd.codegen",)),
   ("renderer", ("attograd.renderer",)),
@@ -36,12 +36,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # backend is a renderer plus a runtime; issue 19 decides whether the device registry pairs them instead.)
 UPWARD: set[tuple[str, str]] = {
   ("attograd.codegen", "attograd"),
-  ("attograd.codegen", "attograd.engine.schedule"),
   ("attograd.codegen", "attograd.viz"),
-  ("attograd.engine.jit", "attograd.engine.schedule"),
   ("attograd.engine.jit", "attograd.tensor"),
   ("attograd.engine.realize", "attograd"),
-  ("attograd.engine.realize", "attograd.engine.schedule"),
   ("attograd.engine.realize", "attograd.viz"),
   ("attograd.function", "attograd.nn.state"),
   ("attograd.gradient", "attograd.tensor"),
@@ -63,7 +60,7 @@ UPWARD: set[tuple[str, str]] = {
 CYCLES: set[frozenset[str]] = {
   frozenset({"attograd", "attograd.codegen", "attograd.codegen.search", "attograd.engine.jit",
     "attograd.engine.realize", "attograd.function", "attograd.gradient", "attograd.mixin.compose",
-    "attograd.mixin.grad", "attograd.mixin.math", "attograd.mixin.movement", "attograd.mixin.nn", "attograd.nn",
+    "attograd.mixin.grad", "attograd.mixin.math", "attograd.mixin.nn", "attograd.nn",
     "attograd.nn.gguf", "attograd.nn.optim", "attograd.nn.state", "attograd.tensor", "attograd.tensor_disk",
     "attograd.tensor_index", "attograd.viz", "attograd.viz.serve"}),
   frozenset({"attograd.codegen.kernel", "attograd.codegen.lowerer"}),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from attograd import Device, Tensor, dtypes
 from attograd.codegen import get_program
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.renderer.llvmir import LLVMRenderer
 from attograd.uop.ops import Ops
 

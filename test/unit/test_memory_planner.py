@@ -8,11 +8,12 @@ from attograd import Context, Device, GlobalCounters, Tensor
 from attograd.engine import memory
 from attograd.engine.memory import MemoryLimitError, PooledBuffer, plan_memory
 from attograd.engine.realize import run_schedule
+from attograd.schedule import memory as schedule_memory
 import attograd.tensor
 
 @pytest.fixture(autouse=True)
 def _pool_everything(monkeypatch: pytest.MonkeyPatch) -> None:
-  monkeypatch.setattr(memory, "POOL_MIN_BYTES", 0)  # the tests' buffers are tiny
+  monkeypatch.setattr(schedule_memory, "POOL_MIN_BYTES", 0)  # the tests' buffers are tiny
 
 def rnd(*shape: int, seed: int = 0) -> np.ndarray:
   return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
@@ -115,9 +116,9 @@ def test_limit_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
   with pytest.raises(MemoryLimitError, match="limit of 100 bytes"): (Tensor(rnd(64)) + 1).realize()
 
 def test_small_schedules_skip_the_liveness_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-  monkeypatch.setattr(memory, "POOL_MIN_BYTES", 1 << 16)
+  monkeypatch.setattr(schedule_memory, "POOL_MIN_BYTES", 1 << 16)
   calls = []
-  monkeypatch.setattr(memory, "held_nodes", lambda *a: calls.append(1) or set())
+  monkeypatch.setattr(schedule_memory, "held_nodes", lambda *a: calls.append(1) or set())
   _chain(Tensor(rnd(8, 16)), [Tensor(rnd(16, 16, seed=i)) for i in range(3)]).realize()
   assert calls == []
   _chain(Tensor(rnd(128, 128)), [Tensor(rnd(128, 128, seed=i)) for i in range(3)]).realize()  # 64 KB intermediates

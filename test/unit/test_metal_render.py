@@ -7,7 +7,7 @@ from attograd.codegen import get_program
 from attograd.codegen.kernel import Opt
 from attograd.device import Device
 from attograd.dtype import dtypes
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.renderer.cstyle import MetalRenderer
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops

@@ -8,7 +8,7 @@ import pytest
 from attograd import Device, Tensor
 from attograd.codegen import get_program
 from attograd.codegen.kernel import Kernel, Opt
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 
 Plan = Callable[[Kernel], None]
 

@@ -9,7 +9,7 @@ import attograd.codegen as cg
 from attograd.codegen import get_program
 from attograd.codegen.kernel import Opt
 from attograd.dtype import dtypes
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.renderer import GPU_OPS, PROGRAM_OPS, WARP_OPS, launch_dims
 from attograd.renderer.cstyle import (ClangRenderer, CStyleLanguage, CUDARenderer, MetalRenderer, OpenCLRenderer,
                                       pm_render_c)

@@ -166,7 +166,7 @@ def test_a_schedule_never_run_leaves_no_stale_results() -> None:
   # create_schedule alone (as tools and the CUDA compile tests do) must not make the same expression read buffers
   # that no kernel ever wrote
   import numpy as np
-  from attograd.engine.schedule import create_schedule
+  from attograd.schedule import create_schedule
   x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
   def expr() -> Tensor: return ((x * 2).sum(1).reshape(3, 1) + x).exp2().sum(0)
   create_schedule([expr().uop])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from attograd import Tensor, TinyJit, Variable
 from attograd.engine import realize
-from attograd.engine.schedule import _schedule_cache
+from attograd.schedule.create import _schedule_cache
 
 def _sym(arr: np.ndarray, v, device: str, axis: int = 0) -> Tensor:
   """`arr` as a Tensor whose dim `axis` is the bound Variable v."""

@@ -10,7 +10,7 @@ from attograd import Tensor
 from attograd.codegen import get_program, lowerer
 from attograd.codegen.kernel import Kernel, Opt
 from attograd.dtype import dtypes
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.renderer.cstyle import ClangRenderer
 from attograd.runtime.ops_python import PythonGPURenderer, PythonProgram, mma_fragment_layout, mma_m16n8k16, shuffle_xor
 from attograd.uop.ops import Ops, UOp

@@ -8,7 +8,7 @@ from attograd import Device, Tensor, dtypes
 from attograd.codegen import get_program
 from attograd.codegen.transcendental import pm_transcendental
 from attograd.engine import realize
-from attograd.engine.schedule import create_schedule
+from attograd.schedule import create_schedule
 from attograd.renderer.cstyle import ClangRenderer, CUDARenderer, MetalRenderer, OpenCLRenderer
 from attograd.renderer.llvmir import LLVMRenderer
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite

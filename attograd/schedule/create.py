@@ -1,0 +1,224 @@
+"""The whole schedule: a graph normalized (realized nodes replaced by their buffers, buffers by numbered placeholders,
+bound Variables by the Variables), looked up in the schedule cache or cut into kernels (schedule/kernels.py), then
+bound to real buffers, with its intermediates placed by the memory plan (schedule/memory.py)."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from typing import Any
+from attograd.engine import multi
+from attograd.engine.buffers import buffers, new_buffer_uop
+from attograd.engine.item import ScheduleItem
+from attograd.helpers import prod
+from attograd.schedule.kernels import _region_of, build_kernel_ast, find_kernel_roots
+from attograd.schedule.memory import placeholder_bytes, plan_schedule
+from attograd.schedule.realized import lookup_realized, remember
+from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_max
+from attograd.uop.state import PURE, REALIZED, slots
+from attograd.uop.variables import SIZED, ast_variables, bind_size, map_arg, note_value, sym_arg, unbind_size
+
+@dataclass(frozen=True)
+class _Template:
+  """A schedule over placeholder buffers: inputs are BUFFERs with arg (-k-1, size), new ones (-(k+1)-NEW, size)."""
+  items: tuple[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]], ...]  # (ast, buffers, variables)
+  new_bufs: tuple[UOp, ...]                   # placeholders to allocate, in order
+  becomes: tuple[UOp | None, ...]             # per output: its new home (over placeholders)
+  realized_roots: tuple[tuple[UOp, UOp], ...] # intermediate roots (normalized) -> their home
+  assign_targets: tuple[UOp, ...] = ()        # buffers written in place
+  inter_bytes: int = 0                        # the intermediates' bytes: below POOL_MIN_BYTES they are not pooled
+  # the memory plans made for it, by the set of placeholders that were free to pool (schedule/memory.py)
+  plans: dict[frozenset[UOp], Any] = field(default_factory=dict, compare=False, hash=False)
+
+_NEW = 1 << 40
+_schedule_cache: dict[tuple[UOp, ...], _Template] = {}
+
+# a node built only from these over constants needs no normalizing (nor a walk below it) in any graph: its value
+# doesn't depend on any buffer or Variable, so even a realized copy of it may be recomputed in place
+_PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP,
+         Ops.CAST} | GroupOp.ALU
+
+def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[UOp, UOp], dict[UOp, int]]:
+  """One pass that resolves realized nodes to their buffers and replaces every BUFFER by a numbered placeholder,
+  so that graphs of the same structure get the same (hash-consed) nodes. Bound Variables become the Variables
+  themselves, so a graph differing only in the values of its Variables is the same graph too. Returns the normalized
+  outputs, (placeholder, real buffer) pairs, normalized node -> original node, and the Variables' values."""
+  inputs: list[tuple[UOp, UOp]] = []  # (placeholder, real BUFFER)
+  var_vals: dict[UOp, int] = {}
+  norm: dict[UOp, UOp] = {}
+  orig: dict[UOp, UOp] = {}
+  n_unique = [0]
+  stack: list[tuple[UOp, int, UOp | None]] = [(o, 0, None) for o in reversed(outs)]
+  while stack:
+    n, state, alias = stack.pop()
+    if n in norm: continue
+    if state == 0:
+      if PURE in (d := slots(n)):  # constants through movement and ALU ops: the same node in every graph
+        norm[n] = orig[n] = n
+        continue
+      # its value is in a buffer: use that view instead
+      if REALIZED in d and (r := lookup_realized(n)) is not None and r is not n:
+        stack.append((n, 2, r))
+        stack.append((r, 0, None))
+        continue
+      stack.append((n, 1, None))
+      for s in reversed(n.src):
+        if s not in norm: stack.append((s, 0, None))
+      continue
+    if state == 2:
+      norm[n] = norm[alias]  # type: ignore[index]
+      continue
+    if n.op is Ops.BUFFER:
+      nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]) + n.arg[2:])  # keeps the iota tag
+      inputs.append((nn, n))
+    elif n.op in GroupOp.Marker:  # markers for autograd only: the value is their first source's
+      norm[n] = norm[n.src[0]]
+      # the marker is a node of the graph of its own (its sources, e.g. a custom gradient's inputs, are references the
+      # graph holds, not a Tensor's), keyed by itself: it must not take its value's place in `orig`
+      orig[n] = n
+      continue
+    elif n.op is Ops.BIND:
+      nn = n.src[0]
+      note_value(n, var_vals)
+    elif n.op in SIZED and sym_arg(n.arg):
+      src, arg = norm[n.src[0]], map_arg(n.arg, lambda x: unbind_size(x, var_vals))
+      if n.op is Ops.RESHAPE and src.op is Ops.BUFFER and -_NEW < src.arg[0] < 0:
+        # a whole input buffer seen with a symbolic shape: its placeholder takes the symbolic size, so inputs of
+        # every size (one per value of the Variables) give the same graph
+        ph = UOp(Ops.BUFFER, src.dtype, src.src, (src.arg[0], ssimp(prod(arg))))
+        inputs.append((ph, inputs[-src.arg[0] - 1][1]))
+        src = ph
+      nn = UOp(n.op, n.dtype, (src,), arg)
+    elif n.op is Ops.CONTIGUOUS and n.arg is not None:  # a unique copy: number it by appearance in this graph
+      n_unique[0] += 1
+      nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique[0])
+    else:
+      srcs = tuple(map(norm.__getitem__, n.src))
+      if srcs == n.src:
+        nn = n
+        if n.op in _PURE and all(PURE in slots(x) for x in srcs): slots(n)[PURE] = True
+      else: nn = UOp(n.op, n.dtype, srcs, n.arg)
+    norm[n] = nn
+    orig[nn] = n
+  return [norm[o] for o in outs], inputs, orig, var_vals
+
+def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """Kernels (in dependency order) that compute `outs`, and for each output, the view of its new buffer.
+  The same graph structure reuses its schedule: only buffers are bound anew."""
+  if multi.active[0]: return _create_multi_schedule(outs)
+  nouts, inputs, orig, var_vals = _normalize(outs)
+  key = tuple(nouts)
+  if (tmpl := _schedule_cache.get(key)) is None:
+    if len(_schedule_cache) >= 4096: _schedule_cache.pop(next(iter(_schedule_cache)))  # bounded: oldest first
+    tmpl = _schedule_cache[key] = _make_template(nouts)
+  # bind placeholders to real buffers: inputs by position, new buffers freshly made
+  bind: dict[UOp, UOp] = {}
+  bind.update(inputs)
+  # intermediates nobody can read afterwards share storage (and are not remembered); raises if over the memory limit
+  pooled = plan_schedule(tmpl, orig, outs)
+  for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype, pooled.get(ph))
+  try:
+    items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), tuple((v, var_vals[v]) for v in vs))
+             for ast, bufs, vs in tmpl.items]
+  except KeyError:  # a kernel reads a Variable nothing bound: say which, instead of a bare KeyError
+    free = sorted({v.arg[0] for _, _, vs in tmpl.items for v in vs if v not in var_vals})
+    if not free: raise
+    raise _unbound_error(free) from None
+  for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
+  # a result stays valid while neither its buffer nor any buffer it was computed from is written again
+  deps = tuple((buf, buf.version) for _, u in inputs if (buf := buffers.get(u)) is not None)
+  becomes: dict[UOp, UOp] = {}
+  for o, home in zip(outs, tmpl.becomes):
+    becomes[o] = b = o if home is None else _rebind(home, bind, var_vals)
+    if b is not o: remember(o, b, deps)
+  for r, home in tmpl.realized_roots:
+    if (orig_r := orig.get(r)) is not None and home.base not in pooled:
+      remember(orig_r, _rebind(home, bind, var_vals), deps)
+  return items, becomes
+
+def _create_multi_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """Graphs over several devices (engine/multi.py) lowered to one graph per device, scheduled together; an output
+  over several devices becomes a MULTI of its shards' new homes."""
+  lowered = multi.lower(outs)
+  flat = list(dict.fromkeys(s for lo in lowered for s in (lo.src if lo.op is Ops.MULTI else (lo,))))
+  multi.active[0] = False  # the per-device graphs hold no MULTI: schedule them the ordinary way
+  try: items, becomes = create_schedule(flat)
+  finally: multi.active[0] = True
+  homes = {o: UOp(Ops.MULTI, o.dtype, tuple(becomes[s] for s in lo.src), lo.arg) if lo.op is Ops.MULTI else becomes[lo]
+           for o, lo in zip(outs, lowered)}
+  return items, homes
+
+def _unbound_error(names: list[str]) -> RuntimeError:
+  return RuntimeError(f"realize: Variable {', '.join(map(repr, names))} is unbound: a kernel needs its value; "
+                      "use Variable(...).bind(value) where the tensor is built")
+
+def _rebind(u: UOp, bind: dict[UOp, UOp], var_vals: dict[UOp, int]) -> UOp:
+  """A view chain over a placeholder, over the real buffer instead (and its symbolic sizes bound again)."""
+  if u.op is Ops.BUFFER: return bind.get(u, u)
+  if u.op is Ops.DEFINE_VAR:
+    if u not in var_vals: raise _unbound_error([u.arg[0]])
+    return u.bind(var_vals[u])
+  arg = map_arg(u.arg, lambda x: bind_size(x, var_vals)) if u.op in SIZED and sym_arg(u.arg) else u.arg
+  return UOp(u.op, u.dtype, tuple(_rebind(s, bind, var_vals) for s in u.src), arg)
+
+def _make_template(routs: list[UOp]) -> _Template:
+  # shapes and devices of the normalized nodes, sources first (no deep recursion; a schedule-cache hit needs none)
+  for u in _topo_of(routs): _ = u.shape, u.device
+  roots = find_kernel_roots(routs)
+  node_buffer: dict[UOp, UOp] = {}
+  new_bufs: list[UOp] = []
+  for r in roots:
+    if r.op is Ops.ASSIGN:
+      tgt = r.src[0].base
+      if tgt.op is not Ops.BUFFER: raise RuntimeError("assign: the target must be a realized tensor")
+      node_buffer[r] = tgt
+    else:
+      # a symbolic shape gets room for the largest value of its Variables (one buffer serves every value)
+      ph = UOp(Ops.BUFFER, r.dtype, (UOp(Ops.DEVICE, arg=r.device),), (-_NEW - len(new_bufs), sym_max(prod(r.shape))))
+      new_bufs.append(ph)
+      node_buffer[r] = ph
+  # order roots: a kernel runs after the kernels that produce its inputs
+  order: list[UOp] = []
+  for n in _topo_of(routs):
+    if n in roots: order.append(n)
+  items: list[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]] = []  # (ast, buffers, variables)
+  for r in order:
+    if r.op is Ops.COPY:
+      src = r.src[0]
+      while src.op is Ops.RESHAPE: src = src.src[0]  # reshapes of a whole buffer are the same bytes
+      src_buf = node_buffer.get(src, src)
+      if src_buf.op is not Ops.BUFFER: raise RuntimeError("internal: COPY source must be a whole realized buffer")
+      items.append((r, (node_buffer[r], src_buf), ()))
+      continue
+    ast, ins = build_kernel_ast(r, roots, node_buffer)
+    items.append((ast, tuple([node_buffer[r]] + ins), ast_variables(ast)))
+  # each output's new home: its buffer, viewed with its shape
+  becomes: list[UOp | None] = []
+  for ro in routs:
+    if ro in node_buffer and ro.op is not Ops.ASSIGN: becomes.append(_view_of(node_buffer[ro], ro.shape))
+    elif ro.op is Ops.ASSIGN and _region_of(ro.src[0], ro.shape) is not None: becomes.append(ro.src[0])  # the region
+    elif ro.base in node_buffer: becomes.append(_apply_movements(ro, node_buffer))
+    else: becomes.append(ro)  # already a view of a buffer (or a constant): its resolved form
+  realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots
+                         if r not in routs and r.op is not Ops.ASSIGN)
+  targets = tuple(dict.fromkeys(node_buffer[r] for r in roots if r.op is Ops.ASSIGN))
+  inter = sum(placeholder_bytes(h.base) for _, h in realized_roots)
+  return _Template(tuple(items), tuple(new_bufs), tuple(becomes), realized_roots, targets, inter)
+
+def _view_of(buf: UOp, shape: tuple[sint, ...]) -> UOp:
+  if shape == (buf.arg[1],): return buf
+  if (n := ssimp(prod(shape))).__class__ is not int:  # the first n elements of a buffer sized for the largest n
+    buf = UOp(Ops.SHRINK, buf.dtype, (buf,), ((0, n),))
+  return UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
+
+def _apply_movements(u: UOp, node_buffer: dict[UOp, UOp]) -> UOp:
+  """Rebuild the movement ops over a node that now lives in a buffer."""
+  chain = []
+  while u.op in GroupOp.Movement:
+    chain.append(u)
+    u = u.src[0]
+  out = _view_of(node_buffer[u], u.shape)
+  for m in reversed(chain): out = UOp(m.op, m.dtype, (out,), m.arg)
+  return out
+
+def _topo_of(outs: list[UOp]) -> list[UOp]:
+  topo: dict[UOp, None] = {}
+  for o in outs: topo.update(o.toposort())
+  return list(topo)

@@ -1,0 +1,207 @@
+"""Fusion: which nodes of a graph get a buffer of their own (the rest fuse into the kernels that read them), and each
+kernel written as an AST whose movement ops have been pushed into the views of its loads."""
+from __future__ import annotations
+from typing import Any
+from attograd.dtype import dtypes
+from attograd.engine.buffers import IOTA_TAG
+from attograd.helpers import prod
+from attograd.uop.ops import GroupOp, Ops, UOp, sint, sym_max
+from attograd.uop.variables import ast_variables
+from attograd.uop.view import ShapeTracker
+
+# ***** 1. decide which nodes get their own buffer *****
+
+def _is_leaf(u: UOp) -> bool: return u.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.DEFINE_VAR, Ops.BIND)
+
+def find_kernel_roots(outs: list[UOp]) -> dict[UOp, None]:
+  """The nodes that must be materialized: outputs, CONTIGUOUS/COPY/ASSIGN, and reduces that can't fuse with their
+  users."""
+  topo: dict[UOp, None] = {}
+  for o in outs: topo.update(o.toposort())
+  roots: dict[UOp, None] = {}
+  for u in topo:
+    if u.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): roots[u] = None
+    if u.op in (Ops.COPY, Ops.ASSIGN):  # their sources are materialized first
+      if not _is_leaf(u.src[0].base): roots[u.src[0].base] = None
+  for o in outs:
+    if not _is_leaf(o.base): roots[o.base] = None
+  # a reduce fuses into one consumer kernel, reached only through reshapes, and not below another reduce
+  changed = True
+  while changed:
+    changed = False
+    users: dict[UOp, set[UOp]] = {}
+    for r in list(roots):
+      for red, ok in _reduces_in_kernel(r, roots):
+        users.setdefault(red, set()).add(r)
+        if not ok and red not in roots:
+          roots[red] = None
+          changed = True
+    for red, rs in users.items():
+      if len(rs) > 1 and red not in roots:
+        roots[red] = None
+        changed = True
+  return roots
+
+# ops whose value at all-zero inputs is not zero: a PAD above them can't be pushed down to their loads (the padded
+# region would hold f(0), and integer division there would trap), so they get their own buffer instead
+_PAD_UNSAFE = {Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPEQ, Ops.POW}
+
+def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, bool]]:
+  """(node, can fuse here) for every reduce inside `root`'s kernel, and for every pad-unsafe op below a PAD."""
+  out: list[tuple[UOp, bool]] = []
+  seen: set[tuple[UOp, bool, bool, bool, bool]] = set()
+  signature: list[tuple[Any, ...]] = []
+  stack = [(root.src[0] if root.op is Ops.CONTIGUOUS else root, True, False, False, False)]
+  if root.op in (Ops.ASSIGN,): stack = [(root.src[1], True, False, False, False)]
+  while stack:
+    n, only_reshapes, below_reduce, padded, expanded = stack.pop()
+    if (n, only_reshapes, below_reduce, padded, expanded) in seen: continue
+    seen.add((n, only_reshapes, below_reduce, padded, expanded))
+    if n is not root and (n in roots or _is_leaf(n)): continue
+    if expanded and n.op in GroupOp.Elementwise and (costly := _costly(n, roots))[0]:
+      # read through an EXPAND inside a reduce, each element would be recomputed for every output it feeds
+      out.append((n, False))
+      out.extend((r, False) for r in costly[1])
+      continue
+    if n.op is Ops.REDUCE_AXIS:
+      sig = (n.src[0].shape, n.arg[1])
+      ok = only_reshapes and not below_reduce and (not signature or signature[0] == sig)
+      out.append((n, ok))
+      if not ok: continue
+      if not signature: signature.append(sig)
+      stack.append((n.src[0], True, True, False, False))
+      continue
+    if padded and n.op in _PAD_UNSAFE:
+      out.append((n, False))
+      continue
+    if n.op in (Ops.COPY,): continue
+    keeps = only_reshapes and n.op not in GroupOp.Movement or n.op is Ops.RESHAPE and only_reshapes
+    grows = n.op is Ops.EXPAND and below_reduce and any(a == 1 and b != 1 for a, b in zip(n.src[0].shape, n.shape))
+    for s in n.src: stack.append((s, keeps, below_reduce, padded or n.op is Ops.PAD, expanded or grows))
+  return out
+
+def _is_cat(u: UOp) -> bool:
+  """A sum of padded pieces that don't overlap (what cat and stack build): each element reads one piece, so the adds
+  cost nothing once the kernel unrolls the axis that selects the piece. Overlapping pads (a scatter-add) do cost."""
+  if u.op is not Ops.ADD: return False
+  pieces: list[UOp] = []
+  stack = list(u.src)
+  while stack:
+    x = stack.pop()
+    if x.op is Ops.ADD: stack.extend(x.src)
+    elif x.op is Ops.PAD: pieces.append(x)
+    else: return False
+  def region(p: UOp) -> list[tuple[int, int]]: return [(b, n - a) for (b, a), n in zip(p.arg, p.shape)]
+  regions = [region(p) for p in pieces]
+  return all(any(r1[ax][1] <= r2[ax][0] or r2[ax][1] <= r1[ax][0] for ax in range(len(r1)))
+             for i, r1 in enumerate(regions) for r2 in regions[i + 1:])
+
+def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> tuple[bool, list[UOp]]:
+  """Worth a buffer rather than recomputing per use: more than `limit` ALU ops below n inside this kernel, or more
+  than one when n is no bigger than its inputs (relu(x + b) feeding a conv: a scalar add, compare and select per
+  load otherwise, about a third of the weight gradient's time). A value computed on a grown view (a conv's
+  unfolded windows) stays fused at that size: its buffer would hold every window. In that second case the reduces
+  below n come back too: they get their own buffers rather than fusing into n's kernel, where nothing else could
+  read them (the conv that produced x, which the activation's gradient reads again)."""
+  count, stack, seen, biggest, reduces = 0, [n], set(), 0, []
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
+    if u is not n and (u in roots or _is_leaf(u)):
+      biggest = max(biggest, _numel(u.shape))
+      continue
+    if u.op in GroupOp.ALU and not _is_cat(u):
+      count += 1
+      if count > limit: return True, []
+    if u.op is Ops.REDUCE_AXIS:  # a leaf here: its cost is the reduce's own kernel, not a per-load recompute
+      biggest = max(biggest, _numel(u.shape))
+      reduces.append(u)
+      continue
+    stack.extend(u.src)
+  return (True, reduces) if count > 1 and _numel(n.shape) <= biggest else (False, [])
+
+def _numel(shape: tuple[sint, ...]) -> int: return prod(sym_max(s) for s in shape)
+
+# ***** 2. write each kernel as an AST with views at the leaves *****
+
+Chain = tuple[tuple[Ops, Any], ...]
+
+def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
+  """The kernel computing `root` into its buffer: SINK(STORE(out, VIEW, value)), and the BUFFER nodes it reads."""
+  value_root = root.src[0] if root.op is Ops.CONTIGUOUS else (root.src[1] if root.op is Ops.ASSIGN else root)
+  out_shape = root.shape
+  reduces = [r for r, ok in _reduces_in_kernel(root, roots) if ok and r.op is Ops.REDUCE_AXIS]
+  kshape = reduces[0].shape if reduces else out_shape
+  inputs: dict[UOp, int] = {}
+  out_buf = node_buffer[root]
+  # a chain lists movement ops nearest-the-leaf first; the kernel's loop space is the reduce's output shape
+  root_chain: Chain = ((Ops.RESHAPE, kshape),) if kshape != out_shape else ()
+  memo: dict[tuple[UOp, Chain], UOp] = {}
+  stack: list[tuple[UOp, Chain, bool]] = [(value_root, root_chain, False)]
+  while stack:
+    n, chain, visited = stack.pop()
+    key = (n, chain)
+    if key in memo: continue
+    # leaves: realized buffers (through movement ops), consts and variables
+    leaf = n if n.op is Ops.BUFFER else (node_buffer.get(n) if n is not root else None)
+    if leaf is not None or n.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
+      st = ShapeTracker.from_shape(n.shape)
+      for op, arg in chain: st = st.apply(op, arg)
+      view = UOp(Ops.VIEW, dtypes.void, (), st.simplify())
+      if leaf is not None and leaf.arg[2:] == (IOTA_TAG,) and leaf is not out_buf:
+        memo[key] = UOp(Ops.IOTA, leaf.dtype, (view,))  # its values are its indices: nothing to read
+      elif leaf is not None:
+        # an assign reading its own target uses the output pointer: two restrict pointers must not alias
+        idx = 0 if leaf is out_buf else inputs.setdefault(leaf, len(inputs) + 1)
+        glob = UOp(Ops.DEFINE_GLOBAL, leaf.dtype.ptr(leaf.arg[1]), (), idx)
+        memo[key] = UOp(Ops.LOAD, leaf.dtype, (glob, view))
+      elif n.op is Ops.CONST: memo[key] = UOp(Ops.CONST, n.dtype, (view,), n.arg)
+      else: memo[key] = UOp(Ops.DEFINE_VAR, n.dtype, (), (n.src[0] if n.op is Ops.BIND else n).arg)
+      continue
+    if n.op in GroupOp.Movement:
+      child = (n.src[0], ((n.op, n.arg),) + chain)
+      if not visited:
+        stack.append((n, chain, True))
+        if child not in memo: stack.append((child[0], child[1], False))
+      else: memo[key] = memo[child]
+      continue
+    if n.op is Ops.REDUCE_AXIS:
+      child_key = (n.src[0], ())
+      if not visited:
+        stack.append((n, chain, True))
+        if child_key not in memo: stack.append((n.src[0], (), False))
+      else: memo[key] = UOp(Ops.REDUCE_AXIS, n.dtype, (memo[child_key],), n.arg)
+      continue
+    if n.op is Ops.CONTIGUOUS or n.op in GroupOp.Marker:
+      if not visited:
+        stack.append((n, chain, True))
+        if (n.src[0], chain) not in memo: stack.append((n.src[0], chain, False))
+      else: memo[key] = memo[(n.src[0], chain)]
+      continue
+    if not visited:
+      stack.append((n, chain, True))
+      stack.extend((s, chain, False) for s in n.src if (s, chain) not in memo)
+    else:
+      assert n.op in GroupOp.Elementwise, f"scheduler: unexpected {n.op} inside a kernel"
+      memo[key] = UOp(n.op, n.dtype, tuple(memo[(s, chain)] for s in n.src), n.arg)
+  value = memo[(value_root, root_chain)]
+  out_st = _region_of(root.src[0], kshape) if root.op is Ops.ASSIGN else None
+  out_view = UOp(Ops.VIEW, dtypes.void, (), out_st or ShapeTracker.from_shape(kshape))
+  out_glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_buf.arg[1]), (), 0)
+  ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_glob, out_view, value)),))
+  if ast_variables(ast):  # buffer sizes differ from value to value: leave them out so one program serves all
+    ast = ast.substitute({g: g.replace(dtype=g.dtype.base.ptr()) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL})
+  return ast, list(inputs)
+
+def _region_of(target: UOp, kshape: tuple[sint, ...]) -> ShapeTracker | None:
+  """Where an ASSIGN into a view stores (a KV cache row at a symbolic position: shrink), as a view of the whole buffer
+  in the kernel's loop shape; None for a whole-buffer target, which stores contiguously."""
+  chain = []
+  while target.op in GroupOp.Movement:
+    chain.append(target)
+    target = target.src[0]
+  if all(m.op is Ops.RESHAPE for m in chain): return None
+  st = ShapeTracker.from_shape(target.shape)
+  for m in reversed(chain): st = st.apply(m.op, m.arg)
+  return (st if kshape == st.shape else st.apply(Ops.RESHAPE, kshape)).simplify()
