@@ -124,10 +124,24 @@ def load_library(lib: bytes) -> ctypes.CDLL:
     f.write(lib)
   try: dll = ctypes.CDLL(f.name, mode=int(os.environ.get("_ATTO_DLMODE", "0")) or ctypes.DEFAULT_MODE)
   finally: os.unlink(f.name)
+  if not _openmp_pinned: _pin_openmp_runtime()
   # ctypes never unloads a library; each holds ~5 memory mappings, and a process has at most 65530 of them. Unload it
-  # when its last function is gone (a function object keeps its library alive).
-  weakref.finalize(dll, _dlclose, dll._handle)
+  # when its last function is gone (a function object keeps its library alive); not at interpreter exit, where it
+  # would only race the process's end
+  weakref.finalize(dll, _dlclose, dll._handle).atexit = False
   return dll
+
+# The kernels' OpenMP runtime (libgomp, or LLVM's libomp) is loaded as a dependency of the first kernel library, and
+# unloaded with the last one: its worker threads, asleep inside it, then woke into unmapped code (a segfault, seen at
+# interpreter exit when every library was closed, in ~1 of 40 runs on a busy machine). Once loaded it stays.
+_openmp_pinned = False
+def _pin_openmp_runtime() -> None:
+  global _openmp_pinned
+  for name in ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so"):
+    # RTLD_NOLOAD: only if this process already has it; RTLD_NODELETE: never unmapped from now on
+    try: ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_NODELETE)  # type: ignore[attr-defined]
+    except (OSError, AttributeError): continue
+    _openmp_pinned = True
 
 def _dlclose(handle: int) -> None:
   try: _ctypes.dlclose(handle)

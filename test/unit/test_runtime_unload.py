@@ -34,3 +34,24 @@ def test_evicted_kernel_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
   xs = [Tensor.arange(10 + i).float() for i in range(5)]
   for _ in range(2):  # the second round meets every kernel after it was evicted
     for i, x in enumerate(xs): assert (x * 3).sum().item() == 3 * sum(range(10 + i))
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_openmp_runtime_outlives_the_kernels() -> None:
+  # the OpenMP runtime comes in with the first kernel library; when every library is unloaded it must stay mapped, or
+  # its idle worker threads wake into unmapped code (a segfault, seen at interpreter exit)
+  import subprocess, textwrap
+  code = textwrap.dedent("""
+    import gc
+    from attograd import Device, Tensor
+    from attograd.engine import realize
+    if not getattr(Device["CPU"].compiler, "openmp", False): print("no-openmp"); raise SystemExit
+    (Tensor.rand(256, 256) @ Tensor.rand(256, 256)).realize()   # a parallel kernel starts the worker threads
+    omp = lambda: any(n in open("/proc/self/maps").read() for n in ("libgomp", "libomp", "libiomp"))
+    assert omp(), "no OpenMP runtime loaded"
+    realize._runners.clear(); gc.collect()                       # every kernel library unloaded
+    print("kept" if omp() else "unloaded")
+  """)
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  if r.stdout.strip() == "no-openmp": pytest.skip("the C compiler here has no OpenMP")
+  assert r.stdout.strip() == "kept"
