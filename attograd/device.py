@@ -26,7 +26,7 @@ class _Device:
     if base in ALL_DEVICES or base in _ALIASES: raise ValueError(f"device {base} is already registered")
     ALL_DEVICES.append(base)
     self._registered[base] = make
-  def canonicalize(self, device: str | None) -> str:
+  def canonicalize(self, device: str | tuple[str, ...] | None) -> Any:  # a name, or a tuple of names for a tuple
     if device is None: return self.DEFAULT
     if device.__class__ in (tuple, list): return tuple(self.canonicalize(d) for d in device)  # type: ignore[return-value]
     if not isinstance(device, str): raise TypeError(f"device must be a string like 'CPU' or 'PYTHON', got {device!r}")

@@ -55,7 +55,8 @@ def _check_ragged(data: Any, shape: tuple[int, ...]) -> None:
     x, d = stack.pop()
     if d == len(shape): continue
     if not isinstance(x, (list, tuple)) or len(x) != shape[d]:
-      raise ValueError(f"Tensor: nested lists must be rectangular; expected length {shape[d]} at depth {d}, got {x!r:.60}")
+      raise ValueError(f"Tensor: nested lists must be rectangular; expected length {shape[d]} at depth {d}, "
+                       f"got {x!r:.60}")
     stack.extend((y, d + 1) for y in x)
 
 def _pack(values: list[Any], dtype: DType) -> bytes:
@@ -105,7 +106,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   _seed: int = 0
   _rng_counter: int = 0
 
-  def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None, requires_grad: bool | None = None):
+  def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+               requires_grad: bool | None = None):
     asked_device, device = device, Device.canonicalize(device)
     if dtype is not None: dtype = to_dtype(dtype)
     self.requires_grad: bool | None = requires_grad
@@ -172,7 +174,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
   def _shape_repr(self) -> str:
-    dims = [str(d) if d.__class__ is int else f"{d.render()}={sym_val(d)}" for d in self.shape]
+    dims = [str(d) if d.__class__ is int else f"{d.render()}={sym_val(d)}" for d in self.shape]  # type: ignore
     return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
   def __repr__(self) -> str:
     """The values, like PyTorch and NumPy print them (long dims summarized with `...`), then dtype, device and
@@ -211,7 +213,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return format(self.item(), spec)
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
-    if self.numel() != 1: raise RuntimeError(f"the truth value of a Tensor with shape {self.shape} is ambiguous; use .any() or .all()")
+    if self.numel() != 1:
+      raise RuntimeError(f"the truth value of a Tensor with shape {self.shape} is ambiguous; use .any() or .all()")
     return bool(self.item())
   def _new(self, uop: UOp) -> Tensor:
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
@@ -285,14 +288,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """The values as a memoryview with this tensor's shape."""
     if is_symbolic(self.shape): return self._concrete().data()
     if 0 in self.shape:  # no values: an empty view of this dtype's format
-      return memoryview(b"").cast("B") if self.dtype.fmt in (None, "e") else memoryview(b"").cast(self.dtype.fmt)
+      empty = memoryview(b"")
+      return empty.cast("B") if self.dtype.fmt in (None, "e") else empty.cast(self.dtype.fmt)  # type: ignore
     buf, _ = self._buffer()
     mv = memoryview(bytearray(buf.nbytes))
     buf.copyout(mv)
     if buf.size != self.numel(): mv = mv[:self.numel() * self.dtype.itemsize]  # a symbolic shape's values: a prefix
     if self.dtype.fmt is None or self.dtype.fmt == "e": return mv  # half, bfloat16, fp8: their raw bytes
     fmt = self.dtype.fmt
-    return mv.cast(fmt, self.shape)  # a 0-d tensor gives a 0-d view
+    return mv.cast(fmt, self.shape)  # type: ignore[call-overload]  # (a 0-d tensor gives a 0-d view)
   def _raw(self) -> bytes:
     if is_symbolic(self.shape): return self._concrete()._raw()
     if self.numel() == 0: return b""
@@ -316,19 +320,22 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     vals = _unpack(self._raw(), self.dtype, self.numel())
     if self.dtype is dtypes.bool: vals = [bool(v) for v in vals]
     if not self.shape: return vals[0]
-    for d in reversed(self.shape[1:]): vals = [vals[i:i + d] for i in range(0, len(vals), d)] if d else [[] for _ in range(len(vals) // max(d, 1))]
+    for d in reversed(self.shape[1:]):
+      vals = [vals[i:i + d] for i in range(0, len(vals), d)] if d else [[] for _ in range(len(vals) // max(d, 1))]
     if 0 in self.shape[1:]:
       return _empty_nested(self.shape)
     return vals
   def item(self) -> ConstType:
     """The one value of a tensor with one element."""
-    if self.numel() != 1: raise ValueError(f"item: the tensor must have exactly one element, but its shape is {self.shape}")
+    if self.numel() != 1:
+      raise ValueError(f"item: the tensor must have exactly one element, but its shape is {self.shape}")
     return self.reshape(()).tolist()
   def to(self, device: str | tuple[str, ...] | None) -> Tensor:
     """This tensor on `device` (a copy when the device differs); a tuple of devices gives a whole copy on each."""
     device = Device.canonicalize(device)
     if device == self.device: return self
-    if device.__class__ is tuple and self.uop.device.__class__ is not tuple: return self._new(multi.shard_uop(self.uop, device, None))
+    if device.__class__ is tuple and self.uop.device.__class__ is not tuple:
+      return self._new(multi.shard_uop(self.uop, device, None))
     # a DISK view is copied from the byte range under it (no kernel runs on DISK to make it contiguous)
     if tensor_disk.on_disk(self.device): src_uop = tensor_disk.resolve(self.uop)
     else: src_uop = (self if _contiguous_view_of_buffer(self.uop) else self.contiguous()).uop
@@ -345,7 +352,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     >>> t.device, (t * 2).sum().item()
     (('CPU', 'CPU:1'), 42.0)
     """
-    if self.uop.device.__class__ is tuple: raise ValueError(f"shard: the tensor is already on {self.device}; shard one-device tensors")
+    if self.uop.device.__class__ is tuple:
+      raise ValueError(f"shard: the tensor is already on {self.device}; shard one-device tensors")
     devs = Device.canonicalize(tuple(devices))
     if len(devs) == 1: return self.to(devs[0])
     if tensor_disk.on_disk(self.device): return self.to(Device.DEFAULT).shard(devs, axis)  # read the file once
@@ -404,7 +412,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
          any(a != b and a != 1 for a, b in zip(x.shape[::-1], self.shape[::-1])):
         raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
       x = x._broadcast_to(self.shape)
-    if x.device != self.device: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
+    if x.device != self.device:
+      raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     if not _is_whole_buffer(self.uop) and (view := _writable_view(self.uop)) is not None:
       return self._assign_view(x, *view, value_private=value_private)
@@ -450,7 +459,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       buf = new_buffer_uop(Device.canonicalize(device), sym_max(prod(shp)), d)
       return Tensor(_reshape_uop(UOp(Ops.SHRINK, d, (buf,), ((0, ssimp(prod(shp))),)), shp), device=device, **kw)
     if (dev := Device.canonicalize(device)).__class__ is tuple:  # one whole buffer per device
-      return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None), device=dev, **kw)
+      return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None),
+                    device=dev, **kw)  # type: ignore[arg-type]  # devices of a sharded tensor
     return Tensor(_reshape_uop(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
   @staticmethod
   def invalids(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
@@ -476,13 +486,16 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       fill = Tensor(_size_arg(fill_value, "full"), device=device, dtype=dtype)
       return Tensor(fill.uop, device=device, **kw).reshape((1,) * len(shp)).expand(shp)
     d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
-    return Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw).reshape((1,) * len(shp)).expand(shp)
+    const = Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw)
+    return const.reshape((1,) * len(shp)).expand(shp)
   @staticmethod
   @_takes_requires_grad
-  def zeros(*shape: Any, **kw: Any) -> Tensor: return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kw})
+  def zeros(*shape: Any, **kw: Any) -> Tensor:
+    return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kw})
   @staticmethod
   @_takes_requires_grad
-  def ones(*shape: Any, **kw: Any) -> Tensor: return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kw})
+  def ones(*shape: Any, **kw: Any) -> Tensor:
+    return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kw})
   @_takes_requires_grad
   def full_like(self, fill_value: ConstType, **kw: Any) -> Tensor:
     return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kw})
@@ -491,7 +504,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @_takes_requires_grad
   def ones_like(self, **kw: Any) -> Tensor: return self.full_like(1, **kw)
   @_takes_requires_grad
-  def empty_like(self, **kw: Any) -> Tensor: return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kw})
+  def empty_like(self, **kw: Any) -> Tensor:
+    return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kw})
   @staticmethod
   @_takes_requires_grad
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
@@ -579,7 +593,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       raise TypeError(f"randint: low and high must be ints, got low={low!r} high={high!r}")
     if high <= low: raise ArgumentError(f"randint: needs low < high, got low={low} high={high}")
     dtype = to_dtype(kw.pop("dtype", dtypes.int32))
-    return (Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw) * (high - low)).floor().cast(dtype) + low
+    u = Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw)
+    return (u * (high - low)).floor().cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
@@ -648,7 +663,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     import ctypes
     d = to_dtype(kw.pop("dtype", dtypes.default_float))
     shp = tuple(shape)
-    if not isinstance(ptr, int) or ptr == 0: raise ValueError(f"from_blob: needs a non-null integer address, got {ptr!r}")
+    if not isinstance(ptr, int) or ptr == 0:
+      raise ValueError(f"from_blob: needs a non-null integer address, got {ptr!r}")
     raw = ctypes.string_at(ptr, prod(shp) * d.itemsize)
     return Tensor(_buffer_from_bytes(raw, shp, d, Device.canonicalize(kw.pop("device", None))), **kw)
   @staticmethod
@@ -669,10 +685,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   # ***** elementwise *****
   def _const_like(self, x: ConstType, dtype: DType | None = None) -> Tensor:
     return self._new(_const(x, dtype or self.dtype, self.device))
-  def _broadcasted(self, y: Tensor | ConstType, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+  def _broadcasted(self, y: Tensor | ConstType, reverse: bool = False,
+                   match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
     xu = x.uop
-    if y.__class__ in (float, int) and (y.__class__ is float) <= dtypes.is_float(xu.dtype) and xu.dtype is not dtypes.bool:
+    if y.__class__ in (float, int) and (y.__class__ is float) <= dtypes.is_float(xu.dtype) and \
+       xu.dtype is not dtypes.bool:
       # the common case, tensor op Python number: one cached broadcast constant, no checks needed
       yt = x._new(_broadcast_const(y, xu.dtype, x.device, xu.shape))
       return (yt, x) if reverse else (x, yt)
@@ -682,7 +700,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if isinstance(y, UOp):  # a symbolic int (a bound Variable) takes the tensor's dtype, as a Python int would
         yd = dtypes.default_int if x.dtype is dtypes.bool else x.dtype
         y = Tensor(y if y.dtype == yd else UOp(Ops.CAST, yd, (y,)), device=x.device)
-      elif not isinstance(y, (bool, int, float)): raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
+      elif not isinstance(y, (bool, int, float)):
+        raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
       else:
         # a Python scalar adopts the tensor's dtype unless it is a float meeting an int/bool tensor
         if isinstance(y, float) and not dtypes.is_float(x.dtype): yd = dtypes.default_float
@@ -690,7 +709,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         else: yd = x.dtype
         y = x._const_like(y, yd)
     if x.device != y.device:
-      raise ValueError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with .to('{x.device}')")
+      raise ValueError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
+                       f".to('{x.device}')")
     if match_dtype and x.dtype != y.dtype:
       out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
@@ -725,7 +745,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if rounding_mode == "trunc":
       return a._alu(Ops.IDIV, b._safe_divisor()).mul(b.ne(0)) if dtypes.is_int(a.dtype) else a.div(b).trunc()
     if rounding_mode == "floor": return a // b
-    if rounding_mode is not None: raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if rounding_mode is not None:
+      raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     if not dtypes.is_float(a.dtype): a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
     return a._alu(Ops.FDIV, b)
   def _safe_divisor(self) -> Tensor: return self.eq(0).where(self._const_like(1), self)
@@ -792,8 +813,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       out = bit.where(out * cur, out)
       cur = cur * cur
     # negative exponents: 1 -> 1, -1 -> +-1, else 0 (like integer truncation)
-    neg_val = base.eq(1).where(base._const_like(1), base.eq(-1).where((e.abs() % 2).eq(1).where(base, base._const_like(1)),
-                                                                        base._const_like(0)))
+    odd_pow = (e.abs() % 2).eq(1).where(base, base._const_like(1))
+    neg_val = base.eq(1).where(base._const_like(1), base.eq(-1).where(odd_pow, base._const_like(0)))
     return neg.where(neg_val, out)
   def maximum(self, x: Any) -> Tensor:
     a, b = self._broadcasted(x)
@@ -847,9 +868,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ dtypes.max(self.dtype)
   def lshift(self, x: Any) -> Tensor: return self._bitwise(Ops.SHL, x)
   def rshift(self, x: Any) -> Tensor: return self._bitwise(Ops.SHR, x)
-  def logical_and(self, x: Any) -> Tensor: return self.cast(dtypes.bool) & (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
-  def logical_or(self, x: Any) -> Tensor: return self.cast(dtypes.bool) | (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
-  def logical_xor(self, x: Any) -> Tensor: return self.cast(dtypes.bool) ^ (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  def logical_and(self, x: Any) -> Tensor:
+    return self.cast(dtypes.bool) & (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  def logical_or(self, x: Any) -> Tensor:
+    return self.cast(dtypes.bool) | (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
+  def logical_xor(self, x: Any) -> Tensor:
+    return self.cast(dtypes.bool) ^ (x.cast(dtypes.bool) if isinstance(x, Tensor) else bool(x))
 
   # unary math
   def _float_unary(self, op: Ops) -> Tensor:
@@ -954,7 +978,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if self.dtype is dtypes.bool: return self
     return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype) if not dtypes.is_float(self.dtype) else \
       self.isnan().where(self, (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype))
-  def isnan(self) -> Tensor: return self.ne(self) if dtypes.is_float(self.dtype) else self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
+  def isnan(self) -> Tensor:
+    if dtypes.is_float(self.dtype): return self.ne(self)
+    return self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
   def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
     if not dtypes.is_float(self.dtype): return self._const_like(False, dtypes.bool)._broadcast_to(self.shape)
     return (self.eq(math.inf) & detect_positive) | (self.eq(-math.inf) & detect_negative)
@@ -1029,22 +1055,14 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       y = x.reshape(*self.shape[:-1], last // r, r).cast(u_dst)
       out = functools.reduce(Tensor.bitwise_or, [y[..., k] << (k * w) for k in range(r)])
     return out.bitcast(d)
-  def float(self) -> Tensor: return self.cast(dtypes.float32)
-  def half(self) -> Tensor: return self.cast(dtypes.float16)
-  def double(self) -> Tensor: return self.cast(dtypes.float64)
-  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
-  def int(self) -> Tensor: return self.cast(dtypes.int32)
-  def long(self) -> Tensor: return self.cast(dtypes.int64)
-  def short(self) -> Tensor: return self.cast(dtypes.int16)
-  def char(self) -> Tensor: return self.cast(dtypes.int8)
-  def bool(self) -> Tensor: return self.cast(dtypes.bool)
   def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
 
   # ***** movement (zero-copy views) *****
   def _resolve_axis(self, axis: int, op: str, ndim: int | None = None) -> int:
     n = self.ndim if ndim is None else ndim
     if not isinstance(axis, int): raise TypeError(f"{op}: axis must be an int, got {axis!r}")
-    if not -max(n, 1) <= axis < max(n, 1): raise IndexError(f"{op}: axis {axis} is out of range for a tensor with shape {self.shape}")
+    if not -max(n, 1) <= axis < max(n, 1):
+      raise IndexError(f"{op}: axis {axis} is out of range for a tensor with shape {self.shape}")
     return axis + n if axis < 0 else axis
   def reshape(self, shape: Any, *args: Any) -> Tensor:
     """The same elements with a new shape; one dim may be -1. A dim may be a bound Variable (or an expression of
@@ -1056,7 +1074,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                          f"got {new}")
       new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     if any(not isinstance(s, int) for s in new):
-      if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)): raise TypeError(f"reshape: shape must be ints, got {new}")
+      if any(not isinstance(s, UOp) for s in new if not isinstance(s, int)):
+        raise TypeError(f"reshape: shape must be ints, got {new}")
       new = tuple(_size_arg(s, "reshape", bound=False) for s in new)
     if new.count(-1) > 1: raise ArgumentError(f"reshape: only one dim can be -1, got {new}")
     numel = self.numel()
@@ -1068,11 +1087,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
     if -1 in new:
       rest = prod(s for s in new if s != -1)
-      if sym_val(rest) == 0 or sym_val(numel) % sym_val(rest): raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
+      if sym_val(rest) == 0 or sym_val(numel) % sym_val(rest):
+        raise ValueError(f"reshape: can't reshape {self.shape} to {new}")
       new = tuple(ssimp(numel // rest) if s == -1 else s for s in new)
     if any(sym_val(s) < 0 for s in new): raise ValueError(f"reshape: can't reshape {self.shape} to {new}: negative dim")
     if sym_val(prod(new)) != sym_val(numel):
-      raise ValueError(f"reshape: can't reshape {self.shape} ({sym_val(numel)} elements) to {new} ({sym_val(prod(new))} elements)")
+      raise ValueError(f"reshape: can't reshape {self.shape} ({sym_val(numel)} elements) to {new} "
+                       f"({sym_val(prod(new))} elements)")
     if (rec := _active_recorder()) is not None and (numel.__class__ is not int or is_symbolic(new)) \
        and not sym_eq(prod(new), numel):
       rec.size_check(prod(new), numel, True, f"reshape of {self._shape_repr()} to {_shape_str(new)}")
@@ -1086,7 +1107,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def permute(self, order: Any, *args: Any) -> Tensor:
     order = argfix(order, *args)
     ax = tuple(self._resolve_axis(a, "permute") for a in order)
-    if sorted(ax) != list(range(self.ndim)): raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
+    if sorted(ax) != list(range(self.ndim)):
+      raise ArgumentError(f"permute: {order} is not a permutation of the {self.ndim} dims of {self.shape}")
     return self if ax == tuple(range(self.ndim)) else self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), ax))
   def expand(self, shape: Any, *args: Any) -> Tensor:
     """Repeat size-1 dims without copying; -1 keeps a dim."""
@@ -1101,7 +1123,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def pad_(self, arg: tuple[tuple[sint, sint], ...]) -> Tensor:
     if all(b.__class__ is int and a.__class__ is int and b == 0 and a == 0 for b, a in arg): return self
     return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), arg))
-  def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+  def shrink(self, arg: Sequence[tuple[int | UOp, int | UOp] | None]) -> Tensor:
     """Keep [start, end) of each dim (None keeps the dim whole)."""
     if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
     full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink", bound=False),
@@ -1114,7 +1136,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
          and not (b.__class__ is int and e.__class__ is int and s.__class__ is int):
         what = f"shrink {_args_str(arg)} of {self._shape_repr()}"
         for lo, hi in ((0, b), (b, e), (e, s)): rec.size_check(lo, hi, False, what)
-    if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s)) for (b, e), s in zip(full, self.shape)): return self
+    if all(b.__class__ is int and b == 0 and (e is s or (e.__class__ is int and e == s))
+           for (b, e), s in zip(full, self.shape)):
+      return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), full))
   def flip(self, axis: Any, *args: Any) -> Tensor:
     given = [self._resolve_axis(a, "flip") for a in argfix(axis, *args)]
@@ -1132,7 +1156,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if -1 in sizes:
       rest = prod(s for s in sizes if s != -1)
       sizes = tuple(self.shape[d] // rest if s == -1 else s for s in sizes)
-    if prod(sizes) != self.shape[d]: raise ValueError(f"unflatten: sizes {sizes} don't multiply to dim {d} of {self.shape}")
+    if prod(sizes) != self.shape[d]:
+      raise ValueError(f"unflatten: sizes {sizes} don't multiply to dim {d} of {self.shape}")
     return self.reshape(self.shape[:d] + sizes + self.shape[d + 1:])
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
@@ -1182,19 +1207,23 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     ret = self.cast(acc)._reduce(op, axis, keepdim, name)
     return ret if acc is self.dtype or not dtypes.is_float(self.dtype) else ret.cast(self.dtype)
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
-    if self.dtype is not dtypes.bool and self.numel() == 0 and self._axes(axis, "max") and any(self.shape[a] == 0 for a in self._axes(axis, "max")):
+    if self.dtype is not dtypes.bool and self.numel() == 0 and self._axes(axis, "max") and \
+       any(self.shape[a] == 0 for a in self._axes(axis, "max")):
       raise ValueError(f"max: can't reduce an empty dim of {self.shape}")
-    if self.dtype is dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "max").cast(dtypes.bool)
+    if self.dtype is dtypes.bool:
+      return self.cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "max").cast(dtypes.bool)
     return self._reduce(Ops.MAX, axis, keepdim, "max")
   def min(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     if self.dtype is dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
-    if dtypes.is_unsigned(self.dtype): return dtypes.max(self.dtype) - (dtypes.max(self.dtype) - self).max(axis, keepdim)
+    if dtypes.is_unsigned(self.dtype):
+      return dtypes.max(self.dtype) - (dtypes.max(self.dtype) - self).max(axis, keepdim)
     # ~x = -x - 1 reverses the order of signed ints without overflowing (-INT_MIN wraps to INT_MIN)
     if dtypes.is_int(self.dtype): return ~((~self).max(axis, keepdim))
     return -((-self).max(axis, keepdim))
   def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     return self.cast(dtypes.bool).cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "any").cast(dtypes.bool)
-  def all(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+  def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    return self.logical_not().any(axis, keepdim).logical_not()
   def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     # half, bfloat16 and fp8: summed and divided in float32, rounded once (PyTorch's result, not a rounded sum / n)
     x = self._f()
@@ -1210,10 +1239,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     n = prod(self.shape[a] for a in axes)
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
     if isinstance(n, UOp):  # a symbolic count: divide by max(0, n - correction) in the kernel (0 dof gives nan or inf)
-      return sq.div(_smax(ssimp(n - correction), 0)).cast(out_dtype)
+      return sq.div(_smax(ssimp(n - correction), 0)).cast(out_dtype)  # type: ignore[arg-type]
     # no degrees of freedom left: sq / 0 (inf, or nan where sq is 0), as PyTorch
     return sq.div(max(0, n - correction)).cast(out_dtype)
-  def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor: return self.var(axis, keepdim, correction).sqrt()
+  def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    return self.var(axis, keepdim, correction).sqrt()
   def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     """(var, mean) together, as torch.var_mean."""
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
@@ -1264,7 +1294,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         out = w(self)
         return out if dtype is None else out.cast(dtype)
       raise TypeError(f"matmul: expected a Tensor or a layer with a .weight (like nn.Linear), got {type(w).__name__}")
-    if self.ndim == 0 or w.ndim == 0: raise ArgumentError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
+    if self.ndim == 0 or w.ndim == 0:
+      raise ArgumentError(f"matmul: both operands need at least 1 dim, got {self.shape} and {w.shape}")
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
       raise ArgumentError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
@@ -1274,7 +1305,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     acc = sum_acc_dtype(d)
     x, y = x.cast(acc), y.cast(acc)
     try: _broadcast_shape(x.shape[:-2], y.shape[:-2])
-    except ValueError: raise ValueError(f"matmul: batch dims of {self.shape} and {w.shape} can't be broadcast together") from None
+    except ValueError:
+      raise ValueError(f"matmul: batch dims of {self.shape} and {w.shape} can't be broadcast together") from None
     squeeze_x, squeeze_y = x.ndim == 1, y.ndim == 1
     if squeeze_x: x = x.reshape(1, -1)
     if squeeze_y: y = y.reshape(-1, 1)
@@ -1341,12 +1373,23 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def __ifloordiv__(self, x: Any) -> Tensor: return self._inplace(self // x)
   def __imod__(self, x: Any) -> Tensor: return self._inplace(self % x)
   def __ipow__(self, x: Any) -> Tensor: return self._inplace(self ** x)
-  def __imatmul__(self, x: Any) -> Tensor: return self._inplace(self @ x)
+  def __imatmul__(self, x: Any) -> Tensor: return self._inplace(self @ x)  # type: ignore[misc]
   def __iand__(self, x: Any) -> Tensor: return self._inplace(self & x)
   def __ior__(self, x: Any) -> Tensor: return self._inplace(self | x)
   def __ixor__(self, x: Any) -> Tensor: return self._inplace(self ^ x)
   def __ilshift__(self, x: Any) -> Tensor: return self._inplace(self << x)
   def __irshift__(self, x: Any) -> Tensor: return self._inplace(self >> x)
+
+  # ***** casts by dtype name: last in the class, since in its body `int`, `bool` and `float` would name these *****
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def short(self) -> Tensor: return self.cast(dtypes.int16)
+  def char(self) -> Tensor: return self.cast(dtypes.int8)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
 
 # ***** helpers below the class *****
 
@@ -1357,9 +1400,9 @@ def _size_arg(x: Any, op: str, bound: bool = True) -> sint:
   if not isinstance(x, UOp): return int(x)
   if not dtypes.is_int(x.dtype): raise TypeError(f"{op}: a symbolic size must be an int expression, got {x.dtype}")
   if bound:
-    try: sym_val(x)
+    try: sym_val(x)  # type: ignore[arg-type]  # a UOp: sizes (sint) are typed as int
     except ValueError as e: raise ValueError(f"{op}: {e}") from None
-  return ssimp(x)
+  return ssimp(x)  # type: ignore[arg-type]
 
 def _values(*xs: sint) -> list[int] | None:
   """The values of sizes, or None when one has an unbound Variable."""
@@ -1397,7 +1440,8 @@ def _symbolic_error(op: str, size: UOp, where: str = "") -> None:
   names = ", ".join(repr(v.expr) for v in size.variables())
   raise SymbolicSizeError(f"{op}: needs concrete sizes, but {where or 'it was given'} the symbolic size "
                           f"{size.render()} "
-                   f"(Variable {names}); use a concrete shape here (e.g. reshape to the bound value) or pad to the maximum")
+                          f"(Variable {names}); use a concrete shape here (e.g. reshape to the bound value) or pad "
+                          "to the maximum")
 
 # ops whose sizes are Python ints in their construction (index ranges, windows, sort networks, random counters):
 # a tensor with a symbolic shape gets an error naming the op and the Variable instead of a failure deep inside
@@ -1412,7 +1456,7 @@ def _concrete_only(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
   def wrapper(self: Tensor, *args: Any, **kw: Any) -> Any:
     for t in (self, *args, *kw.values()):
       if isinstance(t, Tensor) and (dims := [d for d in t.shape if d.__class__ is not int]):
-        _symbolic_error(name, dims[0], f"a tensor of shape {t._shape_repr()} has")
+        _symbolic_error(name, dims[0], f"a tensor of shape {t._shape_repr()} has")  # type: ignore[arg-type]
     return fn(self, *args, **kw)
   return wrapper
 
@@ -1429,7 +1473,7 @@ def _const(val: ConstType, dtype: DType, device: str) -> UOp:
 _const_cache: dict[tuple, UOp] = {}
 def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A constant expanded to `shape`, remembered: scalars in arithmetic are the most common graph nodes."""
-  key = (val.__class__, val, dtype, device, shape)
+  key: tuple = (val.__class__, val, dtype, device, shape)
   # 0.0 == -0.0 (same hash): a cached 0.0 would stand in for -0.0 and the reverse (x + 0.0 must turn -0.0 into 0.0)
   if val == 0 and val.__class__ is float and math.copysign(1.0, val) < 0: key += ("-0",)
   if (u := _const_cache.get(key)) is None:

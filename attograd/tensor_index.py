@@ -66,7 +66,7 @@ def _symbolic_slice(i: slice, size: sint, dim: int) -> tuple[sint, sint] | None:
       step = i.step.render() if isinstance(i.step, UOp) else i.step
       raise IndexError(f"slice {i!r} of dim {dim}: a symbolic slice needs step 1, got step {step}")
     if not all(isinstance(b, int) and b >= 0 for b in (i.start, i.stop)):  # the bounds would depend on the size
-      shown = size.render()  # type: ignore[union-attr]
+      shown = size.render()  # type: ignore[attr-defined]
       raise IndexError(f"slice {i!r} of dim {dim}: a step other than 1 over the symbolic size {shown} "
                        "needs explicit non-negative int start and stop")
     return None  # int bounds with a step over a symbolic size: the int path, clamped to the largest size

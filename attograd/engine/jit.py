@@ -274,7 +274,8 @@ class CapturedJit:
       va, vb = sym_val(a, vals), sym_val(b, vals)
       if (va != vb) if is_eq else (va > vb):
         shown = ", ".join(f"{n}={v}" for n, v in sorted(vals.items()))
-        raise JitValueError(f"TinyJit: with {shown} the captured {what} is out of bounds ({va} {'!=' if is_eq else '>'} "
+        cmp = "!=" if is_eq else ">"
+        raise JitValueError(f"TinyJit: with {shown} the captured {what} is out of bounds ({va} {cmp} "
                             f"{vb}): its kernels would read outside their buffers. Keep the Variables in the range the "
                             "function allows, or call it without the jit for this value")
 

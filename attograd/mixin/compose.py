@@ -182,14 +182,14 @@ class ComposeMixin:
       if src.dtype != self.dtype:
         raise DTypeOpError(f"scatter: src dtype {src.dtype} differs from the tensor's {self.dtype}")
       src = src.shrink(tuple((0, i) for i in index.shape))
-    else: src = self._const_like(src)._broadcast_to(index.shape)
+    else: src = self._const_like(src)._broadcast_to(index.shape)  # type: ignore[arg-type]
     if 0 in index.shape: return self
     n = self.shape[d]
     # (..., t, ..., k): index position k along dim writes to position t along dim; k is reduced over
     hot = _one_hot(index, n).transpose(-1, d)
     vals = src.unsqueeze(-1).transpose(-1, d)
     acc = self.dtype if self.dtype is not dtypes.bool else dtypes.int32
-    if reduce is None and fill is not None: new = self._const_like(fill, acc)  # every write is the same value
+    if reduce is None and fill is not None: new = self._const_like(fill, acc)  # type: ignore[arg-type]  # one value
     elif reduce is None:
       # keep only the last k that hits each t
       k = _arange(index.shape[d], self).reshape((1,) * index.ndim + (index.shape[d],)) + 1
@@ -266,7 +266,7 @@ class ComposeMixin:
     >>> Tensor([1.0, 2.0, 3.0]).masked_fill(Tensor([True, False, True]), 0.0).tolist()
     [0.0, 2.0, 0.0]
     """
-    v = value.cast(self.dtype) if isinstance(value, self.__class__) else self._const_like(value)
+    v = value.cast(self.dtype) if isinstance(value, self.__class__) else self._const_like(value)  # type: ignore[arg-type]
     return mask.cast(dtypes.bool).where(v, self)
 
   def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:

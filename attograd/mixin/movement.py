@@ -50,17 +50,20 @@ def _pad_pairs(padding: Sequence[Any], shape: tuple[int, ...]) -> tuple[tuple[in
   out = []
   for p in pads:
     if p is None: out.append((0, 0))
-    elif isinstance(p, (tuple, list)) and len(p) == 2 and all(_is_int(v) for v in p): out.append((_int(p[0]), _int(p[1])))
+    elif isinstance(p, (tuple, list)) and len(p) == 2 and all(_is_int(v) for v in p):
+      out.append((_int(p[0]), _int(p[1])))
     else: raise TypeError(f"pad: each entry of {padding} must be None or a (before, after) pair of ints, got {p!r}")
   return tuple(out)
 
 def _symbolic_dim_error(op: str, x: Tensor, d: int) -> None:
-  raise SymbolicSizeError(f"{op}: can't split dim {d} of shape {x._shape_repr()}: its size {x.shape[d].render()} is "
+  size = x.shape[d].render()  # type: ignore[attr-defined]  # a UOp: sizes (sint) are typed as int
+  raise SymbolicSizeError(f"{op}: can't split dim {d} of shape {x._shape_repr()}: its size {size} is "
                           "symbolic, so the number of pieces isn't known; split a concrete dim or shrink to a "
                           "concrete size first")
 
 # a padding amount: its positive part grows the dim, its negative part cuts it (PyTorch's negative padding). A
-# symbolic amount whose sign the Variables' bounds don't decide is a growth, as in tinygrad (checked for the bound value)
+# symbolic amount whose sign the Variables' bounds don't decide is a growth, as in tinygrad (checked for the bound
+# value)
 def _grow(p: Any) -> Any: return max(p, 0) if p.__class__ is int else (0 if _surely(p <= 0) else p)
 def _cut(p: Any) -> Any: return max(-p, 0) if p.__class__ is int else (ssimp(-p) if _surely(p < 0) else 0)
 
@@ -97,7 +100,7 @@ class MovementMixin:
     if value is None: value = 0.0  # PyTorch's default
     if mode != "constant" and value != 0: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value!r}")
     pairs = _pad_pairs(padding, self.shape)
-    for p in (p for pair in pairs for p in pair if isinstance(p, UOp)): _check_sym_pad(p)
+    for p in (p for pair in pairs for p in pair if isinstance(p, UOp)): _check_sym_pad(p)  # type: ignore[arg-type]
     for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
       if (v := _known(ssimp(_cut(b) + _cut(a)), s)) is not None and v[0] > v[1]:
         raise ValueError(f"pad: padding {tuple(padding)} removes more than the {s} elements of dim {d} of {self.shape}")

@@ -252,7 +252,7 @@ class NNMixin:
     for k, d, i in zip(k_, d_, i_):
       if i.__class__ is not int and not _surely(d * (k - 1) + 1 <= i) and not _surely(d * (k - 1) + 1 > i):
         raise SymbolicSizeError(f"pool: kernel {k_} with dilation {d_} is larger than the symbolic input size "
-                                f"{i.render()} for some values of its Variables; narrow their range")
+                                f"{i.render()} for some values of its Variables; narrow their range")  # type: ignore
       if d * (k - 1) + 1 > i: raise ArgumentError(f"pool: kernel {k_} with dilation {d_} is larger than the input {i_}")
     o_ = [ceildiv(i - d * (k - 1), s) for i, d, k, s in zip(i_, d_, k_, s_)]
     keep = [None] * len(lead)
@@ -277,7 +277,7 @@ class NNMixin:
     for j, (k, d, s, o) in enumerate(zip(k_, d_, s_, o_)):
       ax = sp + j
       def window(kk: int, x: Tensor = x, ax: int = ax, d: int = d, s: int = s, o: int = o) -> Tensor:
-        arg = [None] * x.ndim
+        arg: list[tuple[int, int] | None] = [None] * x.ndim
         arg[ax] = (kk * d, kk * d + (o - 1) * s + 1)
         w = x.shrink(tuple(arg))
         if s == 1: return w
@@ -566,7 +566,8 @@ class NNMixin:
       n_in, n_out = self.shape[d], size[d - self.ndim + len(size)]
       shape[d] = n_out
       # source positions in float64 for float64 inputs (float32 positions gave float64 results only 7 digits right)
-      ar = type(self).arange(n_out, device=self.device, dtype=dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32)
+      ar = type(self).arange(n_out, device=self.device,
+                             dtype=dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32)
       def along(t: Tensor) -> Tensor:
         return t.reshape(tuple(n_out if j == d else 1 for j in range(self.ndim))).expand(tuple(shape))
       if mode.endswith("linear"):

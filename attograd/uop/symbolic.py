@@ -96,7 +96,8 @@ def fold_sum(x: UOp) -> UOp | None:
   if is_vec(x): return None
   terms, const = split_terms(x)
   terms = _merge_divmod(terms)
-  if len(terms) > 1 and all(_var_key(t) is not None for t, _ in terms): terms.sort(key=lambda tk: _var_key(tk[0]))
+  if len(terms) > 1 and all(_var_key(t) is not None for t, _ in terms):
+    terms.sort(key=lambda tk: _var_key(tk[0]) or ())  # (every key is a tuple here: checked above)
   ret = build_sum(terms, const, x.dtype)
   return ret if ret is not x else None
 
