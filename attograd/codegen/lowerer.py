@@ -1,17 +1,28 @@
 """Lowering: a Kernel's AST becomes loops (RANGE), index arithmetic from each view, loads, reduces and stores."""
 from __future__ import annotations
 import functools, itertools, math
-from attograd.codegen.kernel import Kernel, TensorCore, tc_operand
+from attograd.codegen.kernel import Kernel
+from attograd.codegen.tc import TensorCore, tc_operand
 from attograd.dtype import ConstType, DType, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite, sym_max
 from attograd.uop.symbolic import fits, ints, is_vec, symbolic
 from attograd.uop.view import _as_index
 
-def _identity(op: Ops, dtype: DType) -> ConstType:
+def reduce_identity(op: Ops, dtype: DType) -> ConstType:
+  """The value a reduce's accumulator starts from."""
   if op is Ops.ADD: return 0
   if op is Ops.MUL: return 1
   return dtypes.min(dtype)  # MAX
+
+def new_kernel(ast: UOp, tensor_cores: tuple[DType, ...] = (), warp_size: int = 0) -> Kernel:
+  """The Kernel of an AST, knowing whether its reduce folds away into loads (Kernel.gathers), which takes lowering it
+  once: every kernel the pipeline, BEAM and the heuristic optimize is made here."""
+  k = Kernel(ast, tensor_cores=tensor_cores, warp_size=warp_size)
+  topo = ast.toposort()
+  # only an arange's index math can make a one-hot to fold
+  if any(u.op is Ops.REDUCE_AXIS for u in topo) and any(u.op is Ops.IOTA for u in topo): k.gathers = reduce_folds(k)
+  return k
 
 def lower(k: Kernel, vectors: bool = False, gpu: bool = False, global_max: tuple[int, ...] | None = None) -> UOp:
   """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges). With vectors, the

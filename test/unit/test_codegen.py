@@ -269,3 +269,32 @@ def test_gcc_keeps_the_written_sum_order() -> None:
   version = subprocess.run(comp.cc + ["--version"], capture_output=True, text=True).stdout
   is_gcc = "Free Software Foundation" in version and "clang" not in version
   assert ("-fno-tree-reassoc" in comp.flags) == is_gcc
+
+# ***** the pipeline: a list of named passes *****
+
+def _ast(t: Tensor):
+  items, _ = create_schedule([t.uop])
+  return items[-1].ast
+
+def test_the_pipeline_is_a_list_of_named_passes_and_viz_shows_each(monkeypatch: pytest.MonkeyPatch) -> None:
+  import attograd.codegen as cg
+  from attograd import viz
+  from attograd.renderer.cstyle import OpenCLRenderer
+  from attograd.uop.ops import PatternMatcher
+  cpu, gpu = ClangRenderer(), OpenCLRenderer()
+  names = [name for name, _, _ in cg.passes(cpu, None)]
+  assert names[0] == "optimization actions applied" and names[-1] == "linearized program"
+  assert len(set(names)) == len(names)
+  tables = {name for name, step, _ in cg.passes(cpu, None) if isinstance(step, PatternMatcher)}
+  assert {"integer safety", "float32 accumulators", "exp range reduction", "transcendentals as arithmetic"} == tables
+  # GPUs keep their native exp2/log2: that pass is not in their list
+  assert [n for n, _, _ in cg.passes(gpu, None)] == [n for n in names if n != "transcendentals as arithmetic"]
+  a = Tensor.rand(16, 16).realize()
+  ast = _ast((a @ a).exp())
+  seen: list[str] = []
+  monkeypatch.setattr(cg, "VIZ", 1)
+  monkeypatch.setattr(viz, "begin_kernel", lambda *a: None)
+  monkeypatch.setattr(viz, "end_kernel", lambda *a: None)
+  monkeypatch.setattr(viz, "stage", lambda name, what: seen.append(name))
+  sp = cg._build_program(ast, cpu)
+  assert seen == names + ["CPU source"] and sp.src
