@@ -1,13 +1,7 @@
 """Code generation: one kernel AST -> optimized loops with explicit index math -> a linear program of UOps."""
 from __future__ import annotations
 import dataclasses, functools, hashlib, json, os
-from typing import Any, Callable
-from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations
-from attograd.codegen.intsafe import pm_int_safety
-from attograd.codegen.kernel import Kernel, Opt
-from attograd.codegen.linearize import linearize
-from attograd.codegen.lowerer import estimate_ops, lower, new_kernel, pm_reduce_acc
-from attograd.codegen.transcendental import pm_exp_reduce, pm_transcendental
+from typing import TYPE_CHECKING, Any, Callable
 from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType, dtypes
 from attograd.helpers import BEAM, DEBUG, NOOPT, getenv
@@ -15,6 +9,10 @@ from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
 from attograd import viz
 from attograd.viz import VIZ
+
+# The code generator's own modules load on the first build, not at `import attograd` (a fifth of its import time): a
+# process whose programs all come from the disk cache never needs them
+if TYPE_CHECKING: from attograd.codegen.kernel import Kernel, Opt
 
 CACHE_PROGRAMS = getenv("CACHE_PROGRAMS", 1)
 
@@ -64,6 +62,7 @@ def _spec_to_bytes(sp: ProgramSpec) -> bytes:
                      "global_size": sp.global_size, "local_size": sp.local_size}).encode()
 
 def _spec_from_bytes(data: bytes) -> ProgramSpec | None:
+  from attograd.codegen.kernel import Opt
   try:
     d = json.loads(data)
     tup = lambda x: tuple(x) if x is not None else None  # noqa: E731
@@ -102,6 +101,10 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
   functions, not rule tables: choosing actions (a search over the loop space), lowering the loop space to loops (it
   builds the graph from views, not by rewriting one), the renderer's own step (a backend may compose tables) and
   linearizing (an ordering of the whole graph)."""
+  from attograd.codegen.intsafe import pm_int_safety
+  from attograd.codegen.linearize import linearize
+  from attograd.codegen.lowerer import pm_reduce_acc
+  from attograd.codegen.transcendental import pm_exp_reduce, pm_transcendental
   dt = renderer.decompose_transcendentals
   return [
     # the actions on the loop space: upcasts, unrolls, threads, work-groups (BEAM's or a test's, else the heuristic's)
@@ -122,6 +125,7 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
 
 def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None) -> Kernel:
   """The actions applied to the kernel: the given ones, else the heuristic's for this kind of target."""
+  from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations
   if opts is None and renderer.has_local: gpu_optimizations(k, renderer.local_max)  # work-groups for GPUs
   elif opts is None: hand_coded_optimizations(k)      # upcasts/unrolls/threads by heuristic
   else:
@@ -131,13 +135,16 @@ def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None) -> Kernel:
   return k
 
 def lower_to_loops(k: Kernel, renderer: Renderer) -> UOp:
+  from attograd.codegen.lowerer import lower
   return lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)
 
 def _viz_view(x: Any) -> Any:
+  from attograd.codegen.kernel import Kernel
   return ("\n".join(str(o) for o in x.applied) or "(none)") if isinstance(x, Kernel) else x
 
 def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
   """The pipeline run: each pass on what the one before made."""
+  from attograd.codegen.lowerer import estimate_ops, new_kernel
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
   if VIZ: viz.begin_kernel(renderer.device, ast)
   # the loop space: full shape, reduce axes, views over it

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from attograd import Device, Tensor
 from attograd.codegen import get_program
+from attograd.codegen import heuristic
 from attograd.codegen.heuristic import gpu_optimizations
 from attograd.codegen.kernel import Kernel, Opt
 from attograd.codegen.lowerer import new_kernel
@@ -25,8 +26,8 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Plan], None]]:
   runners: dict = {}
   monkeypatch.setattr(rz, "_runners", runners)
   def use(plan: Plan) -> None:
-    monkeypatch.setattr(cg, "hand_coded_optimizations", lambda k: plan(k))
-    monkeypatch.setattr(cg, "gpu_optimizations", lambda k, local_max=256: plan(k))
+    monkeypatch.setattr(heuristic, "hand_coded_optimizations", lambda k: plan(k))
+    monkeypatch.setattr(heuristic, "gpu_optimizations", lambda k, local_max=256: plan(k))
   yield use
   _KEEP.extend(runners.values())
 
