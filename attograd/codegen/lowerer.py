@@ -20,9 +20,10 @@ def new_kernel(ast: UOp, tensor_cores: tuple[DType, ...] = (), warp_size: int = 
   """The Kernel of an AST, knowing whether its reduce folds away into loads (Kernel.gathers), which takes lowering it
   once: every kernel the pipeline, BEAM and the heuristic optimize is made here."""
   k = Kernel(ast, tensor_cores=tensor_cores, warp_size=warp_size)
-  topo = ast.toposort()
-  # only an arange's index math can make a one-hot to fold
-  if any(u.op is Ops.REDUCE_AXIS for u in topo) and any(u.op is Ops.IOTA for u in topo): k.gathers = reduce_folds(k)
+  # only an arange's index math can make a one-hot to fold (the aranges are among the views' owners, k.sts: the AST
+  # is walked again only for the few kernels that have one)
+  if any(u.op is Ops.IOTA for u in k.sts) and any(u.op is Ops.REDUCE_AXIS for u in ast.toposort()):
+    k.gathers = reduce_folds(k)
   return k
 
 def lower(k: Kernel, vectors: bool = False, gpu: bool = False, global_max: tuple[int, ...] | None = None) -> UOp:
