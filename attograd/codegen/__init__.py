@@ -1,17 +1,22 @@
 """Code generation: one kernel AST -> optimized loops with explicit index math -> a linear program of UOps."""
 from __future__ import annotations
 import dataclasses, functools, hashlib, json, os
+from typing import TYPE_CHECKING, Any, Callable
 from attograd.device import disk_cache_get, disk_cache_put
-from attograd.dtype import PtrDType
+from attograd.dtype import PtrDType, dtypes
 from attograd.helpers import BEAM, DEBUG, NOOPT, getenv
 from attograd.renderer import ProgramSpec, Renderer
-from attograd.uop.ops import Ops, UOp, graph_rewrite, pretty_print
+from attograd.uop.ops import Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
 from attograd import viz
 from attograd.viz import VIZ
 
+# The code generator's own modules load on the first build, not at `import attograd` (a fifth of its import time): a
+# process whose programs all come from the disk cache never needs them
+if TYPE_CHECKING: from attograd.codegen.kernel import Kernel, Opt
+
 CACHE_PROGRAMS = getenv("CACHE_PROGRAMS", 1)
 
-def kernel_name(k) -> str:
+def kernel_name(k: Kernel) -> str:
   """r_ for kernels with a reduce, E_ for elementwise, then the loop sizes: e.g. r_64_128."""
   prefix = "r" if k.first_reduce < k.shape_len else "E"
   def dim(s: object) -> str:  # a symbolic size by its Variables' names: r_bs_128
@@ -58,7 +63,6 @@ def _spec_to_bytes(sp: ProgramSpec) -> bytes:
 
 def _spec_from_bytes(data: bytes) -> ProgramSpec | None:
   from attograd.codegen.kernel import Opt
-  from attograd.dtype import dtypes
   try:
     d = json.loads(data)
     tup = lambda x: tuple(x) if x is not None else None  # noqa: E731
@@ -73,7 +77,7 @@ def _has_vars(ast: UOp) -> bool:
   from attograd.uop.variables import ast_variables
   return bool(ast_variables(ast))
 
-def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
+def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
   """The program for a kernel: from the on-disk cache when this code made it before (not for the PYTHON device,
   whose programs are pickles), else built by the pipeline."""
   if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
@@ -86,41 +90,76 @@ def get_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> Progr
   disk_cache_put("program", key, _spec_to_bytes(sp))
   return sp
 
-def _build_program(ast: UOp, renderer: Renderer, opts: list | None = None) -> ProgramSpec:
-  """The pipeline, one named pass a line."""
-  from attograd.codegen.kernel import Kernel
-  from attograd.codegen.lowerer import estimate_ops, lower, pm_reduce_acc
-  from attograd.codegen.linearize import linearize
-  from attograd.codegen.transcendental import pm_exp_reduce, pm_transcendental
+# ***** the pipeline: a kernel AST -> a linear program, as a list of named passes *****
+
+# (name, what runs, its ctx): a rule table runs under graph_rewrite with the ctx; a function is called on what the pass
+# before it made (a Kernel, then a graph, then the linear program)
+Pass = tuple[str, "PatternMatcher | Callable[[Any], Any]", Any]
+
+def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
+  """The code generator, one named pass a line, each with why. VIZ shows the kernel after each, by its name. Four are
+  functions, not rule tables: choosing actions (a search over the loop space), lowering the loop space to loops (it
+  builds the graph from views, not by rewriting one), the renderer's own step (a backend may compose tables) and
+  linearizing (an ordering of the whole graph)."""
   from attograd.codegen.intsafe import pm_int_safety
-  if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
-  if VIZ: viz.begin_kernel(renderer.device, ast)
-  k = Kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
-                                                       # the loop space: full shape, reduce axes, views over it
-  if opts is None and renderer.has_local: k.gpu_optimizations(renderer.local_max)  # work-groups for GPUs
-  elif opts is None: k.hand_coded_optimizations()      # pick upcasts/unrolls/threads by heuristic
+  from attograd.codegen.linearize import linearize
+  from attograd.codegen.lowerer import pm_reduce_acc
+  from attograd.codegen.transcendental import pm_exp_reduce, pm_transcendental
+  dt = renderer.decompose_transcendentals
+  return [
+    # the actions on the loop space: upcasts, unrolls, threads, work-groups (BEAM's or a test's, else the heuristic's)
+    ("optimization actions applied", functools.partial(optimize, renderer=renderer, opts=opts), None),
+    # loops (or GPU thread indices), index math from views, simplified; lanes as vectors
+    ("lowered: loops and index math", functools.partial(lower_to_loops, renderer=renderer), None),
+    # x // 0, INT_MIN // -1 and wide shifts: NumPy's answers, not C's traps and undefined behaviour
+    ("integer safety", pm_int_safety, None),
+    ("float32 accumulators", pm_reduce_acc, None),  # half/bfloat16/fp8 reduces accumulate in float32
+    # exp's range reduction done on x, not on x * log2(e) rounded (accurate to a few ulp)
+    ("exp range reduction", pm_exp_reduce, dt),
+    # exp2/log2 as arithmetic on CPUs: vector lanes instead of libm calls
+    *([("transcendentals as arithmetic", pm_transcendental, None)] if dt else []),
+    # the language's own rewrites (e.g. half math done in float)
+    ("after the renderer's own rewrites", renderer.prepare, None),
+    ("linearized program", linearize, None),  # a flat ordered program: loops, accumulators, hoisted invariants
+  ]
+
+def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None) -> Kernel:
+  """The actions applied to the kernel: the given ones, else the heuristic's for this kind of target."""
+  from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations
+  if opts is None and renderer.has_local: gpu_optimizations(k, renderer.local_max)  # work-groups for GPUs
+  elif opts is None: hand_coded_optimizations(k)      # upcasts/unrolls/threads by heuristic
   else:
     for o in opts: k.apply_opt(o)
   if not renderer.has_threads: k.parallel = False
   if DEBUG >= 3: print(f"index math: {k.index_dtype().name} (largest index bound {k.index_bound()})")
-  if VIZ: viz.stage("optimization actions applied", "\n".join(str(o) for o in k.applied) or "(none)")
-  sink = lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)  # loops (or GPU thread
-                                                       # indices), index math from views, simplified; lanes as vectors
-  sink = graph_rewrite(sink, pm_int_safety)           # x // 0, INT_MIN // -1 and wide shifts: NumPy's answers, not
-                                                       # C's traps and undefined behaviour
-  sink = graph_rewrite(sink, pm_reduce_acc)            # half/bfloat16/fp8 reduces accumulate in float32
-  sink = graph_rewrite(sink, pm_exp_reduce, renderer.decompose_transcendentals)  # exp's range reduction done on x,
-                                                       # not on x * log2(e) rounded (accurate to a few ulp)
-  if renderer.decompose_transcendentals:               # exp2/log2 as arithmetic: vector lanes instead of libm calls
-    sink = graph_rewrite(sink, pm_transcendental)
-  if VIZ: viz.stage("lowered: loops and index math", sink)
-  sink = renderer.prepare(sink)                        # the language's own rewrites (e.g. half -> float math)
-  if VIZ: viz.stage("after the renderer's own rewrites", sink)
-  uops = linearize(sink)                               # a flat ordered program
+  return k
+
+def lower_to_loops(k: Kernel, renderer: Renderer) -> UOp:
+  from attograd.codegen.lowerer import lower
+  return lower(k, renderer.supports_vectors, renderer.has_local, renderer.global_max)
+
+def _viz_view(x: Any) -> Any:
+  from attograd.codegen.kernel import Kernel
+  return ("\n".join(str(o) for o in x.applied) or "(none)") if isinstance(x, Kernel) else x
+
+def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
+  """The pipeline run: each pass on what the one before made."""
+  from attograd.codegen.lowerer import estimate_ops, new_kernel
+  if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
+  if VIZ: viz.begin_kernel(renderer.device, ast)
+  # the loop space: full shape, reduce axes, views over it
+  k = new_kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
+  x: Any = k
+  sink: UOp | None = None
+  for name, step, ctx in passes(renderer, opts):
+    x = graph_rewrite(x, step, ctx) if isinstance(step, PatternMatcher) else step(x)
+    if x.__class__ is UOp: sink = x  # the last graph: what the op estimate counts
+    if VIZ: viz.stage(name, _viz_view(x))
+  uops: list[UOp] = x
+  assert sink is not None
   name = kernel_name(k)
   src = renderer.render(name, uops)
   if VIZ:
-    viz.stage("linearized program", uops)
     viz.stage(f"{renderer.device} source", src)
     viz.end_kernel(renderer.device, ast, name, tuple(k.applied))
   if DEBUG >= 4: print(src)

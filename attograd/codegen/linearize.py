@@ -6,7 +6,7 @@ and work that does not depend on a reduce loop's index is emitted before the loo
 from __future__ import annotations
 from attograd.dtype import dtypes
 from attograd.uop.ops import Ops, UOp
-from attograd.codegen.lowerer import _identity
+from attograd.codegen.lowerer import reduce_identity
 
 def linearize(sink: UOp) -> list[UOp]:
   topo = list(sink.toposort())
@@ -73,7 +73,7 @@ def linearize(sink: UOp) -> list[UOp]:
     group = [x for x in reduces if x.src[1:] == rngs and x not in acc_of and deps[x] <= open_now[0]]
     if r not in group: group.append(r)
     for x in group:
-      init = UOp.const(x.dtype, _identity(x.arg, x.dtype))
+      init = UOp.const(x.dtype, reduce_identity(x.arg, x.dtype))
       if init not in visible:
         out.append(init)
         show(init)

@@ -1,17 +1,30 @@
 """Lowering: a Kernel's AST becomes loops (RANGE), index arithmetic from each view, loads, reduces and stores."""
 from __future__ import annotations
 import functools, itertools, math
-from attograd.codegen.kernel import Kernel, TensorCore, tc_operand
+from dataclasses import dataclass
+from attograd.codegen.kernel import Kernel
+from attograd.codegen.tc import TensorCore, tc_operand
 from attograd.dtype import ConstType, DType, dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import GroupOp, Ops, UOp, graph_rewrite, sym_max
+from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite, sym_max
 from attograd.uop.symbolic import fits, ints, is_vec, symbolic
 from attograd.uop.view import _as_index
 
-def _identity(op: Ops, dtype: DType) -> ConstType:
+def reduce_identity(op: Ops, dtype: DType) -> ConstType:
+  """The value a reduce's accumulator starts from."""
   if op is Ops.ADD: return 0
   if op is Ops.MUL: return 1
   return dtypes.min(dtype)  # MAX
+
+def new_kernel(ast: UOp, tensor_cores: tuple[DType, ...] = (), warp_size: int = 0) -> Kernel:
+  """The Kernel of an AST, knowing whether its reduce folds away into loads (Kernel.gathers), which takes lowering it
+  once: every kernel the pipeline, BEAM and the heuristic optimize is made here."""
+  k = Kernel(ast, tensor_cores=tensor_cores, warp_size=warp_size)
+  # only an arange's index math can make a one-hot to fold (the aranges are among the views' owners, k.sts: the AST
+  # is walked again only for the few kernels that have one)
+  if any(u.op is Ops.IOTA for u in k.sts) and any(u.op is Ops.REDUCE_AXIS for u in ast.toposort()):
+    k.gathers = reduce_folds(k)
+  return k
 
 def lower(k: Kernel, vectors: bool = False, gpu: bool = False, global_max: tuple[int, ...] | None = None) -> UOp:
   """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges). With vectors, the
@@ -43,42 +56,8 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
   reduce_ranges = tuple(x for i, x in enumerate(idxs) if i >= k.first_reduce and x.op is Ops.RANGE)
   unroll_vars = [placeholders[i] for i in k.unrolled if i != lane_ax]
 
-  memo: dict[UOp, UOp] = {}
-  for u in k.ast.toposort():
-    if u.op is Ops.VIEW: continue
-    if u.op is Ops.LOAD:
-      st = k.sts[u]
-      idx, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs, d)
-      memo[u] = _load(u, idx, _pad_valid(k, u, idxs, valid))
-    elif u.op is Ops.CONST and u.src:
-      st = k.sts[u]
-      _, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs, d)
-      valid = _pad_valid(k, u, idxs, valid)
-      c = UOp.const(u.dtype, u.arg)
-      memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
-    elif u.op is Ops.IOTA:
-      st = k.sts[u]
-      idx, valid = st.to_indexed(idxs if st.shape == k.full_shape else out_idxs, d)
-      memo[u] = _iota(u, idx, _pad_valid(k, u, idxs, valid))
-    elif u.op is Ops.REDUCE_AXIS:
-      src = memo[u.src[0]]
-      op = u.arg[0]
-      if unroll_vars:  # unrolled reduce axes: combine the copies before accumulating
-        copies = [src.substitute(dict(zip(unroll_vars, (UOp.const(d, v) for v in vals))))
-                  for vals in itertools.product(*[range(v.arg[2] + 1) for v in unroll_vars])]
-        src = copies[0]
-        for c in copies[1:]: src = UOp(op, src.dtype, (src, c))
-      memo[u] = UOp(Ops.REDUCE, u.dtype, (src,) + reduce_ranges, op) if reduce_ranges else src
-      if k.grouped: memo[u] = _group_reduce(k, memo[u], specials, op, len([x for x in memo if x.op is Ops.REDUCE_AXIS]))
-    elif u.op is Ops.STORE:
-      st = k.sts[u]
-      idx, _ = st.to_indexed(out_idxs, d)
-      gate = _pad_valid(k, u, idxs, UOp.const(dtypes.bool, True))  # padded outputs are not stored
-      memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], idx, memo[u.src[2]]) + (() if _true(gate) else (gate,)))
-    elif u.op is Ops.SINK: memo[u] = UOp(Ops.SINK, dtypes.void, tuple(memo[s] for s in u.src))
-    elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
-    else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
-  sink = memo[k.ast]
+  ctx = LowerCtx(k, d, idxs, out_idxs, reduce_ranges, unroll_vars, specials)
+  sink = graph_rewrite(k.ast, pm_lower_ast, ctx)
   if k.grouped:  # every thread of a work-group holds the reduced value: the first one stores it
     first = functools.reduce(lambda a, b: a & b, [specials[a].eq(0) for a in k.grouped if a in specials])
     sink = UOp(Ops.SINK, dtypes.void, tuple(st.replace(src=st.src[:3] + ((st.src[3] & first) if len(st.src) == 4
@@ -92,9 +71,82 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       sub = sink.substitute(dict(zip(up_vars, (UOp.const(d, v) for v in vals))))
       stores.extend(sub.src)
     sink = UOp(Ops.SINK, dtypes.void, tuple(stores))
-  sink = graph_rewrite(sink, symbolic + pm_lowered + pm_gather_fold)
+  sink = graph_rewrite(sink, pm_simplify_lowered)
   if lane is None or lane_ax is None: return sink
   return vectorize(sink, lane, reduce_lane=lane_ax >= k.first_reduce)
+
+# ***** the AST's ops as loads, reduces and stores over the loop indices: one rule per op *****
+
+@dataclass
+class LowerCtx:
+  """What pm_lower_ast's rules read: the kernel, the index dtype, each axis's index (a loop, a thread index or an
+  unroll placeholder), the same for a view of the output's shape (reduce axes at 0), the reduce loops, the unrolled
+  reduce axes' placeholders and the GPU thread indices. The rules count the reduces (their local buffers' names) and,
+  for a TC kernel, keep the matmul's operands."""
+  k: Kernel
+  d: DType
+  idxs: list[UOp]
+  out_idxs: list[UOp]
+  reduce_ranges: tuple[UOp, ...] = ()
+  unroll_vars: tuple[UOp, ...] | list[UOp] = ()
+  specials: dict[int, UOp] | None = None
+  n_reduce: int = 0
+  tc_ab: tuple[UOp, UOp] | None = None
+
+  def indexed(self, u: UOp) -> tuple[UOp, UOp]:
+    """(index, validity) of the AST node u's view at the loop indices."""
+    st = self.k.sts[u]
+    return st.to_indexed(self.idxs if st.shape == self.k.full_shape else self.out_idxs, self.d)
+
+def lower_load_rule(ctx: LowerCtx, x: UOp) -> UOp:
+  idx, valid = ctx.indexed(x)
+  return _load(x, idx, _pad_valid(ctx.k, x, ctx.idxs, valid))
+
+def lower_const_rule(ctx: LowerCtx, x: UOp) -> UOp:
+  """A constant under a view (a padded constant) is itself where the view is valid, else 0."""
+  valid = _pad_valid(ctx.k, x, ctx.idxs, ctx.indexed(x)[1])
+  c = UOp.const(x.dtype, x.arg)
+  return c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(x.dtype, 0))
+
+def lower_iota_rule(ctx: LowerCtx, x: UOp) -> UOp:
+  idx, valid = ctx.indexed(x)
+  return _iota(x, idx, _pad_valid(ctx.k, x, ctx.idxs, valid))
+
+def lower_store_rule(ctx: LowerCtx, x: UOp) -> UOp:
+  """The output's store (padded outputs are not stored). Its value is lowered already, so x is a new node: the AST's
+  store, which the kernel's views are kept for, is found by its buffer (a kernel stores each output once)."""
+  ast_store = next(u for u in ctx.k.sts if u.op is Ops.STORE and u.src[0] is x.src[0])
+  idx, _ = ctx.k.sts[ast_store].to_indexed(ctx.out_idxs, ctx.d)
+  gate = _pad_valid(ctx.k, ast_store, ctx.idxs, UOp.const(dtypes.bool, True))
+  return UOp(Ops.STORE, dtypes.void, (x.src[0], idx, x.src[2]) + (() if _true(gate) else (gate,)))
+
+def lower_reduce_rule(ctx: LowerCtx, x: UOp) -> UOp:
+  """A reduce over the kernel's reduce loops: unrolled reduce axes combine their copies first; GPU work-group axes
+  combine through local memory (or warp shuffles). A TC kernel's reduce is a placeholder for one element of the
+  accumulator (lowerer._lower_tc builds the tensor-core ops around it)."""
+  src, op = x.src[0], x.arg[0]
+  ctx.n_reduce += 1
+  if (tc := ctx.k.tc) is not None:
+    a, b = (tc_operand(s) for s in src.src)
+    ctx.tc_ab = (b, a) if tc.swap else (a, b)
+    return UOp(Ops.NOOP, x.dtype, (), "tc_acc")
+  if ctx.unroll_vars:  # unrolled reduce axes: combine the copies before accumulating
+    copies = [src.substitute(dict(zip(ctx.unroll_vars, (UOp.const(ctx.d, v) for v in vals))))
+              for vals in itertools.product(*[range(v.arg[2] + 1) for v in ctx.unroll_vars])]
+    src = copies[0]
+    for c in copies[1:]: src = UOp(op, src.dtype, (src, c))
+  out = UOp(Ops.REDUCE, x.dtype, (src,) + ctx.reduce_ranges, op) if ctx.reduce_ranges else src
+  return _group_reduce(ctx.k, out, ctx.specials or {}, op, ctx.n_reduce) if ctx.k.grouped else out
+
+# the AST's own nodes have views as sources; what the rules make never does, so nothing is lowered twice. Every other
+# op is rebuilt over its lowered sources by graph_rewrite itself
+pm_lower_ast = PatternMatcher([
+  (UPat(Ops.LOAD, src=(UPat(), UPat(Ops.VIEW)), name="x"), lower_load_rule),
+  (UPat(Ops.CONST, src=(UPat(Ops.VIEW),), name="x"), lower_const_rule),
+  (UPat(Ops.IOTA, src=(UPat(Ops.VIEW),), name="x"), lower_iota_rule),
+  (UPat(Ops.STORE, src=(UPat(), UPat(Ops.VIEW), UPat()), name="x"), lower_store_rule),
+  (UPat(Ops.REDUCE_AXIS, name="x"), lower_reduce_rule),
+])
 
 def reduce_folds(k: Kernel) -> bool:
   """Every reduce loop of the unoptimized kernel k folds away in lowering (a one-hot gather: pm_gather_fold)."""
@@ -211,30 +263,11 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
   rng = tuple(x for x in idxs if x.op is Ops.RANGE)
   fa, fb, fc = tc_fragments(lane)
   acc_t = dtypes.float32.vec(4)
-  memo: dict[UOp, UOp] = {}
-  ab: tuple[UOp, UOp] | None = None
-  for u in k.ast.toposort():
-    if u.op is Ops.VIEW: continue
-    if u.op is Ops.LOAD:
-      st = k.sts[u]
-      memo[u] = _load(u, *st.to_indexed(idxs if st.shape == k.full_shape else out_idxs, d))
-    elif u.op is Ops.CONST and u.src:
-      _, valid = k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs, d)
-      c = UOp.const(u.dtype, u.arg)
-      memo[u] = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
-    elif u.op is Ops.IOTA:
-      memo[u] = _iota(u, *k.sts[u].to_indexed(idxs if k.sts[u].shape == k.full_shape else out_idxs, d))
-    elif u.op is Ops.REDUCE_AXIS:
-      x, y = (memo[tc_operand(s)] for s in u.src[0].src)
-      ab = (y, x) if tc.swap else (x, y)
-      memo[u] = UOp(Ops.NOOP, u.dtype, (), "tc_acc")  # one element of an accumulator, filled in below
-    elif u.op is Ops.STORE: memo[u] = UOp(Ops.STORE, dtypes.void, (u.src[0], k.sts[u].to_indexed(out_idxs, d)[0],
-                                                                   memo[u.src[2]]))
-    elif u.op is Ops.SINK: memo[u] = UOp(Ops.SINK, dtypes.void, tuple(memo[s] for s in u.src))
-    elif u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): memo[u] = u
-    else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), u.arg)
-  assert ab is not None
-  acc = next(x for x in memo[k.ast].toposort() if x.op is Ops.NOOP)
+  ctx = LowerCtx(k, d, idxs, out_idxs, rng)
+  lowered = graph_rewrite(k.ast, pm_lower_ast, ctx)
+  assert ctx.tc_ab is not None
+  ab = ctx.tc_ab
+  acc = next(x for x in lowered.toposort() if x.op is Ops.NOOP)
   stores: list[UOp] = []
   for vals in itertools.product(*[range(k.full_shape[ax]) for ax in k.upcasted]):
     up = {ph[ax]: UOp.const(d, v) for ax, v in zip(k.upcasted, vals)}
@@ -246,8 +279,8 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
                (*TensorCore.dims, tc.dtype, dtypes.float32))
     red = UOp(Ops.REDUCE, acc_t, (wmma,) + rng, Ops.ADD) if rng else wmma
     stores += [st.substitute({**up, acc: UOp(Ops.GEP, dtypes.float32, (red,), i).cast(acc.dtype), ph[tc.m]: r,
-                              ph[tc.n]: c}) for i, (r, c) in enumerate(fc) for st in memo[k.ast].src]
-  return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic + pm_lowered + pm_gather_fold)
+                              ph[tc.n]: c}) for i, (r, c) in enumerate(fc) for st in lowered.src]
+  return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), pm_simplify_lowered)
 
 # EXP2 and LOG2 too: CPU renderers decompose them into plain arithmetic on the lanes (codegen/transcendental.py)
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIP, Ops.EXP2, Ops.LOG2}
@@ -516,7 +549,6 @@ def _where_of_gated_load(g: UOp, ld: UOp) -> UOp | None:
   # where(g, load(.., gate g), 0): the load already reads 0 where g is false
   return ld if len(ld.src) == 3 and set(_conjuncts(g)) <= set(_conjuncts(ld.src[2])) else None
 
-from attograd.uop.ops import PatternMatcher, UPat  # noqa: E402
 pm_gather_fold = PatternMatcher([
   (UPat(Ops.REDUCE, name="x"), gather_fold_rule),
   (UPat((Ops.ADD, Ops.MUL), dtype=ints, name="x", src=(UPat(Ops.CAST, dtype=ints, name="a"), UPat.var("b"))),
@@ -530,6 +562,10 @@ pm_lowered = PatternMatcher([
   (UPat(Ops.STORE, name="x"), _fold_store_gate),
   (UPat(Ops.REDUCE, name="x"), _drop_unused_ranges),
 ])
+
+# what lowering ends with: index math simplified, gates folded, unused reduce loops dropped, gathers folded (built once:
+# adding tables makes a new one)
+pm_simplify_lowered = symbolic + pm_lowered + pm_gather_fold
 
 def _reduce_in_float32(x: UOp) -> UOp | None:
   """A reduce over half, bfloat16 or fp8 accumulates in float32 and rounds once after its loop, on every device: the

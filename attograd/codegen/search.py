@@ -5,7 +5,9 @@ round finds nothing faster. The winner is cached on disk (by kernel, device and 
 process gets it without searching."""
 from __future__ import annotations
 import hashlib, json, math, sys, time
+from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations
 from attograd.codegen.kernel import Kernel, Opt
+from attograd.codegen.lowerer import new_kernel
 from attograd.device import Buffer, Device, disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType
 from attograd.helpers import DEBUG, IGNORE_BEAM_CACHE, prod
@@ -35,7 +37,7 @@ def _actions(k: Kernel) -> list[Opt]:
   return acts
 
 def _kernel(ast: UOp, opts: list[Opt]) -> Kernel | None:
-  k = Kernel(ast)
+  k = new_kernel(ast)
   try:
     for o in opts: k.apply_opt(o)
   except ValueError: return None
@@ -88,9 +90,9 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int) -> list[Opt]:
     timed[opts] = t
     return t
   # seeds: plain loops and the hand-written heuristic's choice
-  hk = Kernel(ast)
-  if renderer.has_local: hk.gpu_optimizations(renderer.local_max)
-  else: hk.hand_coded_optimizations()
+  hk = new_kernel(ast)
+  if renderer.has_local: gpu_optimizations(hk, renderer.local_max)
+  else: hand_coded_optimizations(hk)
   beam = sorted({(), tuple(hk.applied)}, key=measure)[:amt]
   name = _build_program(ast, renderer, []).name
   for rnd in range(MAX_ROUNDS):

@@ -269,3 +269,45 @@ def test_gcc_keeps_the_written_sum_order() -> None:
   version = subprocess.run(comp.cc + ["--version"], capture_output=True, text=True).stdout
   is_gcc = "Free Software Foundation" in version and "clang" not in version
   assert ("-fno-tree-reassoc" in comp.flags) == is_gcc
+
+# ***** the pipeline: a list of named passes; lowering one rule per AST op *****
+
+def _ast(t: Tensor):
+  items, _ = create_schedule([t.uop])
+  return items[-1].ast
+
+def test_the_pipeline_is_a_list_of_named_passes_and_viz_shows_each(monkeypatch: pytest.MonkeyPatch) -> None:
+  import attograd.codegen as cg
+  from attograd import viz
+  from attograd.renderer.cstyle import OpenCLRenderer
+  from attograd.uop.ops import PatternMatcher
+  cpu, gpu = ClangRenderer(), OpenCLRenderer()
+  names = [name for name, _, _ in cg.passes(cpu, None)]
+  assert names[0] == "optimization actions applied" and names[-1] == "linearized program"
+  assert len(set(names)) == len(names)
+  tables = {name for name, step, _ in cg.passes(cpu, None) if isinstance(step, PatternMatcher)}
+  assert {"integer safety", "float32 accumulators", "exp range reduction", "transcendentals as arithmetic"} == tables
+  # GPUs keep their native exp2/log2: that pass is not in their list
+  assert [n for n, _, _ in cg.passes(gpu, None)] == [n for n in names if n != "transcendentals as arithmetic"]
+  a = Tensor.rand(16, 16).realize()
+  ast = _ast((a @ a).exp())
+  seen: list[str] = []
+  monkeypatch.setattr(cg, "VIZ", 1)
+  monkeypatch.setattr(viz, "begin_kernel", lambda *a: None)
+  monkeypatch.setattr(viz, "end_kernel", lambda *a: None)
+  monkeypatch.setattr(viz, "stage", lambda name, what: seen.append(name))
+  sp = cg._build_program(ast, cpu)
+  assert seen == names + ["CPU source"] and sp.src
+
+@pytest.mark.parametrize("make", [lambda a: a.sum(axis=1), lambda a: a.pad(((1, 1), (0, 2))).max(axis=0),
+                                  lambda a: Tensor.arange(16).reshape(4, 4).float() + a[:4, :4],
+                                  lambda a: (a[:, :5] + 2).T.contiguous()], ids=["sum", "pad_max", "iota", "permute"])
+def test_lowering_leaves_no_ast_op(make) -> None:
+  # every op of the scheduler's AST (loads and stores through views, padded constants, aranges, reduces over axes) has
+  # a rule in pm_lower_ast, and none of them is left after lowering
+  from attograd.codegen.lowerer import lower, new_kernel, pm_lower_ast
+  from attograd.uop.ops import Ops
+  assert {Ops.LOAD, Ops.CONST, Ops.IOTA, Ops.STORE, Ops.REDUCE_AXIS} <= set(pm_lower_ast.pdict)
+  k = new_kernel(_ast(make(Tensor.rand(8, 6).realize())))
+  ops = {u.op for u in lower(k).toposort()}
+  assert not ops & {Ops.VIEW, Ops.REDUCE_AXIS, Ops.IOTA} and Ops.STORE in ops

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 from attograd import Device, Tensor
 from attograd.codegen import get_program
-from attograd.codegen.kernel import Kernel, Opt
+from attograd.codegen.heuristic import gpu_optimizations
+from attograd.codegen.kernel import Opt
+from attograd.codegen.lowerer import new_kernel
 from attograd.device import DeviceUnavailable
 from attograd.dtype import dtypes
 from attograd.engine.realize import CompiledRunner
@@ -35,17 +37,17 @@ def test_group_uses_local_memory_and_barrier() -> None:
   assert spec.global_size == (8,) and spec.local_size == (32,)
 
 def test_gpu_heuristic_picks_group_for_few_outputs_and_local_otherwise() -> None:
-  k = Kernel(_kernel(Tensor(_data(4, 4096)).sum(axis=1)))
-  k.gpu_optimizations()
+  k = new_kernel(_kernel(Tensor(_data(4, 4096)).sum(axis=1)))
+  gpu_optimizations(k)
   assert [o.op for o in k.applied] == ["GROUPTOP"]
-  k = Kernel(_kernel(Tensor(_data(64, 64)).T + 1))
-  k.gpu_optimizations()
+  k = new_kernel(_kernel(Tensor(_data(64, 64)).T + 1))
+  gpu_optimizations(k)
   assert {o.op for o in k.applied} == {"LOCAL"}
 
 @pytest.mark.parametrize("opt, why", [(Opt("LOCAL", 1, 8), "reduce axis"), (Opt("GROUP", 0, 2), "output axis"),
                                       (Opt("GROUP", 1, 7), "not divisible")])
 def test_bad_gpu_opts_are_named(opt: Opt, why: str) -> None:
-  k = Kernel(_kernel(Tensor(_data(4, 64)).sum(axis=1)))
+  k = new_kernel(_kernel(Tensor(_data(4, 64)).sum(axis=1)))
   with pytest.raises(ValueError, match=why): k.apply_opt(opt)
 
 def test_cpu_renderer_is_untouched_by_gpu_opts() -> None:

@@ -63,7 +63,6 @@ CYCLES: set[frozenset[str]] = {
     "attograd.mixin.grad", "attograd.mixin.math", "attograd.mixin.nn", "attograd.nn",
     "attograd.nn.gguf", "attograd.nn.optim", "attograd.nn.state", "attograd.tensor", "attograd.tensor_disk",
     "attograd.tensor_index", "attograd.viz", "attograd.viz.serve"}),
-  frozenset({"attograd.codegen.kernel", "attograd.codegen.lowerer"}),
   frozenset({"attograd.distributed", "attograd.distributed.data_parallel"}),
   frozenset({"attograd.dtype", "attograd.helpers"}),
   frozenset({"attograd.llm.__main__", "attograd.llm.server"}),

@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 from attograd import Device, Tensor
 from attograd.codegen import get_program
+from attograd.codegen import heuristic
+from attograd.codegen.heuristic import gpu_optimizations
 from attograd.codegen.kernel import Kernel, Opt
+from attograd.codegen.lowerer import new_kernel
 from attograd.schedule import create_schedule
 
 Plan = Callable[[Kernel], None]
@@ -23,8 +26,8 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Plan], None]]:
   runners: dict = {}
   monkeypatch.setattr(rz, "_runners", runners)
   def use(plan: Plan) -> None:
-    monkeypatch.setattr(Kernel, "hand_coded_optimizations", lambda self: plan(self))
-    monkeypatch.setattr(Kernel, "gpu_optimizations", lambda self, local_max=256: plan(self))
+    monkeypatch.setattr(heuristic, "hand_coded_optimizations", lambda k: plan(k))
+    monkeypatch.setattr(heuristic, "gpu_optimizations", lambda k, local_max=256: plan(k))
   yield use
   _KEEP.extend(runners.values())
 
@@ -115,7 +118,7 @@ def test_padded_integer_and_double_reduces(device: str, forced) -> None:
 
 def _kernel(t: Tensor) -> Kernel:
   items, _ = create_schedule([t.uop])
-  return Kernel(items[-1].ast)
+  return new_kernel(items[-1].ast)
 
 def test_reduce_padding_rule() -> None:
   x, y = Tensor.rand(5, 7).realize(), Tensor.rand(5, 7).realize()
@@ -176,7 +179,7 @@ def test_beam_can_choose_padding() -> None:
   ta, tb = Tensor.rand(17, 33).realize(), Tensor.rand(33, 7).realize()
   items, _ = create_schedule([(ta @ tb).uop])
   ast = items[-1].ast
-  acts = _actions(Kernel(ast))
+  acts = _actions(new_kernel(ast))
   assert Opt("PADTO", 0, 4) in acts and Opt("PADTO", 1, 8) in acts and Opt("PADTO", 2, 16) in acts
   k = beam_kernel(ast, [Opt("PADTO", 1, 8), Opt("LANES", 1, 8)])
   assert k is not None and k.full_shape == (17, 1, 8, 33)
@@ -231,8 +234,8 @@ def test_gpu_heuristic_pads_odd_axes_for_work_groups() -> None:
   from attograd.renderer.cstyle import OpenCLRenderer
   x = Tensor.empty(37, 1001)
   items, _ = create_schedule([(x.exp() + 1).uop])
-  k = Kernel(items[-1].ast)
-  k.gpu_optimizations(OpenCLRenderer().local_max)
+  k = new_kernel(items[-1].ast)
+  gpu_optimizations(k, OpenCLRenderer().local_max)
   assert [(o.op, o.amount) for o in k.applied][:2] == [("PADTO", 32), ("LOCAL", 32)], k.applied
 
 @pytest.mark.parametrize("shape", [(3, 1001), (37, 33)])

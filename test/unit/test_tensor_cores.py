@@ -9,6 +9,7 @@ import pytest
 from attograd import Tensor
 from attograd.codegen import get_program, lowerer
 from attograd.codegen.kernel import Kernel, Opt
+from attograd.codegen.lowerer import new_kernel
 from attograd.dtype import dtypes
 from attograd.schedule import create_schedule
 from attograd.renderer.cstyle import ClangRenderer
@@ -133,7 +134,7 @@ def test_no_tc_when_tiles_or_dtype_dont_fit(shape: tuple[int, int, int], d) -> N
 
 def _kernel(t: Tensor, **kw) -> Kernel:
   (si,) = [si for si in create_schedule([t.uop])[0] if si.ast.op is Ops.SINK]
-  return Kernel(si.ast, **kw)
+  return new_kernel(si.ast, **kw)
 
 def test_bad_tc_opts_say_why() -> None:
   h = _low(_rand(32, 32), dtypes.float16)

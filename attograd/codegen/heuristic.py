@@ -1,0 +1,232 @@
+"""The default optimizer: a hand-written heuristic that picks actions (kernel.Opt) for a kernel, one function for CPU
+renderers (vector lanes, register tiles, unrolls, threads, padding and cache blocking) and one for GPU renderers
+(tensor cores, work-groups). BEAM search (search.py) replaces it by timing real runs."""
+from __future__ import annotations
+from attograd.codegen.kernel import Kernel, Opt
+from attograd.codegen.tc import tc_plan
+from attograd.helpers import DEBUG, NOOPT, prod
+from attograd.uop.ops import Ops, sym_max
+from attograd.uop.view import is_symbolic
+
+def gpu_optimizations(k: Kernel, local_max: int = 256) -> None:
+  """A simple heuristic for GPU renderers: a half/bfloat16 matmul whose sizes are multiples of the tile runs on
+  tensor cores (TC) where the target has them; reductions with few outputs split each reduce across a work-group
+  (GROUPTOP); everything else puts up to `local_max` neighbouring outputs into one work-group (LOCAL)."""
+  if NOOPT: return
+  if k.tensor_cores and not is_symbolic(k.full_shape):
+    try: tc_plan(k)
+    except ValueError: pass
+    else:
+      k.apply_opt(Opt("TC", 0, 0))
+      # each warp does up to 2x4 tiles: one A fragment serves 4 n-tiles, one B fragment 2 m-tiles
+      assert k.tc is not None
+      for which, amts in (("n", (4, 2)), ("m", (2,))):
+        outer = getattr(k.tc, which) - 1  # the tile's axis is the inner part of a split axis
+        if (amt := next((a for a in amts if k.full_shape[outer] % a == 0), 0)):
+          k.apply_opt(Opt("UPCAST", outer, amt))
+      if DEBUG >= 3: print(f"opts: {k.applied} full_shape={k.full_shape}")
+      return
+  out_size = sym_max(prod(k.full_shape[:k.first_reduce]))
+  if k.first_reduce < k.shape_len and out_size <= 2048 and not k.gathers:
+    ax = k.shape_len - 1  # the innermost reduce axis
+    amt = next((a for a in (256, 128, 64, 32, 16) if a <= local_max and k.full_shape[ax] % a == 0
+                and k.full_shape[ax] >= 4 * a), 0)
+    if amt:
+      k.apply_opt(Opt("GROUPTOP", ax, amt))
+      return
+  _pad_for_locals(k)
+  threads = 1
+  for ax in reversed(range(k.first_reduce)):  # innermost output axes first: neighbours share cache lines
+    if len(k.locals_) == 2: break
+    fits = [a for a in (32, 16, 8, 4, 2) if threads * a <= min(local_max, 128) and k.full_shape[ax] % a == 0]
+    amt = fits[0] if fits else 0
+    if amt > 1:
+      k.apply_opt(Opt("LOCAL", ax, amt))
+      threads *= amt
+  if DEBUG >= 3 and k.applied: print(f"opts: {k.applied} full_shape={k.full_shape}")
+
+
+def hand_coded_optimizations(k: Kernel) -> None:
+  """A small heuristic for reduce kernels:
+  1. vector lanes on an axis every input walks contiguously or not at all: an output axis, else the innermost
+     reduce axis (a dot product, summed across the lanes after the loop);
+  2. short window axes (loads are masked along them: the pieces of a stack) unrolled whole, so each copy reads
+     one piece with its mask folded away;
+  3. register tiles on output axes along which the vector loads repeat, so one load feeds several accumulators;
+  4. big kernels split across CPU threads on the outermost axis.
+  A kernel over symbolic sizes only gets the threads (its loop bounds are not known until it runs)."""
+  if NOOPT: return
+  if is_symbolic(k.full_shape):
+    if k.first_reduce > 0 and sym_max(prod(k.full_shape)) >= 32768: k.apply_opt(Opt("THREAD", 0, 0))
+    return
+  if 0 < k.first_reduce < k.shape_len:
+    _pad_odd_axes(k)
+    _block_for_cache(k)
+    def amt_of(ax: int, amts: tuple[int, ...]) -> int:
+      return next((a for a in amts if k.full_shape[ax] % a == 0 and k.full_shape[ax] >= a), 0)
+    # the widest lanes win; on a tie, an axis the output is stored contiguously along, then the innermost
+    cands = [(a, _lane_ok(k, ax), ax) for ax in range(k.first_reduce)
+             if _lane_ok(k, ax, strided_store=True) and (a := amt_of(ax, (16, 8, 4)))]
+    lane: tuple[str, int, int] | None = ("LANES", max(cands)[2], max(cands)[0]) if cands else None
+    last = k.shape_len - 1
+    if (lane is None or lane[2] < 8) and _lane_ok(k, last) and (a := amt_of(last, (16, 8, 4))) \
+       and (lane is None or a > lane[2]): lane = ("RLANES", last, a)
+    extra_unroll: tuple[int, int] | None = None
+    win_out = prod(sz for ax in range(k.first_reduce)
+                   if (sz := k.full_shape[ax]) <= 7 and None in k.load_strides(ax))
+    if (lane is None or lane[2] < 8) and win_out >= 4:
+      # short rows everywhere: 16 lanes on an output axis that one input walks with a stride (a gather) and the
+      # others not at all beat 4 contiguous ones, when each gathered vector feeds a window's worth of accumulators
+      gathers = [ax for ax in range(k.first_reduce) if k.full_shape[ax] % 16 == 0 and
+                 sum(1 for s in k.load_strides(ax) if s != 0) == 1 and None not in k.load_strides(ax)
+                 and None not in k.store_strides(ax)]
+      if gathers:
+        lane = ("LANES", gathers[0], 16)
+        # neighbouring reduce steps read overlapping window inputs: unrolling the innermost reduce axis lets the
+        # copies share those loads (a weight gradient reads x[o + k] for every o and k)
+        if (a := amt_of(k.shape_len - 1, (4, 2))): extra_unroll = (k.shape_len - 1, a)
+    if extra_unroll is None: extra_unroll = _window_reuse_unroll(k, lane, win_out)
+    plan: list[tuple[str, int, int]] = [lane] if lane else []
+    taken = {lane[1]} if lane else set()
+    if extra_unroll is not None:
+      plan.append(("UNROLL", *extra_unroll))
+      taken.add(extra_unroll[0])
+    # window axes, whole; the output ones count against the accumulator budget
+    n_unroll, n_acc = 1, 1
+    for ax in range(k.shape_len):
+      if ax in taken or (sz := k.full_shape[ax]) > 7 or None not in k.load_strides(ax): continue
+      if ax >= k.first_reduce and n_unroll * sz <= 49: plan.append(("UNROLL", ax, sz)); n_unroll *= sz  # noqa: E702
+      elif ax < k.first_reduce and n_acc * sz <= 32: plan.append(("UPCAST", ax, sz)); n_acc *= sz  # noqa: E702
+      else: continue
+      taken.add(ax)
+    if lane is not None:
+      vec = [st for st in k.full_loads() if st.index_strides()[lane[1]] == 1]
+      tiles = [ax for ax in reversed(range(k.first_reduce)) if any(st.index_strides()[ax] == 0 for st in vec)]
+      if lane[0] == "RLANES":  # a dot product: the other input repeats along the other output axes
+        tiles += [ax for ax in reversed(range(k.first_reduce)) if ax not in tiles
+                  and any(st.index_strides()[ax] == 0 for st in k.full_loads() if st not in vec)]
+      # one tall tile for a matmul-like kernel (8 accumulators hide the FMA latency), 4x4 for a dot product; short
+      # rows (a small conv's 10 or 6 outputs) take a tile of 5 or 6 rather than 2
+      amts: list[tuple[int, ...]] = [(4, 2), (4, 2)] if lane[0] == "RLANES" else [(8, 6, 5, 4, 3, 2)]
+      # a convolution (window axes unrolled in the reduce): a second, small tile, so that short rows still give
+      # enough accumulators to hide the FMA latency
+      if lane[0] == "LANES" and n_unroll > 1: amts.append((2,))
+    else:
+      # no vector lanes: scalar register tiles on broadcast axes (as for a matmul whose inputs are both strided)
+      tiles = [ax for ax in reversed(range(k.first_reduce)) if any(s == 0 for s in k.load_strides(ax))]
+      amts = [(4, 2), (4, 2)]
+    for ax in [t for t in tiles if t not in taken][:len(amts)]:
+      am = amts.pop(0)
+      # lanes on the output channel of a conv's weight gradient: the biggest tile that fits beside the window's
+      # accumulators (a tile on the input channel shares each gradient load); on a dot product it only costs
+      if lane is not None and lane[0] == "LANES": am = tuple(a for a in am if n_acc * a <= 32)
+      if (a := amt_of(ax, am) if k.full_shape[ax] > 4 else k.full_shape[ax]) > 1 and n_acc * a <= 32:
+        plan.append(("UPCAST", ax, a))
+        n_acc *= a
+    plan += _wide_tile(k, plan)
+    if k.gathers: plan = [p for p in plan if p[1] < k.first_reduce]  # reduce axes stay whole: see `gathers`
+    for op, ax, amt in sorted(plan, key=lambda p: -p[1]): k.apply_opt(Opt(op, ax, amt))
+  work = prod(k.full_shape)
+  if k.first_reduce > 0 and work >= 32768 and k.full_shape[0] >= 2: k.apply_opt(Opt("THREAD", 0, 0))
+  if DEBUG >= 3 and k.applied: print(f"opts: {k.applied} full_shape={k.full_shape}")
+
+
+def _lane_ok(k: Kernel, ax: int, strided_store: bool = False) -> bool:
+  """Vector lanes on `ax`: every load walks it contiguously or not at all, and at least one walks it; the stores
+  walk it contiguously too (or, with strided_store, with any fixed stride: one scalar store per lane)."""
+  ss = k.load_strides(ax)
+  ok_store = (lambda x: x is not None) if strided_store else (lambda x: x in (0, 1))
+  return all(s in (0, 1) for s in ss) and 1 in ss and all(ok_store(s) for s in k.store_strides(ax))
+
+def _window_reuse_unroll(k: Kernel, lane: tuple[str, int, int] | None, win_out: int) -> tuple[int, int] | None:
+  """A convolution's weight gradient: vector lanes on an output axis (the output channel) and the window offsets
+  as output axes (register tiles). Position o with offset k reads x[o + k], so unrolling the innermost reduce axis
+  (the output positions) lets neighbouring copies share those loads."""
+  if lane is None or lane[0] != "LANES" or win_out < 4 or k.first_reduce == k.shape_len: return None
+  last = k.shape_len - 1
+  a = next((a for a in (4, 5, 3, 2) if k.full_shape[last] % a == 0 and k.full_shape[last] > a), 0)
+  return (last, a) if a else None
+
+def _pad_odd_axes(k: Kernel) -> None:
+  """Heuristic: when no axis splits into 16 vector lanes, pad the best lane axis up to a multiple of 32 (the wide
+  matmul tile) if that adds at most 1/32 more work, else of 16 (8, 4) for at most a quarter more (a sixteenth when
+  8 lanes fit already); then pad an odd-sized output axis the lanes' loads repeat along to a multiple of 8 for a
+  register tile. E.g. a 1023x1023 matmul runs as 1024x1024 tiles with the last row and column masked."""
+  if not 0 < k.first_reduce < k.shape_len or _windowed(k): return
+  def fits(ax: int, amts: tuple[int, ...]) -> bool: return any(k.full_shape[ax] % a == 0 for a in amts)
+  def pad(ax: int, amts: tuple[int, ...], waste: int = 4) -> bool:
+    size = k.full_shape[ax]
+    for a in amts:
+      if (-(-size // a) * a - size) * waste <= size:
+        try: k.apply_opt(Opt("PADTO", ax, a))
+        except ValueError: continue
+        return True
+    return False
+  last = k.shape_len - 1
+  outs = [ax for ax in range(k.first_reduce) if _lane_ok(k, ax, strided_store=True)]
+  # the output axis stored contiguously first, then the innermost; else the reduce axis (a dot product)
+  order = sorted(outs, key=lambda ax: (not _lane_ok(k, ax), -ax)) + ([last] if _lane_ok(k, last) else [])
+  if any(fits(ax, (32,)) for ax in order): return
+  if any(fits(ax, (8,)) for ax in order):  # 8 or 16 lanes already: pad only when nearly free (1000 -> 1024)
+    lane = next((ax for ax in order if fits(ax, (8,)) and k.full_shape[ax] >= 256 and pad(ax, (32,), waste=32)),
+                None)
+    if lane is None and not any(fits(ax, (16,)) for ax in order):
+      lane = next((ax for ax in order if fits(ax, (8,)) and pad(ax, (16,), waste=16)), None)
+  else: lane = next((ax for ax in order if pad(ax, (32,), waste=32) or pad(ax, (16, 8, 4))), None)
+  if lane is None or lane == last: return
+  vec = [st for st in k.full_loads() if st.index_strides()[lane] == 1]
+  tile = next((ax for ax in reversed(range(k.first_reduce)) if ax != lane
+               and any(st.index_strides()[ax] == 0 for st in vec)), None)
+  if tile is not None and k.full_shape[tile] > 8 and not fits(tile, (8, 4)): pad(tile, (8, 4))
+
+def _block_for_cache(k: Kernel, l2_bytes: int = 2 << 20) -> None:
+  """Heuristic: a matmul whose B (the input walked along the lane axis and strided along the reduce) is over
+  twice the L2 size gets its lane axis blocked, so that one block of B (reduce size x block) is about L2's size.
+  (Measured on 2048x2048: blocks of 256 columns 18 -> 65 GFLOPS; 1024x1024 gains nothing, so it is left alone.)"""
+  if not 0 < k.first_reduce < k.shape_len or k.first_reduce < 2 or _windowed(k): return
+  last = k.shape_len - 1
+  red = prod(k.full_shape[k.first_reduce:])
+  for ax in reversed(range(k.first_reduce)):
+    size = k.full_shape[ax]
+    walk = [st for st in k.full_loads()
+            if st.index_strides()[ax] == 1 and (st.index_strides()[last] or 0) >= size]
+    if not walk or not _lane_ok(k, ax): continue
+    item = max(u.dtype.itemsize for u, st in k.sts.items() if u.op is Ops.LOAD and st in walk)
+    if red * size * item <= 2 * l2_bytes: return
+    blk = 32
+    while blk * 2 * red * item <= l2_bytes and size % (blk * 2) == 0: blk *= 2
+    if blk < size and size % blk == 0: k.apply_opt(Opt("BLOCK", ax, blk))
+    return
+
+def _pad_for_locals(k: Kernel) -> None:
+  """GPU heuristic: an odd innermost output axis (1001) gets no work-group split at all; pad it to a multiple of
+  32 (16, 8) when that adds at most a quarter more threads, and the padded threads store nothing."""
+  if k.first_reduce == 0 or k.locals_ or k.grouped: return
+  ax = k.first_reduce - 1
+  size = k.full_shape[ax]
+  if size.__class__ is not int or size < 32 or any(size % a == 0 for a in (32, 16, 8)): return  # type: ignore[operator]
+  for a in (32, 16, 8):
+    if (-(-size // a) * a - size) * 4 <= size:
+      try: k.apply_opt(Opt("PADTO", ax, a))
+      except ValueError: continue
+      return
+
+def _windowed(k: Kernel) -> bool:
+  """Some load indexes an axis through a mask or a window (a conv, a stack): the padding and blocking heuristics
+  leave those kernels to the window heuristics."""
+  return any(None in st.index_strides() for st in k.full_loads())
+
+def _wide_tile(k: Kernel, plan: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+  """Heuristic: a float32 matmul tile of 8 rows x 16 lanes grows to 8 x 32 (16 accumulators of AVX-512's 32
+  registers, half the loads of A per FMA): 1024x1024 28 -> 60 GFLOPS here."""
+  lanes = [p for p in plan if p[0] == "LANES" and p[2] == 16]
+  if len(lanes) != 1 or k.full_shape[lanes[0][1]] % 32: return []
+  if any(u.dtype.itemsize > 4 for u in k.sts if u.op is Ops.LOAD): return []
+  tall = [p for p in plan if p[0] == "UPCAST" and p[2] == 8 and p[1] < k.first_reduce]
+  if len(tall) == 1 and len(plan) == 2: return [("UPCAST", lanes[0][1], 2)]
+  # a convolution with its window unrolled and at most 8 accumulators: two vectors along the lane axis share
+  # every broadcast operand (the sums go into the accumulators one product at a time, see linearize): 3x3 conv
+  # forward and input gradient on 32x32 images 3.5 -> 2.7 and 4.1 -> 2.7 ms
+  ups = [p[2] for p in plan if p[0] == "UPCAST"]
+  if any(p[0] == "UNROLL" for p in plan) and ups and prod(ups) <= 8: return [("UPCAST", lanes[0][1], 2)]
+  return []
