@@ -17,10 +17,14 @@ def __getattr__(name: str) -> Any:
   if name in ("state", "datasets", "data", "onnx"): return importlib.import_module(f"attograd.nn.{name}")
   raise AttributeError(f"module 'attograd.nn' has no attribute {name!r}")
 
-def _uniform(*shape: int, bound: float) -> Tensor: return Tensor.uniform(*shape, low=-bound, high=bound)
+# A layer's parameters are made with requires_grad=True, as PyTorch's modules are: `loss.backward()` fills their .grad
+# with or without an optimizer (tinygrad fills .grad of every float tensor in the graph; attograd of the tensors that
+# ask for it, see docs/tinygrad-compat.md). Buffers that aren't parameters (running statistics) say False.
+def _uniform(*shape: int, bound: float) -> Tensor:
+  return Tensor.uniform(*shape, low=-bound, high=bound, requires_grad=True)
 
 def _filled(shape: int | tuple[int, ...], value: float, dtype: DType | None = None,
-            requires_grad: bool | None = None) -> Tensor:
+            requires_grad: bool | None = True) -> Tensor:
   """A tensor of `value` in a buffer of its own, made from host data (no kernel). Tensor.ones(n) would be a
   constant, and equal constants are one node: two layers' weights would be one tensor to autograd."""
   shp = make_tuple(shape, 1)
@@ -265,7 +269,7 @@ class Embedding:
   """
   def __init__(self, vocab_size: int, embed_size: int):
     self.vocab_sz, self.embed_sz = vocab_size, embed_size
-    self.weight = Tensor.normal(vocab_size, embed_size)
+    self.weight = Tensor.normal(vocab_size, embed_size, requires_grad=True)
   def __call__(self, idx: Tensor) -> Tensor:
     if not dtypes.is_int(idx.dtype): raise TypeError(f"Embedding: indices must be an integer tensor, got {idx.dtype}")
     # a one-hot (..., vocab) times the table: a reduce that fuses into one kernel, and whose gradient is plain math

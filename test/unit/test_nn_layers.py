@@ -233,3 +233,14 @@ def test_dot_applies_a_layer(device: str) -> None:
   assert x.flatten(1).dot(l1, dtype=dtypes.float16).dtype is dtypes.float16
   with pytest.raises(TypeError, match="matmul: expected a Tensor or a layer with a .weight"): x.dot(nn.BatchNorm)
   with pytest.raises(TypeError, match="got list"): x.dot([1, 2])
+
+def test_layer_parameters_get_grads_without_an_optimizer() -> None:
+  # parameters are made with requires_grad=True, as PyTorch's modules: backward fills their .grad before any
+  # optimizer exists (it left them None: an optimizer was what turned requires_grad on); running stats stay False
+  lin, conv, bn, emb = nn.Linear(3, 2), nn.Conv2d(1, 2, 3), nn.BatchNorm(2), nn.Embedding(5, 3)
+  with Tensor.train():
+    loss = bn(conv(Tensor.ones(2, 1, 5, 5))).sum() + lin(Tensor.ones(4, 3)).sum() + emb(Tensor([1, 2])).sum()
+    loss.backward()
+  for p in (lin.weight, lin.bias, conv.weight, conv.bias, bn.weight, bn.bias, emb.weight):
+    assert p.requires_grad is True and p.grad is not None and p.grad.shape == p.shape
+  assert bn.running_mean.requires_grad is False and bn.running_mean.grad is None
