@@ -8,7 +8,7 @@ from attograd.device import Buffer, Device
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError, argfix,
-                              fully_flatten, make_tuple, prod)
+                              make_tuple, prod)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
                               ssimp, sym_eq, sym_max, sym_val, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
@@ -48,6 +48,25 @@ def _shape_of_data(data: Any) -> tuple[int, ...]:
     if len(x) == 0: break
     x = x[0]
   return tuple(shape)
+
+def _flatten_data(data: Any) -> list[Any]:
+  """The leaves of nested lists and tuples (and of arrays inside them), in order. A one-element Tensor among them is
+  its value, as in PyTorch; a bigger one is an error naming Tensor.stack (it was read as an empty list of bytes)."""
+  out: list[Any] = []
+  stack: list[Any] = [iter(data)]
+  while stack:
+    for y in stack[-1]:
+      if isinstance(y, Tensor):
+        if y.numel() != 1:
+          raise TypeError(f"Tensor: a list holding a Tensor of shape {y.shape} is not data: join Tensors with "
+                          "Tensor.stack(...) (only one-element Tensors become values, as in PyTorch)")
+        out.append(y.item())
+      elif hasattr(y, "__len__") and hasattr(y, "__getitem__") and not isinstance(y, (str, bytes)):
+        stack.append(iter(y))
+        break
+      else: out.append(y)
+    else: stack.pop()
+  return out
 
 def _check_ragged(data: Any, shape: tuple[int, ...]) -> None:
   stack = [(data, 0)]
@@ -135,9 +154,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     elif isinstance(data, (list, tuple)):
       shape = _shape_of_data(data)
       _check_ragged(data, shape)
-      flat = fully_flatten(data)
-      for v in flat:
-        if isinstance(v, Tensor): raise TypeError("Tensor: a list of Tensors is not data; use Tensor.stack(*tensors)")
+      flat = _flatten_data(data)
       d = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
       if flat and d is dtypes.bool: flat = [bool(v) for v in flat]
       uop = _buffer_from_bytes(_pack(flat, d), shape, d, device)

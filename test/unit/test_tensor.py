@@ -429,3 +429,11 @@ def test_negative_zero_constant_is_not_the_cached_zero(device: str) -> None:
     compare(1 / (Tensor(x) * c), np.float32(1) / (x * np.float32(c)))
     compare(Tensor(x) / c, x / np.float32(c))
     assert np.signbit(Tensor.full((2,), c).numpy()).tolist() == [np.signbit(c)] * 2
+
+def test_list_holding_tensors() -> None:
+  # one-element Tensors in a list are their values, as in PyTorch; bigger ones are an error that names Tensor.stack
+  # (they were read as empty data: "0 bytes don't fill shape (2,)")
+  assert Tensor([Tensor(1.0), Tensor(2.5)]).tolist() == [1.0, 2.5]
+  assert Tensor([[Tensor(1), 2], [3, Tensor([4])]]).tolist() == [[1, 2], [3, 4]]
+  with pytest.raises(TypeError, match=r"shape \(2,\) is not data: join Tensors with Tensor.stack"):
+    Tensor([Tensor([0, 0]), Tensor([0, 1])])
