@@ -31,8 +31,10 @@ def resolve(u: UOp) -> UOp:
     from attograd.tensor import Tensor
     return resolve(u.substitute({x: Tensor(x).realize().uop}))
   if x.op is not Ops.BUFFER:
-    raise NotImplementedError(f"DISK: {x.op.name.lower()} can't run on {x.device or 'DISK'}: DISK tensors are views of "
-                              "files, nothing is computed there; move the tensor first, e.g. t.to('CPU')")
+    # the same class as every other DISK compute refusal (runtime/ops_disk.py): a DISK device runs no kernel, by design
+    raise RuntimeError(f"DISK: {x.op.name.lower()} of a {x.dtype.name} tensor of shape {x.shape} can't run on "
+                       f"{x.device or 'DISK'}: DISK tensors are views of files, nothing is computed there; move the "
+                       "tensor first, e.g. t.to('CPU')")
   st = ShapeTracker.from_shape((x.arg[1],))
   for m in reversed(chain): st = st.apply(m.op, m.arg)
   st = st.simplify()
