@@ -10,7 +10,7 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError, argfix,
                               make_tuple, prod)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
-                              ssimp, sym_eq, sym_max, sym_val, unbind_sint)
+                              ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop.state import ORIGIN, has, put
@@ -474,7 +474,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     shp = _check_shape(argfix(*shape), "empty")
     if is_symbolic(shp):  # a buffer for the Variables' largest values, seen as its first prod(shape) elements
       buf = new_buffer_uop(Device.canonicalize(device), sym_max(prod(shp)), d)
-      return Tensor(_reshape_uop(UOp(Ops.SHRINK, d, (buf,), ((0, ssimp(prod(shp))),)), shp), device=device, **kw)
+      return Tensor(_reshape_uop(UOp(Ops.SHRINK, d, (buf,), ((0, prod(shp)),)), shp), device=device, **kw)
     if (dev := Device.canonicalize(device)).__class__ is tuple:  # one whole buffer per device
       return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None),
                     device=dev, **kw)  # type: ignore[arg-type]  # devices of a sharded tensor
@@ -1096,7 +1096,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       new = tuple(_size_arg(s, "reshape", bound=False) for s in new)
     if new.count(-1) > 1: raise ArgumentError(f"reshape: only one dim can be -1, got {new}")
     numel = self.numel()
-    if _values(*new, numel) is None:  # an unbound Variable: the sizes must agree for every value
+    if sym_vals(*new, numel) is None:  # an unbound Variable: the sizes must agree for every value
       if -1 in new or not sym_eq(prod(new), numel):
         raise ValueError(f"reshape: can't reshape {_shape_str(self.shape)} to {_shape_str(new)}: with an unbound "
                          "Variable the element counts must be equal for every value (bind it to check them with "
@@ -1147,7 +1147,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                                            _size_arg(a[1], "shrink", bound=False)) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(full, self.shape):
       # with an unbound Variable the check waits for its value (the kernel's bounds come from the Variable's range)
-      if (v := _values(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
+      if (v := sym_vals(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
         raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
       if (rec := _active_recorder()) is not None \
          and not (b.__class__ is int and e.__class__ is int and s.__class__ is int):
@@ -1420,11 +1420,6 @@ def _size_arg(x: Any, op: str, bound: bool = True) -> sint:
     try: sym_val(x)  # type: ignore[arg-type]  # a UOp: sizes (sint) are typed as int
     except ValueError as e: raise ValueError(f"{op}: {e}") from None
   return ssimp(x)  # type: ignore[arg-type]
-
-def _values(*xs: sint) -> list[int] | None:
-  """The values of sizes, or None when one has an unbound Variable."""
-  try: return [sym_val(x) for x in xs]
-  except ValueError: return None
 
 def _args_str(arg: Any) -> str:
   """Movement args for messages: symbolic sizes as their expressions."""

@@ -83,7 +83,7 @@ class Kernel:
   def _is_full(self, st: ShapeTracker) -> bool: return st.shape == self.full_shape
   def load_strides(self, ax: int) -> list[int | None]:
     """The stride of every full-shape load along an axis (None where a mask or a second view gets in the way)."""
-    return [st.index_strides()[ax] for u, st in self.sts.items() if u.op is Ops.LOAD and self._is_full(st)]
+    return [st.index_strides()[ax] for st in self.full_loads()]
   def store_strides(self, ax: int) -> list[int | None]:
     return [st.index_strides()[ax] for u, st in self.sts.items() if u.op is Ops.STORE]
   def full_loads(self) -> list[ShapeTracker]:

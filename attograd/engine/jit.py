@@ -180,16 +180,13 @@ def _unbind_chain(u: UOp) -> UOp:
 class CapturedJit:
   """The recorded kernels of one call, as prebuilt (function, argument list) pairs, and where each call's input
   buffers and variable values go in those argument lists."""
-  _linear: UOp | None  # built on first use of .linear
-  @property
+  @functools.cached_property
   def linear(self) -> UOp:
     """What a replay runs, in tinygrad's form: a LINEAR UOp with one CALL per kernel or copy, in order, each with a
     SINK (a kernel, named by its arg) or a COPY as its first source. `len(jit.captured.linear.src)` counts them."""
-    if self._linear is None:
-      calls = tuple(UOp(Ops.CALL, dtypes.void, (UOp(Ops.COPY if n == "copy" else Ops.SINK, dtypes.void, arg=n),), arg=n)
-                    for n in self.kernel_names)
-      self._linear = UOp(Ops.LINEAR, dtypes.void, calls)
-    return self._linear
+    calls = tuple(UOp(Ops.CALL, dtypes.void, (UOp(Ops.COPY if n == "copy" else Ops.SINK, dtypes.void, arg=n),), arg=n)
+                  for n in self.kernel_names)
+    return UOp(Ops.LINEAR, dtypes.void, calls)
   def __init__(self, rec: Recording, inputs: list[Buffer], names: list[str], specs: list[InputSpec],
                var_names: dict[str, UOp], ret: Any, outs: list[Tensor]):
     self.names, self.specs, self.var_names, self.ret = names, specs, var_names, ret
@@ -200,7 +197,6 @@ class CapturedJit:
     self.calls: list[tuple[Callable[..., Any], list[Any]]] = []
     self.kernel_names = [r.spec.name if isinstance(r, CompiledRunner) else "copy" for r, _, _ in rec]
     self.devices = [bufs[0].device for _, bufs, _ in rec]
-    self._linear = None
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
     self.in_slots: list[list[tuple[list[Any], int, bool]]] = [[] for _ in inputs]
     self.var_slots: list[tuple[list[Any], int, str]] = []

@@ -5,7 +5,7 @@ import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import ArgumentError, argfix, prod
-from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val
+from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val, sym_vals
 from attograd.uop.view import _surely
 from attograd.engine.recorder import active as _active_recorder
 
@@ -69,15 +69,10 @@ def _cut(p: Any) -> Any: return max(-p, 0) if p.__class__ is int else (ssimp(-p)
 
 def _check_sym_pad(p: UOp) -> None:
   if _surely(p >= 0) or _surely(p <= 0): return
-  if (v := _known(p)) is not None and v[0] < 0:
+  if (v := sym_vals(p)) is not None and v[0] < 0:
     raise ValueError(f"pad: the symbolic padding {p.render()} is {v[0]} for the bound value; a padding whose sign "
                      "depends on a Variable must be non-negative (cut with shrink instead)")
   if (rec := _active_recorder()) is not None: rec.size_check(0, p, False, f"pad by {p.render()}")
-
-def _known(*xs: Any) -> list[int] | None:
-  """The values of sizes, or None when one has an unbound Variable."""
-  try: return [sym_val(x) for x in xs]
-  except ValueError: return None
 
 class MovementMixin:
   # ***** pad *****
@@ -102,7 +97,7 @@ class MovementMixin:
     pairs = _pad_pairs(padding, self.shape)
     for p in (p for pair in pairs for p in pair if isinstance(p, UOp)): _check_sym_pad(p)  # type: ignore[arg-type]
     for d, ((b, a), s) in enumerate(zip(pairs, self.shape)):
-      if (v := _known(ssimp(_cut(b) + _cut(a)), s)) is not None and v[0] > v[1]:
+      if (v := sym_vals(ssimp(_cut(b) + _cut(a)), s)) is not None and v[0] > v[1]:
         raise ValueError(f"pad: padding {tuple(padding)} removes more than the {s} elements of dim {d} of {self.shape}")
     grow = tuple((_grow(b), _grow(a)) for b, a in pairs)
     if mode == "constant": return self._crop(pairs)._pad_constant(grow, value)

@@ -79,9 +79,7 @@ class FileAllocator(Allocator):
     if dest.mapping.data.readonly:
       raise PermissionError(f"DISK: {dest.mapping.path} is open read-only (no write permission); it can't be written")
     dest.mapping.data[dest.offset:dest.offset + dest.nbytes] = src
-  def copyout(self, dest: memoryview, src: DiskView) -> None:
-    dest[:] = src.mapping.read(src.offset, src.nbytes)
-    src.mapping.release(src.offset, src.nbytes)  # (a shared mapping: written bytes are in the file, not the pages)
+  copyout = DiskAllocator.copyout  # (a shared mapping: written bytes are in the file, not in the dropped pages)
 
 class DiskBuffer(Buffer):
   """A Buffer whose memory is a view of a mapped file. It holds no device memory, so it isn't counted in mem_used."""

@@ -11,7 +11,7 @@ from attograd.helpers import prod
 from attograd.schedule.kernels import _region_of, build_kernel_ast, find_kernel_roots
 from attograd.schedule.memory import placeholder_bytes, plan_schedule
 from attograd.schedule.realized import lookup_realized, remember
-from attograd.uop.ops import GroupOp, Ops, UOp, sint, ssimp, sym_max
+from attograd.uop.ops import GroupOp, Ops, UOp, sint, sym_max
 from attograd.uop.state import PURE, REALIZED, slots
 from attograd.uop.variables import SIZED, ast_variables, bind_size, map_arg, note_value, sym_arg, unbind_size
 
@@ -82,7 +82,7 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
       if n.op is Ops.RESHAPE and src.op is Ops.BUFFER and -_NEW < src.arg[0] < 0:
         # a whole input buffer seen with a symbolic shape: its placeholder takes the symbolic size, so inputs of
         # every size (one per value of the Variables) give the same graph
-        ph = UOp(Ops.BUFFER, src.dtype, src.src, (src.arg[0], ssimp(prod(arg))))
+        ph = UOp(Ops.BUFFER, src.dtype, src.src, (src.arg[0], prod(arg)))
         inputs.append((ph, inputs[-src.arg[0] - 1][1]))
         src = ph
       nn = UOp(n.op, n.dtype, (src,), arg)
@@ -204,7 +204,7 @@ def _make_template(routs: list[UOp]) -> _Template:
 
 def _view_of(buf: UOp, shape: tuple[sint, ...]) -> UOp:
   if shape == (buf.arg[1],): return buf
-  if (n := ssimp(prod(shape))).__class__ is not int:  # the first n elements of a buffer sized for the largest n
+  if (n := prod(shape)).__class__ is not int:  # the first n elements of a buffer sized for the largest n
     buf = UOp(Ops.SHRINK, buf.dtype, (buf,), ((0, n),))
   return UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
 

@@ -318,6 +318,11 @@ class UOp(metaclass=UOpMetaClass):
     ret = self.simplify()
     return ret.arg if ret.op is Ops.CONST else ret
 
+def sym_vals(*xs: Any) -> list[int] | None:
+  """The values of sizes, or None when one has an unbound Variable."""
+  try: return [sym_val(x) for x in xs]
+  except ValueError: return None
+
 def sym_val(x: sint, vals: dict[str, int] | None = None) -> int:
   """The value of a size: an int as is, an expression over bound Variables (or Variables named in `vals`) computed."""
   if not isinstance(x, UOp): return x
