@@ -1,11 +1,11 @@
-"""`python -m bench`: attograd next to NumPy (and PyTorch when installed) on matmul, a fused elementwise chain,
-a sum reduction, per-realize framework overhead, conv, MNIST training, first runs with an empty kernel cache and LLM
-inference, all measured in one run. Each row shows attograd's ratio to the best peer and to this machine's limit
-(peak FLOPs of an OpenBLAS sgemm, copy bandwidth), both measured in the same run, and its change since the last run
-of the same configuration, from a JSON history: a row more than 10% worse is flagged."""
+"""`python -m bench`: attograd next to NumPy (and PyTorch and tinygrad when installed) on matmul, a fused
+elementwise chain, a sum reduction, per-realize framework overhead, conv, MNIST training, first runs with an empty
+kernel cache and LLM inference, all measured in one run. Each row shows attograd's ratio to the best peer and to this
+machine's limit (peak FLOPs of an OpenBLAS sgemm, copy bandwidth), both measured in the same run, and its change since
+the last run of the same configuration, from a JSON history: a row more than 10% worse is flagged."""
 from __future__ import annotations
 import argparse, datetime, importlib, importlib.metadata, importlib.util, json, os, platform, statistics, subprocess
-import sys, tempfile, time
+import shutil, sys, tempfile, time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -16,7 +16,7 @@ except ImportError:
   np = None  # type: ignore[assignment]  # main() explains how to get it
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FRAMEWORKS = ("attograd", "numpy", "torch")
+FRAMEWORKS = ("attograd", "numpy", "torch", "tinygrad")
 
 @dataclass(frozen=True)
 class Sizes:
@@ -273,14 +273,14 @@ _FIRST_STEP = """
 import time, numpy as np
 rng = np.random.default_rng(6)
 xn, yn = rng.standard_normal(({batch}, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, {batch}).astype(np.int32)
-if "{fw}" == "attograd":
-  from attograd import Tensor, nn
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  from {fw} import Context, Tensor, nn
   st = time.perf_counter()
   layers = [nn.Conv2d(1, 32, 5), Tensor.relu, nn.Conv2d(32, 32, 5), Tensor.relu, nn.BatchNorm(32), Tensor.max_pool2d,
             nn.Conv2d(32, 64, 3), Tensor.relu, nn.Conv2d(64, 64, 3), Tensor.relu, nn.BatchNorm(64), Tensor.max_pool2d,
             lambda x: x.flatten(1), nn.Linear(576, 10)]
   opt = nn.optim.Adam(nn.state.get_parameters(layers))
-  with Tensor.train():
+  with Context(TRAINING=1):  # tinygrad 0.14's training switch (attograd's Tensor.train() is the same)
     opt.zero_grad()
     loss = Tensor(xn).sequential(layers).sparse_categorical_crossentropy(Tensor(yn)).backward()
     opt.step()
@@ -369,12 +369,14 @@ _FIRST_RUN = {
 import time, numpy as np
 rng = np.random.default_rng(5)
 xn, wn = rng.standard_normal(({a}, 32, 32, 32), dtype=np.float32), rng.standard_normal((64, 32, 3, 3), dtype=np.float32)
-if "{fw}" == "attograd":
-  from attograd import Tensor
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  from {fw} import Tensor
 else: import torch
 st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
-if "{fw}" == "attograd":
-  x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  x, w = Tensor(xn), Tensor(wn)
+  if "{fw}" == "attograd":  # tinygrad 0.14 has no requires_grad: every float tensor gets a .grad
+    for t in (x, w): t.requires_grad_()
   x.conv2d(w, padding=1).square().mean().backward()
   x.grad.numpy(), w.grad.numpy()
 else:
@@ -387,12 +389,14 @@ print(time.perf_counter() - st)
   "pool": """
 import time, numpy as np
 xn = np.random.default_rng(8).standard_normal((1, 2, 16, 16, 16), dtype=np.float32)
-if "{fw}" == "attograd":
-  from attograd import Tensor
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  from {fw} import Tensor
 else: import torch
 st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
-if "{fw}" == "attograd":
-  x = Tensor(xn, requires_grad=True)
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  x = Tensor(xn)
+  if "{fw}" == "attograd":  # tinygrad 0.14 has no requires_grad: every float tensor gets a .grad
+    for t in (x,): t.requires_grad_()
   x.avg_pool2d(kernel_size=(8, 8, 8), stride=1).square().sum().backward()
 else:
   x = torch.tensor(xn, requires_grad=True)
@@ -404,12 +408,14 @@ print(time.perf_counter() - st)
 import time, numpy as np
 rng = np.random.default_rng(9)
 xn, wn = rng.standard_normal((8, 16, 28, 28), dtype=np.float32), rng.standard_normal((32, 16, 5, 5), dtype=np.float32)
-if "{fw}" == "attograd":
-  from attograd import Tensor
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  from {fw} import Tensor
 else: import torch
 st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
-if "{fw}" == "attograd":
-  x, w = Tensor(xn, requires_grad=True), Tensor(wn, requires_grad=True)
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  x, w = Tensor(xn), Tensor(wn)
+  if "{fw}" == "attograd":  # tinygrad 0.14 has no requires_grad: every float tensor gets a .grad
+    for t in (x, w): t.requires_grad_()
   x.conv2d(w).relu().sum().backward()
 else:
   x, w = torch.tensor(xn, requires_grad=True), torch.tensor(wn, requires_grad=True)
@@ -420,12 +426,14 @@ print(time.perf_counter() - st)
   "softmax": """
 import time, numpy as np
 xn = np.random.default_rng(10).standard_normal((64, 1000), dtype=np.float32)
-if "{fw}" == "attograd":
-  from attograd import Tensor
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  from {fw} import Tensor
 else: import torch
 st = time.perf_counter()  # after the imports, as in the MNIST first step: the work, not the interpreter
-if "{fw}" == "attograd":
-  x = Tensor(xn, requires_grad=True)
+if "{fw}" != "torch":  # attograd and tinygrad run the same code
+  x = Tensor(xn)
+  if "{fw}" == "attograd":  # tinygrad 0.14 has no requires_grad: every float tensor gets a .grad
+    for t in (x,): t.requires_grad_()
   (x.softmax(-1) * x).sum().backward()
 else:
   x = torch.tensor(xn, requires_grad=True)
@@ -459,13 +467,25 @@ else:
 print(time.perf_counter() - st)
 """}
 
-def fresh_process(script: str, empty_cache: bool) -> Callable[[], float]:
+def _tinygrad_env(env: dict[str, str], tmp: str) -> None:
+  """tinygrad on its CPU device (as attograd's default) with an empty kernel cache. Its CPU device runs `clang`;
+  where only a versioned one is installed (Debian's clang-15), a link named clang goes first on PATH."""
+  env.update({"DEV": "CPU", "CACHEDB": os.path.join(tmp, "tinygrad_cache.db")})
+  if shutil.which("clang", path=env.get("PATH")) is None:
+    found = sorted((f for d in env.get("PATH", "").split(os.pathsep) if os.path.isdir(d) for f in os.listdir(d)
+                    if f.startswith("clang-") and f[6:].isdigit()), key=lambda f: int(f[6:]))
+    if found and (exe := shutil.which(found[-1], path=env.get("PATH"))):
+      os.symlink(exe, os.path.join(tmp, "clang"))
+      env["PATH"] = tmp + os.pathsep + env.get("PATH", "")
+
+def fresh_process(script: str, empty_cache: bool, fw: str = "attograd") -> Callable[[], float]:
   """A self-timed row: run `script` in a new interpreter (with an empty kernel cache if asked); its figure is the
   seconds the script prints, which leave out starting Python and importing NumPy."""
   def run() -> float:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT] + sys.path)}
     with tempfile.TemporaryDirectory() as tmp:
       if empty_cache: env["ATTOGRAD_CACHE_DIR"] = tmp
+      if fw == "tinygrad": _tinygrad_env(env, tmp)
       out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, env=env)
     if out.returncode != 0: raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
     return float(out.stdout.strip().splitlines()[-1])
@@ -487,8 +507,11 @@ def make_firstrun(s: Sizes) -> Bench:
     if key == "mnist": return _FIRST_STEP.format(batch=a, fw=fw)
     return _FIRST_RUN[key].format(fw=fw, a=a, b=b)
   def setup(fw: str) -> Callable[[], dict[str, Callable[[], Any]]]:
-    return lambda: {name: fresh_process(script(key, fw, *ab), fw == "attograd") for key, name, ab in cases}
-  return Bench("firstrun", rows, {fw: setup(fw) for fw in ("attograd", "torch")})
+    # tinygrad (the design attograd follows, a peer where installed) runs the same scripts; the GPT-2 row is attograd's
+    # own model code
+    return lambda: {name: fresh_process(script(key, fw, *ab), fw != "torch", fw) for key, name, ab in cases
+                    if fw != "tinygrad" or key != "gpt2"}
+  return Bench("firstrun", rows, {fw: setup(fw) for fw in ("attograd", "torch", "tinygrad")})
 
 BENCHES: dict[str, Callable[[Sizes], Bench]] = {
   "matmul": lambda s: _merge("matmul",
@@ -536,7 +559,7 @@ def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
 
 LOWER_IS_BETTER = ("us", "ms", "s")
 # the peers "vs best" compares with; onnxruntime is the ONNX rows' peer (its default threads and 1 thread)
-PEERS = ("numpy", "torch", "onnxruntime", "onnxruntime 1 thread")
+PEERS = ("numpy", "torch", "tinygrad", "onnxruntime", "onnxruntime 1 thread")
 # groups measured by their own modules (each runs its frameworks itself, in turns or in separate processes); a group
 # whose optional packages are missing is skipped with the reason, not counted as a failure
 GROUPS = ("llm", "onnx", "distributed")
@@ -679,6 +702,10 @@ def main(argv: list[str] | None = None) -> int:
     frameworks.append("torch")
     torch_line = f"torch {importlib.metadata.version('torch')}"
   else: torch_line = "torch: not installed"
+  # tinygrad, where installed, is a peer on the rows that run in fresh processes (first runs and compile times)
+  if importlib.util.find_spec("tinygrad") is not None:
+    frameworks.append("tinygrad")
+    torch_line += f", tinygrad {importlib.metadata.version('tinygrad')}"
   print(f"attograd device {device}" + (" (tiny sizes: the PYTHON device is an interpreter)" if sizes is TINY else ""))
   print(f"numpy {np.__version__}, {torch_line}, python {platform.python_version()}, {os.cpu_count()} cpus")
   limits = measure_limits(sizes is not FULL)
