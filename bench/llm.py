@@ -81,7 +81,8 @@ class TorchLlama:
   def __init__(self, cfg: Any, w: dict[str, Any], max_context: int):
     import torch
     self.torch, self.cfg, self.S = torch, cfg, max_context
-    t = lambda name: torch.from_numpy(w[name].copy())  # noqa: E731
+    # on torch's default device (bench.gpu sets it to the GPU)
+    t = lambda name: torch.from_numpy(w[name].copy()).to(torch.get_default_device())  # noqa: E731
     self.emb, self.out_norm = t("token_embd.weight"), t("output_norm.weight")
     self.out = t("output.weight") if "output.weight" in w else self.emb
     self.layers = []
@@ -164,14 +165,15 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
           m = LLM.load(gguf, max_context, quantized=True if fw == "attograd-quantized" else None).model
         else: m = Llama(cfg, {k: Tensor(v) for k, v in w.items()}, max_context=max_context)
         logits[fw] = m.prefill(prompt).numpy()
-        runs[fw] = (lambda m=m: m.prefill(prompt), lambda t, p, m=m: (m.step(t, p), m.greedy_token())[1])
+        # the prefill's logits are read back (a GPU runs asynchronously: reading them waits for the kernels)
+        runs[fw] = (lambda m=m: m.prefill(prompt).numpy(), lambda t, p, m=m: (m.step(t, p), m.greedy_token())[1])
       elif fw == "llama.cpp":
         runs[fw] = _llama_cpp(gguf, max_context, prompt)
       else:
         import torch
         tm = TorchLlama(cfg, w, max_context)
-        with torch.inference_mode(): logits[fw] = tm.forward(prompt, 0).numpy()
-        runs[fw] = (torch.inference_mode()(lambda: tm.forward(prompt, 0)),
+        with torch.inference_mode(): logits[fw] = tm.forward(prompt, 0).cpu().numpy()
+        runs[fw] = (torch.inference_mode()(lambda: tm.forward(prompt, 0).cpu().numpy()),
                     torch.inference_mode()(lambda t, p: int(tm.forward([t], p).argmax())))
     except Missing as e: rows[1]["note"] = str(e)  # not installed: an empty cell and a note, not a failure
     except Exception as e: fail(fw, e)  # one broken framework must not stop the other

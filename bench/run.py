@@ -245,7 +245,8 @@ def make_mnist(batch: int) -> Bench:
                            tnn.MaxPool2d(2), tnn.Conv2d(32, 64, 3), tnn.ReLU(), tnn.Conv2d(64, 64, 3), tnn.ReLU(),
                            tnn.BatchNorm2d(64), tnn.MaxPool2d(2), tnn.Flatten(), tnn.Linear(576, 10))
     opt = torch.optim.Adam(model.parameters())
-    x, y = torch.from_numpy(xn), torch.from_numpy(yn).long()
+    dev = torch.get_default_device()  # the CPU, or the GPU under bench.gpu (which waits for the GPU after each step)
+    x, y = torch.from_numpy(xn).to(dev), torch.from_numpy(yn).long().to(dev)
     def step() -> Any:
       opt.zero_grad()
       loss = tnn.functional.cross_entropy(model(x), y)
@@ -562,7 +563,10 @@ LOWER_IS_BETTER = ("us", "ms", "s")
 PEERS = ("numpy", "torch", "tinygrad", "onnxruntime", "onnxruntime 1 thread")
 # groups measured by their own modules (each runs its frameworks itself, in turns or in separate processes); a group
 # whose optional packages are missing is skipped with the reason, not counted as a failure
-GROUPS = ("llm", "onnx", "distributed")
+GROUPS = ("llm", "onnx", "distributed", "gpu")
+
+class Unavailable(Exception):
+  """A group with nothing to measure on this machine (bench.gpu without a GPU): skipped with the reason, not failed."""
 REGRESSION = 0.10  # a row this much worse than in the last run of the same configuration is flagged
 
 def _speedup(a: float, b: float, unit: str) -> float:
@@ -721,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         quick = args.quick or sizes is TINY
         got = mod.run(quick, args.verbose) if name == "llm" else mod.rows(quick)
         rows.extend(Row(r["name"], r["unit"], r["work"], r["values"]) for r in got)
-      except ModuleNotFoundError as e:
+      except (ModuleNotFoundError, Unavailable) as e:
         print(f"bench: {name} skipped: {e}")
       except Exception as e:
         if args.verbose: traceback.print_exc()

@@ -60,3 +60,23 @@ def test_groups_run_from_the_one_entry_point(monkeypatch: Any, capsys: Any) -> N
   monkeypatch.setattr(bench.distributed, "rows", broken)
   assert bench.run.main(["--only", "distributed", "--quick", "--no-history"]) == 1
   assert "rank 1 died" in capsys.readouterr().out
+
+def test_gpu_group_skips_without_a_gpu(monkeypatch: Any, capsys: Any) -> None:
+  # no CUDA device for torch or for attograd: the GPU rows are skipped with the reason, not failed (exit 0)
+  import bench.gpu, bench.run
+  def no_gpu() -> Any: raise bench.run.Unavailable("torch sees no CUDA device")
+  monkeypatch.setattr(bench.gpu, "_require_gpu", no_gpu)
+  assert bench.run.main(["--only", "gpu", "--quick", "--no-history"]) == 0
+  assert "gpu skipped: torch sees no CUDA device" in capsys.readouterr().out
+
+def test_firstrun_rows_have_tinygrad_as_a_peer() -> None:
+  # the compile-time rows run the same script on attograd and tinygrad (issue 14: compile time next to tinygrad),
+  # each with an empty kernel cache; the GPT-2 row is attograd's own model code, so tinygrad has none
+  import bench.run
+  bench_ = bench.run.make_firstrun(bench.run.QUICK)
+  assert "tinygrad" in bench_.setups and "tinygrad" in bench.run.PEERS
+  names = set(bench_.setups["tinygrad"]())
+  assert "compile: avg_pool 8x8x8 fwd+bwd" in names and not any("GPT-2" in n for n in names)
+  script = bench.run._FIRST_RUN["pool"].format(fw="tinygrad", a=0, b=0)
+  # tinygrad 0.14 has no requires_grad: only attograd's branch asks for it
+  assert "from tinygrad import Tensor" in script and 'if "tinygrad" == "attograd":' in script
