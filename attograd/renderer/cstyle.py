@@ -2,7 +2,7 @@
 OpenCL C, CUDA C and Metal; each dialect adds only its own rules and its types, constants and casts."""
 from __future__ import annotations
 import functools, math
-from typing import Callable
+from typing import Any, Callable
 from attograd.dtype import DType, PtrDType, dtypes
 from attograd.helpers import prod
 from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format, launch_dims, text_rules
@@ -178,7 +178,14 @@ class CStyleLanguage(Renderer):
   dialect = "C-family"  # the language's name in errors
   alu: AluTable = c_alu  # the ALU ops it writes natively (code_for_op)
   dialect_rules: PatternMatcher | None = None  # the dialect's own rules, tried before the shared ones
-  string_rewrite: PatternMatcher = pm_render_c  # every rule: one linear UOp -> its text
+  shared_rules: PatternMatcher = pm_render_c  # the rules it shares with its family (the GPU dialects add theirs)
+  string_rewrite: PatternMatcher = pm_render_c  # every rule: one linear UOp -> its text (derived, see below)
+
+  def __init_subclass__(cls, **kwargs: Any) -> None:
+    """A dialect's table is its own rules, then the shared ones: stated once (a subclass may still set its own)."""
+    super().__init_subclass__(**kwargs)
+    if "string_rewrite" not in cls.__dict__:
+      cls.string_rewrite = cls.shared_rules if cls.dialect_rules is None else cls.dialect_rules + cls.shared_rules
 
   def render_dtype(self, d: DType) -> str:
     if d.count > 1: return f"{self.type_map[d.scalar()].replace(' ', '_')}{d.count}"  # a typedef'd vector type
@@ -344,7 +351,6 @@ class ClangRenderer(CStyleLanguage):
   dialect = "C"
   alu = {**c_alu, Ops.MAX: _clang_max}
   dialect_rules = pm_render_clang
-  string_rewrite = pm_render_clang + pm_render_c
   preamble = ("#include <math.h>\n"
               "static inline float __bf16_to_f32(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f;"
               " __builtin_memcpy(&f, &u, 4); return f; }\n"
@@ -387,7 +393,7 @@ class GPUCStyle(CStyleLanguage):
   when the device has no native half, and bfloat16 held as its 16 bits like the C renderer does."""
   half_bits = False   # True: half values live in registers as their 16 bits (no native half arithmetic)
   half_from_bits, half_to_bits = "__half_to_f32", "__f32_to_half"
-  string_rewrite = pm_render_gpu + pm_render_c
+  shared_rules = pm_render_gpu + pm_render_c
   def prepare(self, sink: UOp) -> UOp:
     return graph_rewrite(sink, pm_bf16_only if self.supports_float16 else pm_promote_half)
   def render_const(self, v: object, d: DType) -> str:
@@ -417,7 +423,6 @@ class OpenCLRenderer(GPUCStyle):
   dialect = "OpenCL C"
   alu = {**c_alu, **overloaded_alu("sin")}
   dialect_rules = pm_render_opencl
-  string_rewrite = pm_render_opencl + pm_render_gpu + pm_render_c
   float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
   def __init__(self, device: str = "CL", fp16: bool = False, fp64: bool = True, local_max: int = 256):
     super().__init__(device=device, has_local=True, local_max=local_max, supports_float16=fp16, supports_vectors=False)
@@ -499,7 +504,6 @@ class CUDARenderer(GPUCStyle):
   smem_prefix = "__shared__ "
   dialect = "CUDA C"
   dialect_rules = pm_render_cuda
-  string_rewrite = pm_render_cuda + pm_render_gpu + pm_render_c
   warp_size = 32  # reductions over a warp's lanes use __shfl_xor_sync
   def __init__(self, device: str = "CUDA", arch: str = "sm_80"):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False,
@@ -588,7 +592,6 @@ class MetalRenderer(GPUCStyle):
   dialect = "Metal"
   alu = {**c_alu, **overloaded_alu("precise::sin")}
   dialect_rules = pm_render_metal
-  string_rewrite = pm_render_metal + pm_render_gpu + pm_render_c
   restrict = ""
   def __init__(self, device: str = "METAL"):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False)
