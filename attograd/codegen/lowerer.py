@@ -23,8 +23,14 @@ def new_kernel(ast: UOp, tensor_cores: tuple[DType, ...] = (), warp_size: int = 
   # only an arange's index math can make a one-hot to fold (the aranges are among the views' owners, k.sts: the AST
   # is walked again only for the few kernels that have one)
   if any(u.op is Ops.IOTA for u in k.sts) and any(u.op is Ops.REDUCE_AXIS for u in ast.toposort()):
-    k.gathers = reduce_folds(k)
+    k.gathers = _ast_folds(ast)
   return k
+
+@functools.lru_cache(maxsize=256)
+def _ast_folds(ast: UOp) -> bool:
+  """reduce_folds of an AST's unoptimized kernel, once per AST: BEAM makes a kernel of the same AST for every
+  candidate it tries (ASTs are hash-consed, so equal ones are one key)."""
+  return reduce_folds(Kernel(ast))
 
 def lower(k: Kernel, vectors: bool = False, gpu: bool = False, global_max: tuple[int, ...] | None = None) -> UOp:
   """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges). With vectors, the
