@@ -959,20 +959,23 @@ def GroupNormalization(X: Tensor, scale: Tensor, bias: Tensor, num_groups: int, 
     scale, bias = scale.repeat_interleave(C // num_groups), bias.repeat_interleave(C // num_groups)
   return y * _channel(scale, X.ndim) + _channel(bias, X.ndim)
 
+def _rms_norm(X: Tensor, scale: Tensor, axes: tuple[int, ...], epsilon: float, stash: DType) -> tuple[Tensor, Tensor]:
+  """X / rms(X) over `axes` (computed in `stash`) times scale, in X's dtype; and 1 / rms, which some ops return."""
+  xs = X.cast(stash)
+  inv = xs.square().mean(axes, keepdim=True).add(epsilon).rsqrt()
+  return (xs * inv).cast(X.dtype) * scale, inv
+
 @onnx_op()
 def RMSNormalization(X: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1) -> Tensor:
   a = _axis(axis, X.ndim, "RMSNormalization")
-  xs = X.cast(onnx_dtype(stash_type))
-  return (xs * xs.square().mean(tuple(range(a, X.ndim)), keepdim=True).add(epsilon).rsqrt()).cast(X.dtype) * scale
+  return _rms_norm(X, scale, tuple(range(a, X.ndim)), epsilon, onnx_dtype(stash_type))[0]
 
 @onnx_op()
 def SimplifiedLayerNormalization(X: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-5,
                                  stash_type: int = 1) -> tuple:
   # onnxruntime's RMSNorm in the ai.onnx domain (its LLaMA and T5 fusions emit it); also gives 1/rms
   a = _axis(axis, X.ndim, "SimplifiedLayerNormalization")
-  xs = X.cast(onnx_dtype(stash_type))
-  inv = xs.square().mean(tuple(range(a, X.ndim)), keepdim=True).add(epsilon).rsqrt()
-  return (xs * inv).cast(X.dtype) * scale, inv
+  return _rms_norm(X, scale, tuple(range(a, X.ndim)), epsilon, onnx_dtype(stash_type))
 
 @onnx_op()
 def LRN(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
@@ -1486,9 +1489,8 @@ def SkipSimplifiedLayerNormalization(input: Tensor, skip: Tensor, gamma: Tensor,
   for name, v in (("gamma", gamma), ("bias", bias)): _hidden_vec(v, H, "SkipSimplifiedLayerNormalization", name)
   s = input + skip
   if bias is not None: s = s + bias
-  xs = s.cast(dtypes.float32)
-  inv = xs.square().mean(-1, keepdim=True).add(epsilon).rsqrt()
-  return (xs * inv).cast(s.dtype) * gamma, None, inv, s
+  y, inv = _rms_norm(s, gamma, (-1,), epsilon, dtypes.float32)
+  return y, None, inv, s
 
 @onnx_op(domain=MS)
 def EmbedLayerNormalization(input_ids: Tensor, segment_ids: Tensor | None, word_embedding: Tensor,
