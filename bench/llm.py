@@ -296,7 +296,7 @@ def _short_error(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
   return f"{type(e).__name__}: {msg}"[:160]
 
-def run(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
+def rows(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
   """Rows {name, unit, work, values: {framework: tokens/s or error text}} for attograd and torch (if installed), and
   for SmolLM2 also attograd with quantized weights, llama.cpp (if installed) and each one's bandwidth limit."""
   frameworks = ["attograd"]
@@ -332,11 +332,11 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--quick", action="store_true", help="shorter prompts and fewer decoded tokens")
   parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks of failing benchmarks")
   args = parser.parse_args(argv)
-  rows = run(args.quick, args.verbose)
-  fws = [fw for fw in ("attograd", "attograd-quantized", "torch", "llama.cpp") if any(fw in r["values"] for r in rows)]
+  got = rows(args.quick, args.verbose)
+  fws = [fw for fw in ("attograd", "attograd-quantized", "torch", "llama.cpp") if any(fw in r["values"] for r in got)]
   print(f"{'benchmark':<44}{'unit':>7}" + "".join(f"{fw:>19}" for fw in fws) + f"{'vs torch':>9}")
   errors: list[str] = []
-  for r in rows:
+  for r in got:
     cells = []
     for fw in fws:
       v = r["values"].get(fw)

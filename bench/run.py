@@ -723,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
       try:
         mod = importlib.import_module(f"bench.{name}")
         quick = args.quick or sizes is TINY
-        got = mod.run(quick, args.verbose) if name == "llm" else mod.rows(quick)
+        got = mod.rows(quick, args.verbose) if name in ("llm", "gpu") else mod.rows(quick)
         rows.extend(Row(r["name"], r["unit"], r["work"], r["values"]) for r in got)
       except (ModuleNotFoundError, Unavailable) as e:
         print(f"bench: {name} skipped: {e}")
