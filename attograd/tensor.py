@@ -290,6 +290,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
+    if _active_recorder() is not None:  # a TinyJit capturing: the value read now would be baked into every replay
+      from attograd.engine.jit import JitRuntimeError  # (the engine imports this module)
+      raise JitRuntimeError(f"TinyJit: reading a Tensor's values ({self._shape_repr()}, {self.dtype}) while a jit "
+                            "captures would bake them into every replay; keep .item(), .tolist(), .numpy() and the ops "
+                            "that read data (masked_select, nonzero, boolean indexing without size=) out of the jitted "
+                            "function")
     if self.uop.device.__class__ is tuple: return self.to(self.device[0])._buffer()  # gathered on the first device
     if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self.uop).base], 0
     t = self.realize()
