@@ -217,7 +217,8 @@ def _mismatch(want: tuple[Any, ...], got: tuple[Any, ...]) -> str:
 
 def _show_spec(spec: tuple[Any, ...]) -> str:
   shape, dtype, device = spec
-  return f"a Tensor of shape {shape} ({dtype}, {device})"
+  dims = [d.render() if isinstance(d, UOp) else str(d) for d in shape]  # a Variable by its name
+  return f"a Tensor of shape ({', '.join(dims)}{',' if len(dims) == 1 else ''}) ({dtype}, {device})"
 
 def _output_tensors(ret: Any, where: str = "the return value") -> list[Tensor]:
   """The Tensors in a return value (a Tensor, None, or tuples, lists and dicts of them), in order."""
