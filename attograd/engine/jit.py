@@ -8,13 +8,13 @@ from attograd.device import Buffer, Device
 from attograd.dtype import DType, dtypes
 from attograd.engine import recorder
 from attograd.engine.buffers import buffers, new_buffer_uop
-from attograd.engine.memory import plan_jit
+from attograd.engine.memory import PooledBuffer, plan_jit
 from attograd.engine.nan import DEBUG_NAN
 from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.helpers import DEBUG, JIT, GlobalCounters
 from attograd.tensor import Tensor, _contiguous_view_of_buffer, _prefix_of_buffer
-from attograd.uop.ops import GroupOp, Ops, UOp, sym_val, unbind_sint
+from attograd.uop.ops import GroupOp, Ops, UOp, UOpMetaClass, sym_val, unbind_sint
 from attograd.uop.variables import SIZED, bind_size, map_arg, sym_arg, unbind_size
 
 class JitError(Exception):
@@ -263,7 +263,7 @@ class CapturedJit:
                   for n in self.kernel_names)
     return UOp(Ops.LINEAR, dtypes.void, calls)
   def __init__(self, rec: Recording, inputs: list[Buffer], names: list[str], specs: list[InputSpec],
-               var_names: dict[str, UOp], ret: Any, outs: list[Tensor]):
+               var_names: dict[str, UOp], ret: Any, outs: list[Tensor], existing: set[int]):
     self.names, self.specs, self.var_names, self.ret = names, specs, var_names, ret
     self.n_kernels = sum(1 for r, _, _ in rec if isinstance(r, CompiledRunner))
     self.ops = sum(r.spec.op_estimate for r, _, _ in rec if isinstance(r, CompiledRunner))
@@ -275,6 +275,9 @@ class CapturedJit:
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
     self.in_slots: list[list[tuple[list[Any], int, bool]]] = [[] for _ in inputs]
     self.var_slots: list[tuple[list[Any], int, str]] = []
+    # the other buffers' raw handles: filled again after free_intermediates
+    self.buf_slots: list[tuple[list[Any], int, Buffer]] = []
+    self.freed = False
     where = {id(b): i for i, b in enumerate(inputs)}
     written: dict[int, Buffer] = {}
     for runner, bufs, var_vals in rec:
@@ -292,6 +295,7 @@ class CapturedJit:
       self.calls.append((_fast_call(runner, len(gl)), args))
       for pos, i in enumerate(gl):
         if (j := where.get(id(bufs[i]))) is not None: self.in_slots[j].append((args, pos, True))
+        else: self.buf_slots.append((args, pos, bufs[i]))
       for k, n in enumerate(runner.var_names):
         if n in var_names: self.var_slots.append((args, len(gl) + k, n))
       for o in runner.spec.outs: written[id(bufs[o])] = bufs[o]
@@ -309,7 +313,25 @@ class CapturedJit:
     # writing it would change values another one still reads
     self.fed_back = {id(b) for b in self.written}
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
+    # what free_intermediates frees: the pooled intermediates (the slots under them), and the outputs made while
+    # capturing (not state that existed before, as x of x += y returned, whose values must stay)
+    self.freeable = [b for b in dict.fromkeys(x for _, bufs, _ in rec for x in bufs) if isinstance(b, PooledBuffer)]
+    self.freeable += list({id(b): b for _, b, src in self.outs if b is not None and src is None
+                           and id(b) not in existing}.values())
     self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see recorder.Recorder
+
+  def free_intermediates(self) -> None:
+    """Free the memory only the replays use, as tinygrad's: the intermediates, and the outputs the kernels write whole
+    (the last call's outputs lose their values). The next call allocates it again."""
+    for b in self.freeable:
+      if isinstance(b, PooledBuffer): b.slot.deallocate()
+      b.deallocate()
+    self.freed = True
+
+  def reallocate(self) -> None:
+    """After free_intermediates: memory again under every buffer, and its handles in the argument lists."""
+    for args, pos, b in self.buf_slots: args[pos] = b.allocate()._buf
+    self.freed = False
 
   def __call__(self, tensors: list[Tensor], variables: dict[str, UOp]) -> Any:
     # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
@@ -356,6 +378,15 @@ class CapturedJit:
         raise JitValueError(f"TinyJit: with {shown} the captured {what} is out of bounds ({va} {cmp} "
                             f"{vb}): its kernels would read outside their buffers. Keep the Variables in the range the "
                             "function allows, or call it without the jit for this value")
+
+def _live_buffers() -> set[int]:
+  """The ids of the Buffers behind every BUFFER node alive now."""
+  return {id(b) for u in UOpMetaClass.live() if u.op is Ops.BUFFER and (b := buffers.get(u)) is not None}
+
+def graph_class(dev: Any) -> Any:
+  """tinygrad's graph runner class for a device (None where it has none): attograd's replays call each kernel
+  directly, so every device's is None."""
+  return dev.graph
 
 def _copied(t: Tensor) -> Tensor:
   """An input Tensor over a buffer of its own, with the same values."""
@@ -475,6 +506,7 @@ class TinyJit(Generic[ReturnType]):
     if entry is not None and (cj := entry.captured) is not None:
       entry.last = self.cnt
       self.captured = cj
+      if cj.freed: cj.reallocate()
       if cj.fed_back: tensors = [_copied(t) if id(buffers[t.uop.base]) in cj.fed_back else t for t in tensors]
       ret = cj(tensors, variables)
       for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
@@ -495,6 +527,7 @@ class TinyJit(Generic[ReturnType]):
     entry.last = self.cnt
     # the second call: record every kernel it runs; random numbers read their counter from the recorder's buffer
     # while capturing, so each replay draws new ones
+    existing = _live_buffers()  # once per capture: which outputs the capture made (free_intermediates frees those)
     rng_start = Tensor._rng_counter
     rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
     with recorder.recording(recorder.Recorder(self, (rng, rng_start))) as capture:
@@ -517,7 +550,7 @@ class TinyJit(Generic[ReturnType]):
       if DEBUG >= 1: print(f"jit: pruned {before - len(rec)} of {before} kernels that read nothing the inputs change")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]
-    self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
+    self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs, existing)
     self._sig = sig  # later calls must match it: the kernels are built for these shapes, dtypes and views
     if (used := Tensor._rng_counter - rng_start): self.captured.rng = (buffers[rng.uop.base], used)
     # the size facts over this call's Variables, checked again on each replay (those over constants hold for good)

@@ -170,3 +170,42 @@ def test_jitted_method_is_a_partial_over_its_jit() -> None:
   jit = fun.__call__.func.__self__
   assert isinstance(jit, TinyJit) and jit.captured is fun.__call__.captured is not None
   assert buffers  # the jit keeps its buffers
+
+# ***** tinygrad's names around the jit *****
+
+def test_free_intermediates(device: str) -> None:
+  from attograd.helpers import GlobalCounters
+  ext = Tensor([1.0, 24.0, 23.0, 45.0, 1.0], device=device).realize()
+  @TinyJit
+  def f(x: Tensor) -> Tensor:
+    t1 = (x * 2).contiguous().realize()
+    t2 = (t1 + ext).contiguous().realize()
+    return t2.sum().contiguous().realize()
+  for i in range(4): assert f(Tensor([float(i), 1, 2, 3, 4], device=device)).item() == 114 + 2 * i
+  assert f.captured is not None
+  for _ in range(2):
+    before = GlobalCounters.mem_used
+    f.captured.free_intermediates()
+    f.captured.free_intermediates()  # twice: nothing left to free
+    assert before - GlobalCounters.mem_used >= 2 * 5 * 4 + 4  # t1, t2 and the output
+    assert f(Tensor([11.0, 1, 2, 3, 4], device=device)).item() == 136  # allocated again
+
+def test_free_intermediates_keeps_state_written_in_place(device: str) -> None:
+  from attograd.helpers import GlobalCounters
+  x = Tensor([1.0], device=device).contiguous().realize()
+  @TinyJit
+  def f(y: Tensor) -> Tensor:
+    x.assign(x + y)
+    return x.realize()
+  for _ in range(5): f(Tensor([1.0], device=device))
+  assert f.captured is not None and x.item() == 6.0
+  before = GlobalCounters.mem_used
+  f.captured.free_intermediates()
+  assert before == GlobalCounters.mem_used
+  f(Tensor([2.0], device=device))
+  assert x.item() == 8.0
+
+def test_devices_have_no_graph_runner() -> None:
+  from attograd import Device
+  from attograd.engine.jit import graph_class
+  assert Device[Device.DEFAULT].graph is None and graph_class(Device[Device.DEFAULT]) is None
