@@ -436,8 +436,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
       x = x._broadcast_to(self.shape)
     if x.device != self.device:
-      raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
-    if x.dtype != self.dtype: x = x.cast(self.dtype)
+      # a value built from device-less UOps (Tensor(UOp.const(2.0))) is a constant: it lives where it is written
+      if not any(u.op is Ops.DEVICE for u in x.uop.toposort()): x = Tensor(x.uop, device=self.device)
+      else: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
+    if x.dtype != self.dtype:  # as tinygrad (PyTorch's copy_ casts): an implicit cast can lose precision or values
+      raise RuntimeError(f"assign dtype mismatch: target {self.dtype} but value {x.dtype}; cast the value first "
+                         f"(value.cast({self.dtype}))")
     if not _is_whole_buffer(self.uop) and (view := _writable_view(self.uop)) is not None:
       return self._assign_view(x, *view, value_private=value_private)
     self.realize()
