@@ -135,14 +135,17 @@ def _modes() -> dict[str, Any]:
 def _input_tensors(pos: list[int | str], vals: list[Any], skip: int) -> tuple[list[str], list[Tensor]]:
   """A call's Tensor inputs and their names: its Tensor arguments, then the Tensors in its list, tuple and dict
   arguments (one level deep, as tinygrad takes them; a Tensor already taken is taken once)."""
-  names = [_name(p) for p, v in zip(pos, vals) if isinstance(v, Tensor)]
-  tensors = [v for v in vals if isinstance(v, Tensor)]
-  for p, v in zip(pos[skip:], vals[skip:]):
-    if isinstance(v, (tuple, list, dict)):
-      for k, x in (v.items() if isinstance(v, dict) else enumerate(v)):
-        if isinstance(x, Tensor) and not any(x is t for t in tensors):
-          names.append(f"{_name(p)}[{k!r}]")
-          tensors.append(x)
+  names, tensors, held = [], [], []
+  for i, (p, v) in enumerate(zip(pos, vals)):  # a plain loop: this runs on every replay
+    if isinstance(v, Tensor):
+      names.append(_name(p))
+      tensors.append(v)
+    elif i >= skip and isinstance(v, (tuple, list, dict)): held.append((p, v))
+  for p, v in held:
+    for k, x in (v.items() if isinstance(v, dict) else enumerate(v)):
+      if isinstance(x, Tensor) and not any(x is t for t in tensors):
+        names.append(f"{_name(p)}[{k!r}]")
+        tensors.append(x)
   return names, tensors
 
 def _check_real(name: str, t: Tensor) -> None:
@@ -189,9 +192,8 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
     args = tuple(_swap_in(v, fixed) for v in args)
     kwargs = {k: _swap_in(v, fixed) for k, v in kwargs.items()}
     tensors = [fixed.get(id(t), t) for t in tensors]
-  sig = (tuple(tnames), tuple((_unbound_shape(t.shape), t.dtype, t.device) for t in tensors), tuple(views))
+  sig = (tuple(tnames), tuple([(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]), tuple(views))
   names, tensors = _shards(tnames, tensors)
-  for t in tensors: buffers[t.uop.base].allocate()  # Tensor.empty(n) has no memory yet: a kernel would write to NULL
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
   for v in vals[skip:] + [b for t in tensors for b in _shape_vars(t.shape)]:
@@ -315,7 +317,8 @@ class CapturedJit:
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
     # what free_intermediates frees: the pooled intermediates (the slots under them), and the outputs made while
     # capturing (not state that existed before, as x of x += y returned, whose values must stay)
-    self.freeable = [b for b in dict.fromkeys(x for _, bufs, _ in rec for x in bufs) if isinstance(b, PooledBuffer)]
+    self.freeable: list[Buffer] = [b for b in dict.fromkeys(x for _, bufs, _ in rec for x in bufs)
+                                   if isinstance(b, PooledBuffer)]
     self.freeable += list({id(b): b for _, b, src in self.outs if b is not None and src is None
                            and id(b) not in existing}.values())
     self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see recorder.Recorder
@@ -337,8 +340,10 @@ class CapturedJit:
     # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
     st = time.perf_counter() if DEBUG >= 1 else 0.0
     if self.size_checks: self._check_sizes(variables)
+    copies: list[Buffer] = []  # fed-back inputs' copies: alive until the kernels ran
     for t, slots in zip(tensors, self.in_slots):
       b = buffers[t.uop.base]
+      if b._buf is None or id(b) in self.fed_back: b = _own(b, copies)
       raw = b._buf
       for args, pos, want_raw in slots: args[pos] = raw if want_raw else b
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
@@ -388,12 +393,14 @@ def graph_class(dev: Any) -> Any:
   directly, so every device's is None."""
   return dev.graph
 
-def _copied(t: Tensor) -> Tensor:
-  """An input Tensor over a buffer of its own, with the same values."""
-  b = buffers[t.uop.base]
-  nb = Buffer(b.device, b.size, b.dtype)
+def _own(b: Buffer, copies: list[Buffer]) -> Buffer:
+  """An input buffer a replay can hand its kernels: allocated (Tensor.empty(n) has no memory yet, and a kernel would
+  write to NULL), and copied when it is one the kernels write (a previous call's output fed back: a kernel writing it
+  would change values another one still reads)."""
+  if b._buf is None: return b.allocate()
+  copies.append(nb := Buffer(b.device, b.size, b.dtype))
   _copy(nb, b)
-  return Tensor(new_buffer_uop(b.device, b.size, b.dtype, nb))
+  return nb
 
 def _fast_call(runner: CompiledRunner, nbufs: int) -> Callable[..., Any]:
   """The cheapest callable running this kernel with (buffer handles..., variable values...): the ctypes function
@@ -437,7 +444,7 @@ def _prune(rec: Recording, changing: list[Any]) -> Recording:
 class _BoundJit(functools.partial):
   """A jitted method of one instance: a partial over its jit's __call__, as tinygrad's (`.func.__self__` is the jit),
   that shows the jit's attributes too (`model.step.captured`, `model.step.reset()`)."""
-  def __getattr__(self, name: str) -> Any: return getattr(self.func.__self__, name)
+  def __getattr__(self, name: str) -> Any: return getattr(self.func.__self__, name)  # type: ignore[attr-defined]
 
 class TinyJit(Generic[ReturnType]):
   """Capture the kernels a function of Tensors runs, and replay them on later calls.
@@ -507,7 +514,6 @@ class TinyJit(Generic[ReturnType]):
       entry.last = self.cnt
       self.captured = cj
       if cj.freed: cj.reallocate()
-      if cj.fed_back: tensors = [_copied(t) if id(buffers[t.uop.base]) in cj.fed_back else t for t in tensors]
       ret = cj(tensors, variables)
       for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
       return ret
@@ -539,10 +545,10 @@ class TinyJit(Generic[ReturnType]):
       raise JitRuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
     for i, t in enumerate(outs):  # an output on several devices can't stand for each call's input shards
-      if t.uop.base.op is Ops.MULTI and (b := next((buffers[s.base] for s in t.uop.base.src if s.base.op is Ops.BUFFER
-                                                   and id(buffers[s.base]) in seen), None)) is not None:
-        raise JitValueError(f"TinyJit: output {i} is sharded over input {seen[id(b)]}'s buffers; return a new Tensor "
-                            "(e.g. x.contiguous() of a computed value)")
+      if t.uop.base.op is not Ops.MULTI: continue
+      if (hit := [seen[k] for s in t.uop.base.src if s.base.op is Ops.BUFFER and (k := id(buffers[s.base])) in seen]):
+        raise JitValueError(f"TinyJit: output {i} is sharded over input {hit[0]}'s buffers; return a new Tensor (e.g. "
+                            "x.contiguous() of a computed value)")
     if self.prune:
       changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
       before = len(rec)

@@ -112,8 +112,8 @@ def test_jit_raises_for_a_different_variable() -> None:
   for n in (3, 4, 5, 2):
     out = f(Tensor.arange(2 * n).float().reshape(Variable("a", 1, 9).bind(n), 2))
     assert out.numpy().tolist() == (np.arange(2 * n).reshape(n, 2) * 2).tolist()
-  with pytest.raises(JitError, match=r"argument 0 is a Tensor of shape \(b, 2\).*but the capture took a Tensor of shape "
-                                     r"\(a, 2\)"):
+  with pytest.raises(JitError, match=r"argument 0 is a Tensor of shape \(b, 2\).*but the capture took a Tensor of "
+                                     r"shape \(a, 2\)"):
     f(Tensor.arange(10).float().reshape(Variable("b", 1, 9).bind(5), 2))
   assert f.captured is not None and set(f.captured.var_names) == {"a"}
 
