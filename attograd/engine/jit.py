@@ -451,12 +451,14 @@ class TinyJit(Generic[ReturnType]):
 
   The first call runs the function; the second runs it again while recording its kernels; every later call only
   replays those kernels, with the new inputs' buffers (and new values of bound Variables passed as arguments).
-  A capture is kept per argument signature: Tensor arguments by shape, dtype and device, bound Variables by their
-  Variable (not their value), every other argument by value (floats by their bits, containers element by element;
-  they must be hashable), and the global modes a function reads (Tensor.training, default dtypes, Device.DEFAULT).
-  A call with a new signature runs and captures anew, keeping the `max_captures` most recently used captures. A
-  jitted method captures per instance. Returned Tensors are backed by the same buffers on every call, so a result is
-  overwritten by the next call (read it, or copy it, before calling again). `JIT=0` turns capturing off.
+  As in tinygrad, the Tensor inputs (the Tensor arguments, and the Tensors in list, tuple and dict arguments) are
+  fixed at the first capture: a later call whose Tensor inputs have other names, shapes, dtypes, devices or views
+  raises JitError (`reset()` captures anew). Other arguments are keyed by value: bound Variables by their Variable
+  (not their value), the rest by value (floats by their bits, containers element by element; they must be hashable),
+  with the global modes a function reads (Tensor.training, default dtypes, Device.DEFAULT); a new value runs and
+  captures anew, keeping the `max_captures` most recently used captures. A jitted method captures per instance.
+  Returned Tensors are backed by the same buffers on every call, so a result is overwritten by the next call (read
+  it, or copy it, before calling again). `JIT=0` turns capturing off.
 
   >>> from attograd import Tensor, TinyJit
   >>> @TinyJit
