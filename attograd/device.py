@@ -167,6 +167,7 @@ class Compiled:
   A device may also offer `quick_build(kernels: list[tuple[name, src]]) -> list[program]`: a cheap build of several
   kernels at once (slower code), which the engine runs while the optimized builds are made in the background."""
   quick_build: Callable[[list[tuple[str, str]]], list[Any]] | None = None
+  graph: Any = None  # tinygrad's graph runner class (CUDA graphs, ...): attograd's jit replays kernels one by one
   def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
     self.device, self.allocator, self.renderer = device, allocator, renderer
     self.compiler, self.runtime = compiler, runtime
@@ -218,6 +219,12 @@ class Buffer:
       GlobalCounters.mem_used -= self.nbytes
       if getattr(_defer, "on", False): _deferred_frees.append((self.allocator, self._buf, max(self.nbytes, 1)))
       else: self.allocator.free(self._buf, max(self.nbytes, 1))
+  def deallocate(self) -> None:
+    """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values."""
+    if self._buf is None: return
+    GlobalCounters.mem_used -= self.nbytes
+    self.allocator.free(self._buf, max(self.nbytes, 1))
+    self._buf = None
   def copyin(self, mv: memoryview) -> Buffer:
     mv = mv.cast("B") if mv.nbytes else mv
     if mv.nbytes != self.nbytes: raise ValueError(f"copyin: expected {self.nbytes} bytes for {self}, got {mv.nbytes}")

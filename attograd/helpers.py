@@ -116,7 +116,7 @@ TINYGRAD_ONLY_FLAGS: dict[str, str] = {
   "TC_SELECT": "tinygrad's tensor-core choice", "TC_OPT": "tinygrad's tensor-core options",
   "REWRITE_STACK_LIMIT": "tinygrad's rewrite recursion limit", "MAX_BUFFER_SIZE": "tinygrad's buffer size limit",
   "LRU": "tinygrad's LRU allocator switch", "JIT_BATCH_SIZE": "tinygrad's batching of jitted kernels into graphs",
-  "FUSE_OPTIM": "tinygrad's concatenation of all optimizer parameters", "CAPTURING": "tinygrad's jit capture switch",
+  "FUSE_OPTIM": "tinygrad's concatenation of all optimizer parameters",
   "CAPTURE_PROCESS_REPLAY": "tinygrad's process-replay recorder", "NOLOCALS": "tinygrad's local-memory switch",
   "CHECK_OOB": "tinygrad's static out-of-bounds proof of each load; attograd checks a view's bounds when it is built",
   "DEV": "tinygrad's device target string; attograd reads DEV once, set Device.DEFAULT to change it",
@@ -148,6 +148,8 @@ class Context(contextlib.ContextDecorator):
 
 DEBUG, NOOPT, BEAM = ContextVar("DEBUG", 0), ContextVar("NOOPT", 0), ContextVar("BEAM", 0)
 JIT, CACHELEVEL = ContextVar("JIT", 1), ContextVar("CACHELEVEL", 2)
+# CAPTURING=0: kernels run inside a TinyJit's capture are not recorded (one-time setup work the replays skip)
+CAPTURING = ContextVar("CAPTURING", 1)
 THREADS = ContextVar("THREADS", os.cpu_count() or 1)
 # TRAINING: dropout drops, BatchNorm uses batch statistics and updates its running ones, and optimizers may step.
 # Tensor.training and Tensor.train() read and set this same flag.

@@ -290,6 +290,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
+    if _active_recorder() is not None:  # a TinyJit capturing: the value read now would be baked into every replay
+      from attograd.engine.jit import JitRuntimeError  # (the engine imports this module)
+      raise JitRuntimeError(f"TinyJit: reading a Tensor's values ({self._shape_repr()}, {self.dtype}) while a jit "
+                            "captures would bake them into every replay; keep .item(), .tolist(), .numpy() and the ops "
+                            "that read data (masked_select, nonzero, boolean indexing without size=) out of the jitted "
+                            "function")
     if self.uop.device.__class__ is tuple: return self.to(self.device[0])._buffer()  # gathered on the first device
     if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self.uop).base], 0
     t = self.realize()
@@ -430,8 +436,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         raise ValueError(f"assign: shape mismatch, target {self.shape} but value {x.shape}")
       x = x._broadcast_to(self.shape)
     if x.device != self.device:
-      raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
-    if x.dtype != self.dtype: x = x.cast(self.dtype)
+      # a value built from device-less UOps (Tensor(UOp.const(2.0))) is a constant: it lives where it is written
+      if not any(u.op is Ops.DEVICE for u in x.uop.toposort()): x = Tensor(x.uop, device=self.device)
+      else: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
+    if x.dtype != self.dtype:  # as tinygrad (PyTorch's copy_ casts): an implicit cast can lose precision or values
+      raise RuntimeError(f"assign dtype mismatch: target {self.dtype} but value {x.dtype}; cast the value first "
+                         f"(value.cast({self.dtype}))")
     if not _is_whole_buffer(self.uop) and (view := _writable_view(self.uop)) is not None:
       return self._assign_view(x, *view, value_private=value_private)
     self.realize()

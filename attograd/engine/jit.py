@@ -2,19 +2,19 @@
 later calls replay those kernels with the new input buffers and variable values: no graph building, scheduling or
 compiling."""
 from __future__ import annotations
-import functools, struct, time, types, warnings, weakref
+import functools, struct, time, warnings, weakref
 from typing import Any, Callable, Generic, TypeVar
 from attograd.device import Buffer, Device
 from attograd.dtype import DType, dtypes
 from attograd.engine import recorder
 from attograd.engine.buffers import buffers, new_buffer_uop
-from attograd.engine.memory import plan_jit
+from attograd.engine.memory import PooledBuffer, plan_jit
 from attograd.engine.nan import DEBUG_NAN
 from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.helpers import DEBUG, JIT, GlobalCounters
 from attograd.tensor import Tensor, _contiguous_view_of_buffer, _prefix_of_buffer
-from attograd.uop.ops import GroupOp, Ops, UOp, sym_val, unbind_sint
+from attograd.uop.ops import GroupOp, Ops, UOp, UOpMetaClass, sym_val, unbind_sint
 from attograd.uop.variables import SIZED, bind_size, map_arg, sym_arg, unbind_size
 
 class JitError(Exception):
@@ -27,7 +27,8 @@ class JitRuntimeError(JitError, RuntimeError): pass
 ReturnType = TypeVar("ReturnType")
 Recording = list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]]
 InputSpec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device
-Prepared = tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...], list[str], list[Tensor], dict[str, UOp]]
+Prepared = tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...], list[str], list[Tensor], dict[str, UOp],
+                 tuple[Any, ...]]
 
 def _is_whole_buffer(u: UOp) -> bool:
   """A buffer seen through reshapes, or through the prefix of it that holds the values (a symbolic shape's)."""
@@ -81,8 +82,25 @@ def _value_key(v: Any) -> Any:
   return (c, v)  # anything else by its own equality: instances of plain classes by identity
 
 def _tensor_key(t: Tensor) -> tuple[Any, ...]:
-  u = t.uop
-  return (Tensor, _unbound_shape(u.shape), u.dtype, t.device, t.requires_grad)
+  """A Tensor argument in the call's key: where it is, and whether it asks for gradients (the shapes, dtypes, devices
+  and views of all Tensor inputs are the capture's signature, which a later call must match)."""
+  return (Tensor, t.requires_grad)
+
+def _shallow_key(v: Any) -> Any:
+  """A list, tuple or dict argument holding Tensors: its Tensors are inputs too (one level deep, as tinygrad takes
+  them); deeper ones raise _HoldsTensor."""
+  def one(x: Any) -> Any: return _tensor_key(x) if isinstance(x, Tensor) else _value_key(x)
+  if isinstance(v, dict): return (v.__class__, tuple((_value_key(k), one(x)) for k, x in v.items()))
+  return (v.__class__, tuple(one(x) for x in v))
+
+def _view_key(u: UOp) -> tuple[Any, ...]:
+  """A non-contiguous Tensor input's view of its buffer (symbolic sizes unbound), and the buffer's shape: the part of
+  the signature that says which elements the captured kernels read."""
+  chain: list[Any] = []
+  while u.op in GroupOp.Movement:
+    chain.append((u.op, map_arg(u.arg, lambda x: unbind_size(x, {})) if u.op in SIZED and sym_arg(u.arg) else u.arg))
+    u = u.src[0]
+  return (_unbound_shape(u.shape), tuple(chain))
 
 def _show(v: Any) -> str:
   """A value in messages; floats that print alike show their bits."""
@@ -98,11 +116,11 @@ def _call_key(vals: list[Any], pos: list[int | str], skip: int) -> tuple[Any, ..
     if isinstance(v, Tensor): key.append(_tensor_key(v))
     elif v.__class__ is UOp and v.op is Ops.BIND: key.append((UOp, v.src[0]))  # its value is a replay input
     else:
-      try: key.append(_value_key(v))
+      try: key.append(_shallow_key(v) if isinstance(v, (tuple, list, dict)) else _value_key(v))
       except _HoldsTensor:
-        raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__} holding Tensors; a replay would keep reading "
-                           "the Tensors of the captured call. Pass each input Tensor as an argument of its own") \
-          from None
+        raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__} holding Tensors more than one level deep; a "
+                           "replay would keep reading the Tensors of the captured call. Pass the input Tensors as "
+                           "arguments, or in a flat list, tuple or dict") from None
       except _Unhashable:
         raise JitTypeError(f"TinyJit: {_name(p)} is a {type(v).__name__}, which is not hashable, so a later call can't "
                            "be checked against the capture; pass a hashable value (a tuple, a frozen dataclass) or a "
@@ -114,26 +132,68 @@ def _modes() -> dict[str, Any]:
   return {"Tensor.training": Tensor.training, "dtypes.default_float": dtypes.default_float,
           "dtypes.default_int": dtypes.default_int, "Device.DEFAULT": Device.DEFAULT}
 
+def _input_tensors(pos: list[int | str], vals: list[Any], skip: int) -> tuple[list[str], list[Tensor]]:
+  """A call's Tensor inputs and their names: its Tensor arguments, then the Tensors in its list, tuple and dict
+  arguments (one level deep, as tinygrad takes them; a Tensor already taken is taken once)."""
+  names, tensors, held = [], [], []
+  for i, (p, v) in enumerate(zip(pos, vals)):  # a plain loop: this runs on every replay
+    if isinstance(v, Tensor):
+      names.append(_name(p))
+      tensors.append(v)
+    elif i >= skip and isinstance(v, (tuple, list, dict)): held.append((p, v))
+  for p, v in held:
+    for k, x in (v.items() if isinstance(v, dict) else enumerate(v)):
+      if isinstance(x, Tensor) and not any(x is t for t in tensors):
+        names.append(f"{_name(p)}[{k!r}]")
+        tensors.append(x)
+  return names, tensors
+
+def _check_real(name: str, t: Tensor) -> None:
+  """A scalar constant (Tensor(2.0)) or a Tensor built from device-less UOps has no buffer a replay could swap for the
+  next call's, so it can't be a jit input (tinygrad refuses them too; bigger constants get a buffer of their own)."""
+  u = t.uop
+  if u.op is Ops.CONST or not any(x.op is Ops.DEVICE for x in u.toposort()):
+    what = "a scalar constant" if u.op is Ops.CONST else "built from device-less UOps"
+    raise JitValueError(f"TinyJit: {name} is {what} ({u.dtype}), with no buffer to replace on later calls; jit inputs "
+                        "must be real buffers: pass Tensor([value]), or a Tensor on a device")
+
+def _swap_in(v: Any, fixed: dict[int, Tensor]) -> Any:
+  """An argument with its Tensors (one level deep in a container) replaced by their contiguous copies in `fixed`."""
+  def one(x: Any) -> Any: return fixed.get(id(x), x) if isinstance(x, Tensor) else x
+  if isinstance(v, Tensor): return one(v)
+  if isinstance(v, list): return [one(x) for x in v]
+  if isinstance(v, tuple): return v.__class__(*map(one, v)) if hasattr(v, "_fields") else tuple(map(one, v))
+  if isinstance(v, dict): return {k: one(x) for k, x in v.items()}
+  return v
+
 def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) -> Prepared:
-  """The call's key, and every Tensor argument realized into a contiguous buffer of its own (a non-contiguous view
-  gets a copy). Returns the arguments to call with, the key, the Tensor arguments' names and Tensors, and the bound
-  Variables by name."""
+  """The call's key and signature, and every Tensor input realized into a contiguous buffer of its own (a
+  non-contiguous view gets a copy). Returns the arguments to call with, the key, the Tensor inputs' names and Tensors
+  (one per shard), the bound Variables by name, and the signature: the Tensor inputs' names, shapes, dtypes, devices
+  and views, which every call after the first capture must match."""
   kws = sorted(kwargs) if kwargs else []  # keywords sorted, so their order in the call doesn't matter
   pos: list[int | str] = [*range(len(args)), *kws]
   vals = [*args, *(kwargs[k] for k in kws)]
   key = (_call_key(vals, pos, skip), tuple(kws), Tensor.training, dtypes.default_float, dtypes.default_int,
          Device.DEFAULT)  # the values of _modes(), read directly: this runs on every replay
-  todo = [v for v in vals if isinstance(v, Tensor) and v.uop.base.op is not Ops.BUFFER]
-  if todo: todo[0].realize(*todo[1:])
+  tnames, tensors = _input_tensors(pos, vals, skip)
+  todo = [t for t in tensors if t.uop.base.op is not Ops.BUFFER]
+  if todo:
+    for n, t in zip(tnames, tensors):
+      if t.uop.base.op is not Ops.BUFFER: _check_real(n, t)
+    todo[0].realize(*todo[1:])
   fixed: dict[int, Tensor] = {}
-  for v in vals:
-    if isinstance(v, Tensor) and not _is_whole_buffer(v.uop): fixed[id(v)] = v.contiguous().realize()
+  views: list[tuple[int, Any]] = []
+  for i, t in enumerate(tensors):
+    if not _is_whole_buffer(t.uop):
+      views.append((i, _view_key(t.uop)))
+      fixed[id(t)] = t.contiguous().realize()
   if fixed:
-    args = tuple(fixed.get(id(v), v) for v in args)
-    kwargs = {k: fixed.get(id(v), v) for k, v in kwargs.items()}
-    vals = [fixed.get(id(v), v) for v in vals]
-  names, tensors = _shards([_name(p) for p, v in zip(pos, vals) if isinstance(v, Tensor)],
-                           [v for v in vals if isinstance(v, Tensor)])
+    args = tuple(_swap_in(v, fixed) for v in args)
+    kwargs = {k: _swap_in(v, fixed) for k, v in kwargs.items()}
+    tensors = [fixed.get(id(t), t) for t in tensors]
+  sig = (tuple(tnames), tuple([(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]), tuple(views))
+  names, tensors = _shards(tnames, tensors)
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
   for v in vals[skip:] + [b for t in tensors for b in _shape_vars(t.shape)]:
@@ -143,7 +203,24 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
         raise JitValueError(f"TinyJit: Variable {vname!r} is bound twice in one call, to {variables[vname].val} and "
                          f"{v.val}")
       variables[vname] = v
-  return args, kwargs, key, names, tensors, variables
+  return args, kwargs, key, names, tensors, variables, sig
+
+def _mismatch(want: tuple[Any, ...], got: tuple[Any, ...]) -> str:
+  """How a call's signature differs from the capture's, in words."""
+  if want[0] != got[0]:
+    return f"its Tensor inputs are ({', '.join(got[0])}), but the capture took ({', '.join(want[0])})"
+  for n, w, g in zip(want[0], want[1], got[1]):
+    if w != g: return f"{n} is {_show_spec(g)}, but the capture took {_show_spec(w)}"
+  wv, gv = dict(want[2]), dict(got[2])
+  n = next(want[0][i] for i in sorted(set(wv) | set(gv)) if wv.get(i) != gv.get(i))
+  def view(v: Any) -> str: return "a contiguous buffer" if v is None else f"a view {v[1]} of a buffer of shape {v[0]}"
+  i = want[0].index(n)
+  return f"{n} is {view(gv.get(i))}, but the capture took {view(wv.get(i))}"
+
+def _show_spec(spec: tuple[Any, ...]) -> str:
+  shape, dtype, device = spec
+  dims = [d.render() if isinstance(d, UOp) else str(d) for d in shape]  # a Variable by its name
+  return f"a Tensor of shape ({', '.join(dims)}{',' if len(dims) == 1 else ''}) ({dtype}, {device})"
 
 def _output_tensors(ret: Any, where: str = "the return value") -> list[Tensor]:
   """The Tensors in a return value (a Tensor, None, or tuples, lists and dicts of them), in order."""
@@ -188,7 +265,7 @@ class CapturedJit:
                   for n in self.kernel_names)
     return UOp(Ops.LINEAR, dtypes.void, calls)
   def __init__(self, rec: Recording, inputs: list[Buffer], names: list[str], specs: list[InputSpec],
-               var_names: dict[str, UOp], ret: Any, outs: list[Tensor]):
+               var_names: dict[str, UOp], ret: Any, outs: list[Tensor], existing: set[int]):
     self.names, self.specs, self.var_names, self.ret = names, specs, var_names, ret
     self.n_kernels = sum(1 for r, _, _ in rec if isinstance(r, CompiledRunner))
     self.ops = sum(r.spec.op_estimate for r, _, _ in rec if isinstance(r, CompiledRunner))
@@ -200,6 +277,9 @@ class CapturedJit:
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
     self.in_slots: list[list[tuple[list[Any], int, bool]]] = [[] for _ in inputs]
     self.var_slots: list[tuple[list[Any], int, str]] = []
+    # the other buffers' raw handles: filled again after free_intermediates
+    self.buf_slots: list[tuple[list[Any], int, Buffer]] = []
+    self.freed = False
     where = {id(b): i for i, b in enumerate(inputs)}
     written: dict[int, Buffer] = {}
     for runner, bufs, var_vals in rec:
@@ -217,25 +297,53 @@ class CapturedJit:
       self.calls.append((_fast_call(runner, len(gl)), args))
       for pos, i in enumerate(gl):
         if (j := where.get(id(bufs[i]))) is not None: self.in_slots[j].append((args, pos, True))
+        else: self.buf_slots.append((args, pos, bufs[i]))
       for k, n in enumerate(runner.var_names):
         if n in var_names: self.var_slots.append((args, len(gl) + k, n))
       for o in runner.spec.outs: written[id(bufs[o])] = bufs[o]
     # outputs: a fresh BUFFER node over the same buffer on every call, so graphs built from one call's outputs are
     # never confused with the next call's (whose kernels overwrite the buffer)
-    self.outs: list[tuple[UOp, Buffer | None]] = []
+    # an output that is an input (written in place, as x.assign(...) returned) is that input of each call
+    self.outs: list[tuple[UOp, Buffer | None, int | None]] = []
     for t in outs:
       base = t.uop.base
-      self.outs.append((_unbind_chain(t.uop), buffers[base] if base.op is Ops.BUFFER else None))
+      buf = buffers[base] if base.op is Ops.BUFFER else None
+      self.outs.append((_unbind_chain(t.uop), buf, where.get(id(buf)) if buf is not None else None))
     self.written = [b for k, b in written.items() if k not in where]
+    self.written_inputs = [i for i, b in enumerate(inputs) if id(b) in written]  # their versions bump on each call
+    # an input that is a buffer these kernels write (a previous call's output fed back) is copied first, as a kernel
+    # writing it would change values another one still reads
+    self.fed_back = {id(b) for b in self.written}
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
+    # what free_intermediates frees: the pooled intermediates (the slots under them), and the outputs made while
+    # capturing (not state that existed before, as x of x += y returned, whose values must stay)
+    self.freeable: list[Buffer] = [b for b in dict.fromkeys(x for _, bufs, _ in rec for x in bufs)
+                                   if isinstance(b, PooledBuffer)]
+    self.freeable += list({id(b): b for _, b, src in self.outs if b is not None and src is None
+                           and id(b) not in existing}.values())
     self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see recorder.Recorder
+
+  def free_intermediates(self) -> None:
+    """Free the memory only the replays use, as tinygrad's: the intermediates, and the outputs the kernels write whole
+    (the last call's outputs lose their values). The next call allocates it again."""
+    for b in self.freeable:
+      if isinstance(b, PooledBuffer): b.slot.deallocate()
+      b.deallocate()
+    self.freed = True
+
+  def reallocate(self) -> None:
+    """After free_intermediates: memory again under every buffer, and its handles in the argument lists."""
+    for args, pos, b in self.buf_slots: args[pos] = b.allocate()._buf
+    self.freed = False
 
   def __call__(self, tensors: list[Tensor], variables: dict[str, UOp]) -> Any:
     # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
     st = time.perf_counter() if DEBUG >= 1 else 0.0
     if self.size_checks: self._check_sizes(variables)
+    copies: list[Buffer] = []  # fed-back inputs' copies: alive until the kernels ran
     for t, slots in zip(tensors, self.in_slots):
       b = buffers[t.uop.base]
+      if b._buf is None or id(b) in self.fed_back: b = _own(b, copies)
       raw = b._buf
       for args, pos, want_raw in slots: args[pos] = raw if want_raw else b
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
@@ -258,8 +366,9 @@ class CapturedJit:
     if DEBUG >= 1: print(f"jit: replayed {len(self.calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
     outs = []
     vals = {v.src[0]: v.src[1].arg for v in variables.values()}
-    for u, buf in self.outs:
-      if buf is None: outs.append(Tensor(_swap_base(u, u.base, vals)))
+    for u, buf, src in self.outs:
+      if src is not None: outs.append(Tensor(_swap_base(u, tensors[src].uop.base, vals)))
+      elif buf is None: outs.append(Tensor(_swap_base(u, u.base, vals)))
       else: outs.append(Tensor(_swap_base(u, new_buffer_uop(buf.device, buf.size, buf.dtype, buf), vals)))
     return _rebuild(self.ret, outs)
 
@@ -274,6 +383,24 @@ class CapturedJit:
         raise JitValueError(f"TinyJit: with {shown} the captured {what} is out of bounds ({va} {cmp} "
                             f"{vb}): its kernels would read outside their buffers. Keep the Variables in the range the "
                             "function allows, or call it without the jit for this value")
+
+def _live_buffers() -> set[int]:
+  """The ids of the Buffers behind every BUFFER node alive now."""
+  return {id(b) for u in UOpMetaClass.live() if u.op is Ops.BUFFER and (b := buffers.get(u)) is not None}
+
+def graph_class(dev: Any) -> Any:
+  """tinygrad's graph runner class for a device (None where it has none): attograd's replays call each kernel
+  directly, so every device's is None."""
+  return dev.graph
+
+def _own(b: Buffer, copies: list[Buffer]) -> Buffer:
+  """An input buffer a replay can hand its kernels: allocated (Tensor.empty(n) has no memory yet, and a kernel would
+  write to NULL), and copied when it is one the kernels write (a previous call's output fed back: a kernel writing it
+  would change values another one still reads)."""
+  if b._buf is None: return b.allocate()
+  copies.append(nb := Buffer(b.device, b.size, b.dtype))
+  _copy(nb, b)
+  return nb
 
 def _fast_call(runner: CompiledRunner, nbufs: int) -> Callable[..., Any]:
   """The cheapest callable running this kernel with (buffer handles..., variable values...): the ctypes function
@@ -314,17 +441,24 @@ def _prune(rec: Recording, changing: list[Any]) -> Recording:
       live.update(id(b) for b in kbufs)
   return kept
 
+class _BoundJit(functools.partial):
+  """A jitted method of one instance: a partial over its jit's __call__, as tinygrad's (`.func.__self__` is the jit),
+  that shows the jit's attributes too (`model.step.captured`, `model.step.reset()`)."""
+  def __getattr__(self, name: str) -> Any: return getattr(self.func.__self__, name)  # type: ignore[attr-defined]
+
 class TinyJit(Generic[ReturnType]):
   """Capture the kernels a function of Tensors runs, and replay them on later calls.
 
   The first call runs the function; the second runs it again while recording its kernels; every later call only
   replays those kernels, with the new inputs' buffers (and new values of bound Variables passed as arguments).
-  A capture is kept per argument signature: Tensor arguments by shape, dtype and device, bound Variables by their
-  Variable (not their value), every other argument by value (floats by their bits, containers element by element;
-  they must be hashable), and the global modes a function reads (Tensor.training, default dtypes, Device.DEFAULT).
-  A call with a new signature runs and captures anew, keeping the `max_captures` most recently used captures. A
-  jitted method captures per instance. Returned Tensors are backed by the same buffers on every call, so a result is
-  overwritten by the next call (read it, or copy it, before calling again). `JIT=0` turns capturing off.
+  As in tinygrad, the Tensor inputs (the Tensor arguments, and the Tensors in list, tuple and dict arguments) are
+  fixed at the first capture: a later call whose Tensor inputs have other names, shapes, dtypes, devices or views
+  raises JitError (`reset()` captures anew). Other arguments are keyed by value: bound Variables by their Variable
+  (not their value), the rest by value (floats by their bits, containers element by element; they must be hashable),
+  with the global modes a function reads (Tensor.training, default dtypes, Device.DEFAULT); a new value runs and
+  captures anew, keeping the `max_captures` most recently used captures. A jitted method captures per instance.
+  Returned Tensors are backed by the same buffers on every call, so a result is overwritten by the next call (read
+  it, or copy it, before calling again). `JIT=0` turns capturing off.
 
   >>> from attograd import Tensor, TinyJit
   >>> @TinyJit
@@ -349,6 +483,7 @@ class TinyJit(Generic[ReturnType]):
     self.cnt = 0  # calls since the last reset
     self.captured: CapturedJit | None = None  # the capture the last call replayed or made
     self._entries: dict[tuple[Any, ...], _Entry] = {}
+    self._sig: tuple[Any, ...] | None = None  # the Tensor inputs' names, shapes, dtypes, devices and views captured
     self._warned = False
     for _, jit in self._instances.values(): jit.reset()
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -360,23 +495,30 @@ class TinyJit(Generic[ReturnType]):
       jit: TinyJit[ReturnType] = TinyJit(self.fxn, self.max_captures, self.prune)
       jit._skip = 1
       try: ref = weakref.ref(obj, functools.partial(_forget, self._instances, id(obj)))
-      except TypeError: return types.MethodType(self, obj)  # no weak references (__slots__): keyed by the instance
+      except TypeError: return _BoundJit(self.__call__, obj)  # no weak references (__slots__): keyed by the instance
       self._instances[id(obj)] = hit = (ref, jit)
-    return types.MethodType(hit[1], obj)
+    return _BoundJit(hit[1].__call__, obj)
   def __repr__(self) -> str: return f"<TinyJit {getattr(self.fxn, '__qualname__', self.fxn)!s} calls={self.cnt}>"
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
     if (outer := recorder.active()) is not None:
-      raise JitRuntimeError(f"TinyJit: {self!r} was called while {outer.owner!r} is capturing; a jit can't be captured "
-                         "inside another: jit only the outer function")
+      raise JitRuntimeError(f"TinyJit: {self!r} was called while {outer.owner!r} is capturing: having TinyJit inside "
+                            "another TinyJit is not supported; jit only the outer function")
     if not JIT or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
-    args, kwargs, key, names, tensors, variables = _prepare_inputs(args, kwargs, self._skip)
+    args, kwargs, key, names, tensors, variables, sig = _prepare_inputs(args, kwargs, self._skip)
     self.cnt += 1
+    if self._sig is not None and sig != self._sig:
+      raise JitValueError(f"TinyJit: {self!r} was captured for other inputs: {_mismatch(self._sig, sig)}. Its kernels "
+                          "are fixed: call it with inputs like the captured ones (a bound Variable for a size that "
+                          "changes), call .reset() to capture anew, or use one TinyJit per shape")
     entry = self._entries.get(key)
-    if entry is not None and entry.captured is not None:
+    if entry is not None and (cj := entry.captured) is not None:
       entry.last = self.cnt
-      self.captured = entry.captured
-      return entry.captured(tensors, variables)
+      self.captured = cj
+      if cj.freed: cj.reallocate()
+      ret = cj(tensors, variables)
+      for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
+      return ret
     bufs = [buffers[t.uop.base] for t in tensors]
     seen: dict[int, str] = {}
     for n, b in zip(names, bufs):
@@ -393,6 +535,7 @@ class TinyJit(Generic[ReturnType]):
     entry.last = self.cnt
     # the second call: record every kernel it runs; random numbers read their counter from the recorder's buffer
     # while capturing, so each replay draws new ones
+    existing = _live_buffers()  # once per capture: which outputs the capture made (free_intermediates frees those)
     rng_start = Tensor._rng_counter
     rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
     with recorder.recording(recorder.Recorder(self, (rng, rng_start))) as capture:
@@ -403,10 +546,11 @@ class TinyJit(Generic[ReturnType]):
     if not rec:
       raise JitRuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
-    for i, t in enumerate(outs):
-      if t.uop.base.op is Ops.BUFFER and id(b := buffers[t.uop.base]) in seen:
-        raise JitValueError(f"TinyJit: output {i} is the same buffer as input {seen[id(b)]}; the replay would write "
-                            "into the caller's tensor. Return a new Tensor (e.g. x.contiguous() of a computed value)")
+    for i, t in enumerate(outs):  # an output on several devices can't stand for each call's input shards
+      if t.uop.base.op is not Ops.MULTI: continue
+      if (hit := [seen[k] for s in t.uop.base.src if s.base.op is Ops.BUFFER and (k := id(buffers[s.base])) in seen]):
+        raise JitValueError(f"TinyJit: output {i} is sharded over input {hit[0]}'s buffers; return a new Tensor (e.g. "
+                            "x.contiguous() of a computed value)")
     if self.prune:
       changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
       before = len(rec)
@@ -414,7 +558,8 @@ class TinyJit(Generic[ReturnType]):
       if DEBUG >= 1: print(f"jit: pruned {before - len(rec)} of {before} kernels that read nothing the inputs change")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]
-    self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs)
+    self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, outs, existing)
+    self._sig = sig  # later calls must match it: the kernels are built for these shapes, dtypes and views
     if (used := Tensor._rng_counter - rng_start): self.captured.rng = (buffers[rng.uop.base], used)
     # the size facts over this call's Variables, checked again on each replay (those over constants hold for good)
     self.captured.size_checks = [c for c in dict.fromkeys(capture.size_checks) if _reads_any(c[:2], variables)]

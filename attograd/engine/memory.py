@@ -31,6 +31,7 @@ class PooledBuffer(Buffer):
       # host memoryviews are sliced to this buffer's size (copies check sizes); device handles are shared as is
       self._buf = s._buf[:max(self.nbytes, 1)] if isinstance(s._buf, memoryview) else s._buf
     return self
+  def deallocate(self) -> None: self._buf = None  # the slot frees the memory
   def __del__(self) -> None: pass  # the slot frees the memory
 
 # ***** lifetimes and best fit *****

@@ -17,7 +17,7 @@ from attograd.engine.profile import PROFILER
 from attograd.engine import recorder
 from attograd import viz
 from attograd.viz import VIZ
-from attograd.helpers import DEBUG, ContextVar, GlobalCounters, colored
+from attograd.helpers import CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
 from attograd.renderer import ProgramSpec
 from attograd.uop.ops import Ops, UOp
 
@@ -223,7 +223,7 @@ copy_runner = CopyRunner()
 
 def run_schedule(items: list[ScheduleItem]) -> None:
   _prepare(items)
-  capturing = recorder.active()  # a TinyJit's recorder, while one captures
+  capturing = recorder.active() if CAPTURING else None  # a TinyJit's recorder, while one captures
   for si in items:
     for b in si.bufs: b.allocate()
     if si.ast.op is Ops.COPY:
