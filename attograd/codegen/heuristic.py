@@ -46,19 +46,27 @@ def gpu_optimizations(k: Kernel, local_max: int = 256) -> None:
   if DEBUG >= 3 and k.applied: print(f"opts: {k.applied} full_shape={k.full_shape}")
 
 
-def hand_coded_optimizations(k: Kernel) -> None:
+def _worth_threads(k: Kernel, work: int, thread_min: tuple[int, int]) -> bool:
+  """Enough work to split across cores: thread_min is (loop points, bytes of memory moved), either one enough."""
+  if work >= thread_min[0]: return True
+  globs = {u.src[0] for u in k.sts if u.op in (Ops.LOAD, Ops.STORE)}
+  return sum(sym_max(g.dtype.bufsize) * g.dtype.itemsize for g in globs) >= thread_min[1]  # type: ignore[attr-defined,misc]
+
+def hand_coded_optimizations(k: Kernel, thread_min: tuple[int, int] = (32768, 1 << 62)) -> None:
   """A small heuristic for reduce kernels:
   1. vector lanes on an axis every input walks contiguously or not at all: an output axis, else the innermost
      reduce axis (a dot product, summed across the lanes after the loop);
   2. short window axes (loads are masked along them: the pieces of a stack) unrolled whole, so each copy reads
      one piece with its mask folded away;
   3. register tiles on output axes along which the vector loads repeat, so one load feeds several accumulators;
-  4. big kernels split across CPU threads on the outermost axis.
+  4. big kernels split across CPU threads on the outermost axis (thread_min: the renderer's thread_min_work and
+     thread_min_bytes, the least work worth starting the other cores for).
   A kernel over symbolic sizes gets lanes and tiles on its constant axes only (_symbolic_lanes), and the threads."""
   if NOOPT: return
   if is_symbolic(k.full_shape):
     if 0 < k.first_reduce: _symbolic_lanes(k)
-    if k.first_reduce > 0 and sym_max(prod(k.full_shape)) >= 32768: k.apply_opt(Opt("THREAD", 0, 0))
+    if k.first_reduce > 0 and _worth_threads(k, sym_max(prod(k.full_shape)), thread_min):
+      k.apply_opt(Opt("THREAD", 0, 0))
     return
   if 0 < k.first_reduce < k.shape_len:
     _pad_odd_axes(k)
@@ -128,7 +136,8 @@ def hand_coded_optimizations(k: Kernel) -> None:
     if k.gathers: plan = [p for p in plan if p[1] < k.first_reduce]  # reduce axes stay whole: see `gathers`
     for op, ax, amt in sorted(plan, key=lambda p: -p[1]): k.apply_opt(Opt(op, ax, amt))
   work = prod(k.full_shape)
-  if k.first_reduce > 0 and work >= 32768 and k.full_shape[0] >= 2: k.apply_opt(Opt("THREAD", 0, 0))
+  if k.first_reduce > 0 and _worth_threads(k, work, thread_min) and k.full_shape[0] >= 2:
+    k.apply_opt(Opt("THREAD", 0, 0))
   if DEBUG >= 3 and k.applied: print(f"opts: {k.applied} full_shape={k.full_shape}")
 
 

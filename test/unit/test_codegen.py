@@ -408,3 +408,16 @@ def test_symbolic_attention_kernels_get_lanes_and_tiles(device: str) -> None:
     s = (tq @ keys.transpose(1, 2)).contiguous().realize()
     assert {"RLANES", "UPCAST"} <= set(_opts(tq @ keys.transpose(1, 2)))
     assert {"LANES", "UPCAST"} <= set(_opts(s @ values))
+
+def test_threads_only_for_kernels_worth_waking_the_cores() -> None:
+  # OpenMP's workers sleep between kernels (passive waits) and waking one costs tens of microseconds: a decode-sized
+  # matvec (1.3 MB, 330k multiply-adds) runs on one core; one that moves 16 MB, or a big elementwise kernel, is split
+  if not Device["CPU"].compiler.openmp: pytest.skip("the C compiler has no OpenMP: kernels run on one core")
+  small, big = Tensor.rand(576, 576).realize(), Tensor.rand(2048, 2048).realize()
+  x, y = Tensor.rand(1, 576).realize(), Tensor.rand(1, 2048).realize()
+  assert "#pragma omp parallel" not in _src((x.reshape(1, 1, 576) * small.reshape(1, 576, 576)).sum(-1))
+  assert "#pragma omp parallel" in _src((y.reshape(1, 1, 2048) * big.reshape(1, 2048, 2048)).sum(-1))
+  r = ClangRenderer()
+  assert (r.thread_min_work, r.thread_min_bytes) == (1 << 22, 4 << 20)
+  from attograd.renderer.llvmir import LLVMRenderer
+  assert LLVMRenderer().thread_min_work == 32768  # LLVM's own thread pool: the old rule
