@@ -296,17 +296,23 @@ def _short_error(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
   return f"{type(e).__name__}: {msg}"[:160]
 
-def rows(quick: bool = False, verbose: bool = False) -> list[dict[str, Any]]:
+MODELS = ("stories260K", "gpt2-small-shaped", "SmolLM2")
+
+def rows(quick: bool = False, verbose: bool = False, only: tuple[str, ...] = MODELS) -> list[dict[str, Any]]:
   """Rows {name, unit, work, values: {framework: tokens/s or error text}} for attograd and torch (if installed), and
-  for SmolLM2 also attograd with quantized weights, llama.cpp (if installed) and each one's bandwidth limit."""
+  for SmolLM2 also attograd with quantized weights, llama.cpp (if installed) and each one's bandwidth limit. `only`:
+  the models to run (names from MODELS)."""
   frameworks = ["attograd"]
   try:
     import torch  # noqa: F401
     frameworks.append("torch")
   except ImportError: pass
   n, rounds, prompt = (8, 2, 32) if quick else (32, 3, 128)
-  rows = (bench_model("stories260K", stories, prompt, n, 512, frameworks, rounds, verbose) +
-          bench_model("gpt2-small-shaped", gpt2_shaped, prompt, n, 256 if quick else 512, frameworks, rounds, verbose))
+  rows: list[dict[str, Any]] = []
+  if "stories260K" in only: rows += bench_model("stories260K", stories, prompt, n, 512, frameworks, rounds, verbose)
+  if "gpt2-small-shaped" in only:
+    rows += bench_model("gpt2-small-shaped", gpt2_shaped, prompt, n, 256 if quick else 512, frameworks, rounds, verbose)
+  if "SmolLM2" not in only: return rows
   try: path = smollm2_path()
   except FileNotFoundError as e:
     return rows + [{"name": "SmolLM2 Q4_1", "unit": "tok/s", "work": 0.0, "values": {"attograd": str(e)}}]
@@ -331,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m bench.llm", description=__doc__)
   parser.add_argument("--quick", action="store_true", help="shorter prompts and fewer decoded tokens")
   parser.add_argument("-v", "--verbose", action="store_true", help="print full tracebacks of failing benchmarks")
+  parser.add_argument("--only", action="append", choices=MODELS, help="run only this model's rows (repeatable)")
   args = parser.parse_args(argv)
-  got = rows(args.quick, args.verbose)
+  got = rows(args.quick, args.verbose, tuple(args.only or MODELS))
   fws = [fw for fw in ("attograd", "attograd-quantized", "torch", "llama.cpp") if any(fw in r["values"] for r in got)]
   print(f"{'benchmark':<44}{'unit':>7}" + "".join(f"{fw:>19}" for fw in fws) + f"{'vs torch':>9}")
   errors: list[str] = []

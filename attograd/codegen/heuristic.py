@@ -46,18 +46,27 @@ def gpu_optimizations(k: Kernel, local_max: int = 256) -> None:
   if DEBUG >= 3 and k.applied: print(f"opts: {k.applied} full_shape={k.full_shape}")
 
 
-def hand_coded_optimizations(k: Kernel) -> None:
+def _worth_threads(k: Kernel, work: int, thread_min: tuple[int, int]) -> bool:
+  """Enough work to split across cores: thread_min is (loop points, bytes of memory moved), either one enough."""
+  if work >= thread_min[0]: return True
+  globs = {u.src[0] for u in k.sts if u.op in (Ops.LOAD, Ops.STORE)}
+  return sum(sym_max(g.dtype.bufsize) * g.dtype.itemsize for g in globs) >= thread_min[1]  # type: ignore[attr-defined,misc]
+
+def hand_coded_optimizations(k: Kernel, thread_min: tuple[int, int] = (32768, 1 << 62)) -> None:
   """A small heuristic for reduce kernels:
   1. vector lanes on an axis every input walks contiguously or not at all: an output axis, else the innermost
      reduce axis (a dot product, summed across the lanes after the loop);
   2. short window axes (loads are masked along them: the pieces of a stack) unrolled whole, so each copy reads
      one piece with its mask folded away;
   3. register tiles on output axes along which the vector loads repeat, so one load feeds several accumulators;
-  4. big kernels split across CPU threads on the outermost axis.
-  A kernel over symbolic sizes only gets the threads (its loop bounds are not known until it runs)."""
+  4. big kernels split across CPU threads on the outermost axis (thread_min: the renderer's thread_min_work and
+     thread_min_bytes, the least work worth starting the other cores for).
+  A kernel over symbolic sizes gets lanes and tiles on its constant axes only (_symbolic_lanes), and the threads."""
   if NOOPT: return
   if is_symbolic(k.full_shape):
-    if k.first_reduce > 0 and sym_max(prod(k.full_shape)) >= 32768: k.apply_opt(Opt("THREAD", 0, 0))
+    if 0 < k.first_reduce: _symbolic_lanes(k)
+    if k.first_reduce > 0 and _worth_threads(k, sym_max(prod(k.full_shape)), thread_min):
+      k.apply_opt(Opt("THREAD", 0, 0))
     return
   if 0 < k.first_reduce < k.shape_len:
     _pad_odd_axes(k)
@@ -127,9 +136,33 @@ def hand_coded_optimizations(k: Kernel) -> None:
     if k.gathers: plan = [p for p in plan if p[1] < k.first_reduce]  # reduce axes stay whole: see `gathers`
     for op, ax, amt in sorted(plan, key=lambda p: -p[1]): k.apply_opt(Opt(op, ax, amt))
   work = prod(k.full_shape)
-  if k.first_reduce > 0 and work >= 32768 and k.full_shape[0] >= 2: k.apply_opt(Opt("THREAD", 0, 0))
+  if k.first_reduce > 0 and _worth_threads(k, work, thread_min) and k.full_shape[0] >= 2:
+    k.apply_opt(Opt("THREAD", 0, 0))
   if DEBUG >= 3 and k.applied: print(f"opts: {k.applied} full_shape={k.full_shape}")
 
+
+def _symbolic_lanes(k: Kernel) -> None:
+  """Heuristic for a reduce kernel over a symbolic size (attention over the filled positions): vector lanes on a
+  constant axis that every load walks contiguously or not at all (the head dim: the innermost reduce axis of q @ k^T,
+  an output axis of p @ v), then whole constant output axes of up to 8 along which some load repeats, as register
+  tiles (the query heads of a group share each key and value load), up to 32 accumulators. The symbolic loops stay
+  whole (their bounds are known when the kernel runs)."""
+  def const(ax: int) -> bool: return k.full_shape[ax].__class__ is int
+  def amt(ax: int) -> int: return next((a for a in (16, 8, 4) if k.full_shape[ax] % a == 0), 0)  # type: ignore[operator]
+  last = k.shape_len - 1
+  if const(last) and last >= k.first_reduce and _lane_ok(k, last) and (a := amt(last)):
+    k.apply_opt(Opt("RLANES", last, a))
+  else:
+    ax = next((ax for ax in reversed(range(k.first_reduce)) if const(ax) and _lane_ok(k, ax) and amt(ax)), None)
+    if ax is None: return
+    k.apply_opt(Opt("LANES", ax, amt(ax)))
+  n_acc = 1
+  for ax in reversed(range(k.first_reduce)):
+    size = k.full_shape[ax]
+    if ax in k.upcasted or not const(ax) or not 1 < size <= 8 or n_acc * size > 32: continue  # type: ignore[operator]
+    if any(s == 0 for s in k.load_strides(ax)):
+      k.apply_opt(Opt("UPCAST", ax, size))  # type: ignore[arg-type]
+      n_acc *= size  # type: ignore[operator]
 
 def _lane_ok(k: Kernel, ax: int, strided_store: bool = False) -> bool:
   """Vector lanes on `ax`: every load walks it contiguously or not at all, and at least one walks it; the stores

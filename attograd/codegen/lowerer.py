@@ -291,6 +291,12 @@ def _lower_tc(k: Kernel, global_max: tuple[int, ...] | None) -> UOp:
 # EXP2 and LOG2 too: CPU renderers decompose them into plain arithmetic on the lanes (codegen/transcendental.py)
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIP, Ops.EXP2, Ops.LOG2}
 _VEC_DTYPES = (dtypes.float32, dtypes.float64)  # half vectors can't mix with float scalars in C
+# integer values (loaded, then unpacked: quantized weights' nibbles) run as integer lanes: these ops, and casts to
+# the float lanes. Shifts only by counts the bounds keep below the width (intsafe guards scalar shifts alone), and no
+# division (a lane of 0 would trap)
+_INT_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+_INT_LANES = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+              dtypes.uint64)
 _MASK = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}  # the lane mask type of a float vector
 
 def _lane_base(idx: UOp, lane: UOp, stride: int = 1) -> UOp | None:
@@ -308,12 +314,14 @@ def _lane_stride(idx: UOp, lane: UOp) -> int | None:
 
 def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
   """Turn every node that depends on `lane` into a vector of lane.arg[2]+1 elements. None when some use of the lane
-  is not a contiguous load/store or float arithmetic (the caller then unrolls the lanes as scalars). A reduce lane
+  is not a contiguous load/store, float arithmetic, or integer arithmetic on loaded values cast to floats (the caller
+  then unrolls the lanes as scalars). A reduce lane
   (an unrolled reduce axis) accumulates in a vector that is summed across its lanes after the loop."""
   width = lane.arg[2] + 1
   dep: dict[UOp, bool] = {}
   out: dict[UOp, UOp] = {}
   index_only: set[UOp] = set()
+  ivals: set[UOp] = set()  # integer values with lanes (loaded, unpacked): their vectors are in out
   masks: dict[UOp, object] = {}  # comparison results kept as lane masks -> the float dtype they compared
   for u in sink.toposort():
     d = u is lane or any(dep[s] for s in u.src)
@@ -329,10 +337,32 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
         lanes = [UOp(u.arg, u.dtype, (a, b)) for a, b in zip(lanes[::2], lanes[1::2])] + lanes[len(lanes) // 2 * 2:]
       out[u], dep[u] = lanes[0], False
       continue
+    if u.dtype in _INT_LANES and u.op in GroupOp.ALU and any(s in ivals for s in u.src):
+      # arithmetic on integer values: integer lanes; index math among its operands becomes a vector of its lanes
+      if u.op not in _INT_VEC_ALU or not all(s in ivals or s in index_only or not dep[s] for s in u.src): return None
+      if u.op in (Ops.SHL, Ops.SHR) and not (0 <= u.src[1].vmin and u.src[1].vmax < u.dtype.itemsize * 8): return None
+      out[u] = UOp(u.op, u.dtype.vec(width), tuple(_lane_vector(s, lane, width) if s in index_only else out[s]
+                                                   for s in u.src), u.arg)
+      ivals.add(u)
+      continue
     if u is lane or (u.dtype in dtypes.ints and u.op in GroupOp.ALU) or \
        (u.dtype is dtypes.bool and u.op in GroupOp.ALU and all(s in index_only or not dep[s] for s in u.src)
-        and any(s in index_only for s in u.src)):
+        and any(s in index_only for s in u.src)) or \
+       (u.op is Ops.CAST and u.dtype in dtypes.ints and u.src[0] in index_only):
       index_only.add(u)  # index math (and masks on it): only a load/store address or gate may use it
+      continue
+    if u.op is Ops.CAST and u.src[0] in index_only and u.dtype in _VEC_DTYPES:
+      # index math as a float value (an arange, a bit of a word picked by the lane): its lanes as a vector
+      out[u] = UOp(Ops.CAST, u.dtype.vec(width), (_lane_vector(u.src[0], lane, width),))
+      continue
+    if u.op in (Ops.CAST, Ops.BITCAST) and (u.src[0] in ivals or u.src[0].dtype in _VEC_DTYPES) and \
+       (u.dtype in _INT_LANES or u.dtype in _VEC_DTYPES) and (u.op is Ops.CAST or u.dtype.itemsize ==
+                                                               u.src[0].dtype.itemsize):
+      # integer lanes to float lanes (or between integer widths, or a bitcast); not float to int, which C leaves
+      # undefined out of range (intsafe guards the scalar cast only)
+      if u.op is Ops.CAST and dtypes.is_float(u.src[0].dtype) and not dtypes.is_float(u.dtype): return None
+      out[u] = UOp(u.op, u.dtype.vec(width), (out[u.src[0]],), u.arg)
+      if u.dtype in _INT_LANES: ivals.add(u)
       continue
     if any(s in index_only for s in u.src) and u.op not in (Ops.LOAD, Ops.STORE): return None
     if u.op is Ops.CMPNE and u.src[0] in masks and u.src[1].op is Ops.CONST and u.src[1].arg is True:
@@ -356,8 +386,10 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
       out[u] = UOp(Ops.MAX, u.dtype.vec(width), tuple(out[s] for s in u.src))
       continue
     if u.op is Ops.STORE and u.src[2] in masks: return None
-    if u.dtype not in _VEC_DTYPES and u.op is not Ops.STORE and u.op is not Ops.SINK: return None
+    if u.dtype not in _VEC_DTYPES and u.op not in (Ops.STORE, Ops.SINK) and \
+       not (u.op is Ops.LOAD and u.dtype in _INT_LANES): return None
     if u.op is Ops.LOAD:
+      if u.dtype in _INT_LANES: ivals.add(u)
       if len(u.src) == 3 and dep[u.src[2]]:  # a mask that differs across the lanes (padding, a pad's edge)
         if (masked := _masked_vector_load(u, lane, width)) is None: return None
         out[u] = masked
@@ -397,6 +429,17 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
                    tuple(x for s in u.src for x in (out[s].src if out[s].op is Ops.SINK else (out[s],))))
     else: return None
   return out[sink]
+
+def _lane_vector(x: UOp, lane: UOp, width: int) -> UOp:
+  """Index math x (a function of the lane) as a vector of its value on each lane: the lane itself becomes the vector
+  0, 1, ..., width-1 and the integer ops over it vector ops (a shift count per lane, or a value shifted by one);
+  other ops take one scalar expression per lane."""
+  if x is lane: return UOp(Ops.VECTORIZE, x.dtype.vec(width), tuple(UOp.const(x.dtype, i) for i in range(width)))
+  if lane not in x.toposort(): return x
+  if x.dtype in _INT_LANES and (x.op in _INT_VEC_ALU or x.op is Ops.CAST and x.src[0].dtype in _INT_LANES) and \
+     (x.op not in (Ops.SHL, Ops.SHR) or 0 <= x.src[1].vmin and x.src[1].vmax < x.dtype.itemsize * 8):
+    return UOp(x.op, x.dtype.vec(width), tuple(_lane_vector(s, lane, width) for s in x.src), x.arg)
+  return UOp(Ops.VECTORIZE, x.dtype.vec(width), tuple(_at_lane(x, lane, i) for i in range(width)))
 
 def _at_lane(x: UOp, lane: UOp, i: int) -> UOp:
   return graph_rewrite(x.substitute({lane: UOp.const(lane.dtype, i)}), symbolic)

@@ -92,7 +92,7 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int) -> list[Opt]:
   # seeds: plain loops and the hand-written heuristic's choice
   hk = new_kernel(ast)
   if renderer.has_local: gpu_optimizations(hk, renderer.local_max)
-  else: hand_coded_optimizations(hk)
+  else: hand_coded_optimizations(hk, (renderer.thread_min_work, renderer.thread_min_bytes))
   beam = sorted({(), tuple(hk.applied)}, key=measure)[:amt]
   name = _build_program(ast, renderer, []).name
   for rnd in range(MAX_ROUNDS):

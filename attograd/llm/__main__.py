@@ -21,9 +21,9 @@ def progress_bar(path: str, out: TextIO | None = None, width: int = 30) -> Calla
 def _context_arg(p: argparse.ArgumentParser) -> None:
   p.add_argument("--max-context", type=int, default=None,
                  help="KV cache positions (default: the model's context length)")
-  p.add_argument("--quantized", action=argparse.BooleanOptionalAction, default=None,
-                 help="keep quantized weights quantized in memory (default: only when float32 copies would take more "
-                      "than a quarter of the memory; they decode faster for now)")
+  p.add_argument("--quantized", action=argparse.BooleanOptionalAction, default=True,
+                 help="keep quantized weights quantized in memory, dequantized inside the matmuls (the default: "
+                      "decoding reads a quarter of the bytes); --no-quantized widens them to float32 at load")
 
 def _load(args: argparse.Namespace) -> LLM:
   return LLM.load(args.model, args.max_context, progress_bar(args.model), args.quantized)

@@ -85,12 +85,14 @@ def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
   With several rows, w is cut into blocks of output columns of about block_bytes: each block's matmul then reads its
   weights from cache for every row tile, instead of streaming the whole matrix from memory again and again.
   A quantized w with one row of x is dequantized inside the matmul's kernel (the float weights never exist); the
-  sum runs over (blocks, elements of a block), so each element's block is an index, not a division."""
+  sum runs over (blocks, the fields of a block: QuantizedTensor.blockwise), so each element's block and field are
+  indices, not divisions."""
   T, K = x.shape
   if isinstance(w, QuantizedTensor):
     if T > 1: return linear(x, dense(w), block_bytes)
-    N, nbr, E = w.shape[0], K // w.block_elems, w.block_elems
-    return (x.reshape(1, 1, nbr, E) * w.blockwise().reshape(1, N, nbr, E)).sum((-2, -1))
+    N, nbr, bs = w.shape[0], K // w.block_elems, w.block_shape
+    axes = tuple(range(-1 - len(bs), 0))  # the blocks and each block's fields
+    return (x.reshape(1, 1, nbr, *bs) * w.blockwise().reshape(1, N, nbr, *bs)).sum(axes)
   N = w.shape[0]
   rows = max(16, block_bytes // (K * w.dtype.itemsize) // 16 * 16)
   if T == 1 or N <= rows: return (x.reshape(T, 1, K) * w.reshape(1, N, K)).sum(-1)
@@ -341,7 +343,9 @@ class Llama:
       keys, values = ck.shrink((None, (0, end), None)), cv.shrink((None, (0, end), None))  # (Hkv, end, D)
       if T == 1:
         scores = (q.reshape(Hkv, g, D) @ keys.transpose(1, 2)) * (1 / math.sqrt(D))  # (Hkv, g, end)
-        attn = attend(scores, values).reshape(1, H * D)
+        # its own buffer: fused into the output projection, the normalization's per-head division made the matvec's
+        # index math divide (and its lanes scalar)
+        attn = attend(scores, values).reshape(1, H * D).contiguous()
       else:
         # the symbolic axis outermost, in broadcast products and sums: every stride stays a constant (with it
         # inside, strides are multiples of the symbolic size, and the code generator's index math divided by it

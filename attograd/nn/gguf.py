@@ -146,110 +146,154 @@ def _check_tensors(name: str, infos: list[TensorInfo], align: int, data_len: int
   for (_, end, a), (lo, _, b) in zip(spans, spans[1:]):
     if lo < end: raise ValueError(f"gguf_load: {name}: tensors {a!r} and {b!r} overlap (bytes {lo}..{end} of the data)")
 
-# ***** dequantization: (n_blocks, block_bytes) uint8 on the compute device -> (n_blocks, block_elems) float32 *****
+# ***** dequantization: (n_blocks, block_bytes) uint8 on the compute device -> float32 values *****
+# Each type's values come out in its block's natural shape, BLOCK_SHAPES[qtype] per block, in ggml's element order:
+# every axis is one field of the layout (a half of the nibbles, a 2-bit field, a group of 16 sharing a scale), so
+# the innermost axis is a unit-stride run of quant bytes whose shift and scale stay fixed along it. A matmul reading
+# the values this way (QuantizedTensor.blockwise) gets loops with no division in their index math, and the code
+# generator can run the innermost one as vector lanes. (Flattened, the values are the row in ggml's order.)
+
+BLOCK_SHAPES: dict[str, tuple[int, ...]] = {
+  "Q4_0": (2, 16), "Q4_1": (2, 16), "Q5_0": (2, 16), "Q5_1": (2, 16), "Q8_0": (32,), "Q2_K": (2, 4, 2, 16),
+  "Q3_K": (2, 4, 2, 16), "Q4_K": (4, 2, 32), "Q5_K": (4, 2, 32), "Q6_K": (2, 2, 2, 2, 16)}
 
 def _f16(blocks: Tensor, i: int) -> Tensor:
   """The little-endian float16 at bytes [i, i+2) of each block, as float32, shape (n_blocks, 1)."""
   b = blocks[:, i:i + 2].cast(dtypes.uint16)
   return (b[:, 0:1] | (b[:, 1:2] << 8)).bitcast(dtypes.float16).float()
 
-def _u8_range(n: int, step: int, device: str, shape: tuple[int, ...]) -> Tensor:
-  """0, step, 2*step, ... (n values) as uint8 shift amounts, reshaped to broadcast."""
-  return (Tensor.arange(n, device=device) * step).cast(dtypes.uint8).reshape(shape)
+def _per_block(x: Tensor, nd: int) -> Tensor:
+  """(n_blocks, 1) values broadcast over a block of nd axes: (n_blocks, 1, ..., 1)."""
+  return x.reshape(x.shape[0], *([1] * nd))
+
+def _shifts(n: int, step: int, device: str, shape: tuple[int, ...]) -> Tensor:
+  """0, step, 2*step, ... (n values) as shift amounts for int32 fields (see _wide), reshaped to broadcast."""
+  return (Tensor.arange(n, device=device, dtype=dtypes.int32) * step).reshape(shape)
+
+def _wide(b: Tensor) -> Tensor:
+  """Quant bytes as int32, before their fields are shifted and masked out: fused into a matmul, a run of 16 bytes
+  is widened once and its two nibbles are then cut from the wide lanes (widening each nibble on its own cost a Q4_1
+  matvec a third of its speed on x86)."""
+  return b.cast(dtypes.int32)
 
 def _nibbles(qs: Tensor) -> Tensor:
-  """16 bytes per block to 32 values: the low nibbles are elements 0..15, the high ones 16..31. A shift by 0 or 4
-  along a broadcast axis, not a concatenation: fused into a matmul, each element is then a load, a shift and a mask."""
-  nb = qs.shape[0]
-  return ((qs.reshape(nb, 1, 16) >> _u8_range(2, 4, qs.device, (1, 2, 1))) & 0xF).reshape(nb, 32)
+  """Bytes (..., n) to int32 (..., 2, n): the low nibbles, then the high ones (ggml's order: a block's first n
+  elements are the low nibbles). A shift by 0 or 4 along a broadcast axis, not a concatenation: fused into a matmul,
+  each half is a unit-stride run of bytes with one fixed shift."""
+  return (_wide(qs).reshape(*qs.shape[:-1], 1, qs.shape[-1]) >> _shifts(2, 4, qs.device, (2, 1))) & 0xF
 
 def _high_bits(qh: Tensor) -> Tensor:
-  """4 bytes per block (a little-endian uint32) to its 32 bits, bit j for element j, as 0 or 16."""
-  shifts = Tensor.arange(8, device=qh.device).cast(dtypes.uint8)
-  return ((qh.reshape(qh.shape[0], 4, 1) >> shifts) & 1).reshape(qh.shape[0], 32) << 4
+  """4 bytes per block (a little-endian uint32) to the 5th bits of its 32 elements, (n_blocks, 2, 16) int32 as 0 or
+  16: bit j is element j's."""
+  shifts = Tensor.arange(8, device=qh.device, dtype=dtypes.int32)
+  return (((_wide(qh).reshape(qh.shape[0], 4, 1) >> shifts) & 1) << 4).reshape(qh.shape[0], 2, 16)
 
-def _q4_0(b: Tensor) -> Tensor: return (_nibbles(b[:, 2:18]).float() - 8) * _f16(b, 0)
-def _q4_1(b: Tensor) -> Tensor: return _nibbles(b[:, 4:20]).float() * _f16(b, 0) + _f16(b, 2)
-def _q5_0(b: Tensor) -> Tensor: return ((_nibbles(b[:, 6:22]) | _high_bits(b[:, 2:6])).float() - 16) * _f16(b, 0)
+def _q4_0(b: Tensor) -> Tensor: return (_nibbles(b[:, 2:18]).float() - 8) * _per_block(_f16(b, 0), 2)
+def _q4_1(b: Tensor) -> Tensor:
+  return _nibbles(b[:, 4:20]).float() * _per_block(_f16(b, 0), 2) + _per_block(_f16(b, 2), 2)
+def _q5_0(b: Tensor) -> Tensor:
+  return ((_nibbles(b[:, 6:22]) | _high_bits(b[:, 2:6])).float() - 16) * _per_block(_f16(b, 0), 2)
 def _q5_1(b: Tensor) -> Tensor:
-  return (_nibbles(b[:, 8:24]) | _high_bits(b[:, 4:8])).float() * _f16(b, 0) + _f16(b, 2)
+  return (_nibbles(b[:, 8:24]) | _high_bits(b[:, 4:8])).float() * _per_block(_f16(b, 0), 2) + _per_block(_f16(b, 2), 2)
 def _q8_0(b: Tensor) -> Tensor: return b[:, 2:34].bitcast(dtypes.int8).float() * _f16(b, 0)
 
 def _q6_k(b: Tensor) -> Tensor:
   """256 values in two halves of 128: ql[64] (low 4 bits), qh[32] (2 high bits each), then 16 int8 scales and f16 d.
-  In a half, ql's low nibbles are elements 0..63 and its high nibbles 64..127; qh bit pairs 0,2,4,6 of byte l go to
-  elements l, l+32, l+64, l+96; each scale covers 16 consecutive elements."""
-  nb = b.shape[0]
-  ql, qh = b[:, 0:128].reshape(nb, 2, 64), b[:, 128:192].reshape(nb, 2, 1, 32)
-  shifts = (Tensor.arange(4, device=b.device) * 2).cast(dtypes.uint8).reshape(1, 1, 4, 1)
-  hi = ((qh >> shifts) & 3).reshape(nb, 2, 128)
-  q = ((ql & 0xF).cat(ql >> 4, dim=2) | (hi << 4)).reshape(nb, 256).float() - 32
-  scales = b[:, 192:208].bitcast(dtypes.int8).float().reshape(nb, 16, 1).expand(nb, 16, 16).reshape(nb, 256)
-  return _f16(b, 208) * scales * q
+  Element 128n + 64h + 32a + 16c + e (the natural shape's axes n, h, a, c, e) has its low 4 bits in nibble h of
+  ql[64n + 32a + 16c + e], its high 2 bits at bits 2(2h + a) of qh[32n + 16c + e], and scale 8n + 4h + 2a + c."""
+  nb, dev = b.shape[0], b.device
+  ql = _nibbles(b[:, 0:128].reshape(nb, 2, 64)).reshape(nb, 2, 2, 2, 2, 16)
+  hi = (_wide(b[:, 128:192]).reshape(nb, 2, 1, 1, 2, 16) >> _shifts(4, 2, dev, (1, 1, 2, 2, 1, 1))) & 3
+  q = (ql | (hi << 4)).float() - 32
+  scales = b[:, 192:208].bitcast(dtypes.int8).float().reshape(nb, 2, 2, 2, 2, 1)
+  return _per_block(_f16(b, 208), 5) * scales * q
 
 def _q2_k(b: Tensor) -> Tensor:
-  """scales[16] (low nibble scale, high nibble min, one pair per 16 elements), qs[64], f16 d, f16 dmin. In each half
-  of 128 elements, 2-bit field j (bits 2j, 2j+1) of qs byte l is element 32j + l."""
+  """scales[16] (low nibble scale, high nibble min, one pair per 16 elements), qs[64], f16 d, f16 dmin. Element
+  128n + 32j + 16c + e is 2-bit field j (bits 2j, 2j+1) of qs[32n + 16c + e], with scale pair 8n + 2j + c."""
   nb = b.shape[0]
-  sc = b[:, 0:16]
-  q = ((b[:, 16:80].reshape(nb, 2, 1, 32) >> _u8_range(4, 2, b.device, (1, 1, 4, 1))) & 3).reshape(nb, 16, 16)
-  d, m = (_f16(b, 80) * (sc & 0xF).float()).reshape(nb, 16, 1), (_f16(b, 82) * (sc >> 4).float()).reshape(nb, 16, 1)
-  return (d * q.float() - m).reshape(nb, 256)
+  sc = b[:, 0:16].reshape(nb, 2, 4, 2, 1)
+  q = (_wide(b[:, 16:80]).reshape(nb, 2, 1, 2, 16) >> _shifts(4, 2, b.device, (1, 1, 4, 1, 1))) & 3
+  d, m = _per_block(_f16(b, 80), 4) * (sc & 0xF).float(), _per_block(_f16(b, 82), 4) * (sc >> 4).float()
+  return d * q.float() - m
 
 def _q3_k(b: Tensor) -> Tensor:
-  """hmask[32], qs[64], 12 bytes of 16 packed 6-bit scales, f16 d. Element 128n + 32j + l has its low 2 bits in field j
-  of qs[32n + l] and its high bit in bit 4n + j of hmask[l]; value (low | high << 2) - 4, times d * (scale - 32).
-  Scale k: its low 4 bits are byte k % 8's low (k < 8) or high nibble, its high 2 bits are at 2 * (k // 4) in
-  byte 8 + k % 4."""
+  """hmask[32], qs[64], 12 bytes of 16 packed 6-bit scales, f16 d. Element 128n + 32j + 16c + e has its low 2 bits
+  in field j of qs[32n + 16c + e] and its high bit in bit 4n + j of hmask[16c + e]; value (low | high << 2) - 4,
+  times d * (scale 8n + 2j + c - 32). Scale k: its low 4 bits are byte k % 8's low (k < 8) or high nibble, its high
+  2 bits are at 2 * (k // 4) in byte 8 + k % 4."""
   nb, dev = b.shape[0], b.device
-  low = (b[:, 32:96].reshape(nb, 2, 1, 32) >> _u8_range(4, 2, dev, (1, 1, 4, 1))) & 3
-  high = (b[:, 0:32].reshape(nb, 1, 1, 32) >> _u8_range(8, 1, dev, (1, 2, 4, 1))) & 1
-  q = (low | (high << 2)).reshape(nb, 16, 16).float() - 4
-  s = b[:, 96:108]
+  low = (_wide(b[:, 32:96]).reshape(nb, 2, 1, 2, 16) >> _shifts(4, 2, dev, (1, 1, 4, 1, 1))) & 3
+  high = (_wide(b[:, 0:32]).reshape(nb, 1, 1, 2, 16) >> _shifts(8, 1, dev, (1, 2, 4, 1, 1))) & 1
+  q = (low | (high << 2)).float() - 4
+  s = _wide(b[:, 96:108])
   lo = (s[:, 0:8] & 0xF).cat(s[:, 0:8] >> 4, dim=1)
-  hi = ((s[:, 8:12].reshape(nb, 1, 4) >> _u8_range(4, 2, dev, (1, 4, 1))) & 3).reshape(nb, 16)
-  return ((_f16(b, 108) * ((lo | (hi << 4)).float() - 32)).reshape(nb, 16, 1) * q).reshape(nb, 256)
+  hi = ((s[:, 8:12].reshape(nb, 1, 4) >> _shifts(4, 2, dev, (1, 4, 1))) & 3).reshape(nb, 16)
+  return (_f16(b, 108) * ((lo | (hi << 4)).float() - 32)).reshape(nb, 2, 4, 2, 1) * q
 
 def _scale_min_k4(s: Tensor) -> tuple[Tensor, Tensor]:
   """The 8 6-bit scales and 8 6-bit mins packed in 12 bytes (ggml's get_scale_min_k4), each (n_blocks, 8) float32."""
+  s = _wide(s)
   a, b, c = s[:, 0:4], s[:, 4:8], s[:, 8:12]
   sc = (a & 63).cat((c & 0xF) | ((a >> 6) << 4), dim=1)
   mn = (b & 63).cat((c >> 4) | ((b >> 6) << 4), dim=1)
   return sc.float(), mn.float()
 
 def _k4_apply(b: Tensor, q: Tensor) -> Tensor:
-  """d * scale * q - dmin * min for Q4_K/Q5_K blocks (f16 d, f16 dmin, 12 scale bytes first); q is (n_blocks, 8, 32)."""
+  """d * scale * q - dmin * min for Q4_K/Q5_K blocks (f16 d, f16 dmin, 12 scale bytes first); q is (n_blocks, 4, 2,
+  32): sub-block 2c + h is [:, c, h]."""
   nb = b.shape[0]
   sc, mn = _scale_min_k4(b[:, 4:16])
-  return ((_f16(b, 0) * sc).reshape(nb, 8, 1) * q.float() - (_f16(b, 2) * mn).reshape(nb, 8, 1)).reshape(nb, 256)
+  return (_f16(b, 0) * sc).reshape(nb, 4, 2, 1) * q.float() - (_f16(b, 2) * mn).reshape(nb, 4, 2, 1)
 
 def _q4_k(b: Tensor) -> Tensor:
-  """f16 d, f16 dmin, 12 scale bytes, qs[128]: in chunk c of 64 elements, low nibbles of qs[32c..32c+32) are
-  sub-block 2c and the high nibbles sub-block 2c+1 (8 sub-blocks of 32, each with its own scale and min)."""
-  nb = b.shape[0]
-  qs = b[:, 16:144].reshape(nb, 4, 32)
-  return _k4_apply(b, (qs & 0xF).cat(qs >> 4, dim=2).reshape(nb, 8, 32))
+  """f16 d, f16 dmin, 12 scale bytes, qs[128]: element 64c + 32h + e is nibble h of qs[32c + e], in sub-block 2c + h
+  (8 sub-blocks of 32, each with its own scale and min)."""
+  return _k4_apply(b, _nibbles(b[:, 16:144].reshape(b.shape[0], 4, 32)))
 
 def _q5_k(b: Tensor) -> Tensor:
-  """Q4_K with qh[32] between the scales and qs: bit s of qh[l] is the 5th bit (16) of element l of sub-block s."""
+  """Q4_K with qh[32] between the scales and qs: bit 2c + h of qh[e] is the 5th bit (16) of element 64c + 32h + e."""
   nb = b.shape[0]
-  qs = b[:, 48:176].reshape(nb, 4, 32)
-  hi = ((b[:, 16:48].reshape(nb, 1, 32) >> _u8_range(8, 1, b.device, (1, 8, 1))) & 1) << 4
-  return _k4_apply(b, (qs & 0xF).cat(qs >> 4, dim=2).reshape(nb, 8, 32) | hi)
+  hi = ((_wide(b[:, 16:48]).reshape(nb, 1, 1, 32) >> _shifts(8, 1, b.device, (1, 4, 2, 1))) & 1) << 4
+  return _k4_apply(b, _nibbles(b[:, 48:176].reshape(nb, 4, 32)) | hi)
 
-DEQUANTIZERS: dict[str, Callable[[Tensor], Tensor]] = {
+# qtype -> (n_blocks, block_bytes) uint8 -> (n_blocks, *BLOCK_SHAPES[qtype]) float32
+_NATURAL: dict[str, Callable[[Tensor], Tensor]] = {
   "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q8_0": _q8_0, "Q2_K": _q2_k, "Q3_K": _q3_k,
   "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
 
+def _flat(f: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+  return lambda b: f(b).reshape(b.shape[0], -1)
+
+# qtype -> (n_blocks, block_bytes) uint8 -> (n_blocks, block_elems) float32
+DEQUANTIZERS: dict[str, Callable[[Tensor], Tensor]] = {k: _flat(f) for k, f in _NATURAL.items()}
+
 # the simple 32-element types split into their float scales and their quant bytes once they are on a compute device:
 # a matmul then reads each block's scale as a float, instead of decoding a float16 for every element it multiplies.
-# qtype -> (f16 scale offsets (d, then m), first quant byte, dequantize(quant bytes (n, Q) uint8, scales (n, S)))
-_SPLIT: dict[str, tuple[tuple[int, ...], int, Callable[[Tensor, Tensor], Tensor]]] = {
-  "Q4_0": ((0,), 2, lambda q, s: (_nibbles(q).float() - 8) * s[:, 0:1]),
-  "Q4_1": ((0, 2), 4, lambda q, s: _nibbles(q).float() * s[:, 0:1] + s[:, 1:2]),
-  "Q5_0": ((0,), 2, lambda q, s: ((_nibbles(q[:, 4:20]) | _high_bits(q[:, 0:4])).float() - 16) * s[:, 0:1]),
-  "Q5_1": ((0, 2), 4, lambda q, s: (_nibbles(q[:, 4:20]) | _high_bits(q[:, 0:4])).float() * s[:, 0:1] + s[:, 1:2]),
-  "Q8_0": ((0,), 2, lambda q, s: q.bitcast(dtypes.int8).float() * s[:, 0:1])}
+# Q5's 32 fifth bits become one int32 per block: element j's bit is bit j of it, which a matmul's vector lanes read
+# with one shift per lane from one load (from the 4 bytes, lane j would read byte j // 8: no vector load does that).
+# qtype -> (f16 scale offsets (d, then m), first quant byte, the fifth bits' offset (or None), dequantize(quant
+# bytes (n, Q) uint8, scales (n, S) float32, fifth bits (n, 1) int32 or None) in the natural shape)
+def _sc(s: Tensor, i: int, nd: int) -> Tensor: return _per_block(s[:, i:i + 1], nd)
+
+def _word(blocks: Tensor, i: int) -> Tensor:
+  """The little-endian 32-bit word at bytes [i, i+4) of each block, as int32 (its bits), shape (n_blocks, 1)."""
+  b = blocks[:, i:i + 4].cast(dtypes.uint32)
+  return (b[:, 0:1] | (b[:, 1:2] << 8) | (b[:, 2:3] << 16) | (b[:, 3:4] << 24)).bitcast(dtypes.int32)
+
+def _fifth_bits(h: Tensor) -> Tensor:
+  """(n, 1) int32 words to their 32 bits in the natural (n, 2, 16) shape, as 0 or 16."""
+  return ((h.reshape(h.shape[0], 1, 1) >> Tensor.arange(32, device=h.device, dtype=dtypes.int32).reshape(1, 2, 16))
+          & 1) << 4
+
+Dequant = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
+_SPLIT: dict[str, tuple[tuple[int, ...], int, int | None, Dequant]] = {
+  "Q4_0": ((0,), 2, None, lambda q, s, h: (_nibbles(q).float() - 8) * _sc(s, 0, 2)),
+  "Q4_1": ((0, 2), 4, None, lambda q, s, h: _nibbles(q).float() * _sc(s, 0, 2) + _sc(s, 1, 2)),
+  "Q5_0": ((0,), 6, 2, lambda q, s, h: ((_nibbles(q) | _fifth_bits(h)).float() - 16) * _sc(s, 0, 2)),  # type: ignore[arg-type]
+  "Q5_1": ((0, 2), 8, 4, lambda q, s, h: (_nibbles(q) | _fifth_bits(h)).float() * _sc(s, 0, 2)  # type: ignore[arg-type]
+           + _sc(s, 1, 2)),
+  "Q8_0": ((0,), 2, None, lambda q, s, h: q.bitcast(dtypes.int8).float() * s[:, 0:1])}
 
 # ***** quantized tensors kept as their blocks *****
 
@@ -273,7 +317,8 @@ class QuantizedTensor:
       raise ValueError(f"QuantizedTensor: {qtype} {shape} needs uint8 blocks of shape "
                        f"{(rows, n // self.block_elems, self.block_bytes)}, got {blocks.dtype} {blocks.shape}")
     self.blocks, self.qtype, self.shape, self.host = blocks, qtype, tuple(shape), host
-    self.split: tuple[Tensor, Tensor] | None = None  # (quant bytes, float32 scales) once realized on a device
+    # (quant bytes, float32 scales[, Q5's fifth bits as int32 words]) once realized on a compute device
+    self.split: tuple[Tensor, ...] | None = None
   dtype = dtypes.float32  # what it dequantizes to
   @property
   def device(self) -> str: return self.blocks.device
@@ -283,24 +328,31 @@ class QuantizedTensor:
     if self.split is not None: raise ValueError("QuantizedTensor.to: move it before realize() splits its blocks")
     return QuantizedTensor(self.blocks.to(device), self.qtype, self.shape, self.host)
   def realize(self) -> QuantizedTensor:
-    """The blocks in device memory (a no-op on DISK); the simple types split into quant bytes and float scales."""
+    """The blocks in device memory (a no-op on DISK); the simple types split into quant bytes and float scales (and
+    Q5's fifth bits into a word per block)."""
     if self.device == "DISK": return self
     if self.qtype in _SPLIT:
-      offs, start, _ = _SPLIT[self.qtype]
-      b = self.blocks
-      scales = Tensor.cat(*[_f16(b.reshape(-1, self.block_bytes), i) for i in offs], dim=1)
-      self.split = b[:, :, start:].contiguous().realize(), scales.reshape(*b.shape[:2], len(offs)).realize()
+      offs, start, high, _ = _SPLIT[self.qtype]
+      b, flat = self.blocks, self.blocks.reshape(-1, self.block_bytes)
+      scales = Tensor.cat(*[_f16(flat, i) for i in offs], dim=1)
+      self.split = (b[:, :, start:].contiguous().realize(), scales.reshape(*b.shape[:2], len(offs)).realize(),
+                    *([_word(flat, high).reshape(*b.shape[:2], 1).realize()] if high is not None else []))
       self.blocks = self.split[0]  # the scales live in self.split alone now; the blocks' f16 copies are dropped
     else: self.blocks = self.blocks.contiguous().realize()
     return self
+  @property
+  def block_shape(self) -> tuple[int, ...]:
+    """The natural shape of one block's values (BLOCK_SHAPES): its fields as axes, in ggml's element order."""
+    return BLOCK_SHAPES[self.qtype]
   def blockwise(self) -> Tensor:
-    """The values as (rows, blocks per row, block elements) float32: a matmul reduces over the last two dims, so its
-    index math has no division by the block size."""
+    """The values as (rows, blocks per row, *block_shape) float32: a matmul reduces over every dim but the first, so
+    its index math has no division by the block size or a field's, and the innermost loop walks contiguous bytes."""
     rows, nbr = self.blocks.shape[:2]
     if self.split is not None:
-      q, sc = self.split
-      return _SPLIT[self.qtype][2](q.reshape(rows * nbr, -1), sc.reshape(rows * nbr, -1)).reshape(rows, nbr, -1)
-    return DEQUANTIZERS[self.qtype](self.blocks.reshape(rows * nbr, -1)).reshape(rows, nbr, self.block_elems)
+      q, sc, *h = (t.reshape(rows * nbr, -1) for t in self.split)
+      vals = _SPLIT[self.qtype][3](q, sc, h[0] if h else None)
+    else: vals = _NATURAL[self.qtype](self.blocks.reshape(rows * nbr, -1))
+    return vals.reshape(rows, nbr, *self.block_shape)
   def dequantize(self) -> Tensor:
     """The values as a float32 Tensor of `shape` (lazy: nothing runs until it is realized)."""
     if self.device == "DISK": return self.to(Device.DEFAULT).dequantize()

@@ -21,6 +21,10 @@ class Renderer:
   # GPU-style languages: output axes become work-group (gidx) and thread (lidx) indices instead of loops
   has_local: bool = False
   local_max: int = 256          # threads in one work-group
+  # threads (has_threads): a kernel runs across cores when its loop space has at least thread_min_work points or it
+  # moves at least thread_min_bytes of memory (where starting the other cores costs more than a tiny kernel's run)
+  thread_min_work: int = 32768
+  thread_min_bytes: int = 1 << 62
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
   def prepare(self, sink: UOp) -> UOp:
     """The language's own rewrites of a lowered kernel before it is linearized (e.g. half math done in float)."""

@@ -238,8 +238,11 @@ class CStyleLanguage(Renderer):
     used = {u.dtype.scalar() for u in uops} | {u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)}
     return "".join(_fp8_c_helpers(self, fp8_format(d)) for d in dtypes.fp8s if d in used)
   def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
-    # memcpy through a statement expression: well-defined in C, and compiles to a register move
     s, t = self.render_dtype(src), self.render_dtype(dst)
+    # between vector types of one size a C cast reinterprets the bits (the memcpy below sends them through scalar
+    # registers: gcc 12 then sign-extends int8 lanes one at a time)
+    if src.count > 1 and dst.count > 1 and src.size == dst.size: return f"(({t})({x}))"
+    # memcpy through a statement expression: well-defined in C, and compiles to a register move
     return f"(__extension__({{ {s} __s = ({x}); {t} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d; }}))"
   def dialect_expr(self, u: UOp, srcs: list[str]) -> str | None:
     """A dialect's own text for an op (its vector types, tensor cores, shuffles, thread indices) with operands named
@@ -346,6 +349,17 @@ def _clang_max(r: CStyleLanguage, a: str, b: str, d: DType) -> str:
   if d is dtypes.float64: return f"__maxd({a},{b})"
   return c_alu[Ops.MAX](r, a, b, d)
 
+def _lanes_to_float_via_int32(x: UOp) -> UOp | None:
+  """Byte or short lanes converted to floats go through int32 lanes: gcc 12 converts a vector of bytes one lane at a
+  time (an extract and a scalar convert per lane: a Q4_1 matvec ran 8x slower), int32 lanes in one instruction.
+  Exact: every such value is an int32."""
+  src = x.src[0].dtype
+  if x.dtype.count == 1 or not dtypes.is_float(x.dtype) or src.scalar().itemsize > 2 or dtypes.is_float(src) or \
+     src.scalar() is dtypes.bool: return None
+  return x.src[0].cast(dtypes.int32.vec(src.count)).cast(x.dtype)
+
+pm_clang_lanes = PatternMatcher([(UPat(Ops.CAST, name="x"), _lanes_to_float_via_int32)])
+
 class ClangRenderer(CStyleLanguage):
   """C for the CPU device, compiled by gcc or clang."""
   dialect = "C"
@@ -365,10 +379,26 @@ class ClangRenderer(CStyleLanguage):
               "static inline float __maxf(float a, float b) { __v1f x = {a}, y = {b}; __v1i c = (x > y) | (x != x);"
               " return ((__v1f)((c & (__v1i)x) | (~c & (__v1i)y)))[0]; }\n"
               "static inline double __maxd(double a, double b) { __v1d x = {a}, y = {b}; __v1l c = (x > y) | (x != x);"
-              " return ((__v1d)((c & (__v1l)x) | (~c & (__v1l)y)))[0]; }\n")
+              " return ((__v1d)((c & (__v1l)x) | (~c & (__v1l)y)))[0]; }\n"
+              # a value held in an SSE register from here on (see ClangRenderer.render_cast); nothing elsewhere
+              "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
+              "#define __ATTO_IN_REG(v) __asm__(\"\" : \"+x\"(v))\n#else\n#define __ATTO_IN_REG(v) (void)0\n#endif\n")
   def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True):
+    # OpenMP's workers sleep between kernels (runtime/ops_cpu.py sets passive waits: spinning ones collapse on a busy
+    # machine), and waking one costs ~40 us here: a kernel is split across the cores when it has that much work for
+    # each, 4M loop points (multiply-adds) or 4 MB of memory. SmolLM2 Q4_1 decode (matvecs of 0.3 to 1.3 MB, one
+    # thread each now): 95 -> 125 tok/s on a loaded machine
     super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True,
-                     decompose_transcendentals=True)
+                     decompose_transcendentals=True, thread_min_work=1 << 22, thread_min_bytes=4 << 20)
+  def prepare(self, sink: UOp) -> UOp: return graph_rewrite(super().prepare(sink), pm_clang_lanes)
+  def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    # byte or short lanes widened from a register (__ATTO_IN_REG, in the preamble): gcc 12 widens such a vector that
+    # comes straight from memory one lane at a time, through general registers (a Q8_0 matvec ran 4x slower)
+    if dst.count > 1 and dtypes.is_int(src) and src.scalar().itemsize <= 2 and src.size <= 16:
+      t = self.render_dtype(src)
+      return (f"(__extension__({{ {t} __v = ({x}); __ATTO_IN_REG(__v); "
+              f"__builtin_convertvector(__v, {self.render_dtype(dst)}); }}))")
+    return super().render_cast(x, src, dst)
 
 # ***** GPU dialects *****
 

@@ -311,3 +311,113 @@ def test_lowering_leaves_no_ast_op(make) -> None:
   k = new_kernel(_ast(make(Tensor.rand(8, 6).realize())))
   ops = {u.op for u in lower(k).toposort()}
   assert not ops & {Ops.VIEW, Ops.REDUCE_AXIS, Ops.IOTA} and Ops.STORE in ops
+
+# ***** integer lanes: quantized weights unpacked in vector registers *****
+
+def _nibble_dot(q: Tensor, x: Tensor) -> Tensor:
+  """Q4-style: bytes q (N, 16) widened, their low and high nibbles cut out by a shift along a broadcast axis (no
+  division in the index math), times x (2, 16), summed per row."""
+  from attograd.dtype import dtypes
+  shifts = (Tensor.arange(2, dtype=dtypes.int32) * 4).reshape(1, 2, 1)  # counts known to be below 32: lanes
+  nib = (q.cast(dtypes.int32).reshape(q.shape[0], 1, 16) >> shifts) & 15
+  return (nib.float() * x.reshape(1, 2, 16)).sum((1, 2))
+
+def _np_nibble_dot(q: np.ndarray, x: np.ndarray) -> np.ndarray:
+  nib = np.stack([q & 15, q >> 4], axis=1).astype(np.float32)
+  return (nib * x.reshape(1, 2, 16)).sum((1, 2))
+
+def test_integer_lanes_unpack_nibbles(device: str) -> None:
+  # the bytes load as one vector, widen, shift and mask as int32 lanes and become float lanes: a dot product on
+  # RLANES, as for float inputs (before, any integer value in the lanes unrolled the kernel to scalars)
+  rng = np.random.default_rng(6)
+  q, x = rng.integers(0, 256, (64, 16), dtype=np.uint8), rng.standard_normal(32, dtype=np.float32)
+  out = _nibble_dot(Tensor(q), Tensor(x))
+  np.testing.assert_allclose(out.numpy(), _np_nibble_dot(q, x), rtol=1e-5, atol=1e-4)
+  if device == "CPU":
+    src = _src(_nibble_dot(Tensor(q).realize(), Tensor(x).realize()))
+    assert "RLANES" in _opts(_nibble_dot(Tensor(q).realize(), Tensor(x).realize()))
+    assert "unsigned_char16 val" in src and re.search(r"int16 alu\d+ = \(alu\d+>>", src), src
+    # bytes to floats through int32 lanes, widened from a register (gcc 12 converts a byte vector lane by lane)
+    assert "__ATTO_IN_REG(__v); __builtin_convertvector(__v, int16)" in src, src
+
+def test_integer_lanes_int8_bitcast(device: str) -> None:
+  # Q8_0-style: uint8 bytes read as int8 (a bitcast of the lanes), widened to floats
+  from attograd.dtype import dtypes
+  rng = np.random.default_rng(7)
+  q, x = rng.integers(0, 256, (32, 32), dtype=np.uint8), rng.standard_normal(32, dtype=np.float32)
+  def f(tq: Tensor, tx: Tensor) -> Tensor: return (tq.bitcast(dtypes.int8).float() * tx.reshape(1, 32)).sum(1)
+  np.testing.assert_allclose(f(Tensor(q), Tensor(x)).numpy(), (q.view(np.int8) * x).sum(1), rtol=1e-5, atol=1e-3)
+  if device == "CPU":
+    src = _src(f(Tensor(q).realize(), Tensor(x).realize()))
+    assert "((signed_char16)(val" in src and "__builtin_convertvector(__v, int16)" in src, src
+
+def test_integer_lanes_shift_by_lane(device: str) -> None:
+  # Q5-style: one int32 word per row, bit j of it for element j: with the lanes on the elements, the lane index
+  # becomes a vector of shift counts
+  from attograd.dtype import dtypes
+  rng = np.random.default_rng(8)
+  w = rng.integers(-2**31, 2**31, (3, 1), dtype=np.int64).astype(np.int32)
+  x = rng.standard_normal(32, dtype=np.float32)
+  def f(tw: Tensor, tx: Tensor) -> Tensor:
+    bits = (tw.reshape(3, 1, 1) >> Tensor.arange(32, dtype=dtypes.int32).reshape(1, 2, 16)) & 1
+    return (bits.float() * tx.reshape(1, 2, 16)).sum((1, 2))
+  want = (((w >> np.arange(32, dtype=np.int32)) & 1).astype(np.float32) * x).sum(1)
+  np.testing.assert_allclose(f(Tensor(w), Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-4)
+  if device == "CPU":
+    src = _src(f(Tensor(w).realize(), Tensor(x).realize()))
+    assert "((int16){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})" in src and "float16 acc0" in src, src
+
+def test_integer_lanes_unbounded_shift_and_division_stay_scalar(device: str) -> None:
+  # a shift by a loaded count (maybe past the width: the integer safety pass guards scalar shifts only) and an
+  # integer division (a lane of 0 would trap) are not run as lanes; the numbers are still NumPy's
+  rng = np.random.default_rng(9)
+  a, s = rng.integers(0, 1000, (8, 16), dtype=np.int32), rng.integers(0, 40, (8, 16), dtype=np.int32)
+  x = rng.standard_normal(16, dtype=np.float32)
+  ta, ts, tx = Tensor(a), Tensor(s), Tensor(x)
+  shifted = np.where(s < 32, a >> np.minimum(s, 31), 0)
+  np.testing.assert_allclose(((ta >> ts).float() * tx).sum(1).numpy(), (shifted * x).sum(1), rtol=1e-5, atol=1e-3)
+  d = rng.integers(1, 7, (8, 16), dtype=np.int32)
+  np.testing.assert_allclose(((ta // Tensor(d)).float() * tx).sum(1).numpy(), ((a // d) * x).sum(1), rtol=1e-5,
+                             atol=1e-3)
+  if device == "CPU":
+    for t in ((ta.realize() >> ts.realize()), ta.realize() // Tensor(d).realize()):
+      assert "int16 alu" not in _src((t.float() * tx.realize()).sum(1))
+
+# ***** kernels over a symbolic size: lanes and tiles on their constant axes *****
+
+def test_symbolic_attention_kernels_get_lanes_and_tiles(device: str) -> None:
+  # decode attention over the filled positions (a Variable): q @ k^T reduces the constant head dim on RLANES with the
+  # group's query heads as a tile (they share each key load); p @ v has its lanes on the head dim of the output
+  from attograd import Variable
+  rng = np.random.default_rng(10)
+  kc, vc = rng.standard_normal((3, 40, 64), dtype=np.float32), rng.standard_normal((3, 40, 64), dtype=np.float32)
+  q = rng.standard_normal((3, 3, 64), dtype=np.float32)
+  tk, tv, tq = Tensor(kc).realize(), Tensor(vc).realize(), Tensor(q).realize()
+  n = Variable("n", 1, 40)
+  for filled in (1, 17, 40):
+    end = n.bind(filled)
+    keys, values = tk.shrink((None, (0, end), None)), tv.shrink((None, (0, end), None))
+    scores = (tq @ keys.transpose(1, 2)).contiguous()
+    out = (scores @ values).contiguous()
+    s_np = q @ kc[:, :filled].transpose(0, 2, 1)
+    np.testing.assert_allclose(scores.numpy(), s_np, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.numpy(), s_np @ vc[:, :filled], rtol=1e-4, atol=1e-3)
+  if device == "CPU":
+    end = n.bind(17)
+    keys, values = tk.shrink((None, (0, end), None)), tv.shrink((None, (0, end), None))
+    s = (tq @ keys.transpose(1, 2)).contiguous().realize()
+    assert {"RLANES", "UPCAST"} <= set(_opts(tq @ keys.transpose(1, 2)))
+    assert {"LANES", "UPCAST"} <= set(_opts(s @ values))
+
+def test_threads_only_for_kernels_worth_waking_the_cores() -> None:
+  # OpenMP's workers sleep between kernels (passive waits) and waking one costs tens of microseconds: a decode-sized
+  # matvec (1.3 MB, 330k multiply-adds) runs on one core; one that moves 16 MB, or a big elementwise kernel, is split
+  if not Device["CPU"].compiler.openmp: pytest.skip("the C compiler has no OpenMP: kernels run on one core")
+  small, big = Tensor.rand(576, 576).realize(), Tensor.rand(2048, 2048).realize()
+  x, y = Tensor.rand(1, 576).realize(), Tensor.rand(1, 2048).realize()
+  assert "#pragma omp parallel" not in _src((x.reshape(1, 1, 576) * small.reshape(1, 576, 576)).sum(-1))
+  assert "#pragma omp parallel" in _src((y.reshape(1, 1, 2048) * big.reshape(1, 2048, 2048)).sum(-1))
+  r = ClangRenderer()
+  assert (r.thread_min_work, r.thread_min_bytes) == (1 << 22, 4 << 20)
+  from attograd.renderer.llvmir import LLVMRenderer
+  assert LLVMRenderer().thread_min_work == 32768  # LLVM's own thread pool: the old rule

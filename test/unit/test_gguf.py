@@ -459,3 +459,24 @@ def test_data_section_missing(tmp_path: Any) -> None:
 def test_bytes_source_checked(tmp_path: Any) -> None:  # a Tensor of the bytes gets the same checks
   with pytest.raises(ValueError, match="past the end of the data section"):
     gguf_load(Tensor(np.frombuffer(_good()[:-4], np.uint8)))
+
+@pytest.mark.parametrize("qtype", list(BLOCK))
+def test_one_row_matmul_kernel_is_vector_lanes_without_division(qtype: str) -> None:
+  # the values in each type's natural block shape: the matvec's loops index the quant bytes with no division or
+  # modulo, and its innermost loop runs as vector lanes (16 floats) over contiguous bytes
+  from attograd import Device
+  from attograd.codegen import get_program
+  from attograd.llm.model import linear
+  from attograd.schedule import create_schedule
+  ne0 = 512 if qtype.endswith("_K") else 128
+  raw = random_blocks(qtype, 8 * ne0 // (256 if qtype.endswith("_K") else 32), seed=3)
+  q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(8, -1, BLOCK[qtype]), device="CPU"), qtype,
+                      (8, ne0)).realize()
+  x = Tensor(np.random.default_rng(1).standard_normal((1, ne0)).astype(np.float32), device="CPU").realize()
+  out = linear(x, q)
+  items, _ = create_schedule([out.uop])
+  src = get_program(items[-1].ast, Device["CPU"].renderer).src
+  body = src[src.index("void r_"):]
+  assert "float16 acc0" in body and "/" not in body and "%" not in body, body
+  ref = ref_dequant(raw, qtype).reshape(8, ne0)
+  np.testing.assert_allclose(out.numpy(), x.numpy() @ ref.T, rtol=1e-4, atol=1e-3)
