@@ -178,7 +178,9 @@ class _Builds:
     self.batches = dev.compiler.batches and dev.compiler.threadsafe
   def add(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
     if not self.quick:
-      if not self.batches or not self.dev.compiler.batchable(spec.src): return self._optimized_only(key, spec)
+      # a big kernel is built alone: starting the compiler is a small part of its build, and it can start at once
+      if not self.batches or len(spec.src) >= BATCH_CHUNK or not self.dev.compiler.batchable(spec.src):
+        return self._optimized_only(key, spec)
       self.batch.append((key, spec))
       self.size += len(spec.src)
       if self.size >= BATCH_CHUNK: self._start_batches(1)
