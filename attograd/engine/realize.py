@@ -1,6 +1,7 @@
 """Running a schedule: build each kernel once (cached by its AST), copy between devices, report with DEBUG.
 A schedule's new kernels are lowered and their builds started before the first one runs: compiles run in parallel on
-all cores and beside the lowering of later kernels, and each kernel waits only for its own program. Where the device
+all cores and beside the lowering of later kernels, and each kernel waits only for its own program. Where the compiler
+builds batches (CPU), small kernels share one compiler run per 64 KB of source. Where the device
 has a quick tier (CPU: many kernels in one -O1 translation unit), a big first build starts there and the optimized
 build, made in the background, replaces it when ready; only the optimized one is kept in the disk cache.
 While a TinyJit captures, every kernel run here is also reported to its recorder (engine/recorder.py)."""

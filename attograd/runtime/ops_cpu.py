@@ -109,9 +109,10 @@ class ClangCompiler(Compiler):
     pre = ClangRenderer.preamble
     return "static " not in (src[len(pre):] if src.startswith(pre) else src)
   def compile_batch(self, kernels: list[tuple[str, str]]) -> bytes:
-    """Several kernels as one translation unit with the usual flags, each function under its own name: one compiler
-    process instead of one per kernel (~30 ms each just to start gcc, as and ld; 60 of MNIST's kernels 17.6 -> 10.7
-    s of gcc, measured on a busy machine). The functions are independent, so each compiles as it would alone."""
+    """Several kernels as one translation unit with the usual flags, each function under batch_symbol: one compiler
+    process instead of one per kernel (~30 ms each just to start gcc, as and ld; 60 of bench's first-run kernels
+    17.6 -> 10.7 s of gcc, on a busy machine). The functions are independent, so each compiles as it would alone
+    (their disassembly is the same, but for alignment padding)."""
     kernels = list(dict.fromkeys(kernels))  # the same kernel twice (on two devices) is one function
     return self.compile(_one_unit([src for _, src in kernels], [(n, batch_symbol(n, src)) for n, src in kernels]))
   def compile_quick(self, kernels: list[tuple[str, str]]) -> tuple[bytes, list[str]]:
