@@ -144,23 +144,55 @@ class LRUAllocator(Allocator):
   def _alloc(self, nbytes: int) -> Any: raise NotImplementedError("subclass must implement _alloc")
   def _free(self, buf: Any, nbytes: int) -> None: pass
 
+# A kernel built as part of a batch (Compiler.compile_batch) is cached as a reference to the batch's binary, which is
+# stored once under the "batch" table by its own hash, and the kernel's symbol in it. Kernels of one shape share a name
+# (E_64), so in a batch each function is named by its source's hash too; the binary handed to the runtime then ends in
+# that symbol (with_symbol), which the runtime uses instead of the kernel's name
+_BATCH_REF, _SYMBOL = b"\0attograd-batch\0", b"\0attograd-symbol\0"
+
+def batch_symbol(name: str, src: str) -> str: return f"{name}_{hashlib.sha256(src.encode()).hexdigest()[:16]}"
+def with_symbol(lib: bytes, symbol: str) -> bytes: return lib + _SYMBOL + symbol.encode()
+def split_symbol(lib: bytes) -> tuple[bytes, str | None]:
+  """(the binary, the symbol to call) of what with_symbol made; (lib, None) for a kernel built alone."""
+  if (i := lib.rfind(_SYMBOL, max(0, len(lib) - 512))) < 0: return lib, None
+  return lib[:i], lib[i + len(_SYMBOL):].decode()
+
 class Compiler:
   """Turns source text into a loadable binary, cached on disk by a hash of source and flags."""
   cachekey: str | None = None  # None: don't cache on disk
   threadsafe = False  # True: compile() may run in several threads at once (the engine builds kernels in parallel)
+  batches = False  # True: compile_batch builds several kernels in one go
   def compile(self, src: str) -> bytes: raise NotImplementedError("subclass must implement compile")
+  def compile_batch(self, kernels: list[tuple[str, str]]) -> bytes:
+    """One binary holding every kernel of [(name, src)], each under batch_symbol(name, src), built exactly as each
+    alone would be: one compiler run instead of one per kernel."""
+    raise NotImplementedError(f"{type(self).__name__} builds kernels one at a time")
+  def batchable(self, src: str) -> bool:
+    """Whether this kernel may go into a batch (compile_batch)."""
+    return self.batches
   def _disk_key(self, src: str) -> str | None:
     if self.cachekey is None or getenv("DISABLE_COMPILER_CACHE"): return None
     return hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
   def cached(self, src: str) -> bytes | None:
-    """The binary from the disk cache, or None (not built before, or no caching): a lookup that never compiles."""
-    return None if (key := self._disk_key(src)) is None else disk_cache_get("compile", key)
+    """The binary from the disk cache, or None (not built before, or no caching): a lookup that never compiles. A
+    kernel built in a batch gets the batch's binary (the kernel is in it under its own name)."""
+    if (key := self._disk_key(src)) is None or (lib := disk_cache_get("compile", key)) is None: return None
+    if not lib.startswith(_BATCH_REF): return lib
+    bkey, _, sym = lib[len(_BATCH_REF):].decode().partition("\0")
+    return None if (blib := disk_cache_get("batch", bkey)) is None else with_symbol(blib, sym)  # None: rebuilt
   def compile_cached(self, src: str) -> bytes:
     if (key := self._disk_key(src)) is None: return self.compile(src)
-    if (lib := disk_cache_get("compile", key)) is not None: return lib
+    if (lib := self.cached(src)) is not None: return lib
     lib = self.compile(src)
     disk_cache_put("compile", key, lib)
     return lib
+  def cache_batch(self, kernels: list[tuple[str, str]], lib: bytes) -> None:
+    """Each kernel of [(name, src)] maps to `lib` (their batch's binary) in the disk cache: the binary is stored once,
+    first, so a reader never finds a reference to a missing batch (one deleted later: the kernel is rebuilt alone)."""
+    if not (keyed := [(k, name, src) for name, src in kernels if (k := self._disk_key(src)) is not None]): return
+    bkey = hashlib.sha256(lib).hexdigest()
+    disk_cache_put("batch", bkey, lib)
+    for k, name, src in keyed: disk_cache_put("compile", k, _BATCH_REF + f"{bkey}\0{batch_symbol(name, src)}".encode())
 
 class Compiled:
   """A device: its allocator, renderer, compiler and program class.

@@ -39,11 +39,19 @@ def linearize(sink: UOp) -> list[UOp]:
     open_rngs.pop()
     open_now[0] = frozenset(open_rngs)
 
-  def emit_tree(root: UOp, hoist: bool = False) -> None:
+  def emit_tree(roots: UOp | list[UOp], hoist: bool = False) -> None:
     # post-order over what is not yet visible; REDUCE nodes open their own loops.
     # hoist=True emits only what the open loops can already compute (loop-invariant code motion).
+    # A DAG: each node is expanded once, or shared subgraphs blow up exponentially. Once per call, over all of its
+    # roots: a hoisting pass over each of a register tile's stores walked the whole shared kernel again for every store
+    # (48 stores of a conv: a third of lowering the MNIST step's kernels); what one root left unemitted, the next can't
+    # emit either (the open loops are the same)
+    expanded: set[UOp] = set()
+    for root in (roots if isinstance(roots, list) else [roots]):
+      emit_one(root, hoist, expanded)
+
+  def emit_one(root: UOp, hoist: bool, expanded: set[UOp]) -> None:
     stack: list[tuple[UOp, bool]] = [(root, False)]
-    expanded: set[UOp] = set()  # a DAG: expand each node once, or shared subgraphs blow up exponentially
     while stack:
       u, done = stack.pop()
       if u in visible: continue
@@ -81,7 +89,7 @@ def linearize(sink: UOp) -> list[UOp]:
       n_acc[0] += 1
       out.append(acc)
       acc_of[x] = acc
-    for x in group: emit_tree(x.src[0], hoist=True)  # loop-invariant work first
+    emit_tree([x.src[0] for x in group], hoist=True)  # loop-invariant work first
     for x in group if has_barrier else ():  # GPU: what a barrier waits for is done once, before the loop reading it
       for b in [n for n in x.src[0].toposort() if n.op is Ops.BARRIER]: emit_tree(b)
     for rng in rngs:
@@ -120,12 +128,11 @@ def linearize(sink: UOp) -> list[UOp]:
   out_ranges = sorted({r for st in sink.src for r in deps[st]}, key=lambda r: r.arg[0])
   # work is emitted in the outermost loop that can compute it: C compilers hoist loop-invariant loads themselves,
   # but gcc may instead sink one into a branch and then fail to vectorize the loop (a masked load of one address)
-  for st in sink.src: emit_tree(st, hoist=True)
+  emit_tree(list(sink.src), hoist=True)
   for rng in out_ranges:
     out.append(rng)
     open_scope(rng)
-    if rng is not out_ranges[-1]:
-      for st in sink.src: emit_tree(st, hoist=True)
+    if rng is not out_ranges[-1]: emit_tree(list(sink.src), hoist=True)
   for st in sink.src: emit_tree(st)
   for rng in reversed(out_ranges):
     out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))

@@ -1,6 +1,7 @@
 """Running a schedule: build each kernel once (cached by its AST), copy between devices, report with DEBUG.
 A schedule's new kernels are lowered and their builds started before the first one runs: compiles run in parallel on
-all cores and beside the lowering of later kernels, and each kernel waits only for its own program. Where the device
+all cores and beside the lowering of later kernels, and each kernel waits only for its own program. Where the compiler
+builds batches (CPU), small kernels share one compiler run per 64 KB of source. Where the device
 has a quick tier (CPU: many kernels in one -O1 translation unit), a big first build starts there and the optimized
 build, made in the background, replaces it when ready; only the optimized one is kept in the disk cache.
 While a TinyJit captures, every kernel run here is also reported to its recorder (engine/recorder.py)."""
@@ -10,7 +11,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from attograd.codegen import get_program
-from attograd.device import Buffer, Compiled, Device, defer_frees_on_this_thread
+from attograd.device import Buffer, Compiled, Device, batch_symbol, defer_frees_on_this_thread, with_symbol
 from attograd.engine.nan import DEBUG_NAN, check_kernel
 from attograd.engine.item import ScheduleItem
 from attograd.engine.profile import PROFILER
@@ -33,6 +34,11 @@ QUICK_MIN_SRC = 16 << 10
 # source bytes per quick translation unit: enough to pay for one compiler process, small enough that the compiler
 # starts while the kernels after it are still being lowered
 QUICK_CHUNK = 64 << 10
+# the same for a batch of optimized builds (Compiler.compile_batch): one compiler process per batch, not per kernel.
+# A kernel of BATCH_ALONE bytes or more is built alone: starting gcc (~30 ms) is a small part of its build (100+ ms),
+# and alone it builds in parallel with the rest (GPT-2's 40 KB matmuls, batched three at a time, serialized the
+# prefill's builds). Most kernels are smaller (146 of the 203 first-run kernels in bench/ are under 4 KB)
+BATCH_CHUNK, BATCH_ALONE = 64 << 10, 16 << 10
 
 def _cores() -> int: return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -77,6 +83,30 @@ def _build(spec: ProgramSpec) -> bytes:
     PROFILER.span(spec.name, "compile", spec.device, st, PROFILER.now(), src_bytes=len(spec.src),
                   thread=threading.current_thread().name)
   return lib
+
+def _build_batch(dev: Compiled, specs: list[ProgramSpec], futs: list[Future[bytes]]) -> None:
+  """The optimized builds of several kernels in one compiler run, each kernel's future getting the shared binary (and
+  the disk cache a reference to it per kernel). If the batch fails (a kernel that does not compile), each kernel is
+  built alone, so that each gets its own program or its own error."""
+  try:
+    on, st = PROFILER.active, PROFILER.now()
+    try: lib: bytes | None = dev.compiler.compile_batch([(sp.name, sp.src) for sp in specs])
+    except Exception: lib = None
+    if lib is not None:
+      dev.compiler.cache_batch([(sp.name, sp.src) for sp in specs], lib)
+      if on and PROFILER.active:
+        PROFILER.span(f"batch of {len(specs)} kernels", "compile", dev.device, st, PROFILER.now(),
+                      kernels=[sp.name for sp in specs], src_bytes=sum(len(sp.src) for sp in specs),
+                      thread=threading.current_thread().name)
+      for sp, f in zip(specs, futs): f.set_result(with_symbol(lib, batch_symbol(sp.name, sp.src)))
+      return
+    for sp, f in zip(specs, futs):
+      try: f.set_result(_build(sp))
+      except Exception as e: f.set_exception(e)
+  except BaseException as e:  # never leave a kernel waiting on a future nobody will set
+    for f in futs:
+      if not f.done(): f.set_exception(e)
+    raise
 
 def _quick(dev: Compiled, specs: list[ProgramSpec]) -> list[Any]:
   """One quick build of several kernels: a program for each."""
@@ -141,19 +171,44 @@ class CompiledRunner:
 
 class _Builds:
   """The builds a schedule starts on one device. With a quick tier, kernels are batched up to QUICK_CHUNK bytes of
-  source, one quick build per batch, their optimized builds queued in the background; else each kernel gets its
-  optimized build right away (in a pool when the compiler may run in threads, here otherwise)."""
+  source, one quick build per batch, their optimized builds queued in the background. Else, where the compiler
+  batches, kernels are gathered up to BATCH_CHUNK bytes, one optimized build per batch (the schedule's last kernels
+  split across the cores); otherwise each kernel gets its optimized build right away (in a pool when the compiler may
+  run in threads, here otherwise)."""
   def __init__(self, dev: Compiled):
     self.dev, self.size, self.tiered = dev, 0, False
     self.batch: list[tuple[tuple[str, UOp], ProgramSpec]] = []
     self.quick = dev.quick_build is not None and QUICK_BUILD.value >= 1
+    self.batches = dev.compiler.batches and dev.compiler.threadsafe
   def add(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
-    if not self.quick: return self._optimized_only(key, spec)
+    if not self.quick:
+      if not self.batches or len(spec.src) >= BATCH_ALONE or not self.dev.compiler.batchable(spec.src):
+        return self._optimized_only(key, spec)
+      self.batch.append((key, spec))
+      self.size += len(spec.src)
+      if self.size >= BATCH_CHUNK: self._start_batches(1)
+      return
     self.batch.append((key, spec))
     self.size += len(spec.src)
     if self.size >= QUICK_CHUNK: self.flush()
+  def _start_batches(self, n: int) -> None:
+    """The gathered kernels as up to n batches of about equal source size, each built in the pool."""
+    groups: list[list[tuple[tuple[str, UOp], ProgramSpec]]] = [[] for _ in range(max(1, min(n, len(self.batch))))]
+    sizes = [0] * len(groups)
+    for key, spec in sorted(self.batch, key=lambda ks: -len(ks[1].src)):  # biggest first, each to the lightest
+      i = sizes.index(min(sizes))
+      groups[i].append((key, spec))
+      sizes[i] += len(spec.src)
+    self.batch, self.size = [], 0
+    for g in groups:
+      if len(g) == 1: self._optimized_only(*g[0])
+      elif g:
+        futs: list[Future[bytes]] = [Future() for _ in g]
+        _pool("build").submit(_build_batch, self.dev, [spec for _, spec in g], futs)
+        for (key, spec), f in zip(g, futs): _runners[key] = CompiledRunner(spec, optimized=f)
   def flush(self) -> None:
     if not self.batch: return
+    if not self.quick: return self._start_batches(_cores())
     if self.tiered or self.size >= QUICK_MIN_SRC or QUICK_BUILD.value >= 2:
       self.tiered = True
       fut = _pool("build").submit(_quick, self.dev, [sp for _, sp in self.batch])
@@ -170,8 +225,10 @@ class _Builds:
 def _prepare(items: list[ScheduleItem]) -> None:
   """Lower the kernels of `items` that have no runner yet and start their builds, before any of them runs."""
   builds: dict[str, _Builds] = {}
+  seen: set[tuple[str, UOp]] = set()  # a kernel run twice in a schedule is lowered once (its runner may be batched)
   for si in items:
-    if si.ast.op is Ops.COPY or (key := (si.bufs[0].device, si.ast)) in _runners: continue
+    if si.ast.op is Ops.COPY or (key := (si.bufs[0].device, si.ast)) in _runners or key in seen: continue
+    seen.add(key)
     spec = _lower(*key)
     dev = Device[key[0]]
     st = PROFILER.now() if PROFILER.active else 0.0

@@ -2,8 +2,8 @@
 OpenMP."""
 from __future__ import annotations
 import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, weakref
-from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, disk_cache_get, disk_cache_put,
-                             host_bytes)
+from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
+                             disk_cache_put, host_bytes, split_symbol)
 from attograd.renderer.cstyle import ClangRenderer
 
 # OpenMP threads sleep between kernels instead of spinning: spinning workers steal the cores that other processes
@@ -103,21 +103,47 @@ class ClangCompiler(Compiler):
     # register allocator takes minutes on it (quadratic), the priority one seconds
     huge = self.gcc and src.count("\n") > HUGE_KERNEL_LINES
     return self._compile_with(src, self.flags + ["-fira-algorithm=priority"] * huge)
+  batches = True
+  def batchable(self, src: str) -> bool:
+    # a kernel with helper functions of its own (fp8 conversions) would define them twice in one unit
+    pre = ClangRenderer.preamble
+    return "static " not in (src[len(pre):] if src.startswith(pre) else src)
+  def compile_batch(self, kernels: list[tuple[str, str]]) -> bytes:
+    """Several kernels as one translation unit with the usual flags, each function under batch_symbol: one compiler
+    process instead of one per kernel (~30 ms each just to start gcc, as and ld; 60 of bench's first-run kernels
+    17.6 -> 10.7 s of gcc, on a busy machine). The functions are independent, so each compiles as it would alone
+    (their disassembly is the same, but for alignment padding)."""
+    kernels = list(dict.fromkeys(kernels))  # the same kernel twice (on two devices) is one function
+    return self.compile(_one_unit([src for _, src in kernels], [(n, batch_symbol(n, src)) for n, src in kernels]))
   def compile_quick(self, kernels: list[tuple[str, str]]) -> tuple[bytes, list[str]]:
     """Several kernels as one translation unit at -O1, for a first run: one compiler process instead of one per
-    kernel (~30 ms each just to start gcc, as and ld), and -O1 costs half of -O3 while its code runs ~1.35x slower
-    (MNIST step, measured). Each kernel's function is renamed to a unique symbol by a #define around its source.
-    Returns the library and each kernel's symbol in it."""
-    pre = ClangRenderer.preamble
-    parts, syms = [pre], []
-    for i, (name, src) in enumerate(kernels):
-      syms.append(sym := f"__atto_quick{i}_{name}")
-      body = src[len(pre):] if src.startswith(pre) else src  # the shared helpers once: static functions can't repeat
-      parts.append(f"#define {name} {sym}\n{body}\n#undef {name}\n")
+    kernel, and -O1 costs half of -O3 while its code runs ~1.35x slower (MNIST step, measured). Each kernel's
+    function is renamed to a unique symbol (names may repeat here). Returns the library and each kernel's symbol."""
+    syms = [f"__atto_quick{i}_{name}" for i, (name, _) in enumerate(kernels)]
+    src = _one_unit([src for _, src in kernels], list(zip([name for name, _ in kernels], syms)))
     flags = [f if not re.fullmatch(r"-O[0-9s]|-Ofast", f) else "-O1" for f in self.flags]
-    return self._compile_with("".join(parts), flags), syms
+    return self._compile_with(src, flags), syms
+
+def _one_unit(srcs: list[str], renames: list[tuple[str, str]]) -> str:
+  """Kernels' sources as one translation unit: the shared helpers once (static functions can't repeat), then each
+  kernel, its function renamed by a #define around it (kernels of one shape share a name)."""
+  pre = ClangRenderer.preamble
+  parts = [pre]
+  for src, (name, sym) in zip(srcs, renames):
+    body = src[len(pre):] if src.startswith(pre) else src
+    parts.append(f"#define {name} {sym}\n{body}\n#undef {name}\n")
+  return "".join(parts)
+
+# libraries loaded now, by the hash of their bytes: the kernels of one batch share their library (each kernel's
+# program is made from the same bytes), so it is mapped once
+_loaded: weakref.WeakValueDictionary[bytes, ctypes.CDLL] = weakref.WeakValueDictionary()
 
 def load_library(lib: bytes) -> ctypes.CDLL:
+  if (dll := _loaded.get(key := hashlib.sha256(lib).digest())) is not None: return dll
+  _loaded[key] = dll = _load_new(lib)
+  return dll
+
+def _load_new(lib: bytes) -> ctypes.CDLL:
   # dlopen needs a file, and caches by path: every library gets a fresh, unique name
   tmpdir = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
   with tempfile.NamedTemporaryFile(suffix=".so", delete=False, dir=tmpdir) as f:
@@ -151,6 +177,9 @@ class CPUProgram:
   """A compiled kernel; call it with buffer addresses and variable values. `lib` is the library's bytes, or a
   library already loaded (a quick build holds many kernels: it is loaded once)."""
   def __init__(self, name: str, lib: bytes | ctypes.CDLL):
+    if not isinstance(lib, ctypes.CDLL):
+      lib, sym = split_symbol(lib)  # a kernel built in a batch: its function's name there
+      name = sym or name
     self.lib = lib if isinstance(lib, ctypes.CDLL) else load_library(lib)
     self.fxn = getattr(self.lib, name)
     self.fxn.restype = None

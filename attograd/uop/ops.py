@@ -152,7 +152,13 @@ class UOp(metaclass=UOpMetaClass):
           if s not in out: stack.append((s, False))
     return out
   def sparents(self) -> dict[UOp, None]: return self.toposort()
-  def substitute(self, subs: dict[UOp, UOp]) -> UOp: return graph_rewrite(self, _substitute_pm, subs)
+  def substitute(self, subs: dict[UOp, UOp]) -> UOp:
+    """self with each node that is a key of `subs` replaced by its value, bottom-up: a node whose sources were
+    replaced and now equals a key is replaced too, and a replacement is itself substituted (graph_rewrite with a
+    lookup rule does the same; VIZ traces that one). A direct walk: lowering substitutes every register tile
+    position into a whole kernel, and the rule table's per-node matching was most of that time."""
+    if rewrite_tracer is not None: return graph_rewrite(self, _substitute_pm, subs)
+    return _substitute(self, subs, {})
 
   # ***** tensor-level properties *****
   @cached
@@ -662,6 +668,15 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
   return done[root]
 
 _substitute_pm = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])
+
+def _substitute(root: UOp, subs: dict[UOp, UOp], done: dict[UOp, UOp]) -> UOp:
+  for n in root.toposort():
+    if n in done: continue
+    src = tuple([done[s] for s in n.src])
+    nn = n if src == n.src else UOp(n.op, n.dtype, src, n.arg)
+    r = subs.get(nn)
+    done[n] = nn if r is None or r is nn else _substitute(r, subs, done)
+  return done[root]
 
 # ***** printing *****
 

@@ -173,3 +173,67 @@ def test_buffers_dying_on_compile_threads_are_freed_by_the_next_allocation() -> 
   assert freed == [] and len(_deferred_frees) == 1
   Buffer("CPU", 4, dtypes.float32).allocate()
   assert freed == [32] and not _deferred_frees
+
+def _chain(n: int, seed: int = 5) -> tuple[Tensor, np.ndarray]:
+  """n small kernels in one schedule, each a different op (so each is a new kernel with a distinct source)."""
+  xn = np.random.default_rng(seed).standard_normal(64).astype(np.float32)
+  x, ref = Tensor(xn), xn.copy()
+  for i in range(n):
+    x = (x * (1.0 + i / 8) + i).contiguous()
+    ref = ref * np.float32(1.0 + i / 8) + np.float32(i)
+  return x, ref
+
+def test_schedule_of_new_kernels_costs_few_compiler_runs(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # 12 new kernels: one compiler run per batch (at most one per core here: the sources are small), not one per kernel
+  runs: list[str] = []
+  compile_ = ClangCompiler.compile
+  def counting(self: ClangCompiler, src: str) -> bytes:
+    runs.append(src)
+    return compile_(self, src)
+  monkeypatch.setattr(ClangCompiler, "compile", counting)
+  x, ref = _chain(12)
+  with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  assert 1 <= len(runs) <= len(os.sched_getaffinity(0)), len(runs)
+  # each kernel's disk entry names the batch's binary: a new process (no runners) loads them without compiling
+  realize._runners.clear()
+  runs.clear()
+  x, ref = _chain(12)
+  with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  assert runs == []
+
+def test_kernels_of_a_batch_share_one_library(empty_cache: None) -> None:
+  x, ref = _chain(6, seed=6)
+  with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  libs = {id(r.finish().prg.lib) for r in realize._runners.values()}
+  assert len(libs) <= len(os.sched_getaffinity(0))  # one per batch, loaded once
+
+def test_failed_batch_builds_each_kernel_alone(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # a batch that does not compile (say one kernel the compiler rejects) costs no kernel its program: each is built
+  # alone, and gets its own program or its own error
+  def broken(self: ClangCompiler, kernels: list) -> bytes: raise RuntimeError("CPU: the C compiler failed (a test)")
+  monkeypatch.setattr(ClangCompiler, "compile_batch", broken)
+  x, ref = _chain(8, seed=7)
+  with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+
+def test_a_batch_missing_from_the_cache_is_rebuilt(empty_cache: None, tmp_path: Any) -> None:
+  import shutil
+  x, ref = _chain(5, seed=8)
+  with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  assert (tmp_path / "batch").is_dir()
+  shutil.rmtree(tmp_path / "batch")  # another process cleaned it: the kernels' references now lead nowhere
+  realize._runners.clear()
+  x, ref = _chain(5, seed=8)
+  with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+
+def test_a_kernel_twice_in_a_schedule_is_lowered_once(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # the same kernel on two inputs: its runner may still wait in a batch when the second one comes, which must not
+  # lower (and build) it again
+  lowered: list[Any] = []
+  lower = realize._lower
+  monkeypatch.setattr(realize, "_lower", lambda device, ast: lowered.append(ast) or lower(device, ast))
+  xn, yn = np.arange(16, dtype=np.float32), np.ones(16, np.float32)
+  a, b = (Tensor(xn) * 3 + 1).contiguous(), (Tensor(yn) * 3 + 1).contiguous()
+  with Context(QUICK_BUILD=0): Tensor.realize(a, b)
+  np.testing.assert_allclose(a.numpy(), xn * 3 + 1)
+  np.testing.assert_allclose(b.numpy(), yn * 3 + 1)
+  assert len(lowered) == len(set(lowered)) == 1

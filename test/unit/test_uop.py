@@ -155,6 +155,18 @@ def test_substitute() -> None:
   assert ((a + b) * a).substitute({a: c(2)}) is (c(2) + b) * c(2)
   assert ((a + b) * a).substitute({a: c(2), b: c(3)}).simplify() is c(10)
 
+def test_substitute_is_the_lookup_rewrite() -> None:
+  # substitute walks the graph itself (lowering's hot path); it must give what graph_rewrite with a lookup rule gives:
+  # a node whose sources were replaced and now equals a key is replaced too, and a replacement is substituted in turn
+  from attograd.uop.ops import _substitute_pm
+  a, b, d = Variable("a", 0, 9), Variable("b", 0, 9), Variable("d", 0, 9)
+  cases = [((a + b) * (a + c(1)), {a: b, b + b: d}),         # a -> b makes a + b into b + b, a key itself
+           ((a * b) + a, {a: b + c(2), b: c(5)}),              # the replacement holds a key: it is substituted too
+           (a + b, {})]
+  for root, subs in cases:
+    assert root.substitute(subs) is graph_rewrite(root, _substitute_pm, subs)
+  assert ((a + b) * (a + c(1))).substitute({a: b, b + b: d}) is d * (b + c(1))
+
 # ***** Variables *****
 
 def test_variable_bind_unbind() -> None:
