@@ -26,7 +26,7 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Plan], None]]:
   runners: dict = {}
   monkeypatch.setattr(rz, "_runners", runners)
   def use(plan: Plan) -> None:
-    monkeypatch.setattr(heuristic, "hand_coded_optimizations", lambda k: plan(k))
+    monkeypatch.setattr(heuristic, "hand_coded_optimizations", lambda k, *_: plan(k))
     monkeypatch.setattr(heuristic, "gpu_optimizations", lambda k, local_max=256: plan(k))
   yield use
   _KEEP.extend(runners.values())
