@@ -10,7 +10,7 @@ from attograd.helpers import prod
 from attograd.tensor import Tensor
 from attograd.engine.buffers import new_buffer_uop
 from attograd.runtime.ops_disk import DiskMapping, DiskView
-from attograd.tensor_disk import on_disk
+from attograd.tensor.disk import on_disk
 
 PathLike = str | os.PathLike
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import attograd.engine.realize as engine_realize
-import attograd.tensor
+import attograd.tensor.core
 from attograd import Context, Tensor, TinyJit, Variable, dtypes, nn
 from attograd.engine.jit import JitError
 from attograd.engine.jit import TinyJit as TinyJit2
@@ -35,14 +35,14 @@ def test_replay_does_not_schedule_or_compile(monkeypatch: pytest.MonkeyPatch) ->
   def f(x: Tensor) -> Tensor: return (x * 2).sum() + x.max()
   for i in range(2): f(Tensor(rnd(8, seed=i)))
   counts = {"schedule": 0, "runner": 0}
-  real_sched, real_runner = attograd.tensor.create_schedule, engine_realize.get_runner
+  real_sched, real_runner = attograd.tensor.core.create_schedule, engine_realize.get_runner
   def sched(*a: Any) -> Any:
     counts["schedule"] += 1
     return real_sched(*a)
   def runner(*a: Any) -> Any:
     counts["runner"] += 1
     return real_runner(*a)
-  monkeypatch.setattr(attograd.tensor, "create_schedule", sched)
+  monkeypatch.setattr(attograd.tensor.core, "create_schedule", sched)
   monkeypatch.setattr(engine_realize, "get_runner", runner)
   x = rnd(8, seed=5)
   out = f(Tensor(x))

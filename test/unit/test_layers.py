@@ -20,8 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
   ("apps", ("attograd.llm", "attograd.distributed", "attograd.nn.onnx", "attograd.nn.onnx_ops", "attograd.viz")),
   ("package", ("attograd",)),  # attograd/__init__.py: the public names, re-exported from below
   ("nn", ("attograd.nn",)),
-  ("tensor", ("attograd.tensor", "attograd.tensor_index", "attograd.tensor_disk", "attograd.mixin",
-              "attograd.function", "attograd.printing")),
+  ("tensor", ("attograd.tensor", "attograd.function")),
   ("gradient", ("attograd.gradient",)),
   ("schedule", ("attograd.schedule",)),
   ("engine", ("attograd.engine",)),
@@ -42,7 +41,6 @@ UPWARD: set[tuple[str, str]] = {
   ("attograd.engine.realize", "attograd.viz"),
   ("attograd.function", "attograd.nn.state"),
   ("attograd.gradient", "attograd.tensor"),
-  ("attograd.mixin.compose", "attograd"),
   ("attograd.nn.data", "attograd"),
   ("attograd.nn.data", "attograd.distributed"),
   ("attograd.runtime.ops_cl", "attograd.renderer.cstyle"),
@@ -52,17 +50,17 @@ UPWARD: set[tuple[str, str]] = {
   ("attograd.runtime.ops_llvm", "attograd.renderer.llvmir"),
   ("attograd.runtime.ops_python", "attograd.renderer"),
   ("attograd.runtime.ops_python", "attograd.renderer.cstyle"),
-  ("attograd.tensor", "attograd"),
-  ("attograd.tensor", "attograd.viz"),
+  ("attograd.tensor.core", "attograd"),
+  ("attograd.tensor.core", "attograd.viz"),
 }
 
 # strongly connected components of more than one module, in today's code, each one debt
 CYCLES: set[frozenset[str]] = {
   frozenset({"attograd", "attograd.codegen", "attograd.codegen.search", "attograd.engine.jit",
-    "attograd.engine.realize", "attograd.function", "attograd.gradient", "attograd.mixin.compose",
-    "attograd.mixin.grad", "attograd.mixin.math", "attograd.mixin.nn", "attograd.nn",
-    "attograd.nn.gguf", "attograd.nn.optim", "attograd.nn.state", "attograd.tensor", "attograd.tensor_disk",
-    "attograd.tensor_index", "attograd.viz", "attograd.viz.serve"}),
+    "attograd.engine.realize", "attograd.function", "attograd.gradient", "attograd.nn", "attograd.nn.gguf",
+    "attograd.nn.optim", "attograd.nn.state", "attograd.tensor", "attograd.tensor.autograd",
+    "attograd.tensor.compose", "attograd.tensor.core", "attograd.tensor.disk", "attograd.tensor.elementwise",
+    "attograd.tensor.functional", "attograd.tensor.indexing", "attograd.viz", "attograd.viz.serve"}),
   frozenset({"attograd.distributed", "attograd.distributed.data_parallel"}),
   frozenset({"attograd.dtype", "attograd.helpers"}),
   frozenset({"attograd.llm.__main__", "attograd.llm.server"}),

@@ -2,7 +2,7 @@
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
 import functools, math, os, struct, sys, time, weakref
-from attograd import printing
+from attograd.tensor import printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
@@ -23,12 +23,12 @@ from attograd.engine.profile import PROFILER
 from attograd import viz
 from attograd.viz import VIZ
 from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
-from attograd.mixin.movement import MovementMixin
-from attograd.mixin.compose import ComposeMixin
-from attograd.mixin.nn import NNMixin
-from attograd.mixin.grad import GradMixin, _grad_tensors
-from attograd.mixin.math import MathMixin
-from attograd.mixin.linalg import LinalgMixin
+from attograd.tensor.movement import MovementMixin
+from attograd.tensor.compose import ComposeMixin
+from attograd.tensor.functional import NNMixin
+from attograd.tensor.autograd import GradMixin, _grad_tensors
+from attograd.tensor.elementwise import MathMixin
+from attograd.tensor.linalg import LinalgMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -1726,7 +1726,7 @@ def _index_tensor(n: int, device: str) -> Tensor:
   grid = outer.reshape(a, 1) * b + _index_tensor(b, device).reshape(1, b)
   return grid.reshape(a * b).shrink(((0, n),))
 
-from attograd.tensor_index import _getitem  # noqa: E402
-from attograd import tensor_disk  # noqa: E402
+from attograd.tensor.indexing import _getitem  # noqa: E402
+from attograd.tensor import disk as tensor_disk  # noqa: E402
 
 for _name in _CONCRETE_ONLY: setattr(Tensor, _name, _concrete_only(getattr(Tensor, _name), _name))

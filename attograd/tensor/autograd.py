@@ -9,7 +9,7 @@ from attograd.gradient import compute_gradient, full_like, reshape
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.schedule.realized import lookup_realized
 from attograd.uop.state import ORIGIN, get, has
-if TYPE_CHECKING: from attograd.tensor import Tensor
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -187,7 +187,7 @@ def _gradients(out: Tensor, root: UOp, groups: list[list[UOp]], shapes: list[tup
                gradient: Tensor | None) -> list[UOp | None]:
   """The gradient of `out` for each group of nodes, summed over the group and reshaped to `shapes`; None where no
   gradient flows."""
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   if gradient is None:
     if out.shape != ():
       raise GradientSeedError(f"backward: the output has shape {out.shape}; need a scalar or `gradient`")
@@ -209,6 +209,6 @@ def _sum_all(gs: list[UOp]) -> UOp:
   return acc
 
 def _grad_tensor(t: Tensor, g: UOp) -> Tensor:
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   assert g.shape == t.shape, f"gradient shape {g.shape} != tensor shape {t.shape}"
   return Tensor(g if g.dtype == t.dtype else g.cast(t.dtype), device=t.device)

@@ -11,7 +11,7 @@ from attograd.uop.ops import GroupOp, Ops, UOp
 from attograd.uop.view import ShapeTracker, strides_for_shape
 from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.runtime.ops_disk import DiskBuffer, DiskView
-if TYPE_CHECKING: from attograd.tensor import Tensor
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def on_disk(device: Any) -> bool: return device.__class__ is str and device.startswith("DISK")
 
@@ -28,7 +28,7 @@ def resolve(u: UOp) -> UOp:
     if x.op in GroupOp.Movement: chain.append(x)
     x = x.src[0]
   if x.op is Ops.COPY:  # a copy into the file not made yet (t.to("DISK:path")[1:]): made now, then viewed
-    from attograd.tensor import Tensor
+    from attograd.tensor.core import Tensor
     return resolve(u.substitute({x: Tensor(x).realize().uop}))
   if x.op is not Ops.BUFFER:
     # the same class as every other DISK compute refusal (runtime/ops_disk.py): a DISK device runs no kernel, by design
@@ -71,7 +71,7 @@ def bitcast(t: Tensor, dtype: DType) -> Tensor:
 def assign(t: Tensor, x: Any) -> Tensor:
   """Write x's values into the bytes of the DISK view t. x may live on any device (a DISK x is read through the
   default device); it is broadcast to t's shape and cast to t's dtype there."""
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   if not isinstance(x, Tensor): x = Tensor(x, dtype=t.dtype)
   if on_disk(x.device): x = x.to(Device.DEFAULT)
   if x.shape != t.shape: x = x._broadcast_to(t.shape)
@@ -85,7 +85,7 @@ def assign(t: Tensor, x: Any) -> Tensor:
 
 def setitem(t: Tensor, indices: Any, value: Any) -> None:
   """t[indices] = value on DISK: basic indices only (the region must be one contiguous byte range)."""
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   idx = indices if isinstance(indices, tuple) else (indices,)
   if any(isinstance(i, (Tensor, list)) or type(i).__module__ == "numpy" for i in idx):
     raise RuntimeError(f"setitem: advanced (tensor) indexing is not supported for DISK tensors ({t.device}); index "

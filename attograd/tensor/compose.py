@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import DTypeOpError, ArgumentError, prod
 from attograd.uop.ops import Ops
-if TYPE_CHECKING: from attograd.tensor import Tensor
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 # a scan over n elements reduces an (n, n) window: O(n^2). Past 2 blocks, scan blocks of this size and then the
 # block totals, so the work is ~O(n * _SCAN_BLOCK)
@@ -386,8 +386,8 @@ class ComposeMixin:
     >>> x.tolist()
     [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
     """
-    from attograd.tensor import Tensor, _contiguous_view_of_buffer, _writable_view
-    from attograd import tensor_disk
+    from attograd.tensor.core import Tensor, _contiguous_view_of_buffer, _writable_view
+    from attograd.tensor import disk as tensor_disk
     if tensor_disk.on_disk(self.device): return tensor_disk.setitem(self, indices, value)  # bytes into the file
     if isinstance(value, Tensor) and value.dtype != self.dtype:
       # a silent cast would truncate floats written into an int tensor; tinygrad refuses every mismatch, and so do we
@@ -418,7 +418,7 @@ def _reverse_order(x: Tensor) -> Tensor:
 
 def _arange(n: int, like: Tensor) -> Tensor:
   """0..n-1 as int32 on `like`'s device."""
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   return Tensor.arange(n, device=like.device, dtype=dtypes.int32)
 
 def _first_selected(x: Tensor, m: Tensor, size: int, fill_value: ConstType) -> Tensor:
@@ -440,7 +440,7 @@ def _pad_last_left(x: Tensor, n: int, value: ConstType) -> Tensor:
   """Pad the last axis on the left with n copies of `value`."""
   arg = ((0, 0),) * (x.ndim - 1) + ((n, 0),)
   if value == 0: return x.pad_(arg)
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   valid = Tensor.full(x.shape, True, dtype=dtypes.bool, device=x.device).pad_(arg)
   return valid.where(x.pad_(arg), x._const_like(value))
 
@@ -557,8 +557,8 @@ def _einsum_align(t: Tensor, letters: list[str], union: list[str]) -> Tensor:
 def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None] | None:
   """For `x[indices] = value`: the value placed at its positions in x's shape, and where it was placed (None when
   that is everywhere); None when the indexed region is empty."""
-  from attograd.tensor import Tensor, _broadcast_shape
-  from attograd.tensor_index import _expand_bool_indices, _normalize
+  from attograd.tensor.core import Tensor, _broadcast_shape
+  from attograd.tensor.indexing import _expand_bool_indices, _normalize
   idx = _expand_bool_indices(x, _normalize(x, indices))
   # 1. basic indices: the region's shape B (tensor-indexed dims kept whole) and how to place it back in x
   region: list[int] = []

@@ -5,10 +5,10 @@ from typing import TYPE_CHECKING, Any
 from attograd.dtype import dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import Ops, UOp, sint, ssimp, sym_max
-if TYPE_CHECKING: from attograd.tensor import Tensor
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   # a list holding a slice, None or ... is a tuple of indices (x[[slice(None), [1, 3]]] is x[:, [1, 3]]), as in
   # PyTorch and tinygrad; NumPy refuses such lists. A list of sequences or Tensors stays one index array (NumPy's
   # reading, which PyTorch's deprecation warning says it moves to; PyTorch 2.x and tinygrad still read it as a tuple)
@@ -34,7 +34,7 @@ def _normalize(t: Tensor, indices: Any) -> list[Any]:
 
 def _expand_bool_indices(x: Tensor, idx: list[Any]) -> list[Any]:
   """Bool tensor indices as integer tensors of the true positions (read on the host, like NumPy's nonzero)."""
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   out: list[Any] = []
   dim = 0  # the dim of x that index i starts at (None adds a dim and reads none)
   for i in idx:
@@ -80,7 +80,7 @@ def _symbolic_slice(i: slice, size: sint, dim: int) -> tuple[sint, sint] | None:
   return ssimp(start), ssimp(stop)
 
 def _getitem(t: Tensor, indices: Any) -> Tensor:
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
   idx = _normalize(t, indices)
   idx = _expand_bool_indices(t, idx)  # boolean masks select where true: integer indices, read on the host
   # 1. basic indexing as views: shrink, flip, stride by reshape
@@ -137,7 +137,7 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
   x = x.reshape(tuple(new_shape))
   if not tensor_dims: return x
   # 2. fancy indexing: broadcast the index tensors, gather with a one-hot reduction per indexed dim
-  from attograd.tensor import _broadcast_shape
+  from attograd.tensor.core import _broadcast_shape
   bshape: tuple[int, ...] = ()
   for _, it in tensor_dims: bshape = _broadcast_shape(bshape, it.shape)
   dims = [d for d, _ in tensor_dims]

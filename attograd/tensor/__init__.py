@@ -1,0 +1,4 @@
+"""The user API, cut by topic: `core` (the Tensor class: construction, realize, dtype and device, arithmetic), and
+the topics mixed into it: `movement`, `elementwise`, `functional` (nn functions), `compose`, `linalg`, `autograd`,
+`indexing`; `disk` (DISK tensors) and `printing` (repr). `from attograd.tensor import Tensor` is the entry point."""
+from attograd.tensor.core import Tensor, _buffer_from_bytes, _contiguous_view_of_buffer, _prefix_of_buffer  # noqa: F401
