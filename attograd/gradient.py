@@ -113,25 +113,6 @@ def _pad_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
 def _shrink_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
   return (UOp(Ops.PAD, ctx.dtype, (ctx,), tuple((b, s - e) for s, (b, e) in zip(ret.src[0].shape, ret.arg))),)
 
-def _conv_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp, None]:
-  """conv2d's custom backward, a marker (out, x, weight, padded x) whose `out` was computed from detached inputs:
-  x gets the transposed convolution of the output's gradient with the weight (a forward conv with the flipped
-  kernel), the weight gets the output's gradient times the windows of the padded x."""
-  from attograd.tensor import Tensor
-  _, groups, stride, dilation, pads = ret.arg
-  x, w, xpad = ret.src[1:]
-  nk = len(stride)
-  # the rows past the last window get no gradient: output_padding covers them (pads are PyTorch order, last dim first)
-  k_, i_, o_ = w.shape[2:], x.shape[2:], ctx.shape[2:]
-  extra = tuple(i_[j] + pads[2 * (nk - 1 - j)] + pads[2 * (nk - 1 - j) + 1] - dilation[j] * (k_[j] - 1) - 1
-                - (o_[j] - 1) * stride[j] for j in range(nk))
-  # the output's gradient in its own buffer: both gradients read it (the input's through a padded copy, the
-  # weight's maybe through a channel-last one), which then copy a buffer instead of each recomputing its expression
-  g = Tensor(ctx).contiguous()
-  dx = g.conv_transpose2d(Tensor(w), None, groups, stride, dilation, list(pads), extra)
-  dw = Tensor(xpad)._conv_weight_grad(g, w.shape, groups, stride, dilation)
-  return None, dx.uop, dw.uop, None
-
 # elementwise functions computed by formulas that differentiate badly (Tensor._custom_grad): (value, x) -> dx
 def _sign(x: UOp) -> UOp:
   zero = _zero(x)
@@ -145,32 +126,15 @@ def _log1p_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
   x = ret.src[1]
   return None, _div(ctx, _add(x, full_like(x, 1)))
 def _expm1_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, _mul(ctx, _add(ret, full_like(ret, 1)))
-def _acosh_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
-  """1 / sqrt(x^2 - 1), PyTorch's formula, which is finite below -1 too (where acosh itself is NaN); as
-  sqrt(|x| - 1) sqrt(|x| + 1) it stays exact near 1 and doesn't overflow for large x."""
-  from attograd.tensor import Tensor
-  a = Tensor(ret.src[1]).abs()
-  return None, (Tensor(ctx) / ((a - 1).sqrt() * (a + 1).sqrt())).uop
+# CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself).
+# The rules written over UOps are here; those written with Tensor methods (conv2d, acosh, pow, max_unpool2d) are
+# registered by the Tensor layer that makes their markers (tensor/grad_rules.py), and attograd.function's by it.
+custom_grad_rules: dict[str, Any] = {"relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule, "expm1": _expm1_rule}
 
-def _pow_tensor_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp]:
-  """Tensor.pow on floats, torch's rule: d/da = b * a^(b-1) (0 where b = 0, so 0 at a = 0 for b > 1), d/db = a^b ln(a)
-  (0 where a = 0 and b >= 0)."""
-  from attograd.tensor import Tensor
-  a, b, g = Tensor(ret.src[1]), Tensor(ret.src[2]), Tensor(ctx)
-  da = b.eq(0).where(0.0, g * b * a.pow(b - 1))
-  db = (a.eq(0) & (b >= 0)).where(0.0, g * Tensor(ret) * a.log())
-  return None, da.uop, db.uop
-
-def _max_unpool_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, None]:
-  """max_unpool2d, a marker (out, values, indices) over the flattened pooled dims: each value's gradient is the
-  output's gradient at its index (read once per value, so repeated indices each get it, as in PyTorch)."""
-  from attograd.tensor import Tensor
-  return None, Tensor(ctx).gather(-1, Tensor(ret.src[2])).uop, None
-
-# CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself)
-custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule, "relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule,
-                                    "expm1": _expm1_rule, "acosh": _acosh_rule, "pow": _pow_tensor_rule,
-                                    "max_unpool2d": _max_unpool_rule}
+def register_custom_grad(name: str, rule: Any) -> None:
+  """Adds the gradient rule of the CUSTOM_GRAD markers named `name` (one rule per name)."""
+  if name in custom_grad_rules: raise ValueError(f"gradient: a rule for the CUSTOM_GRAD marker {name!r} exists already")
+  custom_grad_rules[name] = rule
 
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 

@@ -40,7 +40,6 @@ UPWARD: set[tuple[str, str]] = {
   ("attograd.engine.realize", "attograd"),
   ("attograd.engine.realize", "attograd.viz"),
   ("attograd.function", "attograd.nn.state"),
-  ("attograd.gradient", "attograd.tensor"),
   ("attograd.nn.data", "attograd"),
   ("attograd.nn.data", "attograd.distributed"),
   ("attograd.runtime.ops_cl", "attograd.renderer.cstyle"),
@@ -57,10 +56,10 @@ UPWARD: set[tuple[str, str]] = {
 # strongly connected components of more than one module, in today's code, each one debt
 CYCLES: set[frozenset[str]] = {
   frozenset({"attograd", "attograd.codegen", "attograd.codegen.search", "attograd.engine.jit",
-    "attograd.engine.realize", "attograd.function", "attograd.gradient", "attograd.nn", "attograd.nn.gguf",
-    "attograd.nn.optim", "attograd.nn.state", "attograd.tensor", "attograd.tensor.autograd",
-    "attograd.tensor.compose", "attograd.tensor.core", "attograd.tensor.disk", "attograd.tensor.elementwise",
-    "attograd.tensor.functional", "attograd.tensor.indexing", "attograd.viz", "attograd.viz.serve"}),
+    "attograd.engine.realize", "attograd.function", "attograd.nn", "attograd.nn.gguf", "attograd.nn.optim",
+    "attograd.nn.state", "attograd.tensor", "attograd.tensor.autograd", "attograd.tensor.compose",
+    "attograd.tensor.core", "attograd.tensor.disk", "attograd.tensor.elementwise", "attograd.tensor.functional",
+    "attograd.tensor.grad_rules", "attograd.tensor.indexing", "attograd.viz", "attograd.viz.serve"}),
   frozenset({"attograd.distributed", "attograd.distributed.data_parallel"}),
   frozenset({"attograd.dtype", "attograd.helpers"}),
   frozenset({"attograd.llm.__main__", "attograd.llm.server"}),
