@@ -5,7 +5,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from attograd.dtype import dtypes
 from attograd.helpers import TRAINING
-from attograd.gradient import compute_gradient, full_like, reshape
+from attograd.gradient import compute_gradient
+from attograd.uop.build import full_like, reshape
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.schedule.realized import lookup_realized
 from attograd.uop.state import ORIGIN, get, has
