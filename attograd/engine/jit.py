@@ -13,7 +13,8 @@ from attograd.engine.nan import DEBUG_NAN
 from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.helpers import DEBUG, JIT, GlobalCounters
-from attograd.tensor import Tensor, _contiguous_view_of_buffer, _prefix_of_buffer
+from attograd.tensor import Tensor
+from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _prefix_of_buffer
 from attograd.uop.ops import GroupOp, Ops, UOp, UOpMetaClass, sym_val, unbind_sint
 from attograd.uop.variables import SIZED, bind_size, map_arg, sym_arg, unbind_size
 

@@ -2,7 +2,7 @@
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
 import functools, math, os, struct, sys, time, weakref
-from attograd.tensor import printing
+import attograd.tensor.printing as printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
@@ -24,6 +24,10 @@ from attograd.engine.profile import PROFILER
 from attograd import viz
 from attograd.viz import VIZ
 from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
+import attograd.tensor.disk as tensor_disk
+from attograd.tensor.buffer_views import (_contiguous_view_of_buffer, _is_realized, _is_whole_buffer,
+                                         _prefix_of_buffer, _writable_view)
+from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
 from attograd.tensor.functional import NNMixin
@@ -298,7 +302,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                             "that read data (masked_select, nonzero, boolean indexing without size=) out of the jitted "
                             "function")
     if self.uop.device.__class__ is tuple: return self.to(self.device[0])._buffer()  # gathered on the first device
-    if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self.uop).base], 0
+    if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self).base], 0
     t = self.realize()
     if not (_contiguous_view_of_buffer(t.uop) or _prefix_of_buffer(t.uop)):
       t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
@@ -361,7 +365,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if device.__class__ is tuple and self.uop.device.__class__ is not tuple:
       return self._new(multi.shard_uop(self.uop, device, None))
     # a DISK view is copied from the byte range under it (no kernel runs on DISK to make it contiguous)
-    if tensor_disk.on_disk(self.device): src_uop = tensor_disk.resolve(self.uop)
+    if tensor_disk.on_disk(self.device): src_uop = tensor_disk.resolve(self)
     else: src_uop = (self if _contiguous_view_of_buffer(self.uop) else self.contiguous()).uop
     return self._new(UOp(Ops.COPY, self.dtype, (src_uop, UOp(Ops.DEVICE, arg=device))))
   def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
@@ -1599,22 +1603,6 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   for t in todo: t.uop = _unique_contiguous(t.uop)
   if todo: Tensor._realize_all(todo)
 
-def _is_realized(u: UOp) -> bool:
-  return u.base.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_is_realized(s) for s in u.src))
-
-def _contiguous_view_of_buffer(u: UOp) -> bool:
-  """A BUFFER seen whole through reshapes only."""
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
-
-def _prefix_of_buffer(u: UOp) -> bool:
-  """The first elements of a BUFFER, through reshapes (how a symbolic shape's values sit in a buffer sized for the
-  largest value of its Variables, here seen with their bound values)."""
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.SHRINK and len(u.arg) == 1 and u.arg[0][0] == 0 and u.src[0].op is Ops.BUFFER
-
-def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
-
 def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
   """Whether u reads the BUFFER `base` other than through `view` (and views of the value must not: see assign)."""
   seen: set[UOp] = set()
@@ -1626,19 +1614,6 @@ def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
     seen.add(n)
     stack.extend(n.src)
   return False
-
-_ONE_TO_ONE = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP)
-def _writable_view(u: UOp) -> tuple[UOp, DType] | None:
-  """(u as a chain of one-to-one views over its BUFFER in the buffer's dtype, that dtype) when an assign to u can
-  write through it into the buffer; None for anything else (an expand or pad maps one element to many or none)."""
-  chain = []
-  while u.op in _ONE_TO_ONE or u.op is Ops.DETACH or \
-        (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
-    if u.op in _ONE_TO_ONE: chain.append(u)
-    u = u.src[0]
-  if u.op is not Ops.BUFFER or u.arg[2:] == (IOTA_TAG,): return None
-  for m in reversed(chain): u = UOp(m.op, u.dtype, (u,), m.arg)
-  return u, u.dtype
 
 def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
   """A reduce; a long reduce to few outputs is split in two so both stages can use every core."""
@@ -1719,7 +1694,5 @@ def _index_tensor(n: int, device: str) -> Tensor:
   grid = outer.reshape(a, 1) * b + _index_tensor(b, device).reshape(1, b)
   return grid.reshape(a * b).shrink(((0, n),))
 
-from attograd.tensor.indexing import _getitem  # noqa: E402
-from attograd.tensor import disk as tensor_disk  # noqa: E402
 
 for _name in _CONCRETE_ONLY: setattr(Tensor, _name, _concrete_only(getattr(Tensor, _name), _name))
