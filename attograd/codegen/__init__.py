@@ -7,7 +7,7 @@ from attograd.dtype import PtrDType, dtypes
 from attograd.helpers import BEAM, DEBUG, NOOPT, getenv
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
-from attograd import viz
+import attograd.viz as viz
 from attograd.viz import VIZ
 
 # The code generator's own modules load on the first build, not at `import attograd` (a fifth of its import time): a

@@ -21,7 +21,7 @@ from attograd.engine.realize import run_schedule
 from attograd.engine import multi
 from attograd.engine.recorder import active as _active_recorder
 from attograd.engine.profile import PROFILER
-from attograd import viz
+import attograd.viz as viz
 from attograd.viz import VIZ
 from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
 import attograd.tensor.disk as tensor_disk

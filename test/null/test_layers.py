@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # top to bottom: (layer, module prefixes); a module's layer is the first whose prefix matches (so a specific
 # module listed high up wins over its folder's layer below)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-  ("apps", ("attograd.llm", "attograd.distributed", "attograd.nn.onnx", "attograd.nn.onnx_ops", "attograd.viz")),
+  ("apps", ("attograd.llm", "attograd.distributed", "attograd.nn.onnx", "attograd.nn.onnx_ops")),
   ("package", ("attograd",)),  # attograd/__init__.py: the public names, re-exported from below
   ("nn", ("attograd.nn",)),
   ("tensor", ("attograd.tensor", "attograd.function")),
@@ -28,18 +28,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
   ("renderer", ("attograd.renderer",)),
   ("runtime", ("attograd.runtime",)),
   ("device", ("attograd.device",)),
+  ("viz", ("attograd.viz",)),  # VIZ=1: the recorder of graphs and rewrites every layer reports to, and its page
   ("ir", ("attograd.uop", "attograd.dtype", "attograd.helpers")),
 ]
 
 # (importer, imported): upward imports in today's code, each one debt. (The runtimes name their renderer, as a
 # backend is a renderer plus a runtime; issue 19 decides whether the device registry pairs them instead.)
 UPWARD: set[tuple[str, str]] = {
-  ("attograd.codegen", "attograd"),
-  ("attograd.codegen", "attograd.viz"),
   ("attograd.engine.jit", "attograd.tensor"),
   ("attograd.engine.jit", "attograd.tensor.buffer_views"),
-  ("attograd.engine.realize", "attograd"),
-  ("attograd.engine.realize", "attograd.viz"),
   ("attograd.function", "attograd.nn.state"),
   ("attograd.nn.data", "attograd"),
   ("attograd.nn.data", "attograd.distributed"),
@@ -50,19 +47,16 @@ UPWARD: set[tuple[str, str]] = {
   ("attograd.runtime.ops_llvm", "attograd.renderer.llvmir"),
   ("attograd.runtime.ops_python", "attograd.renderer"),
   ("attograd.runtime.ops_python", "attograd.renderer.cstyle"),
-  ("attograd.tensor.core", "attograd"),
-  ("attograd.tensor.core", "attograd.viz"),
 }
 
 # strongly connected components of more than one module, in today's code, each one debt
 CYCLES: set[frozenset[str]] = {
-  frozenset({"attograd", "attograd.codegen", "attograd.codegen.search", "attograd.engine.jit",
-    "attograd.engine.realize", "attograd.function", "attograd.nn", "attograd.nn.gguf", "attograd.nn.optim",
-    "attograd.nn.state", "attograd.tensor", "attograd.tensor.core", "attograd.tensor.grad_rules", "attograd.viz",
-    "attograd.viz.serve"}),
+  frozenset({"attograd.codegen", "attograd.codegen.search"}),
   frozenset({"attograd.distributed", "attograd.distributed.data_parallel"}),
   frozenset({"attograd.dtype", "attograd.helpers"}),
+  frozenset({"attograd.engine.jit", "attograd.tensor", "attograd.tensor.core", "attograd.tensor.grad_rules"}),
   frozenset({"attograd.llm.__main__", "attograd.llm.server"}),
+  frozenset({"attograd.nn.gguf", "attograd.nn.state"}),
   frozenset({"attograd.nn.onnx", "attograd.nn.onnx_ops"}),
   frozenset({"attograd.uop.ops", "attograd.uop.symbolic"}),
 }
