@@ -6,13 +6,13 @@ import functools, time
 from typing import Any, Callable, Generic, TypeVar, overload
 from attograd.helpers import DEBUG, Context, dedup
 from attograd.gradient import register_custom_grad
+from attograd.nn.state import get_state_dict
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp
 
 R = TypeVar("R")
 
 def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
-  from attograd.nn.state import get_state_dict  # nn imports Tensor-level modules; keep this module importable early
   return list({id(t): t for t in get_state_dict((args, kwargs)).values()}.values())
 
 def _implicit_buffers(outs: list[UOp], explicit: set[UOp]) -> list[UOp]:

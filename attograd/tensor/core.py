@@ -19,7 +19,7 @@ from attograd.uop.variables import map_arg as _map_arg
 from attograd.uop.view import _smax, is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.engine import multi
-from attograd.engine.recorder import active as _active_recorder
+from attograd.engine.recorder import JitRuntimeError, active as _active_recorder
 from attograd.engine.profile import PROFILER
 import attograd.viz as viz
 from attograd.viz import VIZ
@@ -296,7 +296,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
     if _active_recorder() is not None:  # a TinyJit capturing: the value read now would be baked into every replay
-      from attograd.engine.jit import JitRuntimeError  # (the engine imports this module)
       raise JitRuntimeError(f"TinyJit: reading a Tensor's values ({self._shape_repr()}, {self.dtype}) while a jit "
                             "captures would bake them into every replay; keep .item(), .tolist(), .numpy() and the ops "
                             "that read data (masked_select, nonzero, boolean indexing without size=) out of the jitted "
