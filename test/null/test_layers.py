@@ -53,8 +53,6 @@ UPWARD: set[tuple[str, str]] = {
 CYCLES: set[frozenset[str]] = {
   frozenset({"attograd.codegen", "attograd.codegen.search"}),
   frozenset({"attograd.distributed", "attograd.distributed.data_parallel"}),
-  frozenset({"attograd.dtype", "attograd.helpers"}),
-  frozenset({"attograd.llm.__main__", "attograd.llm.server"}),
   frozenset({"attograd.nn.onnx", "attograd.nn.onnx_ops"}),
   frozenset({"attograd.uop.ops", "attograd.uop.symbolic"}),
 }
