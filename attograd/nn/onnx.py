@@ -11,7 +11,7 @@ from typing import Any, Iterator
 from attograd.dtype import DType, dtypes
 from attograd.helpers import getenv, prod
 from attograd.device import Device
-from attograd.tensor import Tensor, _buffer_from_bytes
+from attograd.tensor import Tensor
 
 class OnnxError(ValueError):
   """A malformed, unsupported or inconsistent ONNX model, or inputs that don't match it."""
@@ -222,7 +222,7 @@ def _from_values(vals: list[Any], dtype: DType, shape: tuple[int, ...], device: 
 def _from_bytes(raw: bytes, dtype: DType, shape: tuple[int, ...], device: str | None) -> Tensor:
   """A buffer of `dtype` holding these little-endian bytes: host data, no kernel."""
   if dtype is dtypes.bool: raw = raw.translate(_BOOL_BYTES)  # any nonzero byte is true; a bool buffer holds 0 or 1
-  return Tensor(_buffer_from_bytes(raw, shape, dtype, Device.canonicalize(device)))
+  return Tensor(raw, dtype=dtype, device=Device.canonicalize(device)).reshape(shape)
 
 _BOOL_BYTES = bytes([0] + [1] * 255)
 
