@@ -51,7 +51,6 @@ UPWARD: set[tuple[str, str]] = {
 
 # strongly connected components of more than one module, in today's code, each one debt
 CYCLES: set[frozenset[str]] = {
-  frozenset({"attograd.distributed", "attograd.distributed.data_parallel"}),
   frozenset({"attograd.nn.onnx", "attograd.nn.onnx_ops"}),
   frozenset({"attograd.uop.ops", "attograd.uop.symbolic"}),
 }
