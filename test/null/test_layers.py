@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # top to bottom: (layer, module prefixes); a module's layer is the first whose prefix matches (so a specific
 # module listed high up wins over its folder's layer below)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-  ("apps", ("attograd.llm", "attograd.distributed", "attograd.nn.onnx", "attograd.nn.onnx_ops")),
+  ("apps", ("attograd.llm", "attograd.distributed", "attograd.nn.onnx", "attograd.nn.onnx_ops",
+           "attograd.nn.onnx_types")),
   ("package", ("attograd",)),  # attograd/__init__.py: the public names, re-exported from below
   ("function", ("attograd.function",)),  # @function: finds a call's Tensors with nn.state's get_state_dict
   ("nn", ("attograd.nn",)),
@@ -51,7 +52,6 @@ UPWARD: set[tuple[str, str]] = {
 
 # strongly connected components of more than one module, in today's code, each one debt
 CYCLES: set[frozenset[str]] = {
-  frozenset({"attograd.nn.onnx", "attograd.nn.onnx_ops"}),
   frozenset({"attograd.uop.ops", "attograd.uop.symbolic"}),
 }
 
