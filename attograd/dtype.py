@@ -1,9 +1,8 @@
 """Data types: the DType record, the `dtypes` namespace, promotion rules and conversions to Python/struct formats."""
 from __future__ import annotations
-import builtins, functools, math, struct
+import builtins, functools, math, os, struct
 from dataclasses import dataclass
 from typing import Any, Callable, Final, Literal
-from attograd.helpers import getenv
 
 ConstType = float | int | bool
 
@@ -257,7 +256,7 @@ def sum_acc_dtype(d: DType) -> DType:
   return least_upper_dtype(d, dtypes.float32)
 
 def _set_default_float() -> None:
-  name = getenv("DEFAULT_FLOAT", "")
+  name = os.getenv("DEFAULT_FLOAT", "")  # (helpers.getenv reads a str the same way; dtype sits below helpers)
   if name:
     want = {"HALF": "half", "FLOAT": "float", "DOUBLE": "double", "BFLOAT16": "bfloat16", "FLOAT16": "float16",
             "FLOAT32": "float32", "FLOAT64": "float64"}.get(name.upper(), name.lower())

@@ -5,14 +5,14 @@ from __future__ import annotations
 import functools, time
 from typing import Any, Callable, Generic, TypeVar, overload
 from attograd.helpers import DEBUG, Context, dedup
-from attograd.gradient import custom_grad_rules
+from attograd.gradient import register_custom_grad
+from attograd.nn.state import get_state_dict
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp
 
 R = TypeVar("R")
 
 def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
-  from attograd.nn.state import get_state_dict  # nn imports Tensor-level modules; keep this module importable early
   return list({id(t): t for t in get_state_dict((args, kwargs)).values()}.values())
 
 def _implicit_buffers(outs: list[UOp], explicit: set[UOp]) -> list[UOp]:
@@ -50,7 +50,7 @@ def _function_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
                        f"{g.shape if isinstance(g, Tensor) else type(g).__name__}; expected a Tensor of that shape")
     else: out.append(g.cast(x.dtype).uop)
   return tuple(out)
-custom_grad_rules["function"] = _function_grad_rule
+register_custom_grad("function", _function_grad_rule)
 
 class _function(Generic[R]):
   depth = 0  # how many @function bodies are being traced right now (nested calls)

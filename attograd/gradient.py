@@ -5,36 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 from attograd.dtype import dtypes
+from attograd.uop.build import add, alu, expand, fdiv, full_like, mul, mulc, neg, reshape, sum_axes, where, zeros_like
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat
-
-# ***** tensor-level UOp builders: every node keeps a shape, constants carry a device and are broadcast *****
-
-def full_like(u: UOp, val: float) -> UOp:
-  """A constant with `u`'s shape, dtype and device (a scalar CONST viewed through reshape and expand)."""
-  c = UOp(Ops.CONST, u.dtype, (UOp(Ops.DEVICE, arg=u.device),), dtypes.as_const(val, u.dtype))
-  return _expand(reshape(c, (1,) * len(u.shape)), u.shape)
-
-def _alu(op: Ops, *src: UOp) -> UOp:
-  return UOp(op, dtypes.bool if op in GroupOp.Comparison else src[-1].dtype, src)
-
-def _add(a: UOp, b: UOp) -> UOp: return _alu(Ops.ADD, a, b)
-def _mul(a: UOp, b: UOp) -> UOp: return _alu(Ops.MUL, a, b)
-def _div(a: UOp, b: UOp) -> UOp: return _alu(Ops.FDIV, a, b)
-def _neg(a: UOp) -> UOp: return _alu(Ops.NEG, a)
-def _mulc(a: UOp, c: float) -> UOp: return _mul(a, full_like(a, c))
-def _where(c: UOp, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (c, a, b))
-def _zero(a: UOp) -> UOp: return full_like(a, 0)
-
-def reshape(u: UOp, shape: tuple) -> UOp:
-  """`u` reshaped (reshapes compose, and a reshape to the same shape is `u`)."""
-  if u.shape == shape: return u
-  if u.op is Ops.RESHAPE: u = u.src[0]  # reshapes compose
-  return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
-
-def _expand(u: UOp, shape: tuple) -> UOp: return u if u.shape == shape else UOp(Ops.EXPAND, u.dtype, (u,), shape)
-
-def _sum(u: UOp, axes: tuple[int, ...]) -> UOp:
-  return UOp(Ops.REDUCE_AXIS, u.dtype, (u,), (Ops.ADD, axes)) if axes else u
 
 def _argsort(x: tuple[int, ...]) -> tuple[int, ...]: return tuple(sorted(range(len(x)), key=x.__getitem__))
 
@@ -43,39 +15,39 @@ def _argsort(x: tuple[int, ...]) -> tuple[int, ...]: return tuple(sorted(range(l
 def _max_rule(ctx: UOp, ret: UOp) -> tuple[UOp, UOp]:
   # ties split the gradient evenly between both sides, like torch.maximum
   a, b = ret.src
-  half, zero = _mulc(ctx, 0.5), _zero(ctx)
-  tie = _where(_alu(Ops.CMPEQ, a, b), half, zero)
-  return _where(_alu(Ops.CMPLT, b, a), ctx, tie), _where(_alu(Ops.CMPLT, a, b), ctx, tie)
+  half, zero = mulc(ctx, 0.5), zeros_like(ctx)
+  tie = where(alu(Ops.CMPEQ, a, b), half, zero)
+  return where(alu(Ops.CMPLT, b, a), ctx, tie), where(alu(Ops.CMPLT, a, b), ctx, tie)
 
 def _pow_rule(ctx: UOp, ret: UOp) -> tuple[UOp, UOp]:
   # d/db b^e = e * b^(e-1), d/de b^e = b^e * ln(b) (0^e gives 0, or -inf for negative e)
   b, e = ret.src
-  db = _mul(e, _alu(Ops.POW, b, _add(e, full_like(e, -1))))
-  de = _mulc(_mul(ret, _alu(Ops.LOG2, b)), math.log(2))
-  b0 = _alu(Ops.CMPEQ, b, _zero(b))
-  de = _where(b0, _where(_alu(Ops.CMPLT, e, _zero(e)), full_like(e, -math.inf), _zero(e)), de)
-  return _mul(ctx, _where(b0, _where(_alu(Ops.CMPEQ, e, _zero(e)), _zero(e), db), db)), _mul(ctx, de)
+  db = mul(e, alu(Ops.POW, b, add(e, full_like(e, -1))))
+  de = mulc(mul(ret, alu(Ops.LOG2, b)), math.log(2))
+  b0 = alu(Ops.CMPEQ, b, zeros_like(b))
+  de = where(b0, where(alu(Ops.CMPLT, e, zeros_like(e)), full_like(e, -math.inf), zeros_like(e)), de)
+  return mul(ctx, where(b0, where(alu(Ops.CMPEQ, e, zeros_like(e)), zeros_like(e), db), db)), mul(ctx, de)
 
 def _reduce_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
   x = ret.src[0]
   op, axes = ret.arg
-  g = _expand(ctx, x.shape)
+  g = expand(ctx, x.shape)
   if op is Ops.ADD: return (g,)
   if op is Ops.MAX:
     # the gradient goes to every position equal to the max, divided by how many there are
-    is_max = _alu(Ops.CMPEQ, x, _expand(ret, x.shape)).cast(x.dtype)
-    count = _expand(_sum(is_max, axes), x.shape)
-    return (_mul(_div(is_max, count), g),)
+    is_max = alu(Ops.CMPEQ, x, expand(ret, x.shape)).cast(x.dtype)
+    count = expand(sum_axes(is_max, axes), x.shape)
+    return (mul(fdiv(is_max, count), g),)
   if op is Ops.MUL:
     # d prod / dx_i is the product of the others: with no zero that is prod/x_i; with one zero only the zero's
     # position gets the product of the nonzeros; with two or more zeros every gradient is 0
-    is0 = _alu(Ops.CMPEQ, x, _zero(x))
-    safe = _where(is0, full_like(x, 1), x)
-    nz_prod = _expand(UOp(Ops.REDUCE_AXIS, x.dtype, (safe,), (Ops.MUL, axes)), x.shape)
-    zeros = _expand(_sum(is0.cast(x.dtype), axes), x.shape)
-    at_zero = _where(_alu(Ops.CMPEQ, zeros, full_like(x, 1)), nz_prod, _zero(x))
-    no_zero = _where(_alu(Ops.CMPEQ, zeros, _zero(x)), _div(nz_prod, safe), _zero(x))
-    return (_mul(_where(is0, at_zero, no_zero), g),)
+    is0 = alu(Ops.CMPEQ, x, zeros_like(x))
+    safe = where(is0, full_like(x, 1), x)
+    nz_prod = expand(UOp(Ops.REDUCE_AXIS, x.dtype, (safe,), (Ops.MUL, axes)), x.shape)
+    zeros = expand(sum_axes(is0.cast(x.dtype), axes), x.shape)
+    at_zero = where(alu(Ops.CMPEQ, zeros, full_like(x, 1)), nz_prod, zeros_like(x))
+    no_zero = where(alu(Ops.CMPEQ, zeros, zeros_like(x)), fdiv(nz_prod, safe), zeros_like(x))
+    return (mul(where(is0, at_zero, no_zero), g),)
   raise RuntimeError(f"gradient: no rule for a {op.name} reduce")
 
 def _cast_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None]:
@@ -98,14 +70,14 @@ def _multi_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
   return tuple(UOp(Ops.COPY, ctx.dtype, (UOp(Ops.CONTIGUOUS, ctx.dtype, (r,)), UOp(Ops.DEVICE, arg=s.device)))
                for r, s in zip(rows, ret.src))
 
-def _cos(x: UOp) -> UOp: return _alu(Ops.SIN, _add(_neg(x), full_like(x, math.pi / 2)))
+def _cos(x: UOp) -> UOp: return alu(Ops.SIN, add(neg(x), full_like(x, math.pi / 2)))
 
 def _where_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp]:
-  cond, zero = ret.src[0], _zero(ctx)
-  return None, _where(cond, ctx, zero), _where(cond, zero, ctx)
+  cond, zero = ret.src[0], zeros_like(ctx)
+  return None, where(cond, ctx, zero), where(cond, zero, ctx)
 
 def _expand_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
-  return (_sum(ctx, tuple(i for i, (a, b) in enumerate(zip(ret.src[0].shape, ret.arg)) if a != b)),)
+  return (sum_axes(ctx, tuple(i for i, (a, b) in enumerate(zip(ret.src[0].shape, ret.arg)) if a != b)),)
 
 def _pad_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
   return (UOp(Ops.SHRINK, ctx.dtype, (ctx,), tuple((b, b + s) for s, (b, _) in zip(ret.src[0].shape, ret.arg))),)
@@ -113,81 +85,45 @@ def _pad_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
 def _shrink_rule(ctx: UOp, ret: UOp) -> tuple[UOp]:
   return (UOp(Ops.PAD, ctx.dtype, (ctx,), tuple((b, s - e) for s, (b, e) in zip(ret.src[0].shape, ret.arg))),)
 
-def _conv_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp, None]:
-  """conv2d's custom backward, a marker (out, x, weight, padded x) whose `out` was computed from detached inputs:
-  x gets the transposed convolution of the output's gradient with the weight (a forward conv with the flipped
-  kernel), the weight gets the output's gradient times the windows of the padded x."""
-  from attograd.tensor import Tensor
-  _, groups, stride, dilation, pads = ret.arg
-  x, w, xpad = ret.src[1:]
-  nk = len(stride)
-  # the rows past the last window get no gradient: output_padding covers them (pads are PyTorch order, last dim first)
-  k_, i_, o_ = w.shape[2:], x.shape[2:], ctx.shape[2:]
-  extra = tuple(i_[j] + pads[2 * (nk - 1 - j)] + pads[2 * (nk - 1 - j) + 1] - dilation[j] * (k_[j] - 1) - 1
-                - (o_[j] - 1) * stride[j] for j in range(nk))
-  # the output's gradient in its own buffer: both gradients read it (the input's through a padded copy, the
-  # weight's maybe through a channel-last one), which then copy a buffer instead of each recomputing its expression
-  g = Tensor(ctx).contiguous()
-  dx = g.conv_transpose2d(Tensor(w), None, groups, stride, dilation, list(pads), extra)
-  dw = Tensor(xpad)._conv_weight_grad(g, w.shape, groups, stride, dilation)
-  return None, dx.uop, dw.uop, None
-
 # elementwise functions computed by formulas that differentiate badly (Tensor._custom_grad): (value, x) -> dx
 def _sign(x: UOp) -> UOp:
-  zero = _zero(x)
-  return _where(_alu(Ops.CMPLT, zero, x), full_like(x, 1), _where(_alu(Ops.CMPLT, x, zero), full_like(x, -1), zero))
+  zero = zeros_like(x)
+  return where(alu(Ops.CMPLT, zero, x), full_like(x, 1), where(alu(Ops.CMPLT, x, zero), full_like(x, -1), zero))
 
-def _abs_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, _mul(ctx, _sign(ret.src[1]))  # 0 at 0, like torch
+def _abs_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, mul(ctx, _sign(ret.src[1]))  # 0 at 0, like torch
 def _relu_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
   x = ret.src[1]
-  return None, _where(_alu(Ops.CMPLT, _zero(x), x), ctx, _zero(ctx))  # 0 at 0 and at NaN, like torch
+  return None, where(alu(Ops.CMPLT, zeros_like(x), x), ctx, zeros_like(ctx))  # 0 at 0 and at NaN, like torch
 def _log1p_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
   x = ret.src[1]
-  return None, _div(ctx, _add(x, full_like(x, 1)))
-def _expm1_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, _mul(ctx, _add(ret, full_like(ret, 1)))
-def _acosh_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
-  """1 / sqrt(x^2 - 1), PyTorch's formula, which is finite below -1 too (where acosh itself is NaN); as
-  sqrt(|x| - 1) sqrt(|x| + 1) it stays exact near 1 and doesn't overflow for large x."""
-  from attograd.tensor import Tensor
-  a = Tensor(ret.src[1]).abs()
-  return None, (Tensor(ctx) / ((a - 1).sqrt() * (a + 1).sqrt())).uop
+  return None, fdiv(ctx, add(x, full_like(x, 1)))
+def _expm1_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, mul(ctx, add(ret, full_like(ret, 1)))
+# CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself).
+# The rules written over UOps are here; those written with Tensor methods (conv2d, acosh, pow, max_unpool2d) are
+# registered by the Tensor layer that makes their markers (tensor/grad_rules.py), and attograd.function's by it.
+custom_grad_rules: dict[str, Any] = {"relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule, "expm1": _expm1_rule}
 
-def _pow_tensor_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, UOp]:
-  """Tensor.pow on floats, torch's rule: d/da = b * a^(b-1) (0 where b = 0, so 0 at a = 0 for b > 1), d/db = a^b ln(a)
-  (0 where a = 0 and b >= 0)."""
-  from attograd.tensor import Tensor
-  a, b, g = Tensor(ret.src[1]), Tensor(ret.src[2]), Tensor(ctx)
-  da = b.eq(0).where(0.0, g * b * a.pow(b - 1))
-  db = (a.eq(0) & (b >= 0)).where(0.0, g * Tensor(ret) * a.log())
-  return None, da.uop, db.uop
-
-def _max_unpool_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp, None]:
-  """max_unpool2d, a marker (out, values, indices) over the flattened pooled dims: each value's gradient is the
-  output's gradient at its index (read once per value, so repeated indices each get it, as in PyTorch)."""
-  from attograd.tensor import Tensor
-  return None, Tensor(ctx).gather(-1, Tensor(ret.src[2])).uop, None
-
-# CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself)
-custom_grad_rules: dict[str, Any] = {"conv2d": _conv_rule, "relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule,
-                                    "expm1": _expm1_rule, "acosh": _acosh_rule, "pow": _pow_tensor_rule,
-                                    "max_unpool2d": _max_unpool_rule}
+def register_custom_grad(name: str, rule: Any) -> None:
+  """Adds the gradient rule of the CUSTOM_GRAD markers named `name` (one rule per name)."""
+  if name in custom_grad_rules: raise ValueError(f"gradient: a rule for the CUSTOM_GRAD marker {name!r} exists already")
+  custom_grad_rules[name] = rule
 
 def _nones(ret: UOp) -> tuple[None, ...]: return (None,) * len(ret.src)
 
 pm_gradient = PatternMatcher([
   # elementwise
   (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),
-  (UPat(Ops.SUB), lambda ctx: (ctx, _neg(ctx))),
-  (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (_mul(ctx, ret.src[1]), _mul(ctx, ret.src[0]))),
-  (UPat(Ops.FDIV, name="ret"), lambda ctx, ret: (_div(ctx, ret.src[1]), _neg(_div(_mul(ctx, ret), ret.src[1])))),
-  (UPat(Ops.NEG), lambda ctx: (_neg(ctx),)),
+  (UPat(Ops.SUB), lambda ctx: (ctx, neg(ctx))),
+  (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (mul(ctx, ret.src[1]), mul(ctx, ret.src[0]))),
+  (UPat(Ops.FDIV, name="ret"), lambda ctx, ret: (fdiv(ctx, ret.src[1]), neg(fdiv(mul(ctx, ret), ret.src[1])))),
+  (UPat(Ops.NEG), lambda ctx: (neg(ctx),)),
   (UPat(Ops.MAX, name="ret"), _max_rule),
   (UPat(Ops.POW, name="ret"), _pow_rule),
-  (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (_mulc(_mul(ctx, ret), math.log(2)),)),
-  (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (_div(ctx, _mulc(ret.src[0], math.log(2))),)),
-  (UPat(Ops.SIN, name="ret"), lambda ctx, ret: (_mul(ctx, _cos(ret.src[0])),)),
-  (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (_div(ctx, _mulc(ret, 2)),)),
-  (UPat(Ops.RECIP, name="ret"), lambda ctx, ret: (_neg(_mul(_mul(ctx, ret), ret)),)),
+  (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (mulc(mul(ctx, ret), math.log(2)),)),
+  (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (fdiv(ctx, mulc(ret.src[0], math.log(2))),)),
+  (UPat(Ops.SIN, name="ret"), lambda ctx, ret: (mul(ctx, _cos(ret.src[0])),)),
+  (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (fdiv(ctx, mulc(ret, 2)),)),
+  (UPat(Ops.RECIP, name="ret"), lambda ctx, ret: (neg(mul(mul(ctx, ret), ret)),)),
   (UPat(Ops.WHERE, name="ret"), _where_rule),
   (UPat(Ops.CAST, name="ret"), _cast_rule),
   # piecewise constant or integer-only: no gradient
@@ -244,6 +180,6 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     for s, sg in zip(u.src, local):
       if sg is None or s not in wanted: continue
       assert sg.shape == s.shape, f"gradient rule for {u.op}: grad shape {sg.shape} != source shape {s.shape}"
-      grads[s] = acc = _add(grads[s], sg) if s in grads else sg
+      grads[s] = acc = add(grads[s], sg) if s in grads else sg
       _warm(acc)
   return grads

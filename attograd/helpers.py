@@ -2,6 +2,7 @@
 from __future__ import annotations
 import contextlib, functools, itertools, math, os, pathlib, shutil, sys, time
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
+from attograd.dtype import DTYPES_DICT, DType, dtypes
 
 T = TypeVar("T")
 
@@ -158,7 +159,6 @@ def _default_dtype(kind: str) -> Callable[[Any], Any]:
   """on_set for DEFAULT_FLOAT / DEFAULT_INT: a DType or its name ('half', 'FLOAT16', ...), checked to be of its kind
   and written to dtypes.default_float / default_int (read when a Python number or list becomes a Tensor)."""
   def apply(value: Any) -> Any:
-    from attograd.dtype import DTYPES_DICT, DType, dtypes
     name = value if isinstance(value, str) else getattr(value, "name", None)
     d = value if isinstance(value, DType) else DTYPES_DICT.get(name.lower()) if isinstance(name, str) else None
     ok = d is not None and (dtypes.is_float(d) if kind == "float" else dtypes.is_int(d))

@@ -5,7 +5,7 @@ through copyin/copyout), kernels are C from the C renderer with one extra rewrit
 compiler, and launched by turning buffer handles into addresses. Copy this file, keep the four classes and replace
 each body with your accelerator's calls; every method the framework calls says so below.
 
-test/unit/test_device_template.py registers TOY and runs part of the device suite on it, so this file cannot rot.
+test/backend/test_device_template.py registers TOY and runs part of the device suite on it, so this file cannot rot.
 """
 from __future__ import annotations
 import ctypes

@@ -1,13 +1,14 @@
 """Code generation: one kernel AST -> optimized loops with explicit index math -> a linear program of UOps."""
 from __future__ import annotations
-import dataclasses, functools, hashlib, json, os
+import functools
 from typing import TYPE_CHECKING, Any, Callable
 from attograd.device import disk_cache_get, disk_cache_put
-from attograd.dtype import PtrDType, dtypes
-from attograd.helpers import BEAM, DEBUG, NOOPT, getenv
+from attograd.dtype import PtrDType
+from attograd.helpers import BEAM, DEBUG, getenv
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
-from attograd import viz
+import attograd.viz as viz
+from attograd.codegen.program_cache import ast_key, spec_from_bytes, spec_to_bytes
 from attograd.viz import VIZ
 
 # The code generator's own modules load on the first build, not at `import attograd` (a fifth of its import time): a
@@ -23,55 +24,6 @@ def kernel_name(k: Kernel) -> str:
     return str(s) if s.__class__ is int else "".join(c if c.isalnum() else "_" for c in s.render()).strip("_")  # type: ignore[attr-defined]
   return f"{prefix}_" + "_".join(dim(s) for s in k.full_shape) if k.full_shape else f"{prefix}_1"
 
-# ***** programs cached on disk: a new process skips lowering and linearizing kernels it has seen before *****
-
-@functools.cache
-def _code_version() -> str:
-  """A hash of attograd's own source: a cached program is only reused by the code that made it."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  h = hashlib.sha256()
-  for d, _, files in sorted(os.walk(root)):
-    for f in sorted(files):
-      if f.endswith(".py"):
-        with open(os.path.join(d, f), "rb") as fh: h.update(f.encode() + fh.read())
-  return h.hexdigest()
-
-def _arg_uops(arg: object) -> list[UOp]:
-  """The UOps inside an arg (symbolic sizes and strides of a VIEW's ShapeTracker), through tuples and dataclasses."""
-  if isinstance(arg, UOp): return [arg]
-  if isinstance(arg, (tuple, list)): return [u for a in arg for u in _arg_uops(a)]
-  if dataclasses.is_dataclass(arg): return [u for f in dataclasses.fields(arg) for u in _arg_uops(getattr(arg, f.name))]
-  return []
-
-def _ast_key(ast: UOp, renderer: Renderer, opts: list | None) -> str:
-  ids: dict[UOp, int] = {}
-  parts = [_code_version(), type(renderer).__name__, repr(sorted(vars(renderer).items(), key=lambda kv: kv[0])),
-           repr(opts), str(NOOPT.value)]
-  for u in ast.toposort():
-    ids[u] = len(ids)
-    parts.append(f"{u.op.name}|{u.dtype!r}|{u.arg!r}|{[ids[s] for s in u.src]}")
-    # an arg's repr prints a big expression as its root and node count only: two kernels differing inside one
-    # would share a key (and the program from disk), so expressions in args are keyed in full
-    parts.extend(pretty_print(e, max_nodes=1 << 62) for e in _arg_uops(u.arg))
-  return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-def _spec_to_bytes(sp: ProgramSpec) -> bytes:
-  return json.dumps({"name": sp.name, "src": sp.src, "device": sp.device, "globals": sp.globals, "outs": sp.outs,
-                     "vars": [[v.arg[0], v.arg[1], v.arg[2]] for v in sp.vars], "op_estimate": sp.op_estimate,
-                     "mem_estimate": sp.mem_estimate, "opts": [[o.op, o.axis, o.amount] for o in sp.applied_opts],
-                     "global_size": sp.global_size, "local_size": sp.local_size}).encode()
-
-def _spec_from_bytes(data: bytes) -> ProgramSpec | None:
-  from attograd.codegen.kernel import Opt
-  try:
-    d = json.loads(data)
-    tup = lambda x: tuple(x) if x is not None else None  # noqa: E731
-    return ProgramSpec(d["name"], d["src"], d["device"], (), tuple(d["globals"]), tuple(d["outs"]),
-                       tuple(UOp(Ops.DEFINE_VAR, dtypes.int32, (), tuple(v)) for v in d["vars"]), d["op_estimate"],
-                       d["mem_estimate"], tuple(Opt(*o) for o in d["opts"]), tup(d["global_size"]),
-                       tup(d["local_size"]))
-  except (ValueError, KeyError, TypeError): return None  # an entry from another layout: rebuilt
-
 def _has_vars(ast: UOp) -> bool:
   """Symbolic sizes (or Variables as values): BEAM can't time a kernel without values for them."""
   from attograd.uop.variables import ast_variables
@@ -82,12 +34,12 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
   whose programs are pickles), else built by the pipeline."""
   if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
     from attograd.codegen.search import beam_search
-    opts = beam_search(ast, renderer, int(BEAM.value))
+    opts = beam_search(ast, renderer, int(BEAM.value), _build_program)
   if renderer.device == "PYTHON" or DEBUG >= 3 or VIZ or not CACHE_PROGRAMS: return _build_program(ast, renderer, opts)
-  key = _ast_key(ast, renderer, opts)
-  if (data := disk_cache_get("program", key)) is not None and (sp := _spec_from_bytes(data)) is not None: return sp
+  key = ast_key(ast, renderer, opts)
+  if (data := disk_cache_get("program", key)) is not None and (sp := spec_from_bytes(data)) is not None: return sp
   sp = _build_program(ast, renderer, opts)
-  disk_cache_put("program", key, _spec_to_bytes(sp))
+  disk_cache_put("program", key, spec_to_bytes(sp))
   return sp
 
 # ***** the pipeline: a kernel AST -> a linear program, as a list of named passes *****

@@ -5,9 +5,11 @@ round finds nothing faster. The winner is cached on disk (by kernel, device and 
 process gets it without searching."""
 from __future__ import annotations
 import hashlib, json, math, sys, time
+from typing import Callable
 from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations
 from attograd.codegen.kernel import Kernel, Opt
 from attograd.codegen.lowerer import new_kernel
+from attograd.codegen.program_cache import ast_key
 from attograd.device import Buffer, Device, disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType
 from attograd.helpers import DEBUG, IGNORE_BEAM_CACHE, prod
@@ -69,12 +71,12 @@ def _scratch_buffers(ast: UOp, device: str) -> list[Buffer]:
   return out
 
 def _key(ast: UOp, renderer: Renderer, amt: int) -> str:
-  from attograd.codegen import _ast_key
-  return hashlib.sha256(f"beam{amt}|{_ast_key(ast, renderer, None)}".encode()).hexdigest()
+  return hashlib.sha256(f"beam{amt}|{ast_key(ast, renderer, None)}".encode()).hexdigest()
 
-def beam_search(ast: UOp, renderer: Renderer, amt: int) -> list[Opt]:
-  """The fastest action list found for this kernel (cached on disk)."""
-  from attograd.codegen import _build_program
+def beam_search(ast: UOp, renderer: Renderer, amt: int,
+                build: Callable[[UOp, Renderer, list[Opt]], ProgramSpec]) -> list[Opt]:
+  """The fastest action list found for this kernel (cached on disk); `build` makes a candidate's program (the
+  code generator's pipeline, which calls this search)."""
   key = _key(ast, renderer, amt)
   if not IGNORE_BEAM_CACHE and (hit := disk_cache_get("beam", key)) is not None:
     try: return [Opt(*o) for o in json.loads(hit)]
@@ -85,7 +87,7 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int) -> list[Opt]:
     if opts in timed: return timed[opts]
     if _kernel(ast, list(opts)) is None: t = math.inf
     else:
-      try: t = _time(_build_program(ast, renderer, list(opts)), bufs)
+      try: t = _time(build(ast, renderer, list(opts)), bufs)
       except Exception: t = math.inf  # an action the language can't express here: not a candidate
     timed[opts] = t
     return t
@@ -94,7 +96,7 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int) -> list[Opt]:
   if renderer.has_local: gpu_optimizations(hk, renderer.local_max)
   else: hand_coded_optimizations(hk, (renderer.thread_min_work, renderer.thread_min_bytes))
   beam = sorted({(), tuple(hk.applied)}, key=measure)[:amt]
-  name = _build_program(ast, renderer, []).name
+  name = build(ast, renderer, []).name
   for rnd in range(MAX_ROUNDS):
     cands = []
     for opts in beam:

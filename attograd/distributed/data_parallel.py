@@ -2,7 +2,7 @@
 start), each rank a different slice of every batch, gradients averaged over the ranks in buckets before each step."""
 from __future__ import annotations
 from typing import Sequence
-from attograd import distributed as dist
+import attograd.distributed.world as dist
 from attograd.tensor import Tensor
 
 DEFAULT_BUCKET_MB = 25.0  # as PyTorch's DDP: few enough collectives, early enough start for the first ones
@@ -52,7 +52,7 @@ def allreduce_gradients(params: Sequence[Tensor], bucket_mb: float = DEFAULT_BUC
   groups = [[grads[i] for i in idx] for idx in _buckets(grads, int(bucket_mb * 2**20))]  # type: ignore[arg-type]
   flats = [_flat(g) for g in groups]  # type: ignore[arg-type]
   Tensor.realize(*flats)
-  reduced = dist._w().all_reduce_many(flats, "mean")
+  reduced = dist.world().all_reduce_many(flats, "mean")
   at = 0
   for g, r in zip(groups, reduced):
     for p, v in zip(params[at:at + len(g)], _split(r, g)): p.grad = v  # type: ignore[arg-type]

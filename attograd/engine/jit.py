@@ -13,16 +13,12 @@ from attograd.engine.nan import DEBUG_NAN
 from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.helpers import DEBUG, JIT, GlobalCounters
-from attograd.tensor import Tensor, _contiguous_view_of_buffer, _prefix_of_buffer
+from attograd.engine.recorder import JitError, JitRuntimeError, JitTypeError, JitValueError  # noqa: F401
+from attograd.tensor import Tensor
+from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _prefix_of_buffer
 from attograd.uop.ops import GroupOp, Ops, UOp, UOpMetaClass, sym_val, unbind_sint
 from attograd.uop.variables import SIZED, bind_size, map_arg, sym_arg, unbind_size
 
-class JitError(Exception):
-  """A misuse of TinyJit (tinygrad's name for it). Each one is also the builtin error it always was, so code that
-  catches TypeError, ValueError or RuntimeError keeps working."""
-class JitTypeError(JitError, TypeError): pass
-class JitValueError(JitError, ValueError): pass
-class JitRuntimeError(JitError, RuntimeError): pass
 
 ReturnType = TypeVar("ReturnType")
 Recording = list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]]

@@ -16,7 +16,7 @@ from attograd.engine.nan import DEBUG_NAN, check_kernel
 from attograd.engine.item import ScheduleItem
 from attograd.engine.profile import PROFILER
 from attograd.engine import recorder
-from attograd import viz
+import attograd.viz as viz
 from attograd.viz import VIZ
 from attograd.helpers import CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
 from attograd.renderer import ProgramSpec

@@ -7,6 +7,13 @@ import contextvars
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+class JitError(Exception):
+  """A misuse of TinyJit (tinygrad's name for it), raised by the JIT and by a Tensor read during a capture. Each one is
+  also the builtin error it always was, so code that catches TypeError, ValueError or RuntimeError keeps working."""
+class JitTypeError(JitError, TypeError): pass
+class JitValueError(JitError, ValueError): pass
+class JitRuntimeError(JitError, RuntimeError): pass
+
 class Recorder:
   """One capture: the kernels run (runner, buffers, variable values, in order), the size facts over symbolic sizes
   that the traced function's checks passed on, as (a, b, is_eq, what) for a <= b (a == b when is_eq), checked again

@@ -1,22 +1,9 @@
 """Command line: `python -m attograd.llm --model FILE --prompt TEXT` streams a completion to stdout (speeds on stderr);
 `python -m attograd.llm serve --model FILE --port N` runs the OpenAI-compatible HTTP server with a chat page."""
 from __future__ import annotations
-import argparse, random, sys, time
-from typing import Callable, TextIO
-from attograd.llm.generate import LLM
+import argparse, random, sys
+from attograd.llm.generate import LLM, progress_bar
 from attograd.llm.sampling import Sampler
-
-def progress_bar(path: str, out: TextIO | None = None, width: int = 30) -> Callable[[int, int, str], None]:
-  """A progress callback for Llama loading that redraws one stderr line."""
-  stream = out if out is not None else sys.stderr
-  start = time.perf_counter()
-  def show(done: int, total: int, what: str) -> None:
-    filled = width * done // total
-    line = f"\rloading {path} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<12.12}"
-    if done == total: line += f" {time.perf_counter() - start:.1f} s\n"
-    stream.write(line)
-    stream.flush()
-  return show
 
 def _context_arg(p: argparse.ArgumentParser) -> None:
   p.add_argument("--max-context", type=int, default=None,

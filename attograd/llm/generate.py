@@ -1,15 +1,29 @@
 """Text in, text out: a model with its tokenizer, streaming generation with stop tokens and incremental UTF-8, and
 chat prompts rendered from the model's chat template (llm/templates.py)."""
 from __future__ import annotations
-import codecs, os, time
+import codecs, os, sys, time
 from attograd.device import Device, LRUAllocator
 from attograd.helpers import prod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TextIO
 from attograd.llm.model import Llama, LlamaConfig
 from attograd.llm.sampling import Sampler
 from attograd.llm.templates import chat_format, render_chat  # noqa: F401  (re-exported: the CLI's and tests' names)
 from attograd.llm.tokenizer import Tokenizer
+
+# ***** loading *****
+
+def progress_bar(path: str, out: TextIO | None = None, width: int = 30) -> Callable[[int, int, str], None]:
+  """A progress callback for Llama loading that redraws one stderr line."""
+  stream = out if out is not None else sys.stderr
+  start = time.perf_counter()
+  def show(done: int, total: int, what: str) -> None:
+    filled = width * done // total
+    line = f"\rloading {path} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<12.12}"
+    if done == total: line += f" {time.perf_counter() - start:.1f} s\n"
+    stream.write(line)
+    stream.flush()
+  return show
 
 # ***** generation *****
 

@@ -7,7 +7,7 @@ import argparse, asyncio, json, os, socket, sys, threading, time, uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 from attograd.llm.batch import Engine, Request
-from attograd.llm.generate import LLM
+from attograd.llm.generate import LLM, progress_bar
 from attograd.llm.sampling import Sampler
 
 CHAT_PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat.html")
@@ -268,7 +268,6 @@ class Server:
     self.sock.close()
 
 def serve_main(argv: list[str]) -> int:
-  from attograd.llm.__main__ import progress_bar
   p = argparse.ArgumentParser(prog="python -m attograd.llm serve", description=__doc__)
   p.add_argument("--model", required=True, help="a GGUF file")
   p.add_argument("--port", type=int, default=8000)

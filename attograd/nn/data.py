@@ -6,7 +6,7 @@ from typing import Any, Iterable, Iterator
 from attograd.device import Device
 from attograd.dtype import DType, from_np_dtype
 from attograd.helpers import prod
-from attograd.tensor import Tensor, _buffer_from_bytes
+from attograd.tensor import Tensor
 
 def normalize_mnist(x: Tensor) -> Tensor:
   """MNIST pixels 0..255 -> float32 with the training set's mean 0.1307 and std 0.3081 taken out.
@@ -37,8 +37,8 @@ class _HostRows:
     return _tensor(raw, (len(idx),) + self.shape[1:], self.dtype, device)
 
 def _tensor(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
-  # a batch arrives as bytes of any dtype; Tensor(bytes) would read them as uint8
-  return Tensor(_buffer_from_bytes(raw, shape, dtype, device), device=device)
+  # a batch arrives as bytes of any dtype: Tensor(bytes, dtype) reads them as that dtype, like torch.frombuffer
+  return Tensor(raw, dtype=dtype, device=device).reshape(shape)
 
 class DistributedSampler:
   """The indices of one rank's share of a dataset of `n` rows, epoch by epoch: every rank draws the same order (from

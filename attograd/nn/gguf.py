@@ -8,7 +8,7 @@ from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
 from attograd.tensor import Tensor
 from attograd.runtime.ops_disk import DiskMapping
-# attograd.nn.state re-exports gguf_load, so its helpers are imported where used, not here (an import cycle)
+from attograd.nn.disk import mapping_of, disk_tensor
 
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32
@@ -370,7 +370,6 @@ _TYPE_BY_NAME = {name: (name, blk, bsz) for name, blk, bsz in GGML_TYPES.values(
 
 def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: tuple[int, ...], gtype: int,
                  quantized: bool) -> Tensor | QuantizedTensor:
-  from attograd.nn.state import disk_tensor
   tn, blk, bsz = GGML_TYPES[gtype]
   shape = tuple(reversed(dims))
   if tn in _PLAIN: return disk_tensor(mapping, start, shape, _PLAIN[tn])
@@ -386,8 +385,7 @@ def _load_tensor(mapping: DiskMapping, path: str, start: int, tname: str, dims: 
 def gguf_metadata(src: str | os.PathLike | Tensor) -> dict[str, Any]:
   """The metadata of a GGUF file alone (its header is parsed and checked; no tensor is read): what a caller checks,
   like the tokenizer, before it spends time loading weights."""
-  from attograd.nn.state import _mapping_of
-  return _parse(*_mapping_of(src, "gguf_metadata"))[0]
+  return _parse(*mapping_of(src, "gguf_metadata"))[0]
 
 def gguf_load(src: str | os.PathLike | Tensor, quantized: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
   """Metadata and tensors of a GGUF file (a path, or a 1-D uint8 Tensor of its bytes). Shapes are numpy order (ggml
@@ -399,8 +397,7 @@ def gguf_load(src: str | os.PathLike | Tensor, quantized: bool = False) -> tuple
   >>> kv["general.architecture"], weights["token_embd.weight"].shape  # doctest: +SKIP
   ('llama', (512, 64))
   """
-  from attograd.nn.state import _mapping_of
-  mapping, start, size = _mapping_of(src, "gguf_load")
+  mapping, start, size = mapping_of(src, "gguf_load")
   kv, infos, data_start = _parse(mapping, start, size)
   tensors = {tname: _load_tensor(mapping, mapping.path, data_start + off, tname, dims, gtype, quantized)
              for tname, dims, gtype, off in infos}

@@ -11,10 +11,9 @@ from typing import Any, Iterator
 from attograd.dtype import DType, dtypes
 from attograd.helpers import getenv, prod
 from attograd.device import Device
-from attograd.tensor import Tensor, _buffer_from_bytes
-
-class OnnxError(ValueError):
-  """A malformed, unsupported or inconsistent ONNX model, or inputs that don't match it."""
+from attograd.tensor import Tensor
+from attograd.nn.onnx_ops import lookup
+from attograd.nn.onnx_types import ONNX_DTYPE_NAMES, ONNX_DTYPES, OnnxError, onnx_dtype  # noqa: F401  (public here)
 
 # ***** the wire format *****
 # A message is a run of fields; each starts with a varint key (field number << 3 | wire type). Wire types:
@@ -137,18 +136,7 @@ def decode(buf: memoryview, msg: str, span: tuple[int, int], depth: int = 0) -> 
     else: out[name] = _scalar(buf, wt, val, kind, msg, name)
   return out
 
-# ***** tensors *****
-# TensorProto.DataType -> dtype; the numbers are ONNX's. STRING (8), complex, 4- and 8-bit floats aren't supported.
-ONNX_DTYPES: dict[int, DType] = {1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16, 5: dtypes.int16,
-                                 6: dtypes.int32, 7: dtypes.int64, 9: dtypes.bool, 10: dtypes.float16,
-                                 11: dtypes.float64, 12: dtypes.uint32, 13: dtypes.uint64, 16: dtypes.bfloat16}
-ONNX_DTYPE_NAMES = {8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ",
-                    19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1"}
-
-def onnx_dtype(code: int, what: str = "tensor") -> DType:
-  if code in ONNX_DTYPES: return ONNX_DTYPES[code]
-  raise OnnxError(f"onnx: {what} has data type {ONNX_DTYPE_NAMES.get(code, code)}, which attograd doesn't support "
-                  f"(supported: {', '.join(d.name for d in ONNX_DTYPES.values())})")
+# ***** tensors (their data types: onnx_types.py) *****
 
 class _Source:
   """The model's bytes, and where its external data files may be read from."""
@@ -222,7 +210,7 @@ def _from_values(vals: list[Any], dtype: DType, shape: tuple[int, ...], device: 
 def _from_bytes(raw: bytes, dtype: DType, shape: tuple[int, ...], device: str | None) -> Tensor:
   """A buffer of `dtype` holding these little-endian bytes: host data, no kernel."""
   if dtype is dtypes.bool: raw = raw.translate(_BOOL_BYTES)  # any nonzero byte is true; a bool buffer holds 0 or 1
-  return Tensor(_buffer_from_bytes(raw, shape, dtype, Device.canonicalize(device)))
+  return Tensor(raw, dtype=dtype, device=Device.canonicalize(device)).reshape(shape)
 
 _BOOL_BYTES = bytes([0] + [1] * 255)
 
@@ -428,7 +416,6 @@ class OnnxRunner:
   >>> runner({"input": Tensor.rand(1, 3, 224, 224)})["output"]  # doctest: +SKIP
   """
   def __init__(self, model: Any, device: str | None = None):
-    from attograd.nn.onnx_ops import lookup
     self.device = Device.canonicalize(device)
     self.model = model if isinstance(model, Model) else onnx_load(model, self.device)
     self._lookup = lookup

@@ -3,11 +3,12 @@
 from __future__ import annotations
 import functools, math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
 from attograd.tensor import Tensor
-from attograd.nn.onnx import Graph, OnnxError, OpContext, onnx_dtype
+from attograd.nn.onnx_types import OnnxError, onnx_dtype
+if TYPE_CHECKING: from attograd.nn.onnx import Graph, OpContext
 
 # ***** the table *****
 

@@ -5,57 +5,16 @@ import _compat_pickle, functools, importlib, io, json, os, pickle, struct, time,
 from collections import OrderedDict
 from typing import Any, BinaryIO, Callable, Iterable
 from attograd.device import Device
-from attograd.dtype import DType, dtypes, to_dtype
+from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
 from attograd.tensor import Tensor
-from attograd.engine.buffers import new_buffer_uop
-from attograd.runtime.ops_disk import DiskMapping, DiskView
-from attograd.tensor_disk import on_disk
-
-PathLike = str | os.PathLike
-
-def _disk() -> Any: return Device["DISK"]
+from attograd.runtime.ops_disk import DiskMapping
+from attograd.nn.disk import PathLike, disk_device, disk_tensor, disk_view, mapping_of  # noqa: F401  (disk_tensor: public)
 
 def _short(keys: list[str], n: int = 10) -> str:
   return str(keys[:n])[:-1] + (f", ... and {len(keys) - n} more]" if len(keys) > n else "]")
 
 # ***** DISK tensors *****
-
-def disk_tensor(source: PathLike | bytes | DiskMapping, offset: int = 0, shape: tuple[int, ...] | None = None,
-                dtype: DType | str = dtypes.uint8) -> Tensor:
-  """A DISK tensor over bytes [offset, offset + numel*itemsize) of a file, which is memory-mapped, not read.
-  Move it with `.to(device)` to copy exactly those bytes; `shape=None` takes the rest of the file as one dim.
-
-  >>> import tempfile; p = tempfile.mktemp(); _ = open(p, "wb").write(bytes(range(8)))
-  >>> disk_tensor(p, 2, (2, 2)).to("CPU").tolist()
-  [[2, 3], [4, 5]]
-  """
-  mapping = _disk().open(source)
-  d = to_dtype(dtype)
-  if shape is None: shape = ((mapping.size - offset) // d.itemsize,)
-  n = prod(shape)
-  if offset < 0 or offset + n * d.itemsize > mapping.size:
-    raise ValueError(f"disk_tensor: {mapping.path}: {n} elements of {d} at byte {offset} end at byte "
-                     f"{offset + n * d.itemsize}, past the end of the file ({mapping.size} bytes)")
-  buf = _disk().buffer(mapping, offset, n, d)
-  t = Tensor(new_buffer_uop("DISK", n, d, buf), device="DISK")
-  return t.reshape(tuple(shape)) if tuple(shape) != (n,) else t
-
-def _disk_view(t: Tensor) -> tuple[DiskMapping, int] | None:
-  """(mapping, byte offset) when `t` is on a DISK device ("DISK", or one file's "DISK:path"), else None."""
-  if not on_disk(t.device): return None
-  buf, _ = t._buffer()
-  return (buf._buf.mapping, buf._buf.offset) if isinstance(buf._buf, DiskView) else None
-
-def _mapping_of(src: PathLike | Tensor, op: str) -> tuple[DiskMapping, int, int]:
-  """The bytes to parse: (mapping, start, size). A path is mapped; a uint8 Tensor is read (or reused if on DISK)."""
-  if isinstance(src, Tensor):
-    if src.dtype is not dtypes.uint8 or src.ndim != 1: raise TypeError(f"{op}: need a 1-D uint8 Tensor, got {src}")
-    if (v := _disk_view(src)) is not None: return v[0], v[1], src.numel()
-    raw = src.data()
-    return _disk().open(raw.cast("B") if raw.nbytes else b""), 0, src.numel()
-  mapping = _disk().open(src)
-  return mapping, 0, mapping.size
 
 def accept_filename(fn: Callable[[Tensor], Any]) -> Callable[[Tensor | PathLike], Any]:
   """Let a function of a uint8 Tensor (a file's bytes) take a path too, as a DISK tensor of the file (tinygrad's
@@ -83,7 +42,7 @@ class TensorIO(io.RawIOBase, BinaryIO):
     self._host: memoryview | None = None
   def _bytes(self) -> memoryview:
     if self._host is None:
-      if (v := _disk_view(self._tensor)) is not None: self._host = v[0].read(v[1], self._size)
+      if (v := disk_view(self._tensor)) is not None: self._host = v[0].read(v[1], self._size)
       else: self._host = self._tensor.data().cast("B") if self._size else memoryview(b"")
     return self._host
   def readable(self) -> bool: return True
@@ -121,7 +80,7 @@ class _Archive:
     elif isinstance(src, (str, os.PathLike)):
       self.t, self.name = disk_tensor(src), os.fspath(src)
     else: raise TypeError(f"{op}: need a path or a 1-D uint8 Tensor, got {type(src).__name__}")
-    self.size, self.disk = self.t.numel(), _disk_view(self.t)
+    self.size, self.disk = self.t.numel(), disk_view(self.t)
   def file(self) -> TensorIO: return TensorIO(self.t)
   def view(self, begin: int, size: int) -> Tensor:
     assert 0 <= begin and 0 <= size and begin + size <= self.size, "callers check the range against the archive"
@@ -272,7 +231,7 @@ def _safe_header(mapping: DiskMapping, start: int, size: int) -> tuple[dict[str,
 def safe_load_metadata(fn: PathLike | Tensor) -> tuple[Tensor, int, dict[str, Any]]:
   """(the file as a uint8 DISK tensor, where the data starts, the JSON header), as in tinygrad.
   The header maps tensor names to {dtype, shape, data_offsets}; user metadata is under "__metadata__"."""
-  mapping, start, size = _mapping_of(fn, "safe_load_metadata")
+  mapping, start, size = mapping_of(fn, "safe_load_metadata")
   header, data_start = _safe_header(mapping, start, size)
   return disk_tensor(mapping, start, (size,)), data_start - start, header
 
@@ -285,7 +244,7 @@ def safe_load(fn: PathLike | Tensor) -> dict[str, Tensor]:
   >>> safe_load(p)["w"].to("CPU").tolist()
   [[1.0, 2.0]]
   """
-  mapping, start, size = _mapping_of(fn, "safe_load")
+  mapping, start, size = mapping_of(fn, "safe_load")
   header, data_start = _safe_header(mapping, start, size)
   out: dict[str, Tensor] = {}
   for k, info in header.items():
@@ -566,13 +525,13 @@ def torch_load(fn: PathLike | Tensor) -> Any:
   dict) with every torch tensor as a Tensor: contiguous ones are DISK views of the file; strided ones (a transpose, a
   slice with a step) are read and viewed on Device.DEFAULT."""
   if isinstance(fn, Tensor):
-    mapping, start, size = _mapping_of(fn, "torch_load")
+    mapping, start, size = mapping_of(fn, "torch_load")
     path = mapping.path if fn.device == "DISK" else f"<{size}-byte Tensor on {fn.device}>"
     # a view inside a bigger file (a tar or zip member) is parsed as a file of its own
-    if (start, size) != (0, mapping.size): mapping = _disk().open(mapping.read(start, size))
+    if (start, size) != (0, mapping.size): mapping = disk_device().open(mapping.read(start, size))
   else:
     path = os.fspath(fn)
-    mapping = _disk().open(path)
+    mapping = disk_device().open(path)
   storages: dict[str, _StorageRef] = {}
   places: dict[str, tuple[DiskMapping, int, int]]
   if mapping.size >= 4 and bytes(mapping.read(0, 4)) == b"PK\x03\x04": obj, places = _load_zip(path, mapping, storages)
@@ -609,7 +568,7 @@ def _load_zip(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef])
           raise ValueError(f"torch_load: {path}: storage {key!r} ({info.file_size} bytes at {start}) runs past the end "
                            f"of the file ({mapping.size} bytes); the file is truncated")
         places[key] = (mapping, start, info.file_size)
-      else: places[key] = (_disk().open(zf.read(info)), 0, info.file_size)  # recompressed by some tool: read it
+      else: places[key] = (disk_device().open(zf.read(info)), 0, info.file_size)  # recompressed by some tool: read it
   return obj, places
 
 def _load_legacy(path: str, mapping: DiskMapping, storages: dict[str, _StorageRef]) -> tuple[Any, Places]:

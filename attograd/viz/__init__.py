@@ -136,7 +136,7 @@ def summary() -> dict[str, Any]:
 
 def _serve_at_exit() -> None:
   from attograd.viz.serve import serve
-  serve(RECORDER, getenv("VIZ_PORT", 8000))
+  serve(RECORDER, getenv("VIZ_PORT", 8000), summary)
 
 if VIZ:
   uops_mod.rewrite_tracer = _on_rewrite

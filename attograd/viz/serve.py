@@ -3,13 +3,13 @@
 from __future__ import annotations
 import json, os
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _FILES = {"/": ("index.html", "text/html; charset=utf-8"), "/dagre.min.js": ("dagre.min.js", "text/javascript")}
 
-def make_handler(rec: Any) -> type[BaseHTTPRequestHandler]:
-  from attograd import viz
+def make_handler(rec: Any, summary: Callable[[], Any]) -> type[BaseHTTPRequestHandler]:
+  """The page's request handler over the recorder `rec`; `summary()` gives the index (/data.json)."""
   class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None: pass  # quiet: the program's own output stays readable
     def _send(self, code: int, body: bytes, ctype: str) -> None:
@@ -25,7 +25,7 @@ def make_handler(rec: Any) -> type[BaseHTTPRequestHandler]:
       if path in _FILES:
         fn, ctype = _FILES[path]
         with open(os.path.join(STATIC, fn), "rb") as f: return self._send(200, f.read(), ctype)
-      if path == "/data.json": return self._json(viz.summary())
+      if path == "/data.json": return self._json(summary())
       kind, _, idx = path.strip("/").partition("/")
       items = {"kernel": rec.kernels, "schedule": rec.schedules}.get(kind)
       if items is not None and idx.removesuffix(".json").isdigit() and int(idx.removesuffix(".json")) < len(items):
@@ -34,9 +34,9 @@ def make_handler(rec: Any) -> type[BaseHTTPRequestHandler]:
       self._send(404, b"not found", "text/plain")
   return Handler
 
-def serve(rec: Any, port: int) -> None:
+def serve(rec: Any, port: int, summary: Callable[[], Any]) -> None:
   """Serve until interrupted (Ctrl-C). Loopback only: the page shows the program's code and data."""
-  server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(rec))
+  server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(rec, summary))
   print(f"VIZ: {len(rec.schedules)} schedules, {len(rec.kernels)} kernels at http://127.0.0.1:{server.server_port}/ "
         "(Ctrl-C to stop)", flush=True)
   try: server.serve_forever()

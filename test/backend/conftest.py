@@ -1,5 +1,6 @@
-"""test/backend: the op table and the differential fuzzer. The `device` fixture comes from test/conftest.py; this adds
-the op table's size to the end of a run that ran it."""
+"""test/backend: everything that runs once per device (the op table, ops, gradients, dtypes, the JIT, runtimes) and
+the differential fuzzer. The `device` fixture comes from test/conftest.py; this adds the op table's size to the end
+of a run that ran it."""
 from __future__ import annotations
 import pytest
 

@@ -654,17 +654,17 @@ NON_OPS = {
   "data": "reads data",
   # autograd machinery: the backward half of every row with grad=True
   "backward": "autograd", "gradient": "autograd", "requires_grad_": "autograd flag", "train": "mode switch",
-  # state and devices: tested in test/unit/test_assign.py, test_device.py
+  # state and devices: tested in test/backend/test_assign.py, test_device.py
   "assign": "writes a buffer in place", "to": "device copy", "to_": "device copy",
-  # several devices: test/unit/test_multi.py checks every op on sharded tensors against unsharded ones
+  # several devices: test/backend/test_multi.py checks every op on sharded tensors against unsharded ones
   "shard": "multi-device", "shard_": "multi-device",
-  # random: values differ from torch's by design; test/unit/test_random.py checks their distributions
+  # random: values differ from torch's by design; test/backend/test_random.py checks their distributions
   "manual_seed": "random", "rand": "random", "randn": "random", "randint": "random", "uniform": "random",
   "normal": "random", "randperm": "random",
   # uninitialized memory: no values to compare
   "empty": "uninitialized", "empty_like": "uninitialized", "invalids": "uninitialized (Tensor.empty)",
   "is_param": "autograd flag", "is_param_": "autograd flag",
-  # random creation like the random rows above; from memory or a URL; rebinding: test/unit/test_tensor_api.py
+  # random creation like the random rows above; from memory or a URL; rebinding: test/backend/test_tensor_api.py
   "rand_like": "random", "randn_like": "random", "scaled_uniform": "random", "glorot_uniform": "random",
   "kaiming_uniform": "random", "kaiming_normal": "random", "multinomial": "random", "from_blob": "reads memory",
   "from_url": "downloads", "replace": "rebinds the graph",

@@ -4,8 +4,11 @@ import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import DTypeOpError, ArgumentError, prod
-from attograd.uop.ops import Ops
-if TYPE_CHECKING: from attograd.tensor import Tensor
+from attograd.uop.ops import Ops, _broadcast_shape
+import attograd.tensor.disk as tensor_disk
+from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _writable_view
+from attograd.tensor.indexing import _expand_bool_indices, _normalize
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 # a scan over n elements reduces an (n, n) window: O(n^2). Past 2 blocks, scan blocks of this size and then the
 # block totals, so the work is ~O(n * _SCAN_BLOCK)
@@ -386,10 +389,9 @@ class ComposeMixin:
     >>> x.tolist()
     [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
     """
-    from attograd.tensor import Tensor, _contiguous_view_of_buffer, _writable_view
-    from attograd import tensor_disk
+    cls = type(self)  # the Tensor class (this module is below tensor/core.py)
     if tensor_disk.on_disk(self.device): return tensor_disk.setitem(self, indices, value)  # bytes into the file
-    if isinstance(value, Tensor) and value.dtype != self.dtype:
+    if isinstance(value, cls) and value.dtype != self.dtype:
       # a silent cast would truncate floats written into an int tensor; tinygrad refuses every mismatch, and so do we
       raise RuntimeError(f"setitem: the value's dtype {value.dtype} differs from the tensor's {self.dtype}; "
                          f"cast it first: value.cast({self.dtype})")
@@ -418,8 +420,7 @@ def _reverse_order(x: Tensor) -> Tensor:
 
 def _arange(n: int, like: Tensor) -> Tensor:
   """0..n-1 as int32 on `like`'s device."""
-  from attograd.tensor import Tensor
-  return Tensor.arange(n, device=like.device, dtype=dtypes.int32)
+  return type(like).arange(n, device=like.device, dtype=dtypes.int32)
 
 def _first_selected(x: Tensor, m: Tensor, size: int, fill_value: ConstType) -> Tensor:
   """The first `size` values of 1-D x where the 1-D bool m is true, then fill_value: output slot j takes the element
@@ -440,8 +441,7 @@ def _pad_last_left(x: Tensor, n: int, value: ConstType) -> Tensor:
   """Pad the last axis on the left with n copies of `value`."""
   arg = ((0, 0),) * (x.ndim - 1) + ((n, 0),)
   if value == 0: return x.pad_(arg)
-  from attograd.tensor import Tensor
-  valid = Tensor.full(x.shape, True, dtype=dtypes.bool, device=x.device).pad_(arg)
+  valid = type(x).full(x.shape, True, dtype=dtypes.bool, device=x.device).pad_(arg)
   return valid.where(x.pad_(arg), x._const_like(value))
 
 def _combine(op: Ops, a: Tensor, b: Tensor) -> Tensor:
@@ -557,8 +557,7 @@ def _einsum_align(t: Tensor, letters: list[str], union: list[str]) -> Tensor:
 def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None] | None:
   """For `x[indices] = value`: the value placed at its positions in x's shape, and where it was placed (None when
   that is everywhere); None when the indexed region is empty."""
-  from attograd.tensor import Tensor, _broadcast_shape
-  from attograd.tensor_index import _expand_bool_indices, _normalize
+  cls = type(x)  # the Tensor class (this module is below tensor/core.py)
   idx = _expand_bool_indices(x, _normalize(x, indices))
   # 1. basic indices: the region's shape B (tensor-indexed dims kept whole) and how to place it back in x
   region: list[int] = []
@@ -569,7 +568,7 @@ def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None
       region.append(1)
       continue
     size = x.shape[dim]
-    if isinstance(i, Tensor):
+    if isinstance(i, cls):
       if not dtypes.is_int(i.dtype): raise IndexError(f"tensor indices must be integers or bools, got {i.dtype}")
       tensor_dims.append((len(region), i))
       region.append(size)
@@ -578,7 +577,7 @@ def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None
     elif isinstance(i, slice): region.append(len(range(*i.indices(size))))
     else: raise IndexError(f"invalid index {i!r}: use ints, slices, None, ..., or integer/bool tensors")
     dim += 1
-  v = value.cast(x.dtype) if isinstance(value, Tensor) else Tensor(value, device=x.device, dtype=x.dtype)
+  v = value.cast(x.dtype) if isinstance(value, cls) else cls(value, device=x.device, dtype=x.dtype)
   if 0 in region: return None
   # 2. tensor indices: scatter the value from x[indices]'s shape into B with a one-hot over the index positions
   if tensor_dims:
@@ -615,7 +614,7 @@ def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None
     hit = (last > 0).reshape(last.shape[nb:])._broadcast_to(tuple(region))
   else:
     v = v._broadcast_to(tuple(region))
-    hit = Tensor.full(tuple(region), True, dtype=dtypes.bool, device=x.device)
+    hit = cls.full(tuple(region), True, dtype=dtypes.bool, device=x.device)
   # 3. undo the basic indices: pad the region back into x's shape; the padding is where nothing is written
   dim, p = 0, 0
   for i in idx:

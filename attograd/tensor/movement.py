@@ -10,7 +10,7 @@ from attograd.uop.view import _surely
 from attograd.engine.recorder import active as _active_recorder
 
 if TYPE_CHECKING:
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 

@@ -440,7 +440,7 @@ def test_constant_parameters_are_distinct(device: str) -> None:
 
 def test_registry_is_weak() -> None:
   import gc
-  from attograd.mixin.grad import _grad_tensors
+  from attograd.tensor.autograd import _grad_tensors
   n = len(_grad_tensors)
   t = Tensor([1.0], requires_grad=True)
   assert len(_grad_tensors) == n + 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json, math, os, struct, subprocess, sys
 from typing import Any
 import pytest
-import attograd.tensor as tensor_mod
+import attograd.tensor.core as tensor_mod
 from attograd import Context, GlobalCounters, Tensor, TinyJit
 from attograd.engine import realize
 from attograd.llm.generate import LLM

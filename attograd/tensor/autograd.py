@@ -5,11 +5,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from attograd.dtype import dtypes
 from attograd.helpers import TRAINING
-from attograd.gradient import compute_gradient, full_like, reshape
+from attograd.gradient import compute_gradient
+from attograd.uop.build import full_like, reshape
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.schedule.realized import lookup_realized
 from attograd.uop.state import ORIGIN, get, has
-if TYPE_CHECKING: from attograd.tensor import Tensor
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -187,11 +188,11 @@ def _gradients(out: Tensor, root: UOp, groups: list[list[UOp]], shapes: list[tup
                gradient: Tensor | None) -> list[UOp | None]:
   """The gradient of `out` for each group of nodes, summed over the group and reshaped to `shapes`; None where no
   gradient flows."""
-  from attograd.tensor import Tensor
+  cls = type(out)  # the Tensor class (this module is below tensor/core.py)
   if gradient is None:
     if out.shape != ():
       raise GradientSeedError(f"backward: the output has shape {out.shape}; need a scalar or `gradient`")
-    gradient = Tensor(1.0, device=out.device, dtype=out.dtype)
+    gradient = cls(1.0, device=out.device, dtype=out.dtype)
   elif gradient.shape != out.shape:
     raise ValueError(f"backward: `gradient` has shape {gradient.shape} but the output has shape {out.shape}")
   if not dtypes.is_float(out.dtype): raise RuntimeError(f"backward: only float tensors have gradients, not {out.dtype}")
@@ -209,6 +210,5 @@ def _sum_all(gs: list[UOp]) -> UOp:
   return acc
 
 def _grad_tensor(t: Tensor, g: UOp) -> Tensor:
-  from attograd.tensor import Tensor
   assert g.shape == t.shape, f"gradient shape {g.shape} != tensor shape {t.shape}"
-  return Tensor(g if g.dtype == t.dtype else g.cast(t.dtype), device=t.device)
+  return type(t)(g if g.dtype == t.dtype else g.cast(t.dtype), device=t.device)

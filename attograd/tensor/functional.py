@@ -14,7 +14,7 @@ from attograd.uop.view import _smax, _surely
 _STACK_MAX_WINDOW = 49
 
 if TYPE_CHECKING:
-  from attograd.tensor import Tensor
+  from attograd.tensor.core import Tensor
 
 REDUCTIONS = ("none", "mean", "sum")
 INTERPOLATE_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear")
@@ -784,9 +784,8 @@ class NNMixin:
 
 def _one_hot_along(index: Tensor, n: int, dim: int) -> Tensor:
   """Bools: true where the coordinate along `dim` (a size-1 dim of `index`) equals the index."""
-  from attograd.tensor import Tensor
   d = index._resolve_axis(dim, "one_hot")
-  ar = Tensor.arange(n, device=index.device, dtype=dtypes.int32)
+  ar = type(index).arange(n, device=index.device, dtype=dtypes.int32)
   return index.eq(ar.reshape(tuple(n if j == d else 1 for j in range(index.ndim))))
 
 def _acc_product_sum(x: Tensor, w: Tensor, axes: tuple[int, ...]) -> Tensor:

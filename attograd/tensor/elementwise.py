@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import dtypes
-if TYPE_CHECKING: from attograd.tensor import Tensor
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def _log1p(x: Tensor) -> Tensor:
   """log(1 + x) without losing small x: 2 atanh(y) with y = x / (2 + x), by its series while |x| < 0.5 (|y| <= 1/3,
@@ -103,9 +103,8 @@ class MathMixin:
     >>> Tensor([1.0, -2.0]).copysign(Tensor([-0.0, 3.0])).tolist()
     [-1.0, 2.0]
     """
-    from attograd.tensor import Tensor
     x = self._f()
-    o = other if isinstance(other, Tensor) else x._const_like(float(other))
+    o = other if isinstance(other, type(self)) else x._const_like(float(other))
     neg = (o < 0) | ((o == 0) & (1 / o._f() < 0)) if dtypes.is_float(o.dtype) else o < 0
     return neg.where(-x.abs(), x.abs())
   def logaddexp(self: Tensor, other: Any) -> Tensor:
@@ -114,9 +113,8 @@ class MathMixin:
     >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
     1000.693
     """
-    from attograd.tensor import Tensor
     x = self._f()
-    o = other if isinstance(other, Tensor) else x._const_like(float(other))
+    o = other if isinstance(other, type(self)) else x._const_like(float(other))
     m = x.maximum(o)
     m = m.isinf().where(0.0, m).detach()  # both -inf (or an inf): shifting by it would give inf - inf
     return ((x - m).exp() + (o - m).exp()).log() + m
@@ -127,9 +125,8 @@ class MathMixin:
     >>> Tensor([1.0, 1.1, float("inf")]).isclose(Tensor([1.0 + 1e-9, 1.0, float("inf")])).tolist()
     [True, False, True]
     """
-    from attograd.tensor import Tensor
     x = self
-    o = other if isinstance(other, Tensor) else self._const_like(other, dtypes.from_py(other))
+    o = other if isinstance(other, type(self)) else self._const_like(other, dtypes.from_py(other))
     # ints and bools are compared in the default float, as PyTorch does for bools: |x - o| in an int dtype wraps
     # (int8 0 - -128 is -128, "close" to everything)
     if not dtypes.is_float(x.dtype) or not dtypes.is_float(o.dtype): x, o = x._f(), o._f()

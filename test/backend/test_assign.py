@@ -4,6 +4,7 @@ from typing import Any
 import numpy as np
 import pytest
 from attograd import GlobalCounters, Tensor, dtypes
+from attograd.uop.ops import UOp
 
 def test_assign_reading_shifted_target(device: str) -> None:
   t = Tensor([0.0, 1, 2, 3, 4, 5]).realize()
@@ -153,3 +154,24 @@ def test_invalids_is_a_writable_buffer(device: str) -> None:
   z[2:5] = 2
   z[6:7] = 3
   assert z.dtype == dtypes.int32 and z[2:5].tolist() == [2, 2, 2] and z[6:7].tolist() == [3]
+
+# ***** as tinygrad's: a value of another dtype raises (no implicit cast, which can lose precision or values), and a
+# value built from device-less UOps (a constant) is written on the target's device *****
+
+def test_assign_dtype_mismatch_raises(device: str) -> None:
+  a = Tensor.zeros(4, dtype=dtypes.float32, device=device).contiguous().realize()
+  with pytest.raises(RuntimeError, match=r"assign dtype mismatch: target dtypes.float32 but value dtypes.int32"):
+    a.assign(Tensor([1, 2, 3, 4], dtype=dtypes.int32, device=device))
+  with pytest.raises(RuntimeError, match="assign dtype mismatch"):  # 2**24 + 1 isn't a float32
+    a[:1].assign(Tensor([16777217], dtype=dtypes.int64, device=device))
+  a.assign(Tensor([1, 2, 3, 4], dtype=dtypes.int32, device=device).cast(dtypes.float32))  # an explicit cast is fine
+  a[2:].assign(7)  # a Python value takes the target's dtype
+  np.testing.assert_equal(a.numpy(), [1, 2, 7, 7])
+
+def test_assign_deviceless_const() -> None:
+  s = Tensor.empty(4, device="CPU:1", dtype=dtypes.float32)
+  s.assign(Tensor(UOp.const(dtypes.float32, 2.0)))
+  assert s.device == "CPU:1"
+  np.testing.assert_equal(s.numpy(), [2, 2, 2, 2])
+  with pytest.raises(ValueError, match="device mismatch, target on CPU:1 but value on CPU"):
+    s.assign(Tensor([1.0, 2.0, 3.0, 4.0], device="CPU"))

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 from attograd.dtype import DType, dtypes, sum_acc_dtype
 
-if TYPE_CHECKING: from attograd.tensor import Tensor
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def _jacobi_sweeps(n: int) -> int:
   """Sweeps over all column pairs: one-sided Jacobi converges quadratically once the columns are nearly orthogonal,

@@ -77,7 +77,7 @@ def test_loss_realized_with_the_step():
 
 def test_temp_argument_refcount_is_measured():
   # the assign fast path relies on this CPython detail; the probe measures it at import, this checks it still holds
-  from attograd.tensor import _TEMP_ARG_REFS
+  from attograd.tensor.core import _TEMP_ARG_REFS
   def probe(x: object) -> int: return sys.getrefcount(x)
   temp = probe(object())  # (not inside an assert: pytest's rewriting would hold the argument in a name)
   held = object()

@@ -152,12 +152,12 @@ def test_programs_come_back_from_the_disk_cache(tmp_path, monkeypatch) -> None:
   assert not calls, "the second get_program was built again instead of read from the cache"
   for f in ("name", "src", "globals", "vars", "op_estimate", "mem_estimate", "applied_opts"):
     assert getattr(again, f) == getattr(built, f) == getattr(first, f), f
-  assert cg._spec_from_bytes(b"not json") is None  # a corrupt entry is rebuilt, not trusted
+  assert cg.spec_from_bytes(b"not json") is None  # a corrupt entry is rebuilt, not trusted
 
 def test_program_key_sees_all_of_a_big_symbolic_view() -> None:
   # a VIEW's repr prints an expression of more than 60 nodes as its root and node count: two kernels whose views
   # differ only inside one got the same disk-cache key, so the second would run the first's program
-  from attograd.codegen import _ast_key
+  from attograd.codegen.program_cache import ast_key as _ast_key
   from attograd.uop.ops import Ops, UOp, Variable
   from attograd.uop.view import ShapeTracker, View
   def kernel(last: int) -> UOp:
@@ -186,6 +186,7 @@ def test_max_reduce_on_lanes(dtype: str) -> None:
 def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatch) -> None:
   import attograd.codegen.search as search
   from attograd import device as dev
+  from attograd.codegen import _build_program as build
   monkeypatch.setattr(dev, "cache_dir", lambda: str(tmp_path))
   monkeypatch.setattr(search, "MAX_ROUNDS", 1)
   monkeypatch.setattr(search, "MAX_CANDIDATES", 8)
@@ -197,11 +198,12 @@ def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatc
   timings: list[object] = []
   real_time = search._time
   monkeypatch.setattr(search, "_time", lambda spec, bufs: timings.append(spec) or real_time(spec, bufs))
-  opts = search.beam_search(ast, r, 2)
+  opts = search.beam_search(ast, r, 2, build)
   assert 2 < len(timings) <= 10, "the seeds and up to MAX_CANDIDATES candidates are timed"
-  assert search.beam_search(ast, r, 2) == opts and len(timings) <= 10, "the second search comes from the disk cache"
+  again = search.beam_search(ast, r, 2, build)
+  assert again == opts and len(timings) <= 10, "the second search comes from the disk cache"
   n = len(timings)
-  with Context(IGNORE_BEAM_CACHE=1): search.beam_search(ast, r, 2)
+  with Context(IGNORE_BEAM_CACHE=1): search.beam_search(ast, r, 2, build)
   assert len(timings) > n, "IGNORE_BEAM_CACHE=1 searches again instead of reading the disk cache"
   with Context(BEAM=2): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import Ops, UOp, sint, ssimp, sym_max
-if TYPE_CHECKING: from attograd.tensor import Tensor
+from attograd.uop.ops import Ops, UOp, _broadcast_shape, sint, ssimp, sym_max
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
-  from attograd.tensor import Tensor
+  cls = type(t)  # the Tensor class (this module is below tensor/core.py)
   # a list holding a slice, None or ... is a tuple of indices (x[[slice(None), [1, 3]]] is x[:, [1, 3]]), as in
   # PyTorch and tinygrad; NumPy refuses such lists. A list of sequences or Tensors stays one index array (NumPy's
   # reading, which PyTorch's deprecation warning says it moves to; PyTorch 2.x and tinygrad still read it as a tuple)
@@ -18,15 +18,15 @@ def _normalize(t: Tensor, indices: Any) -> list[Any]:
   idx = []
   for i in indices:
     # a list or tuple inside the index is a sequence of indices (NumPy and PyTorch), not more dims
-    if isinstance(i, (list, tuple)): i = Tensor(i, device=t.device)
-    if type(i).__module__ == "numpy" and hasattr(i, "shape"): i = Tensor(i, device=t.device) if i.shape else i.item()
+    if isinstance(i, (list, tuple)): i = cls(i, device=t.device)
+    if type(i).__module__ == "numpy" and hasattr(i, "shape"): i = cls(i, device=t.device) if i.shape else i.item()
     idx.append(i)
   n_real = sum(1 for i in idx
-               if i is not None and i is not Ellipsis and not (isinstance(i, Tensor) and i.dtype is dtypes.bool))
-  n_real += sum(i.ndim for i in idx if isinstance(i, Tensor) and i.dtype is dtypes.bool)
+               if i is not None and i is not Ellipsis and not (isinstance(i, cls) and i.dtype is dtypes.bool))
+  n_real += sum(i.ndim for i in idx if isinstance(i, cls) and i.dtype is dtypes.bool)
   if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
   if n_real > t.ndim: raise IndexError(f"too many indices for a tensor of shape {t.shape}: {len(indices)} given")
-  if Ellipsis in [i for i in idx if not isinstance(i, Tensor)]:
+  if Ellipsis in [i for i in idx if not isinstance(i, cls)]:
     pos = next(k for k, i in enumerate(idx) if i is Ellipsis)
     idx = idx[:pos] + [slice(None)] * (t.ndim - n_real) + idx[pos + 1:]
   else: idx = idx + [slice(None)] * (t.ndim - n_real)
@@ -34,11 +34,11 @@ def _normalize(t: Tensor, indices: Any) -> list[Any]:
 
 def _expand_bool_indices(x: Tensor, idx: list[Any]) -> list[Any]:
   """Bool tensor indices as integer tensors of the true positions (read on the host, like NumPy's nonzero)."""
-  from attograd.tensor import Tensor
+  cls = type(x)  # the Tensor class (this module is below tensor/core.py)
   out: list[Any] = []
   dim = 0  # the dim of x that index i starts at (None adds a dim and reads none)
   for i in idx:
-    if not (isinstance(i, Tensor) and i.dtype is dtypes.bool):
+    if not (isinstance(i, cls) and i.dtype is dtypes.bool):
       out.append(i)
       dim += i is not None
       continue
@@ -49,7 +49,7 @@ def _expand_bool_indices(x: Tensor, idx: list[Any]) -> list[Any]:
     flat = [k for k, b in enumerate(i.flatten().tolist()) if b]
     for d in range(i.ndim):
       stride = prod(i.shape[d + 1:])
-      out.append(Tensor([(k // stride) % i.shape[d] for k in flat], device=x.device, dtype=dtypes.int32))
+      out.append(cls([(k // stride) % i.shape[d] for k in flat], device=x.device, dtype=dtypes.int32))
   return out
 
 def _symbolic_slice(i: slice, size: sint, dim: int) -> tuple[sint, sint] | None:
@@ -80,7 +80,7 @@ def _symbolic_slice(i: slice, size: sint, dim: int) -> tuple[sint, sint] | None:
   return ssimp(start), ssimp(stop)
 
 def _getitem(t: Tensor, indices: Any) -> Tensor:
-  from attograd.tensor import Tensor
+  cls = type(t)  # the Tensor class (this module is below tensor/core.py)
   idx = _normalize(t, indices)
   idx = _expand_bool_indices(t, idx)  # boolean masks select where true: integer indices, read on the host
   # 1. basic indexing as views: shrink, flip, stride by reshape
@@ -93,7 +93,7 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
       new_shape.append(1)
       continue
     size = x.shape[dim]
-    if isinstance(i, Tensor):
+    if isinstance(i, cls):
       if dtypes.is_float(i.dtype): raise IndexError(f"tensor indices must be integers or bools, got {i.dtype}")
       tensor_dims.append((len(new_shape), i))
       new_shape.append(size)
@@ -137,7 +137,6 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
   x = x.reshape(tuple(new_shape))
   if not tensor_dims: return x
   # 2. fancy indexing: broadcast the index tensors, gather with a one-hot reduction per indexed dim
-  from attograd.tensor import _broadcast_shape
   bshape: tuple[int, ...] = ()
   for _, it in tensor_dims: bshape = _broadcast_shape(bshape, it.shape)
   dims = [d for d, _ in tensor_dims]
@@ -161,11 +160,11 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
   if flat.uop.base.op is not Ops.BUFFER: flat = flat.contiguous()
   total = prod(sizes)
   xf = x.reshape((total,) + rest_shape)
-  ar = Tensor.arange(total, device=t.device).reshape((1,) * len(bshape) + (total,))
+  ar = cls.arange(total, device=t.device).reshape((1,) * len(bshape) + (total,))
   onehot = flat.reshape(bshape + (1,)).eq(ar)  # (*bshape, total)
   oh = onehot.reshape(bshape + (total,) + (1,) * len(rest_shape))
   vals = xf.reshape((1,) * len(bshape) + (total,) + rest_shape)
-  picked = oh.where(vals, Tensor(0, dtype=vals.dtype, device=t.device)) if vals.dtype is not dtypes.bool else oh & vals
+  picked = oh.where(vals, cls(0, dtype=vals.dtype, device=t.device)) if vals.dtype is not dtypes.bool else oh & vals
   out = picked.sum(len(bshape), dtype=picked.dtype) if picked.dtype is not dtypes.bool else picked.any(len(bshape))
   if consecutive and dims[0] != 0:
     # NumPy keeps the broadcast index dims where the indexed dims were

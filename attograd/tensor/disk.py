@@ -11,7 +11,7 @@ from attograd.uop.ops import GroupOp, Ops, UOp
 from attograd.uop.view import ShapeTracker, strides_for_shape
 from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.runtime.ops_disk import DiskBuffer, DiskView
-if TYPE_CHECKING: from attograd.tensor import Tensor
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def on_disk(device: Any) -> bool: return device.__class__ is str and device.startswith("DISK")
 
@@ -19,8 +19,12 @@ def _noncontiguous(what: str) -> RuntimeError:
   return RuntimeError(f"DISK: {what}: a non-contiguous view is not supported on DISK (no kernel runs there); move the "
                       "tensor to a compute device first, e.g. t.to('CPU')")
 
-def resolve(u: UOp) -> UOp:
-  """u (views and same-size bitcasts of a DISK buffer) as a BUFFER over exactly its bytes, reshaped to u's shape."""
+def resolve(t: Tensor) -> UOp:
+  """t's graph (views and same-size bitcasts of a DISK buffer) as a BUFFER over exactly its bytes, reshaped to t's
+  shape."""
+  return _resolve(t.uop, type(t))
+
+def _resolve(u: UOp, tensor: type[Tensor]) -> UOp:
   chain: list[UOp] = []
   x = u
   while x.op in GroupOp.Movement or x.op in (Ops.BITCAST, Ops.DETACH, Ops.CONTIGUOUS):
@@ -28,8 +32,7 @@ def resolve(u: UOp) -> UOp:
     if x.op in GroupOp.Movement: chain.append(x)
     x = x.src[0]
   if x.op is Ops.COPY:  # a copy into the file not made yet (t.to("DISK:path")[1:]): made now, then viewed
-    from attograd.tensor import Tensor
-    return resolve(u.substitute({x: Tensor(x).realize().uop}))
+    return _resolve(u.substitute({x: tensor(x).realize().uop}), tensor)
   if x.op is not Ops.BUFFER:
     # the same class as every other DISK compute refusal (runtime/ops_disk.py): a DISK device runs no kernel, by design
     raise RuntimeError(f"DISK: {x.op.name.lower()} of a {x.dtype.name} tensor of shape {x.shape} can't run on "
@@ -64,19 +67,18 @@ def bitcast(t: Tensor, dtype: DType) -> Tensor:
                        f"of {dtype} ({dtype.itemsize} bytes)")
   if not shape: raise RuntimeError(f"bitcast: a 0-d {t.dtype} tensor can't become {dtype} of another item size")
   new_shape = shape[:-1] + (nbytes // dtype.itemsize,)
-  u = resolve(t.uop)
+  u = resolve(t)
   base = u.base
   return t._new(_sub_buffer(base, 0, prod(new_shape), dtype, new_shape))
 
 def assign(t: Tensor, x: Any) -> Tensor:
   """Write x's values into the bytes of the DISK view t. x may live on any device (a DISK x is read through the
   default device); it is broadcast to t's shape and cast to t's dtype there."""
-  from attograd.tensor import Tensor
-  if not isinstance(x, Tensor): x = Tensor(x, dtype=t.dtype)
+  if not isinstance(x, type(t)): x = type(t)(x, dtype=t.dtype)
   if on_disk(x.device): x = x.to(Device.DEFAULT)
   if x.shape != t.shape: x = x._broadcast_to(t.shape)
   if x.dtype != t.dtype: x = x.cast(t.dtype)
-  target = resolve(t.uop).base
+  target = resolve(t).base
   buf = buffers[target].allocate()
   # (no version bump: reads of DISK go through fresh nodes (resolve), so no memoized read of the old bytes is reused,
   # and a node whose value *is* the file, t.to("DISK:path"), stays valid)
@@ -85,9 +87,8 @@ def assign(t: Tensor, x: Any) -> Tensor:
 
 def setitem(t: Tensor, indices: Any, value: Any) -> None:
   """t[indices] = value on DISK: basic indices only (the region must be one contiguous byte range)."""
-  from attograd.tensor import Tensor
   idx = indices if isinstance(indices, tuple) else (indices,)
-  if any(isinstance(i, (Tensor, list)) or type(i).__module__ == "numpy" for i in idx):
+  if any(isinstance(i, (type(t), list)) or type(i).__module__ == "numpy" for i in idx):
     raise RuntimeError(f"setitem: advanced (tensor) indexing is not supported for DISK tensors ({t.device}); index "
                        "with ints and slices")
   assign(t[indices], value)

@@ -9,7 +9,7 @@ from attograd.engine import memory
 from attograd.engine.memory import MemoryLimitError, PooledBuffer, plan_memory
 from attograd.engine.realize import run_schedule
 from attograd.schedule import memory as schedule_memory
-import attograd.tensor
+import attograd.tensor.core
 
 @pytest.fixture(autouse=True)
 def _pool_everything(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,7 +56,7 @@ def _pooled_runs(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
   def spy(items: Any) -> None:
     seen.append([b for si in items for b in si.bufs])
     run_schedule(items)
-  monkeypatch.setattr(attograd.tensor, "run_schedule", spy)
+  monkeypatch.setattr(attograd.tensor.core, "run_schedule", spy)
   return seen
 
 def test_schedule_reuses_and_matches(device: str, monkeypatch: pytest.MonkeyPatch) -> None:

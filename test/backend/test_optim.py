@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 import numpy as np
 import pytest
-import attograd.tensor
+import attograd.tensor.core
 from attograd import Context, Tensor
 from attograd.engine import realize as engine_realize
 from attograd.nn import Linear
@@ -165,12 +165,12 @@ def test_lamb_zero_weight_is_unscaled(device: str) -> None:
 
 def count_schedules(fn: Callable[[], None], monkeypatch: pytest.MonkeyPatch) -> int:
   calls = [0]
-  real = attograd.tensor.create_schedule
+  real = attograd.tensor.core.create_schedule
   def counting(*args: Any, **kwargs: Any) -> Any:
     calls[0] += 1
     return real(*args, **kwargs)
   with monkeypatch.context() as m:
-    m.setattr(attograd.tensor, "create_schedule", counting)
+    m.setattr(attograd.tensor.core, "create_schedule", counting)
     fn()
   return calls[0]
 

@@ -2,7 +2,7 @@
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
 import functools, math, os, struct, sys, time, weakref
-from attograd import printing
+import attograd.tensor.printing as printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
@@ -13,22 +13,27 @@ from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_p
                               ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
+from attograd.uop import build
 from attograd.uop.state import ORIGIN, has, put
 from attograd.uop.variables import map_arg as _map_arg
 from attograd.uop.view import _smax, is_symbolic
 from attograd.engine.realize import run_schedule
 from attograd.engine import multi
-from attograd.engine.recorder import active as _active_recorder
+from attograd.engine.recorder import JitRuntimeError, active as _active_recorder
 from attograd.engine.profile import PROFILER
-from attograd import viz
+import attograd.viz as viz
 from attograd.viz import VIZ
 from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
-from attograd.mixin.movement import MovementMixin
-from attograd.mixin.compose import ComposeMixin
-from attograd.mixin.nn import NNMixin
-from attograd.mixin.grad import GradMixin, _grad_tensors
-from attograd.mixin.math import MathMixin
-from attograd.mixin.linalg import LinalgMixin
+import attograd.tensor.disk as tensor_disk
+from attograd.tensor.buffer_views import (_contiguous_view_of_buffer, _is_realized, _is_whole_buffer,
+                                         _prefix_of_buffer, _writable_view)
+from attograd.tensor.indexing import _getitem
+from attograd.tensor.movement import MovementMixin
+from attograd.tensor.compose import ComposeMixin
+from attograd.tensor.functional import NNMixin
+from attograd.tensor.autograd import GradMixin, _grad_tensors
+from attograd.tensor.elementwise import MathMixin
+from attograd.tensor.linalg import LinalgMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -137,13 +142,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
          any(x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in uop.toposort()):
         # a Variable's value as a tensor: 0 + v ties it to the device (the graph alone names none, so the same
         # graph realized for another device would reuse this one's schedule)
-        uop = UOp(Ops.ADD, uop.dtype, (_const(0, uop.dtype, device), uop))
+        uop = UOp(Ops.ADD, uop.dtype, (build.const(0, uop.dtype, device), uop))
     elif isinstance(data, Tensor): uop = data.uop if dtype is None else data.cast(dtype).uop
     elif data is None: uop = _buffer_from_bytes(b"", (0,), dtype or dtypes.default_float, device)
     elif isinstance(data, (bool, int, float)):
       d = dtype or dtypes.from_py(data)
       # a leaf that wants a gradient gets its own buffer: as a constant it would be the same node as every equal literal
-      uop = _const(data, d, device) if not requires_grad else _buffer_from_bytes(_pack([data], d), (), d, device)
+      uop = build.const(data, d, device) if not requires_grad else _buffer_from_bytes(_pack([data], d), (), d, device)
     elif isinstance(data, (bytes, bytearray, memoryview)):
       raw = bytes(data)
       # the bytes as elements of dtype (uint8 by default), reinterpreted like torch.frombuffer and tinygrad
@@ -291,13 +296,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
     if _active_recorder() is not None:  # a TinyJit capturing: the value read now would be baked into every replay
-      from attograd.engine.jit import JitRuntimeError  # (the engine imports this module)
       raise JitRuntimeError(f"TinyJit: reading a Tensor's values ({self._shape_repr()}, {self.dtype}) while a jit "
                             "captures would bake them into every replay; keep .item(), .tolist(), .numpy() and the ops "
                             "that read data (masked_select, nonzero, boolean indexing without size=) out of the jitted "
                             "function")
     if self.uop.device.__class__ is tuple: return self.to(self.device[0])._buffer()  # gathered on the first device
-    if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self.uop).base], 0
+    if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self).base], 0
     t = self.realize()
     if not (_contiguous_view_of_buffer(t.uop) or _prefix_of_buffer(t.uop)):
       t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
@@ -360,7 +364,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if device.__class__ is tuple and self.uop.device.__class__ is not tuple:
       return self._new(multi.shard_uop(self.uop, device, None))
     # a DISK view is copied from the byte range under it (no kernel runs on DISK to make it contiguous)
-    if tensor_disk.on_disk(self.device): src_uop = tensor_disk.resolve(self.uop)
+    if tensor_disk.on_disk(self.device): src_uop = tensor_disk.resolve(self)
     else: src_uop = (self if _contiguous_view_of_buffer(self.uop) else self.contiguous()).uop
     return self._new(UOp(Ops.COPY, self.dtype, (src_uop, UOp(Ops.DEVICE, arg=device))))
   def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
@@ -456,9 +460,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if any(n.op in GroupOp.Movement and n.base is base and n is not self.uop for n in x.uop.toposort()):
       x = x._new(UOp(Ops.CONTIGUOUS, x.dtype, (x.uop,)))
     target = new_buffer_uop(self.device, base.arg[1], self.dtype, buffers[base])
-    assign = UOp(Ops.ASSIGN, self.dtype, (_reshape_uop(base, self.shape), x.uop))
+    assign = UOp(Ops.ASSIGN, self.dtype, (build.reshape(base, self.shape), x.uop))
     # this tensor sees the new version from now on; other tensors that read the old one keep their values
-    self.uop = _reshape_uop(target, self.shape)
+    self.uop = build.reshape(target, self.shape)
     _keep_values_of_readers({base}, {assign, x.uop} if value_private else {assign})
     run_schedule(create_schedule([assign])[0])
     return self
@@ -484,11 +488,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     shp = _check_shape(argfix(*shape), "empty")
     if is_symbolic(shp):  # a buffer for the Variables' largest values, seen as its first prod(shape) elements
       buf = new_buffer_uop(Device.canonicalize(device), sym_max(prod(shp)), d)
-      return Tensor(_reshape_uop(UOp(Ops.SHRINK, d, (buf,), ((0, prod(shp)),)), shp), device=device, **kw)
+      return Tensor(build.reshape(UOp(Ops.SHRINK, d, (buf,), ((0, prod(shp)),)), shp), device=device, **kw)
     if (dev := Device.canonicalize(device)).__class__ is tuple:  # one whole buffer per device
-      return Tensor(multi.multi([_reshape_uop(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None),
+      return Tensor(multi.multi([build.reshape(new_buffer_uop(x, prod(shp), d), shp) for x in dev], None),
                     device=dev, **kw)  # type: ignore[arg-type]  # devices of a sharded tensor
-    return Tensor(_reshape_uop(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
+    return Tensor(build.reshape(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
   @staticmethod
   def invalids(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
     """A tensor whose values are undefined until written (tinygrad's name for an anonymous buffer): attograd has
@@ -513,7 +517,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       fill = Tensor(_size_arg(fill_value, "full"), device=device, dtype=dtype)
       return Tensor(fill.uop, device=device, **kw).reshape((1,) * len(shp)).expand(shp)
     d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
-    const = Tensor(_const(fill_value, d, Device.canonicalize(device)), device=device, **kw)
+    const = Tensor(build.const(fill_value, d, Device.canonicalize(device)), device=device, **kw)
     return const.reshape((1,) * len(shp)).expand(shp)
   @staticmethod
   @_takes_requires_grad
@@ -711,7 +715,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
 
   # ***** elementwise *****
   def _const_like(self, x: ConstType, dtype: DType | None = None) -> Tensor:
-    return self._new(_const(x, dtype or self.dtype, self.device))
+    return self._new(build.const(x, dtype or self.dtype, self.device))
   def _broadcasted(self, y: Tensor | ConstType, reverse: bool = False,
                    match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
@@ -1111,7 +1115,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         raise ValueError(f"reshape: can't reshape {_shape_str(self.shape)} to {_shape_str(new)}: with an unbound "
                          "Variable the element counts must be equal for every value (bind it to check them with "
                          "its value)")
-      return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
+      return self if new == self.shape else self._new(build.reshape(self.uop, new))
     if -1 in new:
       rest = prod(s for s in new if s != -1)
       if sym_val(rest) == 0 or sym_val(numel) % sym_val(rest):
@@ -1124,7 +1128,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if (rec := _active_recorder()) is not None and (numel.__class__ is not int or is_symbolic(new)) \
        and not sym_eq(prod(new), numel):
       rec.size_check(prod(new), numel, True, f"reshape of {self._shape_repr()} to {_shape_str(new)}")
-    return self if new == self.shape else self._new(_reshape_uop(self.uop, new))
+    return self if new == self.shape else self._new(build.reshape(self.uop, new))
   def view(self, *shape: Any, **kw: Any) -> Tensor:
     """reshape under PyTorch's name; `view(shape=(2, 3))` as in tinygrad."""
     if kw:
@@ -1489,9 +1493,6 @@ _COS_SPLIT = {False: (1.5703125, 0.000484466552734375, -6.397578431460715e-07, 1
               True: (1.5707963407039642, -1.3909067675399456e-08, 6.123233995736766e-17, 1.5707963267948966,
                      6.123233995736766e-17, 2e8)}
 
-def _const(val: ConstType, dtype: DType, device: str) -> UOp:
-  return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(val, dtype))
-
 _const_cache: dict[tuple, UOp] = {}
 def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A constant expanded to `shape`, remembered: scalars in arithmetic are the most common graph nodes."""
@@ -1500,7 +1501,7 @@ def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int
   if val == 0 and val.__class__ is float and math.copysign(1.0, val) < 0: key += ("-0",)
   if (u := _const_cache.get(key)) is None:
     if len(_const_cache) >= 4096: _const_cache.clear()
-    u = _const(val, dtype, device)
+    u = build.const(val, dtype, device)
     if shape: u = UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape)),), shape)
     _const_cache[key] = u
   return u
@@ -1511,17 +1512,12 @@ def _unique_contiguous(u: UOp) -> UOp:
   _n_contiguous[0] += 1
   return UOp(Ops.CONTIGUOUS, u.dtype, (u,), _n_contiguous[0])
 
-def _reshape_uop(u: UOp, shape: tuple[int, ...]) -> UOp:
-  if u.shape == shape: return u
-  if u.op is Ops.RESHAPE: u = u.src[0]  # reshapes compose
-  return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
-
 def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
   if device.__class__ is tuple: return multi.shard_uop(_buffer_from_bytes(raw, shape, dtype, device[0]), device, None)
   n = prod(shape)
   if len(raw) != n * dtype.itemsize: raise ValueError(f"Tensor: {len(raw)} bytes don't fill shape {shape} of {dtype}")
   buf = Buffer(device, n, dtype, raw if n else None)
-  return _reshape_uop(new_buffer_uop(device, n, dtype, buf), shape)
+  return build.reshape(new_buffer_uop(device, n, dtype, buf), shape)
 
 def _iota_buffer(n: int, device: str) -> UOp:
   """0..n-1 in a buffer tagged as such: kernels compute the values from their index math rather than load them (the
@@ -1606,22 +1602,6 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   for t in todo: t.uop = _unique_contiguous(t.uop)
   if todo: Tensor._realize_all(todo)
 
-def _is_realized(u: UOp) -> bool:
-  return u.base.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_is_realized(s) for s in u.src))
-
-def _contiguous_view_of_buffer(u: UOp) -> bool:
-  """A BUFFER seen whole through reshapes only."""
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
-
-def _prefix_of_buffer(u: UOp) -> bool:
-  """The first elements of a BUFFER, through reshapes (how a symbolic shape's values sit in a buffer sized for the
-  largest value of its Variables, here seen with their bound values)."""
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.SHRINK and len(u.arg) == 1 and u.arg[0][0] == 0 and u.src[0].op is Ops.BUFFER
-
-def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
-
 def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
   """Whether u reads the BUFFER `base` other than through `view` (and views of the value must not: see assign)."""
   seen: set[UOp] = set()
@@ -1633,19 +1613,6 @@ def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
     seen.add(n)
     stack.extend(n.src)
   return False
-
-_ONE_TO_ONE = (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP)
-def _writable_view(u: UOp) -> tuple[UOp, DType] | None:
-  """(u as a chain of one-to-one views over its BUFFER in the buffer's dtype, that dtype) when an assign to u can
-  write through it into the buffer; None for anything else (an expand or pad maps one element to many or none)."""
-  chain = []
-  while u.op in _ONE_TO_ONE or u.op is Ops.DETACH or \
-        (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
-    if u.op in _ONE_TO_ONE: chain.append(u)
-    u = u.src[0]
-  if u.op is not Ops.BUFFER or u.arg[2:] == (IOTA_TAG,): return None
-  for m in reversed(chain): u = UOp(m.op, u.dtype, (u,), m.arg)
-  return u, u.dtype
 
 def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
   """A reduce; a long reduce to few outputs is split in two so both stages can use every core."""
@@ -1662,13 +1629,13 @@ def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
     # split the first reduced dim when it can be (the other reduced dims stay as they are: folding (512, 20, 20)
     # into (128, 1600) would make the inner loop's index a chain of divisions that keeps it from vectorizing)
     if (split := next((s for s in range(256, 15, -1) if rdims[0] % s == 0 and red // s >= 1024), 0)):
-      x = _reshape_uop(x, keep + (split, rdims[0] // split) + rdims[1:])
+      x = build.reshape(x, keep + (split, rdims[0] // split) + rdims[1:])
       x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, tuple(range(n + 1, n + 1 + len(rdims)))))
     elif (split := next((s for s in (256, 128, 64, 32, 16) if red % s == 0 and red // s >= 1024), 0)):
-      x = UOp(Ops.REDUCE_AXIS, u.dtype, (_reshape_uop(x, keep + (split, red // split)),), (op, (n + 1,)))
+      x = UOp(Ops.REDUCE_AXIS, u.dtype, (build.reshape(x, keep + (split, red // split)),), (op, (n + 1,)))
     if split:
       x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, (n,)))
-      return _reshape_uop(x, tuple(1 if i in axes else s for i, s in enumerate(shape)))
+      return build.reshape(x, tuple(1 if i in axes else s for i, s in enumerate(shape)))
   return UOp(Ops.REDUCE_AXIS, u.dtype, (u,), (op, axes))
 
 def _hash32_int(x: int) -> int:
@@ -1726,7 +1693,5 @@ def _index_tensor(n: int, device: str) -> Tensor:
   grid = outer.reshape(a, 1) * b + _index_tensor(b, device).reshape(1, b)
   return grid.reshape(a * b).shrink(((0, n),))
 
-from attograd.tensor_index import _getitem  # noqa: E402
-from attograd import tensor_disk  # noqa: E402
 
 for _name in _CONCRETE_ONLY: setattr(Tensor, _name, _concrete_only(getattr(Tensor, _name), _name))

@@ -5,7 +5,7 @@ import inspect
 import pytest
 from attograd import Context, Tensor, TinyJit
 from attograd.engine.nan import NaNError
-from attograd import tensor as tensor_mod
+from attograd.tensor import core as tensor_mod
 
 def _line() -> int: return inspect.currentframe().f_back.f_lineno  # type: ignore[union-attr]
 

@@ -1,1 +1,0 @@
-"""Tensor methods written purely in terms of other Tensor methods, grouped by topic and mixed into Tensor."""
