@@ -344,8 +344,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
     if not isinstance(v, Tensor): v = Tensor(v, device=p.device)
     if {v.shape, p.shape} == {(), (1,)}: v = v.reshape(p.shape)  # a scalar saved as one element, or the reverse
     if v.shape != p.shape:
-      raise ValueError(f"load_state_dict: shape mismatch for {k!r}: the model has {p.shape}, "
-                       f"the state dict has {v.shape}")
+      raise ValueError(f"load_state_dict: Shape mismatch in layer `{k}`: Expected shape {p.shape}, but found "
+                       f"{v.shape} in state dict.")  # tinygrad's words: code catching this error matches them
     if v.device != p.device: v = v.to(p.device)
     p.assign(v.cast(p.dtype) if v.dtype != p.dtype else v)
     if realize: p.realize()
