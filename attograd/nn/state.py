@@ -346,7 +346,10 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
     if v.shape != p.shape:
       raise ValueError(f"load_state_dict: Shape mismatch in layer `{k}`: Expected shape {p.shape}, but found "
                        f"{v.shape} in state dict.")  # tinygrad's words: code catching this error matches them
-    if v.device != p.device: v = v.to(p.device)
+    if v.device != p.device:
+      # a sharded parameter takes the value split as it is split (to() would copy it whole to every device)
+      if p.device.__class__ is tuple and v.device.__class__ is not tuple: v = v.shard(p.device, p.uop.axis)
+      else: v = v.to(p.device)
     p.assign(v.cast(p.dtype) if v.dtype != p.dtype else v)
     if realize: p.realize()
     nbytes += p.nbytes()

@@ -182,6 +182,11 @@ class UOp(metaclass=UOpMetaClass):
     while x.op in GroupOp.Movement: x = x.src[0]
     return x
   @property
+  def axis(self) -> int | None:
+    """The axis a sharded value (MULTI) is split along; None for whole copies and for one-device values (tinygrad's
+    name)."""
+    return self.arg if self.op is Ops.MULTI else None
+  @property
   def buf_uop(self) -> UOp:
     """The BUFFER node this view reads (tinygrad's name); a node that holds no buffer raises."""
     if (b := self.base).op is not Ops.BUFFER:

@@ -442,7 +442,7 @@ def test_load_state_dict_returns_the_loaded_tensors_and_takes_scalars_as_one_ele
   assert [t is u for t, u in zip(got, (m.a, m.b, m.c))] == [True] * 3 and len(got) == 3
   assert (m.a.shape, m.a.item(), m.b.shape, m.b.tolist(), m.c.tolist()) == ((), 3.0, (1,), [4.0], [5.0, 6.0])
   assert load_state_dict(m, {"c": Tensor([1.0, 1.0])}, strict=False) == [m.c]
-  with pytest.raises(ValueError, match=r"Shape mismatch in layer `c`: Expected shape \(2,\), but found \(\) in state dict"):
+  with pytest.raises(ValueError, match=r"layer `c`: Expected shape \(2,\), but found \(\) in state dict"):
     load_state_dict(m, {"a": Tensor(1.0), "b": Tensor(1.0), "c": Tensor(1.0)})
 
 def test_accept_filename(tmp_path) -> None:
@@ -458,3 +458,17 @@ def test_load_state_dict_shape_mismatch() -> None:
   sd["blocks.1.weight"] = Tensor.zeros(3, 1)
   with pytest.raises(ValueError, match=r"layer `blocks.1.weight`: Expected shape \(1, 3\), but found \(3, 1\)"):
     load_state_dict(_Net(), sd, strict=False)
+
+def test_load_state_dict_into_sharded_parameters() -> None:
+  # each parameter keeps its layout: split along its axis, or whole copies; to() would have copied every value whole
+  class M:
+    def __init__(self) -> None: self.w, self.b = Tensor.zeros(4, 3).contiguous(), Tensor.zeros(3).contiguous()
+  devs = ("CPU:1", "CPU:2")
+  m = M()
+  m.w.shard_(devs, 0)
+  m.b.shard_(devs, None)
+  w, b = np.arange(12, dtype=np.float32).reshape(4, 3), np.array([1.0, 2.0, 3.0], np.float32)
+  load_state_dict(m, {"w": Tensor(w), "b": Tensor(b)})
+  assert m.w.device == devs and m.w.uop.axis == 0 and m.b.uop.axis is None and Tensor(1.0).uop.axis is None
+  np.testing.assert_array_equal(m.w.numpy(), w)
+  np.testing.assert_array_equal(m.b.numpy(), b)
