@@ -161,15 +161,13 @@ class Compiler:
   """Turns source text into a loadable binary, cached on disk by a hash of source and flags."""
   cachekey: str | None = None  # None: don't cache on disk
   threadsafe = False  # True: compile() may run in several threads at once (the engine builds kernels in parallel)
-  batches = False  # True: compile_batch builds several kernels in one go
+  # optional, for compilers that are costly to start: compile_batch([(name, src), ...]) is one binary holding every
+  # kernel, each under batch_symbol(name, src), built exactly as each alone would be (one compiler run, not one each)
+  compile_batch: Callable[[list[tuple[str, str]]], bytes] | None = None
   def compile(self, src: str) -> bytes: raise NotImplementedError("subclass must implement compile")
-  def compile_batch(self, kernels: list[tuple[str, str]]) -> bytes:
-    """One binary holding every kernel of [(name, src)], each under batch_symbol(name, src), built exactly as each
-    alone would be: one compiler run instead of one per kernel."""
-    raise NotImplementedError(f"{type(self).__name__} builds kernels one at a time")
   def batchable(self, src: str) -> bool:
-    """Whether this kernel may go into a batch (compile_batch)."""
-    return self.batches
+    """Whether this kernel may go into a batch (compile_batch), where the compiler has one."""
+    return True
   def _disk_key(self, src: str) -> str | None:
     if self.cachekey is None or getenv("DISABLE_COMPILER_CACHE"): return None
     return hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()

@@ -90,6 +90,7 @@ def _build_batch(dev: Compiled, specs: list[ProgramSpec], futs: list[Future[byte
   built alone, so that each gets its own program or its own error."""
   try:
     on, st = PROFILER.active, PROFILER.now()
+    assert dev.compiler.compile_batch is not None, "only a compiler with compile_batch gets batches"
     try: lib: bytes | None = dev.compiler.compile_batch([(sp.name, sp.src) for sp in specs])
     except Exception: lib = None
     if lib is not None:
@@ -179,7 +180,7 @@ class _Builds:
     self.dev, self.size, self.tiered = dev, 0, False
     self.batch: list[tuple[tuple[str, UOp], ProgramSpec]] = []
     self.quick = dev.quick_build is not None and QUICK_BUILD.value >= 1
-    self.batches = dev.compiler.batches and dev.compiler.threadsafe
+    self.batches = dev.compiler.compile_batch is not None and dev.compiler.threadsafe
   def add(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
     if not self.quick:
       if not self.batches or len(spec.src) >= BATCH_ALONE or not self.dev.compiler.batchable(spec.src):

@@ -103,7 +103,6 @@ class ClangCompiler(Compiler):
     # register allocator takes minutes on it (quadratic), the priority one seconds
     huge = self.gcc and src.count("\n") > HUGE_KERNEL_LINES
     return self._compile_with(src, self.flags + ["-fira-algorithm=priority"] * huge)
-  batches = True
   def batchable(self, src: str) -> bool:
     # a kernel with helper functions of its own (fp8 conversions) would define them twice in one unit
     pre = ClangRenderer.preamble
