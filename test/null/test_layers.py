@@ -27,27 +27,21 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
   ("schedule", ("attograd.schedule",)),
   ("engine", ("attograd.engine",)),
   ("codegen", ("attograd.codegen",)),
-  ("renderer", ("attograd.renderer",)),
+  # a device owns its renderer (the runtime builds it from what the device supports: OpenCL's fp16/fp64 extensions,
+  # the C compiler found), so the renderer sits below both: it turns UOps into text and knows no device
   ("runtime", ("attograd.runtime",)),
   ("device", ("attograd.device",)),
+  ("renderer", ("attograd.renderer",)),
   ("viz", ("attograd.viz",)),  # VIZ=1: the recorder of graphs and rewrites every layer reports to, and its page
   ("ir", ("attograd.uop", "attograd.dtype", "attograd.helpers")),
 ]
 
-# (importer, imported): upward imports in today's code, each one debt. (The runtimes name their renderer, as a
-# backend is a renderer plus a runtime; issue 19 decides whether the device registry pairs them instead.)
+# (importer, imported): upward imports in today's code, each one debt
 UPWARD: set[tuple[str, str]] = {
   ("attograd.engine.jit", "attograd.tensor"),
   ("attograd.engine.jit", "attograd.tensor.buffer_views"),
   ("attograd.nn.data", "attograd"),
   ("attograd.nn.data", "attograd.distributed"),
-  ("attograd.runtime.ops_cl", "attograd.renderer.cstyle"),
-  ("attograd.runtime.ops_cpu", "attograd.renderer.cstyle"),
-  ("attograd.runtime.ops_cuda", "attograd.renderer.cstyle"),
-  ("attograd.runtime.ops_disk", "attograd.renderer"),
-  ("attograd.runtime.ops_llvm", "attograd.renderer.llvmir"),
-  ("attograd.runtime.ops_python", "attograd.renderer"),
-  ("attograd.runtime.ops_python", "attograd.renderer.cstyle"),
 }
 
 # strongly connected components of more than one module, in today's code, each one debt
