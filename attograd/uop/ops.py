@@ -6,7 +6,7 @@ from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from attograd.dtype import ConstType, DType, dtypes, truncate_to
 from attograd.helpers import prod
-from attograd.uop import state
+import attograd.uop.state as state
 
 class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every hot path
   # graph structure and memory
@@ -320,8 +320,9 @@ class UOp(metaclass=UOpMetaClass):
     return sorted({x.src[0] if x.op is Ops.BIND else x for x in self.toposort() if x.op in (Ops.DEFINE_VAR, Ops.BIND)},
                   key=lambda v: v.arg)
   def simplify(self) -> UOp:
-    from attograd.uop.symbolic import symbolic
-    return graph_rewrite(self, symbolic)
+    """This expression with the symbolic rules (uop/symbolic.py) applied until none matches."""
+    assert simplifier is not None, "attograd.uop.symbolic hands in the simplifier when attograd.uop loads"
+    return graph_rewrite(self, simplifier)
   def render(self) -> str:
     """A readable infix string of an index expression (for messages and tests)."""
     return render_expr(self)
@@ -638,6 +639,10 @@ class PatternMatcher:
         if takes_ctx: store["ctx"] = ctx
         if (ret := fn(**store)) is not None and ret is not u: return ret, fn
     return None, None
+
+# UOp.simplify's rule table. uop/symbolic.py builds it from UOps and UPats, so it loads after this module and sets it
+# here (this module cannot import it: that is a cycle); the package's __init__ loads symbolic with the IR.
+simplifier: PatternMatcher | None = None
 
 # VIZ: when set, every graph_rewrite reports (matcher, input, [(before, after, rule fn)], output) to this function
 rewrite_tracer: Callable[[PatternMatcher, UOp, list[tuple[UOp, UOp, Callable[..., Any]]], UOp], None] | None = None

@@ -8,6 +8,7 @@ sums they reason about cannot wrap for any value within bounds.
 from __future__ import annotations
 import math
 from attograd.dtype import ConstType, DType, dtypes
+import attograd.uop.ops as ops
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu
 
 ints = tuple(dtypes.ints)
@@ -258,3 +259,4 @@ symbolic = symbolic_simple + PatternMatcher([
 ])
 
 def simplify(x: UOp) -> UOp: return x.simplify()
+ops.simplifier = symbolic  # UOp.simplify runs this table (ops.py cannot import it: this module imports ops)

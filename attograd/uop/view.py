@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import Ops, UOp, sint, ssimp, sym_eq, sym_max, unbind_sint
+from attograd.uop.ops import Ops, UOp, graph_rewrite, sint, ssimp, sym_eq, sym_max, unbind_sint
+from attograd.uop.symbolic import split_terms, symbolic
 
 # sizes, strides, offsets and mask bounds are ints, or (symbolic shapes) index expressions over Variables; the
 # helpers below keep the int path as it was and simplify symbolic results so equal sizes are the same node
@@ -298,8 +299,6 @@ def _st_variables(st: ShapeTracker) -> set[UOp]:
 def _index_strides(st: ShapeTracker) -> tuple[int | None, ...]:
     if len(st.views) == 1: return st.real_strides()
     if is_symbolic(st.shape): return (None,) * len(st.shape)
-    from attograd.uop.symbolic import split_terms, symbolic
-    from attograd.uop.ops import graph_rewrite
     d = st.index_dtype()
     axv = [UOp(Ops.DEFINE_VAR, d, (), (f"_ax{i}", 0, s - 1)) if s > 1 else UOp.const(d, 0)
            for i, s in enumerate(st.shape)]

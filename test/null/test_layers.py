@@ -45,9 +45,7 @@ UPWARD: set[tuple[str, str]] = {
 }
 
 # strongly connected components of more than one module, in today's code, each one debt
-CYCLES: set[frozenset[str]] = {
-  frozenset({"attograd.uop.ops", "attograd.uop.symbolic"}),
-}
+CYCLES: set[frozenset[str]] = set()
 
 def _modules() -> dict[str, str]:
   out = {}
