@@ -10,7 +10,8 @@ import os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attograd import Tensor, getenv, nn
 from attograd import distributed as dist
-from attograd.nn.data import DataLoader, DistributedSampler, normalize_mnist
+from attograd.distributed import DistributedSampler
+from attograd.nn.data import DataLoader, normalize_mnist
 from beautiful_mnist import Model, test_accuracy
 
 def main() -> float:

@@ -11,9 +11,10 @@ from typing import Any
 from attograd.distributed.errors import DistributedError
 from attograd.distributed.world import (REDUCE_OPS, all_gather, all_reduce, barrier, broadcast, init, is_initialized,
                                         rank, world_size)
+from attograd.distributed.sampler import DistributedSampler
 
 __all__ = ["init", "is_initialized", "rank", "world_size", "all_reduce", "broadcast", "all_gather", "barrier",
-           "DistributedError", "REDUCE_OPS"]
+           "DistributedError", "REDUCE_OPS", "DistributedSampler"]
 
 def __getattr__(name: str) -> Any:
   # the data-parallel helpers live in their own module; reachable from here without importing it eagerly

@@ -1,5 +1,5 @@
-"""Batching: a DataLoader over (X, Y) arrays that yields Tensor batches, shuffled reproducibly from a seed; a
-DistributedSampler gives each rank of a data-parallel job its own share of every epoch."""
+"""Batching: a DataLoader over (X, Y) arrays that yields Tensor batches, shuffled reproducibly from a seed, or in the
+order a sampler gives (attograd.distributed's DistributedSampler gives each rank of a job its own share)."""
 from __future__ import annotations
 import random
 from typing import Any, Iterable, Iterator
@@ -40,41 +40,15 @@ def _tensor(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> Te
   # a batch arrives as bytes of any dtype: Tensor(bytes, dtype) reads them as that dtype, like torch.frombuffer
   return Tensor(raw, dtype=dtype, device=device).reshape(shape)
 
-class DistributedSampler:
-  """The indices of one rank's share of a dataset of `n` rows, epoch by epoch: every rank draws the same order (from
-  `seed` and the epoch number), pads it by wrapping around to a multiple of `world_size` (or drops the tail with
-  drop_last=True), and keeps every world_size-th index starting at its rank. Each epoch (each `iter`) draws anew.
-
-  >>> [list(DistributedSampler(5, rank=r, world_size=2, shuffle=False)) for r in (0, 1)]
-  [[0, 2, 4], [1, 3, 0]]
-  """
-  def __init__(self, n: int, rank: int | None = None, world_size: int | None = None, shuffle: bool = True,
-               seed: int = 0, drop_last: bool = False):
-    if rank is None or world_size is None:
-      from attograd import distributed as dist  # the job's own rank and size (distributed.init() must have run)
-      rank, world_size = dist.rank() if rank is None else rank, dist.world_size() if world_size is None else world_size
-    if not 0 <= rank < world_size:
-      raise ValueError(f"DistributedSampler: rank must be in 0..world_size-1, got rank {rank} of {world_size}")
-    self.n, self.rank, self.world_size = n, rank, world_size
-    self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
-    self.epoch = 0
-  def __len__(self) -> int: return self.n // self.world_size if self.drop_last else -(-self.n // self.world_size)
-  def __iter__(self) -> Iterator[int]:
-    order = list(range(self.n))
-    if self.shuffle: random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
-    self.epoch += 1
-    total = len(self) * self.world_size
-    if total > len(order) and order: order = (order * -(-total // len(order)))[:total]
-    return iter(order[self.rank:total:self.world_size])
-
 class DataLoader:
   """Iterate over (xb, yb) batches of `batch_size` rows of X and Y (Tensors or NumPy arrays with the same length).
 
   shuffle=True draws a new order each epoch (each `for` over the loader) from a `random.Random(seed)`, so a seed makes
   the whole run reproducible. drop_last=True skips a last, smaller batch. A `sampler` (an iterable of row indices, new
-  each epoch, such as DistributedSampler) chooses the rows and their order instead. Batches are gathered on the host
-  (a row copy, not a one-hot gather over the whole dataset) and land on `device` (default: Device.DEFAULT); without
-  shuffling or a sampler, Tensors already on `device` are cut into batches with shrink instead.
+  each epoch, such as attograd.distributed.DistributedSampler) chooses the rows and their order instead. Batches are
+  gathered on the host (a row copy, not a one-hot gather over the whole dataset) and land on `device` (default:
+  Device.DEFAULT); without shuffling or a sampler, Tensors already on `device` are cut into batches with shrink
+  instead.
 
   >>> dl = DataLoader(Tensor([[0], [1], [2], [3], [4]]), Tensor([0, 1, 2, 3, 4]), batch_size=2, shuffle=False)
   >>> [yb.tolist() for _, yb in dl]

@@ -218,20 +218,9 @@ def test_normalize_mnist() -> None:
   assert x.dtype is dtypes.float32
   np.testing.assert_allclose(x.numpy(), (np.array([0, 255, 33]) / 255 - 0.1307) / 0.3081, rtol=1e-6)
 
-def test_distributed_sampler_splits_each_epoch_between_ranks() -> None:
-  from attograd.nn.data import DistributedSampler
-  for n, world, drop in ((10, 3, False), (10, 3, True), (8, 2, False)):
-    samplers = [DistributedSampler(n, r, world, shuffle=True, seed=7, drop_last=drop) for r in range(world)]
-    for _ in range(2):  # two epochs: a new order each, the same on every rank
-      shares = [list(s) for s in samplers]
-      assert len({len(x) for x in shares}) == 1 and len(shares[0]) == len(samplers[0])
-      seen = [i for x in shares for i in x]
-      if drop: assert len(set(seen)) == len(seen) == (n // world) * world
-      else: assert set(seen) == set(range(n)) and len(seen) == -(-n // world) * world
-  with pytest.raises(ValueError, match="rank must be in 0..world_size-1"): DistributedSampler(4, 2, 2)
-
 def test_dataloader_takes_rows_from_a_sampler() -> None:
-  from attograd.nn.data import DataLoader, DistributedSampler
+  from attograd.distributed import DistributedSampler
+  from attograd.nn.data import DataLoader
   X, Y = np.arange(20, dtype=np.float32).reshape(10, 2), np.arange(10, dtype=np.int32)
   dl = DataLoader(X, Y, batch_size=2, sampler=DistributedSampler(10, 1, 2, shuffle=False))
   assert len(dl) == 3 and [yb.tolist() for _, yb in dl] == [[1, 3], [5, 7], [9]]

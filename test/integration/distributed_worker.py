@@ -5,7 +5,8 @@ import os, sys, time
 import numpy as np
 from attograd import Tensor, dtypes, nn
 from attograd import distributed as dist
-from attograd.nn.data import DataLoader, DistributedSampler
+from attograd.distributed import DistributedSampler
+from attograd.nn.data import DataLoader
 
 STEPS, BATCH = 3, 16  # BATCH rows per step in all, split between the ranks
 

@@ -40,8 +40,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 UPWARD: set[tuple[str, str]] = {
   ("attograd.engine.jit", "attograd.tensor"),
   ("attograd.engine.jit", "attograd.tensor.buffer_views"),
-  ("attograd.nn.data", "attograd"),
-  ("attograd.nn.data", "attograd.distributed"),
 }
 
 # strongly connected components of more than one module, in today's code, each one debt
