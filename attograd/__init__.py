@@ -5,7 +5,7 @@ from attograd.device import Device  # noqa: F401
 from attograd.uop.ops import UOp, Variable  # noqa: F401
 from attograd.tensor import Tensor  # noqa: F401
 from attograd import nn  # noqa: F401,E402
-from attograd.engine.jit import TinyJit  # noqa: F401,E402
+from attograd.tensor.jit import TinyJit  # noqa: F401,E402
 from attograd.engine.profile import profile  # noqa: F401,E402
 from attograd.function import function  # noqa: F401,E402
 from attograd.helpers import DEFAULT_FLOAT, DEFAULT_INT  # noqa: E402

@@ -6,7 +6,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Callable
 from attograd.dtype import dtypes
-from attograd.engine.jit import TinyJit
+from attograd.tensor.jit import TinyJit
 from attograd.llm.generate import LLM, Stats, TextStream
 from attograd.llm.model import Llama, Step, assign_later
 from attograd.llm.sampling import Sampler

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from attograd.device import Buffer, Device
 from attograd.dtype import dtypes
-from attograd.engine.jit import TinyJit
+from attograd.tensor.jit import TinyJit
 from attograd.engine.buffers import buffers
 from attograd.nn.gguf import QuantizedTensor
 from attograd.tensor import Tensor

@@ -11,7 +11,7 @@ import attograd.engine.realize as engine_realize
 import attograd.tensor.core
 from attograd import Context, Tensor, TinyJit, Variable, dtypes, nn
 from attograd.engine.jit import JitError
-from attograd.engine.jit import TinyJit as TinyJit2
+from attograd.tensor.jit import TinyJit as TinyJit2
 from attograd.engine.memory import PooledBuffer
 from attograd.engine.buffers import buffers
 from attograd.uop.ops import UOp
