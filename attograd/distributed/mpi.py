@@ -6,7 +6,7 @@ from typing import Any, Callable
 from attograd.distributed.errors import DistributedError
 from attograd.dtype import DType, dtypes
 from attograd.helpers import getenv
-from attograd.tensor import Tensor, _buffer_from_bytes
+from attograd.tensor import Tensor
 
 # MPI type of each dtype reduced on the wire; 16-bit floats have no standard MPI type, so they are reduced as float32
 _MPI_TYPE = {dtypes.float32: "FLOAT", dtypes.float64: "DOUBLE", dtypes.int8: "INT8_T", dtypes.int16: "INT16_T",
@@ -24,7 +24,7 @@ def host_bytes(t: Tensor) -> memoryview:
   return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
 
 def from_host(raw: memoryview | bytearray, shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
-  return Tensor(_buffer_from_bytes(raw, shape, dtype, device), device=device)  # type: ignore[arg-type]
+  return Tensor(raw, dtype=dtype, device=device).reshape(shape)
 
 def _import_mpi() -> Any:
   try: from mpi4py import MPI

@@ -4,5 +4,5 @@ and the topics mixed into it (`movement`, `elementwise`, `functional`, `compose`
 `grad_rules` (gradient rules written with Tensor methods); `jit` (TinyJit) sits on top of them. None of them but `jit`
 imports `core`: they build with the class of the tensor they are given. `from attograd.tensor import Tensor` is the
 entry point."""
-from attograd.tensor.core import Tensor, _buffer_from_bytes  # noqa: F401  (_buffer_from_bytes: distributed.mpi's)
+from attograd.tensor.core import Tensor  # noqa: F401
 from attograd.tensor import grad_rules  # noqa: F401,E402  (registers the Tensor-written gradient rules)

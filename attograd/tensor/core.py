@@ -150,7 +150,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       # a leaf that wants a gradient gets its own buffer: as a constant it would be the same node as every equal literal
       uop = build.const(data, d, device) if not requires_grad else _buffer_from_bytes(_pack([data], d), (), d, device)
     elif isinstance(data, (bytes, bytearray, memoryview)):
-      raw = bytes(data)
+      # read now (the Buffer copies them in), so later changes to a bytearray or memoryview are not seen; a contiguous
+      # one is read in place, without a copy to bytes first
+      mv = memoryview(data)
+      raw = mv.cast("B") if mv.c_contiguous else bytes(mv)
       # the bytes as elements of dtype (uint8 by default), reinterpreted like torch.frombuffer and tinygrad
       d = dtype or dtypes.uint8
       if len(raw) % d.itemsize:
@@ -1512,7 +1515,7 @@ def _unique_contiguous(u: UOp) -> UOp:
   _n_contiguous[0] += 1
   return UOp(Ops.CONTIGUOUS, u.dtype, (u,), _n_contiguous[0])
 
-def _buffer_from_bytes(raw: bytes, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
+def _buffer_from_bytes(raw: bytes | memoryview, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
   if device.__class__ is tuple: return multi.shard_uop(_buffer_from_bytes(raw, shape, dtype, device[0]), device, None)
   n = prod(shape)
   if len(raw) != n * dtype.itemsize: raise ValueError(f"Tensor: {len(raw)} bytes don't fill shape {shape} of {dtype}")

@@ -229,6 +229,14 @@ def test_tensor_from_bytes_reinterprets(device: str) -> None:
   with pytest.raises(ValueError, match="3 bytes aren't a whole number of dtypes.int16"):
     Tensor(b"abc", dtype=dtypes.int16)
 
+def test_tensor_from_bytearray_and_memoryview_copies_them(device: str) -> None:
+  # read in place (no copy to bytes first), yet copied: writing the source afterwards changes nothing
+  src = bytearray(struct.pack("<3f", 1.0, 2.0, 3.0))
+  a, b = Tensor(src, dtype=dtypes.float32, device=device), Tensor(memoryview(src).cast("f"), dtype=dtypes.float32)
+  strided = Tensor(memoryview(src)[3::4], device=device)  # not contiguous: the top byte of each float
+  src[:] = bytes(12)
+  assert a.tolist() == b.tolist() == [1.0, 2.0, 3.0] and strided.tolist() == [0x3F, 0x40, 0x40]
+
 def test_data_of_lazy_view(device: str) -> None:
   t = Tensor([[1, 2, 3], [4, 5, 6]]).permute(1, 0) + 1
   assert t.data().tolist() == [[2, 5], [3, 6], [4, 7]]
