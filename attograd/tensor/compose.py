@@ -4,10 +4,10 @@ import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import DTypeOpError, ArgumentError, prod
-from attograd.uop.ops import Ops, _broadcast_shape
+from attograd.uop.ops import Ops, UOp, _broadcast_shape
 import attograd.tensor.disk as tensor_disk
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _writable_view
-from attograd.tensor.indexing import _expand_bool_indices, _normalize
+from attograd.tensor.indexing import _basic_indices, _expand_bool_indices, _normalize
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 # a scan over n elements reduces an (n, n) window: O(n^2). Past 2 blocks, scan blocks of this size and then the
@@ -559,24 +559,20 @@ def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None
   that is everywhere); None when the indexed region is empty."""
   cls = type(x)  # the Tensor class (this module is below tensor/core.py)
   idx = _expand_bool_indices(x, _normalize(x, indices))
+  basic = _basic_indices(x, idx)
   # 1. basic indices: the region's shape B (tensor-indexed dims kept whole) and how to place it back in x
   region: list[int] = []
   tensor_dims: list[tuple[int, Tensor]] = []
-  dim = 0
-  for i in idx:
-    if i is None:
-      region.append(1)
-      continue
-    size = x.shape[dim]
-    if isinstance(i, cls):
-      if not dtypes.is_int(i.dtype): raise IndexError(f"tensor indices must be integers or bools, got {i.dtype}")
-      tensor_dims.append((len(region), i))
-      region.append(size)
-    elif isinstance(i, int) and not isinstance(i, bool):
-      if not -size <= i < size: raise IndexError(f"index {i} is out of bounds for dim {dim} with size {size}")
-    elif isinstance(i, slice): region.append(len(range(*i.indices(size))))
-    else: raise IndexError(f"invalid index {i!r}: use ints, slices, None, ..., or integer/bool tensors")
-    dim += 1
+  for k, (kind, dim, *a) in enumerate(basic):
+    if kind == "new": region.append(1)
+    elif kind == "tensor":
+      tensor_dims.append((len(region), a[0]))
+      region.append(x.shape[dim])
+    elif kind == "range" or isinstance(a[0], UOp) or x.shape[dim].__class__ is not int:
+      # the region is placed back with pads of concrete sizes
+      raise IndexError(f"setitem: index {idx[k]!r} of dim {dim} is symbolic or reads a symbolic size; "
+                       "x[...] = value needs int indices and slices over concrete sizes")
+    elif kind == "slice": region.append(a[2])
   v = value.cast(x.dtype) if isinstance(value, cls) else cls(value, device=x.device, dtype=x.dtype)
   if 0 in region: return None
   # 2. tensor indices: scatter the value from x[indices]'s shape into B with a one-hot over the index positions
@@ -616,22 +612,20 @@ def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None
     v = v._broadcast_to(tuple(region))
     hit = cls.full(tuple(region), True, dtype=dtypes.bool, device=x.device)
   # 3. undo the basic indices: pad the region back into x's shape; the padding is where nothing is written
-  dim, p = 0, 0
-  for i in idx:
-    if i is None:
+  p = 0  # the dim of v the index places (None's dims go as they are met)
+  for kind, dim, *a in basic:
+    if kind == "new":
       v, hit = v.reshape(v.shape[:p] + v.shape[p + 1:]), hit.reshape(hit.shape[:p] + hit.shape[p + 1:])
       continue
     size = x.shape[dim]
-    if isinstance(i, int):
-      i = i + size if i < 0 else i
+    if kind == "int":
       v, hit = v.unsqueeze(p), hit.unsqueeze(p)
-      v, hit = _place(v, p, i, 1, size), _place(hit, p, i, 1, size)
-    elif isinstance(i, slice):
-      start, stop, step = i.indices(size)
-      n = len(range(start, stop, step))
+      v, hit = _place(v, p, a[0], 1, size), _place(hit, p, a[0], 1, size)
+    elif kind == "slice":
+      start, step, n = a
       if step < 0: v, hit, start, step = v.flip(p), hit.flip(p), start + (n - 1) * step, -step
       v, hit = _place(v, p, start, step, size), _place(hit, p, start, step, size)
-    dim, p = dim + 1, p + 1
+    p += 1
   # every element written: the result doesn't read x (which also keeps the kernel from loading it for nothing)
   return v, None if not tensor_dims and prod(region) == x.numel() else hit
 

@@ -79,44 +79,68 @@ def _symbolic_slice(i: slice, size: sint, dim: int) -> tuple[sint, sint] | None:
     return start, max(start, stop)
   return ssimp(start), ssimp(stop)
 
+def _basic_indices(x: Tensor, idx: list[Any]) -> list[tuple[Any, ...]]:
+  """The one reading of basic indices, for getitem and setitem: each index of a normalized list (after _normalize and
+  _expand_bool_indices) checked against the size of the dim of x it reads, as
+    ("new", None)                    None: a new dim of size 1
+    ("tensor", dim, t)               an integer tensor: the dim is kept whole, and indexed by t afterwards
+    ("int", dim, i)                  an int, or a symbolic one: the dim goes; i is non-negative
+    ("slice", dim, start, step, n)   a slice over a concrete size: n elements from start, step apart (step may be < 0)
+    ("range", dim, start, stop)      a slice with a symbolic bound, or over a symbolic size (step 1)"""
+  cls = type(x)  # the Tensor class (this module is below tensor/core.py)
+  out: list[tuple[Any, ...]] = []
+  dim = 0
+  for i in idx:
+    if i is None:
+      out.append(("new", None))
+      continue
+    size = x.shape[dim]
+    if isinstance(i, cls):
+      if not dtypes.is_int(i.dtype): raise IndexError(f"tensor indices must be integers or bools, got {i.dtype}")
+      out.append(("tensor", dim, i))
+    elif isinstance(i, slice):
+      if (sym := _symbolic_slice(i, size, dim)) is not None: out.append(("range", dim, *sym))
+      else:
+        start, stop, step = i.indices(size if size.__class__ is int else sym_max(size))
+        out.append(("slice", dim, start, step, len(range(start, stop, step))))
+    elif (isinstance(i, int) and not isinstance(i, bool)) or (isinstance(i, UOp) and dtypes.is_int(i.dtype)
+                                                              and not i.shape):  # a symbolic int (a bound Variable)
+      if isinstance(i, int) and size.__class__ is int and not -size <= i < size:
+        raise IndexError(f"index {i} is out of bounds for dim {dim} with size {size}")
+      out.append(("int", dim, ssimp(i + size) if isinstance(i, int) and i < 0 else i))
+    else: raise IndexError(f"invalid index {i!r}: use ints, slices, None, ..., or integer/bool tensors")
+    dim += 1
+  return out
+
 def _getitem(t: Tensor, indices: Any) -> Tensor:
   cls = type(t)  # the Tensor class (this module is below tensor/core.py)
   idx = _normalize(t, indices)
   idx = _expand_bool_indices(t, idx)  # boolean masks select where true: integer indices, read on the host
   # 1. basic indexing as views: shrink, flip, stride by reshape
   x = t
-  dim = 0
+  dim = 0  # the dim of x (which loses the int-indexed dims as it goes) the index reads
   tensor_dims: list[tuple[int, Tensor]] = []
   new_shape: list[int] = []
-  for i in idx:
-    if i is None:
+  for kind, _, *a in _basic_indices(t, idx):
+    if kind == "new":
       new_shape.append(1)
       continue
-    size = x.shape[dim]
-    if isinstance(i, cls):
-      if dtypes.is_float(i.dtype): raise IndexError(f"tensor indices must be integers or bools, got {i.dtype}")
-      tensor_dims.append((len(new_shape), i))
-      new_shape.append(size)
-      dim += 1
-      continue
-    if isinstance(i, UOp) and dtypes.is_int(i.dtype) and not i.shape: pass  # a symbolic int index (a bound Variable)
-    elif isinstance(i, bool) or not isinstance(i, (int, slice)):
-      raise IndexError(f"invalid index {i!r}: use ints, slices, None, ..., or integer/bool tensors")
-    if not isinstance(i, slice):
-      if i.__class__ is int and size.__class__ is int and not -size <= i < size:
-        raise IndexError(f"index {i} is out of bounds for dim {dim} with size {size}")
-      if i.__class__ is int and i < 0: i = ssimp(i + size)
-      x = x.shrink(tuple((i, ssimp(i + 1)) if d == dim else None for d in range(x.ndim)))
-      x = x.reshape(x.shape[:dim] + x.shape[dim + 1:])
-      continue
-    if (sym := _symbolic_slice(i, size, dim)) is not None:
-      x = x.shrink(tuple(sym if d == dim else None for d in range(x.ndim)))
+    if kind == "tensor":
+      tensor_dims.append((len(new_shape), a[0]))
       new_shape.append(x.shape[dim])
       dim += 1
       continue
-    start, stop, step = i.indices(size if size.__class__ is int else sym_max(size))
-    if step > 0: n = max(0, -(-(stop - start) // step))
-    else: n = max(0, -(-(start - stop) // -step))
+    if kind == "int":
+      i = a[0]
+      x = x.shrink(tuple((i, ssimp(i + 1)) if d == dim else None for d in range(x.ndim)))
+      x = x.reshape(x.shape[:dim] + x.shape[dim + 1:])
+      continue
+    if kind == "range":
+      x = x.shrink(tuple((a[0], a[1]) if d == dim else None for d in range(x.ndim)))
+      new_shape.append(x.shape[dim])
+      dim += 1
+      continue
+    start, step, n = a
     if n == 0:
       x = x.shrink(tuple((0, 0) if d == dim else None for d in range(x.ndim)))
     elif step > 0:

@@ -49,6 +49,13 @@ def test_getitem_of_views(device: str) -> None:
   helper_test_op([(3, 4)], lambda x: (x * 2)[1][::-1], lambda t: (t * 2)[1][::-1])
   helper_test_op([(2, 3, 4)], lambda x: x[1][2][3], lambda t: t[1][2][3])
 
+def test_out_of_bounds_index_names_its_dim(device: str) -> None:
+  # getitem and setitem read basic indices the same way: the dim counted in x, not in x with the int-indexed dims
+  # already gone (getitem said dim 1 here)
+  x = Tensor.zeros(2, 3, 4, device=device).contiguous()
+  for fn in (lambda: x[0, 1, 4], lambda: x.__setitem__((0, 1, 4), 1.0)):
+    with pytest.raises(IndexError, match="index 4 is out of bounds for dim 2 with size 4"): fn()
+
 def test_getitem_returns_scalar_tensor(device: str) -> None:
   t = Tensor([[1, 2], [3, 4]])
   assert t[1, 0].shape == () and t[1, 0].item() == 3
