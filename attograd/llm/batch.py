@@ -89,8 +89,7 @@ class BatchedDecoder:
     return outs[0], list(greedy)
 
 def buffers_bytes(t: Tensor) -> bytes:
-  from attograd.engine.buffers import buffers
-  return buffers[t.uop.base].as_bytes()
+  return t.uop.buffer.as_bytes()
 
 # ***** the engine: one thread owns the model; requests come and go between steps *****
 

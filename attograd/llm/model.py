@@ -9,7 +9,6 @@ from typing import Any, Callable
 from attograd.device import Buffer, Device
 from attograd.dtype import dtypes
 from attograd.tensor.jit import TinyJit
-from attograd.engine.buffers import buffers
 from attograd.nn.gguf import QuantizedTensor
 from attograd.tensor import Tensor
 from attograd.uop.ops import Ops, UOp, Variable
@@ -147,7 +146,7 @@ class EmbeddingRows:
       _, nbr, bsz = self.table.blocks.shape
       inp = Tensor.empty(T, nbr, bsz, dtype=dtypes.uint8, device=self.device)
       qtype, shape = self.table.qtype, (T, self.table.shape[1])
-      run = self.runs[T] = (inp, buffers[inp.uop.base], TinyJit(lambda b: QuantizedTensor(b, qtype, shape).dequantize()
+      run = self.runs[T] = (inp, inp.uop.buffer, TinyJit(lambda b: QuantizedTensor(b, qtype, shape).dequantize()
                                                                  .contiguous().realize()))
     inp, buf, jit = run
     raw = b"".join(self.table.row_bytes(t) for t in tokens)
@@ -421,7 +420,7 @@ class Llama:
     for _ in range(2): self.step(0, min(1, self.max_context - 1))
 
   def _result(self, outs: tuple[Tensor, ...]) -> Tensor:
-    self._argmax = buffers[outs[1].uop.base]
+    self._argmax = outs[1].uop.buffer
     return outs[0]
 
   def greedy_token(self) -> int:
@@ -437,7 +436,7 @@ class Step:
   def __init__(self, fn: Callable[..., list[Tensor]], shapes: list[tuple[int, ...]], device: str, var: UOp):
     self.fn, self.var = fn, var
     self.inputs = [Tensor.empty(*shape, dtype=dtypes.float32, device=device) for shape in shapes]
-    self.bufs: list[Buffer] = [buffers[t.uop.base] for t in self.inputs]
+    self.bufs: list[Buffer] = [t.uop.buffer for t in self.inputs]
     self.jit = TinyJit(self._run)
 
   def _run(self, x: Tensor, *rest: Any) -> tuple[Tensor, ...]:

@@ -193,6 +193,12 @@ class UOp(metaclass=UOpMetaClass):
       raise RuntimeError(f"buf_uop: {self.op} holds no buffer; realize() it first")
     return b
   @property
+  def buffer(self) -> Any:
+    """The device Buffer this view's BUFFER node stands for, allocated or not (tinygrad's name; `realized` is the
+    allocated one): for code that moves bytes in and out of a Tensor's memory itself (a jitted function's inputs)."""
+    if (b := state.get(self.buf_uop, state.BUFFER)) is None: raise RuntimeError(f"buffer: {self.base.op} has no Buffer")
+    return b
+  @property
   def realized(self) -> Any:
     """The allocated Buffer of a BUFFER node (the engine records it on the node), else None."""
     b = state.get(self, state.BUFFER) if self.op is Ops.BUFFER else None

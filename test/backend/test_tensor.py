@@ -237,6 +237,15 @@ def test_tensor_from_bytearray_and_memoryview_copies_them(device: str) -> None:
   src[:] = bytes(12)
   assert a.tolist() == b.tolist() == [1.0, 2.0, 3.0] and strided.tolist() == [0x3F, 0x40, 0x40]
 
+def test_uop_buffer_is_the_tensors_memory(device: str) -> None:
+  # UOp.buffer (tinygrad's name): the Buffer behind a tensor's BUFFER node, allocated or not; what the LLM app feeds
+  # its jitted step's inputs through
+  e = Tensor.empty(4, dtype=dtypes.int32, device=device)
+  assert e.uop.buffer.size == 4 and e.uop.realized is None  # Tensor.empty has no memory yet
+  t = Tensor([1, 2, 3], dtype=dtypes.int32, device=device).reshape(3, 1)
+  assert t.uop.buffer is t.uop.base.realized and t.uop.buffer.as_bytes() == struct.pack("<3i", 1, 2, 3)
+  with pytest.raises(RuntimeError, match="holds no buffer"): _ = (t + 1).uop.buffer
+
 def test_data_of_lazy_view(device: str) -> None:
   t = Tensor([[1, 2, 3], [4, 5, 6]]).permute(1, 0) + 1
   assert t.data().tolist() == [[2, 5], [3, 6], [4, 7]]
