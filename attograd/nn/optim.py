@@ -7,97 +7,12 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import TRAINING
-from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.tensor import Tensor
-from attograd.uop.ops import Ops, UOp
-
-# ***** the plan of one step: lazy in-place writes, realized together *****
-
-def _whole_buffer(t: Tensor) -> bool:
-  """True when `t` is a realized buffer seen whole (through reshapes only): only those can be written in place."""
-  return _whole(t.uop)
-
-def _whole(u: UOp) -> bool:
-  if u.op is Ops.MULTI: return all(_whole(s) for s in u.src)  # a tensor over several devices: each shard
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
-
-def _first_buffer(t: Tensor) -> UOp:
-  return t.uop.src[0].base if t.uop.op is Ops.MULTI else t.uop.base
-
-def _next_version(u: UOp) -> UOp:
-  """A new BUFFER node over the same Buffer: the value after an in-place write (per shard over several devices)."""
-  if u.op is Ops.MULTI: return UOp(Ops.MULTI, u.dtype, tuple(_next_version(s) for s in u.src), u.arg)
-  base = u.base
-  nxt = new_buffer_uop(base.device, base.arg[1], u.dtype, buffers[base])
-  return nxt if u.shape == (base.arg[1],) else UOp(Ops.RESHAPE, u.dtype, (nxt,), u.shape)
+from attograd.tensor.writes import WritePlan, own_buffers, realize_writes
 
 def _dedup(ts: Sequence[Tensor]) -> list[Tensor]:
   # by identity: Tensor.__eq__ is elementwise
   return list({id(t): t for t in ts}.values())
-
-class _StepPlan:
-  """One optimizer step as lazy tensors: gradients first (materialized), then an in-place write per tensor.
-
-  Tensor.assign runs at once; here every write waits, so the whole step is one schedule. Two rules keep the
-  writes safe when they run in one schedule:
-  - a value that needs another tensor's *new* value reads it through the write returned by `assign`, so the
-    scheduler runs that write first;
-  - gradients may read parameters anywhere (a flip, a matmul), so they are computed into their own buffers before
-    any write runs: they come first in `tensors()`.
-  """
-  def __init__(self) -> None:
-    self.grads: list[Tensor] = []
-    self.writes: list[Tensor] = []
-  def grad(self, p: Tensor, g: Tensor) -> Tensor:
-    """`g` as a tensor that is safe to read while the parameters are written."""
-    if g.shape != p.shape: raise ValueError(f"step: a parameter of shape {p.shape} has a .grad of shape {g.shape}")
-    if g.device != p.device: raise ValueError(f"step: a parameter on {p.device} has a .grad on {g.device}")
-    if g.dtype != p.dtype: g = g.cast(p.dtype)
-    if g.uop.base.op is not Ops.BUFFER:
-      c = g.contiguous()
-      # the parameter's own .grad becomes that buffer: read after the step, it is the gradient the step used (left
-      # lazy, it would be computed again from the new weights)
-      if g is p.grad: p.grad.uop, c = c.uop, p.grad
-      self.grads.append(c)
-      g = c
-    return g
-  def assign(self, target: Tensor, value: Tensor) -> Tensor:
-    """Write `value` into `target`'s buffer when the plan is realized. Returns the write, to read the new value.
-
-    `target` then refers to a new version of its buffer right away, as after Tensor.assign: graphs built from the
-    old version (cached results included) are never mistaken for the new one.
-    """
-    assert _whole_buffer(target), "optimizer state must be realized buffers"
-    assert value.shape == target.shape, f"optimizer update of shape {value.shape} for a tensor of shape {target.shape}"
-    if value.dtype != target.dtype: value = value.cast(target.dtype)
-    write = Tensor(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)), device=target.device)
-    self.writes.append(write)
-    target.uop = _next_version(target.uop)
-    return write
-  def tensors(self) -> list[Tensor]: return self.grads + self.writes
-
-def _own_buffers(ts: Sequence[Tensor]) -> None:
-  """Give each tensor a realized buffer of its own, so it can be written in place (one realize in the usual case).
-
-  A lazy value is realized as itself, so graphs built from it before (a forward pass run before the optimizer was
-  made) still reach it for backward(). What can't be written in place gets a copy in a fresh Tensor.empty: a
-  constant, a non-contiguous view, and a buffer shared with another of `ts` (equal graphs are one node, so
-  `Tensor.zeros(n).contiguous()` made twice realizes into one buffer).
-  """
-  uses: dict[UOp, int] = {}
-  for t in ts: uses[t.uop] = uses.get(t.uop, 0) + 1
-  lazy = [t for t in ts if not _whole_buffer(t) and t.uop.base.op is not Ops.CONST and uses[t.uop] == 1]
-  if lazy: Tensor._realize_all(lazy, keep_graph=False)
-  plan, seen = _StepPlan(), set()
-  for t in ts:
-    if _whole_buffer(t) and id(buf := buffers[_first_buffer(t)]) not in seen:
-      seen.add(id(buf))
-      continue
-    home = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device)
-    plan.assign(home, t)
-    t.uop = home.uop
-  if plan.writes: Tensor._realize_all(plan.tensors(), keep_graph=False)
 
 def _check_hyper(opt: str, **values: float) -> None:
   """Refuse negative hyperparameters (a negative lr or decay climbs the loss), as PyTorch's optimizers do."""
@@ -143,7 +58,7 @@ class Optimizer:
   def _new_optim_param(self) -> list[Tensor]:
     """A zero state tensor per parameter (a constant until _realize_state gives it a buffer)."""
     return [Tensor.zeros(*t.shape, dtype=t.dtype, device=t.device) for t in self.params]
-  def _realize_state(self, *state: Tensor) -> None: _own_buffers([self.lr, *self.params, *state])
+  def _realize_state(self, *state: Tensor) -> None: own_buffers([self.lr, *self.params, *state])
 
   def zero_grad(self) -> None:
     """Forget the gradients: the next backward() sets .grad afresh instead of adding to it."""
@@ -154,7 +69,7 @@ class Optimizer:
     Parameters whose .grad is None are skipped, as in PyTorch. Read (or realize) the loss before step(): a lazy loss
     computed afterwards would see the new weights. `loss.realize(*opt.schedule_step())` does both in one go.
     """
-    Tensor._realize_all(self.schedule_step(), keep_graph=False)
+    realize_writes(self.schedule_step())
   def schedule_step(self) -> list[Tensor]:
     """The lazy tensors that perform one step when realized together (the parameters refer to their updated
     buffers at once). Realize them first thing, before other work that reads the parameters."""
@@ -162,10 +77,10 @@ class Optimizer:
       raise RuntimeError(f"{type(self).__name__}.step: TRAINING is {TRAINING.value}, and an optimizer steps only in "
                          "training (so that evaluation code can't change the weights); wrap the training step in "
                          "`with Context(TRAINING=1):` or `with Tensor.train():`")
-    plan = _StepPlan()
+    plan = WritePlan()
     self._plan_step(plan)
     return self.buffers + plan.tensors()  # lazy buffers (state the forward pass left) see the weights before the step
-  def _plan_step(self, plan: _StepPlan) -> None:
+  def _plan_step(self, plan: WritePlan) -> None:
     self._realize_state()  # only does something if a parameter was rebound to a lazy value since the last step
     items = [(i, p, p.grad) for i, p in enumerate(self.params) if p.grad is not None]
     if not items: raise RuntimeError("step: no parameter has a .grad; call loss.backward() before opt.step()")
@@ -175,7 +90,7 @@ class Optimizer:
   # subclasses define `_step(plan, todo) -> list[Tensor]`: the amount to subtract from each parameter, given
   # (index in self.params, parameter, gradient) triples; state is written with plan.assign, whose result reads the
   # new value. (OptimizerGroup plans its members' steps instead.)
-  _step: Callable[[_StepPlan, list[tuple[int, Tensor, Tensor]]], list[Tensor]]
+  _step: Callable[[WritePlan, list[tuple[int, Tensor, Tensor]]], list[Tensor]]
 
 class OptimizerGroup(Optimizer):
   """Several optimizers stepped as one (e.g. different learning rates for two parts of a model); one realize per step.
@@ -197,7 +112,7 @@ class OptimizerGroup(Optimizer):
   def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
   def zero_grad(self) -> None:
     for o in self.optimizers: o.zero_grad()
-  def _plan_step(self, plan: _StepPlan) -> None:
+  def _plan_step(self, plan: WritePlan) -> None:
     for o in self.optimizers: o._plan_step(plan)
 
 class LARS(Optimizer):
@@ -216,7 +131,7 @@ class LARS(Optimizer):
     self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = momentum, weight_decay, nesterov, classic, tcoef
     self.b = self._new_optim_param() if self.momentum else []
     self._realize_state(*self.b)
-  def _step(self, plan: _StepPlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
+  def _step(self, plan: WritePlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
     lr = self.lr.reshape(())
     ret = []
     for i, t, g in todo:
@@ -300,7 +215,7 @@ class Muon(Optimizer):
     self.ns_steps, self.ns_coefficients = ns_steps, tuple(ns_coefficients) if ns_coefficients is not None else None
     self.b = self._new_optim_param() if self.momentum else []
     self._realize_state(*self.b)
-  def _step(self, plan: _StepPlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
+  def _step(self, plan: WritePlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
     lr = self.lr.reshape(())
     ret = []
     for i, t, g in todo:
@@ -332,7 +247,7 @@ class LAMB(Optimizer):
     self.b1_t, self.b2_t = (Tensor.ones((1,), dtype=dtypes.float32, device=self.device) for _ in range(2))
     self.m, self.v = self._new_optim_param(), self._new_optim_param()
     self._realize_state(self.b1_t, self.b2_t, *self.m, *self.v)
-  def _step(self, plan: _StepPlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
+  def _step(self, plan: WritePlan, todo: list[tuple[int, Tensor, Tensor]]) -> list[Tensor]:
     lr = self.lr.reshape(())
     b1_t = plan.assign(self.b1_t, self.b1_t * self.b1).reshape(())
     b2_t = plan.assign(self.b2_t, self.b2_t * self.b2).reshape(())

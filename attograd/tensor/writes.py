@@ -1,0 +1,96 @@
+"""Lazy in-place writes of realized buffers, realized together: the plan of one optimizer step (nn/optim.py), and
+giving tensors buffers of their own to write. Tensor.assign writes at once; a WritePlan's writes wait, so a whole
+optimizer step is one schedule."""
+from __future__ import annotations
+from typing import Sequence
+from attograd.engine.buffers import buffers, new_buffer_uop
+from attograd.tensor.core import Tensor
+from attograd.uop.ops import Ops, UOp
+
+def realize_writes(ts: Sequence[Tensor]) -> None:
+  """Realize `ts` together (writes and the values they read), without keeping the graphs behind the results for a
+  later backward(): an optimizer's writes and gradients never need them, and holding them would keep a step's
+  intermediates out of the memory planner's reuse."""
+  Tensor._realize_all(ts, keep_graph=False)
+
+def _whole_buffer(t: Tensor) -> bool:
+  """True when `t` is a realized buffer seen whole (through reshapes only): only those can be written in place."""
+  return _whole(t.uop)
+
+def _whole(u: UOp) -> bool:
+  if u.op is Ops.MULTI: return all(_whole(s) for s in u.src)  # a tensor over several devices: each shard
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+def _first_buffer(t: Tensor) -> UOp:
+  return t.uop.src[0].base if t.uop.op is Ops.MULTI else t.uop.base
+
+def _next_version(u: UOp) -> UOp:
+  """A new BUFFER node over the same Buffer: the value after an in-place write (per shard over several devices)."""
+  if u.op is Ops.MULTI: return UOp(Ops.MULTI, u.dtype, tuple(_next_version(s) for s in u.src), u.arg)
+  base = u.base
+  nxt = new_buffer_uop(base.device, base.arg[1], u.dtype, buffers[base])
+  return nxt if u.shape == (base.arg[1],) else UOp(Ops.RESHAPE, u.dtype, (nxt,), u.shape)
+
+class WritePlan:
+  """One optimizer step as lazy tensors: gradients first (materialized), then an in-place write per tensor.
+
+  Tensor.assign runs at once; here every write waits, so the whole step is one schedule. Two rules keep the
+  writes safe when they run in one schedule:
+  - a value that needs another tensor's *new* value reads it through the write returned by `assign`, so the
+    scheduler runs that write first;
+  - gradients may read parameters anywhere (a flip, a matmul), so they are computed into their own buffers before
+    any write runs: they come first in `tensors()`.
+  """
+  def __init__(self) -> None:
+    self.grads: list[Tensor] = []
+    self.writes: list[Tensor] = []
+  def grad(self, p: Tensor, g: Tensor) -> Tensor:
+    """`g` as a tensor that is safe to read while the parameters are written."""
+    if g.shape != p.shape: raise ValueError(f"step: a parameter of shape {p.shape} has a .grad of shape {g.shape}")
+    if g.device != p.device: raise ValueError(f"step: a parameter on {p.device} has a .grad on {g.device}")
+    if g.dtype != p.dtype: g = g.cast(p.dtype)
+    if g.uop.base.op is not Ops.BUFFER:
+      c = g.contiguous()
+      # the parameter's own .grad becomes that buffer: read after the step, it is the gradient the step used (left
+      # lazy, it would be computed again from the new weights)
+      if g is p.grad: p.grad.uop, c = c.uop, p.grad
+      self.grads.append(c)
+      g = c
+    return g
+  def assign(self, target: Tensor, value: Tensor) -> Tensor:
+    """Write `value` into `target`'s buffer when the plan is realized. Returns the write, to read the new value.
+
+    `target` then refers to a new version of its buffer right away, as after Tensor.assign: graphs built from the
+    old version (cached results included) are never mistaken for the new one.
+    """
+    assert _whole_buffer(target), "optimizer state must be realized buffers"
+    assert value.shape == target.shape, f"optimizer update of shape {value.shape} for a tensor of shape {target.shape}"
+    if value.dtype != target.dtype: value = value.cast(target.dtype)
+    write = Tensor(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)), device=target.device)
+    self.writes.append(write)
+    target.uop = _next_version(target.uop)
+    return write
+  def tensors(self) -> list[Tensor]: return self.grads + self.writes
+
+def own_buffers(ts: Sequence[Tensor]) -> None:
+  """Give each tensor a realized buffer of its own, so it can be written in place (one realize in the usual case).
+
+  A lazy value is realized as itself, so graphs built from it before (a forward pass run before the optimizer was
+  made) still reach it for backward(). What can't be written in place gets a copy in a fresh Tensor.empty: a
+  constant, a non-contiguous view, and a buffer shared with another of `ts` (equal graphs are one node, so
+  `Tensor.zeros(n).contiguous()` made twice realizes into one buffer).
+  """
+  uses: dict[UOp, int] = {}
+  for t in ts: uses[t.uop] = uses.get(t.uop, 0) + 1
+  lazy = [t for t in ts if not _whole_buffer(t) and t.uop.base.op is not Ops.CONST and uses[t.uop] == 1]
+  if lazy: realize_writes(lazy)
+  plan, seen = WritePlan(), set()
+  for t in ts:
+    if _whole_buffer(t) and id(buf := buffers[_first_buffer(t)]) not in seen:
+      seen.add(id(buf))
+      continue
+    home = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device)
+    plan.assign(home, t)
+    t.uop = home.uop
+  if plan.writes: realize_writes(plan.tensors())
