@@ -148,6 +148,29 @@ def test_no_new_import_cycle() -> None:
   assert now <= CYCLES, f"new import cycles:\n{show(now - CYCLES)}"
   assert CYCLES <= now, f"these import cycles are gone: remove them from CYCLES in {__file__}:\n{show(CYCLES - now)}"
 
+def private_reaches() -> list[str]:
+  """Where nn/ and the apps reach past the public API by name: a private name imported from another package
+  (`from attograd.tensor import _x`), or a private attribute of the Tensor class (`Tensor._x`)."""
+  out = []
+  for mod, path in sorted(_modules().items()):
+    top = mod.split(".")[:2]
+    if layer_of(mod) > layer_of("attograd.nn.optim"): continue  # nn and the layers above it
+    with open(path, encoding="utf-8") as f: tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attograd") and \
+         (node.module or "").split(".")[:2] != top:
+        out += [f"{mod}:{node.lineno} imports {a.name} from {node.module}" for a in node.names
+                if a.name.startswith("_")]
+      elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Tensor" and \
+           node.attr.startswith("_") and not node.attr.startswith("__"):
+        out.append(f"{mod}:{node.lineno} uses Tensor.{node.attr}")
+  return out
+
+def test_nn_and_apps_import_no_private_names() -> None:
+  # DESIGN.md: the apps, and nn, use the public Tensor/Device API (private methods on Tensor instances are not
+  # caught here: the reader can't tell a Tensor from another object)
+  assert not (found := private_reaches()), "private names used past the public API:\n" + "\n".join(found)
+
 @pytest.mark.parametrize("src,want", [
   ("from attograd.tensor import Tensor", {"attograd.tensor"}),
   ("from attograd import nn", {"attograd", "attograd.nn"}),
