@@ -31,7 +31,9 @@ from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
 from attograd.tensor.functional import NNMixin
-from attograd.tensor.autograd import GradMixin, _grad_tensors
+from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad
+import attograd.tensor.live as live
+from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
 from attograd.tensor.linalg import LinalgMixin
 
@@ -135,7 +137,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     asked_device, device = device, Device.canonicalize(device)
     if dtype is not None: dtype = to_dtype(dtype)
     self.requires_grad: bool | None = requires_grad
-    self.grad: Tensor | None = None
     if isinstance(data, UOp):
       uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
       if uop.device is None and uop.op in _SCALAR_EXPR and \
@@ -177,8 +178,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
     self.uop: UOp = uop
     self._device = device if uop.device is None else uop.device
-    _made.append(_weakref(self))
-    if len(_made) > _prune_at[0]: _prune_made()
+    _made.append(_weakref(self))  # in tensor/live.py's registry
+    if len(_made) > _prune_at[0]: live.prune()
 
   # ***** properties *****
   @property
@@ -241,10 +242,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _new(self, uop: UOp) -> Tensor:
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
-    t.uop, t._requires_grad, t.grad, t._device = uop, None, None, self._device  # in no grad registry yet
+    t.uop, t._requires_grad, t._device = uop, None, self._device  # in no grad registry yet (.grad: the class's None)
     if DEBUG_NAN.value and uop not in _op_sites: _op_sites[uop] = call_site()
-    _made.append(_weakref(t))
-    if len(_made) > _prune_at[0]: _prune_made()
+    _made.append(_weakref(t))  # in tensor/live.py's registry
+    if len(_made) > _prune_at[0]: live.prune()
     return t
 
   # ***** realize and data access *****
@@ -393,9 +394,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     self.uop = self.shard(devices, axis).uop
     return self
   def clone(self, device: str | None = None) -> Tensor:
-    """A copy in a buffer of its own (on `device` if given), detached from nothing: gradients flow through it."""
+    """A copy in a buffer of its own (on `device` if given), detached from nothing: gradients flow through it.
+    A `.grad` is copied along, as in tinygrad."""
     out = self._new(_unique_contiguous(self.uop))
-    return out if device is None or Device.canonicalize(device) == self.device else out.to(device)
+    if device is not None and Device.canonicalize(device) != self.device: out = out.to(device)
+    if self.grad is not None: out.grad = self.grad.clone(device)
+    return out
   def replace(self, x: Tensor) -> Tensor:
     """Make this Tensor hold x's value (same shape required; x's dtype and graph are taken over) and return it."""
     if not isinstance(x, Tensor) or x.shape != self.shape:
@@ -1547,16 +1551,8 @@ def _first_nonfinite(outs: list[UOp]) -> str:
   return "(every op computed on its own gave finite values: the kernel's fused form differs)"
 
 # ***** eager values under in-place writes *****
-# Every Tensor made, weakly. UOps can't lead back to Tensors, and an in-place write (assign, setitem, an optimizer
-# step) must first realize the lazy tensors that read the buffer it writes: built before the write, they hold the
-# values of then, as in PyTorch. Dead references are dropped whenever the list has doubled since the last pass.
-_made: list[weakref.ref] = []
-_weakref = weakref.ref
-_prune_at = [4096]
-
-def _prune_made() -> None:
-  _made[:] = [r for r in _made if r() is not None]
-  _prune_at[0] = max(4096, 2 * len(_made))
+# An in-place write (assign, setitem, an optimizer step) must first realize the lazy tensors that read the buffer it
+# writes: built before the write, they hold the values of then, as in PyTorch (tensor/live.py finds them).
 
 def _refs_of_arg(x: Any) -> int: return sys.getrefcount(x)
 # what sys.getrefcount shows for an argument nothing but the call holds (measured, not assumed: it is a CPython detail)
@@ -1596,7 +1592,7 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   todo: list[Tensor] = []
   for r in _made:
     if (t := r()) is None or (u := t.uop) in skip or _alias_of_buffer(u) or u.op is Ops.ASSIGN: continue
-    if _reads_any(u, memo): todo.append(t)
+    if _reads_any(u, memo) and not drop_unheld_grad(t): todo.append(t)
   # each into a buffer of its own: a graph equal to one realized before is the same node, and would otherwise resolve
   # to that result's buffer, the very one about to be written (a = x * 2; b = x * 2; a.realize(); a[0] = 5)
   for t in todo: t.uop = _unique_contiguous(t.uop)
