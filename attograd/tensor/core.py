@@ -611,7 +611,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     bits = Tensor._random_bits(shp, device)
-    return Tensor((bits >> 8).cast(dtypes.float32).mul(1.0 / (1 << 24)).cast(d).uop, device=device, **kw)
+    # as many top bits as d's significand holds (24 at most, float32's): k/2**p is then exact in d, so no value rounds
+    # up to 1.0 (float16 would round the 24-bit values near 1 up to it)
+    p = min(24, dtypes.finfo(d)[1] + 1) if dtypes.is_float(d) else 24
+    return Tensor((bits >> (32 - p)).cast(dtypes.float32).mul(1.0 / (1 << p)).cast(d).uop, device=device, **kw)
   @staticmethod
   @_takes_requires_grad
   def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:
