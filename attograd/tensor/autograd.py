@@ -154,7 +154,7 @@ class GradMixin:
     if (below := _below_detach(by_current)):
       filled = {id(t) for t, g in zip(tensors, grads) if g is not None}
       for t in targets:
-        if id(t) not in filled and t._grad in (None, _DROPPED) and t.uop in below:
+        if id(t) not in filled and ((g := t._grad) is None or g is _DROPPED) and t.uop in below:
           t._grad = _grad_tensor(t, full_like(t.uop, 0))
     for t, g in zip(tensors, grads):
       if g is None: continue  # reached only through a detach(): handled above

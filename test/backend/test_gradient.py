@@ -490,6 +490,8 @@ def test_detach_blocks(device: str) -> None:
   np.testing.assert_allclose(z.gradient(x)[0].numpy(), [0.0, 0.0, 0.0])
   z.backward()  # x is in z's graph only under the detach: zeros, as tinygrad gives
   np.testing.assert_allclose(x.grad.numpy(), [0.0, 0.0, 0.0])
+  z.backward()  # and again, now that x has a .grad (a Tensor: checking it must not compare elementwise)
+  np.testing.assert_allclose(x.grad.numpy(), [0.0, 0.0, 0.0])
 
 def test_softmax_max_is_detached(device: str) -> None:
   # softmax subtracts a detached max; the gradient must still match the exact softmax Jacobian
