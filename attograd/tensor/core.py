@@ -191,6 +191,16 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
+  @property
+  def max_shape(self) -> tuple[int, ...]:
+    """The shape with each symbolic size at its Variables' largest values (what a buffer for it must hold).
+
+    >>> from attograd import UOp
+    >>> Tensor.empty(2, UOp.variable("n", 1, 8)).max_shape
+    (2, 8)
+    """
+    return tuple(int(sym_max(s)) for s in self.shape)
+  def max_numel(self) -> int: return prod(self.max_shape)
   def element_size(self) -> int: return self.dtype.itemsize
   def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
   def __len__(self) -> int:
@@ -1461,9 +1471,10 @@ def _empty_nested(shape: tuple[int, ...]) -> Any:
 
 def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest values
+  # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest values,
+  # so its Variables need no value yet (tinygrad's max_shape of an unbound one)
   if op in ("full", "empty") and is_symbolic(shape):
-    return tuple(_size_arg(s, op) if isinstance(s, UOp) else s for s in shape)
+    return tuple(_size_arg(s, op, bound=op == "full") if isinstance(s, UOp) else s for s in shape)
   for s in shape:
     if isinstance(s, UOp): _symbolic_error(op, s)
     if not isinstance(s, int) or s < 0: raise ValueError(f"{op}: shape must be non-negative ints, got {shape}")
