@@ -5,7 +5,7 @@ import functools, math, os, struct, sys, time, weakref
 import attograd.tensor.printing as printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
-from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
+from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, float_to_bf16_bits, bf16_bits_to_float,
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError, argfix,
                               make_tuple, prod)
@@ -509,8 +509,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return Tensor(build.reshape(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
   @staticmethod
   def invalids(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
-    """A tensor whose values are undefined until written (tinygrad's name for an anonymous buffer): attograd has
-    no Invalid marker value, so this is Tensor.empty, whose buffer holds whatever memory it gets.
+    """A tensor whose values are undefined until written (tinygrad's name for an anonymous buffer, and what
+    `Tensor.full(shape, Invalid)` gives): Tensor.empty, whose buffer holds whatever memory it gets.
 
     >>> z = Tensor.invalids(4, dtype="int32")
     >>> z[1:3] = 7
@@ -527,6 +527,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(dtype, str) and dtype not in DTYPES_DICT and device is None: dtype, device = None, dtype  # old order
     if buffer: return Tensor.full(shape, fill_value, dtype, device, **kw).contiguous()
     shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
+    if fill_value is Invalid: return Tensor.empty(shp, dtype=dtype or dtypes.bool, device=device, **kw)
     if isinstance(fill_value, UOp):  # a bound Variable (or an int expression of them): its value, read in the kernel
       fill = Tensor(_size_arg(fill_value, "full"), device=device, dtype=dtype)
       return Tensor(fill.uop, device=device, **kw).reshape((1,) * len(shp)).expand(shp)
