@@ -32,6 +32,10 @@ class AxisError(ArgumentError, IndexError):
   """A dim the tensor doesn't have (cat of 0-d tensors): an ArgumentError (PyTorch raises RuntimeError for that cat),
   and an IndexError as tinygrad and Python raise for a missing dim."""
 
+class AssertedArgumentError(ArgumentError, AssertionError):
+  """An ArgumentError for a check tinygrad makes with `assert` (multinomial's weights and sample count): also an
+  AssertionError, so code ported from tinygrad that catches that keeps working."""
+
 class UnknownModeError(ValueError, NotImplementedError):
   """A `mode=` an op doesn't have (pad's "typo"): a ValueError like attograd's other argument errors, and a
   NotImplementedError because PyTorch and tinygrad raise that for it."""

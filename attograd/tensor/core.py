@@ -7,8 +7,8 @@ from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, float_to_bf16_bits, bf16_bits_to_float,
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
-from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError, argfix,
-                              make_tuple, prod)
+from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError,
+                              AssertedArgumentError, argfix, make_tuple, prod)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
                               ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
@@ -692,11 +692,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     [1, 1]
     """
     if not 1 <= self.ndim <= 2 or not isinstance(num_samples, int) or num_samples < 1:
-      raise ValueError(f"multinomial: needs 1-D or 2-D weights and num_samples >= 1, got shape {self.shape} and "
+      raise AssertedArgumentError(f"multinomial: needs 1-D or 2-D weights and num_samples >= 1, got shape {self.shape} and "
                        f"num_samples={num_samples!r}")
     w = (self.unsqueeze(0) if self.ndim == 1 else self).float()
     if not replacement and num_samples > w.shape[1]:
-      raise ValueError(f"multinomial: can't draw {num_samples} samples without replacement from {w.shape[1]} weights")
+      raise AssertedArgumentError(f"multinomial: can't draw {num_samples} samples without replacement from {w.shape[1]} weights")
     if replacement or num_samples == 1:
       cdf = w.cumsum(1)
       cdf = cdf / cdf[:, -1:]

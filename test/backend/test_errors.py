@@ -178,6 +178,8 @@ def test_runtime_error_as_torch(device: str, fn: Callable, torch_fn: Callable, o
 EXPECTED_CLASSES = [
   P("cat_0d", lambda: Tensor(3.0).cat(Tensor(3.0)), (IndexError, ValueError, RuntimeError)),
   P("pad_mode", lambda: Tensor.ones(3, 3).pad((3, 0), mode="typo"), (NotImplementedError, ValueError)),
+  P("multinomial_0d", lambda: Tensor(2.0).multinomial(1), (AssertionError, ValueError, RuntimeError)),
+  P("multinomial_no_samples", lambda: Tensor([1.0, 9.0]).multinomial(0), (AssertionError, ValueError, RuntimeError)),
   P("interpolate_mode", lambda: Tensor.ones(1, 1, 3).interpolate((4,), mode="cubic-ish"), (NotImplementedError, ValueError)),
 ]
 @pytest.mark.parametrize("fn,classes", EXPECTED_CLASSES)
