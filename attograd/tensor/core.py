@@ -692,11 +692,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     [1, 1]
     """
     if not 1 <= self.ndim <= 2 or not isinstance(num_samples, int) or num_samples < 1:
-      raise AssertedArgumentError(f"multinomial: needs 1-D or 2-D weights and num_samples >= 1, got shape {self.shape} and "
-                       f"num_samples={num_samples!r}")
+      raise AssertedArgumentError(f"multinomial: needs 1-D or 2-D weights and num_samples >= 1, got shape "
+                                  f"{self.shape} and num_samples={num_samples!r}")
     w = (self.unsqueeze(0) if self.ndim == 1 else self).float()
     if not replacement and num_samples > w.shape[1]:
-      raise AssertedArgumentError(f"multinomial: can't draw {num_samples} samples without replacement from {w.shape[1]} weights")
+      raise AssertedArgumentError(f"multinomial: can't draw {num_samples} samples without replacement from "
+                                  f"{w.shape[1]} weights")
     if replacement or num_samples == 1:
       cdf = w.cumsum(1)
       cdf = cdf / cdf[:, -1:]
