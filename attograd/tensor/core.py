@@ -1473,8 +1473,8 @@ def _empty_nested(shape: tuple[int, ...]) -> Any:
 
 def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest values,
-  # so its Variables need no value yet (tinygrad's max_shape of an unbound one)
+  # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest
+  # values, so its Variables need no value yet (tinygrad's max_shape of an unbound one)
   if op in ("full", "empty") and is_symbolic(shape):
     return tuple(_size_arg(s, op, bound=op == "full") if isinstance(s, UOp) else s for s in shape)
   for s in shape:

@@ -180,7 +180,8 @@ EXPECTED_CLASSES = [
   P("pad_mode", lambda: Tensor.ones(3, 3).pad((3, 0), mode="typo"), (NotImplementedError, ValueError)),
   P("multinomial_0d", lambda: Tensor(2.0).multinomial(1), (AssertionError, ValueError, RuntimeError)),
   P("multinomial_no_samples", lambda: Tensor([1.0, 9.0]).multinomial(0), (AssertionError, ValueError, RuntimeError)),
-  P("interpolate_mode", lambda: Tensor.ones(1, 1, 3).interpolate((4,), mode="cubic-ish"), (NotImplementedError, ValueError)),
+  P("interpolate_mode", lambda: Tensor.ones(1, 1, 3).interpolate((4,), mode="cubic-ish"),
+    (NotImplementedError, ValueError)),
 ]
 @pytest.mark.parametrize("fn,classes", EXPECTED_CLASSES)
 def test_error_classes(device: str, fn: Callable, classes: tuple[type, ...]) -> None:
