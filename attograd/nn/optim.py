@@ -68,6 +68,9 @@ class _StepPlan:
     `target` then refers to a new version of its buffer right away, as after Tensor.assign: graphs built from the
     old version (cached results included) are never mistaken for the new one.
     """
+    # state the caller moved since (tinygrad's CPU offload: `for s in opt.m: s.to_("CPU")`) is a lazy copy: it gets a
+    # buffer of its own on its new device first
+    if not _whole_buffer(target): _own_buffers([target])
     assert _whole_buffer(target), "optimizer state must be realized buffers"
     assert value.shape == target.shape, f"optimizer update of shape {value.shape} for a tensor of shape {target.shape}"
     if value.dtype != target.dtype: value = value.cast(target.dtype)
@@ -98,6 +101,11 @@ def _own_buffers(ts: Sequence[Tensor]) -> None:
     plan.assign(home, t)
     t.uop = home.uop
   if plan.writes: Tensor._realize_all(plan.tensors(), keep_graph=False)
+
+def _on_device_of(x: Tensor, t: Tensor) -> Tensor:
+  """x moved to t's device(s), split as t is when t is sharded."""
+  if x.device == t.device: return x
+  return x.shard(t.device, t.uop.axis) if isinstance(t.device, tuple) else x.to(t.device)
 
 def _check_hyper(opt: str, **values: float) -> None:
   """Refuse negative hyperparameters (a negative lr or decay climbs the loss), as PyTorch's optimizers do."""
@@ -340,11 +348,13 @@ class LAMB(Optimizer):
     for i, t, g in todo:
       w = t.detach()
       if self.l2 != 0: g = g + self.l2 * w
+      # moments kept on another device than the parameter (offloaded to the CPU): computed there, the update moves back
+      if g.device != self.m[i].device: g = g.contiguous().to(self.m[i].device)
       m = plan.assign(self.m[i], self.b1 * self.m[i] + (1.0 - self.b1) * g)
       v = plan.assign(self.v[i], self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
-      m_hat = m / (1.0 - b1_t).cast(m.dtype)
-      v_hat = v / (1.0 - b2_t).cast(v.dtype)
-      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w
+      m_hat = m / (1.0 - b1_t.to(m.device)).cast(m.dtype)
+      v_hat = v / (1.0 - b2_t.to(v.device)).cast(v.dtype)
+      up = _on_device_of(m_hat / (v_hat.sqrt() + self.eps), t) + self.wd * w
       r: Tensor | float = 1.0
       if not self.adam:
         r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()
