@@ -535,6 +535,19 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     const = Tensor(build.const(fill_value, d, Device.canonicalize(device)), device=device, **kw)
     return const.reshape((1,) * len(shp)).expand(shp)
   @staticmethod
+  def const(b: ConstType | UOp, dtype: DType | str | None = None) -> Tensor:
+    """A 0-d tensor of the value `b`: a Python number, or a scalar UOp expression such as a bound Variable (read in
+    the kernel), in `dtype` if given (tinygrad's name).
+
+    >>> from attograd import Variable, dtypes
+    >>> Tensor.const(2.5, dtypes.int8).tolist(), Tensor.const(Variable("n", 1, 9).bind(4)).item()
+    (2, 4)
+    """
+    if isinstance(b, UOp):
+      if b.shape != (): raise ValueError(f"const: needs a scalar UOp, got one of shape {b.shape}")
+      return Tensor(b, dtype=dtype)
+    return Tensor(b, dtype=dtype) if dtype is not None else Tensor(b)
+  @staticmethod
   @_takes_requires_grad
   def zeros(*shape: Any, **kw: Any) -> Tensor:
     return Tensor.full(argfix(*shape), 0.0, **{"dtype": dtypes.default_float, **kw})
