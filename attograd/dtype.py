@@ -6,6 +6,19 @@ from typing import Any, Callable, Final, Literal
 
 ConstType = float | int | bool
 
+class InvalidType:
+  """tinygrad's `Invalid`: the fill value that means "no value yet". `Tensor.full(shape, Invalid)` is
+  `Tensor.invalids(shape)`, memory whose values are undefined until written; its dtype, left to `dtypes.from_py`, is
+  bool. There is one instance: `InvalidType()` returns it, and pickling keeps it."""
+  _instance: InvalidType | None = None
+  def __new__(cls) -> InvalidType:
+    if cls._instance is None: cls._instance = super().__new__(cls)
+    return cls._instance
+  def __repr__(self) -> str: return "Invalid"
+  def __reduce__(self) -> tuple[type, tuple]: return (InvalidType, ())
+
+Invalid = InvalidType()
+
 @dataclass(frozen=True, eq=False)
 class DType:
   """A scalar (count=1) or short vector (count>1) element type. DTypes are interned: compare with `is` or `==`."""
@@ -110,7 +123,7 @@ class dtypes:
     """The dtype a Python value becomes: float -> default_float, int -> default_int (int64 when it doesn't fit, so
     2**40 is not wrapped to 0), bool -> bool."""
     if x.__class__ is float: return dtypes.default_float
-    if x.__class__ is bool: return dtypes.bool
+    if x.__class__ is bool or x is Invalid: return dtypes.bool
     if x.__class__ is int:
       d = dtypes.default_int
       return d if dtypes.min(d) <= x <= dtypes.max(d) else dtypes.int64

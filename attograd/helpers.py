@@ -28,6 +28,18 @@ class ArgumentError(ValueError, RuntimeError):
   isn't one, an unknown mode, a negative std). A ValueError like attograd's other argument errors, and a RuntimeError
   because PyTorch and tinygrad raise that for the same mistakes, so code ported from either that catches it works."""
 
+class AxisError(ArgumentError, IndexError):
+  """A dim the tensor doesn't have (cat of 0-d tensors): an ArgumentError (PyTorch raises RuntimeError for that cat),
+  and an IndexError as tinygrad and Python raise for a missing dim."""
+
+class AssertedArgumentError(ArgumentError, AssertionError):
+  """An ArgumentError for a check tinygrad makes with `assert` (multinomial's weights and sample count): also an
+  AssertionError, so code ported from tinygrad that catches that keeps working."""
+
+class UnknownModeError(ValueError, NotImplementedError):
+  """A `mode=` an op doesn't have (pad's "typo"): a ValueError like attograd's other argument errors, and a
+  NotImplementedError because PyTorch and tinygrad raise that for it."""
+
 class DTypeOpError(TypeError, RuntimeError):
   """A Tensor op that doesn't accept an input's dtype (a shift of a float tensor, an int raised to a negative int).
   A TypeError, and a RuntimeError as PyTorch raises for these."""

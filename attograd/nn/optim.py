@@ -14,6 +14,11 @@ def _dedup(ts: Sequence[Tensor]) -> list[Tensor]:
   # by identity: Tensor.__eq__ is elementwise
   return list({id(t): t for t in ts}.values())
 
+def _on_device_of(x: Tensor, t: Tensor) -> Tensor:
+  """x moved to t's device(s), split as t is when t is sharded."""
+  if x.device == t.device: return x
+  return x.shard(t.device, t.uop.axis) if isinstance(t.device, tuple) else x.to(t.device)
+
 def _check_hyper(opt: str, **values: float) -> None:
   """Refuse negative hyperparameters (a negative lr or decay climbs the loss), as PyTorch's optimizers do."""
   for name, v in values.items():
@@ -255,11 +260,13 @@ class LAMB(Optimizer):
     for i, t, g in todo:
       w = t.detach()
       if self.l2 != 0: g = g + self.l2 * w
+      # moments kept on another device than the parameter (offloaded to the CPU): computed there, the update moves back
+      if g.device != self.m[i].device: g = g.contiguous().to(self.m[i].device)
       m = plan.assign(self.m[i], self.b1 * self.m[i] + (1.0 - self.b1) * g)
       v = plan.assign(self.v[i], self.b2 * self.v[i] + (1.0 - self.b2) * (g * g))
-      m_hat = m / (1.0 - b1_t).cast(m.dtype)
-      v_hat = v / (1.0 - b2_t).cast(v.dtype)
-      up = m_hat / (v_hat.sqrt() + self.eps) + self.wd * w
+      m_hat = m / (1.0 - b1_t.to(m.device)).cast(m.dtype)
+      v_hat = v / (1.0 - b2_t.to(v.device)).cast(v.dtype)
+      up = _on_device_of(m_hat / (v_hat.sqrt() + self.eps), t) + self.wd * w
       r: Tensor | float = 1.0
       if not self.adam:
         r1, r2 = w.square().sum().sqrt(), up.square().sum().sqrt()

@@ -1,6 +1,6 @@
 """Autograd on Tensor: backward(), gradient(), requires_grad and the train() switch."""
 from __future__ import annotations
-import weakref
+import sys, weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from attograd.dtype import dtypes
@@ -10,12 +10,13 @@ from attograd.uop.build import full_like, reshape
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.schedule.realized import lookup_realized
 from attograd.uop.state import ORIGIN, get, has
+from attograd.tensor.live import live_tensors
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# every live Tensor with requires_grad=True, by id: UOps can't lead back to Tensors, so backward() looks here.
-# Keyed by id because Tensor.__eq__ is elementwise (a WeakSet would compare tensors with it).
+# every live Tensor with requires_grad=True, by id: while there is one, a realized value remembers the graph that
+# computed it (autograd_graph below). Keyed by id: Tensor.__eq__ is elementwise (a WeakSet would compare with it).
 _grad_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 class GradientSeedError(RuntimeError, AssertionError):
@@ -36,8 +37,31 @@ class _Train:
     wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = fn.__name__, fn.__doc__, fn  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
+class StaleGradError(RuntimeError):
+  """Reading a `.grad` backward() left lazy that an in-place write has since invalidated (see GradMixin.grad)."""
+
+# what a tensor's _grad holds once its lazy gradient was dropped at an in-place write (drop_unheld_grad)
+_DROPPED: Any = object()
+
 class GradMixin:
   train = _Train
+  _grad: Any = None  # a Tensor, None, or _DROPPED
+
+  @property
+  def grad(self: Tensor) -> Tensor | None:
+    """The gradient backward() accumulated here (None before any). For a tensor the caller didn't mark with
+    requires_grad=True it stays lazy; if an optimizer step (or another in-place write) then changes values it reads
+    while nothing but this tensor holds it, it is dropped rather than computed, and reading it raises StaleGradError:
+    computing it after the write would use the new values (tinygrad's answer), computing it at the write would cost
+    a kernel each step for gradients nobody reads (a training batch's)."""
+    g = self._grad
+    if g is _DROPPED:
+      raise StaleGradError(f"grad: the gradient of this tensor (shape {self.shape}) read values that an in-place write "
+                           "(an optimizer step?) changed before it was computed, so it was dropped; read .grad before "
+                           "that write, or set requires_grad=True on the tensor to have it computed then")
+    return g
+  @grad.setter
+  def grad(self, g: Tensor | None) -> None: self._grad = g
 
   # ***** requires_grad *****
   @property
@@ -109,7 +133,10 @@ class GradMixin:
     return out
 
   def backward(self: Tensor, gradient: Tensor | None = None) -> Tensor:
-    """Add the gradient of this tensor to `.grad` of every tensor with requires_grad=True that it depends on.
+    """Add the gradient of this tensor to `.grad` of every tensor in its graph that can have one, as tinygrad does:
+    every live float tensor, intermediates included, except a bare constant (`Tensor(2.0)`, `Tensor.ones(3)`: the very
+    node of every equal literal) and a tensor with requires_grad=False. One the graph holds only under a detach()
+    gets zeros.
 
     >>> from attograd import Tensor
     >>> w = Tensor([1.0, -2.0], requires_grad=True)
@@ -119,17 +146,59 @@ class GradMixin:
     """
     root = autograd_graph(self.uop)
     by_current = _graph_index(root)
-    found = [(t, grp) for t in list(_grad_tensors.values()) if (grp := _group(t.uop, by_current))]
+    targets = _backward_targets()
+    found = [(t, grp) for t in targets if (grp := _group(t.uop, by_current))]
     grads = _gradients(self, root, [grp for _, grp in found], [t.shape for t, _ in found], gradient)
     tensors = [t for t, _ in found]
+    # a tensor the graph holds only under a detach() gets zeros, as in tinygrad: the output doesn't depend on it
+    if (below := _below_detach(by_current)):
+      filled = {id(t) for t, g in zip(tensors, grads) if g is not None}
+      for t in targets:
+        if id(t) not in filled and ((g := t._grad) is None or g is _DROPPED) and t.uop in below:
+          t._grad = _grad_tensor(t, full_like(t.uop, 0))
     for t, g in zip(tensors, grads):
-      if g is None: continue  # only reached through detach(): like PyTorch, .grad is left alone
+      if g is None: continue  # reached only through a detach(): handled above
       gt = _grad_tensor(t, g)
       # accumulate into the same .grad object, as PyTorch and tinygrad do: a reference taken earlier sees the sum
-      if t.grad is None: t.grad = gt
-      else: t.grad.uop = (t.grad + gt).uop
-      t.grad._is_grad = True  # type: ignore[attr-defined]  # a realized .grad doesn't keep the graph behind it
+      if (old := t._grad) is None or old is _DROPPED:
+        t._grad = old = gt
+        # unasked for: an in-place write may drop it rather than compute it (see grad)
+        if not t.requires_grad: gt._grad_of = weakref.ref(t)  # type: ignore[attr-defined]
+      else: old.uop = (old + gt).uop
+      old._is_grad = True  # a realized .grad doesn't keep the graph behind it
     return self
+
+def _refs_when_owned(owner: dict[str, Any]) -> int:
+  g = owner["_grad"]
+  return sys.getrefcount(g)
+# what sys.getrefcount shows for a gradient held by its tensor and one local variable (measured: a CPython detail)
+_OWNED_REFS = _refs_when_owned({"_grad": object()})
+
+def drop_unheld_grad(g: Tensor) -> bool:
+  """Called by an in-place write for a lazy tensor `g` that reads what it writes, which would otherwise be computed
+  now to keep its value: if `g` is the unasked-for gradient backward() gave a tensor and nothing but that tensor holds
+  it, drop it (reading that .grad raises StaleGradError) and return True. The caller holds `g` in one local."""
+  owner_ref = g.__dict__.get("_grad_of")
+  if owner_ref is None or (owner := owner_ref()) is None or owner._grad is not g: return False
+  if sys.getrefcount(g) - 1 > _OWNED_REFS: return False  # (-1: this call's own argument) someone else holds it
+  owner._grad = _DROPPED
+  return True
+
+def _backward_targets() -> list[Tensor]:
+  """The tensors backward() may fill .grad of: every live float tensor whose requires_grad isn't False and that isn't a
+  bare constant (tinygrad has no requires_grad; its backward fills every live float tensor of the graph). Walking the
+  registry here, once per backward(), costs nothing on the path of an op."""
+  out: list[Tensor] = []
+  for t in live_tensors():
+    if t.requires_grad is False or not dtypes.is_float(t.dtype): continue
+    if t.requires_grad or _strip_views(t.uop).op is not Ops.CONST: out.append(t)
+  return out
+
+def _below_detach(by_current: dict[UOp, list[UOp]]) -> set[UOp]:
+  """The nodes under the DETACHes of a graph indexed by _graph_index (empty when it has none)."""
+  below: set[UOp] = set()
+  for d in [n for n in by_current if n.op is Ops.DETACH]: below.update(d.src[0].toposort())
+  return below
 
 # A realized tensor holds a view of its buffer; the graph that computed it is remembered on that view (while tensors
 # with requires_grad exist), so backward() through a realized result (after loss.item(), or using a realized

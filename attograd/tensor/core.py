@@ -5,10 +5,10 @@ import functools, math, os, struct, sys, time, weakref
 import attograd.tensor.printing as printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
-from attograd.dtype import (DTYPES_DICT, ConstType, DType, dtypes, float_to_bf16_bits, bf16_bits_to_float,
+from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, float_to_bf16_bits, bf16_bits_to_float,
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
-from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError, argfix,
-                              make_tuple, prod)
+from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError,
+                              AssertedArgumentError, argfix, make_tuple, prod)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
                               ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
@@ -31,7 +31,9 @@ from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
 from attograd.tensor.functional import NNMixin
-from attograd.tensor.autograd import GradMixin, _grad_tensors
+from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad
+import attograd.tensor.live as live
+from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
 from attograd.tensor.linalg import LinalgMixin
 
@@ -135,7 +137,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     asked_device, device = device, Device.canonicalize(device)
     if dtype is not None: dtype = to_dtype(dtype)
     self.requires_grad: bool | None = requires_grad
-    self.grad: Tensor | None = None
     if isinstance(data, UOp):
       uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
       if uop.device is None and uop.op in _SCALAR_EXPR and \
@@ -180,8 +181,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
     self.uop: UOp = uop
     self._device = device if uop.device is None else uop.device
-    _made.append(_weakref(self))
-    if len(_made) > _prune_at[0]: _prune_made()
+    _made.append(_weakref(self))  # in tensor/live.py's registry
+    if len(_made) > _prune_at[0]: live.prune()
 
   # ***** properties *****
   @property
@@ -193,6 +194,16 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
+  @property
+  def max_shape(self) -> tuple[int, ...]:
+    """The shape with each symbolic size at its Variables' largest values (what a buffer for it must hold).
+
+    >>> from attograd import UOp
+    >>> Tensor.empty(2, UOp.variable("n", 1, 8)).max_shape
+    (2, 8)
+    """
+    return tuple(int(sym_max(s)) for s in self.shape)
+  def max_numel(self) -> int: return prod(self.max_shape)
   def element_size(self) -> int: return self.dtype.itemsize
   def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
   def __len__(self) -> int:
@@ -244,10 +255,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _new(self, uop: UOp) -> Tensor:
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
-    t.uop, t._requires_grad, t.grad, t._device = uop, None, None, self._device  # in no grad registry yet
+    t.uop, t._requires_grad, t._device = uop, None, self._device  # in no grad registry yet (.grad: the class's None)
     if DEBUG_NAN.value and uop not in _op_sites: _op_sites[uop] = call_site()
-    _made.append(_weakref(t))
-    if len(_made) > _prune_at[0]: _prune_made()
+    _made.append(_weakref(t))  # in tensor/live.py's registry
+    if len(_made) > _prune_at[0]: live.prune()
     return t
 
   # ***** realize and data access *****
@@ -396,9 +407,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     self.uop = self.shard(devices, axis).uop
     return self
   def clone(self, device: str | None = None) -> Tensor:
-    """A copy in a buffer of its own (on `device` if given), detached from nothing: gradients flow through it."""
+    """A copy in a buffer of its own (on `device` if given), detached from nothing: gradients flow through it.
+    A `.grad` is copied along, as in tinygrad."""
     out = self._new(_unique_contiguous(self.uop))
-    return out if device is None or Device.canonicalize(device) == self.device else out.to(device)
+    if device is not None and Device.canonicalize(device) != self.device: out = out.to(device)
+    if self.grad is not None: out.grad = self.grad.clone(device)
+    return out
   def replace(self, x: Tensor) -> Tensor:
     """Make this Tensor hold x's value (same shape required; x's dtype and graph are taken over) and return it."""
     if not isinstance(x, Tensor) or x.shape != self.shape:
@@ -498,8 +512,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return Tensor(build.reshape(new_buffer_uop(dev, prod(shp), d), shp), device=device, **kw)
   @staticmethod
   def invalids(*shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
-    """A tensor whose values are undefined until written (tinygrad's name for an anonymous buffer): attograd has
-    no Invalid marker value, so this is Tensor.empty, whose buffer holds whatever memory it gets.
+    """A tensor whose values are undefined until written (tinygrad's name for an anonymous buffer, and what
+    `Tensor.full(shape, Invalid)` gives): Tensor.empty, whose buffer holds whatever memory it gets.
 
     >>> z = Tensor.invalids(4, dtype="int32")
     >>> z[1:3] = 7
@@ -516,12 +530,26 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(dtype, str) and dtype not in DTYPES_DICT and device is None: dtype, device = None, dtype  # old order
     if buffer: return Tensor.full(shape, fill_value, dtype, device, **kw).contiguous()
     shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
+    if fill_value is Invalid: return Tensor.empty(shp, dtype=dtype or dtypes.bool, device=device, **kw)
     if isinstance(fill_value, UOp):  # a bound Variable (or an int expression of them): its value, read in the kernel
       fill = Tensor(_size_arg(fill_value, "full"), device=device, dtype=dtype)
       return Tensor(fill.uop, device=device, **kw).reshape((1,) * len(shp)).expand(shp)
     d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     const = Tensor(build.const(fill_value, d, Device.canonicalize(device)), device=device, **kw)
     return const.reshape((1,) * len(shp)).expand(shp)
+  @staticmethod
+  def const(b: ConstType | UOp, dtype: DType | str | None = None) -> Tensor:
+    """A 0-d tensor of the value `b`: a Python number, or a scalar UOp expression such as a bound Variable (read in
+    the kernel), in `dtype` if given (tinygrad's name).
+
+    >>> from attograd import Variable, dtypes
+    >>> Tensor.const(2.5, dtypes.int8).tolist(), Tensor.const(Variable("n", 1, 9).bind(4)).item()
+    (2, 4)
+    """
+    if isinstance(b, UOp):
+      if b.shape != (): raise ValueError(f"const: needs a scalar UOp, got one of shape {b.shape}")
+      return Tensor(b, dtype=dtype)
+    return Tensor(b, dtype=dtype) if dtype is not None else Tensor(b)
   @staticmethod
   @_takes_requires_grad
   def zeros(*shape: Any, **kw: Any) -> Tensor:
@@ -610,7 +638,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     bits = Tensor._random_bits(shp, device)
-    return Tensor((bits >> 8).cast(dtypes.float32).mul(1.0 / (1 << 24)).cast(d).uop, device=device, **kw)
+    # as many top bits as d's significand holds (24 at most, float32's): k/2**p is then exact in d, so no value rounds
+    # up to 1.0 (float16 would round the 24-bit values near 1 up to it)
+    p = min(24, dtypes.finfo(d)[1] + 1) if dtypes.is_float(d) else 24
+    return Tensor((bits >> (32 - p)).cast(dtypes.float32).mul(1.0 / (1 << p)).cast(d).uop, device=device, **kw)
   @staticmethod
   @_takes_requires_grad
   def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:
@@ -677,11 +708,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     [1, 1]
     """
     if not 1 <= self.ndim <= 2 or not isinstance(num_samples, int) or num_samples < 1:
-      raise ValueError(f"multinomial: needs 1-D or 2-D weights and num_samples >= 1, got shape {self.shape} and "
-                       f"num_samples={num_samples!r}")
+      raise AssertedArgumentError(f"multinomial: needs 1-D or 2-D weights and num_samples >= 1, got shape "
+                                  f"{self.shape} and num_samples={num_samples!r}")
     w = (self.unsqueeze(0) if self.ndim == 1 else self).float()
     if not replacement and num_samples > w.shape[1]:
-      raise ValueError(f"multinomial: can't draw {num_samples} samples without replacement from {w.shape[1]} weights")
+      raise AssertedArgumentError(f"multinomial: can't draw {num_samples} samples without replacement from "
+                                  f"{w.shape[1]} weights")
     if replacement or num_samples == 1:
       cdf = w.cumsum(1)
       cdf = cdf / cdf[:, -1:]
@@ -1457,9 +1489,10 @@ def _empty_nested(shape: tuple[int, ...]) -> Any:
 
 def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest values
+  # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest
+  # values, so its Variables need no value yet (tinygrad's max_shape of an unbound one)
   if op in ("full", "empty") and is_symbolic(shape):
-    return tuple(_size_arg(s, op) if isinstance(s, UOp) else s for s in shape)
+    return tuple(_size_arg(s, op, bound=op == "full") if isinstance(s, UOp) else s for s in shape)
   for s in shape:
     if isinstance(s, UOp): _symbolic_error(op, s)
     if not isinstance(s, int) or s < 0: raise ValueError(f"{op}: shape must be non-negative ints, got {shape}")
@@ -1550,16 +1583,8 @@ def _first_nonfinite(outs: list[UOp]) -> str:
   return "(every op computed on its own gave finite values: the kernel's fused form differs)"
 
 # ***** eager values under in-place writes *****
-# Every Tensor made, weakly. UOps can't lead back to Tensors, and an in-place write (assign, setitem, an optimizer
-# step) must first realize the lazy tensors that read the buffer it writes: built before the write, they hold the
-# values of then, as in PyTorch. Dead references are dropped whenever the list has doubled since the last pass.
-_made: list[weakref.ref] = []
-_weakref = weakref.ref
-_prune_at = [4096]
-
-def _prune_made() -> None:
-  _made[:] = [r for r in _made if r() is not None]
-  _prune_at[0] = max(4096, 2 * len(_made))
+# An in-place write (assign, setitem, an optimizer step) must first realize the lazy tensors that read the buffer it
+# writes: built before the write, they hold the values of then, as in PyTorch (tensor/live.py finds them).
 
 def _refs_of_arg(x: Any) -> int: return sys.getrefcount(x)
 # what sys.getrefcount shows for an argument nothing but the call holds (measured, not assumed: it is a CPython detail)
@@ -1599,7 +1624,7 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   todo: list[Tensor] = []
   for r in _made:
     if (t := r()) is None or (u := t.uop) in skip or _alias_of_buffer(u) or u.op is Ops.ASSIGN: continue
-    if _reads_any(u, memo): todo.append(t)
+    if _reads_any(u, memo) and not drop_unheld_grad(t): todo.append(t)
   # each into a buffer of its own: a graph equal to one realized before is the same node, and would otherwise resolve
   # to that result's buffer, the very one about to be written (a = x * 2; b = x * 2; a.realize(); a[0] = 5)
   for t in todo: t.uop = _unique_contiguous(t.uop)

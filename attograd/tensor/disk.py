@@ -24,6 +24,10 @@ def resolve(t: Tensor) -> UOp:
   shape."""
   return _resolve(t.uop, type(t))
 
+class DiskComputeError(NotImplementedError):
+  """An op that computes (a cast, an add) on a DISK tensor: the NotImplementedError tinygrad raises for it, which is
+  a RuntimeError like the DISK runtime's other refusals."""
+
 def _resolve(u: UOp, tensor: type[Tensor]) -> UOp:
   chain: list[UOp] = []
   x = u
@@ -35,7 +39,7 @@ def _resolve(u: UOp, tensor: type[Tensor]) -> UOp:
     return _resolve(u.substitute({x: tensor(x).realize().uop}), tensor)
   if x.op is not Ops.BUFFER:
     # the same class as every other DISK compute refusal (runtime/ops_disk.py): a DISK device runs no kernel, by design
-    raise RuntimeError(f"DISK: {x.op.name.lower()} of a {x.dtype.name} tensor of shape {x.shape} can't run on "
+    raise DiskComputeError(f"DISK: {x.op.name.lower()} of a {x.dtype.name} tensor of shape {x.shape} can't run on "
                        f"{x.device or 'DISK'}: DISK tensors are views of files, nothing is computed there; move the "
                        "tensor first, e.g. t.to('CPU')")
   st = ShapeTracker.from_shape((x.arg[1],))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
 from attograd.dtype import DType, dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
-from attograd.helpers import ArgumentError, TRAINING, argfix, ceildiv, flatten, make_tuple, prod
+from attograd.helpers import ArgumentError, TRAINING, UnknownModeError, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, SymbolicSizeError, UOp, _shape_str, ssimp
 from attograd.uop.view import _smax, _surely
 
@@ -555,7 +555,7 @@ class NNMixin:
     [[[1.0, 1.6666667461395264, 2.3333334922790527, 3.0]]]
     """
     if mode not in INTERPOLATE_MODES:
-      raise ValueError(f"interpolate: mode must be one of {INTERPOLATE_MODES}, got {mode!r}")
+      raise UnknownModeError(f"interpolate: mode must be one of {INTERPOLATE_MODES}, got {mode!r}")
     if align_corners and not mode.endswith("linear"):
       raise ValueError(f"interpolate: align_corners only applies to the linear modes, got mode={mode!r}")
     if not isinstance(size, (tuple, list)) or not 0 < len(size) <= self.ndim or \

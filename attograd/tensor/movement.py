@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
-from attograd.helpers import ArgumentError, argfix, prod
+from attograd.helpers import ArgumentError, AxisError, UnknownModeError, argfix, prod
 from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val, sym_vals
 from attograd.uop.view import _surely
 from attograd.engine.recorder import active as _active_recorder
@@ -91,7 +91,7 @@ class MovementMixin:
     >>> Tensor([1, 2, 3]).pad((-1, 1), mode="circular").tolist()
     [2, 3, 2]
     """
-    if mode not in PAD_MODES: raise ValueError(f"pad: mode must be one of {', '.join(PAD_MODES)}; got {mode!r}")
+    if mode not in PAD_MODES: raise UnknownModeError(f"pad: mode must be one of {', '.join(PAD_MODES)}; got {mode!r}")
     if value is None: value = 0.0  # PyTorch's default
     if mode != "constant" and value != 0: raise ValueError(f"pad: mode {mode!r} takes no value, got value={value!r}")
     pairs = _pad_pairs(padding, self.shape)
@@ -192,7 +192,7 @@ class MovementMixin:
     ts = (self,) + args
     for t in args:
       if not isinstance(t, MovementMixin): raise TypeError(f"cat: expected Tensors, got {type(t).__name__}")
-    if self.ndim == 0: raise ValueError("cat: 0-d tensors can't be concatenated; use stack")
+    if self.ndim == 0: raise AxisError("cat: 0-d tensors can't be concatenated (they have no dim 0); use stack")
     d = self._resolve_axis(dim, "cat")
     def others(shape: tuple[int, ...]) -> tuple[int, ...]: return shape[:d] + shape[d + 1:]
     if any(t.ndim != self.ndim or others(t.shape) != others(self.shape) for t in args):

@@ -64,6 +64,9 @@ class WritePlan:
     `target` then refers to a new version of its buffer right away, as after Tensor.assign: graphs built from the
     old version (cached results included) are never mistaken for the new one.
     """
+    # state the caller moved since (tinygrad's CPU offload: `for s in opt.m: s.to_("CPU")`) is a lazy copy: it gets a
+    # buffer of its own on its new device first
+    if not _whole_buffer(target): own_buffers([target])
     assert _whole_buffer(target), "optimizer state must be realized buffers"
     assert value.shape == target.shape, f"optimizer update of shape {value.shape} for a tensor of shape {target.shape}"
     if value.dtype != target.dtype: value = value.cast(target.dtype)

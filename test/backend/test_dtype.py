@@ -565,3 +565,14 @@ def test_dtypes_unpickle_by_name_without_eval() -> None:
   for bad in ("dtypes.__class__", "__import__('os').getcwd()", "dtypes.float32.vec(x)", "dtypes.float32.__init__(1)",
               "dtypes.float32.ptr(1) or print(1)"):
     with pytest.raises(ValueError, match="not a dtype's repr"): _dtype_by_repr(bad)
+
+def test_invalid_is_one_value_and_fills_nothing(device: str) -> None:
+  # tinygrad's Invalid: a singleton (also through pickle) whose dtype is bool, and a fill value meaning "no value yet"
+  import pickle
+  from attograd.dtype import Invalid, InvalidType
+  assert InvalidType() is Invalid and pickle.loads(pickle.dumps(Invalid)) is Invalid and repr(Invalid) == "Invalid"
+  assert dtypes.from_py(Invalid) is dtypes.bool
+  t = Tensor.full((2, 3), Invalid, dtype=dtypes.int32, device=device)
+  assert t.shape == (2, 3) and t.dtype is dtypes.int32 and Tensor.full((4,), Invalid).dtype is dtypes.bool
+  t[0] = 7  # an uninitialized buffer: written before it is read
+  assert t[0].tolist() == [7, 7, 7]

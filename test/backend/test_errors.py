@@ -172,3 +172,19 @@ def test_runtime_error_as_torch(device: str, fn: Callable, torch_fn: Callable, o
   with pytest.raises(RuntimeError) as e: fn()
   if old is not None: assert isinstance(e.value, old), f"{type(e.value)} stopped being a {old.__name__}"
   assert str(e.value)  # a message naming the op, not a bare exception
+
+# (name, attograd call, the classes its error must be): tinygrad's tests catch IndexError for a 0-d cat and
+# NotImplementedError (PyTorch's class) for an unknown mode; the ValueError attograd raised before stays
+EXPECTED_CLASSES = [
+  P("cat_0d", lambda: Tensor(3.0).cat(Tensor(3.0)), (IndexError, ValueError, RuntimeError)),
+  P("pad_mode", lambda: Tensor.ones(3, 3).pad((3, 0), mode="typo"), (NotImplementedError, ValueError)),
+  P("multinomial_0d", lambda: Tensor(2.0).multinomial(1), (AssertionError, ValueError, RuntimeError)),
+  P("multinomial_no_samples", lambda: Tensor([1.0, 9.0]).multinomial(0), (AssertionError, ValueError, RuntimeError)),
+  P("interpolate_mode", lambda: Tensor.ones(1, 1, 3).interpolate((4,), mode="cubic-ish"),
+    (NotImplementedError, ValueError)),
+]
+@pytest.mark.parametrize("fn,classes", EXPECTED_CLASSES)
+def test_error_classes(device: str, fn: Callable, classes: tuple[type, ...]) -> None:
+  with pytest.raises(classes[0]) as e: fn()
+  assert all(isinstance(e.value, c) for c in classes), f"{type(e.value).__mro__} is missing one of {classes}"
+  assert str(e.value)

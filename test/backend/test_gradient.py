@@ -379,12 +379,39 @@ def test_nn_vs_finite_differences(device: str, shapes: list, att_fn: Callable, t
 def test_backward_sets_grad(device: str) -> None:
   w = Tensor([1.0, -2.0, 3.0], requires_grad=True)
   b = Tensor([0.5], requires_grad=True)
-  x = Tensor([2.0, 1.0, 0.5])  # requires_grad None: no .grad
-  loss = ((w * x).sum() + b * 3).sum()
+  x = Tensor([2.0, 1.0, 0.5])  # requires_grad None: filled as well (tinygrad fills every live float tensor)
+  frozen = Tensor([4.0, 4.0, 4.0], requires_grad=False)  # False opts out
+  loss = ((w * x + frozen).sum() + b * 3).sum()
   assert loss.backward() is loss
   np.testing.assert_allclose(w.grad.numpy(), [2.0, 1.0, 0.5])
   np.testing.assert_allclose(b.grad.numpy(), [3.0])
-  assert x.grad is None and w.grad.requires_grad is None
+  np.testing.assert_allclose(x.grad.numpy(), [1.0, -2.0, 3.0])
+  assert frozen.grad is None and w.grad.requires_grad is None
+
+def test_backward_fills_live_intermediates_not_literals(device: str) -> None:
+  # an intermediate the caller still holds gets its gradient; a bare constant is the hash-consed node of every equal
+  # literal (here the same node as the `2.0` inside h * 2.0), so it gets none; nor does an int tensor or a tensor of
+  # another graph
+  a = Tensor([1.0, -1.0, 2.0])
+  h = a * a
+  two, ones, counts, other = Tensor(2.0), Tensor.ones(3), Tensor([1, 2, 3]), Tensor([5.0])
+  out = (h * 2.0 * two * ones * counts).sum()
+  out.backward()
+  np.testing.assert_allclose(h.grad.numpy(), [4.0, 8.0, 12.0])
+  np.testing.assert_allclose(a.grad.numpy(), [8.0, -16.0, 48.0])
+  np.testing.assert_allclose(out.grad.numpy(), 1.0)
+  assert two.grad is None and ones.grad is None and counts.grad is None and other.grad is None
+  held = a.grad
+  h.sum().backward()  # adds into the same .grad objects
+  assert a.grad is held
+  np.testing.assert_allclose(a.grad.numpy(), [10.0, -18.0, 52.0])
+
+def test_clone_carries_grad(device: str) -> None:
+  w = Tensor([1.0, 2.0])
+  (w * 3).sum().backward()
+  c = w.clone()
+  np.testing.assert_allclose(c.grad.numpy(), [3.0, 3.0])
+  assert c.grad is not w.grad and Tensor([1.0]).clone().grad is None
 
 def test_backward_accumulates(device: str) -> None:
   w = Tensor([1.0, 2.0], requires_grad=True)
@@ -461,8 +488,10 @@ def test_detach_blocks(device: str) -> None:
   z = (x.detach() * 2).sum()
   with pytest.raises(RuntimeError, match="not in the output.s graph"): z.gradient(x, materialize_grads=False)
   np.testing.assert_allclose(z.gradient(x)[0].numpy(), [0.0, 0.0, 0.0])
-  z.backward()
-  assert x.grad is None
+  z.backward()  # x is in z's graph only under the detach: zeros, as tinygrad gives
+  np.testing.assert_allclose(x.grad.numpy(), [0.0, 0.0, 0.0])
+  z.backward()  # and again, now that x has a .grad (a Tensor: checking it must not compare elementwise)
+  np.testing.assert_allclose(x.grad.numpy(), [0.0, 0.0, 0.0])
 
 def test_softmax_max_is_detached(device: str) -> None:
   # softmax subtracts a detached max; the gradient must still match the exact softmax Jacobian
@@ -528,3 +557,24 @@ TENSOR_OPS = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.BITCAST, Ops.REDUCE
 @pytest.mark.parametrize("op", sorted(TENSOR_OPS), ids=lambda o: o.name)
 def test_every_op_has_a_rule(op: Ops) -> None:
   assert op in pm_gradient.pdict, f"pm_gradient has no rule for {op}"
+
+def test_unasked_grad_dropped_at_a_write_it_reads(device: str) -> None:
+  # an input's .grad reads the weight; nothing holds it but x, so the optimizer step drops it rather than computing it
+  # (a kernel per step nobody reads), and reading it says why; one the caller holds, or one asked for with
+  # requires_grad=True, is computed before the write and keeps the value at backward time
+  from attograd import nn
+  from attograd.tensor.autograd import StaleGradError
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  x, held, asked = Tensor([3.0, 4.0]), Tensor([5.0, 6.0]), Tensor([7.0, 8.0], requires_grad=True)
+  opt = nn.optim.SGD([w], lr=0.5)
+  ((w * x).sum() + (w * held).sum()).backward()
+  (w * asked).sum().backward()
+  g = held.grad
+  with Tensor.train(): opt.step()
+  np.testing.assert_allclose(w.numpy(), [1.0 - 0.5 * 15.0, 2.0 - 0.5 * 18.0])
+  with pytest.raises(StaleGradError, match="optimizer step"): _ = x.grad
+  np.testing.assert_allclose(g.numpy(), [1.0, 2.0])
+  np.testing.assert_allclose(held.grad.numpy(), [1.0, 2.0])
+  np.testing.assert_allclose(asked.grad.numpy(), [1.0, 2.0])
+  (w * x).sum().backward()  # a new backward starts a fresh .grad
+  np.testing.assert_allclose(x.grad.numpy(), w.numpy())

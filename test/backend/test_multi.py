@@ -127,3 +127,21 @@ def test_conv2d_on_sharded_input(devs: tuple[str, str], axis: int | None) -> Non
     (out * out).sum().backward()
     return out.numpy(), x.grad.numpy(), w.grad.numpy()
   for got, want in zip(run(True), run(False)): np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("opt_cls", [nn.optim.Adam, nn.optim.LAMB])
+def test_optimizer_state_offloaded_to_the_host(devs: tuple[str, str], opt_cls: type) -> None:
+  # tinygrad's CPU offload: the moments moved off the sharded parameter's devices with to_() after the optimizer was
+  # made; the step computes them where they are now and moves the update back, giving the same weights
+  def train(offload: bool) -> tuple[np.ndarray, object, object]:
+    w = Tensor(A).shard(devs, axis=1)
+    opt = opt_cls([w])
+    if offload:
+      for s in opt.m + opt.v + [opt.b1_t, opt.b2_t]: s.to_("CPU")
+    for _ in range(2):
+      opt.zero_grad()
+      (w * w * Tensor(A).shard(devs, axis=1)).sum().backward()
+      with Tensor.train(): opt.step()
+    return w.numpy(), w.device, opt.m[0].device
+  kept, offloaded = train(False), train(True)
+  np.testing.assert_allclose(offloaded[0], kept[0], rtol=1e-5, atol=1e-6)
+  assert offloaded[1] == kept[1] == tuple(Device.canonicalize(d) for d in devs) and offloaded[2] == "CPU"

@@ -4,6 +4,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from attograd import Tensor, dtypes
+from attograd.device import is_dtype_supported
 
 def P(name: str, *args: Any) -> Any: return pytest.param(*args, id=name)
 
@@ -79,6 +80,14 @@ def test_rand_dtypes(device: str, dtype: Any) -> None:
   assert x.min() >= 0.0 and x.max() < 1.0
   y = Tensor.randn(200, dtype=dtype)
   assert y.dtype == dtype and np.all(np.isfinite(y.numpy()))
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=str)
+def test_rand_low_precision_never_reaches_one(device: str, dtype: Any) -> None:
+  # values near 1 drawn at float32's 24 bits used to round up to 1.0 in the narrower dtype (dozens in 32k samples)
+  if not is_dtype_supported(dtype, device): pytest.skip(f"{dtype} on {device}")
+  Tensor.manual_seed(0)
+  x = Tensor.rand(2, 128, 128, dtype=dtype).float().numpy()
+  assert x.max() < 1.0 and (x == 0).sum() > 0 and abs(x.mean() - 0.5) < 0.01
 
 def test_rand_distribution_cpu(device: str) -> None:
   if device != "CPU": pytest.skip("CPU only: 10k samples")

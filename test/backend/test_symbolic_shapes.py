@@ -4,7 +4,7 @@ be known."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from attograd import Tensor, TinyJit, Variable
+from attograd import Tensor, TinyJit, UOp, Variable
 from attograd.engine import realize
 from attograd.schedule.create import _schedule_cache
 from attograd.engine.jit import JitError
@@ -349,3 +349,11 @@ def test_bind_refuses_values_kernels_cant_take() -> None:
   big = Variable("b", 0, 2**40, dtype=dtypes.int64)
   assert Tensor(big.bind(2**31 - 1)).item() == 2**31 - 1
   with pytest.raises(ValueError, match="doesn't fit in 32 bits"): big.bind(2**35)
+
+def test_empty_with_an_unbound_variable_has_a_max_shape(device: str) -> None:
+  # the buffer is sized for the Variable's largest value, so no value is needed to build it (only to compute with it)
+  n = UOp.variable("n", 1, 32)
+  t = Tensor.empty(2, n, 4, device=device)
+  assert t.max_shape == (2, 32, 4) and t.max_numel() == 256 and Tensor.empty(2, 3).max_shape == (2, 3)
+  with pytest.raises(RuntimeError, match="unbound"): (t + 1).realize()
+  with pytest.raises(ValueError, match="bind it first"): Tensor.full((2, n), 1.0)

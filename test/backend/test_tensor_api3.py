@@ -271,3 +271,12 @@ def test_arange_dtype_follows_the_values_made(device: str) -> None:
     down = Tensor.arange(5, 0, -1)
     assert down.dtype == dtypes.uint8 and down.tolist() == [5, 4, 3, 2, 1]
     assert Tensor.arange(-3, 2).dtype == dtypes.int64  # a negative value doesn't fit uint8
+
+def test_tensor_const(device: str) -> None:
+  # tinygrad's Tensor.const: a 0-d tensor of a number or of a scalar UOp expression (a bound Variable's value is read
+  # in the kernel), cast to dtype when one is given
+  from attograd import UOp, Variable
+  assert Tensor.const(2.5).dtype == dtypes.default_float and Tensor.const(2.5, dtypes.int8).tolist() == 2
+  assert Tensor.const(UOp.const(1.0).cast(dtypes.float32), dtypes.int8).dtype == dtypes.int8
+  assert Tensor.const(Variable("x", 1, 10).bind(5), dtypes.int32).item() == 5
+  with pytest.raises(ValueError, match="scalar"): Tensor.const(Tensor([1, 2]).uop)
