@@ -53,6 +53,7 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
   functions, not rule tables: choosing actions (a search over the loop space), lowering the loop space to loops (it
   builds the graph from views, not by rewriting one), the renderer's own step (a backend may compose tables) and
   linearizing (an ordering of the whole graph)."""
+  from attograd.codegen.fma import pm_fma
   from attograd.codegen.intsafe import pm_int_safety
   from attograd.codegen.linearize import linearize
   from attograd.codegen.lowerer import pm_reduce_acc
@@ -72,7 +73,11 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
     *([("transcendentals as arithmetic", pm_transcendental, None)] if dt else []),
     # the language's own rewrites (e.g. half math done in float)
     ("after the renderer's own rewrites", renderer.prepare, None),
-    ("linearized program", linearize, None),  # a flat ordered program: loops, accumulators, hoisted invariants
+    # every float a*b+c one fused multiply-add, where the language has one: the compiler fuses nothing itself, so an
+    # expression computed by two kernels rounds the same in both
+    *([("fused multiply-adds", pm_fma, None)] if renderer.fma else []),
+    # a flat ordered program: loops, accumulators (fused multiply-adds too), hoisted invariants
+    ("linearized program", functools.partial(linearize, fma=renderer.fma), None),
   ]
 
 def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None) -> Kernel:

@@ -6,9 +6,12 @@ and work that does not depend on a reduce loop's index is emitted before the loo
 from __future__ import annotations
 from attograd.dtype import dtypes
 from attograd.uop.ops import Ops, UOp
+from attograd.codegen.fma import FMA_DTYPES, mulacc
 from attograd.codegen.lowerer import reduce_identity
 
-def linearize(sink: UOp) -> list[UOp]:
+def linearize(sink: UOp, fma: bool = False) -> list[UOp]:
+  """`fma`: the language has fused multiply-adds (codegen/fma.py): a float product summed into an accumulator is
+  one MULACC."""
   topo = list(sink.toposort())
   deps: dict[UOp, frozenset[UOp]] = {}
   for u in topo:
@@ -105,8 +108,13 @@ def linearize(sink: UOp) -> list[UOp]:
     for i in range(max(len(t) for t in terms.values())):
       for x in group:
         if i >= len(terms[x]): continue
-        emit_tree(terms[x][i])
-        new[x] = UOp(x.arg, x.dtype, (new[x], terms[x][i]))
+        t = terms[x][i]
+        if fma and x.arg is Ops.ADD and t.op is Ops.MUL and x.dtype.scalar() in FMA_DTYPES:
+          emit_tree(list(t.src))
+          new[x] = mulacc(t.src[0], t.src[1], new[x], x.dtype)
+        else:
+          emit_tree(t)
+          new[x] = UOp(x.arg, x.dtype, (new[x], t))
         out.append(new[x])
     for x in group: out.append(UOp(Ops.ACC_ASSIGN, dtypes.void, (acc_of[x], new[x])))
     for rng in reversed(rngs):
@@ -116,9 +124,9 @@ def linearize(sink: UOp) -> list[UOp]:
 
   def _terms(u: UOp) -> list[UOp]:  # a left-leaning chain of adds of products: its innermost operand, then each product
     out: list[UOp] = []
-    while u.op is Ops.ADD and u.src[1].op is Ops.MUL:
-      out.append(u.src[1])
-      u = u.src[0]
+    while (u.op is Ops.ADD and u.src[1].op is Ops.MUL) or u.op is Ops.MULACC:  # fused: MULACC(a, b, rest)
+      out.append(u.src[1] if u.op is Ops.ADD else UOp(Ops.MUL, u.dtype, u.src[:2]))
+      u = u.src[0] if u.op is Ops.ADD else u.src[2]
     return [u] + out[::-1]
 
   open_rngs: list[UOp] = []

@@ -630,7 +630,7 @@ def estimate_ops(sink: UOp, k: Kernel) -> int:
   """ALU ops executed (for GFLOPS in DEBUG output)."""
   if k.tc is not None: return 2 * prod(k.full_shape)  # a multiply and an add per point of the m x n x k space
   # a vector op does one op per lane; a REDUCE is one accumulate per element it reduces
-  n_alu = sum(u.dtype.count for u in sink.toposort()
+  n_alu = sum(u.dtype.count * (2 if u.op is Ops.MULACC else 1) for u in sink.toposort()
               if (u.op in GroupOp.ALU or u.op is Ops.REDUCE) and u.dtype.scalar() in dtypes.floats)
   # symbolic sizes count at their largest; a reduce axis whose loop a rewrite removed (a gather folded to one load)
   # runs no more

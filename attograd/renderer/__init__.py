@@ -25,6 +25,9 @@ class Renderer:
   # moves at least thread_min_bytes of memory (where starting the other cores costs more than a tiny kernel's run)
   thread_min_work: int = 32768
   thread_min_bytes: int = 1 << 62
+  # the language has a fused multiply-add (MULACC) that runs at the speed of a multiply: the code generator fuses
+  # every float a*b+c into one (codegen/fma.py) and the compiler fuses nothing itself
+  fma: bool = False
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
   def prepare(self, sink: UOp) -> UOp:
     """The language's own rewrites of a lowered kernel before it is linearized (e.g. half math done in float)."""
@@ -46,7 +49,8 @@ class Renderer:
 # those only GPU languages get (thread indices, work-group memory; warp shuffles and tensor cores where they have them)
 PROGRAM_OPS = frozenset({Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.ENDRANGE, Ops.DEFINE_ACC,
                          Ops.ACC_ASSIGN, Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.GEP, Ops.VECTORIZE}
-                        | GroupOp.ALU)
+                        | GroupOp.ALU) - {Ops.MULACC}
+FMA_OPS = frozenset({Ops.MULACC})  # in the programs of a language with fma only
 GPU_OPS = frozenset({Ops.SPECIAL, Ops.DEFINE_LOCAL, Ops.BARRIER})
 WARP_OPS = frozenset({Ops.SHUFFLE, Ops.WMMA})
 

@@ -48,13 +48,14 @@ c_alu: AluTable = {
   Ops.NEG: lambda r, x, d: f"(!{x})" if d is dtypes.bool else f"(-{x})",
   Ops.EXP2: _libm("exp2"), Ops.LOG2: _libm("log2"), Ops.SIN: _libm("sin"), Ops.SQRT: _libm("sqrt"),
   Ops.RECIP: lambda r, x, d: f"(1.0{_f(d)}/{x})",
-  Ops.TRUNC: lambda r, x, d: f"trunc{_f(d)}({x})" if dtypes.is_float(d) else x}
+  Ops.TRUNC: lambda r, x, d: f"trunc{_f(d)}({x})" if dtypes.is_float(d) else x,
+  Ops.MULACC: lambda r, a, b, c, d: f"fma{_f(d)}({a}, {b}, {c})"}  # C99's and CUDA's fused multiply-add
 
 def overloaded_alu(sin: str) -> AluTable:
   """Math for languages whose functions are overloaded on the type (OpenCL C, Metal): no f suffixes."""
   return {Ops.EXP2: _call("exp2"), Ops.LOG2: _call("log2"), Ops.SIN: _call(sin), Ops.SQRT: _call("sqrt"),
           Ops.POW: _call("pow"), Ops.TRUNC: lambda r, x, d: f"trunc({x})" if dtypes.is_float(d) else x,
-          Ops.RECIP: lambda r, x, d: f"(({r.render_dtype(d)})1/{x})"}
+          Ops.RECIP: lambda r, x, d: f"(({r.render_dtype(d)})1/{x})", Ops.MULACC: _call("fma")}
 
 # ***** the C family's rules: one linear UOp -> its text *****
 
@@ -363,7 +364,10 @@ pm_clang_lanes = PatternMatcher([(UPat(Ops.CAST, name="x"), _lanes_to_float_via_
 class ClangRenderer(CStyleLanguage):
   """C for the CPU device, compiled by gcc or clang."""
   dialect = "C"
-  alu = {**c_alu, Ops.MAX: _clang_max}
+  # a vector's fused multiply-add: a helper per vector type (render_vector_typedef)
+  alu = {**c_alu, Ops.MAX: _clang_max,
+         Ops.MULACC: lambda r, a, b, c, d: f"__atto_fma_{r.render_dtype(d)}({a}, {b}, {c})" if d.count > 1
+         else f"fma{_f(d)}({a}, {b}, {c})"}
   dialect_rules = pm_render_clang
   preamble = ("#include <math.h>\n"
               "static inline float __bf16_to_f32(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f;"
@@ -383,14 +387,27 @@ class ClangRenderer(CStyleLanguage):
               # a value held in an SSE register from here on (see ClangRenderer.render_cast); nothing elsewhere
               "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
               "#define __ATTO_IN_REG(v) __asm__(\"\" : \"+x\"(v))\n#else\n#define __ATTO_IN_REG(v) (void)0\n#endif\n")
-  def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True):
+  def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True, fma: bool = False):
     # OpenMP's workers sleep between kernels (runtime/ops_cpu.py sets passive waits: spinning ones collapse on a busy
     # machine), and waking one costs ~40 us here: a kernel is split across the cores when it has that much work for
     # each, 4M loop points (multiply-adds) or 4 MB of memory. SmolLM2 Q4_1 decode (matvecs of 0.3 to 1.3 MB, one
     # thread each now): 95 -> 125 tok/s on a loaded machine
     super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True,
-                     decompose_transcendentals=True, thread_min_work=1 << 22, thread_min_bytes=4 << 20)
+                     decompose_transcendentals=True, thread_min_work=1 << 22, thread_min_bytes=4 << 20, fma=fma)
   def prepare(self, sink: UOp) -> UOp: return graph_rewrite(super().prepare(sink), pm_clang_lanes)
+  def render_vector_typedef(self, d: DType) -> str:
+    # C has fma() for scalars only: a float vector's is a loop over its lanes, which `omp simd` (the compiler runs
+    # with -fopenmp-simd) makes one vector instruction; without it gcc unrolls the loop into scalar ones. A macro, not
+    # a function: kernels built as one unit (a batch) may each define it, where a function can't be defined twice
+    td = super().render_vector_typedef(d)
+    if not self.fma or d.scalar() not in (dtypes.float32, dtypes.float64): return td
+    t, f = self.render_dtype(d), _f(d.scalar())
+    # an operand may be a scalar (C broadcasts it in vector arithmetic): `x - 0` broadcasts it and is x, -0.0 too
+    z = f"({t}){{0}}"
+    return (f"{td}\n#define __atto_fma_{t}(a, b, c) (__extension__({{ {t} __a = (a) - {z}, __b = (b) - {z}, "
+            f"__c = (c) - {z}, __r; "
+            f"_Pragma(\"omp simd\") for (int __i = 0; __i < {d.count}; __i++) "
+            f"__r[__i] = __builtin_fma{f}(__a[__i], __b[__i], __c[__i]); __r; }}))")
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
     # byte or short lanes widened from a register (__ATTO_IN_REG, in the preamble): gcc 12 widens such a vector that
     # comes straight from memory one lane at a time, through general registers (a Q8_0 matvec ran 4x slower)
@@ -455,7 +472,8 @@ class OpenCLRenderer(GPUCStyle):
   dialect_rules = pm_render_opencl
   float_suffix = {dtypes.float32: "f", dtypes.float64: "", dtypes.float16: "f"}
   def __init__(self, device: str = "CL", fp16: bool = False, fp64: bool = True, local_max: int = 256):
-    super().__init__(device=device, has_local=True, local_max=local_max, supports_float16=fp16, supports_vectors=False)
+    super().__init__(device=device, has_local=True, local_max=local_max, supports_float16=fp16, supports_vectors=False,
+                     fma=True)
     self.fp16, self.fp64, self.half_bits = fp16, fp64, not fp16
     self.type_map = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
                      dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
@@ -537,7 +555,7 @@ class CUDARenderer(GPUCStyle):
   warp_size = 32  # reductions over a warp's lanes use __shfl_xor_sync
   def __init__(self, device: str = "CUDA", arch: str = "sm_80"):
     super().__init__(device=device, has_local=True, local_max=256, supports_float16=False, supports_vectors=False,
-                     global_max=(2**31 - 1, 65535, 65535))
+                     global_max=(2**31 - 1, 65535, 65535), fma=True)  # the compiler runs with --fmad=false
     self.arch = arch
     # mma.sync m16n8k16 with f16/bf16 inputs and f32 accumulators needs sm_80 (Ampere) or newer
     self.tensor_cores = (dtypes.float16, dtypes.bfloat16) if int(arch.removeprefix("sm_").rstrip("a")) >= 80 else ()

@@ -22,9 +22,10 @@ llvm_type: dict[DType, str] = {
   dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double", **{d: "i8" for d in dtypes.fp8s}}
 storage_type: dict[DType, str] = {dtypes.bool: "i8"}  # memory holds a bool as a byte
 
-# fast-math flags matching the C compiler's: contraction into FMAs only. No nnan/ninf (NaN and inf are values
-# here), no nsz (x+0.0 must turn -0.0 into 0.0), no reassoc: reductions get explicit vector accumulators instead
-FMF = "contract"
+# fast-math flags matching the C compiler's: none. No contract: the code generator writes the fused multiply-adds
+# itself (llvm.fma, see codegen/fma.py), so an expression rounds the same in every kernel. No nnan/ninf (NaN and inf
+# are values here), no nsz (x+0.0 must turn -0.0 into 0.0), no reassoc: reductions get explicit vector accumulators
+FMF = ""
 float_binary = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
 # (signed, unsigned) instruction for each integer op; bool uses the unsigned column
 int_binary = {Ops.ADD: ("add", "add"), Ops.SUB: ("sub", "sub"), Ops.MUL: ("mul", "mul"), Ops.IDIV: ("sdiv", "udiv"),
@@ -33,7 +34,8 @@ int_binary = {Ops.ADD: ("add", "add"), Ops.SUB: ("sub", "sub"), Ops.MUL: ("mul",
 # (signed int, unsigned int, float) predicate; float != is unordered so NaN != NaN, like C
 comparisons = {Ops.CMPLT: ("slt", "ult", "olt"), Ops.CMPNE: ("ne", "ne", "une"), Ops.CMPEQ: ("eq", "eq", "oeq")}
 # math ops as LLVM intrinsics (the backend turns them into instructions or libm calls: exp2f, sinf, ...)
-intrinsics = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
+intrinsics = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow",
+              Ops.MULACC: "fma"}
 
 # bfloat16 <-> float, defined once per module and always inlined (round to nearest even, NaN stays NaN), and
 # double -> float rounded to odd: rounding that to half then equals rounding the double to half directly
@@ -136,9 +138,9 @@ def render_const(v: object, d: DType) -> str:
 
 class LLVMRenderer(Renderer):
   """LLVM IR (opaque pointers, LLVM 15 or newer) for the LLVM device."""
-  def __init__(self, device: str = "LLVM"):
+  def __init__(self, device: str = "LLVM", fma: bool = True):
     super().__init__(device=device, has_threads=True, supports_float16=False, supports_vectors=True,
-                     decompose_transcendentals=True)
+                     decompose_transcendentals=True, fma=fma)
   def prepare(self, sink: UOp) -> UOp: return graph_rewrite(sink, pm_promote_half)
   def render(self, name: str, uops: list[UOp]) -> str: return _FunctionWriter(name, uops).write()
 

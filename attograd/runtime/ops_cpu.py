@@ -63,12 +63,16 @@ class ClangCompiler(Compiler):
     # IEEE semantics for NaN, inf and signed zero: no -fno-signed-zeros (with it gcc folds x*0.0 to 0 even for NaN
     # and inf, and x+0.0 to x for -0.0) and no -fassociative-math (which needs it). Reductions vectorize without
     # them: the renderer gives a reduce explicit vector accumulators and combines their lanes itself. Kept: no errno
-    # from libm, no trapping (values are unchanged) and contraction into FMAs (one rounding instead of two).
+    # from libm and no trapping (values are unchanged). -ffp-contract=off: the compiler fuses no a*b+c itself, since
+    # it would decide per kernel (how a product is used there, the optimization level) and the same expression
+    # computed by two kernels could round differently (a max-pool gradient compares a recomputed value with the
+    # forward's max: rows lost their gradient, or got 0/0). The code generator writes fma() instead (codegen/fma.py),
+    # where the target has a fast one, and -fopenmp-simd lets a vector's fma loop become one instruction.
     # -fno-tree-slp-vectorize: gcc 12's SLP vectorizer miscompiles a max-reduce over bools at -O3 -march=native
     # (the value 254 comes out of a 0/1 reduction; test_ops.py::test_reduce[*-all-(0, 2)-*] pins it). Loop
     # vectorization, which elementwise kernels and reductions rely on, stays on.
     self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
-                  "-ffp-contract=fast", "-fno-strict-aliasing", "-fno-tree-slp-vectorize", "-w"]
+                  "-ffp-contract=off", "-fno-strict-aliasing", "-fno-tree-slp-vectorize", "-w"]
     # -fno-tree-reassoc (gcc only): a conv's or matmul's tile is rendered as one fused multiply-add per product in
     # the order that keeps its shared operand in a register; gcc's reassociation re-trees those sums into a
     # multiply and an add per product and reloads the operand (MNIST conv input gradient 43 -> 36 ms)
@@ -77,9 +81,22 @@ class ClangCompiler(Compiler):
     # (test_ops.py::test_op_on_view[*-pad-relu] pins it); turning off value range propagation avoids it
     self.gcc = "Free Software Foundation" in version and "clang" not in version
     if self.gcc: self.flags += ["-fno-tree-reassoc", "-fno-tree-vrp"]
+    if self.gcc or "clang" in version: self.flags.append("-fopenmp-simd")
     self.openmp = self._has_openmp(ident)
+    self.fast_fma = self._has_fast_fma(ident)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
+  def _has_fast_fma(self, ident: str) -> bool:
+    """Whether fma() is an instruction for this target (else a slow library call: no fused multiply-adds then)."""
+    key = hashlib.sha256(f"fast_fma\0{ident}\0{' '.join(self.flags)}".encode()).hexdigest()
+    if (hit := disk_cache_get("probe", key)) is not None: return hit == b"1"
+    try:
+      self._compile_with("#if !defined(__FP_FAST_FMAF) || !defined(__FP_FAST_FMA)\n#error no fast fma\n#endif\n"
+                         "int f(void) { return 0; }", self.flags)
+      ok = True
+    except RuntimeError: ok = False
+    disk_cache_put("probe", key, b"1" if ok else b"0")
+    return ok
   def _has_openmp(self, ident: str) -> bool:
     key = hashlib.sha256(f"openmp\0{ident}".encode()).hexdigest()
     if (hit := disk_cache_get("probe", key)) is not None: return hit == b"1"
@@ -193,7 +210,8 @@ class CPUDevice(Compiled):
   def __init__(self, device: str):
     cc = find_c_compiler()
     compiler = ClangCompiler(cc)
-    super().__init__(device, MallocAllocator(), ClangRenderer(device, threads=compiler.openmp), compiler, CPUProgram)
+    super().__init__(device, MallocAllocator(), ClangRenderer(device, threads=compiler.openmp, fma=compiler.fast_fma),
+                     compiler, CPUProgram)
   def quick_build(self, kernels: list[tuple[str, str]]) -> list[CPUProgram]:
     """One -O1 library for all of `kernels` ([(name, src)]), loaded once: a program per kernel."""
     assert isinstance(self.compiler, ClangCompiler)

@@ -68,7 +68,7 @@ class NVRTCCompiler(Compiler):
       raise DeviceUnavailable("CUDA: neither libnvrtc.so nor nvcc was found to compile kernels. Install the CUDA "
                               "toolkit "
                               "(or just its NVRTC library, e.g. `pip install nvidia-cuda-nvrtc-cu12`).")
-    self.cachekey = f"cuda:{arch}:{'nvrtc' if self.nvrtc is not None else 'nvcc'}"
+    self.cachekey = f"cuda:{arch}:{'nvrtc' if self.nvrtc is not None else 'nvcc'}:nofmad"
   def compile(self, src: str) -> bytes: return self._nvrtc(src) if self.nvrtc is not None else self._nvcc(src)
   def _nvrtc(self, src: str) -> bytes:
     lib, prog = self.nvrtc, c_p()
@@ -76,7 +76,9 @@ class NVRTCCompiler(Compiler):
     def ok(status: int, what: str) -> None:
       if status != 0: raise RuntimeError(f"CUDA: NVRTC {what} failed with status {status}")
     ok(lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None), "nvrtcCreateProgram")
-    opts = [f"--gpu-architecture={self.arch.replace('sm_', 'compute_')}".encode(), b"-default-device"]
+    # --fmad=false: the code generator writes the fused multiply-adds itself (codegen/fma.py), so an expression rounds
+    # the same in every kernel; ptxas would otherwise fuse a*b+c wherever it sees one
+    opts = [f"--gpu-architecture={self.arch.replace('sm_', 'compute_')}".encode(), b"-default-device", b"--fmad=false"]
     opts += [f"-I{d}".encode() for d in cuda_include_dirs()]
     status = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     if status != 0:
@@ -97,7 +99,8 @@ class NVRTCCompiler(Compiler):
     with tempfile.TemporaryDirectory() as d:
       cu, ptx = os.path.join(d, "kernel.cu"), os.path.join(d, "kernel.ptx")
       with open(cu, "w") as f: f.write(src)
-      p = subprocess.run([self.nvcc, "--ptx", f"-arch={self.arch}", cu, "-o", ptx], capture_output=True, text=True)
+      p = subprocess.run([self.nvcc, "--ptx", f"-arch={self.arch}", "--fmad=false", cu, "-o", ptx],
+                         capture_output=True, text=True)
       if p.returncode != 0: raise RuntimeError(f"CUDA: nvcc failed to compile:\n{p.stderr}\n--- source ---\n{src}")
       with open(ptx, "rb") as f: return f.read() + b"\0"
 

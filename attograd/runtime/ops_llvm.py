@@ -56,6 +56,7 @@ class _Llvmlite:
       cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
     self.tm = self._target_machine()
     self.ident = f"llvmlite:{llvm.llvm_version_info}:{self.triple}:{cpu}:{features}"
+    self.fast_fma = _fast_fma(features)
   def compile(self, src: str) -> bytes:
     llvm = self.llvm
     mod = llvm.parse_assembly(src)
@@ -143,6 +144,7 @@ class _LibLLVM:
     self.ctx = lib.LLVMContextCreate()
     _runtime_library()
     self.ident = f"libllvm:{os.path.basename(path)}:{self.triple}:{cpu}:{features}"
+    self.fast_fma = _fast_fma(features)
   def _take(self, p: int | None) -> str:
     """An LLVM-owned message as a str; the message is freed."""
     if not p: return ""
@@ -275,8 +277,12 @@ class LLVMProgram:
   def __del__(self, _graves: list[Any] = _graveyard) -> None:
     if (keep := getattr(self, "_keepalive", None)) is not None: _graves.append(keep)
 
+def _fast_fma(features: str) -> bool:
+  """Whether llvm.fma is an instruction on this host (x86 needs the FMA extension; ARM64 always has one)."""
+  return "+fma" in features.split(",") if platform.machine() in ("x86_64", "AMD64") else True
+
 class LlvmDevice(Compiled):
   def __init__(self, device: str):
     backend = _open_backend()
-    super().__init__(device, MallocAllocator(), LLVMRenderer(device), LLVMCompiler(backend),
+    super().__init__(device, MallocAllocator(), LLVMRenderer(device, fma=backend.fast_fma), LLVMCompiler(backend),
                      lambda name, lib: LLVMProgram(name, lib, backend))

@@ -29,8 +29,9 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   ADD = auto(); SUB = auto(); MUL = auto(); FDIV = auto(); IDIV = auto(); MOD = auto(); MAX = auto()  # noqa: E702
   CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()  # noqa: E702
   POW = auto()  # noqa: E702
-  # ternary ALU
-  WHERE = auto()
+  # ternary ALU. MULACC is a*b+c with one rounding (a fused multiply-add): made only by the code generator, for the
+  # languages that have one (codegen/fma.py), so that every kernel computes a given expression to the same bits
+  WHERE = auto(); MULACC = auto()  # noqa: E702
   # kernel level (after lowering)
   DEFINE_GLOBAL = auto(); LOAD = auto(); STORE = auto(); RANGE = auto(); ENDRANGE = auto()  # noqa: E702
   DEFINE_ACC = auto(); ACC_ASSIGN = auto(); VECTORIZE = auto(); GEP = auto(); SPECIAL = auto()  # noqa: E702
@@ -50,7 +51,7 @@ class GroupOp:
   Unary = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC}
   Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND,
             Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.POW}
-  Ternary = {Ops.WHERE}
+  Ternary = {Ops.WHERE, Ops.MULACC}
   ALU = Unary | Binary | Ternary
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
   Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}

@@ -246,18 +246,17 @@ def test_float_max_without_branches_matches_numpy_with_nan() -> None:
 
 def test_conv_tile_accumulates_one_product_at_a_time() -> None:
   # a 3x3 conv over 32-wide rows: 16 lanes x 2 along the row times 8 output channels, 16 accumulators; each
-  # product goes straight into its accumulator (acc + p0 + p1 + ...: one FMA each, the shared operand loaded once)
+  # product goes straight into its accumulator (acc + p0 + p1 + ...: one fused multiply-add each, written by the
+  # code generator as fma(x, w, acc), the shared operand loaded once)
   x, w = Tensor.rand(2, 8, 34, 34).realize(), Tensor.rand(16, 8, 3, 3).realize()
   src = _src(x.conv2d(w))
   accs = set(re.findall(r"float16 (acc\d+) = ", src))
   assert len(accs) >= 16, src
-  defs = dict(re.findall(r"(alu\d+) = \(([^;]*)\);", src))
-  for acc in accs:  # follow the chain from acc: 9 adds, each of a product
+  fmas = dict((acc_in, out) for out, acc_in in re.findall(r"(alu\d+) = __atto_fma_float16\([^;]*, (\w+)\);", src))
+  for acc in accs:  # follow the chain from acc: 9 fused multiply-adds into it
     cur, n = acc, 0
-    while (nxt := next((a for a, e in defs.items() if e.startswith(cur + "+")), None)) is not None:
-      assert "*" in defs[defs[nxt].split("+")[1]], f"{nxt} = {defs[nxt]} adds a sum, not a product"
-      cur, n = nxt, n + 1
-    assert n == 9, f"{acc}: {n} adds"
+    while (nxt := fmas.get(cur)) is not None: cur, n = nxt, n + 1
+    assert n == 9, f"{acc}: {n} fused multiply-adds"
   xn, wn = x.numpy(), w.numpy()
   want = np.zeros((2, 16, 32, 32), np.float32)
   for i in range(3):
@@ -283,14 +282,16 @@ def test_the_pipeline_is_a_list_of_named_passes_and_viz_shows_each(monkeypatch: 
   from attograd import viz
   from attograd.renderer.cstyle import OpenCLRenderer
   from attograd.uop.ops import PatternMatcher
-  cpu, gpu = ClangRenderer(), OpenCLRenderer()
+  cpu, gpu = ClangRenderer(fma=True), OpenCLRenderer()
   names = [name for name, _, _ in cg.passes(cpu, None)]
   assert names[0] == "optimization actions applied" and names[-1] == "linearized program"
   assert len(set(names)) == len(names)
   tables = {name for name, step, _ in cg.passes(cpu, None) if isinstance(step, PatternMatcher)}
-  assert {"integer safety", "float32 accumulators", "exp range reduction", "transcendentals as arithmetic"} == tables
-  # GPUs keep their native exp2/log2: that pass is not in their list
+  assert {"integer safety", "float32 accumulators", "exp range reduction", "transcendentals as arithmetic",
+          "fused multiply-adds"} == tables
+  # GPUs keep their native exp2/log2: that pass is not in their list; a target without a fast fma fuses nothing
   assert [n for n, _, _ in cg.passes(gpu, None)] == [n for n in names if n != "transcendentals as arithmetic"]
+  assert "fused multiply-adds" not in [n for n, _, _ in cg.passes(ClangRenderer(fma=False), None)]
   a = Tensor.rand(16, 16).realize()
   ast = _ast((a @ a).exp())
   seen: list[str] = []

@@ -10,7 +10,7 @@ from attograd.codegen import get_program
 from attograd.codegen.kernel import Opt
 from attograd.dtype import dtypes
 from attograd.schedule import create_schedule
-from attograd.renderer import GPU_OPS, PROGRAM_OPS, WARP_OPS, launch_dims
+from attograd.renderer import FMA_OPS, GPU_OPS, PROGRAM_OPS, WARP_OPS, launch_dims
 from attograd.renderer.cstyle import (ClangRenderer, CStyleLanguage, CUDARenderer, MetalRenderer, OpenCLRenderer,
                                       pm_render_c)
 from attograd.renderer.llvmir import LLVMRenderer, pm_render_llvm
@@ -21,7 +21,8 @@ from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, Variable
 def _built_here(monkeypatch: pytest.MonkeyPatch) -> None:
   monkeypatch.setattr(cg, "CACHE_PROGRAMS", 0)  # a program from the disk cache has no uops to look at
 
-C_FAMILY = [ClangRenderer(), OpenCLRenderer(), OpenCLRenderer(fp16=True), CUDARenderer(), MetalRenderer()]
+C_FAMILY = [ClangRenderer(), ClangRenderer(fma=True), OpenCLRenderer(), OpenCLRenderer(fp16=True), CUDARenderer(),
+            MetalRenderer()]
 
 def _asts(*ts: Tensor) -> list[UOp]:
   return [si.ast for si in create_schedule([t.uop for t in ts])[0] if si.ast.op is Ops.SINK]
@@ -33,6 +34,7 @@ def _ops_needed(r) -> set[Ops]:
   ops = set(PROGRAM_OPS)
   if r.has_local: ops |= GPU_OPS
   if getattr(r, "warp_size", 0) or getattr(r, "tensor_cores", ()): ops |= WARP_OPS
+  if r.fma: ops |= FMA_OPS
   return ops
 
 # ***** coverage: every op a program holds has a rule in every language *****
@@ -54,7 +56,7 @@ def test_program_ops_are_what_the_linearizer_emits() -> None:
   asts = _asts(x.sum(axis=1), (x.exp() + 1).maximum(x).sqrt(), x.softmax(axis=1), x.cast(dtypes.bfloat16) * 2,
                x.bitcast(dtypes.int32) >> 1, (xs * 2).sum(axis=0), x.argmax(axis=1))
   seen: set[Ops] = set()
-  for r in (ClangRenderer(), LLVMRenderer(), OpenCLRenderer(), CUDARenderer()):
+  for r in (ClangRenderer(), ClangRenderer(fma=True), LLVMRenderer(), OpenCLRenderer(), CUDARenderer()):
     for ast in asts:
       uops = get_program(ast, r).uops
       assert {u.op for u in uops} <= _ops_needed(r), type(r).__name__
