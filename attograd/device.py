@@ -6,7 +6,7 @@ from typing import Any, Callable
 from attograd.dtype import DType
 from attograd.helpers import DEBUG, GlobalCounters, cache_dir, getenv
 
-ALL_DEVICES = ["CPU", "PYTHON", "CL", "CUDA", "LLVM", "METAL", "DISK"]
+ALL_DEVICES = ["CPU", "PYTHON", "CL", "CUDA", "LLVM", "METAL", "DISK", "NULL"]
 _ALIASES = {"CLANG": "CPU", "OPENCL": "CL", "NV": "CUDA"}
 _GPU_ORDER = ["CUDA", "CL"]  # "GPU" names the first of these that starts here
 

@@ -172,6 +172,8 @@ DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", on_set=_default_dtype("int"))
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # BEAM searches again instead of reading its disk cache
 # 0 inside a @function body: realizing there would run kernels while the function's graph is being traced
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
+# 1: reading a NULL device buffer gives zeros instead of raising (runtime/ops_null.py)
+NULL_ALLOW_COPYOUT = ContextVar("NULL_ALLOW_COPYOUT", 0)
 
 class GlobalCounters:
   """Counts of kernels run, operations and memory traffic since the last reset."""
