@@ -18,8 +18,8 @@ class NullAllocator(Allocator):
   def copyin(self, dest: NullMemory, src: memoryview) -> None: pass
   def copyout(self, dest: memoryview, src: NullMemory) -> None:
     if not NULL_ALLOW_COPYOUT:
-      raise RuntimeError("NULL: a NULL buffer holds no values (kernels on the NULL device never run); compute on a real "
-                         "device, or set NULL_ALLOW_COPYOUT=1 to read zeros")
+      raise RuntimeError("NULL: a NULL buffer holds no values (kernels on the NULL device never run); compute on a "
+                         "real device, or set NULL_ALLOW_COPYOUT=1 to read zeros")
     dest.cast("B")[:] = bytes(dest.nbytes)
 
 class NullCompiler(Compiler):
