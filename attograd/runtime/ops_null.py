@@ -16,6 +16,8 @@ class NullAllocator(Allocator):
   """Memory that isn't there: writes are dropped, reads raise (or give zeros under NULL_ALLOW_COPYOUT=1)."""
   def alloc(self, nbytes: int) -> NullMemory: return NullMemory(nbytes)
   def copyin(self, dest: NullMemory, src: memoryview) -> None: pass
+  def transfer(self, dest: NullMemory, src: NullMemory, nbytes: int) -> None:
+    """A copy from one NULL device to another (sharding across NULL:1, NULL:2): nothing to move, and no read."""
   def copyout(self, dest: memoryview, src: NullMemory) -> None:
     if not NULL_ALLOW_COPYOUT:
       raise RuntimeError("NULL: a NULL buffer holds no values (kernels on the NULL device never run); compute on a "

@@ -77,3 +77,11 @@ def test_run_linear_on_null_allocates_the_outputs():
   assert a.uop.base.realized is None
   run_linear(linear, var_vals)
   assert a.uop.base.realized is not None
+
+def test_copies_between_null_devices_read_nothing():
+  # NULL -> NULL:1 moves no bytes through the host (a copyout there would raise): sharding works as on real devices
+  a = (Tensor.arange(24, device="NULL").reshape(4, 6) + 1).realize()
+  s = a.shard(("NULL:1", "NULL:2"), axis=1).realize()
+  r = a.to(("NULL:1", "NULL:2")).realize()
+  assert (s * 2).sum(0).realize().device == ("NULL:1", "NULL:2") and r.device == ("NULL:1", "NULL:2")
+  with pytest.raises(RuntimeError, match="NULL"): s.numpy()
