@@ -193,6 +193,17 @@ class UOp(metaclass=UOpMetaClass):
       raise RuntimeError(f"buf_uop: {self.op} holds no buffer; realize() it first")
     return b
   @property
+  def buffer(self) -> Any:
+    """tinygrad's: the device Buffer (allocated or not yet) of a BUFFER node, or of a reshape of one. A view that
+    reorders or cuts the buffer raises RuntimeError; a node that holds no buffer (not realized) AssertionError."""
+    x = self
+    while x.op is Ops.RESHAPE: x = x.src[0]
+    if x.op in GroupOp.Movement:
+      raise RuntimeError(f"buffer: a {x.op} view is not its buffer's contiguous whole; use .base.buffer for the buffer")
+    if x.op is not Ops.BUFFER or (b := state.get(x, state.BUFFER)) is None:
+      raise AssertionError(f"buffer: must be BUFFER, got {x.op} (realize() it first)")
+    return b
+  @property
   def realized(self) -> Any:
     """The allocated Buffer of a BUFFER node (the engine records it on the node), else None."""
     b = state.get(self, state.BUFFER) if self.op is Ops.BUFFER else None
