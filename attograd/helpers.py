@@ -48,19 +48,115 @@ def argfix(*x: Any) -> tuple[Any, ...]:
 def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
   return (x,) * cnt if isinstance(x, int) else tuple(x)
 
+def _nested(x: Any) -> bool:
+  # a sequence to flatten: not a string, and not a 0-d array (numpy's has __len__ but no length)
+  return hasattr(x, "__len__") and hasattr(x, "__getitem__") and not isinstance(x, (str, bytes)) \
+    and getattr(x, "shape", None) != ()
 def fully_flatten(x: Any) -> list[Any]:
-  if hasattr(x, "__len__") and hasattr(x, "__getitem__") and not isinstance(x, (str, bytes)):
-    out: list[Any] = []
-    stack: list[Iterator[Any]] = [iter(x)]
-    while stack:
-      for y in stack[-1]:
-        if hasattr(y, "__len__") and hasattr(y, "__getitem__") and not isinstance(y, (str, bytes)):
-          stack.append(iter(y))
-          break
-        out.append(y)
-      else: stack.pop()
-    return out
-  return [x]
+  """The leaves of nested sequences (lists, tuples, arrays) in order; a 0-d array is one leaf (its value)."""
+  if not _nested(x): return [x[()] if getattr(x, "shape", None) == () and hasattr(x, "__getitem__") else x]
+  out: list[Any] = []
+  stack: list[Iterator[Any]] = [iter(x)]
+  while stack:
+    for y in stack[-1]:
+      if _nested(y):
+        stack.append(iter(y))
+        break
+      out.append(y[()] if getattr(y, "shape", None) == () and hasattr(y, "__getitem__") else y)
+    else: stack.pop()
+  return out
+
+# ***** tinygrad's small public helpers (tinygrad code imports them from tinygrad.helpers) *****
+
+def merge_dicts(ds: Iterable[dict[Any, Any]]) -> dict[Any, Any]:
+  """One dict holding every key of `ds`; a key given two different values raises RuntimeError."""
+  out: dict[Any, Any] = {}
+  for d in ds:
+    for k, v in d.items():
+      if k in out and out[k] != v: raise RuntimeError(f"merge_dicts: key {k!r} has two values, {out[k]!r} and {v!r}")
+      out[k] = v
+  return out
+
+def strip_parens(s: str) -> str:
+  """`s` without one pair of parentheses around all of it: "(a+(b))" -> "a+(b)"; "(a)+(b)" and "(int)(x)" stay."""
+  if not (s.startswith("(") and s.endswith(")")): return s
+  depth = 0
+  for i, c in enumerate(s):
+    depth += (c == "(") - (c == ")")
+    if depth == 0 and i != len(s) - 1: return s  # the first "(" closes before the end: it doesn't wrap everything
+  return s[1:-1] if depth == 0 else s
+
+class count:
+  """itertools.count(start, step) that pickles (itertools' own stopped pickling in Python 3.14)."""
+  def __init__(self, start: int = 0, step: int = 1): self.n, self.step = start, step
+  def __iter__(self) -> count: return self
+  def __next__(self) -> int:
+    self.n += self.step
+    return self.n - self.step
+
+def time_to_str(t: float, w: int = 8) -> str:
+  """A duration in seconds as fixed-width text in s, ms or us: the unit where the number stays under 10000."""
+  return next((f"{t * m:{w}.2f}{u}" for m, u in ((1, "s "), (1e3, "ms"), (1e6, "us")) if t * m > 10 or u == "us"))
+
+def cdiv(a: int, b: int) -> int:
+  """Integer division rounding toward zero, as C does (Python's // rounds down)."""
+  q = abs(a) // abs(b)
+  return q if (a < 0) == (b < 0) else -q
+def cmod(a: int, b: int) -> int:
+  """C's remainder: the sign of `a` (Python's % takes the sign of b); a == cdiv(a, b) * b + cmod(a, b)."""
+  return a - cdiv(a, b) * b
+
+def getbits(value: int, start: int, end: int) -> int:
+  """Bits start..end (inclusive, 0 the lowest) of `value`, shifted down."""
+  return (value >> start) & ((1 << (end - start + 1)) - 1)
+
+def ansistrip(s: str) -> str:
+  """`s` without its ANSI color codes (what colored() adds)."""
+  import re
+  return re.sub(r"\x1b\[[0-9;]*m", "", s)
+
+def word_wrap(s: str, wrap: int = 80) -> str:
+  """Each line of `s` cut into lines of at most `wrap` visible characters; color codes count for nothing and are never
+  split."""
+  import re
+  out = []
+  for line in s.split("\n"):
+    cur, n = "", 0
+    for tok in re.findall(r"\x1b\[[0-9;]*m|.", line):
+      if not tok.startswith("\x1b"):
+        if n == wrap:
+          out.append(cur)
+          cur, n = "", 0
+        n += 1
+      cur += tok
+    out.append(cur)
+  return "\n".join(out)
+
+def get_shape(x: Any) -> tuple[int, ...]:
+  """The shape of nested lists or tuples (() for a scalar); ValueError if they are ragged."""
+  if not isinstance(x, (list, tuple)): return ()
+  shapes = [get_shape(y) for y in x]
+  if not all_same(shapes): raise ValueError(f"get_shape: inhomogeneous shape, the items have shapes {dedup(shapes)}")
+  return (len(x),) + (shapes[0] if shapes else ())
+
+def polyN(x: T, coeffs: Sequence[float]) -> T:
+  """The polynomial with `coeffs` (highest power first) at x, by Horner's rule: for numbers, Tensors or UOps."""
+  out: Any = 0.0
+  for c in coeffs: out = out * x + c
+  return out
+
+def is_numpy_ndarray(x: Any) -> bool:
+  """Whether x is a numpy array, without importing numpy (tinygrad.tensor's name; a Tensor or a list is not)."""
+  return type(x).__module__ == "numpy" and type(x).__name__ == "ndarray"
+
+def from_mv(mv: memoryview, to_type: Any = None) -> Any:
+  """A ctypes array over a memoryview's bytes (sharing them, no copy)."""
+  import ctypes
+  return (to_type if to_type is not None else ctypes.c_char * mv.nbytes).from_buffer(mv)
+def to_mv(ptr: int, sz: int) -> memoryview:
+  """A byte memoryview of `sz` bytes at address `ptr` (no copy): the caller keeps the memory alive."""
+  import ctypes
+  return memoryview((ctypes.c_uint8 * sz).from_address(ptr)).cast("B")
 
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:

@@ -5,3 +5,4 @@ and the topics mixed into it (`movement`, `elementwise`, `functional`, `compose`
 the tensor they are given. `from attograd.tensor import Tensor` is the entry point."""
 from attograd.tensor.core import Tensor, _buffer_from_bytes  # noqa: F401  (_buffer_from_bytes: distributed.mpi's)
 from attograd.tensor import grad_rules  # noqa: F401,E402  (registers the Tensor-written gradient rules)
+from attograd.helpers import is_numpy_ndarray  # noqa: F401,E402  (tinygrad.tensor's name)
