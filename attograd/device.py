@@ -243,16 +243,19 @@ class Buffer:
       self.allocator = Device[self.device].allocator
       self._buf = self.allocator.alloc(max(self.nbytes, 1))
       GlobalCounters.mem_used += self.nbytes
+      GlobalCounters.mem_used_per_device[self.device] += self.nbytes
     return self
   def __del__(self) -> None:
     if getattr(self, "_buf", None) is not None and sys is not None and not sys.is_finalizing():
       GlobalCounters.mem_used -= self.nbytes
+      GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
       if getattr(_defer, "on", False): _deferred_frees.append((self.allocator, self._buf, max(self.nbytes, 1)))
       else: self.allocator.free(self._buf, max(self.nbytes, 1))
   def deallocate(self) -> None:
     """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values."""
     if self._buf is None: return
     GlobalCounters.mem_used -= self.nbytes
+    GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
     self.allocator.free(self._buf, max(self.nbytes, 1))
     self._buf = None
   def copyin(self, mv: memoryview) -> Buffer:

@@ -1,6 +1,6 @@
 """Small shared utilities: environment flags, Context, counters, caching paths and tiny functional helpers."""
 from __future__ import annotations
-import contextlib, functools, itertools, math, os, pathlib, shutil, sys, time
+import collections, contextlib, functools, itertools, math, os, pathlib, shutil, sys, time
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 from attograd.dtype import DTYPES_DICT, DType, dtypes
 
@@ -277,7 +277,8 @@ class GlobalCounters:
   global_mem: int = 0
   time_sum_s: float = 0.0
   kernel_count: int = 0
-  mem_used: int = 0
+  mem_used: int = 0  # bytes of device memory held by Buffers now (not reset)
+  mem_used_per_device: collections.defaultdict[str, int] = collections.defaultdict(int)  # the same, per device
   @staticmethod
   def reset() -> None:
     GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0

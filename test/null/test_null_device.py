@@ -85,3 +85,17 @@ def test_copies_between_null_devices_read_nothing():
   r = a.to(("NULL:1", "NULL:2")).realize()
   assert (s * 2).sum(0).realize().device == ("NULL:1", "NULL:2") and r.device == ("NULL:1", "NULL:2")
   with pytest.raises(RuntimeError, match="NULL"): s.numpy()
+
+def test_memory_used_is_counted_per_device():
+  import gc
+  gc.collect()
+  base, per = GlobalCounters.mem_used, dict(GlobalCounters.mem_used_per_device)
+  def used(dev: str) -> int: return GlobalCounters.mem_used_per_device[dev] - per.get(dev, 0)
+  a = Tensor.zeros(10, 10, device="NULL:3").contiguous().realize()
+  s = Tensor.zeros(10, 10, device="NULL:3").contiguous().shard(("NULL:4", "NULL:5"), axis=0).realize()
+  gc.collect()
+  assert (used("NULL:3"), used("NULL:4"), used("NULL:5")) == (400, 200, 200)
+  assert GlobalCounters.mem_used - base == 800
+  del a, s
+  gc.collect()
+  assert (used("NULL:3"), used("NULL:4"), GlobalCounters.mem_used - base) == (0, 0, 0)
