@@ -1,6 +1,7 @@
 """Small shared utilities: environment flags, Context, counters, caching paths and tiny functional helpers."""
 from __future__ import annotations
-import collections, contextlib, functools, itertools, math, os, pathlib, shutil, sys, time
+import collections, contextlib, functools, hashlib, itertools, math, os, pathlib, pickle, shutil, struct, sys, tempfile
+import time
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 from attograd.dtype import DTYPES_DICT, DType, dtypes
 
@@ -289,6 +290,90 @@ def cache_dir() -> str:
   if (d := os.getenv("ATTOGRAD_CACHE_DIR")): return d
   base = os.getenv("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "attograd")
+
+# ***** on-disk cache: one file per entry, checksummed, written atomically *****
+
+# An entry is MAGIC, then the SHA-256 of everything after it, then the entry's own key (4-byte little-endian length,
+# then "table/key"), then the payload. The key is stored and checked, not only implied by the file's name: a file
+# moved or copied to another entry's name (or a stale one from another layout) must never hand back another kernel's
+# program. MAGIC names the layout: bump it when the layout changes, and older entries are rebuilt.
+_MAGIC = b"ATTOC002"
+_HEAD = len(_MAGIC) + 32 + 4
+
+def _cache_path(table: str, key: str) -> str: return os.path.join(cache_dir(), table, key[:2], key)
+
+def _entry_key(table: str, key: str) -> bytes: return f"{table}/{key}".encode()
+
+def _cache_entry(table: str, key: str, payload: bytes) -> bytes:
+  """The bytes of an entry file."""
+  body = struct.pack("<I", len(ek := _entry_key(table, key))) + ek + payload
+  return _MAGIC + hashlib.sha256(body).digest() + body
+
+def _cache_payload(table: str, key: str, data: bytes) -> bytes | None:
+  """The payload of an entry file when it is whole, of this layout, and written for this key; else None."""
+  if len(data) < _HEAD or data[:len(_MAGIC)] != _MAGIC: return None
+  body = data[len(_MAGIC) + 32:]
+  if hashlib.sha256(body).digest() != data[len(_MAGIC):len(_MAGIC) + 32]: return None  # truncated or damaged
+  ek = _entry_key(table, key)
+  n = struct.unpack_from("<I", body)[0]
+  if n != len(ek) or body[4:4 + n] != ek: return None  # a whole entry, but of another key
+  return body[4 + n:]
+
+def disk_cache_get(table: str, key: str) -> bytes | None:
+  """The cached bytes, or None when missing, corrupt, of another layout, or written for another key (such an entry
+  is deleted, so it gets rebuilt)."""
+  path = _cache_path(table, key)
+  try:
+    with open(path, "rb") as f: data = f.read()
+  except OSError: return None
+  if (payload := _cache_payload(table, key, data)) is not None: return payload
+  if DEBUG >= 1: print(f"attograd: cache entry {path} is corrupt, of another version or of another key: rebuilt")
+  try: os.unlink(path)
+  except OSError: pass
+  return None
+
+def disk_cache_put(table: str, key: str, payload: bytes) -> None:
+  path = _cache_path(table, key)
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # write a private temp file, then rename: concurrent writers never expose a half-written entry
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f: f.write(_cache_entry(table, key, payload))
+    os.replace(tmp, path)
+  except OSError as e:
+    if DEBUG >= 1: print(f"attograd: could not write cache entry {path}: {e}")
+
+def _table_dir(table: str) -> str:
+  # a tinygrad table name may hold any character ("test_gfx1010:xnack-"): a directory name of letters, digits and hex
+  return "tg-" + "".join(c if c.isalnum() or c in "_-" else f"{ord(c):02X}" for c in table)
+
+def _key_digest(key: dict | str | int) -> str:
+  # tinygrad's keys: a string or an int (4 and "4" are one key) or a dict of column values
+  items = sorted({"key": key}.items() if isinstance(key, (str, int)) else key.items())
+  return hashlib.sha256(repr([(k, v if isinstance(v, bytes) else str(v)) for k, v in items]).encode()).hexdigest()
+
+def diskcache_get(table: str, key: dict | str | int) -> Any:
+  """tinygrad's: the value diskcache_put stored under (table, key), or None (missing, or CACHELEVEL=0)."""
+  if CACHELEVEL < 1: return None
+  data = disk_cache_get(_table_dir(table), _key_digest(key))
+  return None if data is None else pickle.loads(data)
+
+def diskcache_put(table: str, key: dict | str | int, val: Any, prepickled: bool = False) -> Any:
+  """tinygrad's: store a picklable value (or, with prepickled, its pickle bytes) under (table, key) in the on-disk cache
+  that every process shares; returns val."""
+  if CACHELEVEL < 1: return val
+  disk_cache_put(_table_dir(table), _key_digest(key), val if prepickled else pickle.dumps(val))
+  return val
+
+def diskcache(func: Callable[..., T]) -> Callable[..., T]:
+  """tinygrad's: a function's results cached on disk by its pickled arguments (a None result is recomputed)."""
+  @functools.wraps(func)
+  def wrapper(*args: Any, **kwargs: Any) -> T:
+    table, key = f"cache_{func.__name__}", hashlib.sha256(pickle.dumps((args, kwargs))).hexdigest()
+    if (ret := diskcache_get(table, key)) is not None: return ret
+    return diskcache_put(table, key, func(*args, **kwargs))
+  return wrapper
+
 
 class Timing(contextlib.ContextDecorator):
   def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True):

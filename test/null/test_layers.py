@@ -46,6 +46,7 @@ UPWARD: set[tuple[str, str]] = {
   ("attograd.runtime.ops_cuda", "attograd.renderer.cstyle"),
   ("attograd.runtime.ops_disk", "attograd.renderer"),
   ("attograd.runtime.ops_llvm", "attograd.renderer.llvmir"),
+  ("attograd.runtime.ops_null", "attograd.renderer.cstyle"),
   ("attograd.runtime.ops_python", "attograd.renderer"),
   ("attograd.runtime.ops_python", "attograd.renderer.cstyle"),
 }

@@ -2,8 +2,9 @@
 import pickle
 import numpy as np
 import pytest
-from attograd.helpers import (ansistrip, cdiv, cmod, count, fully_flatten, from_mv, get_shape, getbits,
-                              is_numpy_ndarray, merge_dicts, polyN, strip_parens, time_to_str, to_mv, word_wrap)
+from attograd.helpers import (Context, ansistrip, cdiv, cmod, count, diskcache, diskcache_get, diskcache_put,
+                              fully_flatten, from_mv, get_shape, getbits, is_numpy_ndarray, merge_dicts, polyN,
+                              strip_parens, time_to_str, to_mv, word_wrap)
 from attograd.tensor import Tensor
 
 def test_merge_dicts():
@@ -54,3 +55,23 @@ def test_memoryview_roundtrip_shares_memory():
 
 def test_is_numpy_ndarray():
   assert is_numpy_ndarray(np.zeros(2)) and not is_numpy_ndarray([1]) and not is_numpy_ndarray(Tensor([1]))
+
+def test_diskcache_values_keys_and_tables(tmp_path, monkeypatch):
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  assert diskcache_put("t:able/x", 4, ("complex", 1.5)) == ("complex", 1.5)
+  assert diskcache_get("t:able/x", 4) == ("complex", 1.5) and diskcache_get("t:able/x", "4") == ("complex", 1.5)
+  assert diskcache_get("t:able/y", 4) is None and diskcache_get("t:able/x", 5) is None
+  k1, k2 = {"a": "x", "n": 7, "p": pickle.dumps("cat")}, {"a": "x", "n": 7, "p": pickle.dumps("dog")}
+  diskcache_put("d", k1, 1)
+  diskcache_put("d", k2, 2)
+  diskcache_put("d", k1, 3)  # replaces
+  assert (diskcache_get("d", k1), diskcache_get("d", k2)) == (3, 2)
+  with Context(CACHELEVEL=0):
+    assert diskcache_put("d", k1, 9) == 9 and diskcache_get("d", k1) is None
+  assert diskcache_get("d", k1) == 3
+  calls = []
+  @diskcache
+  def f(x):
+    calls.append(x)
+    return x * 2
+  assert (f(3), f(3), f(4), calls) == (6, 6, 8, [3, 4])
