@@ -460,7 +460,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if x.device != self.device:
       # a value built from device-less UOps (Tensor(UOp.const(2.0))) is a constant: it lives where it is written
       if not any(u.op is Ops.DEVICE for u in x.uop.toposort()): x = Tensor(x.uop, device=self.device)
-      else: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
+      else: raise ArgumentError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
     if x.dtype != self.dtype:  # as tinygrad (PyTorch's copy_ casts): an implicit cast can lose precision or values
       raise RuntimeError(f"assign dtype mismatch: target {self.dtype} but value {x.dtype}; cast the value first "
                          f"(value.cast({self.dtype}))")
@@ -758,7 +758,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         else: yd = x.dtype
         y = x._const_like(y, yd)
     if x.device != y.device:
-      raise ValueError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
+      raise ArgumentError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
                        f".to('{x.device}')")
     if match_dtype and x.dtype != y.dtype:
       out = least_upper_dtype(x.dtype, y.dtype)

@@ -99,3 +99,9 @@ def test_memory_used_is_counted_per_device():
   del a, s
   gc.collect()
   assert (used("NULL:3"), used("NULL:4"), GlobalCounters.mem_used - base) == (0, 0, 0)
+
+def test_combining_two_devices_raises_what_tinygrad_and_attograd_code_catch():
+  a, b = Tensor.empty(3, device="NULL"), Tensor.empty(3, device="NULL:1")
+  for combine in (lambda: a + b, lambda: Tensor.empty(4, 3, device="NULL")[b.cast("int32")], lambda: a.assign(b)):
+    with pytest.raises(ValueError, match="device mismatch"): combine()
+    with pytest.raises(RuntimeError, match="device mismatch"): combine()
