@@ -1,12 +1,14 @@
 """The device registry ("CPU", "PYTHON", "CL:1", ...), Buffer, and the Allocator/Compiler/Program contract every
 runtime fills."""
 from __future__ import annotations
-import ctypes, hashlib, importlib, os, struct, sys, tempfile, threading
+import ctypes, hashlib, importlib, os, sys, threading
 from typing import Any, Callable
 from attograd.dtype import DType
-from attograd.helpers import DEBUG, GlobalCounters, cache_dir, getenv
+from attograd.helpers import GlobalCounters, getenv
+# the on-disk cache lives in helpers (tinygrad's diskcache_get/put are built on it); its users import it from here
+from attograd.helpers import disk_cache_get, disk_cache_put  # noqa: F401
 
-ALL_DEVICES = ["CPU", "PYTHON", "CL", "CUDA", "LLVM", "METAL", "DISK"]
+ALL_DEVICES = ["CPU", "PYTHON", "CL", "CUDA", "LLVM", "METAL", "DISK", "NULL"]
 _ALIASES = {"CLANG": "CPU", "OPENCL": "CL", "NV": "CUDA"}
 _GPU_ORDER = ["CUDA", "CL"]  # "GPU" names the first of these that starts here
 
@@ -243,16 +245,19 @@ class Buffer:
       self.allocator = Device[self.device].allocator
       self._buf = self.allocator.alloc(max(self.nbytes, 1))
       GlobalCounters.mem_used += self.nbytes
+      GlobalCounters.mem_used_per_device[self.device] += self.nbytes
     return self
   def __del__(self) -> None:
     if getattr(self, "_buf", None) is not None and sys is not None and not sys.is_finalizing():
       GlobalCounters.mem_used -= self.nbytes
+      GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
       if getattr(_defer, "on", False): _deferred_frees.append((self.allocator, self._buf, max(self.nbytes, 1)))
       else: self.allocator.free(self._buf, max(self.nbytes, 1))
   def deallocate(self) -> None:
     """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values."""
     if self._buf is None: return
     GlobalCounters.mem_used -= self.nbytes
+    GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
     self.allocator.free(self._buf, max(self.nbytes, 1))
     self._buf = None
   def copyin(self, mv: memoryview) -> Buffer:
@@ -269,57 +274,5 @@ class Buffer:
     return mv
   def as_bytes(self) -> bytes: return bytes(self.copyout(memoryview(bytearray(self.nbytes))))
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
-
-# ***** on-disk cache: one file per entry, checksummed, written atomically *****
-
-# An entry is MAGIC, then the SHA-256 of everything after it, then the entry's own key (4-byte little-endian length,
-# then "table/key"), then the payload. The key is stored and checked, not only implied by the file's name: a file
-# moved or copied to another entry's name (or a stale one from another layout) must never hand back another kernel's
-# program. MAGIC names the layout: bump it when the layout changes, and older entries are rebuilt.
-_MAGIC = b"ATTOC002"
-_HEAD = len(_MAGIC) + 32 + 4
-
-def _cache_path(table: str, key: str) -> str: return os.path.join(cache_dir(), table, key[:2], key)
-
-def _entry_key(table: str, key: str) -> bytes: return f"{table}/{key}".encode()
-
-def _cache_entry(table: str, key: str, payload: bytes) -> bytes:
-  """The bytes of an entry file."""
-  body = struct.pack("<I", len(ek := _entry_key(table, key))) + ek + payload
-  return _MAGIC + hashlib.sha256(body).digest() + body
-
-def _cache_payload(table: str, key: str, data: bytes) -> bytes | None:
-  """The payload of an entry file when it is whole, of this layout, and written for this key; else None."""
-  if len(data) < _HEAD or data[:len(_MAGIC)] != _MAGIC: return None
-  body = data[len(_MAGIC) + 32:]
-  if hashlib.sha256(body).digest() != data[len(_MAGIC):len(_MAGIC) + 32]: return None  # truncated or damaged
-  ek = _entry_key(table, key)
-  n = struct.unpack_from("<I", body)[0]
-  if n != len(ek) or body[4:4 + n] != ek: return None  # a whole entry, but of another key
-  return body[4 + n:]
-
-def disk_cache_get(table: str, key: str) -> bytes | None:
-  """The cached bytes, or None when missing, corrupt, of another layout, or written for another key (such an entry
-  is deleted, so it gets rebuilt)."""
-  path = _cache_path(table, key)
-  try:
-    with open(path, "rb") as f: data = f.read()
-  except OSError: return None
-  if (payload := _cache_payload(table, key, data)) is not None: return payload
-  if DEBUG >= 1: print(f"attograd: cache entry {path} is corrupt, of another version or of another key: rebuilt")
-  try: os.unlink(path)
-  except OSError: pass
-  return None
-
-def disk_cache_put(table: str, key: str, payload: bytes) -> None:
-  path = _cache_path(table, key)
-  try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    # write a private temp file, then rename: concurrent writers never expose a half-written entry
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "wb") as f: f.write(_cache_entry(table, key, payload))
-    os.replace(tmp, path)
-  except OSError as e:
-    if DEBUG >= 1: print(f"attograd: could not write cache entry {path}: {e}")
 
 def cpointer(addr: int) -> ctypes.c_void_p: return ctypes.c_void_p(addr)

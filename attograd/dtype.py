@@ -335,6 +335,19 @@ def fp8_bits_to_float(b: int, d: DType) -> float:
   if e == 0: return sign * m * 2.0 ** (1 - bias - m_bits)
   return sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
 
+def from_storage_scalar(x: Any, dtype: DType) -> Any:
+  """tinygrad's: the value stored as the integer bits `x` for bfloat16 and the fp8s (as a Python float); any other
+  dtype's value is `x` itself."""
+  if dtype is dtypes.bfloat16: return bf16_bits_to_float(int(x))
+  if dtype in dtypes.fp8s: return fp8_bits_to_float(int(x) & 0xFF, dtype)
+  return x
+
+def to_storage_scalar(x: Any, dtype: DType) -> Any:
+  """tinygrad's: the inverse of from_storage_scalar, the integer bits that store `x` as bfloat16 or an fp8."""
+  if dtype is dtypes.bfloat16: return float_to_bf16_bits(_to_f32(float(x)))
+  if dtype in dtypes.fp8s: return float_to_fp8_bits(float(x), dtype)
+  return x
+
 def truncate_to(x: Any, dtype: DType) -> Any:
   """Round a Python value to what `dtype` can hold (used by the PYTHON device and constant folding)."""
   d = dtype.scalar()

@@ -1,6 +1,7 @@
 """Small shared utilities: environment flags, Context, counters, caching paths and tiny functional helpers."""
 from __future__ import annotations
-import contextlib, functools, itertools, math, os, pathlib, shutil, sys, time
+import collections, contextlib, functools, hashlib, itertools, math, os, pathlib, pickle, shutil, struct, sys, tempfile
+import time
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 from attograd.dtype import DTYPES_DICT, DType, dtypes
 
@@ -60,19 +61,115 @@ def argfix(*x: Any) -> tuple[Any, ...]:
 def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
   return (x,) * cnt if isinstance(x, int) else tuple(x)
 
+def _nested(x: Any) -> bool:
+  # a sequence to flatten: not a string, and not a 0-d array (numpy's has __len__ but no length)
+  return hasattr(x, "__len__") and hasattr(x, "__getitem__") and not isinstance(x, (str, bytes)) \
+    and getattr(x, "shape", None) != ()
 def fully_flatten(x: Any) -> list[Any]:
-  if hasattr(x, "__len__") and hasattr(x, "__getitem__") and not isinstance(x, (str, bytes)):
-    out: list[Any] = []
-    stack: list[Iterator[Any]] = [iter(x)]
-    while stack:
-      for y in stack[-1]:
-        if hasattr(y, "__len__") and hasattr(y, "__getitem__") and not isinstance(y, (str, bytes)):
-          stack.append(iter(y))
-          break
-        out.append(y)
-      else: stack.pop()
-    return out
-  return [x]
+  """The leaves of nested sequences (lists, tuples, arrays) in order; a 0-d array is one leaf (its value)."""
+  if not _nested(x): return [x[()] if getattr(x, "shape", None) == () and hasattr(x, "__getitem__") else x]
+  out: list[Any] = []
+  stack: list[Iterator[Any]] = [iter(x)]
+  while stack:
+    for y in stack[-1]:
+      if _nested(y):
+        stack.append(iter(y))
+        break
+      out.append(y[()] if getattr(y, "shape", None) == () and hasattr(y, "__getitem__") else y)
+    else: stack.pop()
+  return out
+
+# ***** tinygrad's small public helpers (tinygrad code imports them from tinygrad.helpers) *****
+
+def merge_dicts(ds: Iterable[dict[Any, Any]]) -> dict[Any, Any]:
+  """One dict holding every key of `ds`; a key given two different values raises RuntimeError."""
+  out: dict[Any, Any] = {}
+  for d in ds:
+    for k, v in d.items():
+      if k in out and out[k] != v: raise RuntimeError(f"merge_dicts: key {k!r} has two values, {out[k]!r} and {v!r}")
+      out[k] = v
+  return out
+
+def strip_parens(s: str) -> str:
+  """`s` without one pair of parentheses around all of it: "(a+(b))" -> "a+(b)"; "(a)+(b)" and "(int)(x)" stay."""
+  if not (s.startswith("(") and s.endswith(")")): return s
+  depth = 0
+  for i, c in enumerate(s):
+    depth += (c == "(") - (c == ")")
+    if depth == 0 and i != len(s) - 1: return s  # the first "(" closes before the end: it doesn't wrap everything
+  return s[1:-1] if depth == 0 else s
+
+class count:
+  """itertools.count(start, step) that pickles (itertools' own stopped pickling in Python 3.14)."""
+  def __init__(self, start: int = 0, step: int = 1): self.n, self.step = start, step
+  def __iter__(self) -> count: return self
+  def __next__(self) -> int:
+    self.n += self.step
+    return self.n - self.step
+
+def time_to_str(t: float, w: int = 8) -> str:
+  """A duration in seconds as fixed-width text in s, ms or us: the unit where the number stays under 10000."""
+  return next((f"{t * m:{w}.2f}{u}" for m, u in ((1, "s "), (1e3, "ms"), (1e6, "us")) if t * m > 10 or u == "us"))
+
+def cdiv(a: int, b: int) -> int:
+  """Integer division rounding toward zero, as C does (Python's // rounds down)."""
+  q = abs(a) // abs(b)
+  return q if (a < 0) == (b < 0) else -q
+def cmod(a: int, b: int) -> int:
+  """C's remainder: the sign of `a` (Python's % takes the sign of b); a == cdiv(a, b) * b + cmod(a, b)."""
+  return a - cdiv(a, b) * b
+
+def getbits(value: int, start: int, end: int) -> int:
+  """Bits start..end (inclusive, 0 the lowest) of `value`, shifted down."""
+  return (value >> start) & ((1 << (end - start + 1)) - 1)
+
+def ansistrip(s: str) -> str:
+  """`s` without its ANSI color codes (what colored() adds)."""
+  import re
+  return re.sub(r"\x1b\[[0-9;]*m", "", s)
+
+def word_wrap(s: str, wrap: int = 80) -> str:
+  """Each line of `s` cut into lines of at most `wrap` visible characters; color codes count for nothing and are never
+  split."""
+  import re
+  out = []
+  for line in s.split("\n"):
+    cur, n = "", 0
+    for tok in re.findall(r"\x1b\[[0-9;]*m|.", line):
+      if not tok.startswith("\x1b"):
+        if n == wrap:
+          out.append(cur)
+          cur, n = "", 0
+        n += 1
+      cur += tok
+    out.append(cur)
+  return "\n".join(out)
+
+def get_shape(x: Any) -> tuple[int, ...]:
+  """The shape of nested lists or tuples (() for a scalar); ValueError if they are ragged."""
+  if not isinstance(x, (list, tuple)): return ()
+  shapes = [get_shape(y) for y in x]
+  if not all_same(shapes): raise ValueError(f"get_shape: inhomogeneous shape, the items have shapes {dedup(shapes)}")
+  return (len(x),) + (shapes[0] if shapes else ())
+
+def polyN(x: T, coeffs: Sequence[float]) -> T:
+  """The polynomial with `coeffs` (highest power first) at x, by Horner's rule: for numbers, Tensors or UOps."""
+  out: Any = 0.0
+  for c in coeffs: out = out * x + c
+  return out
+
+def is_numpy_ndarray(x: Any) -> bool:
+  """Whether x is a numpy array, without importing numpy (tinygrad.tensor's name; a Tensor or a list is not)."""
+  return type(x).__module__ == "numpy" and type(x).__name__ == "ndarray"
+
+def from_mv(mv: memoryview, to_type: Any = None) -> Any:
+  """A ctypes array over a memoryview's bytes (sharing them, no copy)."""
+  import ctypes
+  return (to_type if to_type is not None else ctypes.c_char * mv.nbytes).from_buffer(mv)
+def to_mv(ptr: int, sz: int) -> memoryview:
+  """A byte memoryview of `sz` bytes at address `ptr` (no copy): the caller keeps the memory alive."""
+  import ctypes
+  return memoryview((ctypes.c_uint8 * sz).from_address(ptr)).cast("B")
 
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
@@ -184,6 +281,8 @@ DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", on_set=_default_dtype("int"))
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # BEAM searches again instead of reading its disk cache
 # 0 inside a @function body: realizing there would run kernels while the function's graph is being traced
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
+# 1: reading a NULL device buffer gives zeros instead of raising (runtime/ops_null.py)
+NULL_ALLOW_COPYOUT = ContextVar("NULL_ALLOW_COPYOUT", 0)
 
 class GlobalCounters:
   """Counts of kernels run, operations and memory traffic since the last reset."""
@@ -191,7 +290,8 @@ class GlobalCounters:
   global_mem: int = 0
   time_sum_s: float = 0.0
   kernel_count: int = 0
-  mem_used: int = 0
+  mem_used: int = 0  # bytes of device memory held by Buffers now (not reset)
+  mem_used_per_device: collections.defaultdict[str, int] = collections.defaultdict(int)  # the same, per device
   @staticmethod
   def reset() -> None:
     GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
@@ -202,6 +302,90 @@ def cache_dir() -> str:
   if (d := os.getenv("ATTOGRAD_CACHE_DIR")): return d
   base = os.getenv("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "attograd")
+
+# ***** on-disk cache: one file per entry, checksummed, written atomically *****
+
+# An entry is MAGIC, then the SHA-256 of everything after it, then the entry's own key (4-byte little-endian length,
+# then "table/key"), then the payload. The key is stored and checked, not only implied by the file's name: a file
+# moved or copied to another entry's name (or a stale one from another layout) must never hand back another kernel's
+# program. MAGIC names the layout: bump it when the layout changes, and older entries are rebuilt.
+_MAGIC = b"ATTOC002"
+_HEAD = len(_MAGIC) + 32 + 4
+
+def _cache_path(table: str, key: str) -> str: return os.path.join(cache_dir(), table, key[:2], key)
+
+def _entry_key(table: str, key: str) -> bytes: return f"{table}/{key}".encode()
+
+def _cache_entry(table: str, key: str, payload: bytes) -> bytes:
+  """The bytes of an entry file."""
+  body = struct.pack("<I", len(ek := _entry_key(table, key))) + ek + payload
+  return _MAGIC + hashlib.sha256(body).digest() + body
+
+def _cache_payload(table: str, key: str, data: bytes) -> bytes | None:
+  """The payload of an entry file when it is whole, of this layout, and written for this key; else None."""
+  if len(data) < _HEAD or data[:len(_MAGIC)] != _MAGIC: return None
+  body = data[len(_MAGIC) + 32:]
+  if hashlib.sha256(body).digest() != data[len(_MAGIC):len(_MAGIC) + 32]: return None  # truncated or damaged
+  ek = _entry_key(table, key)
+  n = struct.unpack_from("<I", body)[0]
+  if n != len(ek) or body[4:4 + n] != ek: return None  # a whole entry, but of another key
+  return body[4 + n:]
+
+def disk_cache_get(table: str, key: str) -> bytes | None:
+  """The cached bytes, or None when missing, corrupt, of another layout, or written for another key (such an entry
+  is deleted, so it gets rebuilt)."""
+  path = _cache_path(table, key)
+  try:
+    with open(path, "rb") as f: data = f.read()
+  except OSError: return None
+  if (payload := _cache_payload(table, key, data)) is not None: return payload
+  if DEBUG >= 1: print(f"attograd: cache entry {path} is corrupt, of another version or of another key: rebuilt")
+  try: os.unlink(path)
+  except OSError: pass
+  return None
+
+def disk_cache_put(table: str, key: str, payload: bytes) -> None:
+  path = _cache_path(table, key)
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # write a private temp file, then rename: concurrent writers never expose a half-written entry
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f: f.write(_cache_entry(table, key, payload))
+    os.replace(tmp, path)
+  except OSError as e:
+    if DEBUG >= 1: print(f"attograd: could not write cache entry {path}: {e}")
+
+def _table_dir(table: str) -> str:
+  # a tinygrad table name may hold any character ("test_gfx1010:xnack-"): a directory name of letters, digits and hex
+  return "tg-" + "".join(c if c.isalnum() or c in "_-" else f"{ord(c):02X}" for c in table)
+
+def _key_digest(key: dict | str | int) -> str:
+  # tinygrad's keys: a string or an int (4 and "4" are one key) or a dict of column values
+  items = sorted({"key": key}.items() if isinstance(key, (str, int)) else key.items())
+  return hashlib.sha256(repr([(k, v if isinstance(v, bytes) else str(v)) for k, v in items]).encode()).hexdigest()
+
+def diskcache_get(table: str, key: dict | str | int) -> Any:
+  """tinygrad's: the value diskcache_put stored under (table, key), or None (missing, or CACHELEVEL=0)."""
+  if CACHELEVEL < 1: return None
+  data = disk_cache_get(_table_dir(table), _key_digest(key))
+  return None if data is None else pickle.loads(data)
+
+def diskcache_put(table: str, key: dict | str | int, val: Any, prepickled: bool = False) -> Any:
+  """tinygrad's: store a picklable value (or, with prepickled, its pickle bytes) under (table, key) in the on-disk cache
+  that every process shares; returns val."""
+  if CACHELEVEL < 1: return val
+  disk_cache_put(_table_dir(table), _key_digest(key), val if prepickled else pickle.dumps(val))
+  return val
+
+def diskcache(func: Callable[..., T]) -> Callable[..., T]:
+  """tinygrad's: a function's results cached on disk by its pickled arguments (a None result is recomputed)."""
+  @functools.wraps(func)
+  def wrapper(*args: Any, **kwargs: Any) -> T:
+    table, key = f"cache_{func.__name__}", hashlib.sha256(pickle.dumps((args, kwargs))).hexdigest()
+    if (ret := diskcache_get(table, key)) is not None: return ret
+    return diskcache_put(table, key, func(*args, **kwargs))
+  return wrapper
+
 
 class Timing(contextlib.ContextDecorator):
   def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True):

@@ -265,6 +265,10 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
 
 def _copy(dst: Buffer, src: Buffer) -> None:
   dst.allocate()
+  # two devices of one kind that copy between themselves without the host (NULL to NULL:1: nothing to move)
+  if (transfer := getattr(dst.allocator, "transfer", None)) is not None and type(src.allocator) is type(dst.allocator):
+    transfer(dst._buf, src._buf, dst.nbytes)
+    return
   if hasattr(dst.allocator, "as_memoryview"):  # host memory: copy straight into it, no staging copy
     src.copyout(dst.allocator.as_memoryview(dst._buf, dst.nbytes))
     return
@@ -323,3 +327,42 @@ def _profile_kernel(runner: CompiledRunner, si: ScheduleItem, st: float, et: flo
   rate = (lambda x: round(x / et * 1e-9, 3)) if et > 0 else (lambda x: 0)
   PROFILER.span(sp.name, "kernel", si.bufs[0].device, st, st + et, flops=sp.op_estimate, bytes=nbytes,
                 global_size=sp.global_size, local_size=sp.local_size, gflops=rate(sp.op_estimate), gbs=rate(nbytes))
+
+# ***** tinygrad's LINEAR form of a schedule: Tensor.linear_with_vars() makes one, run_linear() runs it *****
+
+def linear_of(items: list[ScheduleItem]) -> UOp:
+  """A schedule as a LINEAR UOp with one CALL per item, in order. A CALL's src[0] is the kernel's AST (a SINK) or the
+  COPY, src[1:] a BUFFER node per buffer it touches (outputs first, `.buffer` gives the Buffer), and its arg the
+  ScheduleItem itself (so the LINEAR can be run later): `len(linear.src)` counts the kernels and copies."""
+  from attograd.dtype import dtypes
+  from attograd.engine.buffers import new_buffer_uop
+  return UOp(Ops.LINEAR, dtypes.void, tuple(
+    UOp(Ops.CALL, dtypes.void, (si.ast, *(new_buffer_uop(b.device, b.size, b.dtype, b) for b in si.bufs)), arg=si)
+    for si in items))
+
+def _linear_items(linear: UOp, var_vals: dict[str, int] | None = None) -> list[ScheduleItem]:
+  if not isinstance(linear, UOp) or linear.op is not Ops.LINEAR:
+    raise TypeError(f"run_linear: expected the LINEAR UOp of Tensor.linear_with_vars(), got {linear!r:.80}")
+  if not all(isinstance(c.arg, ScheduleItem) for c in linear.src):
+    raise TypeError("run_linear: this LINEAR describes a captured TinyJit (jit.captured.linear), which runs by calling "
+                    "the jitted function; run_linear runs the LINEAR of Tensor.linear_with_vars()")
+  items: list[ScheduleItem] = [c.arg for c in linear.src]
+  if var_vals:  # values given by name replace those bound when the schedule was made
+    items = [ScheduleItem(si.ast, si.bufs, tuple((v, var_vals.get(v.arg[0], val)) for v, val in si.var_vals))
+             for si in items]
+  return items
+
+def compile_linear(linear: UOp) -> UOp:
+  """Lower and build every kernel of a LINEAR (taken from the caches where built before), running none; returns it."""
+  _prepare(_linear_items(linear))
+  return linear
+
+def run_linear(linear: UOp, var_vals: dict[str, int] | None = None, update_stats: bool = True) -> None:
+  """Run the kernels and copies of a LINEAR made by Tensor.linear_with_vars(), in order; `var_vals` (Variable name to
+  value) overrides the values bound when it was made. update_stats=False leaves GlobalCounters as they were."""
+  items = _linear_items(linear, var_vals)
+  if update_stats: return run_schedule(items)
+  saved = {k: getattr(GlobalCounters, k) for k in ("global_ops", "global_mem", "time_sum_s", "kernel_count")}
+  try: run_schedule(items)
+  finally:
+    for k, v in saved.items(): setattr(GlobalCounters, k, v)

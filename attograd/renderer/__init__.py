@@ -36,6 +36,14 @@ class Renderer:
     """(global, local) sizes a kernel of this language is launched with: (None, None) where it runs its own loops."""
     return launch_dims(uops) if self.has_local else (None, None)
   @property
+  def supports_float4(self) -> bool:
+    """tinygrad's name: kernels may load, store and compute with vector lanes (float4 and the like)."""
+    return self.supports_vectors
+  @property
+  def has_shared(self) -> bool:
+    """tinygrad's name: kernels have work-group shared memory (DEFINE_LOCAL); every GPU-style language here has it."""
+    return self.has_local
+  @property
   def code_for_op(self) -> dict:
     """ALU ops the language writes as source expressions, to functions of the operands' text and the dtype (tinygrad's
     table; the C family fills it). LLVM IR and the Python interpreter render no expressions: empty."""

@@ -6,6 +6,7 @@ from typing import Any
 from attograd.device import Allocator, Compiled, Compiler
 from attograd.dtype import (DType, PtrDType, bf16_bits_to_float, dtypes, float_to_bf16_bits, float_to_fp8_bits,
                             fp8_bits_to_float, truncate_to)
+from attograd.dtype import from_storage_scalar, to_storage_scalar  # noqa: F401  (tinygrad's ops_python names them)
 from attograd.helpers import getenv, prod
 from attograd.renderer import Renderer
 from attograd.renderer.cstyle import CUDARenderer, fuse_wmma_acc

@@ -1,6 +1,7 @@
 """Fusion: which nodes of a graph get a buffer of their own (the rest fuse into the kernels that read them), and each
 kernel written as an AST whose movement ops have been pushed into the views of its loads."""
 from __future__ import annotations
+import functools
 from typing import Any
 from attograd.dtype import dtypes
 from attograd.engine.buffers import IOTA_TAG
@@ -127,6 +128,14 @@ def _numel(shape: tuple[sint, ...]) -> int: return prod(sym_max(s) for s in shap
 
 Chain = tuple[tuple[Ops, Any], ...]
 
+@functools.lru_cache(maxsize=1 << 14)
+def _chain_view(shape: tuple[sint, ...], chain: Chain) -> ShapeTracker:
+  """The view a chain of movement ops (nearest the node first) makes of a node of this shape. Cached: an elementwise
+  subtree reads all its nodes through one chain, and the graphs of successive steps repeat their chains."""
+  st = ShapeTracker.from_shape(shape)
+  for op, arg in chain: st = st.apply(op, arg)
+  return st.simplify()
+
 def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, UOp]) -> tuple[UOp, list[UOp]]:
   """The kernel computing `root` into its buffer: SINK(STORE(out, VIEW, value)), and the BUFFER nodes it reads."""
   value_root = root.src[0] if root.op is Ops.CONTIGUOUS else (root.src[1] if root.op is Ops.ASSIGN else root)
@@ -137,18 +146,20 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
   out_buf = node_buffer[root]
   # a chain lists movement ops nearest-the-leaf first; the kernel's loop space is the reduce's output shape
   root_chain: Chain = ((Ops.RESHAPE, kshape),) if kshape != out_shape else ()
-  memo: dict[tuple[UOp, Chain], UOp] = {}
+  # a node is written once per distinct view of it the kernel reads (its chain of movement ops as a ShapeTracker), not
+  # once per path: paths whose chains read the same view share it (stack(a, a)[0] nested 24 deep reads each node
+  # through 2 views; keyed by the chains themselves it was 2**24 paths)
+  memo: dict[tuple[UOp, ShapeTracker], UOp] = {}
+  def vk(n: UOp, chain: Chain) -> tuple[UOp, ShapeTracker]: return (n, _chain_view(n.shape, chain))
   stack: list[tuple[UOp, Chain, bool]] = [(value_root, root_chain, False)]
   while stack:
     n, chain, visited = stack.pop()
-    key = (n, chain)
+    key = vk(n, chain)
     if key in memo: continue
     # leaves: realized buffers (through movement ops), consts and variables
     leaf = n if n.op is Ops.BUFFER else (node_buffer.get(n) if n is not root else None)
     if leaf is not None or n.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
-      st = ShapeTracker.from_shape(n.shape)
-      for op, arg in chain: st = st.apply(op, arg)
-      view = UOp(Ops.VIEW, dtypes.void, (), st.simplify())
+      view = UOp(Ops.VIEW, dtypes.void, (), key[1])
       if leaf is not None and leaf.arg[2:] == (IOTA_TAG,) and leaf is not out_buf:
         memo[key] = UOp(Ops.IOTA, leaf.dtype, (view,))  # its values are its indices: nothing to read
       elif leaf is not None:
@@ -163,11 +174,11 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
       child = (n.src[0], ((n.op, n.arg),) + chain)
       if not visited:
         stack.append((n, chain, True))
-        if child not in memo: stack.append((child[0], child[1], False))
-      else: memo[key] = memo[child]
+        if vk(*child) not in memo: stack.append((child[0], child[1], False))
+      else: memo[key] = memo[vk(*child)]
       continue
     if n.op is Ops.REDUCE_AXIS:
-      child_key = (n.src[0], ())
+      child_key = vk(n.src[0], ())
       if not visited:
         stack.append((n, chain, True))
         if child_key not in memo: stack.append((n.src[0], (), False))
@@ -176,16 +187,16 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
     if n.op is Ops.CONTIGUOUS or n.op in GroupOp.Marker:
       if not visited:
         stack.append((n, chain, True))
-        if (n.src[0], chain) not in memo: stack.append((n.src[0], chain, False))
-      else: memo[key] = memo[(n.src[0], chain)]
+        if vk(n.src[0], chain) not in memo: stack.append((n.src[0], chain, False))
+      else: memo[key] = memo[vk(n.src[0], chain)]
       continue
     if not visited:
       stack.append((n, chain, True))
-      stack.extend((s, chain, False) for s in n.src if (s, chain) not in memo)
+      stack.extend((s, chain, False) for s in n.src if vk(s, chain) not in memo)
     else:
       assert n.op in GroupOp.Elementwise, f"scheduler: unexpected {n.op} inside a kernel"
-      memo[key] = UOp(n.op, n.dtype, tuple(memo[(s, chain)] for s in n.src), n.arg)
-  value = memo[(value_root, root_chain)]
+      memo[key] = UOp(n.op, n.dtype, tuple(memo[vk(s, chain)] for s in n.src), n.arg)
+  value = memo[vk(value_root, root_chain)]
   out_st = _region_of(root.src[0], kshape) if root.op is Ops.ASSIGN else None
   out_view = UOp(Ops.VIEW, dtypes.void, (), out_st or ShapeTracker.from_shape(kshape))
   out_glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_buf.arg[1]), (), 0)

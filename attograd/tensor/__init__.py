@@ -6,3 +6,4 @@ optimizer step's plan) sit on top of them. None of them but those two imports `c
 the tensor they are given. `from attograd.tensor import Tensor` is the entry point."""
 from attograd.tensor.core import Tensor  # noqa: F401
 from attograd.tensor import grad_rules  # noqa: F401,E402  (registers the Tensor-written gradient rules)
+from attograd.helpers import is_numpy_ndarray  # noqa: F401,E402  (tinygrad.tensor's name)

@@ -17,7 +17,8 @@ from attograd.uop import build
 from attograd.uop.state import ORIGIN, has, put
 from attograd.uop.variables import map_arg as _map_arg
 from attograd.uop.view import _smax, is_symbolic
-from attograd.engine.realize import run_schedule
+from attograd.engine.item import ScheduleItem
+from attograd.engine.realize import linear_of, run_schedule
 from attograd.engine import multi
 from attograd.engine.recorder import JitRuntimeError, active as _active_recorder
 from attograd.engine.profile import PROFILER
@@ -272,11 +273,26 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     finally:
       for k, v in saved.items(): setattr(GlobalCounters, k, v)
     return self
+  def linear_with_vars(self, *lst: Tensor) -> tuple[UOp, dict[str, int]]:
+    """tinygrad's: the schedule that realizes this tensor (and `lst`), made but not run: a LINEAR UOp with one CALL per
+    kernel or copy, in order (`call.src[0]` the kernel's AST, a SINK, or the COPY; `call.src[1:]` its buffers), and the
+    values of the Variables bound in it. The tensors refer to their result buffers from now on; those hold their values
+    once `attograd.engine.realize.run_linear(linear, var_vals)` has run it."""
+    items: list[ScheduleItem] = []
+    Tensor._realize_all([self, *lst], defer=items)
+    return linear_of(items), {v.arg[0]: val for si in items for v, val in si.var_vals if not v.arg[0].startswith("_")}
+  def schedule_linear(self, *lst: Tensor) -> UOp:
+    """linear_with_vars() of tensors whose schedule binds no Variable: the LINEAR alone."""
+    linear, var_vals = self.linear_with_vars(*lst)
+    if var_vals: raise ValueError(f"schedule_linear: the schedule binds Variables {sorted(var_vals)}; use "
+                                  "linear_with_vars(), which returns their values too")
+    return linear
   @staticmethod
-  def _realize_all(ts: Sequence[Tensor], keep_graph: bool = True) -> None:
+  def _realize_all(ts: Sequence[Tensor], keep_graph: bool = True, defer: list[ScheduleItem] | None = None) -> None:
     """Realize `ts` together. keep_graph: a realized value remembers the graph that computed it, for a later
     backward() through it (the optimizer's own writes and gradients never need that, and holding those graphs keeps
-    a step's intermediates out of the memory planner's reuse)."""
+    a step's intermediates out of the memory planner's reuse). defer: the schedule's items go there instead of
+    running (linear_with_vars)."""
     todo = [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
     if not ALLOW_DEVICE_USAGE:
@@ -293,10 +309,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if PROFILER.active: PROFILER.span("schedule", "schedule", outs[0].device or Device.DEFAULT, sst, PROFILER.now(),
                                       kernels=len(items), outputs=len(outs))
     if VIZ: viz.record_schedule(outs, len(items))
-    try: run_schedule(items)  # (create_schedule remembered where each result now lives)
-    except NaNError as e:
-      e.blame(_first_nonfinite(outs))
-      raise
+    if defer is not None: defer.extend(items)
+    else:
+      try: run_schedule(items)  # (create_schedule remembered where each result now lives)
+      except NaNError as e:
+        e.blame(_first_nonfinite(outs))
+        raise
     keep_graph = keep_graph and bool(_grad_tensors)  # autograd may still need the graph behind a realized value
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
@@ -459,7 +477,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if x.device != self.device:
       # a value built from device-less UOps (Tensor(UOp.const(2.0))) is a constant: it lives where it is written
       if not any(u.op is Ops.DEVICE for u in x.uop.toposort()): x = Tensor(x.uop, device=self.device)
-      else: raise ValueError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
+      else: raise ArgumentError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
     if x.dtype != self.dtype:  # as tinygrad (PyTorch's copy_ casts): an implicit cast can lose precision or values
       raise RuntimeError(f"assign dtype mismatch: target {self.dtype} but value {x.dtype}; cast the value first "
                          f"(value.cast({self.dtype}))")
@@ -775,7 +793,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         else: yd = x.dtype
         y = x._const_like(y, yd)
     if x.device != y.device:
-      raise ValueError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
+      raise ArgumentError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
                        f".to('{x.device}')")
     if match_dtype and x.dtype != y.dtype:
       out = least_upper_dtype(x.dtype, y.dtype)

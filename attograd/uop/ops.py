@@ -195,9 +195,14 @@ class UOp(metaclass=UOpMetaClass):
     return b
   @property
   def buffer(self) -> Any:
-    """The device Buffer this view's BUFFER node stands for, allocated or not (tinygrad's name; `realized` is the
-    allocated one): for code that moves bytes in and out of a Tensor's memory itself (a jitted function's inputs)."""
-    if (b := state.get(self.buf_uop, state.BUFFER)) is None: raise RuntimeError(f"buffer: {self.base.op} has no Buffer")
+    """tinygrad's: the device Buffer (allocated or not yet) of a BUFFER node, or of a reshape of one. A view that
+    reorders or cuts the buffer raises RuntimeError; a node that holds no buffer (not realized) AssertionError."""
+    x = self
+    while x.op is Ops.RESHAPE: x = x.src[0]
+    if x.op in GroupOp.Movement:
+      raise RuntimeError(f"buffer: a {x.op} view is not its buffer's contiguous whole; use .base.buffer for the buffer")
+    if x.op is not Ops.BUFFER or (b := state.get(x, state.BUFFER)) is None:
+      raise AssertionError(f"buffer: must be BUFFER, got {x.op} (realize() it first)")
     return b
   @property
   def realized(self) -> Any:

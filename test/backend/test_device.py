@@ -3,8 +3,8 @@ from __future__ import annotations
 import hashlib, os, struct, subprocess, sys, textwrap
 import pytest
 from attograd import Device, GlobalCounters, Tensor
-from attograd.device import disk_cache_get, disk_cache_put, _cache_path
-import attograd.device as device_mod
+from attograd.helpers import disk_cache_get, disk_cache_put, _cache_path
+import attograd.helpers as helpers_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -85,7 +85,7 @@ def test_disk_cache_damaged_entries_are_rejected(tmp_path, monkeypatch, damage: 
   monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
   disk_cache_put("t", "cc33", b"a payload of some length")
   path, data = _cache_path("t", "cc33"), _read(_cache_path("t", "cc33"))
-  head = device_mod._HEAD
+  head = helpers_mod._HEAD
   bad = {"truncated": data[:-3], "header only": data[:head], "empty": b"",
          # the first layout: magic, SHA-256 of the payload, payload (no key)
          "old layout": b"ATTOC001" + hashlib.sha256(b"a payload of some length").digest() + b"a payload of some length",

@@ -550,8 +550,8 @@ def test_compute_gradient_prunes(device: str) -> None:
   grads = compute_gradient(out.uop, Tensor(1.0).uop, {a.uop})
   assert a.uop in grads and b.uop not in grads and all(u.op is not Ops.SIN for u in grads)
 
-# every op that can appear between a Tensor and its inputs has a gradient rule (leaves have no sources to differentiate);
-# MULACC is made by the code generator only (codegen/fma.py), never in a tensor's graph
+# every op that can appear between a Tensor and its inputs has a gradient rule (leaves have no sources to
+# differentiate); MULACC is made by the code generator only (codegen/fma.py), never in a tensor's graph
 TENSOR_OPS = (GroupOp.ALU - {Ops.MULACC}) | GroupOp.Movement | {Ops.CAST, Ops.BITCAST, Ops.REDUCE_AXIS, Ops.CONTIGUOUS,
                                              Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY}
 

@@ -172,3 +172,15 @@ def test_a_schedule_never_run_leaves_no_stale_results() -> None:
   create_schedule([expr().uop])
   np.testing.assert_allclose(expr().numpy(), np.exp2((np.arange(12).reshape(3, 4) * 2).sum(1, keepdims=True)
                                                     + np.arange(12).reshape(3, 4)).sum(0), rtol=1e-6)
+
+def test_a_node_read_along_many_paths_is_written_once_per_view(device: str) -> None:
+  # stack(a, a)[0] reads `a` along two paths (one all padding): 24 levels are 2**24 paths, but only 2 views per node;
+  # keyed by path, building this kernel never finished
+  import time
+  x, xn = realized(N, M)
+  a, b = x, x + 1
+  for _ in range(24): a, b = Tensor.stack(a, b)[0], Tensor.stack(b, a)[1]
+  st = time.perf_counter()
+  out = (a * 2 + b).realize()
+  assert time.perf_counter() - st < 20
+  np.testing.assert_allclose(out.numpy(), xn * 2 + xn, rtol=1e-6)

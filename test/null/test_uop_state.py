@@ -1,6 +1,7 @@
 """uop/state.py: the named slots other layers keep on UOps, and that no code outside it reads or writes them raw."""
 from __future__ import annotations
 import gc, os, re, weakref
+import pytest
 from attograd import Tensor
 from attograd.dtype import dtypes
 from attograd.engine.buffers import buffers
@@ -53,3 +54,14 @@ def test_no_raw_slot_access_outside_state() -> None:
         bad += [f"{os.path.relpath(os.path.join(d, f), ROOT)}:{i}: {line.strip()}"
                 for i, line in enumerate(fh, 1) if raw.search(line)]
   assert not bad, "raw access to UOp state slots (use attograd.uop.state):\n" + "\n".join(bad)
+
+def test_buffer_of_a_buffer_node_and_its_reshapes():
+  a = Tensor.empty(10, device="NULL")
+  assert a.uop.buffer is a.uop.buffer and a.uop.buffer.size == 10 and not a.uop.buffer.is_allocated
+  assert a.reshape(2, 5).uop.buffer is a.uop.buffer
+  with pytest.raises(RuntimeError, match="contiguous"): a.reshape(2, 5).permute(1, 0).uop.buffer
+  with pytest.raises(AssertionError, match="must be BUFFER"): (a + 1).uop.buffer
+  b = Tensor.zeros(4, device="NULL").contiguous()
+  c, d, e = b * 2, b * 2, b * 3
+  Tensor.realize(c, d, e)
+  assert c.uop.buffer is d.uop.buffer and c.uop.buffer is not e.uop.buffer and c.uop.buffer.is_allocated

@@ -1,0 +1,107 @@
+"""The NULL device: the same schedule and the same C kernels as CPU, built and "run" without any memory or compute, and
+a clear error (or zeros, under NULL_ALLOW_COPYOUT=1) when its values are read. It needs no compiler, so it is tested
+here with the device-free tests."""
+import time
+import numpy as np
+import pytest
+from attograd import Tensor, nn
+from attograd.codegen import get_program
+from attograd.device import Device
+from attograd.engine.realize import run_linear
+from attograd.helpers import Context, GlobalCounters
+from attograd.renderer.cstyle import ClangRenderer
+from attograd.uop.ops import Ops
+
+def _model(device: str) -> Tensor:
+  """A small network's forward and loss on `device`: a matmul, reduces, softmax, casts."""
+  x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6), device=device)
+  w = Tensor.ones(6, 5, device=device).contiguous()
+  h = (x @ w).relu().softmax(-1)
+  return (h.half().float().sum(0) * 2 - x[:, :5].mean(0)).contiguous()
+
+def test_schedules_and_renders_what_cpu_would():
+  null_linear, _ = _model("NULL").linear_with_vars()
+  cpu_linear, _ = _model("CPU").linear_with_vars()  # scheduled only: CPU's compiler is never started
+  assert len(null_linear.src) == len(cpu_linear.src) > 2
+  assert [c.src[0].op for c in null_linear.src] == [c.src[0].op for c in cpu_linear.src]
+  assert [c.src[0] for c in null_linear.src if c.src[0].op is Ops.SINK] == \
+         [c.src[0] for c in cpu_linear.src if c.src[0].op is Ops.SINK]
+  null_r, cpu_r = Device["NULL"].renderer, ClangRenderer("CPU", threads=False)
+  for call in null_linear.src:
+    if call.src[0].op is not Ops.SINK: continue
+    assert call.device == "NULL"
+    null_src, cpu_src = get_program(call.src[0], null_r).src, get_program(call.src[0], cpu_r).src
+    assert null_src == cpu_src and "void " in null_src
+
+def test_kernels_are_built_and_counted_but_nothing_is_stored():
+  GlobalCounters.reset()
+  out = _model("NULL")
+  n = sum(c.src[0].op is Ops.SINK for c in out.linear_with_vars()[0].src)
+  out = _model("NULL").realize()
+  assert GlobalCounters.kernel_count == n
+  assert out.uop.base.realized is not None and out.device == "NULL"
+  # no memory behind a buffer: 32 GiB "allocates" at once
+  st = time.perf_counter()
+  (Tensor.empty(1 << 33, device="NULL") + 1).realize()
+  assert time.perf_counter() - st < 5
+
+def test_reading_values_raises():
+  t = (Tensor([1.0, 2.0, 3.0], device="NULL") * 2).realize()
+  for read in (t.numpy, t.tolist, lambda: t.to("CPU").numpy(), lambda: t.sum().item()):
+    with pytest.raises(RuntimeError, match="NULL"): read()
+
+def test_allow_copyout_reads_zeros():
+  t = (Tensor([1.0, 2.0, 3.0], device="NULL") * 2).realize()
+  with Context(NULL_ALLOW_COPYOUT=1):
+    assert t.tolist() == [0.0, 0.0, 0.0]
+    assert t.to("CPU").numpy().tolist() == [0.0, 0.0, 0.0]
+
+def test_default_device_null_runs_a_training_step():
+  old = Device.DEFAULT
+  Device.DEFAULT = "NULL"
+  try:
+    layer, x = nn.Linear(8, 4), Tensor.empty(2, 8)
+    opt = nn.optim.SGD(nn.state.get_parameters(layer), lr=0.1)
+    with Tensor.train():
+      opt.zero_grad()
+      loss = layer(x).relu().sum()
+      loss.backward()
+      GlobalCounters.reset()
+      opt.step()
+    assert GlobalCounters.kernel_count >= 1 and layer.weight.device == "NULL"
+  finally: Device.DEFAULT = old
+
+def test_run_linear_on_null_allocates_the_outputs():
+  a = Tensor.empty(10, device="NULL")
+  linear, var_vals = (a + 1).linear_with_vars()
+  assert a.uop.base.realized is None
+  run_linear(linear, var_vals)
+  assert a.uop.base.realized is not None
+
+def test_copies_between_null_devices_read_nothing():
+  # NULL -> NULL:1 moves no bytes through the host (a copyout there would raise): sharding works as on real devices
+  a = (Tensor.arange(24, device="NULL").reshape(4, 6) + 1).realize()
+  s = a.shard(("NULL:1", "NULL:2"), axis=1).realize()
+  r = a.to(("NULL:1", "NULL:2")).realize()
+  assert (s * 2).sum(0).realize().device == ("NULL:1", "NULL:2") and r.device == ("NULL:1", "NULL:2")
+  with pytest.raises(RuntimeError, match="NULL"): s.numpy()
+
+def test_memory_used_is_counted_per_device():
+  import gc
+  gc.collect()
+  base, per = GlobalCounters.mem_used, dict(GlobalCounters.mem_used_per_device)
+  def used(dev: str) -> int: return GlobalCounters.mem_used_per_device[dev] - per.get(dev, 0)
+  a = Tensor.zeros(10, 10, device="NULL:3").contiguous().realize()
+  s = Tensor.zeros(10, 10, device="NULL:3").contiguous().shard(("NULL:4", "NULL:5"), axis=0).realize()
+  gc.collect()
+  assert (used("NULL:3"), used("NULL:4"), used("NULL:5")) == (400, 200, 200)
+  assert GlobalCounters.mem_used - base == 800
+  del a, s
+  gc.collect()
+  assert (used("NULL:3"), used("NULL:4"), GlobalCounters.mem_used - base) == (0, 0, 0)
+
+def test_combining_two_devices_raises_what_tinygrad_and_attograd_code_catch():
+  a, b = Tensor.empty(3, device="NULL"), Tensor.empty(3, device="NULL:1")
+  for combine in (lambda: a + b, lambda: Tensor.empty(4, 3, device="NULL")[b.cast("int32")], lambda: a.assign(b)):
+    with pytest.raises(ValueError, match="device mismatch"): combine()
+    with pytest.raises(RuntimeError, match="device mismatch"): combine()
