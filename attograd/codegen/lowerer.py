@@ -586,12 +586,20 @@ def gather_fold_rule(x: UOp) -> UOp | None:
 def narrow_after_rule(x: UOp, a: UOp, b: UOp) -> UOp | None:
   """cast(a) + cast(b) -> cast(a + b) (and *) for ints cast down from one dtype: both wrap modulo the narrow width, so
   the result is the same. An index from two arange halves, (r // B) * B + r % B, is computed in int32 while a kernel
-  too big for int32 indexes in int64: this brings the halves together, where the sum folds back to r."""
+  too big for int32 indexes in int64: this brings the halves together, where the sum folds back to r.
+  Only where a + b (a * b) never leaves the wide dtype: C leaves signed overflow undefined, so moving a uint32
+  multiply that wraps (a hash's cast(i) * 0x7FEB352D) into int32 let gcc assume the loop index stays tiny (the rand
+  kernel segfaulted)."""
   w = a.src[0].dtype
   if is_vec(x) or w not in ints or w.itemsize < x.dtype.itemsize: return None
-  if b.op is Ops.CONST: bw = UOp.const(w, b.arg)
+  if b.op is Ops.CONST:
+    if not fits(b.arg, b.arg, w): return None
+    bw = UOp.const(w, b.arg)
   elif b.op is Ops.CAST and b.src[0].dtype is w: bw = b.src[0]
   else: return None
+  (a0, a1), (b0, b1) = a.src[0].vmin_vmax, bw.vmin_vmax
+  ends = (a0 + b0, a1 + b1) if x.op is Ops.ADD else (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+  if not fits(min(ends), max(ends), w): return None
   return UOp(x.op, w, (a.src[0], bw)).cast(x.dtype)
 
 def _where_of_gated_load(g: UOp, ld: UOp) -> UOp | None:

@@ -501,6 +501,7 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
     if op is Ops.AND and d is dtypes.bool: return bool(a0 and b0), bool(a1 and b1)
     if op is Ops.OR and d is dtypes.bool: return bool(a0 or b0), bool(a1 or b1)
     if op is Ops.AND and a0 >= 0 and b0 >= 0: return 0, min(a1, b1)
+    if op is Ops.SHR and a0 >= 0 and 0 <= b0 and b1 < d.itemsize * 8: return a0 >> b1, a1 >> b0
   if op is Ops.CMPNE: return False, True
   if op is Ops.CAST and (dtypes.is_int(u.src[0].dtype) or u.src[0].dtype is dtypes.bool):
     lo, hi = u.src[0].vmin_vmax

@@ -228,6 +228,10 @@ symbolic_simple = PatternMatcher([
   (UPat(Ops.OR, src=(UPat.var("x", ints), UPat.const(ints, 0))), lambda x: x),
   (UPat(Ops.SHL, src=(UPat.var("x", ints), UPat.const(ints, 0))), lambda x: x),
   (UPat(Ops.SHR, src=(UPat.var("x", ints), UPat.const(ints, 0))), lambda x: x),
+  # a mask of low bits that x never exceeds keeps x (a byte's high nibble, x >> 4, masked with 15)
+  (UPat(Ops.AND, src=(UPat.var("x", ints), UPat.cvar("c", ints))),
+   lambda x, c: x if isinstance(c.arg, int) and c.arg >= 0 and c.arg & (c.arg + 1) == 0 and 0 <= x.vmin
+   and x.vmax <= c.arg else None),
   # booleans
   (UPat.var("x", dtypes.bool) & UPat.const(dtypes.bool, True), lambda x: x),
   (UPat(Ops.AND, dtypes.bool, src=(UPat.var(), UPat.const(dtypes.bool, False)), name="x"),

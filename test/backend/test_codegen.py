@@ -343,6 +343,25 @@ def test_integer_lanes_unpack_nibbles(device: str) -> None:
     # bytes to floats through int32 lanes, widened from a register (gcc 12 converts a byte vector lane by lane)
     assert "__ATTO_IN_REG(__v); __builtin_convertvector(__v, int16)" in src, src
 
+def test_nibble_halves_share_their_bytes(device: str) -> None:
+  # a Q4 matvec over several blocks: the two nibble halves are unrolled, so a block's 16 bytes are loaded and widened
+  # once, its high nibbles are a shift by a constant 4 and need no mask (the bounds show x >> 4 < 16)
+  from attograd.dtype import dtypes
+  rng = np.random.default_rng(10)
+  q, x = rng.integers(0, 256, (32, 4, 16), dtype=np.uint8), rng.standard_normal((4, 2, 16), dtype=np.float32)
+  def f(tq: Tensor, tx: Tensor) -> Tensor:
+    shifts = (Tensor.arange(2, dtype=dtypes.int32) * 4).reshape(1, 1, 2, 1)
+    nib = (tq.cast(dtypes.int32).reshape(32, 4, 1, 16) >> shifts) & 15
+    return (nib.float() * tx.reshape(1, 4, 2, 16)).sum((1, 2, 3))
+  want = (np.stack([q & 15, q >> 4], axis=2).astype(np.float32) * x).sum((1, 2, 3))
+  np.testing.assert_allclose(f(Tensor(q), Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-4)
+  if device == "CPU":
+    src = _src(f(Tensor(q).realize(), Tensor(x).realize()))
+    body = src[src.index("for ("):]
+    assert re.search(r"int16 alu\d+ = \(alu\d+>>4\);", body) and re.search(r"int16 alu\d+ = \(alu\d+&15\);", body), src
+    assert body.count("__builtin_convertvector(__v, int16)") == body.count("unsigned_char16 val"), src
+    assert not re.search(r"\(alu\d+>>4\)&15", body) and body.count("&15)") == body.count(">>4)"), src
+
 def test_integer_lanes_int8_bitcast(device: str) -> None:
   # Q8_0-style: uint8 bytes read as int8 (a bitcast of the lanes), widened to floats
   from attograd.dtype import dtypes

@@ -61,6 +61,26 @@ def test_rand_range_and_dtype(device: str) -> None:
   assert x.min() >= 0.0 and x.max() < 1.0
   assert len(np.unique(x)) > 0.9 * x.size
 
+def _np_hash32(x: np.ndarray) -> np.ndarray:
+  x = x ^ (x >> 16)
+  x = x * np.uint32(0x7FEB352D)
+  x = x ^ (x >> 15)
+  x = x * np.uint32(0x846CA68B)
+  return x ^ (x >> 16)
+
+def test_rand_values_from_a_fresh_seed(device: str) -> None:
+  # seed 0: the key is 0, so the first mixing step multiplies the index plus the counter's start; the lowered kernel
+  # once did that multiply in int32 (signed overflow: gcc assumed the index tiny, and the third draw segfaulted)
+  from attograd.tensor.core import _hash32_int
+  Tensor.manual_seed(0)
+  key = np.uint32(_hash32_int(0))
+  for start in range(0, 3 * 4096, 4096):
+    got = Tensor.rand(64, 64).numpy()
+    with np.errstate(over="ignore"):
+      ctr = np.arange(start, start + 64 * 64, dtype=np.uint32)
+      bits = _np_hash32(_np_hash32(ctr ^ key) + (key ^ np.uint32(0x6A09E667)))
+    np.testing.assert_array_equal(got.reshape(-1), (bits >> 8).astype(np.float32) * np.float32(1.0 / (1 << 24)))
+
 @pytest.mark.parametrize("shape", [(), (0,), (1,), (2, 3, 4), (0, 5)], ids=str)
 def test_rand_shapes(device: str, shape: tuple) -> None:
   for make in (Tensor.rand, Tensor.randn, lambda *s: Tensor.randint(*s, low=0, high=3)):

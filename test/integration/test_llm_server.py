@@ -262,15 +262,22 @@ def test_chat_page_in_headless_chromium(which: str, request: pytest.FixtureReque
   with chromium_page(base + "/?temperature=0&max_tokens=24") as ws:
     assert ws.wait_for(f"(document.getElementById('model') || {{}}).textContent === '{llm.name}'",
                        "the page to load the model list")
-    # type the prompt into the box and press Enter, as a user would
-    ws.eval("document.getElementById('prompt').focus()")
-    ws.call("Input.insertText", text="Once upon a time")
-    for kind in ("keyDown", "keyUp"):
-      ws.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
-    answer = ws.wait_for("(document.querySelector('.msg.assistant[data-done]') || {}).textContent",
-                         "the streamed answer")
+    def say(text: str, turn: int) -> str:  # type into the box and press Enter, as a user would; the streamed answer
+      ws.eval("document.getElementById('prompt').focus()")
+      ws.call("Input.insertText", text=text)
+      for kind in ("keyDown", "keyUp"):
+        ws.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
+      return ws.wait_for(f"(document.querySelectorAll('.msg.assistant[data-done]')[{turn}] || {{}}).textContent",
+                         f"answer {turn + 1}")
+    answer = say("Once upon a time", 0)
     msgs = [{"role": "user", "content": "Once upon a time"}]
     assert answer == direct(llm, llm.chat_prompt(msgs), 24) and answer
     assert ws.eval("document.querySelector('.msg.user').textContent") == "Once upon a time"
     assert ws.eval("document.querySelectorAll('.msg.error').length") == 0
     assert f"{llm.stats.generated} tokens" in ws.eval("document.querySelector('.stats').textContent")
+    # a second turn: the page sends the whole conversation, rendered by the model's template (SmolLM2's from its file)
+    second = say("What happened next?", 1)
+    msgs += [{"role": "assistant", "content": answer}, {"role": "user", "content": "What happened next?"}]
+    assert second == direct(llm, llm.chat_prompt(msgs), 24) and second
+    assert ws.eval("document.querySelectorAll('.msg.error').length") == 0
+    assert f"{llm.stats.generated} tokens" in ws.eval("document.querySelectorAll('.stats')[1].textContent")

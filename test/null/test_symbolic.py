@@ -72,6 +72,10 @@ def int_expr(depth: int) -> Strat:
     with_consts(lambda x, k, m: (x // k) // m, sub, pos, pos),
     with_consts(lambda x, k, m: (x % (k * m)) // k, sub, pos, pos),
     with_consts(lambda x, k, m: (x % (k * m)) % m, sub, pos, pos),
+    # bit fields (a quantized block's nibbles): shifts' bounds, and masks the bounds make redundant
+    with_consts(lambda x, k: x.alu(Ops.SHR, c(k)), sub, st.integers(0, 4)),
+    bin_(lambda x, y: x.alu(Ops.SHR, y), sub, sub),
+    with_consts(lambda x, m: x & m, sub, st.sampled_from([0, 1, 3, 7, 15, 6, -1])),
   )
 
 @functools.cache
@@ -280,6 +284,31 @@ def test_no_int32_overflow_assumed() -> None:
   e2 = big * 4 + 4 < 8
   for v in (0, 1, 2**29, 2**30 - 1, 2**30):
     assert evaluate(e2.simplify(), {big: v}) == evaluate(e2, {big: v})
+
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.uint8, dtypes.int8])
+def test_shift_and_mask_bounds_hold(dtype) -> None:
+  # every value of x >> y and x & m lies within the node's bounds (and its simplified form keeps the value), for
+  # ranges of x and y on both sides of 0 and counts past the width
+  bits = dtype.itemsize * 8
+  lo_x = [0, 3, -5] if not dtypes.is_unsigned(dtype) else [0, 3, 200]
+  for xl, xw, yl, yw in itertools.product(lo_x, [0, 1, 17, 40], [0, 1, -2, bits - 2], [0, 1, 3]):
+    xh = min(xl + xw, dtypes.max(dtype))
+    x, y = Variable("x", xl, xh, dtype), Variable("y", yl, yl + yw, dtype)
+    for e in (x.alu(Ops.SHR, y), x.alu(Ops.SHR, UOp.const(dtype, max(yl, 0))), x & UOp.const(dtype, 15),
+              (x.alu(Ops.SHR, UOp.const(dtype, 2))) & UOp.const(dtype, 7)):
+      s = e.simplify()
+      for xv, yv in itertools.product(range(xl, xh + 1), range(yl, yl + yw + 1)):
+        env = {x: xv, y: yv}
+        assert evaluate(s, env) == evaluate(e, env), f"{e.render()} -> {s.render()} at {envstr(env)}"
+
+def test_mask_of_a_field_in_bounds() -> None:
+  # a byte's high nibble needs no mask; its low one does, and so does a value that may be negative
+  byte = var("byte", 0, 255)
+  assert (byte.alu(Ops.SHR, c(4)) & 15).simplify() is byte.alu(Ops.SHR, c(4))
+  assert (byte & 15).simplify() is not byte
+  s = var("s", -8, 7)
+  assert (s & 15).simplify() is not s
+  assert ((byte.alu(Ops.SHR, c(3))) & 15).simplify() is not byte.alu(Ops.SHR, c(3))  # 0..31: the mask cuts a bit
 
 def test_unsigned_wraparound_respected() -> None:
   u = Variable("u", 0, 2**32 - 1, dtypes.uint32)
