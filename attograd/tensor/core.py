@@ -134,7 +134,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                requires_grad: bool | None = None):
     asked_device, device = device, Device.canonicalize(device)
     if dtype is not None: dtype = to_dtype(dtype)
-    self.requires_grad: bool | None = requires_grad
+    # a new Tensor is in no grad registry yet: only True needs the setter's bookkeeping (this runs for every input)
+    if requires_grad: self.requires_grad = requires_grad
+    else: self._requires_grad = requires_grad
     self.grad: Tensor | None = None
     if isinstance(data, UOp):
       uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
@@ -169,9 +171,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     elif type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
       import numpy as np
       arr = np.asarray(data)
-      from attograd.dtype import from_np_dtype
-      d = from_np_dtype(arr.dtype)
-      uop = _buffer_from_bytes(np.ascontiguousarray(arr).tobytes(), arr.shape, d, device)
+      if (nd := _np_dtypes.get(arr.dtype)) is None:
+        from attograd.dtype import from_np_dtype
+        nd = _np_dtypes[arr.dtype] = from_np_dtype(arr.dtype)
+      d = nd
+      # the array's bytes, copied once (into the Buffer): a view as uint8 reads every dtype, 0-d and empty arrays too
+      as_bytes: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+      uop = _buffer_from_bytes(memoryview(as_bytes), arr.shape, d, device)
       if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
     elif isinstance(data, os.PathLike):
       # a file's bytes stay on DISK (memory-mapped, nothing read) unless a device is asked for, as in tinygrad
@@ -760,16 +766,28 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self.reshape(padded).expand(shape)
   def _alu(self, op: Ops, *srcs: Tensor, dtype: DType | None = None) -> Tensor:
     x = self.uop
-    return self._new(_like(UOp(op, dtype or x.dtype, (x,) + tuple(s.uop for s in srcs)), x))
+    return self._new(_like(UOp(op, dtype or x.dtype, (x, srcs[0].uop) if len(srcs) == 1 else
+                                                      (x,) + tuple(s.uop for s in srcs)), x))
+  def _with_number(self, op: Ops, y: Any, reverse: bool) -> Tensor | None:
+    """tensor op Python number where the number takes the tensor's dtype (what _broadcasted's first case covers), built
+    directly: the same node, without a Tensor for the constant. None for every other case."""
+    xu = self.uop
+    if y.__class__ not in (float, int) or xu.dtype is dtypes.bool or (y.__class__ is float) > dtypes.is_float(xu.dtype):
+      return None
+    c = _broadcast_const(y, xu.dtype, self.device, xu.shape)
+    return self._new(_like(UOp(op, xu.dtype, (c, xu) if reverse else (xu, c)), xu))
   def add(self, x: Any, reverse: bool = False) -> Tensor:
+    if (r := self._with_number(Ops.ADD, x, reverse)) is not None: return r
     a, b = self._broadcasted(x, reverse)
     if a.dtype is dtypes.bool: return a | b
     return a._alu(Ops.ADD, b)
   def sub(self, x: Any, reverse: bool = False) -> Tensor:
+    if (r := self._with_number(Ops.SUB, x, reverse)) is not None: return r
     a, b = self._broadcasted(x, reverse)
     if a.dtype is dtypes.bool: raise TypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
     return a._alu(Ops.SUB, b)
   def mul(self, x: Any, reverse: bool = False) -> Tensor:
+    if (r := self._with_number(Ops.MUL, x, reverse)) is not None: return r
     a, b = self._broadcasted(x, reverse)
     if a.dtype is dtypes.bool: return a & b
     return a._alu(Ops.MUL, b)
@@ -1508,6 +1526,8 @@ def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int
     if shape: u = UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape)),), shape)
     _const_cache[key] = u
   return u
+
+_np_dtypes: dict[Any, DType] = {}  # NumPy dtype -> attograd's, for Tensor(ndarray)
 
 _n_contiguous = [0]
 def _unique_contiguous(u: UOp) -> UOp:
