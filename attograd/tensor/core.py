@@ -170,14 +170,18 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       uop = _buffer_from_bytes(_pack(flat, d), shape, d, device)
     elif type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
       import numpy as np
-      arr = np.asarray(data)
+      arr: Any = np.asarray(data)
       if (nd := _np_dtypes.get(arr.dtype)) is None:
         from attograd.dtype import from_np_dtype
         nd = _np_dtypes[arr.dtype] = from_np_dtype(arr.dtype)
       d = nd
-      # the array's bytes, copied once (into the Buffer): a view as uint8 reads every dtype, 0-d and empty arrays too
-      as_bytes: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-      uop = _buffer_from_bytes(memoryview(as_bytes), arr.shape, d, device)
+      # the array's bytes, copied once (into the Buffer), through the buffer protocol; a non-contiguous array, or a
+      # dtype the protocol doesn't know (ml_dtypes' bfloat16), through a contiguous view of it as uint8
+      try: raw = memoryview(arr).cast("B")
+      except (TypeError, ValueError, BufferError):
+        as_bytes: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        raw = memoryview(as_bytes)
+      uop = _buffer_from_bytes(raw, arr.shape, d, device)
       if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
     elif isinstance(data, os.PathLike):
       # a file's bytes stay on DISK (memory-mapped, nothing read) unless a device is asked for, as in tinygrad

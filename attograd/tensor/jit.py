@@ -43,8 +43,10 @@ def _unbound_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     if s.__class__ is not int: return tuple(unbind_sint(s) for s in shape)
   return shape
 
+_ARG_NAMES = [f"argument {i}" for i in range(32)]  # every replay names its Tensor inputs: the usual names made once
 def _name(pos: int | str) -> str:
   """An argument's name in messages: its position, or its keyword."""
+  if pos.__class__ is int and 0 <= pos < 32: return _ARG_NAMES[pos]  # type: ignore[index]
   return f"argument {pos}" if isinstance(pos, int) else f"keyword argument {pos!r}"
 
 # ***** the key of a call: what a capture depends on besides its input buffers and Variable values *****
@@ -188,7 +190,7 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
   names, tensors = _shards(tnames, tensors)
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
-  for v in vals[skip:] + [b for t in tensors for b in _shape_vars(t.shape)]:
+  for v in vals[skip:] + [b for t in tensors if _unbound_shape(sh := t.shape) is not sh for b in _shape_vars(sh)]:
     if v.__class__ is UOp and v.op is Ops.BIND:
       vname = v.src[0].arg[0]
       if vname in variables and variables[vname] is not v:
@@ -327,7 +329,7 @@ class TinyJit(Generic[ReturnType]):
       if cj.freed: cj.reallocate()
       graphs = cj([t.uop.base for t in tensors], variables, Tensor._rng_counter)
       if cj.rng is not None: Tensor._rng_counter += cj.rng[1]
-      ret = _rebuild(cj.ret, [Tensor(u) for u in graphs])
+      ret = Tensor(graphs[0]) if cj.ret.__class__ is Tensor else _rebuild(cj.ret, [Tensor(u) for u in graphs])
       for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
       return ret
     bufs = [buffers[t.uop.base] for t in tensors]
