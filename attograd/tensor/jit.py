@@ -329,7 +329,7 @@ class TinyJit(Generic[ReturnType]):
       if cj.freed: cj.reallocate()
       graphs = cj([t.uop.base for t in tensors], variables, Tensor._rng_counter)
       if cj.rng is not None: Tensor._rng_counter += cj.rng[1]
-      ret = Tensor(graphs[0]) if cj.ret.__class__ is Tensor else _rebuild(cj.ret, [Tensor(u) for u in graphs])
+      ret: Any = Tensor(graphs[0]) if cj.ret.__class__ is Tensor else _rebuild(cj.ret, [Tensor(u) for u in graphs])
       for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
       return ret
     bufs = [buffers[t.uop.base] for t in tensors]
