@@ -773,9 +773,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self._new(_like(UOp(op, dtype or x.dtype, (x, srcs[0].uop) if len(srcs) == 1 else
                                                       (x,) + tuple(s.uop for s in srcs)), x))
   def _with_number(self, op: Ops, y: Any, reverse: bool) -> Tensor | None:
-    """tensor op Python number where the number takes the tensor's dtype (what _broadcasted's first case covers), built
-    directly: the same node, without a Tensor for the constant. None for every other case."""
+    """The two common cases of _broadcasted, built directly (the same node, without the calls, nor a Tensor for a
+    constant): tensor op Python number where the number takes the tensor's dtype, and two tensors of one shape, dtype
+    and device. None for every other case (and bool tensors, whose add and mul are other ops)."""
     xu = self.uop
+    if y.__class__ is Tensor:
+      yu = y.uop
+      if yu.dtype is not xu.dtype or xu.dtype is dtypes.bool or (dev := xu.device) is None or yu.device != dev or \
+         yu.shape != xu.shape:
+        return None
+      if reverse: return y._new(_like(UOp(op, xu.dtype, (yu, xu)), yu))
+      return self._new(_like(UOp(op, xu.dtype, (xu, yu)), xu))
     if y.__class__ not in (float, int) or xu.dtype is dtypes.bool or (y.__class__ is float) > dtypes.is_float(xu.dtype):
       return None
     c = _broadcast_const(y, xu.dtype, self.device, xu.shape)
