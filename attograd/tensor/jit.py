@@ -160,11 +160,31 @@ def _swap_in(v: Any, fixed: dict[int, Tensor]) -> Any:
   if isinstance(v, dict): return {k: one(x) for k, x in v.items()}
   return v
 
+def _plain_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared | None:
+  """_prepare_inputs of the common call, in one pass: positional arguments only, each a Tensor that is a whole buffer
+  (through reshapes) on one device, with a concrete shape; what the general path returns for it. None otherwise."""
+  if len(args) > len(_ARG_NAMES): return None
+  shapes = []
+  for t in args:
+    if t.__class__ is not Tensor: return None
+    u = t.uop
+    while u.op is Ops.RESHAPE: u = u.src[0]
+    if u.op is not Ops.BUFFER: return None
+    shape = t.uop.shape
+    for s in shape:
+      if s.__class__ is not int: return None
+    shapes.append((shape, t.dtype, t.device))
+  names = _ARG_NAMES[:len(args)]
+  key = (tuple([(Tensor, t.requires_grad) for t in args]), (), Tensor.training, dtypes.default_float,
+         dtypes.default_int, Device.DEFAULT)
+  return args, kwargs, key, names, list(args), {}, (tuple(names), tuple(shapes), ())
+
 def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) -> Prepared:
   """The call's key and signature, and every Tensor input realized into a contiguous buffer of its own (a
   non-contiguous view gets a copy). Returns the arguments to call with, the key, the Tensor inputs' names and Tensors
   (one per shard), the bound Variables by name, and the signature: the Tensor inputs' names, shapes, dtypes, devices
   and views, which every call after the first capture must match."""
+  if not kwargs and not skip and (plain := _plain_inputs(args, kwargs)) is not None: return plain
   kws = sorted(kwargs) if kwargs else []  # keywords sorted, so their order in the call doesn't matter
   pos: list[int | str] = [*range(len(args)), *kws]
   vals = [*args, *(kwargs[k] for k in kws)]
@@ -315,7 +335,7 @@ class TinyJit(Generic[ReturnType]):
     if (outer := recorder.active()) is not None:
       raise JitRuntimeError(f"TinyJit: {self!r} was called while {outer.owner!r} is capturing: having TinyJit inside "
                             "another TinyJit is not supported; jit only the outer function")
-    if not JIT or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
+    if not JIT.value or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
     args, kwargs, key, names, tensors, variables, sig = _prepare_inputs(args, kwargs, self._skip)
     self.cnt += 1
     if self._sig is not None and sig != self._sig:
