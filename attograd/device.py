@@ -41,6 +41,8 @@ class _Device:
     if num and not num.isdigit(): raise ValueError(f"bad device number in {device!r}; write it like '{base}:1'")
     return base if num in ("", "0") or base == "DISK" else f"{base}:{num}"
   def __getitem__(self, device: str) -> Compiled:
+    # a canonical name already opened (every allocation's lookup): no parsing
+    if device.__class__ is str and (d := self._opened.get(device)) is not None: return d
     name = self.canonicalize(device)
     if (d := self._opened.get(name)) is not None: return d
     base = name.split(":")[0]

@@ -118,7 +118,8 @@ class CapturedJit:
     Variables' values, and the random counter where the capture draws random numbers. Returns the outputs' graphs,
     in order: views of the buffers the kernels wrote."""
     # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
-    st = time.perf_counter() if DEBUG >= 1 else 0.0
+    debug = DEBUG.value  # read once: each comparison with the setting is a Python call
+    st = time.perf_counter() if debug >= 1 else 0.0
     if self.size_checks: self._check_sizes(variables)
     copies: list[Buffer] = []  # fed-back inputs' copies: alive until the kernels ran
     for base, slots in zip(inputs, self.in_slots):
@@ -128,7 +129,7 @@ class CapturedJit:
       for args, pos, want_raw in slots: args[pos] = raw if want_raw else b
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
     if self.rng is not None: self.rng[0].copyin(memoryview(struct.pack("<I", rng_counter & 0xFFFFFFFF)))
-    if DEBUG >= 2 or PROFILER.active:
+    if debug >= 2 or PROFILER.active:
       for (fn, args), kname, dev in zip(self.calls, self.kernel_names, self.devices):
         kt = time.perf_counter()
         fn(*args)
@@ -141,9 +142,9 @@ class CapturedJit:
     GlobalCounters.kernel_count += self.n_kernels
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
-    if DEBUG >= 1: print(f"jit: replayed {len(self.calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
+    if debug >= 1: print(f"jit: replayed {len(self.calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
     outs = []
-    vals = {v.src[0]: v.src[1].arg for v in variables.values()}
+    vals = {v.src[0]: v.src[1].arg for v in variables.values()} if variables else {}
     for u, buf, src in self.outs:
       if src is not None: outs.append(_swap_base(u, inputs[src], vals))
       elif buf is None: outs.append(_swap_base(u, u.base, vals))

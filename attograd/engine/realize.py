@@ -132,10 +132,18 @@ class CompiledRunner:
     self.launch = {} if spec.global_size is None else {"global_size": spec.global_size, "local_size": spec.local_size}
     self._optimized, self._quick, self._quick_index = optimized, quick, quick_index
     self.prg: Any = None
+    # the program's ctypes function itself, once its argument types are set (a C kernel after its first call): the
+    # untimed calls go straight to it, without the program object's Python call in between
+    self._direct: Any = None
     if optimized is None: self.prg = self.dev.runtime(spec.name, _build(spec) if lib is None else lib)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
-    if self.prg is None or (self._optimized is not None and self._optimized.done()): self._settle()
+    if self.prg is None or (self._optimized is not None and self._optimized.done()):
+      self._settle()
     args = [bufs[i]._buf for i in self.spec.globals]
+    if self._direct is not None and not (DEBUG.value >= 2 or PROFILER.active or VIZ):
+      if self.var_names: self._direct(*args, *[var_vals[n] for n in self.var_names])
+      else: self._direct(*args)
+      return 0.0
     vals = tuple(var_vals[n] for n in self.var_names)
     if DEBUG >= 2 or PROFILER.active or VIZ:  # timed: the device's own timer on GPUs
       if self.launch: return self.prg(*args, vals=vals, wait=True, **self.launch)  # the device's own kernel timer
@@ -143,9 +151,12 @@ class CompiledRunner:
       self.prg(*args, vals=vals)
       return time.perf_counter() - st
     self.prg(*args, vals=vals, **self.launch)
+    if not self.launch and getattr(fxn := getattr(self.prg, "fxn", None), "argtypes", None) is not None:
+      self._direct = fxn
     return 0.0
   def _settle(self) -> None:
     """Take the optimized program if it is built (or if there is nothing else to wait for), else the quick one."""
+    self._direct = None  # the program may change: the next call finds its function again
     opt = self._optimized
     if opt is not None and (opt.done() or self._quick is None):
       self._optimized = None
@@ -301,7 +312,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       continue
     device = si.bufs[0].device
     runner = get_runner(device, si.ast)
-    var_vals = {v.arg[0]: val for v, val in si.var_vals}
+    var_vals = {v.arg[0]: val for v, val in si.var_vals} if si.var_vals else {}
     if capturing is not None: capturing.kernel(runner.finish(), si.bufs, var_vals)
     st = PROFILER.now() if PROFILER.active else 0.0
     et = runner(list(si.bufs), var_vals)

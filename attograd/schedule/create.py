@@ -35,6 +35,10 @@ _schedule_cache: dict[tuple[UOp, ...], _Template] = {}
 _PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP,
          Ops.CAST} | GroupOp.ALU
 
+# ops that _normalize rebuilds over normalized sources with nothing else to do (not a BUFFER, marker, BIND, sized
+# movement op or numbered CONTIGUOUS): its first test, for the most common nodes
+_PLAIN = frozenset(GroupOp.ALU) - {Ops.BUFFER, Ops.BIND, Ops.CONTIGUOUS, *GroupOp.Marker, *SIZED}
+
 def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[UOp, UOp], dict[UOp, int]]:
   """One pass that resolves realized nodes to their buffers and replaces every BUFFER by a numbered placeholder,
   so that graphs of the same structure get the same (hash-consed) nodes. Bound Variables become the Variables
@@ -44,10 +48,11 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
   var_vals: dict[UOp, int] = {}
   norm: dict[UOp, UOp] = {}
   orig: dict[UOp, UOp] = {}
-  n_unique = [0]
+  n_unique = 0
   stack: list[tuple[UOp, int, UOp | None]] = [(o, 0, None) for o in reversed(outs)]
+  pop, push = stack.pop, stack.append
   while stack:
-    n, state, alias = stack.pop()
+    n, state, alias = pop()
     if n in norm: continue
     if state == 0:
       if PURE in (d := slots(n)):  # constants through movement and ALU ops: the same node in every graph
@@ -55,46 +60,55 @@ def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[
         continue
       # its value is in a buffer: use that view instead
       if REALIZED in d and (r := lookup_realized(n)) is not None and r is not n:
-        stack.append((n, 2, r))
-        stack.append((r, 0, None))
+        push((n, 2, r))
+        push((r, 0, None))
         continue
-      stack.append((n, 1, None))
+      push((n, 1, None))
       for s in reversed(n.src):
-        if s not in norm: stack.append((s, 0, None))
+        if s in norm: continue
+        if PURE in slots(s): norm[s] = orig[s] = s  # what its own visit would do, without the visit
+        else: push((s, 0, None))
       continue
     if state == 2:
       norm[n] = norm[alias]  # type: ignore[index]
       continue
-    if n.op is Ops.BUFFER:
+    op = n.op
+    if op in _PLAIN:  # ALU ops and the like (most nodes): the same node over the normalized sources
+      srcs = tuple(map(norm.__getitem__, n.src))
+      if srcs == n.src:
+        nn = n
+        if op in _PURE and all(PURE in slots(x) for x in srcs): slots(n)[PURE] = True
+      else: nn = UOp(op, n.dtype, srcs, n.arg)
+    elif op is Ops.BUFFER:
       nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]) + n.arg[2:])  # keeps the iota tag
       inputs.append((nn, n))
-    elif n.op in GroupOp.Marker:  # markers for autograd only: the value is their first source's
+    elif op in GroupOp.Marker:  # markers for autograd only: the value is their first source's
       norm[n] = norm[n.src[0]]
       # the marker is a node of the graph of its own (its sources, e.g. a custom gradient's inputs, are references the
       # graph holds, not a Tensor's), keyed by itself: it must not take its value's place in `orig`
       orig[n] = n
       continue
-    elif n.op is Ops.BIND:
+    elif op is Ops.BIND:
       nn = n.src[0]
       note_value(n, var_vals)
-    elif n.op in SIZED and sym_arg(n.arg):
+    elif op in SIZED and sym_arg(n.arg):
       src, arg = norm[n.src[0]], map_arg(n.arg, lambda x: unbind_size(x, var_vals))
-      if n.op is Ops.RESHAPE and src.op is Ops.BUFFER and -_NEW < src.arg[0] < 0:
+      if op is Ops.RESHAPE and src.op is Ops.BUFFER and -_NEW < src.arg[0] < 0:
         # a whole input buffer seen with a symbolic shape: its placeholder takes the symbolic size, so inputs of
         # every size (one per value of the Variables) give the same graph
         ph = UOp(Ops.BUFFER, src.dtype, src.src, (src.arg[0], prod(arg)))
         inputs.append((ph, inputs[-src.arg[0] - 1][1]))
         src = ph
-      nn = UOp(n.op, n.dtype, (src,), arg)
-    elif n.op is Ops.CONTIGUOUS and n.arg is not None:  # a unique copy: number it by appearance in this graph
-      n_unique[0] += 1
-      nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique[0])
+      nn = UOp(op, n.dtype, (src,), arg)
+    elif op is Ops.CONTIGUOUS and n.arg is not None:  # a unique copy: number it by appearance in this graph
+      n_unique += 1
+      nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique)
     else:
       srcs = tuple(map(norm.__getitem__, n.src))
       if srcs == n.src:
         nn = n
-        if n.op in _PURE and all(PURE in slots(x) for x in srcs): slots(n)[PURE] = True
-      else: nn = UOp(n.op, n.dtype, srcs, n.arg)
+        if op in _PURE and all(PURE in slots(x) for x in srcs): slots(n)[PURE] = True
+      else: nn = UOp(op, n.dtype, srcs, n.arg)
     norm[n] = nn
     orig[nn] = n
   return [norm[o] for o in outs], inputs, orig, var_vals

@@ -137,7 +137,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                requires_grad: bool | None = None):
     asked_device, device = device, Device.canonicalize(device)
     if dtype is not None: dtype = to_dtype(dtype)
-    self.requires_grad: bool | None = requires_grad
+    # a new Tensor is in no grad registry yet: only True needs the setter's bookkeeping (this runs for every input)
+    if requires_grad: self.requires_grad = requires_grad
+    else: self._requires_grad = requires_grad
     if isinstance(data, UOp):
       uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
       if uop.device is None and uop.op in _SCALAR_EXPR and \
@@ -170,10 +172,18 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       uop = _buffer_from_bytes(_pack(flat, d), shape, d, device)
     elif type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
       import numpy as np
-      arr = np.asarray(data)
-      from attograd.dtype import from_np_dtype
-      d = from_np_dtype(arr.dtype)
-      uop = _buffer_from_bytes(np.ascontiguousarray(arr).tobytes(), arr.shape, d, device)
+      arr: Any = np.asarray(data)
+      if (nd := _np_dtypes.get(arr.dtype)) is None:
+        from attograd.dtype import from_np_dtype
+        nd = _np_dtypes[arr.dtype] = from_np_dtype(arr.dtype)
+      d = nd
+      # the array's bytes, copied once (into the Buffer), through the buffer protocol; a non-contiguous array, or a
+      # dtype the protocol doesn't know (ml_dtypes' bfloat16), through a contiguous view of it as uint8
+      try: raw = memoryview(arr).cast("B")
+      except (TypeError, ValueError, BufferError):
+        as_bytes: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        raw = memoryview(as_bytes)
+      uop = _buffer_from_bytes(raw, arr.shape, d, device)
       if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
     elif isinstance(data, os.PathLike):
       # a file's bytes stay on DISK (memory-mapped, nothing read) unless a device is asked for, as in tinygrad
@@ -810,16 +820,36 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self.reshape(padded).expand(shape)
   def _alu(self, op: Ops, *srcs: Tensor, dtype: DType | None = None) -> Tensor:
     x = self.uop
-    return self._new(_like(UOp(op, dtype or x.dtype, (x,) + tuple(s.uop for s in srcs)), x))
+    return self._new(_like(UOp(op, dtype or x.dtype, (x, srcs[0].uop) if len(srcs) == 1 else
+                                                      (x,) + tuple(s.uop for s in srcs)), x))
+  def _with_number(self, op: Ops, y: Any, reverse: bool) -> Tensor | None:
+    """The two common cases of _broadcasted, built directly (the same node, without the calls, nor a Tensor for a
+    constant): tensor op Python number where the number takes the tensor's dtype, and two tensors of one shape, dtype
+    and device. None for every other case (and bool tensors, whose add and mul are other ops)."""
+    xu = self.uop
+    if y.__class__ is Tensor:
+      yu = y.uop
+      if yu.dtype is not xu.dtype or xu.dtype is dtypes.bool or (dev := xu.device) is None or yu.device != dev or \
+         yu.shape != xu.shape:
+        return None
+      if reverse: return y._new(_like(UOp(op, xu.dtype, (yu, xu)), yu))
+      return self._new(_like(UOp(op, xu.dtype, (xu, yu)), xu))
+    if y.__class__ not in (float, int) or xu.dtype is dtypes.bool or (y.__class__ is float) > dtypes.is_float(xu.dtype):
+      return None
+    c = _broadcast_const(y, xu.dtype, self.device, xu.shape)
+    return self._new(_like(UOp(op, xu.dtype, (c, xu) if reverse else (xu, c)), xu))
   def add(self, x: Any, reverse: bool = False) -> Tensor:
+    if (r := self._with_number(Ops.ADD, x, reverse)) is not None: return r
     a, b = self._broadcasted(x, reverse)
     if a.dtype is dtypes.bool: return a | b
     return a._alu(Ops.ADD, b)
   def sub(self, x: Any, reverse: bool = False) -> Tensor:
+    if (r := self._with_number(Ops.SUB, x, reverse)) is not None: return r
     a, b = self._broadcasted(x, reverse)
     if a.dtype is dtypes.bool: raise TypeError("sub: subtracting bool tensors is not supported; use ^ or logical_xor")
     return a._alu(Ops.SUB, b)
   def mul(self, x: Any, reverse: bool = False) -> Tensor:
+    if (r := self._with_number(Ops.MUL, x, reverse)) is not None: return r
     a, b = self._broadcasted(x, reverse)
     if a.dtype is dtypes.bool: return a & b
     return a._alu(Ops.MUL, b)
@@ -1559,6 +1589,8 @@ def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int
     if shape: u = UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape)),), shape)
     _const_cache[key] = u
   return u
+
+_np_dtypes: dict[Any, DType] = {}  # NumPy dtype -> attograd's, for Tensor(ndarray)
 
 _n_contiguous = [0]
 def _unique_contiguous(u: UOp) -> UOp:

@@ -43,8 +43,10 @@ def _unbound_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     if s.__class__ is not int: return tuple(unbind_sint(s) for s in shape)
   return shape
 
+_ARG_NAMES = [f"argument {i}" for i in range(32)]  # every replay names its Tensor inputs: the usual names made once
 def _name(pos: int | str) -> str:
   """An argument's name in messages: its position, or its keyword."""
+  if pos.__class__ is int and 0 <= pos < 32: return _ARG_NAMES[pos]  # type: ignore[index]
   return f"argument {pos}" if isinstance(pos, int) else f"keyword argument {pos!r}"
 
 # ***** the key of a call: what a capture depends on besides its input buffers and Variable values *****
@@ -158,11 +160,31 @@ def _swap_in(v: Any, fixed: dict[int, Tensor]) -> Any:
   if isinstance(v, dict): return {k: one(x) for k, x in v.items()}
   return v
 
+def _plain_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared | None:
+  """_prepare_inputs of the common call, in one pass: positional arguments only, each a Tensor that is a whole buffer
+  (through reshapes) on one device, with a concrete shape; what the general path returns for it. None otherwise."""
+  if len(args) > len(_ARG_NAMES): return None
+  shapes = []
+  for t in args:
+    if t.__class__ is not Tensor: return None
+    u = t.uop
+    while u.op is Ops.RESHAPE: u = u.src[0]
+    if u.op is not Ops.BUFFER: return None
+    shape = t.uop.shape
+    for s in shape:
+      if s.__class__ is not int: return None
+    shapes.append((shape, t.dtype, t.device))
+  names = _ARG_NAMES[:len(args)]
+  key = (tuple([(Tensor, t.requires_grad) for t in args]), (), Tensor.training, dtypes.default_float,
+         dtypes.default_int, Device.DEFAULT)
+  return args, kwargs, key, names, list(args), {}, (tuple(names), tuple(shapes), ())
+
 def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) -> Prepared:
   """The call's key and signature, and every Tensor input realized into a contiguous buffer of its own (a
   non-contiguous view gets a copy). Returns the arguments to call with, the key, the Tensor inputs' names and Tensors
   (one per shard), the bound Variables by name, and the signature: the Tensor inputs' names, shapes, dtypes, devices
   and views, which every call after the first capture must match."""
+  if not kwargs and not skip and (plain := _plain_inputs(args, kwargs)) is not None: return plain
   kws = sorted(kwargs) if kwargs else []  # keywords sorted, so their order in the call doesn't matter
   pos: list[int | str] = [*range(len(args)), *kws]
   vals = [*args, *(kwargs[k] for k in kws)]
@@ -188,7 +210,7 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
   names, tensors = _shards(tnames, tensors)
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
-  for v in vals[skip:] + [b for t in tensors for b in _shape_vars(t.shape)]:
+  for v in vals[skip:] + [b for t in tensors if _unbound_shape(sh := t.shape) is not sh for b in _shape_vars(sh)]:
     if v.__class__ is UOp and v.op is Ops.BIND:
       vname = v.src[0].arg[0]
       if vname in variables and variables[vname] is not v:
@@ -313,7 +335,7 @@ class TinyJit(Generic[ReturnType]):
     if (outer := recorder.active()) is not None:
       raise JitRuntimeError(f"TinyJit: {self!r} was called while {outer.owner!r} is capturing: having TinyJit inside "
                             "another TinyJit is not supported; jit only the outer function")
-    if not JIT or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
+    if not JIT.value or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
     args, kwargs, key, names, tensors, variables, sig = _prepare_inputs(args, kwargs, self._skip)
     self.cnt += 1
     if self._sig is not None and sig != self._sig:
@@ -327,7 +349,7 @@ class TinyJit(Generic[ReturnType]):
       if cj.freed: cj.reallocate()
       graphs = cj([t.uop.base for t in tensors], variables, Tensor._rng_counter)
       if cj.rng is not None: Tensor._rng_counter += cj.rng[1]
-      ret = _rebuild(cj.ret, [Tensor(u) for u in graphs])
+      ret: Any = Tensor(graphs[0]) if cj.ret.__class__ is Tensor else _rebuild(cj.ret, [Tensor(u) for u in graphs])
       for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
       return ret
     bufs = [buffers[t.uop.base] for t in tensors]

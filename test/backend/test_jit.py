@@ -51,6 +51,23 @@ def test_replay_does_not_schedule_or_compile(monkeypatch: pytest.MonkeyPatch) ->
   assert counts == {"schedule": 0, "runner": 0}
   np.testing.assert_allclose(out.numpy(), (x * 2).sum() + x.max(), rtol=1e-5)
 
+def test_plain_inputs_shortcut_matches_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+  # the replay's one-pass preparation of Tensor-only calls must give what the general path gives, and stand aside
+  # for every call it doesn't cover
+  import attograd.tensor.jit as tjit
+  a, b = Tensor(rnd(3, 4, seed=1)).realize(), Tensor(rnd(12, seed=2)).realize().reshape(3, 4)
+  lazy, strided = a + 1, Tensor(rnd(4, 3, seed=3)).realize().T
+  b.requires_grad = True
+  for args in [(a, b), (a,), ()]:
+    fast = tjit._prepare_inputs(args, {}, 0)
+    with monkeypatch.context() as m:
+      m.setattr(tjit, "_plain_inputs", lambda *_: None)
+      general = tjit._prepare_inputs(args, {}, 0)
+    assert fast[0] is args and fast[2:4] == general[2:4] and fast[5:] == general[5:]
+    assert len(fast[4]) == len(general[4]) and all(x is y for x, y in zip(fast[4], general[4]))
+  for args in [(a, lazy), (strided,), (a, 2.0), (a, [b])]:
+    assert tjit._plain_inputs(args, {}) is None
+
 def test_return_structure_and_kwargs(device: str) -> None:
   @TinyJit
   def f(x: Tensor, *, scale: Tensor, shift: Tensor) -> Any:
