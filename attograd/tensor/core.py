@@ -173,6 +173,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     elif type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
       import numpy as np
       arr: Any = np.asarray(data)
+      # big-endian bytes (a '>i4' array, as some files store them) read as this machine's: swapped to its order first
+      if arr.dtype.byteorder not in "=|" and arr.dtype.byteorder != _NATIVE_ORDER:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
       if (nd := _np_dtypes.get(arr.dtype)) is None:
         from attograd.dtype import from_np_dtype
         nd = _np_dtypes[arr.dtype] = from_np_dtype(arr.dtype)
@@ -1591,6 +1594,7 @@ def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int
   return u
 
 _np_dtypes: dict[Any, DType] = {}  # NumPy dtype -> attograd's, for Tensor(ndarray)
+_NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"  # how NumPy spells this machine's byte order
 
 _n_contiguous = [0]
 def _unique_contiguous(u: UOp) -> UOp:

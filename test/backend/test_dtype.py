@@ -576,3 +576,10 @@ def test_invalid_is_one_value_and_fills_nothing(device: str) -> None:
   assert t.shape == (2, 3) and t.dtype is dtypes.int32 and Tensor.full((4,), Invalid).dtype is dtypes.bool
   t[0] = 7  # an uninitialized buffer: written before it is read
   assert t[0].tolist() == [7, 7, 7]
+
+@pytest.mark.parametrize("dt", [">i4", ">f4", ">f8", ">u2", ">i8"])
+def test_big_endian_arrays_keep_their_values(device: str, dt: str) -> None:
+  # a NumPy array in the other byte order (as some files store numbers) was read as this machine's: 1 became 16777216
+  a = np.array([[1, 2], [300, 4]], dtype=dt)
+  np.testing.assert_array_equal(Tensor(a, device=device).numpy(), a.astype(a.dtype.newbyteorder("=")))
+  np.testing.assert_array_equal(Tensor(a[:, ::-1], device=device).numpy(), a[:, ::-1])
