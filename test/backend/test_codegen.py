@@ -140,8 +140,7 @@ def test_contiguous_backward() -> None:
 def test_programs_come_back_from_the_disk_cache(tmp_path, monkeypatch) -> None:
   # a new process skips lowering: the program for a kernel it has seen comes from the cache, equal to a fresh build
   import attograd.codegen as cg
-  from attograd import device as dev
-  monkeypatch.setattr(dev, "cache_dir", lambda: str(tmp_path))
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))  # an empty disk cache
   a, b = Tensor.rand(32, 48).realize(), Tensor.rand(48, 16).realize()
   items, _ = create_schedule([(a @ b).relu().uop])
   ast, r = items[-1].ast, Device["CPU"].renderer
@@ -185,9 +184,8 @@ def test_max_reduce_on_lanes(dtype: str) -> None:
 
 def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatch) -> None:
   import attograd.codegen.search as search
-  from attograd import device as dev
   from attograd.codegen import _build_program as build
-  monkeypatch.setattr(dev, "cache_dir", lambda: str(tmp_path))
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))  # an empty disk cache
   monkeypatch.setattr(search, "MAX_ROUNDS", 1)
   monkeypatch.setattr(search, "MAX_CANDIDATES", 8)
   rng = np.random.default_rng(9)
