@@ -562,7 +562,19 @@ python_alu: dict[Ops, Callable[..., Any]] = {
   Ops.IDIV: _c_idiv, Ops.MOD: _c_mod,
   Ops.MAX: _max, Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne, Ops.CMPEQ: operator.eq, Ops.AND: operator.and_,
   Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.SHL: _shl, Ops.SHR: _shr, Ops.POW: _pow,
-  Ops.WHERE: lambda c, a, b: a if c else b}
+  Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: _fma(a, b, c)}
+
+def _fma(a: float, b: float, c: float) -> float:
+  """a*b+c rounded once (to a Python float; exec_alu then rounds a float32 result again, which can differ from one
+  float32 rounding in a tie of the double's last bit). Python 3.13's math.fma, else exact rational arithmetic."""
+  if (fma := getattr(math, "fma", None)) is not None: return fma(a, b, c)
+  if not all(math.isfinite(v) for v in (a, b, c)): return a * b + c
+  from fractions import Fraction
+  exact = Fraction(a) * Fraction(b) + Fraction(c)
+  try: r = float(exact)
+  except OverflowError: return math.inf if exact > 0 else -math.inf
+  if r != 0: return r
+  return (0.0 if exact > 0 else -0.0) if exact != 0 else a * b + c  # an exact zero's sign as IEEE addition gives it
 
 def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
   """Evaluate one ALU op on Python values with the result rounded/wrapped to `dtype`."""

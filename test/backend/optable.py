@@ -648,7 +648,9 @@ NON_OPS = {
   # metadata, not computation
   "shape": "property", "dtype": "property", "device": "property", "ndim": "property", "requires_grad": "autograd flag",
   "numel": "metadata", "size": "metadata", "element_size": "metadata", "nbytes": "metadata",
-  "is_floating_point": "metadata",
+  "is_floating_point": "metadata", "max_shape": "metadata (a symbolic shape's largest)", "max_numel": "metadata",
+  "grad": "autograd result", "const": "a constant of another tensor's dtype and device (test_tensor_api3.py)",
+  "linear_with_vars": "schedules, runs nothing (test_linear.py)", "schedule_linear": "schedules (test_linear.py)",
   # running and reading: every row goes through them
   "realize": "runs the graph", "numpy": "reads data", "tolist": "reads data", "item": "reads data",
   "data": "reads data",

@@ -70,3 +70,11 @@ def test_each_language_writes_its_fused_multiply_add(r, text: str) -> None:
   _, src = _program(r, x * x + 3)
   assert text in src
   if isinstance(r, LLVMRenderer): assert "contract" not in src  # LLVM may fuse nothing itself
+
+def test_the_interpreter_rounds_a_mulacc_once() -> None:
+  # the PYTHON device runs CUDA-flavoured programs for the tensor-core emulator: MULACC is a*b+c rounded once
+  from attograd.uop.ops import exec_alu
+  assert exec_alu(Ops.MULACC, dtypes.float64, [0.1, 0.1, -0.01]) == 9.020562075079397e-19  # the product's own error
+  assert 0.1 * 0.1 - 0.01 != 9.020562075079397e-19
+  assert exec_alu(Ops.MULACC, dtypes.float64, [1e308, 10.0, -1e308]) == float("inf")
+  assert str(exec_alu(Ops.MULACC, dtypes.float64, [-1e-200, 1e-200, 0.0])) == "-0.0"
