@@ -592,6 +592,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @_takes_requires_grad
   def full_like(self, fill_value: ConstType, **kw: Any) -> Tensor:
     return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kw})
+  def const_like(self, b: ConstType, dtype: DType | str | None = None) -> Tensor:
+    """A tensor of this one's shape and device filled with `b`, in `dtype` (this one's by default); tinygrad's name
+    for full_like without the keywords."""
+    return self.full_like(b, dtype=self.dtype if dtype is None else dtype)
   @_takes_requires_grad
   def zeros_like(self, **kw: Any) -> Tensor: return self.full_like(0, **kw)
   @_takes_requires_grad
