@@ -9,6 +9,7 @@ from attograd.helpers import DEBUG, Context, dedup
 from attograd.gradient import register_custom_grad
 from attograd.nn.state import get_state_dict
 from attograd.tensor import Tensor
+from attograd.tensor.call import FunctionCall, grads_of, tinygrad_style
 from attograd.uop.ops import Ops, UOp
 
 R = TypeVar("R")
@@ -35,26 +36,17 @@ def _implicit_buffers(outs: list[UOp], explicit: set[UOp]) -> list[UOp]:
   return found
 
 def _function_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
-  """CUSTOM_GRAD("function", grad_fxn, i, outs): sources (value, *inputs), the function's output i of `outs` (their
-  shapes and dtypes); grad_fxn(*grads, *inputs) gives each input's gradient (None for none), with one gradient per
-  output: this one's, zeros for the others. (A gradient is linear in the outputs' gradients, so the rules of the
-  outputs together add up to grad_fxn of all their gradients.)"""
-  name, grad_fxn, i, outs = ret.arg
+  """CUSTOM_GRAD("function", name, grad_fxn, i, outs, tinygrad_style): sources (value, *inputs), the function's output
+  i of `outs` (their shapes and dtypes). grad_fxn gets one gradient per output, this one's and zeros for the others,
+  then the inputs (attograd's grad_fxn(*grads, *inputs)) or the call (tinygrad's grad_fxn(*grads, call), call.src =
+  (value, *inputs)); it gives each input's gradient (None for none). A gradient is linear in the outputs' gradients,
+  so the rules of the outputs together add up to grad_fxn of all their gradients."""
+  _, name, grad_fxn, i, outs, tiny = ret.arg
   inputs = [Tensor(u) for u in ret.src[1:]]
   out_grads = [Tensor(ctx) if j == i else Tensor.zeros(*shape, dtype=dtype, device=ctx.device)
                for j, (shape, dtype) in enumerate(outs)]
-  grads = grad_fxn(*out_grads, *inputs)
-  grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
-  if len(grads) != len(inputs):
-    raise ValueError(f"function {name}: grad_fxn returned {len(grads)} gradients for {len(inputs)} inputs")
-  out: list[UOp | None] = [None]
-  for g, x in zip(grads, inputs):
-    if g is None: out.append(None)
-    elif not isinstance(g, Tensor) or g.shape != x.shape:
-      raise ValueError(f"function {name}: grad_fxn's gradient for an input of shape {x.shape} is "
-                       f"{g.shape if isinstance(g, Tensor) else type(g).__name__}; expected a Tensor of that shape")
-    else: out.append(g.cast(x.dtype).uop)
-  return tuple(out)
+  rest = [FunctionCall((Tensor(ret.src[0]), *inputs), name)] if tiny else inputs
+  return (None, *grads_of(name, grad_fxn(*out_grads, *rest), inputs, Tensor))
 register_custom_grad("function", _function_grad_rule)
 # CUSTOM_GRAD("function_inputs"): sources (value, *detached inputs) keep a function's inputs in its outputs' graphs
 # (detached: the gradient flows only through the value), so backward() gives an input the body never read zeros,
@@ -94,9 +86,9 @@ class _function(Generic[R]):
                          f"(pass them in, or use @function(allow_implicit=True)):\n  {lines}")
     if self.grad_fxn is not None:
       spec = tuple((t.shape, t.dtype) for t in outs)
-      srcs = [x.uop for x in inputs]
-      outs = [Tensor(UOp(Ops.CUSTOM_GRAD, t.dtype, (t.uop, *srcs), ("function", self.grad_fxn, i, spec)))
-              for i, t in enumerate(outs)]
+      srcs, tiny = [x.uop for x in inputs], tinygrad_style(self.grad_fxn, len(outs), len(inputs))
+      outs = [Tensor(UOp(Ops.CUSTOM_GRAD, t.dtype, (t.uop, *srcs), ("function", self.name, self.grad_fxn, i, spec,
+                                                                      tiny))) for i, t in enumerate(outs)]
     else:
       # inputs the body never read: kept (detached) in every output's graph, so backward() gives them zeros
       read = {n for t in outs for n in t.uop.toposort()}
@@ -124,7 +116,9 @@ def function(fxn: Callable[..., R] | None = None, *, precompile: bool = False, p
   outside raises unless allow_implicit=True, so a function's inputs are what its call says; one the body never reads
   gets a zero gradient. `grad_fxn(grad, *inputs)` (for a tuple of outputs `grad_fxn(*grads, *inputs)`, zeros for an
   output the loss doesn't use) replaces the body's gradient: it returns one gradient (or None) per input Tensor, in
-  the order they appear in the arguments. precompile and precompile_backward are accepted as in tinygrad: attograd compiles each body's kernels
+  the order they appear in the arguments. tinygrad's form `grad_fxn(*grads, call)` works too (one parameter past the
+  gradients, named `call` when there is one input): `call.src` is (the body's value, *the inputs), as Tensors.
+  precompile and precompile_backward are accepted as in tinygrad: attograd compiles each body's kernels
   once on first use and caches them by graph structure either way.
 
   >>> from attograd import Tensor

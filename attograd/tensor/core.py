@@ -37,6 +37,7 @@ import attograd.tensor.live as live
 from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
 from attograd.tensor.linalg import LinalgMixin
+from attograd.tensor.call import CallMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -124,7 +125,7 @@ class _TensorType(type):
   @training.deleter
   def training(cls) -> None: TRAINING.value = 0  # back to the default (monkeypatch restores a class attr by deleting)
 
-class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgMixin, metaclass=_TensorType):
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgMixin, CallMixin, metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()

@@ -1,6 +1,7 @@
 """The @function decorator: same values and gradients as the plain function, methods with their weights as inputs,
 no device use inside, implicit buffers refused unless allowed, and a custom gradient."""
 from __future__ import annotations
+from typing import Any
 import numpy as np
 import pytest
 from attograd import Context, Tensor, TinyJit, function, nn
@@ -101,6 +102,21 @@ def test_grad_fxn_of_tuple_output(device: str) -> None:
   s.sum().backward()
   assert seen == [(0.0, 0.0)]
   np.testing.assert_allclose(x.grad.numpy(), [10.0, 10.0])  # type: ignore[union-attr]
+
+def test_grad_fxn_tinygrad_form(device: str) -> None:
+  # tinygrad's grad_fxn(*grads, call): call.src is (value, *inputs); with one input the parameter is named `call`
+  @function(grad_fxn=lambda g, call: (g * call.src[2], g * call.src[1]))
+  def mul(x: Tensor, y: Tensor) -> Tensor: return x * y
+  x, y = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 5.0], requires_grad=True)
+  mul(x, y).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), [3.0, 5.0])  # type: ignore[union-attr]
+  np.testing.assert_allclose(y.grad.numpy(), [1.0, 2.0])  # type: ignore[union-attr]
+  def twice(g: Tensor, call: Any) -> tuple[Tensor]: return (g * 2 + call.src[0] * 0,)
+  @function(grad_fxn=twice)
+  def ident(x: Tensor) -> Tensor: return x + 0
+  z = Tensor([4.0, -1.0], requires_grad=True)
+  ident(z).sum().backward()
+  np.testing.assert_allclose(z.grad.numpy(), [2.0, 2.0])  # type: ignore[union-attr]
 
 def test_grad_fxn_wrong_count() -> None:
   @function(grad_fxn=lambda g, x, w: (g,))
