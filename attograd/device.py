@@ -30,7 +30,10 @@ class _Device:
     self._registered[base] = make
   def canonicalize(self, device: str | tuple[str, ...] | None) -> Any:  # a name, or a tuple of names for a tuple
     if device is None: return self.DEFAULT
-    if device.__class__ in (tuple, list): return tuple(self.canonicalize(d) for d in device)  # type: ignore[return-value]
+    if device.__class__ in (tuple, list):
+      # a tuple of one device is that device: a tensor split over one device is a tensor on it (as tinygrad accepts)
+      if len(device) == 1: return self.canonicalize(device[0])  # type: ignore[index]
+      return tuple(self.canonicalize(d) for d in device)  # type: ignore[union-attr]
     if not isinstance(device, str): raise TypeError(f"device must be a string like 'CPU' or 'PYTHON', got {device!r}")
     base, _, num = device.partition(":")
     base = _ALIASES.get(base.upper(), base.upper())

@@ -73,6 +73,14 @@ def test_from_data_with_dtype(device: str, data: Any, dtype: Any, want: np.ndarr
   t = Tensor(data, dtype=dtype)
   compare(t, want, exact_dtype=True)
 
+def test_shape_sizes_must_be_ints(device: str) -> None:
+  # a float size is refused, not truncated (2.0 too, as in tinygrad); numpy's ints are ints
+  for make in (lambda: Tensor.ones(2.0), lambda: Tensor.zeros(3, 2.5), lambda: Tensor.rand(1.0),
+               lambda: Tensor.full((2.0,), 1)):
+    with pytest.raises(RuntimeError, match="shape must be int"): make()
+  assert Tensor.zeros(np.int64(3), device=device).shape == (3,)
+  assert type(Tensor.empty(np.int32(2), 3, device=device).shape[0]) is int
+
 def test_device_kwarg(device: str) -> None:
   t = Tensor([1, 2], device=device)
   assert t.device == device
