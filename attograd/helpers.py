@@ -1,7 +1,7 @@
 """Small shared utilities: environment flags, Context, counters, caching paths and tiny functional helpers."""
 from __future__ import annotations
-import collections, contextlib, functools, hashlib, itertools, math, os, pathlib, pickle, shutil, struct, sys, tempfile
-import time
+import collections, contextlib, functools, gc, hashlib, itertools, math, os, pathlib, pickle, shutil, struct, sys
+import tempfile, time
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 from attograd.dtype import DTYPES_DICT, DType, dtypes
 
@@ -474,6 +474,22 @@ class tqdm(Generic[T]):
 def trange(n: int, **kwargs: Any) -> tqdm[int]:
   """tqdm(range(n)): `for i in (t := trange(steps)): ...; t.set_description(f"loss {loss:.2f}")`."""
   return tqdm(range(n), total=n, **kwargs)
+
+class disable_gc:
+  """`with disable_gc():` or `@disable_gc()` (tinygrad's name): Python's cyclic garbage collector is off inside, then
+  as it was before. A collection pause in a hot loop can cost more than the garbage it finds. Each entry remembers
+  its own state, so nested and recursive uses restore the right one."""
+  def __init__(self) -> None: self._was: list[bool] = []
+  def __enter__(self) -> None:
+    self._was.append(gc.isenabled())
+    gc.disable()
+  def __exit__(self, *exc: Any) -> None:
+    if self._was.pop(): gc.enable()
+  def __call__(self, fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+      with self: return fn(*args, **kwargs)
+    return wrapper
 
 # ***** downloads *****
 

@@ -75,3 +75,25 @@ def test_diskcache_values_keys_and_tables(tmp_path, monkeypatch):
     calls.append(x)
     return x * 2
   assert (f(3), f(3), f(4), calls) == (6, 6, 8, [3, 4])
+
+def test_disable_gc_restores_the_state_each_level_found():
+  from attograd.helpers import disable_gc
+  import gc
+  was = gc.isenabled()
+  depths: list[bool] = []
+  @disable_gc()
+  def recurse(n: int) -> int:
+    depths.append(gc.isenabled())
+    return n if n == 0 else recurse(n - 1) + 1
+  try:
+    gc.enable()
+    assert recurse(3) == 3 and depths == [False] * 4 and gc.isenabled()
+    with disable_gc():
+      assert not gc.isenabled()
+      with disable_gc(): assert not gc.isenabled()
+      assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    with disable_gc(): pass
+    assert not gc.isenabled()  # it was off before: it stays off
+  finally: (gc.enable if was else gc.disable)()
