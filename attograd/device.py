@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes, hashlib, importlib, os, sys, threading
 from typing import Any, Callable
 from attograd.dtype import DType
-from attograd.helpers import GlobalCounters, getenv
+from attograd.helpers import DEV, GlobalCounters, getenv
 # the on-disk cache lives in helpers (tinygrad's diskcache_get/put are built on it); its users import it from here
 from attograd.helpers import disk_cache_get, disk_cache_put  # noqa: F401
 
@@ -19,6 +19,7 @@ class _Device:
   def __init__(self) -> None:
     self._opened: dict[str, Compiled] = {}
     self._default: str | None = None
+    self._dev_at_start = DEV.value  # DEV from the environment; a different DEV.value was set with Context
     self._registered: dict[str, Callable[[str], Compiled]] = {}
     self._gpu: str | None = None
   def register(self, name: str, make: Callable[[str], Compiled]) -> None:
@@ -60,10 +61,20 @@ class _Device:
     dev = getattr(mod, f"{base.capitalize() if base != 'CPU' else 'CPU'}Device")(name)
     self._opened[name] = dev
     return dev
+  def _dev_device(self, dev: str) -> str | None:
+    """The device a DEV string names: its first target (';' separates them), without an interface ("USB+"); a part
+    after ':' is attograd's device number if it is one, else tinygrad's renderer or arch, which attograd ignores.
+    None when it names no device (":LLVM")."""
+    base, _, rest = dev.split(";")[0].rpartition("+")[2].partition(":")
+    if not base: return None
+    num = rest.partition(":")[0]
+    return self.canonicalize(f"{base}:{num}" if num.isdigit() else base)
   @property
   def DEFAULT(self) -> str:
+    # a DEV set with Context (not the environment's) is the default inside its block
+    if (dev := DEV.value) != self._dev_at_start and dev and (name := self._dev_device(dev)) is not None: return name
     if self._default is None:
-      if (dev := os.getenv("DEV")): self._default = self.canonicalize(dev)
+      if (dev := os.getenv("DEV")) and (name := self._dev_device(dev)) is not None: self._default = name
       else:
         flags = [d for d in ALL_DEVICES + list(_ALIASES) + ["GPU"] if d != "DISK" and getenv(d, 0) == 1]
         self._default = self.canonicalize(flags[0]) if flags else "CPU"

@@ -229,7 +229,6 @@ TINYGRAD_ONLY_FLAGS: dict[str, str] = {
   "FUSE_OPTIM": "tinygrad's concatenation of all optimizer parameters",
   "CAPTURE_PROCESS_REPLAY": "tinygrad's process-replay recorder", "NOLOCALS": "tinygrad's local-memory switch",
   "CHECK_OOB": "tinygrad's static out-of-bounds proof of each load; attograd checks a view's bounds when it is built",
-  "DEV": "tinygrad's device target string; attograd reads DEV once, set Device.DEFAULT to change it",
   "QUANTIZE": "tinygrad's ONNX quantization switch", "VARIABLE": "a test-local tinygrad flag",
 }
 
@@ -278,6 +277,9 @@ def _default_dtype(kind: str) -> Callable[[Any], Any]:
   return apply
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", on_set=_default_dtype("float"))
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", on_set=_default_dtype("int"))
+# DEV: the default device's name ("CL", "cpu", "CL:1"; tinygrad's "USB+AMD" and "CPU:LLVM" forms give their device,
+# AMD and CPU). Read from the environment; `with Context(DEV="NULL"):` makes NULL the default inside the block
+DEV = ContextVar("DEV", "")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # BEAM searches again instead of reading its disk cache
 # 0 inside a @function body: realizing there would run kernels while the function's graph is being traced
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
