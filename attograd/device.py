@@ -19,7 +19,7 @@ class _Device:
   def __init__(self) -> None:
     self._opened: dict[str, Compiled] = {}
     self._default: str | None = None
-    self._dev_at_start = DEV.value  # DEV from the environment; a different DEV.value was set with Context
+    self._dev_at_start = DEV.string  # DEV from the environment; a different DEV.value was set with Context
     self._registered: dict[str, Callable[[str], Compiled]] = {}
     self._gpu: str | None = None
   def register(self, name: str, make: Callable[[str], Compiled]) -> None:
@@ -72,9 +72,9 @@ class _Device:
   @property
   def DEFAULT(self) -> str:
     # a DEV set with Context (not the environment's) is the default inside its block
-    if (dev := DEV.value) != self._dev_at_start and dev and (name := self._dev_device(dev)) is not None: return name
+    if (dev := DEV.string) != self._dev_at_start and dev and (name := self._dev_device(dev)) is not None: return name
     if self._default is None:
-      if (dev := os.getenv("DEV")) and (name := self._dev_device(dev)) is not None: self._default = name
+      if (env := os.getenv("DEV")) and (name := self._dev_device(env)) is not None: self._default = name
       else:
         flags = [d for d in ALL_DEVICES + list(_ALIASES) + ["GPU"] if d != "DISK" and getenv(d, 0) == 1]
         self._default = self.canonicalize(flags[0]) if flags else "CPU"

@@ -1,7 +1,7 @@
 """Small shared utilities: environment flags, Context, counters, caching paths and tiny functional helpers."""
 from __future__ import annotations
-import collections, contextlib, functools, gc, hashlib, itertools, math, os, pathlib, pickle, shutil, struct, sys
-import tempfile, time
+import collections, contextlib, dataclasses, functools, gc, hashlib, itertools, math, os, pathlib, pickle, shutil
+import struct, sys, tempfile, time
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 from attograd.dtype import DTYPES_DICT, DType, dtypes
 
@@ -277,9 +277,56 @@ def _default_dtype(kind: str) -> Callable[[Any], Any]:
   return apply
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", on_set=_default_dtype("float"))
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", on_set=_default_dtype("int"))
-# DEV: the default device's name ("CL", "cpu", "CL:1"; tinygrad's "USB+AMD" and "CPU:LLVM" forms give their device,
-# AMD and CPU). Read from the environment; `with Context(DEV="NULL"):` makes NULL the default inside the block
-DEV = ContextVar("DEV", "")
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """One target of a DEV string, in tinygrad's form `[interface[:indices]+]device[:renderer[:arch]]` ("USB+AMD",
+  "CPU:LLVM", "AMD:LLVM:gfx1100"); device and renderer are upper-cased. attograd reads only `device` (Device.DEFAULT);
+  the other fields are kept for code that reads them."""
+  device: str = ""
+  renderer: str = ""
+  arch: str = ""
+  interface: str = ""
+  indices: str = ""
+  @staticmethod
+  def parse(s: str) -> Target:
+    head, plus, rest = s.partition("+")
+    if plus and "+" in rest: raise RuntimeError(f"too many '+' in target string: {s!r}")
+    iface, _, idx = head.rpartition(":") if plus and ":" in head else (head if plus else "", "", "")
+    parts = (rest if plus else s).split(":")
+    if len(parts) > 3: raise RuntimeError(f"too many ':' in target string: {s!r}")
+    dev, ren, arch = (*(p.upper() for p in parts[:2]), *parts[2:], "", "")[:3]
+    return Target(dev, ren, arch, iface, idx)
+  def __repr__(self) -> str:
+    where = ":".join([self.interface, self.indices]).rstrip(":")
+    what = ":".join([self.device, self.renderer, self.arch]).rstrip(":")
+    return f"{where}+{what}" if where else what
+
+class _DevVar(ContextVar):
+  """DEV: the default device, read from the environment and set for a block with `Context(DEV="NULL")`. Its value
+  is a list of Targets (';' separates them), as in tinygrad; `string` is the text it was set from. The first
+  target's device is the default device (Device.DEFAULT); for attograd a renderer part that is a number is a device
+  number ("CL:1")."""
+  _targets: list[Target] = [Target()]
+  string = ""
+  @property  # type: ignore[override]
+  def value(self) -> list[Target]: return self._targets
+  @value.setter
+  def value(self, v: str | Target | list[Target]) -> None:
+    self._targets = list(v) if isinstance(v, list) else [v] if isinstance(v, Target) else \
+      [Target.parse(t) for t in str(v).split(";")]
+    self.string = v if isinstance(v, str) else ";".join(repr(t) for t in self._targets)
+  def __getattr__(self, k: str) -> Any:
+    if k.startswith("_"): raise AttributeError(k)
+    return getattr(self._targets[0], k)
+  def __str__(self) -> str: return ";".join(repr(t) for t in self._targets)
+  def __bool__(self) -> bool: return bool(self.string)
+  def __repr__(self) -> str: return str(self)
+  def target(self, dev: str, **kwargs: str) -> Target:
+    """The target for device `dev`: the first that names it or names no device, its unset fields filled from
+    kwargs; Target(dev) when none matches."""
+    t = next((t for t in self._targets if t.device in ("", dev)), Target(dev))
+    return dataclasses.replace(t, device=dev, **{k: v for k, v in kwargs.items() if not getattr(t, k)})
+DEV = _DevVar("DEV", "")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # BEAM searches again instead of reading its disk cache
 # 0 inside a @function body: realizing there would run kernels while the function's graph is being traced
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)

@@ -97,3 +97,20 @@ def test_disable_gc_restores_the_state_each_level_found():
     with disable_gc(): pass
     assert not gc.isenabled()  # it was off before: it stays off
   finally: (gc.enable if was else gc.disable)()
+
+def test_dev_targets_parse_and_print_back():
+  from attograd.helpers import DEV, Target
+  # [interface[:indices]+]device[:renderer[:arch]], ';' between targets
+  cases = {"cl": [Target("CL")], "cpu:llvm": [Target("CPU", "LLVM")], "::sm_90": [Target(arch="sm_90")],
+           "PCI:0,1+AMD": [Target("AMD", interface="PCI", indices="0,1")], ":3+CUDA": [Target("CUDA", indices="3")],
+           "CUDA:PTX:sm_80;USB+AMD": [Target("CUDA", "PTX", "sm_80"), Target("AMD", interface="USB")]}
+  for text, want in cases.items():
+    with Context(DEV=text):
+      assert DEV.value == want and DEV.interface == want[0].interface
+      assert str(DEV) == {"cl": "CL", "cpu:llvm": "CPU:LLVM"}.get(text, text)  # device and renderer upper-cased
+  with Context(DEV="CUDA:PTX;:LLVM"):
+    assert DEV.target("CUDA") == Target("CUDA", "PTX") and DEV.target("CPU") == Target("CPU", "LLVM")
+    assert DEV.target("CL", renderer="X") == Target("CL", "LLVM")  # a set field is kept
+  with Context(DEV="CUDA"): assert DEV.target("CL", arch="a") == Target("CL", arch="a")
+  for bad in ("A+B+C", "A:B:C:D"):
+    with pytest.raises(RuntimeError, match="too many"): Target.parse(bad)
