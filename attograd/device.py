@@ -15,6 +15,10 @@ _GPU_ORDER = ["CUDA", "CL"]  # "GPU" names the first of these that starts here
 class DeviceUnavailable(RuntimeError):
   """A backend could not start on this machine; the message says what is missing."""
 
+class UnknownDeviceError(ValueError, ModuleNotFoundError):
+  """A device name attograd doesn't know. A ValueError (a bad argument); also a ModuleNotFoundError, which tinygrad
+  raises there (it looks for the device's runtime module), so code ported from tinygrad that catches that works."""
+
 class _Device:
   def __init__(self) -> None:
     self._opened: dict[str, Compiled] = {}
@@ -39,7 +43,7 @@ class _Device:
     base, _, num = device.partition(":")
     base = _ALIASES.get(base.upper(), base.upper())
     if base == "GPU": base = self.best_gpu()
-    if base not in ALL_DEVICES: raise ValueError(f"unknown device {device!r}; known devices are {ALL_DEVICES}")
+    if base not in ALL_DEVICES: raise UnknownDeviceError(f"unknown device {device!r}; known devices are {ALL_DEVICES}")
     # "DISK:path" names one file (tinygrad's spelling, any case of "disk"); the path is kept as written
     if base == "DISK" and num and not num.isdigit(): return f"DISK:{num}"
     if num and not num.isdigit(): raise ValueError(f"bad device number in {device!r}; write it like '{base}:1'")

@@ -41,6 +41,7 @@ def test_canonical_names() -> None:
   assert Device.canonicalize("cpu") == "CPU" and Device.canonicalize("CPU:0") == "CPU"
   assert Device.canonicalize("CPU:1") == "CPU:1"
   with pytest.raises(ValueError, match="unknown device 'TPU'"): Device.canonicalize("TPU")
+  with pytest.raises(ModuleNotFoundError, match="unknown device 'TYPO'"): Device["TYPO"]  # what tinygrad raises
 
 def test_unknown_device_in_tensor() -> None:
   with pytest.raises(ValueError, match="unknown device"): Tensor([1.0], device="NOPE")
