@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes, hashlib, importlib, os, sys, threading
 from typing import Any, Callable
 from attograd.dtype import DType
-from attograd.helpers import GlobalCounters, getenv
+from attograd.helpers import DEV, GlobalCounters, getenv
 # the on-disk cache lives in helpers (tinygrad's diskcache_get/put are built on it); its users import it from here
 from attograd.helpers import disk_cache_get, disk_cache_put  # noqa: F401
 
@@ -15,10 +15,15 @@ _GPU_ORDER = ["CUDA", "CL"]  # "GPU" names the first of these that starts here
 class DeviceUnavailable(RuntimeError):
   """A backend could not start on this machine; the message says what is missing."""
 
+class UnknownDeviceError(ValueError, ModuleNotFoundError):
+  """A device name attograd doesn't know. A ValueError (a bad argument); also a ModuleNotFoundError, which tinygrad
+  raises there (it looks for the device's runtime module), so code ported from tinygrad that catches that works."""
+
 class _Device:
   def __init__(self) -> None:
     self._opened: dict[str, Compiled] = {}
     self._default: str | None = None
+    self._dev_at_start = DEV.string  # DEV from the environment; a different DEV.value was set with Context
     self._registered: dict[str, Callable[[str], Compiled]] = {}
     self._gpu: str | None = None
   def register(self, name: str, make: Callable[[str], Compiled]) -> None:
@@ -30,12 +35,15 @@ class _Device:
     self._registered[base] = make
   def canonicalize(self, device: str | tuple[str, ...] | None) -> Any:  # a name, or a tuple of names for a tuple
     if device is None: return self.DEFAULT
-    if device.__class__ in (tuple, list): return tuple(self.canonicalize(d) for d in device)  # type: ignore[return-value]
+    if device.__class__ in (tuple, list):
+      # a tuple of one device is that device: a tensor split over one device is a tensor on it (as tinygrad accepts)
+      if len(device) == 1: return self.canonicalize(device[0])  # type: ignore[index]
+      return tuple(self.canonicalize(d) for d in device)  # type: ignore[union-attr]
     if not isinstance(device, str): raise TypeError(f"device must be a string like 'CPU' or 'PYTHON', got {device!r}")
     base, _, num = device.partition(":")
     base = _ALIASES.get(base.upper(), base.upper())
     if base == "GPU": base = self.best_gpu()
-    if base not in ALL_DEVICES: raise ValueError(f"unknown device {device!r}; known devices are {ALL_DEVICES}")
+    if base not in ALL_DEVICES: raise UnknownDeviceError(f"unknown device {device!r}; known devices are {ALL_DEVICES}")
     # "DISK:path" names one file (tinygrad's spelling, any case of "disk"); the path is kept as written
     if base == "DISK" and num and not num.isdigit(): return f"DISK:{num}"
     if num and not num.isdigit(): raise ValueError(f"bad device number in {device!r}; write it like '{base}:1'")
@@ -57,10 +65,20 @@ class _Device:
     dev = getattr(mod, f"{base.capitalize() if base != 'CPU' else 'CPU'}Device")(name)
     self._opened[name] = dev
     return dev
+  def _dev_device(self, dev: str) -> str | None:
+    """The device a DEV string names: its first target (';' separates them), without an interface ("USB+"); a part
+    after ':' is attograd's device number if it is one, else tinygrad's renderer or arch, which attograd ignores.
+    None when it names no device (":LLVM")."""
+    base, _, rest = dev.split(";")[0].rpartition("+")[2].partition(":")
+    if not base: return None
+    num = rest.partition(":")[0]
+    return self.canonicalize(f"{base}:{num}" if num.isdigit() else base)
   @property
   def DEFAULT(self) -> str:
+    # a DEV set with Context (not the environment's) is the default inside its block
+    if (dev := DEV.string) != self._dev_at_start and dev and (name := self._dev_device(dev)) is not None: return name
     if self._default is None:
-      if (dev := os.getenv("DEV")): self._default = self.canonicalize(dev)
+      if (env := os.getenv("DEV")) and (name := self._dev_device(env)) is not None: self._default = name
       else:
         flags = [d for d in ALL_DEVICES + list(_ALIASES) + ["GPU"] if d != "DISK" and getenv(d, 0) == 1]
         self._default = self.canonicalize(flags[0]) if flags else "CPU"

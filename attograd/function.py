@@ -4,10 +4,12 @@ gradient."""
 from __future__ import annotations
 import functools, time
 from typing import Any, Callable, Generic, TypeVar, overload
+from attograd.dtype import dtypes
 from attograd.helpers import DEBUG, Context, dedup
 from attograd.gradient import register_custom_grad
 from attograd.nn.state import get_state_dict
 from attograd.tensor import Tensor
+from attograd.tensor.call import FunctionCall, grads_of, tinygrad_style
 from attograd.uop.ops import Ops, UOp
 
 R = TypeVar("R")
@@ -34,23 +36,22 @@ def _implicit_buffers(outs: list[UOp], explicit: set[UOp]) -> list[UOp]:
   return found
 
 def _function_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
-  """CUSTOM_GRAD("function", grad_fxn): sources (value, *inputs); grad_fxn(grad, *inputs) gives each input's
-  gradient (None for none)."""
-  name, grad_fxn = ret.arg
+  """CUSTOM_GRAD("function", name, grad_fxn, i, outs, tinygrad_style): sources (value, *inputs), the function's output
+  i of `outs` (their shapes and dtypes). grad_fxn gets one gradient per output, this one's and zeros for the others,
+  then the inputs (attograd's grad_fxn(*grads, *inputs)) or the call (tinygrad's grad_fxn(*grads, call), call.src =
+  (value, *inputs)); it gives each input's gradient (None for none). A gradient is linear in the outputs' gradients,
+  so the rules of the outputs together add up to grad_fxn of all their gradients."""
+  _, name, grad_fxn, i, outs, tiny = ret.arg
   inputs = [Tensor(u) for u in ret.src[1:]]
-  grads = grad_fxn(Tensor(ctx), *inputs)
-  grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
-  if len(grads) != len(inputs):
-    raise ValueError(f"function {name}: grad_fxn returned {len(grads)} gradients for {len(inputs)} inputs")
-  out: list[UOp | None] = [None]
-  for g, x in zip(grads, inputs):
-    if g is None: out.append(None)
-    elif not isinstance(g, Tensor) or g.shape != x.shape:
-      raise ValueError(f"function {name}: grad_fxn's gradient for an input of shape {x.shape} is "
-                       f"{g.shape if isinstance(g, Tensor) else type(g).__name__}; expected a Tensor of that shape")
-    else: out.append(g.cast(x.dtype).uop)
-  return tuple(out)
+  out_grads = [Tensor(ctx) if j == i else Tensor.zeros(*shape, dtype=dtype, device=ctx.device)
+               for j, (shape, dtype) in enumerate(outs)]
+  rest = [FunctionCall((Tensor(ret.src[0]), *inputs), name)] if tiny else inputs
+  return (None, *grads_of(name, grad_fxn(*out_grads, *rest), inputs, Tensor))
 register_custom_grad("function", _function_grad_rule)
+# CUSTOM_GRAD("function_inputs"): sources (value, *detached inputs) keep a function's inputs in its outputs' graphs
+# (detached: the gradient flows only through the value), so backward() gives an input the body never read zeros,
+# as in tinygrad, where every input is an argument of the call
+register_custom_grad("function_inputs", lambda ctx, ret: (ctx,) + (None,) * (len(ret.src) - 1))
 
 class _function(Generic[R]):
   depth = 0  # how many @function bodies are being traced right now (nested calls)
@@ -74,6 +75,7 @@ class _function(Generic[R]):
     try:
       with Context(ALLOW_DEVICE_USAGE=0): ret = self.fxn(*args, **kwargs)
     finally: _function.depth -= 1
+    outs: list[Tensor]
     if isinstance(ret, Tensor): outs = [ret]
     elif isinstance(ret, tuple) and ret and all(isinstance(x, Tensor) for x in ret): outs = list(ret)
     else:
@@ -83,10 +85,17 @@ class _function(Generic[R]):
       raise RuntimeError(f"function {self.name} reads {len(imp)} buffer(s) that are not among its arguments' Tensors "
                          f"(pass them in, or use @function(allow_implicit=True)):\n  {lines}")
     if self.grad_fxn is not None:
-      if len(outs) != 1: raise TypeError(f"function {self.name}: grad_fxn needs the function to return one Tensor, "
-                                         f"it returned {len(outs)}")
-      src = (ret.uop, *[t.uop for t in inputs])  # type: ignore[attr-defined]
-      ret = Tensor(UOp(Ops.CUSTOM_GRAD, ret.dtype, src, ("function", self.grad_fxn)))  # type: ignore[attr-defined,assignment]
+      spec = tuple((t.shape, t.dtype) for t in outs)
+      srcs, tiny = [x.uop for x in inputs], tinygrad_style(self.grad_fxn, len(outs), len(inputs))
+      outs = [Tensor(UOp(Ops.CUSTOM_GRAD, t.dtype, (t.uop, *srcs), ("function", self.name, self.grad_fxn, i, spec,
+                                                                      tiny))) for i, t in enumerate(outs)]
+    else:
+      # inputs the body never read: kept (detached) in every output's graph, so backward() gives them zeros
+      read = {n for t in outs for n in t.uop.toposort()}
+      if (unread := [x.uop for x in inputs if x.uop not in read and dtypes.is_float(x.dtype)]):
+        detached = tuple(UOp(Ops.DETACH, u.dtype, (u,)) for u in unread)
+        outs = [Tensor(UOp(Ops.CUSTOM_GRAD, t.dtype, (t.uop, *detached), ("function_inputs",))) for t in outs]
+    ret = outs[0] if isinstance(ret, Tensor) else tuple(outs)  # type: ignore[assignment]
     if DEBUG >= 2:
       print("  " * _function.depth + f"function {self.name} traced in {(time.perf_counter() - st) * 1e3:8.2f} ms")
     return ret
@@ -104,9 +113,12 @@ def function(fxn: Callable[..., R] | None = None, *, precompile: bool = False, p
 
   The body is traced, never run on a device: realizing inside it raises. Its inputs are the Tensors found in its
   arguments (for a method, in `self` too: a model's weights). A body that reads another, already-made Tensor from
-  outside raises unless allow_implicit=True, so a function's inputs are what its call says. `grad_fxn(grad, *inputs)`
-  replaces the body's gradient: it returns one gradient (or None) per input Tensor, in the order they appear in the
-  arguments. precompile and precompile_backward are accepted as in tinygrad: attograd compiles each body's kernels
+  outside raises unless allow_implicit=True, so a function's inputs are what its call says; one the body never reads
+  gets a zero gradient. `grad_fxn(grad, *inputs)` (for a tuple of outputs `grad_fxn(*grads, *inputs)`, zeros for an
+  output the loss doesn't use) replaces the body's gradient: it returns one gradient (or None) per input Tensor, in
+  the order they appear in the arguments. tinygrad's form `grad_fxn(*grads, call)` works too (one parameter past the
+  gradients, named `call` when there is one input): `call.src` is (the body's value, *the inputs), as Tensors.
+  precompile and precompile_backward are accepted as in tinygrad: attograd compiles each body's kernels
   once on first use and caches them by graph structure either way.
 
   >>> from attograd import Tensor

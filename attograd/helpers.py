@@ -1,7 +1,7 @@
 """Small shared utilities: environment flags, Context, counters, caching paths and tiny functional helpers."""
 from __future__ import annotations
-import collections, contextlib, functools, hashlib, itertools, math, os, pathlib, pickle, shutil, struct, sys, tempfile
-import time
+import collections, contextlib, dataclasses, functools, gc, hashlib, itertools, math, os, pathlib, pickle, shutil
+import struct, sys, tempfile, time
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 from attograd.dtype import DTYPES_DICT, DType, dtypes
 
@@ -229,7 +229,6 @@ TINYGRAD_ONLY_FLAGS: dict[str, str] = {
   "FUSE_OPTIM": "tinygrad's concatenation of all optimizer parameters",
   "CAPTURE_PROCESS_REPLAY": "tinygrad's process-replay recorder", "NOLOCALS": "tinygrad's local-memory switch",
   "CHECK_OOB": "tinygrad's static out-of-bounds proof of each load; attograd checks a view's bounds when it is built",
-  "DEV": "tinygrad's device target string; attograd reads DEV once, set Device.DEFAULT to change it",
   "QUANTIZE": "tinygrad's ONNX quantization switch", "VARIABLE": "a test-local tinygrad flag",
 }
 
@@ -278,6 +277,56 @@ def _default_dtype(kind: str) -> Callable[[Any], Any]:
   return apply
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32", on_set=_default_dtype("float"))
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32", on_set=_default_dtype("int"))
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """One target of a DEV string, in tinygrad's form `[interface[:indices]+]device[:renderer[:arch]]` ("USB+AMD",
+  "CPU:LLVM", "AMD:LLVM:gfx1100"); device and renderer are upper-cased. attograd reads only `device` (Device.DEFAULT);
+  the other fields are kept for code that reads them."""
+  device: str = ""
+  renderer: str = ""
+  arch: str = ""
+  interface: str = ""
+  indices: str = ""
+  @staticmethod
+  def parse(s: str) -> Target:
+    head, plus, rest = s.partition("+")
+    if plus and "+" in rest: raise RuntimeError(f"too many '+' in target string: {s!r}")
+    iface, _, idx = head.rpartition(":") if plus and ":" in head else (head if plus else "", "", "")
+    parts = (rest if plus else s).split(":")
+    if len(parts) > 3: raise RuntimeError(f"too many ':' in target string: {s!r}")
+    dev, ren, arch = (*(p.upper() for p in parts[:2]), *parts[2:], "", "")[:3]
+    return Target(dev, ren, arch, iface, idx)
+  def __repr__(self) -> str:
+    where = ":".join([self.interface, self.indices]).rstrip(":")
+    what = ":".join([self.device, self.renderer, self.arch]).rstrip(":")
+    return f"{where}+{what}" if where else what
+
+class _DevVar(ContextVar):
+  """DEV: the default device, read from the environment and set for a block with `Context(DEV="NULL")`. Its value
+  is a list of Targets (';' separates them), as in tinygrad; `string` is the text it was set from. The first
+  target's device is the default device (Device.DEFAULT); for attograd a renderer part that is a number is a device
+  number ("CL:1")."""
+  _targets: list[Target] = [Target()]
+  string = ""
+  @property  # type: ignore[override]
+  def value(self) -> list[Target]: return self._targets
+  @value.setter
+  def value(self, v: str | Target | list[Target]) -> None:
+    self._targets = list(v) if isinstance(v, list) else [v] if isinstance(v, Target) else \
+      [Target.parse(t) for t in str(v).split(";")]
+    self.string = v if isinstance(v, str) else ";".join(repr(t) for t in self._targets)
+  def __getattr__(self, k: str) -> Any:
+    if k.startswith("_"): raise AttributeError(k)
+    return getattr(self._targets[0], k)
+  def __str__(self) -> str: return ";".join(repr(t) for t in self._targets)
+  def __bool__(self) -> bool: return bool(self.string)
+  def __repr__(self) -> str: return str(self)
+  def target(self, dev: str, **kwargs: str) -> Target:
+    """The target for device `dev`: the first that names it or names no device, its unset fields filled from
+    kwargs; Target(dev) when none matches."""
+    t = next((t for t in self._targets if t.device in ("", dev)), Target(dev))
+    return dataclasses.replace(t, device=dev, **{k: v for k, v in kwargs.items() if not getattr(t, k)})
+DEV = _DevVar("DEV", "")
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # BEAM searches again instead of reading its disk cache
 # 0 inside a @function body: realizing there would run kernels while the function's graph is being traced
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
@@ -474,6 +523,22 @@ class tqdm(Generic[T]):
 def trange(n: int, **kwargs: Any) -> tqdm[int]:
   """tqdm(range(n)): `for i in (t := trange(steps)): ...; t.set_description(f"loss {loss:.2f}")`."""
   return tqdm(range(n), total=n, **kwargs)
+
+class disable_gc:
+  """`with disable_gc():` or `@disable_gc()` (tinygrad's name): Python's cyclic garbage collector is off inside, then
+  as it was before. A collection pause in a hot loop can cost more than the garbage it finds. Each entry remembers
+  its own state, so nested and recursive uses restore the right one."""
+  def __init__(self) -> None: self._was: list[bool] = []
+  def __enter__(self) -> None:
+    self._was.append(gc.isenabled())
+    gc.disable()
+  def __exit__(self, *exc: Any) -> None:
+    if self._was.pop(): gc.enable()
+  def __call__(self, fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+      with self: return fn(*args, **kwargs)
+    return wrapper
 
 # ***** downloads *****
 

@@ -1,7 +1,7 @@
 """The user API: a lazy Tensor over a UOp graph. Shapes and dtypes are checked when a method is called;
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
-import functools, math, os, struct, sys, time, weakref
+import functools, math, operator, os, struct, sys, time, weakref
 import attograd.tensor.printing as printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device
@@ -37,6 +37,7 @@ import attograd.tensor.live as live
 from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
 from attograd.tensor.linalg import LinalgMixin
+from attograd.tensor.call import CallMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -124,7 +125,7 @@ class _TensorType(type):
   @training.deleter
   def training(cls) -> None: TRAINING.value = 0  # back to the default (monkeypatch restores a class attr by deleting)
 
-class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgMixin, metaclass=_TensorType):
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgMixin, CallMixin, metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
@@ -427,7 +428,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if self.uop.device.__class__ is tuple:
       raise ValueError(f"shard: the tensor is already on {self.device}; shard one-device tensors")
     devs = Device.canonicalize(tuple(devices))
-    if len(devs) == 1: return self.to(devs[0])
+    if devs.__class__ is str: return self.to(devs)  # a tuple of one device is that device
     if tensor_disk.on_disk(self.device): return self.to(Device.DEFAULT).shard(devs, axis)  # read the file once
     if axis is not None: axis = self._resolve_axis(axis, "shard")
     if axis is not None and self.shape[axis] < len(devs):
@@ -592,6 +593,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @_takes_requires_grad
   def full_like(self, fill_value: ConstType, **kw: Any) -> Tensor:
     return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kw})
+  def const_like(self, b: ConstType, dtype: DType | str | None = None) -> Tensor:
+    """A tensor of this one's shape and device filled with `b`, in `dtype` (this one's by default); tinygrad's name
+    for full_like without the keywords."""
+    return self.full_like(b, dtype=self.dtype if dtype is None else dtype)
   @_takes_requires_grad
   def zeros_like(self, **kw: Any) -> Tensor: return self.full_like(0, **kw)
   @_takes_requires_grad
@@ -952,6 +957,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     else:
       d = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
       x, y = cond._const_like(x, d), cond._const_like(y, d)
+    if cond.device != x.device:  # (x and y were matched above)
+      raise ArgumentError(f"where: device mismatch, the condition is on {cond.device} and the values on {x.device}; "
+                          f"move one with .to('{x.device}')")
     shape = _broadcast_shape(cond.shape, x.shape)
     cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
     return cond._new(UOp(Ops.WHERE, x.dtype, (cond.uop, x.uop, y.uop)))
@@ -1540,6 +1548,13 @@ def _empty_nested(shape: tuple[int, ...]) -> Any:
 
 def _check_shape(shape: tuple[Any, ...], op: str) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  if not all(isinstance(s, (int, UOp)) for s in shape):
+    # an integer of another type (numpy's) is that int; a float size (2.0 too) is a mistake, not a size: as in
+    # tinygrad, refused rather than truncated
+    bad = [s for s in shape if not isinstance(s, (int, UOp)) and not hasattr(type(s), "__index__")]
+    if bad: raise ArgumentError(f"{op}: shape must be int sizes (or symbolic ones), got {type(bad[0]).__name__} "
+                                f"{bad[0]!r} in {shape}")
+    shape = tuple(s if isinstance(s, (int, UOp)) else operator.index(s) for s in shape)
   # a constant over a symbolic shape is only a view: nothing to allocate; empty's buffer is sized for the largest
   # values, so its Variables need no value yet (tinygrad's max_shape of an unbound one)
   if op in ("full", "empty") and is_symbolic(shape):

@@ -570,6 +570,7 @@ ROWS: list[Row] = [
     A),
   R("full_like", "like", lambda x: torch.full_like(x, 2), lambda x: x.full_like(2), A),
   R("zeros_like", "like", lambda x: torch.zeros_like(x), lambda x: x.zeros_like(), A),
+  R("const_like", "like", lambda x: torch.full_like(x, 3), lambda x: x.const_like(3), A),
   R("ones_like", "like", lambda x: torch.ones_like(x), lambda x: x.ones_like(), A),
   R("arange", "like", lambda x: torch.arange(1, 12, 3, dtype=_tdt(x)), lambda x: type(x).arange(1, 12, 3,
     dtype=x.dtype),
@@ -670,6 +671,8 @@ NON_OPS = {
   "rand_like": "random", "randn_like": "random", "scaled_uniform": "random", "glorot_uniform": "random",
   "kaiming_uniform": "random", "kaiming_normal": "random", "multinomial": "random", "from_blob": "reads memory",
   "from_url": "downloads", "replace": "rebinds the graph",
+  # a body applied to its arguments: test/backend/test_tensor_call.py
+  "call": "applies a body", "as_param": "placeholder for call",
 }
 
 # ***** known failures: (row name, dtype or "*", device or "*", "fwd" | "bwd" | "rej" | "*") -> reason *****

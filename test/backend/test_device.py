@@ -21,10 +21,27 @@ def test_default_device_from_env(env: dict, want: str) -> None:
   assert r.returncode == 0, r.stderr
   assert r.stdout.split() == [want, want]
 
+def test_context_dev_sets_the_default_device_in_its_block() -> None:
+  # a Context's DEV wins over the environment's inside the block; tinygrad's interface prefix and renderer suffix
+  # name the same device; the default comes back after. In a fresh process, with DEV=PYTHON in the environment
+  r = run_py("""
+    from attograd import Context, Device, Tensor
+    outer = Device.DEFAULT
+    with Context(DEV="null"):
+      inner = [Device.DEFAULT, Tensor.empty(1).device, Device.canonicalize(None)]
+      with Context(DEV="USB+cpu:LLVM"): inner.append(Tensor.empty(1).device)
+    with Context(DEV="NULL:1"): inner.append(Device.DEFAULT)
+    with Context(DEV=":LLVM"): inner.append(Device.DEFAULT)  # no device named: the default stays
+    print(outer, *inner, Tensor.empty(1).device)
+  """, DEV="PYTHON")
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.split() == ["PYTHON", "NULL", "NULL", "NULL", "CPU", "NULL:1", "PYTHON", "PYTHON"]
+
 def test_canonical_names() -> None:
   assert Device.canonicalize("cpu") == "CPU" and Device.canonicalize("CPU:0") == "CPU"
   assert Device.canonicalize("CPU:1") == "CPU:1"
   with pytest.raises(ValueError, match="unknown device 'TPU'"): Device.canonicalize("TPU")
+  with pytest.raises(ModuleNotFoundError, match="unknown device 'TYPO'"): Device["TYPO"]  # what tinygrad raises
 
 def test_unknown_device_in_tensor() -> None:
   with pytest.raises(ValueError, match="unknown device"): Tensor([1.0], device="NOPE")

@@ -1,6 +1,7 @@
 """The @function decorator: same values and gradients as the plain function, methods with their weights as inputs,
 no device use inside, implicit buffers refused unless allowed, and a custom gradient."""
 from __future__ import annotations
+from typing import Any
 import numpy as np
 import pytest
 from attograd import Context, Tensor, TinyJit, function, nn
@@ -68,6 +69,54 @@ def test_grad_fxn_replaces_the_gradient(device: str) -> None:
   (y * Tensor([1.0, 2.0, 3.0])).sum().backward()
   np.testing.assert_allclose(y.numpy(), [0.0, 2.0, -2.0])
   np.testing.assert_allclose(x.grad.numpy(), [3.0, 6.0, 9.0])  # type: ignore[union-attr]
+
+def test_unread_input_gets_zero_grad(device: str) -> None:
+  # every argument is an input of the call, read or not: backward() gives one the body ignores zeros, not None
+  @function
+  def f(a: Tensor, skipped: Tensor, c: Tensor) -> Tensor: return a * c
+  a, b, c = Tensor([1.0, 2.0]), Tensor([5.0, -1.0]), Tensor([3.0, 4.0])
+  out = f(a, b, c)
+  out.sum().backward()
+  assert b.grad is not None
+  np.testing.assert_allclose(b.grad.numpy(), [0.0, 0.0])
+  np.testing.assert_allclose(a.grad.numpy(), [3.0, 4.0])  # type: ignore[union-attr]
+  np.testing.assert_allclose(out.numpy(), [3.0, 8.0])
+
+def test_grad_fxn_of_tuple_output(device: str) -> None:
+  # one gradient per output comes first (zeros for an output the loss doesn't use), then the inputs
+  seen: list[tuple[float, ...]] = []
+  def grads(d_sum: Tensor, d_diff: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    seen.append(tuple(d_diff.numpy().tolist()))
+    return d_sum * 10 + d_diff, d_sum * 10 - d_diff
+  @function(grad_fxn=grads)
+  def f(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]: return x + y, x - y
+  x, y = Tensor([1.0, 2.0]).contiguous(), Tensor([3.0, 5.0]).contiguous()
+  s, d = f(x, y)
+  (s * 2 + d * 3).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), [23.0, 23.0])  # type: ignore[union-attr]
+  np.testing.assert_allclose(y.grad.numpy(), [17.0, 17.0])  # type: ignore[union-attr]
+  np.testing.assert_allclose(d.numpy(), [-2.0, -3.0])
+  x.grad = y.grad = None
+  s, d = f(x, y)
+  seen.clear()
+  s.sum().backward()
+  assert seen == [(0.0, 0.0)]
+  np.testing.assert_allclose(x.grad.numpy(), [10.0, 10.0])  # type: ignore[union-attr]
+
+def test_grad_fxn_tinygrad_form(device: str) -> None:
+  # tinygrad's grad_fxn(*grads, call): call.src is (value, *inputs); with one input the parameter is named `call`
+  @function(grad_fxn=lambda g, call: (g * call.src[2], g * call.src[1]))
+  def mul(x: Tensor, y: Tensor) -> Tensor: return x * y
+  x, y = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 5.0], requires_grad=True)
+  mul(x, y).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), [3.0, 5.0])  # type: ignore[union-attr]
+  np.testing.assert_allclose(y.grad.numpy(), [1.0, 2.0])  # type: ignore[union-attr]
+  def twice(g: Tensor, call: Any) -> tuple[Tensor]: return (g * 2 + call.src[0] * 0,)
+  @function(grad_fxn=twice)
+  def ident(x: Tensor) -> Tensor: return x + 0
+  z = Tensor([4.0, -1.0], requires_grad=True)
+  ident(z).sum().backward()
+  np.testing.assert_allclose(z.grad.numpy(), [2.0, 2.0])  # type: ignore[union-attr]
 
 def test_grad_fxn_wrong_count() -> None:
   @function(grad_fxn=lambda g, x, w: (g,))

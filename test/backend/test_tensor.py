@@ -73,6 +73,14 @@ def test_from_data_with_dtype(device: str, data: Any, dtype: Any, want: np.ndarr
   t = Tensor(data, dtype=dtype)
   compare(t, want, exact_dtype=True)
 
+def test_shape_sizes_must_be_ints(device: str) -> None:
+  # a float size is refused, not truncated (2.0 too, as in tinygrad); numpy's ints are ints
+  for make in (lambda: Tensor.ones(2.0), lambda: Tensor.zeros(3, 2.5), lambda: Tensor.rand(1.0),
+               lambda: Tensor.full((2.0,), 1)):
+    with pytest.raises(RuntimeError, match="shape must be int"): make()
+  assert Tensor.zeros(np.int64(3), device=device).shape == (3,)
+  assert type(Tensor.empty(np.int32(2), 3, device=device).shape[0]) is int
+
 def test_device_kwarg(device: str) -> None:
   t = Tensor([1, 2], device=device)
   assert t.device == device
@@ -137,6 +145,7 @@ LIKE = [
   P("zeros_like", lambda t: t.zeros_like(), np.zeros_like),
   P("ones_like", lambda t: t.ones_like(), np.ones_like),
   P("full_like", lambda t: t.full_like(3), lambda x: np.full_like(x, 3)),
+  P("const_like", lambda t: t.const_like(2), lambda x: np.full_like(x, 2)),
   P("static_zeros_like", lambda t: Tensor.zeros_like(t), np.zeros_like),
   P("static_full_like", lambda t: Tensor.full_like(t, 2), lambda x: np.full_like(x, 2)),
 ]
@@ -152,6 +161,7 @@ def test_like_dtype_override(device: str) -> None:
   compare(t.zeros_like(dtype=dtypes.float16), np.zeros(3, np.float16), exact_dtype=True)
   compare(t.ones_like(dtype=dtypes.bool), np.ones(3, np.bool_), exact_dtype=True)
   compare(t.full_like(1.5, dtype=dtypes.float32), np.full(3, 1.5, np.float32), exact_dtype=True)
+  compare(t.const_like(2.5, dtypes.float16), np.full(3, 2.5, np.float16), exact_dtype=True)  # dtype positional
 
 def test_like_on_view(device: str) -> None:
   t = Tensor.ones(2, 3).permute(1, 0)

@@ -41,6 +41,16 @@ def test_shrink_to(device: str) -> None:
   with pytest.raises(ValueError, match="shrink_to"): Tensor(x).shrink_to(2)
   with pytest.raises(ValueError, match="shrink"): Tensor(x).shrink_to(5, 2)
 
+def test_pad_int_with_a_value_it_cannot_hold(device: str) -> None:
+  # inf and NaN have no int value (they became 0): the tensor is padded as the default float; a finite float value is
+  # truncated to the int dtype, as in PyTorch
+  t = Tensor([[1, 2], [3, 4]], dtype=dtypes.int32)
+  r = t.pad((1, 0, 0, 1), value=-math.inf)
+  assert r.dtype == dtypes.default_float and r.tolist() == [[-math.inf, 1, 2], [-math.inf, 3, 4], [-math.inf] * 3]
+  assert math.isnan(Tensor([True]).pad((0, 1), value=math.nan).tolist()[1])
+  r = t.pad((0, 1), value=2.5)
+  assert r.dtype == dtypes.int32 and r.tolist() == [[1, 2, 2], [3, 4, 2]]
+
 @pytest.mark.parametrize("value", [0, 2.5, -1])
 def test_pad_to(device: str, value: float) -> None:
   check_fwd_bwd(A45, lambda t: t.pad_to(6, None, value=value), lambda t: F.pad(t, (0, 0, 0, 2), value=value))

@@ -113,3 +113,20 @@ def test_combining_two_devices_raises_what_tinygrad_and_attograd_code_catch():
   for combine in (lambda: a + b, lambda: Tensor.empty(4, 3, device="NULL")[b.cast("int32")], lambda: a.assign(b)):
     with pytest.raises(ValueError, match="device mismatch"): combine()
     with pytest.raises(RuntimeError, match="device mismatch"): combine()
+
+def test_ops_that_select_by_a_mask_check_devices_too():
+  # gather, scatter and the sparse cross-entropy combine through where(): a condition on another device is refused
+  # like any other mix of devices, rather than computed on the index's device
+  x, idx = Tensor.zeros(3, 4, device="NULL"), Tensor.zeros(3, 4, dtype="int32", device="NULL:1")
+  for combine in (lambda: x.gather(0, idx), lambda: x.scatter(0, idx.to("NULL"), Tensor.ones(3, 4, device="NULL:1")),
+                  lambda: x[:2, :3].sparse_categorical_crossentropy(Tensor([0, 1], dtype="int32", device="NULL:1")),
+                  lambda: (x > 0).where(Tensor.ones(3, 4, device="NULL:1"), 0.0)):
+    with pytest.raises(RuntimeError, match="device mismatch"): combine()
+  assert x.gather(0, idx.to("NULL")).device == "NULL"
+
+def test_a_tuple_of_one_device_is_that_device():
+  t = Tensor([1.0, 2.0], device=("NULL:1",))
+  assert t.device == "NULL:1" and Tensor.zeros(2, device=["NULL:1"]).device == "NULL:1"
+  assert (t + Tensor([3.0, 4.0], device="NULL:1")).device == "NULL:1"
+  assert Tensor.empty(2, device="NULL").shard(("NULL:1",)).device == "NULL:1"
+  assert Device.canonicalize(("NULL", "NULL:1")) == ("NULL", "NULL:1")

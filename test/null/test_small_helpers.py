@@ -75,3 +75,42 @@ def test_diskcache_values_keys_and_tables(tmp_path, monkeypatch):
     calls.append(x)
     return x * 2
   assert (f(3), f(3), f(4), calls) == (6, 6, 8, [3, 4])
+
+def test_disable_gc_restores_the_state_each_level_found():
+  from attograd.helpers import disable_gc
+  import gc
+  was = gc.isenabled()
+  depths: list[bool] = []
+  @disable_gc()
+  def recurse(n: int) -> int:
+    depths.append(gc.isenabled())
+    return n if n == 0 else recurse(n - 1) + 1
+  try:
+    gc.enable()
+    assert recurse(3) == 3 and depths == [False] * 4 and gc.isenabled()
+    with disable_gc():
+      assert not gc.isenabled()
+      with disable_gc(): assert not gc.isenabled()
+      assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    with disable_gc(): pass
+    assert not gc.isenabled()  # it was off before: it stays off
+  finally: (gc.enable if was else gc.disable)()
+
+def test_dev_targets_parse_and_print_back():
+  from attograd.helpers import DEV, Target
+  # [interface[:indices]+]device[:renderer[:arch]], ';' between targets
+  cases = {"cl": [Target("CL")], "cpu:llvm": [Target("CPU", "LLVM")], "::sm_90": [Target(arch="sm_90")],
+           "PCI:0,1+AMD": [Target("AMD", interface="PCI", indices="0,1")], ":3+CUDA": [Target("CUDA", indices="3")],
+           "CUDA:PTX:sm_80;USB+AMD": [Target("CUDA", "PTX", "sm_80"), Target("AMD", interface="USB")]}
+  for text, want in cases.items():
+    with Context(DEV=text):
+      assert DEV.value == want and DEV.interface == want[0].interface
+      assert str(DEV) == {"cl": "CL", "cpu:llvm": "CPU:LLVM"}.get(text, text)  # device and renderer upper-cased
+  with Context(DEV="CUDA:PTX;:LLVM"):
+    assert DEV.target("CUDA") == Target("CUDA", "PTX") and DEV.target("CPU") == Target("CPU", "LLVM")
+    assert DEV.target("CL", renderer="X") == Target("CL", "LLVM")  # a set field is kept
+  with Context(DEV="CUDA"): assert DEV.target("CL", arch="a") == Target("CL", arch="a")
+  for bad in ("A+B+C", "A:B:C:D"):
+    with pytest.raises(RuntimeError, match="too many"): Target.parse(bad)

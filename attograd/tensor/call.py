@@ -1,0 +1,93 @@
+"""Tensor.as_param and Tensor.call (tinygrad's): a body written with Tensor ops over placeholders of its arguments,
+then applied to the arguments. attograd has no CALL node: call() puts the arguments where the placeholders were, so
+the result is the graph the body would have built on them (scheduled, cached and differentiated as such)."""
+from __future__ import annotations
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
+from attograd.gradient import register_custom_grad
+from attograd.uop import build
+from attograd.uop.ops import Ops, UOp
+if TYPE_CHECKING: from attograd.tensor.core import Tensor
+
+# each placeholder's node -> its slot: the BUFFER under a one-device placeholder (views of it fold into views of the
+# buffer), the MULTI node of a sharded one
+_slots: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+
+class FunctionCall:
+  """What a tinygrad-style `grad_fxn(*grads, call)` gets as `call`: `src` is (the body's value, *the argument
+  Tensors), as the sources of tinygrad's CALL node are (body, *arguments)."""
+  def __init__(self, src: tuple[Tensor, ...], name: str):
+    self.src, self.name = src, name
+  def __repr__(self) -> str: return f"FunctionCall({self.name}, {len(self.src) - 1} argument(s))"
+
+def tinygrad_style(grad_fxn: Callable[..., Any], n_outputs: int, n_inputs: int) -> bool:
+  """Whether grad_fxn takes tinygrad's (*grads, call) rather than attograd's (*grads, *inputs): exactly one
+  positional parameter past the gradients, and either not one input or that parameter named `call`."""
+  import inspect
+  try: params = list(inspect.signature(grad_fxn).parameters.values())
+  except (TypeError, ValueError): return False
+  if any(p.kind is p.VAR_POSITIONAL for p in params): return False
+  pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  return len(pos) == n_outputs + 1 and (n_inputs != 1 or pos[-1].name == "call")
+
+def grads_of(name: str, got: Any, inputs: list[Tensor], cls: type[Tensor]) -> list[UOp | None]:
+  """grad_fxn's answer as one gradient UOp (or None) per input, each checked against its input's shape; a UOp
+  answer (tinygrad's grad_fxn works on UOps) is taken as a Tensor of it."""
+  grads = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+  if len(grads) != len(inputs):
+    raise ValueError(f"function {name}: grad_fxn returned {len(grads)} gradients for {len(inputs)} inputs")
+  out: list[UOp | None] = []
+  for g, x in zip(grads, inputs):
+    if isinstance(g, UOp): g = cls(g)
+    if g is None: out.append(None)
+    elif not isinstance(g, cls) or g.shape != x.shape:
+      raise ValueError(f"function {name}: grad_fxn's gradient for an input of shape {x.shape} is "
+                       f"{g.shape if isinstance(g, cls) else type(g).__name__}; expected a Tensor of that shape")
+    else: out.append(g.cast(x.dtype).uop)
+  return out
+
+def _call_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+  """CUSTOM_GRAD("call", grad_fxn, cls): sources (value, *arguments); grad_fxn(grad, call) as in tinygrad."""
+  _, grad_fxn, cls = ret.arg
+  args = [cls(u) for u in ret.src[1:]]
+  return (None, *grads_of("call", grad_fxn(cls(ctx), FunctionCall((cls(ret.src[0]), *args), "call")), args, cls))
+register_custom_grad("call", _call_grad_rule)
+
+class CallMixin:
+  def as_param(self: Tensor, slot: int) -> Tensor:  # type: ignore[misc]
+    """A placeholder for argument `slot` of a Tensor.call, with this tensor's shape, dtype and device: build the
+    body with Tensor ops on placeholders, then `Tensor.call(*args, fxn=body)` applies it to the arguments.
+
+    >>> from attograd import Tensor
+    >>> a, b = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
+    >>> Tensor.call(a, b, fxn=a.as_param(0) * b.as_param(1) + 1).tolist()
+    [4.0, 9.0]
+    """
+    if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
+      raise ValueError(f"as_param: slot must be an int >= 0, not {slot!r}")
+    ph = type(self).empty(*self.shape, dtype=self.dtype, device=self.device)
+    _slots[ph.uop if ph.uop.op is Ops.MULTI else ph.uop.base] = slot
+    return ph
+
+  def call(self: Tensor, *args: Tensor, fxn: Tensor, grad_fxn: Callable[..., Any] | None = None) -> Tensor:  # type: ignore[misc]
+    """`fxn`, a body built on placeholders (as_param(i)), applied to (self, *args): placeholder i reads argument i.
+    The gradient flows through the body unless `grad_fxn(grad, call)` gives it: one gradient (or None) per
+    argument, with `call.src` = (the body's value, *the arguments) as in tinygrad."""
+    cls, lst = type(self), (self, *args)
+    if isinstance(fxn, UOp):
+      raise TypeError("call: fxn is a UOp; attograd builds the body with Tensor ops: arg.as_param(i) for argument i")
+    subs: dict[UOp, UOp] = {}
+    for n in fxn.uop.toposort():
+      if (slot := _slots.get(n)) is None: continue
+      if slot >= len(lst): raise IndexError(f"call: the body reads argument {slot} but got {len(lst)} argument(s)")
+      a = lst[slot]
+      want = (n.shape, n.dtype, n.device) if n.op is Ops.MULTI else (None, n.dtype, n.device)
+      if a.dtype != n.dtype or a.device != n.device or (want[0] is not None and a.shape != want[0]) or \
+         (want[0] is None and a.numel() != n.arg[1]):
+        raise ValueError(f"call: argument {slot} is {a.shape} {a.dtype} on {a.device}, its placeholder was made "
+                         f"for {n.dtype} on {n.device}" + (f" of shape {n.shape}" if want[0] is not None else ""))
+      subs[n] = a.uop if n.op is Ops.MULTI else build.reshape(a.uop, (a.numel(),))
+    out = cls(fxn.uop.substitute(subs))
+    if grad_fxn is not None:
+      out = cls(UOp(Ops.CUSTOM_GRAD, out.dtype, (out.uop, *[a.uop for a in lst]), ("call", grad_fxn, cls)))
+    return out
