@@ -570,7 +570,6 @@ ROWS: list[Row] = [
     A),
   R("full_like", "like", lambda x: torch.full_like(x, 2), lambda x: x.full_like(2), A),
   R("zeros_like", "like", lambda x: torch.zeros_like(x), lambda x: x.zeros_like(), A),
-  R("const_like", "like", lambda x: torch.full_like(x, 3), lambda x: x.const_like(3), A),
   R("ones_like", "like", lambda x: torch.ones_like(x), lambda x: x.ones_like(), A),
   R("arange", "like", lambda x: torch.arange(1, 12, 3, dtype=_tdt(x)), lambda x: type(x).arange(1, 12, 3,
     dtype=x.dtype),
@@ -641,6 +640,7 @@ ROWS: list[Row] = [
   R("normalize", "x", lambda x: F.normalize(x, p=2.0, dim=1), lambda x: x.normalize(2.0, 1), A, "any", 4, grad=True),
   R("pad_to", "x", lambda x: _tpad(x, (0, 3, 0, 2)), lambda x: x.pad_to(7, 11), A, grad=True),
   R("shrink_to", "x", lambda x: x[:3, :6], lambda x: x.shrink_to(3, 6), A, grad=True),
+  R("const_like", "like", lambda x: torch.full_like(x, 3), lambda x: x.const_like(3), A),
 ]
 
 # ***** public Tensor attributes that are not ops: each says why it has no row *****
