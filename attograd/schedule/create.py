@@ -10,7 +10,7 @@ from attograd.engine.item import ScheduleItem
 from attograd.helpers import prod
 from attograd.schedule.kernels import _region_of, build_kernel_ast, find_kernel_roots
 from attograd.schedule.memory import placeholder_bytes, plan_schedule
-from attograd.schedule.realized import lookup_realized, remember
+from attograd.schedule.realized import lookup_realized, remember, remember_weakly
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, sym_max
 from attograd.uop.state import PURE, REALIZED, slots
 from attograd.uop.variables import SIZED, ast_variables, bind_size, map_arg, note_value, sym_arg, unbind_size
@@ -139,12 +139,17 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
   # a result stays valid while neither its buffer nor any buffer it was computed from is written again
   deps = tuple((buf, buf.version) for _, u in inputs if (buf := buffers.get(u)) is not None)
   becomes: dict[UOp, UOp] = {}
-  for o, home in zip(outs, tmpl.becomes):
+  # a node the normalize pass kept as it was (a graph of constants: nothing to number) is part of the cached key, which
+  # outlives the tensor: its memo must not keep the result's buffer alive after the tensor is gone
+  for o, no, home in zip(outs, nouts, tmpl.becomes):
     becomes[o] = b = o if home is None else _rebind(home, bind, var_vals)
-    if b is not o: remember(o, b, deps)
+    if b is not o:
+      remember(o, b, deps)
+      if no is o: remember_weakly(o)
   for r, home in tmpl.realized_roots:
     if (orig_r := orig.get(r)) is not None and home.base not in pooled:
       remember(orig_r, _rebind(home, bind, var_vals), deps)
+      if orig_r is r: remember_weakly(orig_r)
   return items, becomes
 
 def _create_multi_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:

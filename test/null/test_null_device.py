@@ -91,6 +91,13 @@ import gc
 from attograd import Tensor, GlobalCounters
 base, per = GlobalCounters.mem_used, dict(GlobalCounters.mem_used_per_device)
 def used(dev): return GlobalCounters.mem_used_per_device[dev] - per.get(dev, 0)
+# the process's first copy (the 1st contiguous()) is the node the schedule cache keys its graph by, a graph of
+# constants being its own normal form: the cache outlives the tensor, but must not keep the result's buffer alive
+z = Tensor.ones(25, device="NULL:6").contiguous().realize()
+assert used("NULL:6") == 100
+del z
+gc.collect()
+assert used("NULL:6") == 0, GlobalCounters.mem_used_per_device
 a = Tensor.zeros(10, 10, device="NULL:3").contiguous().realize()
 s = Tensor.ones(10, 10, device="NULL:3").contiguous().shard(("NULL:4", "NULL:5"), axis=0).realize()
 gc.collect()
