@@ -1,6 +1,7 @@
-"""Kernel tuning the scheduler applies to a graph before cutting it into kernels, as rule tables: which work runs as
-more than one kernel so that every kernel keeps the cores and vector lanes busy. The Tensor API builds the plain
-graph; these rules decide how it runs."""
+"""Kernel tuning the scheduler applies to a graph before cutting it into kernels, as one rule table (pm_tuning): which
+work runs as more than one kernel so that every kernel keeps the cores and vector lanes busy (a long reduce split in
+two stages, a copy of a padded input that windows read). The Tensor API builds the plain graph; these rules decide
+how it runs."""
 from __future__ import annotations
 import functools, os
 from attograd.device import Device
@@ -24,10 +25,10 @@ def split_max_outputs(device: str) -> int:
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
   return 8 * cores if ren.has_threads else 0
 
-def split_reduce_rule(ctx: set[UOp], r: UOp) -> UOp | None:
+def split_reduce_rule(ctx: Tuning, r: UOp) -> UOp | None:
   """A long reduce to fewer than split_max_outputs outputs: the first stage reduces to `split` partial values per
   output (enough rows to thread over), the second reduces those. The result has `r`'s shape again."""
-  if r in ctx: return None  # a stage made here: split once
+  if r in ctx.made: return None  # a stage made here: split once
   x, (op, axes) = r.src[0], r.arg
   shape = x.shape
   red = prod(shape[a] for a in axes)
@@ -50,32 +51,70 @@ def split_reduce_rule(ctx: set[UOp], r: UOp) -> UOp | None:
     first = UOp(Ops.REDUCE_AXIS, r.dtype, (build.reshape(x, keep + (split, red // split)),), (op, (n + 1,)))
   else: return None
   second = UOp(Ops.REDUCE_AXIS, r.dtype, (first,), (op, (n,)))
-  ctx.update((first, second))
+  ctx.made.update((first, second))
   return build.reshape(second, r.shape)
 
-pm_split_reduce = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="r"), split_reduce_rule)])
+# ***** a big padded input read through overlapping windows gets its own buffer *****
 
-# ***** the passes, in order *****
+WINDOW_COPY_MIN = 1 << 16  # elements of the unpadded input, at least: below that the copy costs more than it saves
+
+def window_copy_rule(ctx: Tuning, w: UOp, p: UOp) -> UOp | None:
+  """A convolution's (or a pooling's) overlapping windows are shifted slices (SHRINKs) of the padded input, one per
+  kernel position. Read straight from the input, every load checks the padding's bounds and the kernels can't use
+  vector lanes; a copy of the padded input is read with whole rows and no checks (the copy is cheap next to the
+  convolution). Every window reads the one copy (the same node: UOps are hash-consed)."""
+  if _pad_key(p) not in ctx.windowed: return None
+  copy = UOp(Ops.CONTIGUOUS, p.dtype, (p,))
+  ctx.made.add(copy)
+  return UOp(Ops.SHRINK, w.dtype, (copy,), w.arg)
+
+def _pad_key(p: UOp) -> tuple:
+  """A padded node by what it is, not by identity: the rewrite rebuilds a PAD whose sources changed (the gradient's
+  padded input, over a forward convolution that got a copy), and the rebuilt node must still be recognized."""
+  x = p.src[0]
+  return (p.arg, p.dtype, x.op, x.arg, x.dtype, x.shape)
+
+# ***** the pass: one table *****
+
+class Tuning:
+  """The rules' context: the nodes they made (a rule fires once on them), and the padded nodes (by _pad_key) that at
+  least two windows read, big enough for a copy to pay."""
+  def __init__(self, topo: list[UOp]):
+    self.made: set[UOp] = set()
+    shrinks: dict[UOp, int] = {}
+    for u in topo:
+      if u.op is Ops.SHRINK and u.src[0].op is Ops.PAD: shrinks[u.src[0]] = shrinks.get(u.src[0], 0) + 1
+    self.windowed = {_pad_key(p) for p, k in shrinks.items() if k >= 2 and any(b or a for b, a in p.arg)
+                     and (n := prod(p.src[0].shape)).__class__ is int and n >= WINDOW_COPY_MIN}
+
+pm_tuning = PatternMatcher([
+  (UPat(Ops.REDUCE_AXIS, name="r"), split_reduce_rule),
+  (UPat(Ops.SHRINK, src=(UPat(Ops.PAD, name="p"),), name="w"), window_copy_rule),
+])
 
 def tune_graph(outs: list[UOp], topo: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp]]:
   """`outs` with the tuning rules applied, and for each rebuilt node the node of `outs`' graph it stands for (the
-  second stage of a split reduce stands for the reduce: the same values, without the size-1 dims)."""
-  if not any(u.op is Ops.REDUCE_AXIS and split_reduce_rule(set(), u) is not None for u in topo): return outs, {}
-  sink, stages = UOp(Ops.SINK, dtypes.void, tuple(outs)), set[UOp]()
-  new = graph_rewrite(sink, pm_split_reduce, stages)
-  return list(new.src), _correspondence(sink, new, stages)
+  second stage of a split reduce stands for the reduce: the same values, without the size-1 dims; a copy for the
+  node copied)."""
+  ctx, probe = Tuning(topo), Tuning([])
+  if not ctx.windowed and not any(split_reduce_rule(probe, u) is not None for u in topo if u.op is Ops.REDUCE_AXIS):
+    return outs, {}
+  sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
+  new = graph_rewrite(sink, pm_tuning, ctx)
+  return list(new.src), _correspondence(sink, new, ctx.made)
 
-def _correspondence(old: UOp, new: UOp, stages: set[UOp]) -> dict[UOp, UOp]:
+def _correspondence(old: UOp, new: UOp, made: set[UOp]) -> dict[UOp, UOp]:
   """new node -> old node, walking both graphs together: a rebuilt node has its old node's op and arg over the
-  rebuilt sources, and a split reduce became its second stage (reshaped where the shapes differ). The nodes below a
-  split (its input, rebuilt when another split is under it) are not followed: they map to nothing."""
+  rebuilt sources, a split reduce became its second stage (reshaped where the shapes differ), a copied node its
+  copy. The nodes below a split or a copy are not followed (rebuilt when another rule fired under them, they map to
+  nothing)."""
   back: dict[UOp, UOp] = {}
   stack = [(old, new)]
   while stack:
     o, n = stack.pop()
     if o is n or n in back: continue
     back[n] = o
-    if (second := n.src[0] if n.op is Ops.RESHAPE and o.op is not Ops.RESHAPE else n) in stages:
+    if (second := n.src[0] if n.op is Ops.RESHAPE and o.op is not Ops.RESHAPE else n) in made:
       back[second] = o
       continue
     stack.extend(zip(o.src, n.src))

@@ -229,3 +229,40 @@ def test_split_reduce_gradient(device: str) -> None:
   want = np.broadcast_to(np.array([[1.0], [2.0], [3.0]], np.float32), xn.shape).copy()
   want[np.arange(3), xn.argmax(1)] += 1
   compare(x.grad, want)
+
+def test_big_padded_input_read_by_windows_gets_one_copy(device: str) -> None:
+  # the windows of a padded conv read a copy of the padded input (whole rows, no bounds checks): one copy kernel and
+  # the conv; with the weight's gradient in the same schedule, both read the one copy
+  from helpers import cpu_only
+  from attograd.schedule import create_schedule
+  cpu_only(device, "65536-element inputs")
+  rng = np.random.default_rng(10)
+  xn, wn = rng.standard_normal((2, 8, 64, 64), dtype=np.float32), rng.standard_normal((4, 8, 3, 3), dtype=np.float32)
+  x, w = Tensor(xn).realize(), Tensor(wn, requires_grad=True).realize()
+  padded = 2 * 8 * 66 * 66
+  out = x.conv2d(w, padding=1)
+  items, _ = create_schedule([out.uop])
+  assert [it.bufs[0].size for it in items] == [padded, 2 * 4 * 64 * 64]
+  loss = out.square().sum()
+  loss.backward()
+  items, _ = create_schedule([out.uop, loss.uop, w.grad.uop])
+  assert [it.bufs[0].size for it in items].count(padded) == 1
+  Tensor.realize(out, loss, w.grad)
+  t = __import__("torch")
+  tw = t.tensor(wn, requires_grad=True)
+  tout = t.nn.functional.conv2d(t.tensor(xn), tw, padding=1)
+  tout.square().sum().backward()
+  compare(out, tout.detach().numpy(), atol=1e-4, rtol=1e-4)
+  compare(w.grad, tw.grad.numpy(), atol=1e-1, rtol=1e-4)
+
+def test_small_or_unpadded_reads_get_no_copy(device: str) -> None:
+  # below 65536 elements the windows read the input directly; a slice that cuts the padding away reads no padding
+  from helpers import cpu_only
+  cpu_only(device, "65536-element inputs")
+  x, xn = realized(2, 8, 64, 64)
+  out = x.pad(((0, 0), (0, 0), (1, 1), (1, 1)))[:, :, 1:-1, 1:-1] * 2
+  assert count_kernels(out.realize) == 1
+  compare(out, xn * 2)
+  y, yn = realized(2, 3, 8, 8)
+  w, wn = realized(4, 3, 3, 3, seed=1)
+  assert count_kernels(y.conv2d(w, padding=1).realize) == 1
