@@ -144,6 +144,7 @@ def hand_coded_optimizations(k: Kernel, thread_min: tuple[int, int] = (32768, 1 
         plan.append(("UPCAST", ax, a))
         n_acc *= a
     plan += _wide_tile(k, plan)
+    plan += _unroll_lone_accumulator(k, plan)
     if k.gathers: plan = [p for p in plan if p[1] < k.first_reduce]  # reduce axes stay whole: see `gathers`
     for op, ax, amt in sorted(plan, key=lambda p: -p[1]): k.apply_opt(Opt(op, ax, amt))
   work = prod(k.full_shape)
@@ -151,6 +152,16 @@ def hand_coded_optimizations(k: Kernel, thread_min: tuple[int, int] = (32768, 1 
     k.apply_opt(Opt("THREAD", 0, 0))
   if DEBUG >= 3 and k.applied: print(f"opts: {k.applied} full_shape={k.full_shape}")
 
+
+def _unroll_lone_accumulator(k: Kernel, plan: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+  """A long row summed on vector lanes into one accumulator (a big sum's first stage): each step's add waits on the
+  one before. Unrolled by 4, four loads are added together off that chain and the carried add comes once per four
+  vectors. A 16M float32 sum's first stage, the kernel alone: 60-68 -> 90-112 GB/s on a quiet moment of this 2-core
+  machine (in C, both cores); under other processes' load, median 28 -> 32 GB/s (200 alternating runs)."""
+  if [p[0] for p in plan] != ["RLANES"] or k.first_reduce != k.shape_len - 1: return []
+  _, ax, amt = plan[0]
+  steps = k.full_shape[ax] // amt
+  return [("UNROLL", ax, 4)] if steps % 4 == 0 and steps >= 64 else []
 
 def _symbolic_lanes(k: Kernel) -> None:
   """Heuristic for a reduce kernel over a symbolic size (attention over the filled positions): vector lanes on a

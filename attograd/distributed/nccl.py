@@ -69,7 +69,7 @@ class NCCLComm:
       raise DistributedError(f"{what} failed on rank {self.world.rank}: NCCL error {status}"
                              + (f" ({(ctypes.cast(msg, ctypes.c_char_p).value or b'').decode()})" if msg else ""))
   def handles(self, t: Tensor) -> bool: return isinstance(t.device, str) and t.device.split(":")[0] == "CUDA"
-  def _ptr(self, t: Tensor) -> int: return t.to(self.device).contiguous().realize()._buffer()[0]._buf
+  def _ptr(self, t: Tensor) -> int: return _device_ptr(t.to(self.device).contiguous().realize())
   def _wait(self, what: str, deadline: float) -> None:
     """Wait for the GPU's stream, or abort the communicator at the deadline (a missing rank hangs NCCL otherwise)."""
     from attograd.runtime.ops_cuda import cuda
@@ -90,14 +90,18 @@ class NCCLComm:
     x = t.cast(dtypes.uint8) if t.dtype is dtypes.bool else t
     out = Tensor.empty(*x.shape, dtype=x.dtype, device=self.device).realize()
     nop = 2 if t.dtype is dtypes.bool and op == "sum" else _NCCL_OP[op]  # bools: + is `or`, as max
-    args = (ctypes.c_void_p(self._ptr(x)), ctypes.c_void_p(out._buffer()[0]._buf), ctypes.c_size_t(x.numel()),
+    args = (ctypes.c_void_p(self._ptr(x)), ctypes.c_void_p(_device_ptr(out)), ctypes.c_size_t(x.numel()),
             _NCCL_TYPE[x.dtype], nop)
     return self._run("all_reduce", self.lib.ncclAllReduce, args, out, deadline).cast(t.dtype).to(t.device)
   def broadcast(self, t: Tensor, root: int, deadline: float) -> Tensor:
     out = Tensor.empty(*t.shape, dtype=t.dtype, device=self.device).realize()
-    args = (ctypes.c_void_p(self._ptr(t)), ctypes.c_void_p(out._buffer()[0]._buf), ctypes.c_size_t(t.nbytes()), 1, root)
+    args = (ctypes.c_void_p(self._ptr(t)), ctypes.c_void_p(_device_ptr(out)), ctypes.c_size_t(t.nbytes()), 1, root)
     return self._run("broadcast", self.lib.ncclBroadcast, args, out, deadline).to(t.device)
   def all_gather(self, t: Tensor, deadline: float) -> Tensor:
     out = Tensor.empty(self.world.size, *t.shape, dtype=t.dtype, device=self.device).realize()
-    args = (ctypes.c_void_p(self._ptr(t)), ctypes.c_void_p(out._buffer()[0]._buf), ctypes.c_size_t(t.nbytes()), 1)
+    args = (ctypes.c_void_p(self._ptr(t)), ctypes.c_void_p(_device_ptr(out)), ctypes.c_size_t(t.nbytes()), 1)
     return self._run("all_gather", self.lib.ncclAllGather, args, out, deadline).to(t.device)
+
+def _device_ptr(t: Tensor) -> int:
+  """The device memory under a realized tensor that is its whole buffer (UOp.buffer: tinygrad's public name)."""
+  return t.uop.buffer._buf

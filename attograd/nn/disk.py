@@ -6,9 +6,8 @@ from typing import Any
 from attograd.device import Device
 from attograd.dtype import DType, dtypes, to_dtype
 from attograd.helpers import prod
-from attograd.engine.buffers import new_buffer_uop
-from attograd.runtime.ops_disk import DiskMapping, DiskView
-from attograd.tensor.disk import on_disk
+from attograd.runtime.ops_disk import DiskMapping
+from attograd.tensor.disk import mapping_uop, mapping_view
 from attograd.tensor import Tensor
 
 PathLike = str | os.PathLike
@@ -31,15 +30,12 @@ def disk_tensor(source: PathLike | bytes | DiskMapping, offset: int = 0, shape: 
   if offset < 0 or offset + n * d.itemsize > mapping.size:
     raise ValueError(f"disk_tensor: {mapping.path}: {n} elements of {d} at byte {offset} end at byte "
                      f"{offset + n * d.itemsize}, past the end of the file ({mapping.size} bytes)")
-  buf = disk_device().buffer(mapping, offset, n, d)
-  t = Tensor(new_buffer_uop("DISK", n, d, buf), device="DISK")
+  t = Tensor(mapping_uop(mapping, offset, n, d), device="DISK")
   return t.reshape(tuple(shape)) if tuple(shape) != (n,) else t
 
 def disk_view(t: Tensor) -> tuple[DiskMapping, int] | None:
   """(mapping, byte offset) when `t` is on a DISK device ("DISK", or one file's "DISK:path"), else None."""
-  if not on_disk(t.device): return None
-  buf, _ = t._buffer()
-  return (buf._buf.mapping, buf._buf.offset) if isinstance(buf._buf, DiskView) else None
+  return mapping_view(t)
 
 def mapping_of(src: PathLike | Tensor, op: str) -> tuple[DiskMapping, int, int]:
   """The bytes to parse: (mapping, start, size). A path is mapped; a uint8 Tensor is read (or reused if on DISK)."""

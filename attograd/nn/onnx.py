@@ -366,7 +366,7 @@ def _model_bytes(model: Any) -> tuple[bytes | memoryview, pathlib.Path | None]:
       raise OnnxError(f"onnx: a model given as a Tensor must hold its file's bytes (1-d uint8), got {model!r}")
     dev = model.device
     base = pathlib.Path(dev[5:]).parent if dev.startswith("DISK:") else None
-    return model._raw(), base
+    return model.data(), base
   if isinstance(model, (bytes, bytearray, memoryview)): return bytes(model), None
   # an onnx.ModelProto (or anything else with SerializeToString), without importing onnx here
   if hasattr(model, "SerializeToString"): return model.SerializeToString(), None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 import functools, math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
 from attograd.tensor import Tensor
@@ -850,23 +850,21 @@ def MaxPool(X: Tensor, kernel_shape: list[int], auto_pad: str = "NOTSET", ceil_m
   k_, s_, d_, p = _pool_setup(X, kernel_shape, auto_pad, pads, strides, dilations)
   n = len(k_)
   flat = _flat_pads(p, n)
-  if ceil_mode: flat = X._ceil_pads(flat, tuple(k_), tuple(s_), tuple(d_))
-  low = -math.inf if dtypes.is_float(X.dtype) else dtypes.min(X.dtype)
-  win = X.pad(flat, value=low)._pool(tuple(k_), tuple(s_), tuple(d_))     # (N, C, *o, *k)
-  out = win.max(tuple(range(-n, 0)))
-  if ctx is None or ctx.num_outputs < 2 or not ctx.node.outputs[1]: return out
-  # Indices: each max's position in the flattened (N, C, *spatial) input (column-major spatial if storage_order)
+  want_idx = ctx is not None and ctx.num_outputs >= 2 and bool(ctx.node.outputs[1])
+  # padding is the lowest value (-inf for floats); ceil_mode counts a last, partial window as in PyTorch
+  pooled = X.max_pool2d(tuple(k_), tuple(s_), tuple(d_), flat, bool(ceil_mode), return_indices=want_idx)
+  if not want_idx: return pooled
+  # Indices: each max's position in the flattened (N, C, *spatial) input. max_pool2d's (the first max of a window) is
+  # the row-major position within the spatial dims; storage_order 1 counts them column-major
+  out, flat_idx = cast(tuple[Tensor, Tensor], pooled)
   sp = X.shape[2:]
-  if storage_order: strides_ = [prod(sp[:i]) for i in range(n)]
-  else: strides_ = [prod(sp[i + 1:]) for i in range(n)]
-  pos = Tensor.zeros(tuple(sp), dtype=dtypes.int64, device=X.device)
-  for i in range(n):
-    pos = pos + Tensor.arange(sp[i], dtype=dtypes.int64, device=X.device).reshape(
-      [-1 if j == i else 1 for j in range(n)]) * strides_[i]
-  pw = pos.pad(flat, value=-1)._pool(tuple(k_), tuple(s_), tuple(d_))     # (*o, *k)
-  wf = win.reshape((*win.shape[:2 + n], -1))
-  first = (wf == wf.max(-1, keepdim=True)).cast(dtypes.int32).argmax(-1, keepdim=True)
-  idx = pw.reshape(1, 1, *pw.shape[:n], -1).expand(wf.shape).gather(-1, first).squeeze(-1)
+  idx = flat_idx.cast(dtypes.int64)
+  if storage_order:
+    col, rest = Tensor.zeros_like(idx), idx
+    for i in reversed(range(n)):  # the coordinate along dim i, times its column-major stride
+      col = col + (rest % sp[i]) * prod(sp[:i])
+      rest = rest // sp[i]
+    idx = col
   base = Tensor.arange(X.shape[0] * X.shape[1], dtype=dtypes.int64, device=X.device).reshape(
     X.shape[0], X.shape[1], *[1] * n) * prod(sp)
   return out, idx + base
@@ -884,10 +882,15 @@ def LpPool(X: Tensor, kernel_shape: list[int], auto_pad: str = "NOTSET", ceil_mo
            dilations: list[int] | None = None, p: int = 2, pads: list[int] | None = None,
            strides: list[int] | None = None) -> Tensor:
   k_, s_, d_, pp = _pool_setup(X, kernel_shape, auto_pad, pads, strides, dilations)
-  flat = _flat_pads(pp, len(k_))
-  if ceil_mode: flat = X._ceil_pads(flat, tuple(k_), tuple(s_), tuple(d_))
-  win = X.abs().pow(p).pad(flat)._pool(tuple(k_), tuple(s_), tuple(d_))
-  return win.sum(tuple(range(-len(k_), 0))).pow(1 / p)
+  n, flat = len(k_), _flat_pads(pp, len(k_))
+  if ceil_mode:  # the extra end padding that gives the window count of a ceil_mode pooling (PyTorch's rule)
+    o_ = cast(Tensor, X.max_pool2d(tuple(k_), tuple(s_), tuple(d_), flat, ceil_mode=True)).shape[-n:]
+    for j, (i, s, k, d, o) in enumerate(zip(X.shape[-n:], s_, k_, d_, o_)):
+      before, after = flat[2 * (n - 1 - j)], flat[2 * (n - 1 - j) + 1]
+      flat[2 * (n - 1 - j) + 1] += max(0, s * (o - 1) + d * (k - 1) + 1 - (i + before + after))
+  # each window's sum: the mean over the zero-padded input (every cell counts), times the window's size
+  win_sum = X.abs().pow(p).pad(flat).avg_pool2d(tuple(k_), tuple(s_), tuple(d_)) * prod(k_)
+  return win_sum.pow(1 / p)
 
 @onnx_op()
 def GlobalAveragePool(X: Tensor) -> Tensor: return X.mean(tuple(range(2, X.ndim)), keepdim=True).cast(X.dtype)

@@ -11,6 +11,7 @@ from attograd.helpers import prod
 from attograd.schedule.kernels import _region_of, build_kernel_ast, find_kernel_roots
 from attograd.schedule.memory import placeholder_bytes, plan_schedule
 from attograd.schedule.realized import lookup_realized, remember, remember_weakly
+from attograd.schedule.tuning import tune_graph
 from attograd.uop.ops import GroupOp, Ops, UOp, sint, sym_max
 from attograd.uop.state import PURE, REALIZED, slots
 from attograd.uop.variables import SIZED, ast_variables, bind_size, map_arg, note_value, sym_arg, unbind_size
@@ -179,7 +180,10 @@ def _rebind(u: UOp, bind: dict[UOp, UOp], var_vals: dict[UOp, int]) -> UOp:
 
 def _make_template(routs: list[UOp]) -> _Template:
   # shapes and devices of the normalized nodes, sources first (no deep recursion; a schedule-cache hit needs none)
-  for u in _topo_of(routs): _ = u.shape, u.device
+  for u in (topo := _topo_of(routs)): _ = u.shape, u.device
+  # the tuning rules (a long reduce split in two stages): `stands_for` maps a rebuilt node back to the node of the
+  # normalized graph whose value it holds, the one a later graph will look up
+  routs, stands_for = tune_graph(routs, topo)
   roots = find_kernel_roots(routs)
   node_buffer: dict[UOp, UOp] = {}
   new_bufs: list[UOp] = []
@@ -215,8 +219,8 @@ def _make_template(routs: list[UOp]) -> _Template:
     elif ro.op is Ops.ASSIGN and _region_of(ro.src[0], ro.shape) is not None: becomes.append(ro.src[0])  # the region
     elif ro.base in node_buffer: becomes.append(_apply_movements(ro, node_buffer))
     else: becomes.append(ro)  # already a view of a buffer (or a constant): its resolved form
-  realized_roots = tuple((r, _view_of(node_buffer[r], r.shape)) for r in roots
-                         if r not in routs and r.op is not Ops.ASSIGN)
+  realized_roots = tuple((o, _view_of(node_buffer[r], o.shape)) for r in roots
+                         if r not in routs and r.op is not Ops.ASSIGN for o in (stands_for.get(r, r),))
   targets = tuple(dict.fromkeys(node_buffer[r] for r in roots if r.op is Ops.ASSIGN))
   inter = sum(placeholder_bytes(h.base) for _, h in realized_roots)
   return _Template(tuple(items), tuple(new_bufs), tuple(becomes), realized_roots, targets, inter)

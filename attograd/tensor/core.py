@@ -1314,7 +1314,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op]
       ret = Tensor.full(out_shape, ident, dtype=self.dtype, device=self.device)
     else:
-      ret = self._new(_reduce_uop(self.uop, op, axes))
+      ret = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
   def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
     """Sum over `axis` (all axes when None). Small ints and bools accumulate and return as int32, like PyTorch's int64
@@ -1710,30 +1710,6 @@ def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
     seen.add(n)
     stack.extend(n.src)
   return False
-
-def _reduce_uop(u: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
-  """A reduce; a long reduce to few outputs is split in two so both stages can use every core."""
-  shape = u.shape
-  red = prod(shape[a] for a in axes)
-  outs = prod(s for i, s in enumerate(shape) if i not in axes)
-  # (a symbolic count isn't split: how to split it would depend on the Variable's value)
-  if red.__class__ is int and outs.__class__ is int and red >= 65536 and outs < 64 and len(axes) >= 1:
-    # fold the reduced axes into one, then split it into (split, red/split)
-    perm = tuple(i for i in range(len(shape)) if i not in axes) + axes
-    x = UOp(Ops.PERMUTE, u.dtype, (u,), perm) if perm != tuple(range(len(shape))) else u
-    keep, rdims = tuple(shape[i] for i in range(len(shape)) if i not in axes), tuple(shape[a] for a in axes)
-    n = len(keep)
-    # split the first reduced dim when it can be (the other reduced dims stay as they are: folding (512, 20, 20)
-    # into (128, 1600) would make the inner loop's index a chain of divisions that keeps it from vectorizing)
-    if (split := next((s for s in range(256, 15, -1) if rdims[0] % s == 0 and red // s >= 1024), 0)):
-      x = build.reshape(x, keep + (split, rdims[0] // split) + rdims[1:])
-      x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, tuple(range(n + 1, n + 1 + len(rdims)))))
-    elif (split := next((s for s in (256, 128, 64, 32, 16) if red % s == 0 and red // s >= 1024), 0)):
-      x = UOp(Ops.REDUCE_AXIS, u.dtype, (build.reshape(x, keep + (split, red // split)),), (op, (n + 1,)))
-    if split:
-      x = UOp(Ops.REDUCE_AXIS, u.dtype, (x,), (op, (n,)))
-      return build.reshape(x, tuple(1 if i in axes else s for i, s in enumerate(shape)))
-  return UOp(Ops.REDUCE_AXIS, u.dtype, (u,), (op, axes))
 
 def _hash32_int(x: int) -> int:
   x &= 0xFFFFFFFF

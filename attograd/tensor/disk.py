@@ -10,7 +10,7 @@ from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp
 from attograd.uop.view import ShapeTracker, strides_for_shape
 from attograd.engine.buffers import buffers, new_buffer_uop
-from attograd.runtime.ops_disk import DiskBuffer, DiskView
+from attograd.runtime.ops_disk import DiskBuffer, DiskMapping, DiskView
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def on_disk(device: Any) -> bool: return device.__class__ is str and device.startswith("DISK")
@@ -104,3 +104,14 @@ def file_uop(path: os.PathLike, dtype: DType) -> UOp:
   dev = Device.canonicalize(f"DISK:{p}")
   n = size // dtype.itemsize
   return new_buffer_uop(dev, n, dtype, Buffer(dev, n, dtype))
+
+def mapping_uop(mapping: DiskMapping, offset: int, n: int, dtype: DType) -> UOp:
+  """A "DISK" buffer of n `dtype` elements over bytes [offset, offset + n*itemsize) of a memory-mapped file."""
+  disk: Any = Device["DISK"]  # runtime/ops_disk.py's device: it makes buffers over a mapping
+  return new_buffer_uop("DISK", n, dtype, disk.buffer(mapping, offset, n, dtype))
+
+def mapping_view(t: Tensor) -> tuple[DiskMapping, int] | None:
+  """(mapping, byte offset) of the bytes under a DISK tensor's contiguous view, else None."""
+  if not on_disk(t.device): return None
+  buf = buffers[resolve(t).base]
+  return (buf._buf.mapping, buf._buf.offset) if isinstance(buf._buf, DiskView) else None

@@ -459,10 +459,8 @@ class NNMixin:
       raise ValueError(f"conv2d: input channels {cin_} must be groups * weight.shape[1] = {groups} * {cin} and output "
                        f"channels {cout} divisible by groups; input {self.shape}, weight {weight.shape}")
     pads = _conv_pads(self, padding, k_, stride, dilation)
-    # a big padded input gets its own buffer: windows over it then read whole rows with no bounds checks, which lets
-    # the kernels run on vector lanes (the copy is cheap next to the convolution; small convs stay one kernel)
+    # (a big padded input gets its own buffer, which the scheduler decides: schedule/tuning.py)
     x = self.pad(pads) if any(pads) else self
-    if any(pads) and prod(self.shape) >= 1 << 16: x = x.contiguous()
     if _custom_conv_backward(self, k_, stride):
       # a custom backward (gradient.py): the input's gradient is a transposed convolution of the output's gradient, so
       # it runs on the forward's fast path instead of summing shifted slices of a (N, C_in, *k, *o) window gradient;

@@ -229,6 +229,19 @@ def test_long_reduce_split_keeps_its_dims() -> None:
   assert "%" not in first and "/" not in first.split("{", 3)[-1], first
   np.testing.assert_allclose(t.numpy(), x.sum((0, 2, 3)), rtol=1e-4)
 
+def test_long_row_sum_unrolls_its_lone_accumulator() -> None:
+  # a big sum's first stage sums rows on 16 lanes into one accumulator: unrolled by 4, four vector loads are added
+  # off the loop-carried chain, and one add per four vectors goes into the accumulator
+  x = np.random.default_rng(6).uniform(0, 1, 1 << 20).astype(np.float32)
+  t = Tensor(x).realize().sum()
+  items, _ = create_schedule([t.uop])
+  first = get_program(items[0].ast, Device["CPU"].renderer).src
+  loop = first[first.index("for (int ridx1"):]
+  assert len(re.findall(r"float16 acc\d+ = ", first)) == 1, first
+  assert len(re.findall(r"__builtin_memcpy\(&val\d+, data1", loop)) == 4, first
+  assert len(re.findall(r"acc0 = ", loop)) == 1, first
+  np.testing.assert_allclose(t.numpy(), x.astype(np.float64).sum(), rtol=1e-5)
+
 def test_float_max_without_branches_matches_numpy_with_nan() -> None:
   # max renders as mask operations on one-lane vectors (no branches); NaN wins from either side, as in NumPy
   a = np.array([1.0, np.nan, 3.0, -np.inf, np.inf, 0.0, np.nan, -2.0], dtype=np.float32)

@@ -157,6 +157,14 @@ OP_CASES = {
   "maxpool_indices": ([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 2],
                                         pads=[1, 1, 1, 1])],
                       {"x": _x4}, {}),
+  # MaxPool and LpPool go through max_pool2d and avg_pool2d: ceil_mode, the column-major indices, dilation
+  "maxpool_ceil_colmajor": ([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 3], strides=[2, 2],
+                                              ceil_mode=1, storage_order=1, pads=[0, 1, 0, 0])],
+                            {"x": _rng.standard_normal((2, 2, 6, 7)).astype(np.float32)}, {}),
+  "maxpool_dilation": ([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2, 1],
+                                         pads=[1, 0, 0, 1])], {"x": _x4}, {}),
+  "lppool": ([helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1], p=3)],
+             {"x": _x4}, {}),
   "resize_linear": ([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")], {"x": _x4},
                     {"s": np.array([1, 1, 1.6, 0.6], np.float32)}),
   "gather_neg": ([helper.make_node("Gather", ["x", "i"], ["y"], axis=2)], {"x": _x4},
@@ -184,7 +192,7 @@ OP_CASES = {
 def test_op_matches_onnxruntime(device, case):
   nodes, inputs, inits = OP_CASES[case]
   outs = [o for n in nodes for o in n.output][-4:] if case not in ("quantize",) else ["q", "y"]
-  if case == "maxpool_indices": outs = ["y", "i"]
+  if case in ("maxpool_indices", "maxpool_ceil_colmajor"): outs = ["y", "i"]
   _check(_graph_model(nodes, inputs, outs, inits=inits), inputs)
 
 def test_softmax_opset_11_flattens():

@@ -184,3 +184,85 @@ def test_a_node_read_along_many_paths_is_written_once_per_view(device: str) -> N
   out = (a * 2 + b).realize()
   assert time.perf_counter() - st < 20
   np.testing.assert_allclose(out.numpy(), xn * 2 + xn, rtol=1e-6)
+
+# ***** the scheduler's tuning rules (schedule/tuning.py) *****
+
+def test_long_reduce_runs_in_two_stages_chosen_by_the_scheduler(device: str) -> None:
+  # the Tensor graph holds one plain reduce; the scheduler splits it (2 kernels) on a threaded CPU
+  from helpers import cpu_only
+  from attograd.uop.ops import Ops
+  cpu_only(device, "the split depends on the device's threads")
+  xn = np.random.default_rng(7).uniform(-1, 1, (4, 1 << 16)).astype(np.float32)
+  x = Tensor(xn).realize()
+  s = x.sum(1)
+  assert sum(1 for u in s.uop.toposort() if u.op is Ops.REDUCE_AXIS) == 1
+  assert count_kernels(s.realize) == 2
+  compare(s, xn.astype(np.float64).sum(1), atol=1e-2, rtol=1e-5)
+  m = x.max(1)
+  assert count_kernels(m.realize) == 2
+  compare(m, xn.max(1))
+
+def test_split_reduce_read_twice_is_remembered(device: str) -> None:
+  # a split reduce read by two kernels gets a buffer; a later graph reading the same reduce reads that buffer (the
+  # scheduler maps its rebuilt second stage back to the reduce of the Tensor's graph) instead of reducing again
+  from helpers import cpu_only
+  cpu_only(device, "the split depends on the device's threads")
+  xn = np.random.default_rng(8).uniform(-1, 1, (2, 1 << 16)).astype(np.float32)
+  x = Tensor(xn).realize()
+  r = x.sum(1, keepdim=True)
+  a, b = x - r, (x * r).sum(1)
+  Tensor.realize(a, b)
+  again = r * 2
+  assert count_kernels(again.realize) == 1
+  compare(again, xn.astype(np.float64).sum(1, keepdims=True) * 2, atol=1e-2, rtol=1e-5)
+  rn = xn.astype(np.float64).sum(1, keepdims=True)
+  compare(a, xn - rn, atol=1e-3)
+  compare(b, (xn * rn).sum(1), atol=1e-1, rtol=1e-4)
+
+def test_split_reduce_gradient(device: str) -> None:
+  # the gradient is that of the plain reduce (the split is below autograd): sum's is ones, max's goes to the max
+  from helpers import cpu_only
+  cpu_only(device, "the split depends on the device's threads")
+  xn = np.random.default_rng(9).uniform(-1, 1, (3, 1 << 16)).astype(np.float32)
+  x = Tensor(xn, requires_grad=True)
+  (x.sum(1) * Tensor([1.0, 2.0, 3.0]) + x.max(1)).sum().backward()
+  want = np.broadcast_to(np.array([[1.0], [2.0], [3.0]], np.float32), xn.shape).copy()
+  want[np.arange(3), xn.argmax(1)] += 1
+  compare(x.grad, want)
+
+def test_big_padded_input_read_by_windows_gets_one_copy(device: str) -> None:
+  # the windows of a padded conv read a copy of the padded input (whole rows, no bounds checks): one copy kernel and
+  # the conv; with the weight's gradient in the same schedule, both read the one copy
+  from helpers import cpu_only
+  from attograd.schedule import create_schedule
+  cpu_only(device, "65536-element inputs")
+  rng = np.random.default_rng(10)
+  xn, wn = rng.standard_normal((2, 8, 64, 64), dtype=np.float32), rng.standard_normal((4, 8, 3, 3), dtype=np.float32)
+  x, w = Tensor(xn).realize(), Tensor(wn, requires_grad=True).realize()
+  padded = 2 * 8 * 66 * 66
+  out = x.conv2d(w, padding=1)
+  items, _ = create_schedule([out.uop])
+  assert [it.bufs[0].size for it in items] == [padded, 2 * 4 * 64 * 64]
+  loss = out.square().sum()
+  loss.backward()
+  items, _ = create_schedule([out.uop, loss.uop, w.grad.uop])
+  assert [it.bufs[0].size for it in items].count(padded) == 1
+  Tensor.realize(out, loss, w.grad)
+  t = __import__("torch")
+  tw = t.tensor(wn, requires_grad=True)
+  tout = t.nn.functional.conv2d(t.tensor(xn), tw, padding=1)
+  tout.square().sum().backward()
+  compare(out, tout.detach().numpy(), atol=1e-4, rtol=1e-4)
+  compare(w.grad, tw.grad.numpy(), atol=1e-1, rtol=1e-4)
+
+def test_small_or_unpadded_reads_get_no_copy(device: str) -> None:
+  # below 65536 elements the windows read the input directly; a slice that cuts the padding away reads no padding
+  from helpers import cpu_only
+  cpu_only(device, "65536-element inputs")
+  x, xn = realized(2, 8, 64, 64)
+  out = x.pad(((0, 0), (0, 0), (1, 1), (1, 1)))[:, :, 1:-1, 1:-1] * 2
+  assert count_kernels(out.realize) == 1
+  compare(out, xn * 2)
+  y, yn = realized(2, 3, 8, 8)
+  w, wn = realized(4, 3, 3, 3, seed=1)
+  assert count_kernels(y.conv2d(w, padding=1).realize) == 1

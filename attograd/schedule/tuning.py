@@ -1,0 +1,121 @@
+"""Kernel tuning the scheduler applies to a graph before cutting it into kernels, as one rule table (pm_tuning): which
+work runs as more than one kernel so that every kernel keeps the cores and vector lanes busy (a long reduce split in
+two stages, a copy of a padded input that windows read). The Tensor API builds the plain graph; these rules decide
+how it runs."""
+from __future__ import annotations
+import functools, os
+from attograd.device import Device
+from attograd.dtype import dtypes
+from attograd.helpers import prod
+from attograd.uop import build
+from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
+# ***** a long reduce to few outputs runs in two stages *****
+
+SPLIT_MIN_REDUCE = 65536  # elements reduced per output, at least: shorter reduces are over before threads pay off
+
+@functools.cache
+def split_max_outputs(device: str) -> int:
+  """A reduce to fewer outputs than this is split. A CPU kernel threads over its outputs, so with at least 8 per core
+  every core gets a fair share (MNIST's 32-channel batch-norm sums on 2 cores ran as fast unsplit); a GPU gives each
+  output a work-group, and fewer than 64 leave most of its compute units idle. A device that runs one thread splits
+  nothing."""
+  ren = Device[device].renderer
+  if ren.has_local: return 64
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+  return 8 * cores if ren.has_threads else 0
+
+def split_reduce_rule(ctx: Tuning, r: UOp) -> UOp | None:
+  """A long reduce to fewer than split_max_outputs outputs: the first stage reduces to `split` partial values per
+  output (enough rows to thread over), the second reduces those. The result has `r`'s shape again."""
+  if r in ctx.made: return None  # a stage made here: split once
+  x, (op, axes) = r.src[0], r.arg
+  shape = x.shape
+  red = prod(shape[a] for a in axes)
+  outs = prod(s for i, s in enumerate(shape) if i not in axes)
+  # a symbolic count isn't split: how to split it would depend on the Variable's value
+  if red.__class__ is not int or outs.__class__ is not int or red < SPLIT_MIN_REDUCE or r.device.__class__ is not str \
+     or outs >= split_max_outputs(r.device):
+    return None
+  # the reduced axes last, then the first of them split into (split, rest)
+  perm = tuple(i for i in range(len(shape)) if i not in axes) + axes
+  if perm != tuple(range(len(shape))): x = UOp(Ops.PERMUTE, x.dtype, (x,), perm)
+  keep, rdims = tuple(shape[i] for i in range(len(shape)) if i not in axes), tuple(shape[a] for a in axes)
+  n = len(keep)
+  # split the first reduced dim when it can be (the other reduced dims stay as they are: folding (512, 20, 20)
+  # into (128, 1600) would make the inner loop's index a chain of divisions that keeps it from vectorizing)
+  if (split := next((s for s in range(256, 15, -1) if rdims[0] % s == 0 and red // s >= 1024), 0)):
+    x = build.reshape(x, keep + (split, rdims[0] // split) + rdims[1:])
+    first = UOp(Ops.REDUCE_AXIS, r.dtype, (x,), (op, tuple(range(n + 1, n + 1 + len(rdims)))))
+  elif (split := next((s for s in (256, 128, 64, 32, 16) if red % s == 0 and red // s >= 1024), 0)):
+    first = UOp(Ops.REDUCE_AXIS, r.dtype, (build.reshape(x, keep + (split, red // split)),), (op, (n + 1,)))
+  else: return None
+  second = UOp(Ops.REDUCE_AXIS, r.dtype, (first,), (op, (n,)))
+  ctx.made.update((first, second))
+  return build.reshape(second, r.shape)
+
+# ***** a big padded input read through overlapping windows gets its own buffer *****
+
+WINDOW_COPY_MIN = 1 << 16  # elements of the unpadded input, at least: below that the copy costs more than it saves
+
+def window_copy_rule(ctx: Tuning, w: UOp, p: UOp) -> UOp | None:
+  """A convolution's (or a pooling's) overlapping windows are shifted slices (SHRINKs) of the padded input, one per
+  kernel position. Read straight from the input, every load checks the padding's bounds and the kernels can't use
+  vector lanes; a copy of the padded input is read with whole rows and no checks (the copy is cheap next to the
+  convolution). Every window reads the one copy (the same node: UOps are hash-consed)."""
+  if _pad_key(p) not in ctx.windowed: return None
+  copy = UOp(Ops.CONTIGUOUS, p.dtype, (p,))
+  ctx.made.add(copy)
+  return UOp(Ops.SHRINK, w.dtype, (copy,), w.arg)
+
+def _pad_key(p: UOp) -> tuple:
+  """A padded node by what it is, not by identity: the rewrite rebuilds a PAD whose sources changed (the gradient's
+  padded input, over a forward convolution that got a copy), and the rebuilt node must still be recognized."""
+  x = p.src[0]
+  return (p.arg, p.dtype, x.op, x.arg, x.dtype, x.shape)
+
+# ***** the pass: one table *****
+
+class Tuning:
+  """The rules' context: the nodes they made (a rule fires once on them), and the padded nodes (by _pad_key) that at
+  least two windows read, big enough for a copy to pay."""
+  def __init__(self, topo: list[UOp]):
+    self.made: set[UOp] = set()
+    shrinks: dict[UOp, int] = {}
+    for u in topo:
+      if u.op is Ops.SHRINK and u.src[0].op is Ops.PAD: shrinks[u.src[0]] = shrinks.get(u.src[0], 0) + 1
+    self.windowed = {_pad_key(p) for p, k in shrinks.items() if k >= 2 and any(b or a for b, a in p.arg)
+                     and (n := prod(p.src[0].shape)).__class__ is int and n >= WINDOW_COPY_MIN}
+
+pm_tuning = PatternMatcher([
+  (UPat(Ops.REDUCE_AXIS, name="r"), split_reduce_rule),
+  (UPat(Ops.SHRINK, src=(UPat(Ops.PAD, name="p"),), name="w"), window_copy_rule),
+])
+
+def tune_graph(outs: list[UOp], topo: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp]]:
+  """`outs` with the tuning rules applied, and for each rebuilt node the node of `outs`' graph it stands for (the
+  second stage of a split reduce stands for the reduce: the same values, without the size-1 dims; a copy for the
+  node copied)."""
+  ctx, probe = Tuning(topo), Tuning([])
+  if not ctx.windowed and not any(split_reduce_rule(probe, u) is not None for u in topo if u.op is Ops.REDUCE_AXIS):
+    return outs, {}
+  sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
+  new = graph_rewrite(sink, pm_tuning, ctx)
+  return list(new.src), _correspondence(sink, new, ctx.made)
+
+def _correspondence(old: UOp, new: UOp, made: set[UOp]) -> dict[UOp, UOp]:
+  """new node -> old node, walking both graphs together: a rebuilt node has its old node's op and arg over the
+  rebuilt sources, a split reduce became its second stage (reshaped where the shapes differ), a copied node its
+  copy. The nodes below a split or a copy are not followed (rebuilt when another rule fired under them, they map to
+  nothing)."""
+  back: dict[UOp, UOp] = {}
+  stack = [(old, new)]
+  while stack:
+    o, n = stack.pop()
+    if o is n or n in back: continue
+    back[n] = o
+    if (second := n.src[0] if n.op is Ops.RESHAPE and o.op is not Ops.RESHAPE else n) in made:
+      back[second] = o
+      continue
+    stack.extend(zip(o.src, n.src))
+  return back
