@@ -2,13 +2,13 @@
 A schedule's new kernels are lowered and their builds started before the first one runs: compiles run in parallel on
 all cores and beside the lowering of later kernels, and each kernel waits only for its own program. Where the compiler
 builds batches (CPU), small kernels share one compiler run per 64 KB of source. Where the device
-has a quick tier (CPU: many kernels in one -O1 translation unit), a big first build starts there and the optimized
-build, made in the background, replaces it when ready; only the optimized one is kept in the disk cache.
+has a quick tier (CPU: -O1), a big kernel starts from a quick build of its own and its optimized build, made in the
+background once no first build is in flight, replaces it when ready; only the optimized one is kept in the disk cache.
 While a TinyJit captures, every kernel run here is also reported to its recorder (engine/recorder.py)."""
 from __future__ import annotations
 import os, threading, time, warnings
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
 from attograd.codegen import get_program
 from attograd.device import Buffer, Compiled, Device, batch_symbol, defer_frees_on_this_thread, with_symbol
@@ -22,17 +22,17 @@ from attograd.helpers import CAPTURING, DEBUG, ContextVar, GlobalCounters, color
 from attograd.renderer import ProgramSpec
 from attograd.uop.ops import Ops, UOp
 
-# 0: optimized builds only; 1: a quick tier first when a schedule's new kernels are big; 2: always (tests use it).
-# Off by default: with it on, examples/beautiful_mnist.py on an empty cache diverged (loss 2.30, then NaN) in 3 of 3
-# runs when optimized programs were swapped in in the middle of a step; swapping between steps, or with the garbage
-# collector off, it trained like before. Not yet understood: suspect Python finalizers run by the collector on the
-# compile threads, at the same time as the main thread (buffer frees are deferred now, which was not enough).
-QUICK_BUILD = ContextVar("QUICK_BUILD", 0)
-# below this much new source a schedule's optimized builds cost about what one quick build does (each is mostly the
-# ~30 ms of starting the compiler): tiering would only double the work
+# 0: optimized builds only; 1 (default): a kernel of QUICK_MIN_SRC bytes of source or more starts from a quick build
+# of its own, its optimized build made in the background and swapped in when ready; 2: every kernel tiered (tests).
+# Both builds give the same bits (compilers fuse no a*b+c, codegen/fma.py writes the fused ones), so a program swapped
+# in the middle of a training step changes no value (before that, MNIST diverged with it on).
+QUICK_BUILD = ContextVar("QUICK_BUILD", 1)
+# a kernel this big costs gcc about twice as much at -O3 as at -O1 (MNIST's 34-93 KB conv kernels: 0.36-1.75 s of
+# -O3, 0.23-0.99 s of -O1); below it both are mostly the ~40 ms of starting the compiler, and the kernel goes into an
+# optimized batch with the other small ones (tiering it would only double the work)
 QUICK_MIN_SRC = 16 << 10
-# source bytes per quick translation unit: enough to pay for one compiler process, small enough that the compiler
-# starts while the kernels after it are still being lowered
+# source bytes per quick translation unit (QUICK_BUILD=2: small kernels tiered too): enough to pay for one compiler
+# process, small enough that the compiler starts while the kernels after it are still being lowered
 QUICK_CHUNK = 64 << 10
 # the same for a batch of optimized builds (Compiler.compile_batch): one compiler process per batch, not per kernel.
 # A kernel of BATCH_ALONE bytes or more is built alone: starting gcc (~30 ms) is a small part of its build (100+ ms),
@@ -52,9 +52,40 @@ def _pool(kind: str) -> ThreadPoolExecutor:
                                              initializer=_background_thread if kind == "background" else _build_thread)
   return pool
 
+# First builds in flight (submitted to the "build" pool, not yet done). An optimized build behind a quick tier starts
+# only when there are none: on a 2-core machine the two compete for the core the Python thread leaves, and a kernel
+# waits on its first build (MNIST's first step: the -O3 builds of earlier schedules held up the -O1 builds of later
+# ones)
+_first_builds = threading.Condition()
+_first_in_flight = 0
+_exiting = False
+
+def _submit_first(fn: Any, *args: Any) -> Future:
+  global _first_in_flight
+  with _first_builds: _first_in_flight += 1
+  fut = _pool("build").submit(fn, *args)
+  fut.add_done_callback(_first_done)
+  return fut
+
+def _first_done(_: Future) -> None:
+  global _first_in_flight
+  with _first_builds:
+    _first_in_flight -= 1
+    if _first_in_flight == 0: _first_builds.notify_all()
+
+def _background_build(spec: ProgramSpec) -> bytes:
+  """The optimized build behind a quick tier: once no first build is in flight (and not at all at exit)."""
+  with _first_builds: _first_builds.wait_for(lambda: _first_in_flight == 0 or _exiting)
+  if _exiting: raise CancelledError(f"{spec.name}: the optimized build was dropped at exit")
+  return _build(spec)
+
 def _drop_queued_background_builds() -> None:
   # at exit, optimized builds not yet started are dropped instead of holding the process up (9 s of -O3 on 2 cores
   # after an MNIST step); those under way finish and are cached, and the next run builds the rest the same way
+  global _exiting
+  with _first_builds:
+    _exiting = True
+    _first_builds.notify_all()
   if (pool := _pools.get("background")) is not None: pool.shutdown(wait=False, cancel_futures=True)
 # threading's exit hooks run before Python joins the pools' threads (which would first run every queued build)
 if (_at_thread_exit := getattr(threading, "_register_atexit", None)) is not None:
@@ -161,6 +192,8 @@ class CompiledRunner:
     if opt is not None and (opt.done() or self._quick is None):
       self._optimized = None
       try: lib = opt.result()
+      except CancelledError:  # dropped at exit: the quick program stays
+        if self.prg is None and self._quick is None: raise
       except Exception as e:
         if self.prg is None and self._quick is None: raise
         # the quick build of the same source worked: keep it, but say so (an optimizer crash in the compiler)
@@ -176,33 +209,54 @@ class CompiledRunner:
   def finish(self) -> CompiledRunner:
     """Wait for the optimized program (a TinyJit records only those: its replays call them directly)."""
     if self._optimized is not None:
+      # a background build still queued (behind others) is built now, here (a batch's futures are no pool's: kept)
+      if self._quick is not None and self._optimized.cancel():
+        self._optimized = _done(lambda: _build(self.spec))
       self._optimized.exception()  # waits for the build; its error, if any, is handled by _settle
       self._settle()
     elif self.prg is None: self._settle()
     return self
 
+def _done(fn: Any) -> Future:
+  """A future already holding fn()'s result (or its error)."""
+  f: Future = Future()
+  try: f.set_result(fn())
+  except Exception as e: f.set_exception(e)
+  return f
+
 class _Builds:
-  """The builds a schedule starts on one device. With a quick tier, kernels are batched up to QUICK_CHUNK bytes of
-  source, one quick build per batch, their optimized builds queued in the background. Else, where the compiler
-  batches, kernels are gathered up to BATCH_CHUNK bytes, one optimized build per batch (the schedule's last kernels
-  split across the cores); otherwise each kernel gets its optimized build right away (in a pool when the compiler may
-  run in threads, here otherwise)."""
+  """The builds a schedule starts on one device. With a quick tier, a big kernel (QUICK_MIN_SRC) gets a quick build
+  of its own right away (in parallel with the lowering of the next kernels and the other builds), its optimized build
+  queued in the background. Where the compiler batches, the other kernels are gathered up to BATCH_CHUNK bytes, one
+  optimized build per batch (the schedule's last kernels split across the cores); QUICK_BUILD=2 gathers them into
+  quick batches instead (QUICK_CHUNK). Otherwise each kernel gets its optimized build right away (in a pool when the
+  compiler may run in threads, here otherwise)."""
   def __init__(self, dev: Compiled):
-    self.dev, self.size, self.tiered = dev, 0, False
+    self.dev, self.size, self.started_early = dev, 0, False
     self.batch: list[tuple[tuple[str, UOp], ProgramSpec]] = []
     self.quick = dev.quick_build is not None and QUICK_BUILD.value >= 1
+    self.quick_all = self.quick and QUICK_BUILD.value >= 2
     self.batches = dev.compiler.compile_batch is not None and dev.compiler.threadsafe
   def add(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
-    if not self.quick:
-      if not self.batches or len(spec.src) >= BATCH_ALONE or not self.dev.compiler.batchable(spec.src):
-        return self._optimized_only(key, spec)
+    batchable = self.dev.compiler.compile_batch is None or self.dev.compiler.batchable(spec.src)
+    if self.quick and (len(spec.src) >= QUICK_MIN_SRC or (self.quick_all and not batchable)):
+      return self._tiered([(key, spec)])
+    if self.quick_all:
       self.batch.append((key, spec))
       self.size += len(spec.src)
-      if self.size >= BATCH_CHUNK: self._start_batches(1)
+      if self.size >= QUICK_CHUNK or self._early(): self._start_batches(1)
       return
+    if not self.batches or len(spec.src) >= BATCH_ALONE or not batchable: return self._optimized_only(key, spec)
     self.batch.append((key, spec))
     self.size += len(spec.src)
-    if self.size >= QUICK_CHUNK: self.flush()
+    if self.size >= BATCH_CHUNK or self._early(): self._start_batches(1)
+  def _early(self) -> bool:
+    """Whether the schedule's first small kernel starts building now, alone: when no first build is in flight, a
+    core would idle while the next kernels are lowered, and the first kernel to run waits for its program (conv2d's
+    first call: its input's padding kernel). Once per schedule: later ones gather into batches."""
+    if self.started_early or _first_in_flight: return False
+    self.started_early = True
+    return True
   def _start_batches(self, n: int) -> None:
     """The gathered kernels as up to n batches of about equal source size, each built in the pool."""
     groups: list[list[tuple[tuple[str, UOp], ProgramSpec]]] = [[] for _ in range(max(1, min(n, len(self.batch))))]
@@ -213,25 +267,22 @@ class _Builds:
       sizes[i] += len(spec.src)
     self.batch, self.size = [], 0
     for g in groups:
-      if len(g) == 1: self._optimized_only(*g[0])
+      if self.quick_all: self._tiered(g)
+      elif len(g) == 1: self._optimized_only(*g[0])
       elif g:
         futs: list[Future[bytes]] = [Future() for _ in g]
-        _pool("build").submit(_build_batch, self.dev, [spec for _, spec in g], futs)
+        _submit_first(_build_batch, self.dev, [spec for _, spec in g], futs)
         for (key, spec), f in zip(g, futs): _runners[key] = CompiledRunner(spec, optimized=f)
   def flush(self) -> None:
-    if not self.batch: return
-    if not self.quick: return self._start_batches(_cores())
-    if self.tiered or self.size >= QUICK_MIN_SRC or QUICK_BUILD.value >= 2:
-      self.tiered = True
-      fut = _pool("build").submit(_quick, self.dev, [sp for _, sp in self.batch])
-      for i, (key, spec) in enumerate(self.batch):
-        opt = _pool("background").submit(_build, spec)
-        _runners[key] = CompiledRunner(spec, optimized=opt, quick=fut, quick_index=i)
-    else:
-      for key, spec in self.batch: self._optimized_only(key, spec)
-    self.batch, self.size = [], 0
+    if self.batch: self._start_batches(_cores())
+  def _tiered(self, group: list[tuple[tuple[str, UOp], ProgramSpec]]) -> None:
+    """One quick build of the group's kernels now, each kernel's optimized build queued in the background."""
+    fut = _submit_first(_quick, self.dev, [sp for _, sp in group])
+    for i, (key, spec) in enumerate(group):
+      opt = _pool("background").submit(_background_build, spec)
+      _runners[key] = CompiledRunner(spec, optimized=opt, quick=fut, quick_index=i)
   def _optimized_only(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
-    if self.dev.compiler.threadsafe: _runners[key] = CompiledRunner(spec, optimized=_pool("build").submit(_build, spec))
+    if self.dev.compiler.threadsafe: _runners[key] = CompiledRunner(spec, optimized=_submit_first(_build, spec))
     else: _runners[key] = CompiledRunner(spec)
 
 def _prepare(items: list[ScheduleItem]) -> None:

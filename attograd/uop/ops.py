@@ -674,9 +674,42 @@ rewrite_tracer: Callable[[PatternMatcher, UOp, list[tuple[UOp, UOp, Callable[...
 
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
   """Rewrite `root` bottom-up with `pm` until no rule matches. Iterative (no recursion), linear in graph size."""
+  if rewrite_tracer is not None: return _graph_rewrite_traced(root, pm, ctx)
+  # the hot loop of lowering (~60 rewrites of each kernel's graph): methods bound once, a node without sources is
+  # rewritten when first seen instead of being pushed again, and rebuilt sources compared as a tuple (UOps compare
+  # by identity)
   done: dict[UOp, UOp] = {}
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
-  steps: list[tuple[UOp, UOp, Callable[..., Any]]] | None = None if rewrite_tracer is None else []
+  pop, push, rewrite = stack.pop, stack.append, pm.rewrite
+  while stack:
+    n, stage, alias = pop()
+    if n in done: continue
+    if stage == 0 and n.src:
+      push((n, 1, None))
+      for s in reversed(n.src):
+        if s not in done: push((s, 0, None))
+    elif stage < 2:
+      src = n.src
+      if src:
+        new_src = tuple([done[s] for s in src])
+        nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg)
+      else: nn = n
+      if (rw := rewrite(nn, ctx)) is None:
+        done[n] = nn
+        if nn is not n and nn not in done: done[nn] = nn
+      else:
+        # the replacement is itself rewritten; once it is done, n maps to its result
+        push((n, 2, rw))
+        push((rw, 0, None))
+    else:
+      done[n] = done[alias]  # type: ignore[index]
+  return done[root]
+
+def _graph_rewrite_traced(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
+  """graph_rewrite, reporting each rule that fired to rewrite_tracer (VIZ)."""
+  done: dict[UOp, UOp] = {}
+  stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+  steps: list[tuple[UOp, UOp, Callable[..., Any]]] = []
   while stack:
     n, stage, alias = stack.pop()
     if n in done: continue
@@ -687,19 +720,17 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
     elif stage == 1:
       new_src = tuple(done[s] for s in n.src)
       nn = n if all(a is b for a, b in zip(new_src, n.src)) else UOp(n.op, n.dtype, new_src, n.arg)
-      if steps is None: rw = pm.rewrite(nn, ctx)
-      elif (rw := (t := pm.rewrite_traced(nn, ctx))[0]) is not None: steps.append((nn, rw, t[1]))  # type: ignore[arg-type]
+      if (rw := (t := pm.rewrite_traced(nn, ctx))[0]) is not None: steps.append((nn, rw, t[1]))  # type: ignore[arg-type]
       if rw is None:
         done[n] = nn
         if nn is not n: done.setdefault(nn, nn)
       else:
-        # the replacement is itself rewritten; once it is done, n maps to its result
         stack.append((n, 2, rw))
         stack.append((rw, 0, None))
     else:
       assert alias is not None
       done[n] = done[alias]
-  if steps is not None and rewrite_tracer is not None: rewrite_tracer(pm, root, steps, done[root])
+  if rewrite_tracer is not None: rewrite_tracer(pm, root, steps, done[root])
   return done[root]
 
 _substitute_pm = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])

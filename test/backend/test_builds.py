@@ -161,17 +161,81 @@ def test_exit_drops_queued_background_builds(tmp_path: Any) -> None:
   # way finish (and are cached), the queued ones are dropped
   import subprocess, sys
   log = tmp_path / "started.txt"
-  code = (f"import time\nfrom attograd import Tensor\nfrom attograd.engine import realize\n"
+  code = (f"import os, time\nfrom attograd import Tensor\nfrom attograd.engine import realize\n"
           f"from attograd.helpers import Context\nbuild = realize._build\n"
           f"def slow(spec):\n  open({str(log)!r}, 'a').write('x')\n  time.sleep(0.5)\n  return build(spec)\n"
           f"realize._build = slow\n"
           f"with Context(QUICK_BUILD=2):\n"
           f"  x = Tensor.arange(64).float()\n"
           f"  for i in range(40): x = (x * {1.5} + i).contiguous()\n"
-          f"  x.realize()\n")
+          f"  x.realize()\n"
+          # background builds start once the first builds are done: wait for one to be under way, then exit
+          f"for _ in range(600):\n"
+          f"  if os.path.exists({str(log)!r}): break\n"
+          f"  time.sleep(0.1)\n")
   env = {**os.environ, "ATTOGRAD_CACHE_DIR": str(tmp_path / "cache")}
   subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
   assert 0 < len(log.read_text()) < 40
+
+def test_background_builds_wait_for_first_builds(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # an optimized build behind a quick tier must not take a core from a first build that a kernel waits for: it
+  # starts only once no first build is in flight
+  gate, quick, built = threading.Event(), realize._quick, []
+  def held_quick(dev: Any, specs: list) -> list:
+    assert gate.wait(60), "the test never released the quick builds"
+    return quick(dev, specs)
+  build = realize._build
+  monkeypatch.setattr(realize, "_quick", held_quick)
+  monkeypatch.setattr(realize, "_build", lambda spec: built.append(spec.name) or build(spec))
+  x, ref = _chain(4, seed=9)
+  items, _ = create_schedule([x.uop])
+  with Context(QUICK_BUILD=2): realize._prepare(items)
+  runners = [r for r in realize._runners.values() if r._quick is not None]
+  assert runners
+  threading.Event().wait(0.5)
+  assert built == []  # the quick builds are still in flight: no optimized build started
+  gate.set()
+  for r in runners: r.finish()
+  assert sorted(built) == sorted(r.spec.name for r in runners)
+  np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+
+def test_finish_builds_a_queued_background_build_now(empty_cache: None) -> None:
+  # a TinyJit capture waits for a kernel's optimized program: it must not wait behind every background build queued
+  # before it (MNIST: seconds of -O3), nor forever when the background workers are busy
+  pool, gate = realize._pool("background"), threading.Event()
+  blockers = [pool.submit(gate.wait, 300) for _ in range(pool._max_workers)]
+  try:
+    x, ref = _chain(3, seed=10)
+    items, _ = create_schedule([x.uop])
+    with Context(QUICK_BUILD=2): realize._prepare(items)
+    runners = [r for r in realize._runners.values() if r._quick is not None]
+    assert runners
+    done = threading.Thread(target=lambda: [r.finish() for r in runners])
+    done.start()
+    done.join(60)
+    assert not done.is_alive(), "finish() waited behind the busy background workers"
+    for r in runners: assert r._optimized is None and r.prg.fxn.__name__ == r.spec.name  # the optimized program
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  finally:
+    gate.set()
+    for b in blockers: b.result()
+
+def test_big_kernels_are_tiered_by_default(empty_cache: None, monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Any) -> None:
+  # QUICK_BUILD=1 (the default): a kernel of QUICK_MIN_SRC bytes of source or more starts from a quick build, a
+  # smaller one gets its optimized build only
+  assert realize.QUICK_BUILD.value == 1
+  for min_src, tiered in ((1 << 30, False), (0, True)):
+    monkeypatch.setattr(realize, "QUICK_MIN_SRC", min_src)
+    monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path / str(min_src)))  # nothing built before, on disk either
+    realize._runners.clear()
+    x, ref = _chain(2, seed=11)
+    items, _ = create_schedule([x.uop])
+    realize._prepare(items)
+    runners = list(realize._runners.values())
+    assert runners and all((r._quick is not None) == tiered for r in runners)
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+    for r in runners: r.finish()
 
 def test_buffers_dying_on_compile_threads_are_freed_by_the_next_allocation() -> None:
   # the garbage collector may finalize a Buffer on a compile thread; its memory goes back to the allocator only on
@@ -203,7 +267,8 @@ def _chain(n: int, seed: int = 5) -> tuple[Tensor, np.ndarray]:
   return x, ref
 
 def test_schedule_of_new_kernels_costs_few_compiler_runs(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
-  # 12 new kernels: one compiler run per batch (at most one per core here: the sources are small), not one per kernel
+  # 12 new kernels: one compiler run per batch (at most one per core here: the sources are small, and the first kernel
+  # may start alone while the others are lowered), not one per kernel
   runs: list[str] = []
   compile_ = ClangCompiler.compile
   def counting(self: ClangCompiler, src: str) -> bytes:
@@ -212,7 +277,7 @@ def test_schedule_of_new_kernels_costs_few_compiler_runs(empty_cache: None, monk
   monkeypatch.setattr(ClangCompiler, "compile", counting)
   x, ref = _chain(12)
   with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
-  assert 1 <= len(runs) <= len(os.sched_getaffinity(0)), len(runs)
+  assert 1 <= len(runs) <= len(os.sched_getaffinity(0)) + 1, len(runs)
   # each kernel's disk entry names the batch's binary: a new process (no runners) loads them without compiling
   realize._runners.clear()
   runs.clear()
@@ -224,7 +289,7 @@ def test_kernels_of_a_batch_share_one_library(empty_cache: None) -> None:
   x, ref = _chain(6, seed=6)
   with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
   libs = {id(r.finish().prg.lib) for r in realize._runners.values()}
-  assert len(libs) <= len(os.sched_getaffinity(0))  # one per batch, loaded once
+  assert len(libs) <= len(os.sched_getaffinity(0)) + 1  # one per batch (the first kernel's alone), loaded once
 
 def test_failed_batch_builds_each_kernel_alone(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
   # a batch that does not compile (say one kernel the compiler rejects) costs no kernel its program: each is built
@@ -256,3 +321,18 @@ def test_a_kernel_twice_in_a_schedule_is_lowered_once(empty_cache: None, monkeyp
   np.testing.assert_allclose(a.numpy(), xn * 3 + 1)
   np.testing.assert_allclose(b.numpy(), yn * 3 + 1)
   assert len(lowered) == len(set(lowered)) == 1
+
+def test_first_small_kernel_builds_while_the_rest_are_lowered(empty_cache: None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+  # the schedule's first kernel is the first to run: its build starts before the next kernel is lowered, not after
+  # the whole schedule's lowering (conv2d's first call waited for its input padding's program)
+  lowered: list[Any] = []
+  lower = realize._lower
+  def watching(device: str, ast: Any) -> Any:
+    if lowered: assert (device, lowered[0]) in realize._runners, "the first kernel's build waited for the others"
+    lowered.append(ast)
+    return lower(device, ast)
+  monkeypatch.setattr(realize, "_lower", watching)
+  x, ref = _chain(4, seed=12)
+  with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  assert len(lowered) == 4
