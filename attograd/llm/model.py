@@ -98,6 +98,19 @@ def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
   # contiguous: a consumer would otherwise read every element through the concatenation's per-block conditions
   return Tensor.cat(*[linear(x, w[i:min(i + rows, N)], block_bytes) for i in range(0, N, rows)], dim=-1).contiguous()
 
+def greedy(logits: Tensor, row: int = 128) -> Tensor:
+  """logits.argmax() (the first maximum; the first NaN if any) in two steps: the first maximum of each row of `row`
+  logits, then of the rows' maxima. A reduce to one value runs as one serial loop (no vector lanes: SmolLM2's 49152
+  logits took 150 us); rows of them reduce on lanes, and the second step is short."""
+  V = logits.shape[0]
+  if V % row or V <= row: return logits.argmax()
+  rows = logits.reshape(V // row, row)
+  best = rows.max(1).argmax()  # the first row holding the maximum (max and argmax both see a NaN first)
+  first = rows.argmax(1)  # (V // row,) each row's first maximum
+  pick = Tensor.arange(V // row, device=logits.device, dtype=dtypes.int32) == best
+  return (pick.where(first + Tensor.arange(0, V, row, device=logits.device, dtype=dtypes.int32), 0)).sum() \
+    .cast(dtypes.int32)
+
 def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
   """Rotate pairs of dims of x (T, heads, D): out = x * cos + swap(x) * sin, where swap exchanges the two members of
   each pair (consecutive dims for "normal", the two halves for "neox") and sin carries the sign (-s for the first
@@ -152,7 +165,7 @@ class EmbeddingRows:
     raw = b"".join(self.table.row_bytes(t) for t in tokens)
     buf.copyin(memoryview(raw + bytes(buf.nbytes - len(raw))))  # zero blocks dequantize to zero rows
     buf.version += 1
-    return jit(inp)._raw()
+    return bytes(jit(inp).data())
 
 class Llama:
   """A llama-family model with a KV cache of `max_context` positions.
@@ -194,7 +207,7 @@ class Llama:
       emb: Any = w("token_embd.weight").realize() if "output.weight" not in weights else None  # tied: output reads it
     else:
       emb = w("token_embd.weight").realize()
-      self._embedding = emb._raw()
+      self._embedding = bytes(emb.data())
     tick("token_embd.weight")
     self.output_norm = need(w("output_norm.weight"), (C,), "output_norm.weight").realize()
     tick("output_norm.weight")
@@ -363,7 +376,7 @@ class Llama:
       pick = (Tensor.arange(T, device=self.device, dtype=dtypes.int32) == last).reshape(T, 1)
       x = pick.where(x, 0.0).sum(0, keepdim=True)
     logits = self._logits(x).reshape(cfg.vocab_size)
-    return [logits, logits.argmax()]
+    return [logits, greedy(logits)]
 
   # ***** token-level driver *****
 
@@ -460,4 +473,4 @@ def assign_later(target: Tensor, value: Tensor) -> Tensor:
     raise ValueError(f"assign_later: the target must be a realized buffer or a shrunk region of one, got {u.op}")
   if value.shape != target.shape or value.dtype != target.dtype:
     raise ValueError(f"assign_later: target is {target.shape} {target.dtype}, value {value.shape} {value.dtype}")
-  return target._new(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)))
+  return Tensor(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)), device=target.device)

@@ -362,7 +362,7 @@ class QuantizedTensor:
   def row_bytes(self, i: int) -> bytes:
     """The raw blocks of row i."""
     n = self.blocks.shape[1] * self.block_bytes
-    if self.host is None: self.host = memoryview(self.blocks.to(Device.DEFAULT).contiguous()._raw())
+    if self.host is None: self.host = memoryview(bytes(self.blocks.to(Device.DEFAULT).contiguous().data()))
     return bytes(self.host[i * n:(i + 1) * n])
   def __repr__(self) -> str: return f"<QuantizedTensor {self.qtype} {self.shape} on {self.device}>"
 

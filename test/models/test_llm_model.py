@@ -255,6 +255,17 @@ def test_synthetic_models_match_numpy(arch: str, bias: bool, tied: bool, rope_di
   with pytest.raises(ValueError, match="outside the context"): model.step(1, 16)
   with pytest.raises(ValueError, match="outside the vocabulary"): model.step(50, 10)
 
+@pytest.mark.parametrize("V,case", [(49152, "random"), (512, "ties"), (1000, "nan"), (384, "flat"), (100, "random")])
+def test_greedy_is_the_first_argmax(V: int, case: str) -> None:
+  # the two-step argmax of the decode step: the first maximum, the first NaN when there is one, as Tensor.argmax
+  from attograd.llm.model import greedy
+  x = np.random.default_rng(V).standard_normal(V).astype(np.float32)
+  if case == "ties": x[[5, 300, V - 1]] = 9.0
+  if case == "nan": x[[V // 2, V // 3]] = np.nan
+  if case == "flat": x[:] = 1.0
+  want = int(np.argmax(x)) if case != "nan" else V // 3
+  assert greedy(Tensor(x)).item() == want == Tensor(x).argmax().item()
+
 def test_config_errors() -> None:
   emb = {"token_embd.weight": Tensor.zeros(10, 8)}
   with pytest.raises(ValueError, match="not supported"): LlamaConfig.from_gguf({"general.architecture": "gpt2"}, emb)
