@@ -89,6 +89,7 @@ def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
   T, K = x.shape
   if isinstance(w, QuantizedTensor):
     if T > 1: return linear(x, dense(w), block_bytes)
+    if w.words is not None: return w.dot(x.reshape(K)).reshape(1, w.shape[0])  # int8 activations (QuantizedTensor.dot)
     N, nbr, bs = w.shape[0], K // w.block_elems, w.block_shape
     axes = tuple(range(-1 - len(bs), 0))  # the blocks and each block's fields
     return (x.reshape(1, 1, nbr, *bs) * w.blockwise().reshape(1, N, nbr, *bs)).sum(axes)
@@ -138,15 +139,21 @@ class Layer:
   wgate_up: Weight  # (2F, C): gate and up stacked
   wdown: Weight  # (C, F)
 
-def stack_rows(*ws: Weight) -> Weight:
-  """Weights stacked along their rows, realized: quantized ones of one type stay quantized (their blocks stacked)."""
+def stack_rows(*ws: Weight, int8: bool = False) -> Weight:
+  """Weights stacked along their rows, realized: quantized ones of one type stay quantized (their blocks stacked;
+  int8: in the int8 dot product's layout, see QuantizedTensor.realize)."""
   if all(isinstance(w, QuantizedTensor) for w in ws) and len({w.qtype for w in ws}) == 1:  # type: ignore[union-attr]
     q = ws[0]
     assert isinstance(q, QuantizedTensor)
-    if any(w.split is not None for w in ws): raise ValueError("stack_rows: stack quantized weights before realize()")
+    if any(w.split is not None or w.words is not None for w in ws):  # type: ignore[union-attr]
+      raise ValueError("stack_rows: stack quantized weights before realize()")
     blocks = Tensor.cat(*[w.blocks for w in ws])  # type: ignore[union-attr]
-    return QuantizedTensor(blocks, q.qtype, (blocks.shape[0], q.shape[1])).realize()
+    return QuantizedTensor(blocks, q.qtype, (blocks.shape[0], q.shape[1])).realize(int8)
   return Tensor.cat(*[w.float() for w in ws]).realize()
+
+def settle(w: Weight, int8: bool) -> Weight:
+  """A weight realized on its device: a quantized one in the int8 dot product's layout with int8."""
+  return w.realize(int8) if isinstance(w, QuantizedTensor) else w.realize()
 
 class EmbeddingRows:
   """Rows of a quantized embedding table as float32 bytes: the rows' raw blocks are read on the host (from the
@@ -179,11 +186,14 @@ class Llama:
   """
   PREFILL_CHUNKS = (64, 8)  # rows per prefill pass, largest first: a prompt is cut into these
   def __init__(self, cfg: LlamaConfig, weights: dict[str, Tensor], max_context: int | None = None,
-               progress: Callable[[int, int, str], None] | None = None):
+               progress: Callable[[int, int, str], None] | None = None, int8: bool | None = None):
     self.cfg = cfg
     self.max_context = min(max_context or cfg.context_length, cfg.context_length)
     if self.max_context < 1: raise ValueError(f"Llama: max_context must be at least 1, got {max_context}")
     self.device = Device.DEFAULT
+    # int8 activations for the quantized weights' one-row matmuls (QuantizedTensor.dot, llama.cpp's rounding): by
+    # default where the device multiplies int8 vectors in one instruction (the float path is faster elsewhere)
+    self.int8 = bool(getattr(Device[self.device].renderer, "int8_dot", False)) if int8 is None else int8
     steps = 4 + cfg.n_layers
     done = [0]
     def tick(name: str) -> None:
@@ -204,14 +214,15 @@ class Llama:
     self._embedding_rows: EmbeddingRows | None = None
     if isinstance(table, QuantizedTensor):
       self._embedding_rows = EmbeddingRows(table, self.device)
-      emb: Any = w("token_embd.weight").realize() if "output.weight" not in weights else None  # tied: output reads it
+      emb: Any = settle(w("token_embd.weight"), self.int8) if "output.weight" not in weights else None  # tied: output
     else:
       emb = w("token_embd.weight").realize()
       self._embedding = bytes(emb.data())
     tick("token_embd.weight")
     self.output_norm = need(w("output_norm.weight"), (C,), "output_norm.weight").realize()
     tick("output_norm.weight")
-    self.output = need(w("output.weight"), (V, C), "output.weight").realize() if "output.weight" in weights else emb
+    self.output = settle(need(w("output.weight"), (V, C), "output.weight"), self.int8) if "output.weight" in weights \
+      else emb
     tick("output.weight")
     self.layers: list[Layer] = []
     for i in range(cfg.n_layers):
@@ -224,10 +235,11 @@ class Llama:
       gate, up = (need(w(p + f"ffn_{n}.weight"), (F, C), p + f"ffn_{n}.weight") for n in ("gate", "up"))
       self.layers.append(Layer(
         attn_norm=need(w(p + "attn_norm.weight"), (C,), p + "attn_norm.weight").realize(),
-        wqkv=stack_rows(q, k, v), bqkv=bias,
-        wo=need(w(p + "attn_output.weight"), (C, H * D), p + "attn_output.weight").realize(),
-        ffn_norm=need(w(p + "ffn_norm.weight"), (C,), p + "ffn_norm.weight").realize(), wgate_up=stack_rows(gate, up),
-        wdown=need(w(p + "ffn_down.weight"), (C, F), p + "ffn_down.weight").realize()))
+        wqkv=stack_rows(q, k, v, int8=self.int8), bqkv=bias,
+        wo=settle(need(w(p + "attn_output.weight"), (C, H * D), p + "attn_output.weight"), self.int8),
+        ffn_norm=need(w(p + "ffn_norm.weight"), (C,), p + "ffn_norm.weight").realize(),
+        wgate_up=stack_rows(gate, up, int8=self.int8),
+        wdown=settle(need(w(p + "ffn_down.weight"), (C, F), p + "ffn_down.weight"), self.int8)))
       tick(f"blk.{i}")
     # llama 3 files carry per-frequency divisors for long-context rope scaling
     factors = w("rope_freqs.weight").tolist() if "rope_freqs.weight" in weights else None
