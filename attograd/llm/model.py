@@ -79,7 +79,7 @@ def dense(w: Weight) -> Tensor:
   kernels that read it, freed after them), so a several-row matmul dequantizes each block once, not once per row."""
   return w.dequantize().contiguous() if isinstance(w, QuantizedTensor) else w
 
-def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
+def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20, int8: bool = True) -> Tensor:
   """x (T, K) @ w.T for w (N, K), as one broadcast multiply and sum (fewer graph nodes than matmul's transposes).
   With several rows, w is cut into blocks of output columns of about block_bytes: each block's matmul then reads its
   weights from cache for every row tile, instead of streaming the whole matrix from memory again and again.
@@ -88,8 +88,10 @@ def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
   indices, not divisions."""
   T, K = x.shape
   if isinstance(w, QuantizedTensor):
-    if T > 1: return linear(x, dense(w), block_bytes)
-    if w.words is not None: return w.dot(x.reshape(K)).reshape(1, w.shape[0])  # int8 activations (QuantizedTensor.dot)
+    # int8 activations (QuantizedTensor.dot) where w has their layout (and int8: not for a prompt), any number of
+    # rows: each weight word is loaded once for up to 8 of them
+    if w.words is not None and int8: return w.dot(x)
+    if T > 1 or w.words is not None: return linear(x, dense(w), block_bytes)
     N, nbr, bs = w.shape[0], K // w.block_elems, w.block_shape
     axes = tuple(range(-1 - len(bs), 0))  # the blocks and each block's fields
     return (x.reshape(1, 1, nbr, *bs) * w.blockwise().reshape(1, N, nbr, *bs)).sum(axes)
@@ -150,6 +152,10 @@ def stack_rows(*ws: Weight, int8: bool = False) -> Weight:
     blocks = Tensor.cat(*[w.blocks for w in ws])  # type: ignore[union-attr]
     return QuantizedTensor(blocks, q.qtype, (blocks.shape[0], q.shape[1])).realize(int8)
   return Tensor.cat(*[w.float() for w in ws]).realize()
+
+def in_int8(w: Weight) -> bool:
+  """w is quantized in the int8 dot product's layout: its matmuls of any number of rows run as QuantizedTensor.dot."""
+  return isinstance(w, QuantizedTensor) and w.words is not None
 
 def settle(w: Weight, int8: bool) -> Weight:
   """A weight realized on its device: a quantized one in the int8 dot product's layout with int8."""
@@ -212,16 +218,19 @@ class Llama:
     table = need(weights["token_embd.weight"], (V, C), "token_embd.weight")
     self._embedding: bytes | None = None
     self._embedding_rows: EmbeddingRows | None = None
+    # the output projection stays on the float path even with int8: greedy decoding compares its logits directly,
+    # and int8 activations there moved them by ~1% (SmolLM2's chat answer began with another token: a near tie,
+    # 25.33 vs 25.24), at no gain in speed here (~1 ms either way: memory-bound on two threads)
     if isinstance(table, QuantizedTensor):
       self._embedding_rows = EmbeddingRows(table, self.device)
-      emb: Any = settle(w("token_embd.weight"), self.int8) if "output.weight" not in weights else None  # tied: output
+      emb: Any = settle(w("token_embd.weight"), False) if "output.weight" not in weights else None  # tied: output
     else:
       emb = w("token_embd.weight").realize()
       self._embedding = bytes(emb.data())
     tick("token_embd.weight")
     self.output_norm = need(w("output_norm.weight"), (C,), "output_norm.weight").realize()
     tick("output_norm.weight")
-    self.output = settle(need(w("output.weight"), (V, C), "output.weight"), self.int8) if "output.weight" in weights \
+    self.output = settle(need(w("output.weight"), (V, C), "output.weight"), False) if "output.weight" in weights \
       else emb
     tick("output.weight")
     self.layers: list[Layer] = []
@@ -299,17 +308,19 @@ class Llama:
 
   # ***** the forward passes *****
 
-  def _norm_matmul(self, x: Tensor, norm: Tensor, w: Weight) -> Tensor:
+  def _norm_matmul(self, x: Tensor, norm: Tensor, w: Weight, int8: bool = True) -> Tensor:
     """rms_norm(x) @ w.T (RMSNorm with weight `norm`), the per-row scale applied after the matmul: no extra kernel."""
-    return linear(x * norm, w) * self._rms_scale(x)
+    return linear(x * norm, w, int8=int8) * self._rms_scale(x)
   def _rms_scale(self, x: Tensor) -> Tensor: return (x.square().mean(-1, keepdim=True) + self.cfg.norm_eps).rsqrt()
 
-  def _block_input(self, layer: Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """q (T, H, D), k and v (T, Hkv, D) of one layer, with rope applied."""
+  def _block_input(self, layer: Layer, x: Tensor, cos: Tensor, sin: Tensor, int8: bool = True) \
+      -> tuple[Tensor, Tensor, Tensor]:
+    """q (T, H, D), k and v (T, Hkv, D) of one layer, with rope applied. int8: the matmuls of weights in the int8
+    layout quantize their activations (decode steps); else they are the float products (a prompt)."""
     cfg = self.cfg
     T, H, Hkv, D = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    if T == 1:  # one matmul for q, k and v, one rope for q and k
-      qkv = self._norm_matmul(x, layer.attn_norm, layer.wqkv)
+    if T == 1 or int8 and in_int8(layer.wqkv):  # one matmul for q, k and v, one rope for q and k
+      qkv = self._norm_matmul(x, layer.attn_norm, layer.wqkv, int8)
       if layer.bqkv is not None: qkv = qkv + layer.bqkv
       qk = rope(qkv[:, :(H + Hkv) * D].reshape(T, H + Hkv, D), cos, sin, cfg.rope_style)
       return qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].reshape(T, Hkv, D)
@@ -322,12 +333,13 @@ class Llama:
     q, k, v = outs[0].reshape(T, H, D), outs[1].reshape(T, Hkv, D), outs[2].reshape(T, Hkv, D)
     return rope(q, cos, sin, cfg.rope_style), rope(k, cos, sin, cfg.rope_style), v
 
-  def _block_output(self, layer: Layer, x: Tensor, attn: Tensor, block_bytes: int = 2 << 20) -> Tensor:
-    x = x + linear(attn, layer.wo)
+  def _block_output(self, layer: Layer, x: Tensor, attn: Tensor, block_bytes: int = 2 << 20, int8: bool = True) \
+      -> Tensor:
+    x = x + linear(attn, layer.wo, int8=int8)
     T, C, F = x.shape[0], self.cfg.dim, self.cfg.hidden_dim
-    if T == 1:
-      gu = self._norm_matmul(x, layer.ffn_norm, layer.wgate_up)
-      return x + linear(gu[:, :F].silu() * gu[:, F:], layer.wdown)
+    if T == 1 or int8 and in_int8(layer.wgate_up):
+      gu = self._norm_matmul(x, layer.ffn_norm, layer.wgate_up, int8)
+      return x + linear(gu[:, :F].silu() * gu[:, F:], layer.wdown, int8=int8)
     # several rows: the FFN in blocks of hidden units whose gate, up and down weights fit in cache; the down
     # projection of each block is a partial sum, so no block's output is ever concatenated
     xn, scale = x * layer.ffn_norm, self._rms_scale(x)
@@ -359,7 +371,9 @@ class Llama:
       rows = Tensor.arange(T, device=self.device, dtype=dtypes.int32) + start
       visible = self._positions.shrink(((0, end),)).reshape(end, 1, 1, 1) <= rows.reshape(1, 1, 1, T)
     for i, (layer, ck, cv) in enumerate(zip(self.layers, self.cache_k, self.cache_v)):
-      q, k, v = self._block_input(layer, x, cos, sin)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
+      # a prompt's chunk runs the float products, a decode step int8 activations where the weights have their
+      # layout: int8 prompts moved SmolLM2's chat answer (the first token's two best logits differ by 0.08)
+      q, k, v = self._block_input(layer, x, cos, sin, T == 1)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
       rows_k, rows_v = (c.shrink((None, (start, end), None)) for c in (ck, cv))
       q = q.contiguous()
       x.realize(q, assign_later(rows_k, k.permute(1, 0, 2)), assign_later(rows_v, v.permute(1, 0, 2)))
@@ -383,7 +397,7 @@ class Llama:
         attn = (e.reshape(end, Hkv, g, T, 1) * values5).sum(0) / e.sum(0).reshape(Hkv, g, T, 1)  # (Hkv, g, T, D)
         # rows in (T, C) order: the output projection's matmul then reads them with vector loads
         attn = attn.permute(2, 0, 1, 3).reshape(T, H * D).contiguous()
-      x = self._block_output(layer, x, attn)
+      x = self._block_output(layer, x, attn, int8=T == 1)
     if T > 1:
       pick = (Tensor.arange(T, device=self.device, dtype=dtypes.int32) == last).reshape(T, 1)
       x = pick.where(x, 0.0).sum(0, keepdim=True)

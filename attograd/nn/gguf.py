@@ -322,35 +322,39 @@ def _interleave(t: Tensor, rows: int) -> Tensor:
   t = t.pad(((0, padded - rows), None, None)) if padded != rows else t
   return t.reshape(padded // DOT_ROWS, DOT_ROWS, *t.shape[1:]).permute(0, 2, 3, 1).contiguous().realize()
 
-def _ubyte(a: Tensor, i: int) -> Tensor:
-  """Byte i of int32 words, as an unsigned value (0..255)."""
-  return (a >> (8 * i) if i else a) & 255
-
 def _sbyte(b: Tensor, i: int) -> Tensor:
   """Byte i of int32 words, as a signed value (-128..127)."""
   return (b >> (8 * i) if i else b).cast(dtypes.int8).cast(dtypes.int32)
 
-def dot4(a: Tensor, b: Tensor) -> Tensor:
+def dot4(a: Tensor, b: Tensor, nibble: int | None = None) -> Tensor:
   """sum over i < 4 of (unsigned byte i of a) * (signed byte i of b), int32: what one lane of x86's vpdpbusd adds.
-  Written as these twelve ops, which every device runs; the C renderer makes them one instruction where it can."""
-  terms = [_ubyte(a, i) * _sbyte(b, i) for i in range(4)]
+  nibble=h: a's bytes are the nibbles h (0: low, 1: high) of its bytes, (a >> 4h) & 0x0F0F0F0F, each cut from a by
+  one shift and mask (few ops per term: a matmul of several rows keeps them fused, not in buffers of their own).
+  Written as these ops, which every device runs; the C renderer makes them one instruction where it can."""
+  def ubyte(i: int) -> Tensor:
+    sh, mask = 8 * i + (4 * nibble if nibble is not None else 0), 15 if nibble is not None else 255
+    return (a >> sh if sh else a) & mask
+  terms = [ubyte(i) * _sbyte(b, i) for i in range(4)]
   return terms[0] + terms[1] + terms[2] + terms[3]
 
 def quantize_row_q8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-  """An activation row x (K,) float32 in int8 blocks of 32: (words (K/32, 8) int32, the int8 values 4 to a word,
-  little-endian; the blocks' scales d (K/32,) float32; the sums of each block's int8 values (K/32,) int32).
+  """Activation rows x (T, K) float32 in int8 blocks of 32: (words (T, K/32, 8) int32, the int8 values 4 to a word,
+  little-endian; the blocks' scales d (T, K/32) float32; the sums of each block's int8 values (T, K/32) int32).
   x_j = round(a_j / d), d = max|a| / 127 (a block of zeros: d = 0, values 0). Small kernels of their own, each
   reading x or the words once: a matvec reads them once per row group, and would compute them that many times."""
-  nb = x.shape[0] // 32
-  xb = x.contiguous().reshape(nb, 32)  # x once (a SwiGLU's exp, say), read by the next two
-  amax = xb.abs().max(1, keepdim=True)
-  words = (xb * (amax > 0).where(127 / amax, 0.0)).round().cast(dtypes.int8).bitcast(dtypes.int32).contiguous()
-  sums = _sbytes(words).sum((1, 2)).contiguous()
-  return words, amax.reshape(nb) / 127, sums  # d: a divide the matvec does per block
+  T, nb = x.shape[0], x.shape[1] // 32
+  xb = x.reshape(T, nb, 32)
+  amax = xb.abs().max(2, keepdim=True)
+  # round half to even by the float adder: v + 1.5 * 2**23 keeps no fraction (|v| <= 127), and taking it off again
+  # is exact (cheaper than Tensor.round's floor and comparisons)
+  v = (xb * (amax > 0).where(127 / amax, 0.0) + 12582912.0) - 12582912.0
+  words = v.cast(dtypes.int8).bitcast(dtypes.int32).contiguous()
+  sums = _sbytes(words).sum((2, 3)).contiguous()
+  return words, amax.reshape(T, nb) / 127, sums  # d: a divide the matvec does per block
 
 def _sbytes(words: Tensor) -> Tensor:
   """(n, k) int32 words -> (n, k, 4) their bytes as signed values."""
-  shifts = _shifts(4, 8, words.device, (1, 1, 4))
+  shifts = _shifts(4, 8, words.device, (1,) * words.ndim + (4,))
   return (words.reshape(*words.shape, 1) >> shifts).cast(dtypes.int8).cast(dtypes.int32)
 
 # ***** quantized tensors kept as their blocks *****
@@ -449,28 +453,30 @@ class QuantizedTensor:
     rows = prod(self.shape[:-1])
     return vals.reshape(G * L, -1)[:rows].reshape(self.shape)
   def dot(self, x: Tensor) -> Tensor:
-    """x (K,) @ the values.T, (rows,) float32, with x quantized to int8 blocks (quantize_row_q8): needs the int8
+    """x (T, K) @ the values.T, (T, rows) float32, with x quantized to int8 blocks (quantize_row_q8): needs the int8
     layout (realize(int8=True)). Per row and block, isum = sum_j q_j * x_j in int32 (dot4 of each word's bytes, the
-    byte offset folded in as -offset * sum_j x_j), then d_w * d_x * isum (+ m_w * d_x * sum_j x_j for Q4_1)."""
+    byte offset folded in as -offset * sum_j x_j), then d_w * d_x * isum (+ m_w * d_x * sum_j x_j for Q4_1). A few
+    rows of x share each weight load (the kernel keeps an accumulator per row)."""
     if self.words is None: raise ValueError("QuantizedTensor.dot: realize(int8=True) it first")
     words, scales = self.words
     G, nbr, W, L = words.shape
+    T = x.shape[0]
     xw, dx, xs = quantize_row_q8(x)
     off = _DOT[self.qtype][3]
-    xw, dx, xs = xw.reshape(1, nbr, 8, 1), dx.reshape(1, nbr, 1), xs.reshape(1, nbr, 1)
+    # (T, G, nbr, L): x's blocks broadcast over the row groups and the 16 rows of each
+    xw, dx, xs = xw.reshape(T, 1, nbr, 8, 1), dx.reshape(T, 1, nbr, 1), xs.reshape(T, 1, nbr, 1)
     isum = (xs * -off) if off else None
     for k in range(W):
-      w = words[:, :, k]  # (G, nbr, L): word k of each block of 16 rows
+      # (T, G, nbr, L): word k of each block of 16 rows, expanded over x's rows before any op on it (an op read
+      # through an expansion would get a buffer of its own; here each row's copy is the same value in the kernel)
+      w = words[:, :, k].reshape(1, G, nbr, L).expand(T, G, nbr, L)
       # Q4: the word's low nibbles pair with the block's first 16 activations, its high ones with the last 16
-      pairs = [(w & 0x0F0F0F0F, xw[:, :, k]), ((w >> 4) & 0x0F0F0F0F, xw[:, :, 4 + k])] if W == 4 else \
-        [(w, xw[:, :, k])]
-      for a, b in pairs:
-        t = dot4(a, b)
-        isum = t if isum is None else isum + t
+      terms = [dot4(w, xw[..., k, :], 0), dot4(w, xw[..., 4 + k, :], 1)] if W == 4 else [dot4(w, xw[..., k, :])]
+      for t in terms: isum = t if isum is None else isum + t
     assert isum is not None
     val = isum.float() * (scales[:, :, 0] * dx)
     if scales.shape[2] == 2: val = val + scales[:, :, 1] * (dx * xs.float())
-    return val.sum(1).reshape(G * L)[:prod(self.shape[:-1])]
+    return val.sum(2).reshape(T, G * L)[:, :prod(self.shape[:-1])]
   def float(self) -> Tensor: return self.dequantize()
   def numpy(self) -> Any: return self.dequantize().numpy()
   def row_bytes(self, i: int) -> bytes:

@@ -340,25 +340,27 @@ def parallel_range_rule(ctx: CWriter, x: UOp) -> str | None:
   if x.arg[1] != "parallel" or not ctx.ren.has_threads: return None
   return "#pragma omp parallel for\n" + range_rule(ctx, x)
 
-def _byte_of(x: UOp) -> tuple[UOp, int, bool] | None:
-  """(word, i, signed) when x is byte i of the int32 word: `(w >> 8i) & 255` (unsigned, as nn/gguf.py's _ubyte
-  writes it; `w >> 24` alone where w is a non-negative mask), or `(int)(signed char)(w >> 8i)` (signed, _sbyte)."""
+def _byte_of(x: UOp) -> tuple[UOp, int, int, bool] | None:
+  """(word, i, nibble, signed) when x is byte i of an int32 word (nn/gguf.py's dot4): `(w >> 8i) & 255` (unsigned,
+  nibble -1), `(w >> (8i + 4h)) & 15` (unsigned: byte i of the word's nibbles h, (w >> 4h) & 0x0F0F0F0F, nibble h),
+  or `(int)(signed char)(w >> 8i)` (signed, nibble -1)."""
   if x.dtype.scalar() is not dtypes.int32: return None
-  if x.op is Ops.AND and x.src[1].op is Ops.CONST and x.src[1].arg == 255: w, signed = x.src[0], False
-  elif x.op is Ops.CAST and x.src[0].op is Ops.CAST and x.src[0].dtype is dtypes.int8: w, signed = x.src[0].src[0], True
-  elif x.op is Ops.SHR and x.src[1].op is Ops.CONST and x.src[1].arg == 24 and x.src[0].op is Ops.AND and \
-       x.src[0].src[1].op is Ops.CONST and 0 <= x.src[0].src[1].arg < 2**31: return x.src[0], 3, False
+  if x.op is Ops.AND and x.src[1].op is Ops.CONST and x.src[1].arg in (15, 255):
+    w, signed, mask = x.src[0], False, x.src[1].arg
+  elif x.op is Ops.CAST and x.src[0].op is Ops.CAST and x.src[0].dtype is dtypes.int8:
+    w, signed, mask = x.src[0].src[0], True, 255
   else: return None
-  if w.dtype.scalar() is not dtypes.int32: return None
-  if w.op is Ops.SHR and w.src[1].op is Ops.CONST and w.src[1].arg in (8, 16, 24):
-    return w.src[0], w.src[1].arg // 8, signed
-  return w, 0, signed
+  sh = 0
+  if w.op is Ops.SHR and w.src[1].op is Ops.CONST: w, sh = w.src[0], w.src[1].arg
+  if w.dtype.scalar() is not dtypes.int32 or not isinstance(sh, int) or sh % (4 if mask == 15 else 8) or sh > 28:
+    return None
+  return (w, sh // 8, (sh % 8) // 4, signed) if mask == 15 else (w, sh // 8, -1, signed)
 
 def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
   """A sum of int32 lanes holding, for some words a (a vector) and b, all four byte products (unsigned byte i of a)
-  * (signed byte i of b) (nn/gguf.py's dot4): each such group is one vpdpbusd (x86 VNNI: 64 byte products per
-  instruction), the other terms its accumulator. Exact: the same int32 sum, added in another order. The products'
-  own lines stay, unused (the compiler drops them)."""
+  * (signed byte i of b) (nn/gguf.py's dot4; a's bytes may be its low or high nibbles): each such group is one
+  vpdpbusd (x86 VNNI: 64 byte products per instruction), the other terms its accumulator. Exact: the same int32 sum,
+  added in another order. The products' own lines stay, unused (the compiler drops them)."""
   if not ctx.ren.int8_dot or x.dtype != dtypes.int32.vec(16): return None
   terms: list[UOp] = []
   stack = [x]
@@ -366,22 +368,25 @@ def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
     u = stack.pop()
     if u.op is Ops.ADD and u.dtype == x.dtype: stack.extend(u.src)
     else: terms.append(u)
-  groups: dict[tuple[UOp, UOp], dict[int, UOp]] = {}
+  groups: dict[tuple[UOp, int, UOp], dict[int, UOp]] = {}
   rest: list[UOp] = []
   for t in terms:
     p0, p1 = (_byte_of(s) for s in t.src) if t.op is Ops.MUL else (None, None)
-    if p0 is not None and p1 is not None and p0[2] != p1[2] and p0[1] == p1[1]:
-      (a, i, _), (b, _, _) = (p0, p1) if p1[2] else (p1, p0)  # the unsigned byte's word first
-      if a.dtype == x.dtype and i not in groups.setdefault((a, b), {}):
-        groups[(a, b)][i] = t
+    if p0 is not None and p1 is not None and p0[3] != p1[3] and p0[1] == p1[1]:
+      ua, sb = (p0, p1) if p1[3] else (p1, p0)  # the unsigned byte, the signed one
+      key = (ua[0], ua[2], sb[0])
+      if ua[0].dtype == x.dtype and sb[2] < 0 and ua[1] not in groups.setdefault(key, {}):
+        groups[key][ua[1]] = t
         continue
     rest.append(t)
-  whole = [ab for ab, g in groups.items() if len(g) == 4]
-  rest += [t for ab, g in groups.items() if ab not in whole for t in g.values()]
-  if not whole or any(u not in ctx.r for u in rest + [v for ab in whole for v in ab]): return None
+  whole = [k for k, g in groups.items() if len(g) == 4]
+  rest += [t for k, g in groups.items() if k not in whole for t in g.values()]
+  if not whole or any(u not in ctx.r for u in rest + [v for a, _, b in whole for v in (a, b)]): return None
   T = ctx.ren.render_dtype(x.dtype)
   acc = f"(({' + '.join(ctx[t] for t in rest)}) + ({T}){{0}})" if rest else f"({T}){{0}}"
-  for a, b in whole: acc = f"__builtin_ia32_vpdpbusd_v16si({acc}, {ctx[a]}, ({ctx[b]}) + ({T}){{0}})"
+  for a, h, b in whole:
+    word = ctx[a] if h < 0 else f"(({ctx[a]} >> {4 * h}) & 252645135)" if h else f"({ctx[a]} & 252645135)"
+    acc = f"__builtin_ia32_vpdpbusd_v16si({acc}, {word}, ({ctx[b]}) + ({T}){{0}})"
   return acc
 
 pm_render_clang = PatternMatcher([(UPat(Ops.RANGE, name="x"), parallel_range_rule),

@@ -502,7 +502,7 @@ def test_int8_dot_product(qtype: str, rows: int, ne0: int) -> None:
   np.testing.assert_array_equal(q.dequantize().numpy(), ref.astype(np.float32))
   x = np.random.default_rng(rows + ne0).standard_normal(ne0).astype(np.float32)
   x[:32] = 0.0  # a block of zeros: scale 0, values 0
-  got = q.dot(Tensor(x)).numpy().astype(np.float64)
+  got = q.dot(Tensor(x).reshape(1, -1)).numpy().reshape(-1).astype(np.float64)
   xq, d = _q8_reference(x)
   want = ref @ (xq * d).reshape(-1)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
@@ -519,7 +519,7 @@ def test_int8_dot_renders_vnni_and_equals_plain_integer_math(monkeypatch: pytest
   raw = random_blocks("Q4_1", 48 * 128 // 32, seed=5)
   q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(48, -1, BLOCK["Q4_1"]), device="CPU"), "Q4_1",
                       (48, 128)).realize(int8=True)
-  x = Tensor(np.random.default_rng(2).standard_normal(128).astype(np.float32), device="CPU").realize()
+  x = Tensor(np.random.default_rng(2).standard_normal((1, 128)).astype(np.float32), device="CPU").realize()
   from attograd.engine import realize
   def run(vnni: bool) -> tuple[str, Any]:
     monkeypatch.setattr(ren, "int8_dot", vnni)
