@@ -339,7 +339,9 @@ class Llama:
     T, C, F = x.shape[0], self.cfg.dim, self.cfg.hidden_dim
     if T == 1 or int8 and in_int8(layer.wgate_up):
       gu = self._norm_matmul(x, layer.ffn_norm, layer.wgate_up, int8)
-      return x + linear(gu[:, :F].silu() * gu[:, F:], layer.wdown, int8=int8)
+      # the SwiGLU product in a buffer of its own: int8 activations read it twice (the blocks' maxima, the rounding)
+      h = gu[:, :F].silu() * gu[:, F:]
+      return x + linear(h.contiguous() if in_int8(layer.wdown) and int8 else h, layer.wdown, int8=int8)
     # several rows: the FFN in blocks of hidden units whose gate, up and down weights fit in cache; the down
     # projection of each block is a partial sum, so no block's output is ever concatenated
     xn, scale = x * layer.ffn_norm, self._rms_scale(x)
