@@ -450,8 +450,10 @@ class QuantizedTensor:
       d = sc[..., 0:1].reshape(G, L, nbr, 1, 1, 1)
       vals = q.float() * d + sc[..., 1:2].reshape(G, L, nbr, 1, 1, 1) if sc.shape[-1] == 2 else (q - off).float() * d
     else: vals = (b - off).float() * sc[..., 0:1].reshape(G, L, nbr, 1, 1)
+    # its own buffer in (G, L, ...) order, reshaped once realized: the rows of a lazy view would be row // 16 and
+    # row % 16 of the layout's axes in every load's index math (a prompt's dequantized weights took twice as long)
     rows = prod(self.shape[:-1])
-    return vals.reshape(G * L, -1)[:rows].reshape(self.shape)
+    return vals.contiguous().reshape(G * L, -1)[:rows].reshape(self.shape)
   def dot(self, x: Tensor) -> Tensor:
     """x (T, K) @ the values.T, (T, rows) float32, with x quantized to int8 blocks (quantize_row_q8): needs the int8
     layout (realize(int8=True)). Per row and block, isum = sum_j q_j * x_j in int32 (dot4 of each word's bytes, the
