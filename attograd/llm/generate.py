@@ -51,13 +51,16 @@ class LLM:
 
   @staticmethod
   def load(path: str | os.PathLike, max_context: int | None = None,
-           progress: Callable[[int, int, str], None] | None = None, quantized: bool | None = None) -> LLM:
+           progress: Callable[[int, int, str], None] | None = None, quantized: bool | None = None,
+           int8: bool | None = None) -> LLM:
     """The model in a GGUF file. quantized: keep quantized weights quantized in memory (dequantized inside the
     matmul kernels), or widen them to float32 at load. One stream decodes ~2.5x faster quantized (the fused kernels
     read a quarter of the bytes, on vector lanes: SmolLM2 Q4_1 ~120 vs ~45 tok/s), but several rows at once (a
     prefill chunk, a server's batched step) dequantize each weight into a temporary per kernel, which widening
     saves: None (the default; a server's) keeps them quantized only when their float32 copy would take more than a
-    quarter of the machine's memory. The CLI keeps them quantized by default."""
+    quarter of the machine's memory. The CLI keeps them quantized by default. int8: the quantized weights' one-row
+    matmuls quantize their activation row to int8 blocks, as llama.cpp does (Llama's option; None: where the device
+    has an int8 dot-product instruction)."""
     from attograd.nn.state import gguf_load
     from attograd.nn.gguf import QuantizedTensor
     kv, tensors = gguf_load(path, quantized=True)  # the header; the tensors are views of the file, nothing read yet
@@ -71,7 +74,7 @@ class LLM:
       wide = sum(4 * prod(t.shape) for t in tensors.values() if isinstance(t, QuantizedTensor))
       quantized = wide > _memory_bytes() // 4
     if not quantized: tensors = {k: t.dequantize() if isinstance(t, QuantizedTensor) else t for k, t in tensors.items()}
-    model = Llama(cfg, tensors, max_context, progress)
+    model = Llama(cfg, tensors, max_context, progress, int8)
     # loading leaves its temporaries (blocks before they were split, copies on the way) in the allocator's cache of
     # freed buffers, where nothing of the model's size will ask for them again: they go back to the system
     if isinstance(alloc := Device[model.device].allocator, LRUAllocator): alloc.free_cache()

@@ -79,7 +79,7 @@ def dense(w: Weight) -> Tensor:
   kernels that read it, freed after them), so a several-row matmul dequantizes each block once, not once per row."""
   return w.dequantize().contiguous() if isinstance(w, QuantizedTensor) else w
 
-def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
+def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20, int8: bool = True) -> Tensor:
   """x (T, K) @ w.T for w (N, K), as one broadcast multiply and sum (fewer graph nodes than matmul's transposes).
   With several rows, w is cut into blocks of output columns of about block_bytes: each block's matmul then reads its
   weights from cache for every row tile, instead of streaming the whole matrix from memory again and again.
@@ -88,7 +88,10 @@ def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
   indices, not divisions."""
   T, K = x.shape
   if isinstance(w, QuantizedTensor):
-    if T > 1: return linear(x, dense(w), block_bytes)
+    # int8 activations (QuantizedTensor.dot) where w has their layout (and int8: not for a prompt), any number of
+    # rows: each weight word is loaded once for up to 8 of them
+    if w.words is not None and int8: return w.dot(x)
+    if T > 1 or w.words is not None: return linear(x, dense(w), block_bytes)
     N, nbr, bs = w.shape[0], K // w.block_elems, w.block_shape
     axes = tuple(range(-1 - len(bs), 0))  # the blocks and each block's fields
     return (x.reshape(1, 1, nbr, *bs) * w.blockwise().reshape(1, N, nbr, *bs)).sum(axes)
@@ -97,6 +100,19 @@ def linear(x: Tensor, w: Weight, block_bytes: int = 4 << 20) -> Tensor:
   if T == 1 or N <= rows: return (x.reshape(T, 1, K) * w.reshape(1, N, K)).sum(-1)
   # contiguous: a consumer would otherwise read every element through the concatenation's per-block conditions
   return Tensor.cat(*[linear(x, w[i:min(i + rows, N)], block_bytes) for i in range(0, N, rows)], dim=-1).contiguous()
+
+def greedy(logits: Tensor, row: int = 128) -> Tensor:
+  """logits.argmax() (the first maximum; the first NaN if any) in two steps: the first maximum of each row of `row`
+  logits, then of the rows' maxima. A reduce to one value runs as one serial loop (no vector lanes: SmolLM2's 49152
+  logits took 150 us); rows of them reduce on lanes, and the second step is short."""
+  V = logits.shape[0]
+  if V % row or V <= row: return logits.argmax()
+  rows = logits.reshape(V // row, row)
+  best = rows.max(1).argmax()  # the first row holding the maximum (max and argmax both see a NaN first)
+  first = rows.argmax(1)  # (V // row,) each row's first maximum
+  pick = Tensor.arange(V // row, device=logits.device, dtype=dtypes.int32) == best
+  return (pick.where(first + Tensor.arange(0, V, row, device=logits.device, dtype=dtypes.int32), 0)).sum() \
+    .cast(dtypes.int32)
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
   """Rotate pairs of dims of x (T, heads, D): out = x * cos + swap(x) * sin, where swap exchanges the two members of
@@ -125,15 +141,25 @@ class Layer:
   wgate_up: Weight  # (2F, C): gate and up stacked
   wdown: Weight  # (C, F)
 
-def stack_rows(*ws: Weight) -> Weight:
-  """Weights stacked along their rows, realized: quantized ones of one type stay quantized (their blocks stacked)."""
+def stack_rows(*ws: Weight, int8: bool = False) -> Weight:
+  """Weights stacked along their rows, realized: quantized ones of one type stay quantized (their blocks stacked;
+  int8: in the int8 dot product's layout, see QuantizedTensor.realize)."""
   if all(isinstance(w, QuantizedTensor) for w in ws) and len({w.qtype for w in ws}) == 1:  # type: ignore[union-attr]
     q = ws[0]
     assert isinstance(q, QuantizedTensor)
-    if any(w.split is not None for w in ws): raise ValueError("stack_rows: stack quantized weights before realize()")
+    if any(w.split is not None or w.words is not None for w in ws):  # type: ignore[union-attr]
+      raise ValueError("stack_rows: stack quantized weights before realize()")
     blocks = Tensor.cat(*[w.blocks for w in ws])  # type: ignore[union-attr]
-    return QuantizedTensor(blocks, q.qtype, (blocks.shape[0], q.shape[1])).realize()
+    return QuantizedTensor(blocks, q.qtype, (blocks.shape[0], q.shape[1])).realize(int8)
   return Tensor.cat(*[w.float() for w in ws]).realize()
+
+def in_int8(w: Weight) -> bool:
+  """w is quantized in the int8 dot product's layout: its matmuls of any number of rows run as QuantizedTensor.dot."""
+  return isinstance(w, QuantizedTensor) and w.words is not None
+
+def settle(w: Weight, int8: bool) -> Weight:
+  """A weight realized on its device: a quantized one in the int8 dot product's layout with int8."""
+  return w.realize(int8) if isinstance(w, QuantizedTensor) else w.realize()
 
 class EmbeddingRows:
   """Rows of a quantized embedding table as float32 bytes: the rows' raw blocks are read on the host (from the
@@ -152,7 +178,7 @@ class EmbeddingRows:
     raw = b"".join(self.table.row_bytes(t) for t in tokens)
     buf.copyin(memoryview(raw + bytes(buf.nbytes - len(raw))))  # zero blocks dequantize to zero rows
     buf.version += 1
-    return jit(inp)._raw()
+    return bytes(jit(inp).data())
 
 class Llama:
   """A llama-family model with a KV cache of `max_context` positions.
@@ -166,11 +192,14 @@ class Llama:
   """
   PREFILL_CHUNKS = (64, 8)  # rows per prefill pass, largest first: a prompt is cut into these
   def __init__(self, cfg: LlamaConfig, weights: dict[str, Tensor], max_context: int | None = None,
-               progress: Callable[[int, int, str], None] | None = None):
+               progress: Callable[[int, int, str], None] | None = None, int8: bool | None = None):
     self.cfg = cfg
     self.max_context = min(max_context or cfg.context_length, cfg.context_length)
     if self.max_context < 1: raise ValueError(f"Llama: max_context must be at least 1, got {max_context}")
     self.device = Device.DEFAULT
+    # int8 activations for the quantized weights' one-row matmuls (QuantizedTensor.dot, llama.cpp's rounding): by
+    # default where the device multiplies int8 vectors in one instruction (the float path is faster elsewhere)
+    self.int8 = bool(getattr(Device[self.device].renderer, "int8_dot", False)) if int8 is None else int8
     steps = 4 + cfg.n_layers
     done = [0]
     def tick(name: str) -> None:
@@ -189,16 +218,20 @@ class Llama:
     table = need(weights["token_embd.weight"], (V, C), "token_embd.weight")
     self._embedding: bytes | None = None
     self._embedding_rows: EmbeddingRows | None = None
+    # the output projection stays on the float path even with int8: greedy decoding compares its logits directly,
+    # and int8 activations there moved them by ~1% (SmolLM2's chat answer began with another token: a near tie,
+    # 25.33 vs 25.24), at no gain in speed here (~1 ms either way: memory-bound on two threads)
     if isinstance(table, QuantizedTensor):
       self._embedding_rows = EmbeddingRows(table, self.device)
-      emb: Any = w("token_embd.weight").realize() if "output.weight" not in weights else None  # tied: output reads it
+      emb: Any = settle(w("token_embd.weight"), False) if "output.weight" not in weights else None  # tied: output
     else:
       emb = w("token_embd.weight").realize()
-      self._embedding = emb._raw()
+      self._embedding = bytes(emb.data())
     tick("token_embd.weight")
     self.output_norm = need(w("output_norm.weight"), (C,), "output_norm.weight").realize()
     tick("output_norm.weight")
-    self.output = need(w("output.weight"), (V, C), "output.weight").realize() if "output.weight" in weights else emb
+    self.output = settle(need(w("output.weight"), (V, C), "output.weight"), False) if "output.weight" in weights \
+      else emb
     tick("output.weight")
     self.layers: list[Layer] = []
     for i in range(cfg.n_layers):
@@ -211,10 +244,11 @@ class Llama:
       gate, up = (need(w(p + f"ffn_{n}.weight"), (F, C), p + f"ffn_{n}.weight") for n in ("gate", "up"))
       self.layers.append(Layer(
         attn_norm=need(w(p + "attn_norm.weight"), (C,), p + "attn_norm.weight").realize(),
-        wqkv=stack_rows(q, k, v), bqkv=bias,
-        wo=need(w(p + "attn_output.weight"), (C, H * D), p + "attn_output.weight").realize(),
-        ffn_norm=need(w(p + "ffn_norm.weight"), (C,), p + "ffn_norm.weight").realize(), wgate_up=stack_rows(gate, up),
-        wdown=need(w(p + "ffn_down.weight"), (C, F), p + "ffn_down.weight").realize()))
+        wqkv=stack_rows(q, k, v, int8=self.int8), bqkv=bias,
+        wo=settle(need(w(p + "attn_output.weight"), (C, H * D), p + "attn_output.weight"), self.int8),
+        ffn_norm=need(w(p + "ffn_norm.weight"), (C,), p + "ffn_norm.weight").realize(),
+        wgate_up=stack_rows(gate, up, int8=self.int8),
+        wdown=settle(need(w(p + "ffn_down.weight"), (C, F), p + "ffn_down.weight"), self.int8)))
       tick(f"blk.{i}")
     # llama 3 files carry per-frequency divisors for long-context rope scaling
     factors = w("rope_freqs.weight").tolist() if "rope_freqs.weight" in weights else None
@@ -274,17 +308,19 @@ class Llama:
 
   # ***** the forward passes *****
 
-  def _norm_matmul(self, x: Tensor, norm: Tensor, w: Weight) -> Tensor:
+  def _norm_matmul(self, x: Tensor, norm: Tensor, w: Weight, int8: bool = True) -> Tensor:
     """rms_norm(x) @ w.T (RMSNorm with weight `norm`), the per-row scale applied after the matmul: no extra kernel."""
-    return linear(x * norm, w) * self._rms_scale(x)
+    return linear(x * norm, w, int8=int8) * self._rms_scale(x)
   def _rms_scale(self, x: Tensor) -> Tensor: return (x.square().mean(-1, keepdim=True) + self.cfg.norm_eps).rsqrt()
 
-  def _block_input(self, layer: Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """q (T, H, D), k and v (T, Hkv, D) of one layer, with rope applied."""
+  def _block_input(self, layer: Layer, x: Tensor, cos: Tensor, sin: Tensor, int8: bool = True) \
+      -> tuple[Tensor, Tensor, Tensor]:
+    """q (T, H, D), k and v (T, Hkv, D) of one layer, with rope applied. int8: the matmuls of weights in the int8
+    layout quantize their activations (decode steps); else they are the float products (a prompt)."""
     cfg = self.cfg
     T, H, Hkv, D = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    if T == 1:  # one matmul for q, k and v, one rope for q and k
-      qkv = self._norm_matmul(x, layer.attn_norm, layer.wqkv)
+    if T == 1 or int8 and in_int8(layer.wqkv):  # one matmul for q, k and v, one rope for q and k
+      qkv = self._norm_matmul(x, layer.attn_norm, layer.wqkv, int8)
       if layer.bqkv is not None: qkv = qkv + layer.bqkv
       qk = rope(qkv[:, :(H + Hkv) * D].reshape(T, H + Hkv, D), cos, sin, cfg.rope_style)
       return qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D:].reshape(T, Hkv, D)
@@ -297,12 +333,15 @@ class Llama:
     q, k, v = outs[0].reshape(T, H, D), outs[1].reshape(T, Hkv, D), outs[2].reshape(T, Hkv, D)
     return rope(q, cos, sin, cfg.rope_style), rope(k, cos, sin, cfg.rope_style), v
 
-  def _block_output(self, layer: Layer, x: Tensor, attn: Tensor, block_bytes: int = 2 << 20) -> Tensor:
-    x = x + linear(attn, layer.wo)
+  def _block_output(self, layer: Layer, x: Tensor, attn: Tensor, block_bytes: int = 2 << 20, int8: bool = True) \
+      -> Tensor:
+    x = x + linear(attn, layer.wo, int8=int8)
     T, C, F = x.shape[0], self.cfg.dim, self.cfg.hidden_dim
-    if T == 1:
-      gu = self._norm_matmul(x, layer.ffn_norm, layer.wgate_up)
-      return x + linear(gu[:, :F].silu() * gu[:, F:], layer.wdown)
+    if T == 1 or int8 and in_int8(layer.wgate_up):
+      gu = self._norm_matmul(x, layer.ffn_norm, layer.wgate_up, int8)
+      # the SwiGLU product in a buffer of its own: int8 activations read it twice (the blocks' maxima, the rounding)
+      h = gu[:, :F].silu() * gu[:, F:]
+      return x + linear(h.contiguous() if in_int8(layer.wdown) and int8 else h, layer.wdown, int8=int8)
     # several rows: the FFN in blocks of hidden units whose gate, up and down weights fit in cache; the down
     # projection of each block is a partial sum, so no block's output is ever concatenated
     xn, scale = x * layer.ffn_norm, self._rms_scale(x)
@@ -334,7 +373,9 @@ class Llama:
       rows = Tensor.arange(T, device=self.device, dtype=dtypes.int32) + start
       visible = self._positions.shrink(((0, end),)).reshape(end, 1, 1, 1) <= rows.reshape(1, 1, 1, T)
     for i, (layer, ck, cv) in enumerate(zip(self.layers, self.cache_k, self.cache_v)):
-      q, k, v = self._block_input(layer, x, cos, sin)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
+      # a prompt's chunk runs the float products, a decode step int8 activations where the weights have their
+      # layout: int8 prompts moved SmolLM2's chat answer (the first token's two best logits differ by 0.08)
+      q, k, v = self._block_input(layer, x, cos, sin, T == 1)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
       rows_k, rows_v = (c.shrink((None, (start, end), None)) for c in (ck, cv))
       q = q.contiguous()
       x.realize(q, assign_later(rows_k, k.permute(1, 0, 2)), assign_later(rows_v, v.permute(1, 0, 2)))
@@ -358,12 +399,12 @@ class Llama:
         attn = (e.reshape(end, Hkv, g, T, 1) * values5).sum(0) / e.sum(0).reshape(Hkv, g, T, 1)  # (Hkv, g, T, D)
         # rows in (T, C) order: the output projection's matmul then reads them with vector loads
         attn = attn.permute(2, 0, 1, 3).reshape(T, H * D).contiguous()
-      x = self._block_output(layer, x, attn)
+      x = self._block_output(layer, x, attn, int8=T == 1)
     if T > 1:
       pick = (Tensor.arange(T, device=self.device, dtype=dtypes.int32) == last).reshape(T, 1)
       x = pick.where(x, 0.0).sum(0, keepdim=True)
     logits = self._logits(x).reshape(cfg.vocab_size)
-    return [logits, logits.argmax()]
+    return [logits, greedy(logits)]
 
   # ***** token-level driver *****
 
@@ -460,4 +501,4 @@ def assign_later(target: Tensor, value: Tensor) -> Tensor:
     raise ValueError(f"assign_later: the target must be a realized buffer or a shrunk region of one, got {u.op}")
   if value.shape != target.shape or value.dtype != target.dtype:
     raise ValueError(f"assign_later: target is {target.shape} {target.dtype}, value {value.shape} {value.dtype}")
-  return target._new(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)))
+  return Tensor(UOp(Ops.ASSIGN, target.dtype, (target.uop, value.uop)), device=target.device)

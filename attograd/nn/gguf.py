@@ -295,6 +295,68 @@ _SPLIT: dict[str, tuple[tuple[int, ...], int, int | None, Dequant]] = {
            + _sc(s, 1, 2)),
   "Q8_0": ((0,), 2, None, lambda q, s, h: q.bitcast(dtypes.int8).float() * s[:, 0:1])}
 
+# ***** the int8 dot product: llama.cpp's Q8 activations *****
+# A one-row matmul (a decode step) can quantize its activation row too: each 32-element block becomes 32 int8 values
+# x_j = round(a_j / d) with one float scale d = max|a| / 127, once per matvec. Each weight block's dot product with it
+# is then integer math, sum_j q_j * x_j over the quant bytes (int32, exact), scaled once per block: d_w * d * isum (+
+# the Q4_1 min term m_w * d * sum_j x_j; Q4_0's q - 8 and Q8_0's signed bytes fold into isum as -8 * sum_j x_j and
+# -128 * sum_j x_j, see _DOT). A CPU with an int8 dot-product instruction (x86 VNNI: 64 byte products per instruction)
+# runs that in a fraction of the float path's work: its renderer turns each word's four byte products into one
+# instruction (renderer/cstyle.py, dot4_rule). It changes the rounding as llama.cpp's does (the activation row is
+# rounded to 8 bits per block), so it is an option (Renderer.int8_dot: on where that instruction exists).
+#
+# Its layout: the quant bytes as little-endian int32 words of 4 bytes, 16 rows interleaved, (row groups, blocks per
+# row, words per block, 16) int32, and the scales the same way, (row groups, blocks per row, scales, 16) float32: one
+# vector load reads a word of 16 rows, whose 16 dot products run on the lanes of one int32 vector. Rows are padded to
+# a multiple of 16 with zero blocks.
+
+# qtype -> (f16 scale offsets (d, then m), first quant byte, quant bytes, byte offset folded into isum: the value a
+# byte stands for is byte - offset; Q8_0's int8 bytes are stored with their top bit flipped: unsigned byte + 128)
+_DOT: dict[str, tuple[tuple[int, ...], int, int, int]] = {
+  "Q4_0": ((0,), 2, 16, 8), "Q4_1": ((0, 2), 4, 16, 0), "Q8_0": ((0,), 2, 32, 128)}
+DOT_ROWS = 16  # rows interleaved in the int8 layout: an int32 vector of 16 lanes (AVX-512)
+
+def _interleave(t: Tensor, rows: int) -> Tensor:
+  """(rows, blocks, n) -> (groups, blocks, n, DOT_ROWS), rows padded with zeros to whole groups, realized."""
+  padded = -(-rows // DOT_ROWS) * DOT_ROWS
+  t = t.pad(((0, padded - rows), None, None)) if padded != rows else t
+  return t.reshape(padded // DOT_ROWS, DOT_ROWS, *t.shape[1:]).permute(0, 2, 3, 1).contiguous().realize()
+
+def _sbyte(b: Tensor, i: int) -> Tensor:
+  """Byte i of int32 words, as a signed value (-128..127)."""
+  return (b >> (8 * i) if i else b).cast(dtypes.int8).cast(dtypes.int32)
+
+def dot4(a: Tensor, b: Tensor, nibble: int | None = None) -> Tensor:
+  """sum over i < 4 of (unsigned byte i of a) * (signed byte i of b), int32: what one lane of x86's vpdpbusd adds.
+  nibble=h: a's bytes are the nibbles h (0: low, 1: high) of its bytes, (a >> 4h) & 0x0F0F0F0F, each cut from a by
+  one shift and mask (few ops per term: a matmul of several rows keeps them fused, not in buffers of their own).
+  Written as these ops, which every device runs; the C renderer makes them one instruction where it can."""
+  def ubyte(i: int) -> Tensor:
+    sh, mask = 8 * i + (4 * nibble if nibble is not None else 0), 15 if nibble is not None else 255
+    return (a >> sh if sh else a) & mask
+  terms = [ubyte(i) * _sbyte(b, i) for i in range(4)]
+  return terms[0] + terms[1] + terms[2] + terms[3]
+
+def quantize_row_q8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+  """Activation rows x (T, K) float32 in int8 blocks of 32: (words (T, K/32, 8) int32, the int8 values 4 to a word,
+  little-endian; the blocks' scales d (T, K/32) float32; the sums of each block's int8 values (T, K/32) int32).
+  x_j = round(a_j / d), d = max|a| / 127 (a block of zeros: d = 0, values 0). Small kernels of their own, each
+  reading x or the words once: a matvec reads them once per row group, and would compute them that many times."""
+  T, nb = x.shape[0], x.shape[1] // 32
+  xb = x.reshape(T, nb, 32)
+  amax = xb.abs().max(2, keepdim=True)
+  # round half to even by the float adder: v + 1.5 * 2**23 keeps no fraction (|v| <= 127), and taking it off again
+  # is exact (cheaper than Tensor.round's floor and comparisons)
+  v = (xb * (amax > 0).where(127 / amax, 0.0) + 12582912.0) - 12582912.0
+  words = v.cast(dtypes.int8).bitcast(dtypes.int32).contiguous()
+  sums = _sbytes(words).sum((2, 3)).contiguous()
+  return words, amax.reshape(T, nb) / 127, sums  # d: a divide the matvec does per block
+
+def _sbytes(words: Tensor) -> Tensor:
+  """(n, k) int32 words -> (n, k, 4) their bytes as signed values."""
+  shifts = _shifts(4, 8, words.device, (1,) * words.ndim + (4,))
+  return (words.reshape(*words.shape, 1) >> shifts).cast(dtypes.int8).cast(dtypes.int32)
+
 # ***** quantized tensors kept as their blocks *****
 
 class QuantizedTensor:
@@ -319,18 +381,33 @@ class QuantizedTensor:
     self.blocks, self.qtype, self.shape, self.host = blocks, qtype, tuple(shape), host
     # (quant bytes, float32 scales[, Q5's fifth bits as int32 words]) once realized on a compute device
     self.split: tuple[Tensor, ...] | None = None
+    # or, realized for the int8 dot product: (quant words, scales) in its interleaved layout (see _DOT)
+    self.words: tuple[Tensor, Tensor] | None = None
   dtype = dtypes.float32  # what it dequantizes to
   @property
   def device(self) -> str: return self.blocks.device
   @property
-  def nbytes(self) -> int: return sum(prod(t.shape) * t.dtype.itemsize for t in (self.split or (self.blocks,)))
+  def nbytes(self) -> int:
+    return sum(prod(t.shape) * t.dtype.itemsize for t in (self.words or self.split or (self.blocks,)))
   def to(self, device: str | None) -> QuantizedTensor:
-    if self.split is not None: raise ValueError("QuantizedTensor.to: move it before realize() splits its blocks")
+    if self.split is not None or self.words is not None:
+      raise ValueError("QuantizedTensor.to: move it before realize() splits its blocks")
     return QuantizedTensor(self.blocks.to(device), self.qtype, self.shape, self.host)
-  def realize(self) -> QuantizedTensor:
+  def realize(self, int8: bool = False) -> QuantizedTensor:
     """The blocks in device memory (a no-op on DISK); the simple types split into quant bytes and float scales (and
-    Q5's fifth bits into a word per block)."""
-    if self.device == "DISK": return self
+    Q5's fifth bits into a word per block). int8: Q4_0, Q4_1 and Q8_0 in the int8 dot product's layout instead (one-
+    row matmuls then quantize their activation row to int8: see _DOT), which every other type ignores."""
+    if self.device == "DISK" or self.split is not None or self.words is not None: return self
+    if int8 and self.qtype in _DOT:
+      offs, start, n, off = _DOT[self.qtype]
+      rows, nbr = self.blocks.shape[:2]
+      flat = self.blocks.reshape(-1, self.block_bytes)
+      words = self.blocks[:, :, start:start + n].bitcast(dtypes.uint32)
+      if off == 128: words = words ^ 0x80808080  # int8 bytes as unsigned ones, + 128
+      scales = Tensor.cat(*[_f16(flat, i) for i in offs], dim=1).reshape(rows, nbr, len(offs))
+      self.words = (_interleave(words.bitcast(dtypes.int32), rows), _interleave(scales, rows))
+      self.blocks = self.words[0]
+      return self
     if self.qtype in _SPLIT:
       offs, start, high, _ = _SPLIT[self.qtype]
       b, flat = self.blocks, self.blocks.reshape(-1, self.block_bytes)
@@ -356,13 +433,58 @@ class QuantizedTensor:
   def dequantize(self) -> Tensor:
     """The values as a float32 Tensor of `shape` (lazy: nothing runs until it is realized)."""
     if self.device == "DISK": return self.to(Device.DEFAULT).dequantize()
+    if self.words is not None: return self._from_words()
     return self.blockwise().reshape(self.shape)
+  def _from_words(self) -> Tensor:
+    """The values from the int8 dot product's layout: each word's 4 bytes (Q4: each byte's two nibbles), in the
+    block's element order (Q4: the low nibbles of its 16 bytes, then the high ones)."""
+    assert self.words is not None
+    words, scales = self.words
+    G, nbr, W, L = words.shape
+    dev, off = words.device, _DOT[self.qtype][3]
+    # (G, L, nbr, W, 4): byte i of word k of each row's block
+    b = (words.permute(0, 3, 1, 2).reshape(G, L, nbr, W, 1) >> _shifts(4, 8, dev, (1, 1, 1, 1, 4))) & 255
+    sc = scales.permute(0, 3, 1, 2)  # (G, L, nbr, S)
+    if W == 4:  # Q4: the low nibbles (elements 0..15), then the high ones
+      q = (b.reshape(G, L, nbr, 1, W, 4) >> _shifts(2, 4, dev, (1, 1, 1, 2, 1, 1))) & 15
+      d = sc[..., 0:1].reshape(G, L, nbr, 1, 1, 1)
+      vals = q.float() * d + sc[..., 1:2].reshape(G, L, nbr, 1, 1, 1) if sc.shape[-1] == 2 else (q - off).float() * d
+    else: vals = (b - off).float() * sc[..., 0:1].reshape(G, L, nbr, 1, 1)
+    # its own buffer in (G, L, ...) order, reshaped once realized: the rows of a lazy view would be row // 16 and
+    # row % 16 of the layout's axes in every load's index math (a prompt's dequantized weights took twice as long)
+    rows = prod(self.shape[:-1])
+    return vals.contiguous().reshape(G * L, -1)[:rows].reshape(self.shape)
+  def dot(self, x: Tensor) -> Tensor:
+    """x (T, K) @ the values.T, (T, rows) float32, with x quantized to int8 blocks (quantize_row_q8): needs the int8
+    layout (realize(int8=True)). Per row and block, isum = sum_j q_j * x_j in int32 (dot4 of each word's bytes, the
+    byte offset folded in as -offset * sum_j x_j), then d_w * d_x * isum (+ m_w * d_x * sum_j x_j for Q4_1). A few
+    rows of x share each weight load (the kernel keeps an accumulator per row)."""
+    if self.words is None: raise ValueError("QuantizedTensor.dot: realize(int8=True) it first")
+    words, scales = self.words
+    G, nbr, W, L = words.shape
+    T = x.shape[0]
+    xw, dx, xs = quantize_row_q8(x)
+    off = _DOT[self.qtype][3]
+    # (T, G, nbr, L): x's blocks broadcast over the row groups and the 16 rows of each
+    xw, dx, xs = xw.reshape(T, 1, nbr, 8, 1), dx.reshape(T, 1, nbr, 1), xs.reshape(T, 1, nbr, 1)
+    isum = (xs * -off) if off else None
+    for k in range(W):
+      # (T, G, nbr, L): word k of each block of 16 rows, expanded over x's rows before any op on it (an op read
+      # through an expansion would get a buffer of its own; here each row's copy is the same value in the kernel)
+      w = words[:, :, k].reshape(1, G, nbr, L).expand(T, G, nbr, L)
+      # Q4: the word's low nibbles pair with the block's first 16 activations, its high ones with the last 16
+      terms = [dot4(w, xw[..., k, :], 0), dot4(w, xw[..., 4 + k, :], 1)] if W == 4 else [dot4(w, xw[..., k, :])]
+      for t in terms: isum = t if isum is None else isum + t
+    assert isum is not None
+    val = isum.float() * (scales[:, :, 0] * dx)
+    if scales.shape[2] == 2: val = val + scales[:, :, 1] * (dx * xs.float())
+    return val.sum(2).reshape(T, G * L)[:, :prod(self.shape[:-1])]
   def float(self) -> Tensor: return self.dequantize()
   def numpy(self) -> Any: return self.dequantize().numpy()
   def row_bytes(self, i: int) -> bytes:
     """The raw blocks of row i."""
     n = self.blocks.shape[1] * self.block_bytes
-    if self.host is None: self.host = memoryview(self.blocks.to(Device.DEFAULT).contiguous()._raw())
+    if self.host is None: self.host = memoryview(bytes(self.blocks.to(Device.DEFAULT).contiguous().data()))
     return bytes(self.host[i * n:(i + 1) * n])
   def __repr__(self) -> str: return f"<QuantizedTensor {self.qtype} {self.shape} on {self.device}>"
 

@@ -28,6 +28,10 @@ class Renderer:
   # the language has a fused multiply-add (MULACC) that runs at the speed of a multiply: the code generator fuses
   # every float a*b+c into one (codegen/fma.py) and the compiler fuses nothing itself
   fma: bool = False
+  # int8 dot products in one instruction (x86 VNNI's vpdpbusd on 16 int32 lanes): the renderer writes nn/gguf.py's
+  # dot4 sums with it, and a quantized one-row matmul (a decode step) quantizes its activation row to int8 (as
+  # llama.cpp does) only where this is set: elsewhere the same sums are a dozen ops per word, slower than floats
+  int8_dot: bool = False
   def render(self, name: str, uops: list[UOp]) -> str: raise NotImplementedError("a Renderer subclass renders source")
   def prepare(self, sink: UOp) -> UOp:
     """The language's own rewrites of a lowered kernel before it is linearized (e.g. half math done in float)."""

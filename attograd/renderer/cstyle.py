@@ -340,7 +340,57 @@ def parallel_range_rule(ctx: CWriter, x: UOp) -> str | None:
   if x.arg[1] != "parallel" or not ctx.ren.has_threads: return None
   return "#pragma omp parallel for\n" + range_rule(ctx, x)
 
-pm_render_clang = PatternMatcher([(UPat(Ops.RANGE, name="x"), parallel_range_rule)])
+def _byte_of(x: UOp) -> tuple[UOp, int, int, bool] | None:
+  """(word, i, nibble, signed) when x is byte i of an int32 word (nn/gguf.py's dot4): `(w >> 8i) & 255` (unsigned,
+  nibble -1), `(w >> (8i + 4h)) & 15` (unsigned: byte i of the word's nibbles h, (w >> 4h) & 0x0F0F0F0F, nibble h),
+  or `(int)(signed char)(w >> 8i)` (signed, nibble -1)."""
+  if x.dtype.scalar() is not dtypes.int32: return None
+  if x.op is Ops.AND and x.src[1].op is Ops.CONST and x.src[1].arg in (15, 255):
+    w, signed, mask = x.src[0], False, x.src[1].arg
+  elif x.op is Ops.CAST and x.src[0].op is Ops.CAST and x.src[0].dtype is dtypes.int8:
+    w, signed, mask = x.src[0].src[0], True, 255
+  else: return None
+  sh = 0
+  if w.op is Ops.SHR and w.src[1].op is Ops.CONST: w, sh = w.src[0], w.src[1].arg
+  if w.dtype.scalar() is not dtypes.int32 or not isinstance(sh, int) or sh % (4 if mask == 15 else 8) or sh > 28:
+    return None
+  return (w, sh // 8, (sh % 8) // 4, signed) if mask == 15 else (w, sh // 8, -1, signed)
+
+def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
+  """A sum of int32 lanes holding, for some words a (a vector) and b, all four byte products (unsigned byte i of a)
+  * (signed byte i of b) (nn/gguf.py's dot4; a's bytes may be its low or high nibbles): each such group is one
+  vpdpbusd (x86 VNNI: 64 byte products per instruction), the other terms its accumulator. Exact: the same int32 sum,
+  added in another order. The products' own lines stay, unused (the compiler drops them)."""
+  if not ctx.ren.int8_dot or x.dtype != dtypes.int32.vec(16): return None
+  terms: list[UOp] = []
+  stack = [x]
+  while stack:  # the leaves of the tree of adds under x
+    u = stack.pop()
+    if u.op is Ops.ADD and u.dtype == x.dtype: stack.extend(u.src)
+    else: terms.append(u)
+  groups: dict[tuple[UOp, int, UOp], dict[int, UOp]] = {}
+  rest: list[UOp] = []
+  for t in terms:
+    p0, p1 = (_byte_of(s) for s in t.src) if t.op is Ops.MUL else (None, None)
+    if p0 is not None and p1 is not None and p0[3] != p1[3] and p0[1] == p1[1]:
+      ua, sb = (p0, p1) if p1[3] else (p1, p0)  # the unsigned byte, the signed one
+      key = (ua[0], ua[2], sb[0])
+      if ua[0].dtype == x.dtype and sb[2] < 0 and ua[1] not in groups.setdefault(key, {}):
+        groups[key][ua[1]] = t
+        continue
+    rest.append(t)
+  whole = [k for k, g in groups.items() if len(g) == 4]
+  rest += [t for k, g in groups.items() if k not in whole for t in g.values()]
+  if not whole or any(u not in ctx.r for u in rest + [v for a, _, b in whole for v in (a, b)]): return None
+  T = ctx.ren.render_dtype(x.dtype)
+  acc = f"(({' + '.join(ctx[t] for t in rest)}) + ({T}){{0}})" if rest else f"({T}){{0}}"
+  for a, h, b in whole:
+    word = ctx[a] if h < 0 else f"(({ctx[a]} >> {4 * h}) & 252645135)" if h else f"({ctx[a]} & 252645135)"
+    acc = f"__builtin_ia32_vpdpbusd_v16si({acc}, {word}, ({ctx[b]}) + ({T}){{0}})"
+  return acc
+
+pm_render_clang = PatternMatcher([(UPat(Ops.RANGE, name="x"), parallel_range_rule),
+                                  (UPat(Ops.ADD, name="x"), dot4_rule)])
 
 def _clang_max(r: CStyleLanguage, a: str, b: str, d: DType) -> str:
   # a NaN-propagating max as bit operations: written as a condition (a > b || a != a), gcc makes it two branches,
@@ -387,13 +437,15 @@ class ClangRenderer(CStyleLanguage):
               # a value held in an SSE register from here on (see ClangRenderer.render_cast); nothing elsewhere
               "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
               "#define __ATTO_IN_REG(v) __asm__(\"\" : \"+x\"(v))\n#else\n#define __ATTO_IN_REG(v) (void)0\n#endif\n")
-  def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True, fma: bool = False):
+  def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True, fma: bool = False,
+               int8_dot: bool = False):
     # OpenMP's workers sleep between kernels (runtime/ops_cpu.py sets passive waits: spinning ones collapse on a busy
     # machine), and waking one costs ~40 us here: a kernel is split across the cores when it has that much work for
     # each, 4M loop points (multiply-adds) or 4 MB of memory. SmolLM2 Q4_1 decode (matvecs of 0.3 to 1.3 MB, one
     # thread each now): 95 -> 125 tok/s on a loaded machine
     super().__init__(device=device, has_threads=threads, supports_float16=supports_float16, supports_vectors=True,
-                     decompose_transcendentals=True, thread_min_work=1 << 22, thread_min_bytes=4 << 20, fma=fma)
+                     decompose_transcendentals=True, thread_min_work=1 << 22, thread_min_bytes=4 << 20, fma=fma,
+                     int8_dot=int8_dot)
   def prepare(self, sink: UOp) -> UOp: return graph_rewrite(super().prepare(sink), pm_clang_lanes)
   def render_vector_typedef(self, d: DType) -> str:
     # C has fma() for scalars only: a float vector's is a loop over its lanes, which `omp simd` (the compiler runs

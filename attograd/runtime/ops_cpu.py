@@ -84,6 +84,7 @@ class ClangCompiler(Compiler):
     if self.gcc or "clang" in version: self.flags.append("-fopenmp-simd")
     self.openmp = self._has_openmp(ident)
     self.fast_fma = self._has_fast_fma(ident)
+    self.int8_dot = self._has_int8_dot(ident)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
   def _has_fast_fma(self, ident: str) -> bool:
@@ -93,6 +94,18 @@ class ClangCompiler(Compiler):
     try:
       self._compile_with("#if !defined(__FP_FAST_FMAF) || !defined(__FP_FAST_FMA)\n#error no fast fma\n#endif\n"
                          "int f(void) { return 0; }", self.flags)
+      ok = True
+    except RuntimeError: ok = False
+    disk_cache_put("probe", key, b"1" if ok else b"0")
+    return ok
+  def _has_int8_dot(self, ident: str) -> bool:
+    """Whether the target has AVX-512 VNNI's int8 dot product on 16 lanes, as the builtin renderer/cstyle.py writes
+    (gcc's name: clang and other targets fail the probe, and their kernels keep the plain integer ops)."""
+    key = hashlib.sha256(f"int8_dot\0{ident}\0{' '.join(self.flags)}".encode()).hexdigest()
+    if (hit := disk_cache_get("probe", key)) is not None: return hit == b"1"
+    try:
+      self._compile_with("typedef int v16 __attribute__((vector_size(64)));\n"
+                         "v16 f(v16 c, v16 a, v16 b) { return __builtin_ia32_vpdpbusd_v16si(c, a, b); }", self.flags)
       ok = True
     except RuntimeError: ok = False
     disk_cache_put("probe", key, b"1" if ok else b"0")
@@ -214,7 +227,8 @@ class CPUDevice(Compiled):
   def __init__(self, device: str):
     cc = find_c_compiler()
     compiler = ClangCompiler(cc)
-    super().__init__(device, MallocAllocator(), ClangRenderer(device, threads=compiler.openmp, fma=compiler.fast_fma),
+    super().__init__(device, MallocAllocator(), ClangRenderer(device, threads=compiler.openmp, fma=compiler.fast_fma,
+                                                                  int8_dot=compiler.int8_dot),
                      compiler, CPUProgram)
   def quick_build(self, kernels: list[tuple[str, str]]) -> list[CPUProgram]:
     """One -O1 library for all of `kernels` ([(name, src)]), loaded once: a program per kernel."""

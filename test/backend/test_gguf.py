@@ -480,3 +480,60 @@ def test_one_row_matmul_kernel_is_vector_lanes_without_division(qtype: str) -> N
   assert "float16 acc0" in body and "/" not in body and "%" not in body, body
   ref = ref_dequant(raw, qtype).reshape(8, ne0)
   np.testing.assert_allclose(out.numpy(), x.numpy() @ ref.T, rtol=1e-4, atol=1e-3)
+
+def _q8_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """llama.cpp's Q8 activations: per 32 values, d = max|x| / 127 and the int8 values round(x / d), as float64."""
+  xb = x.reshape(-1, 32).astype(np.float64)
+  amax = np.abs(xb).max(1, keepdims=True)
+  q = np.round(xb * np.where(amax > 0, 127 / np.where(amax > 0, amax, 1), 0))
+  return q, amax / 127
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows,ne0", [(40, 64), (33, 96), (16, 32)])
+def test_int8_dot_product(qtype: str, rows: int, ne0: int) -> None:
+  # the int8 layout (16 rows interleaved, rows padded) dequantizes to the same values, and a one-row matmul with the
+  # activation row in int8 blocks equals llama.cpp's math in float64; against the exact float product its error is
+  # within the rounding of the activations: |x - d * round(x / d)| <= d / 2 per value, times |w|
+  raw = random_blocks(qtype, rows * ne0 // 32, seed=rows)
+  ref = ref_dequant(raw, qtype).reshape(rows, ne0).astype(np.float64)
+  q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(rows, -1, BLOCK[qtype]), device="CPU"), qtype,
+                      (rows, ne0)).realize(int8=True)
+  assert q.words is not None and q.words[0].shape == (-(-rows // 16), ne0 // 32, 4 if qtype != "Q8_0" else 8, 16)
+  np.testing.assert_array_equal(q.dequantize().numpy(), ref.astype(np.float32))
+  x = np.random.default_rng(rows + ne0).standard_normal(ne0).astype(np.float32)
+  x[:32] = 0.0  # a block of zeros: scale 0, values 0
+  got = q.dot(Tensor(x).reshape(1, -1)).numpy().reshape(-1).astype(np.float64)
+  xq, d = _q8_reference(x)
+  want = ref @ (xq * d).reshape(-1)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+  bound = (np.abs(ref).reshape(rows, -1, 32).sum(2) * d.reshape(1, -1) / 2).sum(1)
+  assert (np.abs(got - ref @ x) <= bound * 1.001 + 1e-4).all()
+
+def test_int8_dot_renders_vnni_and_equals_plain_integer_math(monkeypatch: pytest.MonkeyPatch) -> None:
+  # where the CPU has VNNI each word's four byte products are one vpdpbusd; the sums are the same integers as the
+  # plain ops', so the results are the same floats
+  from attograd import Device
+  from attograd.codegen import get_program
+  from attograd.schedule import create_schedule
+  ren = Device["CPU"].renderer
+  raw = random_blocks("Q4_1", 48 * 128 // 32, seed=5)
+  q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(48, -1, BLOCK["Q4_1"]), device="CPU"), "Q4_1",
+                      (48, 128)).realize(int8=True)
+  x = Tensor(np.random.default_rng(2).standard_normal((1, 128)).astype(np.float32), device="CPU").realize()
+  from attograd.engine import realize
+  def run(vnni: bool) -> tuple[str, Any]:
+    monkeypatch.setattr(ren, "int8_dot", vnni)
+    monkeypatch.setattr(realize, "_runners", realize._RunnerCache())  # compiled again, not the other's program
+    out = q.dot(x)
+    items, _ = create_schedule([out.uop])
+    return get_program(items[-1].ast, ren).src, out.numpy()
+  plain_src, plain = run(False)
+  assert "vpdpbusd" not in plain_src
+  if not _has_vnni(): pytest.skip("this CPU has no AVX-512 VNNI")
+  src, got = run(True)
+  assert src.count("vpdpbusd") >= 8, src  # 8 words of each block (4 low nibbles, 4 high) for 16 rows
+  np.testing.assert_array_equal(got, plain)
+
+def _has_vnni() -> bool:
+  from attograd import Device
+  return bool(getattr(Device["CPU"].compiler, "int8_dot", False))

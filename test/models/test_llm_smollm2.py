@@ -48,7 +48,7 @@ def test_cli_chat_answers_paris() -> None:
   assert "Paris" in r.stdout, r.stdout
 
 def _gguf_with(kv: list[tuple[str, int, Any]]) -> bytes:
-  sys.path.insert(0, os.path.join(ROOT, "test", "unit"))
+  sys.path.insert(0, os.path.join(ROOT, "test", "backend"))  # test/unit moved to test/backend
   from test_gguf import write_gguf, GGML, STR, U32, ARR
   arch = [("general.architecture", STR, "llama"), ("llama.embedding_length", U32, 32), ("llama.block_count", U32, 1),
           ("llama.attention.head_count", U32, 2), ("llama.feed_forward_length", U32, 32),

@@ -116,7 +116,7 @@ def test_the_dialects_own_rules_are_only_what_differs() -> None:
   assert set(OpenCLRenderer.dialect_rules.pdict) == set(MetalRenderer.dialect_rules.pdict) == {Ops.SPECIAL, Ops.BARRIER}
   assert set(CUDARenderer.dialect_rules.pdict) == {Ops.SPECIAL, Ops.BARRIER, Ops.GEP, Ops.VECTORIZE, Ops.WMMA,
                                                    Ops.SHUFFLE}
-  assert set(ClangRenderer.dialect_rules.pdict) == {Ops.RANGE}
+  assert set(ClangRenderer.dialect_rules.pdict) == {Ops.RANGE, Ops.ADD}  # ADD: int8 dot products (dot4_rule)
   for r in C_FAMILY: assert r.string_rewrite.patterns[-len(pm_render_c.patterns):] == pm_render_c.patterns
 
 def test_dialect_expr_is_the_dialects_own_text() -> None:
@@ -125,6 +125,32 @@ def test_dialect_expr_is_the_dialects_own_text() -> None:
     "__shfl_xor_sync(0xffffffffu, v, 16)"
   assert CUDARenderer().dialect_expr(UOp(Ops.GEP, dtypes.float32, (x,), 2), ["f"]) == "f.v[2]"
   assert ClangRenderer().dialect_expr(UOp(Ops.ADD, dtypes.float32, (x, x)), ["a", "b"]) is None
+
+def test_int8_dot_rule_only_where_the_target_has_it() -> None:
+  # the four byte products of words a (16 int32 lanes) and b, as nn/gguf.py's dot4 writes them, are one vpdpbusd
+  # only on a renderer whose target has it; three of the four products, or no such target, keep the C ops
+  from attograd.renderer.cstyle import CWriter, dot4_rule
+  v16, i32 = dtypes.int32.vec(16), dtypes.int32
+  a, b, acc = (UOp(Ops.DEFINE_VAR, d, (), (n, 0, 1)) for d, n in ((v16, "a"), (i32, "b"), (v16, "c")))
+  def c(v: int) -> UOp: return UOp.const(i32, v)
+  def shr(x: UOp, i: int) -> UOp: return UOp(Ops.SHR, x.dtype, (x, c(8 * i))) if i else x
+  def term(i: int) -> UOp:
+    ub = UOp(Ops.AND, v16, (shr(a, i), c(255)))
+    sb = UOp(Ops.CAST, i32, (UOp(Ops.CAST, dtypes.int8, (shr(b, i),)),))
+    return UOp(Ops.MUL, v16, (ub, sb) if i % 2 else (sb, ub))  # either operand order
+  def total(terms: list[UOp]) -> UOp:
+    out = acc
+    for t in terms: out = UOp(Ops.ADD, v16, (out, t))
+    return out
+  def render(ren: ClangRenderer, root: UOp) -> str | None:
+    ctx = CWriter(ren)
+    for u in root.toposort(): ctx.r[u] = f"v{len(ctx.r)}"
+    return dot4_rule(ctx, root)
+  whole = total([term(i) for i in (2, 0, 3, 1)])
+  out = render(ClangRenderer(int8_dot=True), whole)
+  assert out is not None and out.count("__builtin_ia32_vpdpbusd_v16si(") == 1, out
+  assert render(ClangRenderer(int8_dot=False), whole) is None
+  assert render(ClangRenderer(int8_dot=True), total([term(i) for i in (0, 1, 2)])) is None
 
 def test_parallel_pragma_is_clangs_rule() -> None:
   rng = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 8),), (0, "parallel"))
