@@ -245,25 +245,34 @@ def _block_for_cache(k: Kernel, l2_bytes: int = 2 << 20) -> None:
     if blk < size and size % blk == 0: k.apply_opt(Opt("BLOCK", ax, blk))
     return
 
-def _block_reduce(k: Kernel, block: int = 256) -> bool:
-  """Heuristic: a float32 matmul with a reduce over 512 long, at least 64 rows, and B walking an output axis that
-  splits into blocks of 256 columns: the reduce runs in blocks of about 256 (KBLOCK) inside blocks of 256 columns
-  (BLOCK), so that a register tile's rows of A (8 x 256) stay in L1 while they meet every column of B's block, and
-  that block (256 x 256) stays in L2 for every row. Unblocked, the rows of a long reduce overflow L1, and
-  power-of-two row strides (1024, 2048) make them evict each other. One core, min of 5: 1024 ~190 -> 220,
-  2048 118 -> 210, 1023 187 -> 203 GFLOPS; KBLOCK alone (1500, whose 1504 columns have no block of 256) and
-  reduces of 512 or less measured no faster."""
+def _block_reduce(k: Kernel, l1_bytes: int = 32 << 10, l2_bytes: int = 2 << 20) -> bool:
+  """Heuristic: a float32 matmul (at least 64 rows, a reduce over 512 long) whose rows of A evict each other from L1
+  gets its reduce in blocks of about 256 (KBLOCK) inside blocks of about 256 columns (BLOCK): a register tile's
+  8 rows of A (8 x 256) then stay in L1 while they meet every column of B's block, and that block (256 x 256) stays
+  in L2 for every row. The rows evict each other when a tile's 8 rows of the reduce overflow L1 (while B is too big
+  for L2), or when a row stride is near a multiple of 1 KB (its rows then share L1's few sets). One core, interleaved:
+  1024 1.13-1.17x, 2048 1.74-1.87x, 1023 1.07x, 768 1.26x, 1536 1.23x, 2000 2.5x, 64x4096x4096 1.66x, 512x3000x1000
+  1.5x; strides that spread over the sets (1000, 64x2000x64) measured 0.92-0.97x blocked, so they are left alone."""
   if k.first_reduce != 2 or k.shape_len != 3 or _windowed(k) or k.kblock_unfit() or k.full_shape[2] <= 512: return False
   if any(u.dtype.itemsize != 4 for u in k.sts if u.op is Ops.LOAD): return False
   red = k.full_shape[2]
-  kc = min((d for d in range(128, 513) if red % d == 0), key=lambda d: abs(d - 256), default=0)
-  if not kc: return False
+  def aliased(stride: int) -> bool: return min(stride * 4 % 1024, -stride * 4 % 1024) < 64
+  strides = [s for st in k.full_loads() for s in st.index_strides() if s not in (0, 1)]
+  rows_alias = any(s is not None and aliased(s) for s in strides)
+  def near_256(size: int, step: int) -> int:
+    return min((d for d in range(128, 513, step) if size % d == 0), key=lambda d: abs(d - 256), default=0)
+  if not (kc := near_256(red, 1)): return False
   for ax in (1, 0):
     size = k.full_shape[ax]
     walk = [st for st in k.full_loads() if st.index_strides()[ax] == 1 and (st.index_strides()[2] or 0) > 1]
-    if not walk or not _lane_ok(k, ax) or size % block or size <= block or k.full_shape[1 - ax] < 64: continue
-    k.apply_opt(Opt("BLOCK", ax, block))
-    k.apply_opt(Opt("KBLOCK", 3, kc))  # the reduce axis, after BLOCK's block axis
+    # columns in blocks of a multiple of the 8x32 tile's 32 (the whole axis when it is short)
+    if not walk or not _lane_ok(k, ax) or k.full_shape[1 - ax] < 64 or size < 32 or size % 32: continue
+    # a reduce too long for L1 matters only when B is too big to stay in L2 meanwhile (64x2000x64: 0.97x blocked)
+    if not rows_alias and not (8 * red * 4 > l1_bytes and red * size * 4 > l2_bytes // 2): return False
+    if size > 512:
+      if not (blk := near_256(size, 32)): continue
+      k.apply_opt(Opt("BLOCK", ax, blk))
+    k.apply_opt(Opt("KBLOCK", k.shape_len - 1, kc))  # the reduce axis, after BLOCK's block axis if any
     return True
   return False
 

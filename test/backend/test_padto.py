@@ -271,11 +271,14 @@ def test_kblock_moves_the_reduce_blocks_among_the_output_loops() -> None:
   with pytest.raises(ValueError, match="reduce blocks"): k.apply_opt(Opt("PADTO", 1, 4))
   k2 = _kernel(Tensor.rand(24, 12).realize() @ Tensor.rand(12, 64).realize())
   k2.apply_opt(Opt("KBLOCK", 2, 3))
-  assert k2.full_shape == (4, 24, 64, 3) and k2.kblock == 0
+  assert k2.full_shape == (24, 4, 64, 3) and k2.kblock == 1
+  k2.apply_opt(Opt("UPCAST", 0, 2))  # a split before the blocks' axis moves it
+  assert k2.full_shape == (12, 2, 4, 64, 3) and k2.kblock == 2
   k2.apply_opt(Opt("THREAD", 0, 0))
   src = get_program(k2.ast, Device["CPU"].renderer, list(k2.applied)).src
-  # the threads split the rows, inside the reduce blocks' loop
-  assert src.index("for (int ridx0") < src.index("#pragma omp parallel for") < src.index("for (int ridx1"), src
+  # one parallel region: the threads split the rows, the reduce blocks' loop runs inside each thread's rows
+  assert src.count("#pragma omp parallel for") == 1, src
+  assert src.index("#pragma omp parallel for") < src.index("for (int ridx0") < src.index("for (int ridx2"), src
 
 def test_kblock_refuses_what_the_partial_sums_would_break() -> None:
   a, b = Tensor.rand(8, 12).realize(), Tensor.rand(12, 8).realize()
@@ -293,9 +296,14 @@ def test_heuristic_blocks_long_reduces_of_big_matmuls() -> None:
   def opts(m: int, k: int, n: int) -> list[tuple[str, int]]:
     items, _ = create_schedule([(Tensor.empty(m, k) @ Tensor.empty(k, n)).uop])
     return [(o.op, o.amount) for o in get_program(items[-1].ast, Device["CPU"].renderer).applied_opts]
-  for n in (1024, 2048): assert ("BLOCK", 256) in opts(n, n, n) and ("KBLOCK", 256) in opts(n, n, n)
+  # rows 4 KB apart share L1's sets: blocked
+  for n in (768, 1024, 2048): assert ("BLOCK", 256) in opts(n, n, n) and ("KBLOCK", 256) in opts(n, n, n)
+  assert ("KBLOCK", 256) in opts(2048, 2048, 128) and "BLOCK" not in [o for o, _ in opts(2048, 2048, 128)]
   assert ("KBLOCK", 341) in opts(1023, 1023, 1023)  # a divisor of 1023 near 256; rows and columns padded to 1024
-  for m, k, n in ((512, 512, 512), (1500, 1500, 1500), (32, 2048, 2048), (2048, 2048, 128), (1024, 4096, 1)):
+  # 8 rows of a 2000 long reduce overflow L1: 2016 padded columns in blocks of 224
+  assert ("BLOCK", 224) in opts(2000, 2000, 2000) and ("KBLOCK", 250) in opts(2000, 2000, 2000)
+  # rows spread over L1's sets, short reduces, few rows, no block of columns, a matrix-vector product: left alone
+  for m, k, n in ((1000, 1000, 1000), (512, 512, 512), (1500, 1500, 1500), (32, 2048, 2048), (1024, 4096, 1)):
     assert "KBLOCK" not in [o for o, _ in opts(m, k, n)], (m, k, n)
   # 1500 rows padded to 1504 for 8-row tiles (8x32, not 6x16)
   assert ("PADTO", 8) in opts(1500, 1500, 1500) and ("UPCAST", 8) in opts(1500, 1500, 1500)
