@@ -297,7 +297,10 @@ def test_heuristic_blocks_long_reduces_of_big_matmuls() -> None:
     items, _ = create_schedule([(Tensor.empty(m, k) @ Tensor.empty(k, n)).uop])
     return [(o.op, o.amount) for o in get_program(items[-1].ast, Device["CPU"].renderer).applied_opts]
   # rows 4 KB apart share L1's sets: blocked
-  for n in (768, 1024, 2048): assert ("BLOCK", 256) in opts(n, n, n) and ("KBLOCK", 256) in opts(n, n, n)
+  for n in (768, 1024, 2048): assert ("KBLOCK", 256) in opts(n, n, n)
+  assert ("BLOCK", 256) in opts(1024, 1024, 1024) and ("BLOCK", 256) in opts(2048, 2048, 2048)
+  # the threads split the column blocks: 4 of 192 columns rather than 3 of 256, 8 of 288 rather than 9 of 256
+  assert ("BLOCK", 192) in opts(768, 768, 768) and ("BLOCK", 288) in opts(128, 768, 2304)
   assert ("KBLOCK", 256) in opts(2048, 2048, 128) and "BLOCK" not in [o for o, _ in opts(2048, 2048, 128)]
   assert ("KBLOCK", 341) in opts(1023, 1023, 1023)  # a divisor of 1023 near 256; rows and columns padded to 1024
   # 8 rows of a 2000 long reduce overflow L1: 2016 padded columns in blocks of 224
