@@ -197,6 +197,7 @@ def _pad_odd_axes(k: Kernel) -> None:
   8 lanes fit already); then pad an odd-sized output axis the lanes' loads repeat along to a multiple of 8 for a
   register tile. E.g. a 1023x1023 matmul runs as 1024x1024 tiles with the last row and column masked."""
   if not 0 < k.first_reduce < k.shape_len or _windowed(k): return
+  fitted = False  # the lane axis needed no padding: its kernel was left as it was unless a tall tile is nearly free
   def fits(ax: int, amts: tuple[int, ...]) -> bool: return any(k.full_shape[ax] % a == 0 for a in amts)
   def pad(ax: int, amts: tuple[int, ...], waste: int = 4) -> bool:
     size = k.full_shape[ax]
@@ -210,8 +211,10 @@ def _pad_odd_axes(k: Kernel) -> None:
   outs = [ax for ax in range(k.first_reduce) if _lane_ok(k, ax, strided_store=True)]
   # the output axis stored contiguously first, then the innermost; else the reduce axis (a dot product)
   order = sorted(outs, key=lambda ax: (not _lane_ok(k, ax), -ax)) + ([last] if _lane_ok(k, last) else [])
-  if any(fits(ax, (32,)) for ax in order): return
-  if any(fits(ax, (8,)) for ax in order):  # 8 or 16 lanes already: pad only when nearly free (1000 -> 1024)
+  # a lane axis that splits into the 8x32 tile's columns already: only the tile's rows may need padding (1023 rows of
+  # a 1023x1024 @ 1024x1024 took a tile of 3 rows, 29 GFLOPS)
+  if (lane := next((ax for ax in order if fits(ax, (32,))), None)) is not None: fitted = True
+  elif any(fits(ax, (8,)) for ax in order):  # 8 or 16 lanes already: pad only when nearly free (1000 -> 1024)
     lane = next((ax for ax in order if fits(ax, (8,)) and k.full_shape[ax] >= 256 and pad(ax, (32,), waste=32)),
                 None)
     if lane is None and not any(fits(ax, (16,)) for ax in order):
@@ -224,7 +227,7 @@ def _pad_odd_axes(k: Kernel) -> None:
   # a tall tile of 8 rows when that is nearly free (1500 -> 1504 rows: 8x32 tiles instead of 6x16, 154 -> 230 GFLOPS
   # on one core), else 8 or 4 rows for at most a quarter more
   if tile is None or k.full_shape[tile] <= 8 or fits(tile, (8,)) or pad(tile, (8,), waste=32): return
-  if not fits(tile, (4,)): pad(tile, (8, 4))
+  if not fits(tile, (4,)) and not fitted: pad(tile, (8, 4))
 
 def _block_for_cache(k: Kernel, l2_bytes: int = 2 << 20) -> None:
   """Heuristic: a matmul whose B (the input walked along the lane axis and strided along the reduce) is over

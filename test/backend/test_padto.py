@@ -321,6 +321,16 @@ def test_heuristic_kblocked_matmul_numbers(m: int, k: int, n: int, ta: bool, tb:
   if not tb: assert "KBLOCK" in [o.op for o in applied(x @ y)]
   np.testing.assert_allclose((x @ y).numpy(), a @ b, rtol=1e-4, atol=1e-3)
 
+def test_heuristic_pads_odd_rows_to_a_tall_tile() -> None:
+  # columns that split into the 8x32 tile already: odd rows pad to 8 when nearly free (they took a tile of 3 rows
+  # at 1023, of 7 at 1001: 29 and 11 GFLOPS), else stay as they were (10 rows of MNIST's last layer's gradient)
+  for m, k, n in ((1023, 1024, 1024), (1001, 40, 64)):
+    ops = [(o.op, o.axis, o.amount) for o in applied(Tensor.empty(m, k) @ Tensor.empty(k, n))]
+    assert ("PADTO", 0, 8) in ops and [o for o in ops if o[0] == "UPCAST"][-1][2] == 8, (m, ops)
+  assert "PADTO" not in [o.op for o in applied(Tensor.empty(10, 512) @ Tensor.empty(512, 576))]
+  a, b = _rng().standard_normal((1001, 40), dtype=np.float32), _rng(1).standard_normal((40, 64), dtype=np.float32)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
 def test_gpu_heuristic_pads_odd_axes_for_work_groups() -> None:
   from attograd.renderer.cstyle import OpenCLRenderer
   x = Tensor.empty(37, 1001)
