@@ -253,13 +253,15 @@ def _block_reduce(k: Kernel, l1_bytes: int = 32 << 10, l2_bytes: int = 2 << 20) 
   gets its reduce in blocks of about 256 (KBLOCK) inside blocks of about 256 columns (BLOCK): a register tile's
   8 rows of A (8 x 256) then stay in L1 while they meet every column of B's block, and that block (256 x 256) stays
   in L2 for every row. The rows evict each other when a tile's 8 rows of the reduce overflow L1 (while B is too big
-  for L2), or when a row stride is near a multiple of 1 KB (its rows then share L1's few sets). One core, interleaved:
+  for L2), or when a row stride makes them share few of L1's sets (1 KB apart, or next to it). One core, interleaved:
   1024 1.13-1.17x, 2048 1.74-1.87x, 1023 1.07x, 768 1.26x, 1536 1.23x, 2000 2.5x, 64x4096x4096 1.66x, 512x3000x1000
   1.5x; strides that spread over the sets (1000, 64x2000x64) measured 0.92-0.97x blocked, so they are left alone."""
   if k.first_reduce != 2 or k.shape_len != 3 or _windowed(k) or k.kblock_unfit() or k.full_shape[2] <= 512: return False
   if any(u.dtype.itemsize != 4 for u in k.sts if u.op is Ops.LOAD): return False
   red = k.full_shape[2]
-  def aliased(stride: int) -> bool: return min(stride * 4 % 1024, -stride * 4 % 1024) < 64
+  # 256 rows this many floats apart touch at most half of L1's 64 sets (4 KB a way): 1024 and 2048 one, 768 four,
+  # 1023 seventeen; 777 or 1000 drift through all of them
+  def aliased(stride: int) -> bool: return len({i * stride * 4 // 64 % 64 for i in range(256)}) <= 32
   strides = [s for st in k.full_loads() for s in st.index_strides() if s not in (0, 1)]
   rows_alias = any(s is not None and aliased(s) for s in strides)
   def near_256(size: int, step: int) -> int:
@@ -270,8 +272,10 @@ def _block_reduce(k: Kernel, l1_bytes: int = 32 << 10, l2_bytes: int = 2 << 20) 
     walk = [st for st in k.full_loads() if st.index_strides()[ax] == 1 and (st.index_strides()[2] or 0) > 1]
     # columns in blocks of a multiple of the 8x32 tile's 32 (the whole axis when it is short)
     if not walk or not _lane_ok(k, ax) or k.full_shape[1 - ax] < 64 or size < 32 or size % 32: continue
-    # a reduce too long for L1 matters only when B is too big to stay in L2 meanwhile (64x2000x64: 0.97x blocked)
+    # a reduce too long for L1 matters only when B is too big to stay in L2 meanwhile (64x2000x64: 0.97x blocked),
+    # and nothing does when both inputs fit in half of L2
     if not rows_alias and not (8 * red * 4 > l1_bytes and red * size * 4 > l2_bytes // 2): return False
+    if (k.full_shape[1 - ax] + size) * red * 4 <= l2_bytes // 2: return False
     if size > 512:
       # the threads split the column blocks: a count of blocks that 4 (else 2) divides, then the size nearest 256
       # (768: 4 blocks of 192, not 3 of 256, whose 2:1 split ran 128x3072x768 at 0.81x on 2 threads)
