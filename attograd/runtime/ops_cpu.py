@@ -195,10 +195,11 @@ class ThreadChoice:
   matmul ran at 17 GFLOPS on 2 threads and 204 on one, with the 2 cores shared by 6 processes. So a call on all
   threads that waited (its wall time over WAITED times the calling thread's own CPU time) is followed by a trial on
   one thread; then the faster setting (by its best of the last WINDOW calls) runs. While one thread runs, all of them
-  are tried again after `interval` calls, and after a waited call on all threads one thread is tried again no sooner:
-  an interval that doubles each time a trial loses (so a slow trial costs less and less) and restarts on a flip. An
-  idle machine never waits long, so there a kernel never runs on one thread. The first call is not counted."""
-  WINDOW, FIRST_CHECK, MAX_INTERVAL, WAITED = 3, 16, 4096, 1.5
+  are tried again after `interval` calls (FIRST_CHECK at first), and after a waited call on all threads one thread
+  is tried again no sooner: an interval that doubles each time a trial loses (so a slow trial costs less and less)
+  and restarts on a flip. An idle machine never waits long, so there a kernel never runs on one thread. The first
+  call is not counted."""
+  WINDOW, FIRST_CHECK, MAX_INTERVAL, WAITED = 3, 4, 4096, 1.5
   def __init__(self) -> None:
     self.calls, self.best, self.trial = 0, 0, False
     self.recent: tuple[list[float], list[float]] = ([], [])  # the last seconds on all threads, on one thread
