@@ -596,8 +596,8 @@ def _short_error(e: BaseException) -> str:
 
 def _base(fw: str) -> str: return fw.removesuffix(" 1 thread")
 
-def run_interleaved(bench: Bench, frameworks: list[str], verbose: bool, warmup: int = 2, min_rounds: int = 5,
-                    max_rounds: int = 15, budget_s: float = 3.0) -> None:
+def run_interleaved(bench: Bench, frameworks: list[str], verbose: bool, warmup: int = 2, min_rounds: int = 7,
+                    max_rounds: int = 21, budget_s: float = 6.0) -> None:
   """Each row: every framework's call once per round, in turns, for at least min_rounds (and up to max_rounds
   within the time budget); each framework's figure is its median. A framework's one-thread variant runs where the
   framework itself does."""
