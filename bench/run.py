@@ -65,6 +65,9 @@ class Bench:
   rows: list[Row]
   # framework -> (row name -> a zero-argument callable that does the work once, synchronized)
   setups: dict[str, Callable[[], dict[str, Callable[[], Any]]]]
+  # time the frameworks in turns, one call each per round (run_interleaved), rather than one after the other: on a
+  # shared machine each then meets the same load. A callable marked `timed_call` runs once and returns its own seconds
+  interleave: bool = False
 
 def _attograd_sync(t: Any) -> Any:
   """Wait until t's kernels have finished, without copying the (possibly huge) result back to the host."""
@@ -95,7 +98,60 @@ def _graph10(x: Any, y: Any, relu: Callable[[Any], Any]) -> Any:
 
 def _chain(x: Any, y: Any, relu: Callable[[Any], Any]) -> Any: return relu(x * 2.0 + y) * 3.0 - 1.0  # 5 ops
 
+# a peer on one core, in a process of its own started with its thread pools at 1 (OpenBLAS, MKL and OpenMP read the
+# environment once, at load): it reads a size per line, times one (n, n) @ (n, n) matmul and writes the seconds
+_ONE_THREAD_PEER = """
+import sys, time
+import numpy as np
+fw, mats = sys.argv[1], {}
+for line in sys.stdin:
+  n = int(line)
+  if n not in mats:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+    if fw == "torch":
+      import torch
+      torch.set_num_threads(1)
+      a, b = torch.from_numpy(a), torch.from_numpy(b)
+    mats[n] = (a, b)
+    for _ in range(2): a @ b
+  a, b = mats[n]
+  st = time.perf_counter()
+  a @ b
+  print(time.perf_counter() - st, flush=True)
+"""
+
+class OneThreadPeer:
+  """NumPy or PyTorch on one core, in a child process kept for the run (one per framework): time(n) is one matmul's
+  seconds there. Some BLAS builds are faster on one thread than on two busy cores; the peer's best counts."""
+  _children: dict[str, OneThreadPeer] = {}
+  def __init__(self, fw: str):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    self.proc = subprocess.Popen([sys.executable, "-c", _ONE_THREAD_PEER, fw], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True, env=env)
+  @classmethod
+  def get(cls, fw: str) -> OneThreadPeer:
+    if (p := cls._children.get(fw)) is None or p.proc.poll() is not None: p = cls._children[fw] = cls(fw)
+    return p
+  def time(self, n: int) -> float:
+    assert self.proc.stdin is not None and self.proc.stdout is not None
+    self.proc.stdin.write(f"{n}\n")
+    self.proc.stdin.flush()
+    if not (line := self.proc.stdout.readline()): raise RuntimeError(f"the one-thread peer exited ({self.proc.wait()})")
+    return float(line)
+  @classmethod
+  def close_all(cls) -> None:
+    for p in cls._children.values():
+      if p.proc.stdin is not None: p.proc.stdin.close()  # its loop ends: it exits
+      p.proc.wait()
+    cls._children.clear()
+
+def _timed_call(fn: Callable[[], float]) -> Callable[[], float]:
+  fn.timed_call = True  # type: ignore[attr-defined]
+  return fn
+
 def make_matmul(n: int) -> Bench:
+  """An (n, n) @ (n, n) float32 matmul; the peers at their default threads and on one thread, timed in turns."""
   rng = np.random.default_rng(0)
   a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
   row = Row(f"matmul {n}x{n}", "GFLOPS", 2.0 * n**3)
@@ -108,7 +164,11 @@ def make_matmul(n: int) -> Bench:
     import torch
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     return {row.name: lambda: ta @ tb}
-  return Bench("matmul", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: a @ b}, "torch": torch})
+  def one_thread(fw: str) -> Callable[[], dict[str, Callable[[], Any]]]:
+    return lambda: {row.name: _timed_call(lambda: OneThreadPeer.get(fw).time(n))}
+  return Bench("matmul", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: a @ b}, "torch": torch,
+                                 "numpy 1 thread": one_thread("numpy"), "torch 1 thread": one_thread("torch")},
+               interleave=True)
 
 def make_elementwise(n: int) -> Bench:
   rng = np.random.default_rng(1)
@@ -307,7 +367,8 @@ def _merge(name: str, benches: list[Bench]) -> Bench:
   fws = {fw for b in benches for fw in b.setups}
   def merged(fw: str) -> Callable[[], dict[str, Callable[[], Any]]]:
     return lambda: {k: v for b in benches if fw in b.setups for k, v in b.setups[fw]().items()}
-  return Bench(name, [r for b in benches for r in b.rows], {fw: merged(fw) for fw in fws})
+  return Bench(name, [r for b in benches for r in b.rows], {fw: merged(fw) for fw in fws},
+               interleave=any(b.interleave for b in benches))
 
 def make_softmax(n: int) -> Bench:
   """Softmax over the rows of an (n, n) float32 matrix; bytes counted once (read the input, write the output)."""
@@ -515,8 +576,8 @@ def make_firstrun(s: Sizes) -> Bench:
   return Bench("firstrun", rows, {fw: setup(fw) for fw in ("attograd", "torch", "tinygrad")})
 
 BENCHES: dict[str, Callable[[Sizes], Bench]] = {
-  "matmul": lambda s: _merge("matmul",
-                             [make_matmul(n) for n in ((512, 1024, 2048) if s.matmul == 1024 else (s.matmul,))]),
+  "matmul": lambda s: _merge("matmul", [make_matmul(n) for n in
+                                       ((512, 1024, 2048, 1023, 1500) if s.matmul == 1024 else (s.matmul,))]),
   "softmax": lambda s: make_softmax(s.matmul * 4),
   "latency": lambda s: make_latency(s.matmul),
   "elementwise": lambda s: make_elementwise(s.elementwise),
@@ -533,7 +594,45 @@ def _short_error(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
   return f"{type(e).__name__}: {msg}"[:160]
 
+def _base(fw: str) -> str: return fw.removesuffix(" 1 thread")
+
+def run_interleaved(bench: Bench, frameworks: list[str], verbose: bool, warmup: int = 2, min_rounds: int = 7,
+                    max_rounds: int = 21, budget_s: float = 6.0) -> None:
+  """Each row: every framework's call once per round, in turns, for at least min_rounds (and up to max_rounds
+  within the time budget); each framework's figure is its median. A framework's one-thread variant runs where the
+  framework itself does."""
+  fns: dict[str, dict[str, Callable[[], Any]]] = {}
+  for fw in bench.setups:
+    if _base(fw) not in frameworks: continue
+    try: fns[fw] = bench.setups[fw]()
+    except Exception as e:
+      if verbose: traceback.print_exc()
+      for row in bench.rows: row.values[fw] = _short_error(e)
+  def once(fn: Callable[[], Any]) -> float:
+    if getattr(fn, "timed_call", False): return float(fn())
+    st = time.perf_counter()
+    fn()
+    return time.perf_counter() - st
+  for row in bench.rows:
+    live = {fw: f[row.name] for fw, f in fns.items() if row.name in f}
+    times: dict[str, list[float]] = {fw: [] for fw in live}
+    start = time.perf_counter()
+    for r in range(warmup + max_rounds):
+      if r >= warmup + min_rounds and time.perf_counter() - start > budget_s: break
+      for fw, fn in list(live.items()):
+        try: t = once(fn)
+        except Exception as e:
+          if verbose: traceback.print_exc()
+          row.values[fw] = _short_error(e)
+          del live[fw]
+          continue
+        if r >= warmup: times[fw].append(t)
+    for fw in live: row.values[fw] = row.figure(statistics.median(times[fw]))
+
 def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
+  if bench.interleave:
+    try: return run_interleaved(bench, frameworks, verbose)
+    finally: OneThreadPeer.close_all()
   for fw in frameworks:
     if fw not in bench.setups: continue  # e.g. NumPy has no autograd: the cell stays "-"
     try:
@@ -560,7 +659,7 @@ def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
 
 LOWER_IS_BETTER = ("us", "ms", "s")
 # the peers "vs best" compares with; onnxruntime is the ONNX rows' peer (its default threads and 1 thread)
-PEERS = ("numpy", "torch", "tinygrad", "onnxruntime", "onnxruntime 1 thread")
+PEERS = ("numpy", "torch", "tinygrad", "onnxruntime", "onnxruntime 1 thread", "numpy 1 thread", "torch 1 thread")
 # groups measured by their own modules (each runs its frameworks itself, in turns or in separate processes); a group
 # whose optional packages are missing is skipped with the reason, not counted as a failure
 GROUPS = ("llm", "onnx", "distributed", "gpu")

@@ -70,7 +70,7 @@ def hand_coded_optimizations(k: Kernel, thread_min: tuple[int, int] = (32768, 1 
     return
   if 0 < k.first_reduce < k.shape_len:
     _pad_odd_axes(k)
-    _block_for_cache(k)
+    if not _block_reduce(k): _block_for_cache(k)
     def amt_of(ax: int, amts: tuple[int, ...]) -> int:
       return next((a for a in amts if k.full_shape[ax] % a == 0 and k.full_shape[ax] >= a), 0)
     # the widest lanes win; on a tie, an axis the output is stored contiguously along, then the innermost
@@ -208,6 +208,7 @@ def _pad_odd_axes(k: Kernel) -> None:
   8 lanes fit already); then pad an odd-sized output axis the lanes' loads repeat along to a multiple of 8 for a
   register tile. E.g. a 1023x1023 matmul runs as 1024x1024 tiles with the last row and column masked."""
   if not 0 < k.first_reduce < k.shape_len or _windowed(k): return
+  fitted = False  # the lane axis needed no padding: its kernel was left as it was unless a tall tile is nearly free
   def fits(ax: int, amts: tuple[int, ...]) -> bool: return any(k.full_shape[ax] % a == 0 for a in amts)
   def pad(ax: int, amts: tuple[int, ...], waste: int = 4) -> bool:
     size = k.full_shape[ax]
@@ -221,8 +222,10 @@ def _pad_odd_axes(k: Kernel) -> None:
   outs = [ax for ax in range(k.first_reduce) if _lane_ok(k, ax, strided_store=True)]
   # the output axis stored contiguously first, then the innermost; else the reduce axis (a dot product)
   order = sorted(outs, key=lambda ax: (not _lane_ok(k, ax), -ax)) + ([last] if _lane_ok(k, last) else [])
-  if any(fits(ax, (32,)) for ax in order): return
-  if any(fits(ax, (8,)) for ax in order):  # 8 or 16 lanes already: pad only when nearly free (1000 -> 1024)
+  # a lane axis that splits into the 8x32 tile's columns already: only the tile's rows may need padding (1023 rows of
+  # a 1023x1024 @ 1024x1024 took a tile of 3 rows, 29 GFLOPS)
+  if (lane := next((ax for ax in order if fits(ax, (32,))), None)) is not None: fitted = True
+  elif any(fits(ax, (8,)) for ax in order):  # 8 or 16 lanes already: pad only when nearly free (1000 -> 1024)
     lane = next((ax for ax in order if fits(ax, (8,)) and k.full_shape[ax] >= 256 and pad(ax, (32,), waste=32)),
                 None)
     if lane is None and not any(fits(ax, (16,)) for ax in order):
@@ -232,7 +235,10 @@ def _pad_odd_axes(k: Kernel) -> None:
   vec = [st for st in k.full_loads() if st.index_strides()[lane] == 1]
   tile = next((ax for ax in reversed(range(k.first_reduce)) if ax != lane
                and any(st.index_strides()[ax] == 0 for st in vec)), None)
-  if tile is not None and k.full_shape[tile] > 8 and not fits(tile, (8, 4)): pad(tile, (8, 4))
+  # a tall tile of 8 rows when that is nearly free (1500 -> 1504 rows: 8x32 tiles instead of 6x16, 154 -> 230 GFLOPS
+  # on one core), else 8 or 4 rows for at most a quarter more
+  if tile is None or k.full_shape[tile] <= 8 or fits(tile, (8,)) or pad(tile, (8,), waste=32): return
+  if not fits(tile, (4,)) and not fitted: pad(tile, (8, 4))
 
 def _block_for_cache(k: Kernel, l2_bytes: int = 2 << 20) -> None:
   """Heuristic: a matmul whose B (the input walked along the lane axis and strided along the reduce) is over
@@ -252,6 +258,44 @@ def _block_for_cache(k: Kernel, l2_bytes: int = 2 << 20) -> None:
     while blk * 2 * red * item <= l2_bytes and size % (blk * 2) == 0: blk *= 2
     if blk < size and size % blk == 0: k.apply_opt(Opt("BLOCK", ax, blk))
     return
+
+def _block_reduce(k: Kernel, l1_bytes: int = 32 << 10, l2_bytes: int = 2 << 20) -> bool:
+  """Heuristic: a float32 matmul (at least 64 rows, a reduce over 512 long) whose rows of A evict each other from L1
+  gets its reduce in blocks of about 256 (KBLOCK) inside blocks of about 256 columns (BLOCK): a register tile's
+  8 rows of A (8 x 256) then stay in L1 while they meet every column of B's block, and that block (256 x 256) stays
+  in L2 for every row. The rows evict each other when a tile's 8 rows of the reduce overflow L1 (while B is too big
+  for L2), or when a row stride makes them share few of L1's sets (1 KB apart, or next to it). One core, interleaved:
+  1024 1.13-1.17x, 2048 1.74-1.87x, 1023 1.07x, 768 1.26x, 1536 1.23x, 2000 2.5x, 64x4096x4096 1.66x, 512x3000x1000
+  1.5x; strides that spread over the sets (1000, 64x2000x64) measured 0.92-0.97x blocked, so they are left alone."""
+  if k.first_reduce != 2 or k.shape_len != 3 or _windowed(k) or k.kblock_unfit() or k.full_shape[2] <= 512: return False
+  if any(u.dtype.itemsize != 4 for u in k.sts if u.op is Ops.LOAD): return False
+  red = k.full_shape[2]
+  # 256 rows this many floats apart touch at most half of L1's 64 sets (4 KB a way): 1024 and 2048 one, 768 four,
+  # 1023 seventeen; 777 or 1000 drift through all of them
+  def aliased(stride: int) -> bool: return len({i * stride * 4 // 64 % 64 for i in range(256)}) <= 32
+  strides = [s for st in k.full_loads() for s in st.index_strides() if s not in (0, 1)]
+  rows_alias = any(s is not None and aliased(s) for s in strides)
+  def near_256(size: int, step: int) -> int:
+    return min((d for d in range(128, 513, step) if size % d == 0), key=lambda d: abs(d - 256), default=0)
+  if not (kc := near_256(red, 1)): return False
+  for ax in (1, 0):
+    size = k.full_shape[ax]
+    walk = [st for st in k.full_loads() if st.index_strides()[ax] == 1 and (st.index_strides()[2] or 0) > 1]
+    # columns in blocks of a multiple of the 8x32 tile's 32 (the whole axis when it is short)
+    if not walk or not _lane_ok(k, ax) or k.full_shape[1 - ax] < 64 or size < 32 or size % 32: continue
+    # a reduce too long for L1 matters only when B is too big to stay in L2 meanwhile (64x2000x64: 0.97x blocked),
+    # and nothing does when both inputs fit in half of L2
+    if not rows_alias and not (8 * red * 4 > l1_bytes and red * size * 4 > l2_bytes // 2): return False
+    if (k.full_shape[1 - ax] + size) * red * 4 <= l2_bytes // 2: return False
+    if size > 512:
+      # the threads split the column blocks: a count of blocks that 4 (else 2) divides, then the size nearest 256
+      # (768: 4 blocks of 192, not 3 of 256, whose 2:1 split ran 128x3072x768 at 0.81x on 2 threads)
+      blks = [d for d in range(128, 513, 32) if size % d == 0]
+      if not blks: continue
+      k.apply_opt(Opt("BLOCK", ax, min(blks, key=lambda d: (size // d % 4 != 0, size // d % 2 != 0, abs(d - 256)))))
+    k.apply_opt(Opt("KBLOCK", k.shape_len - 1, kc))  # the reduce axis, after BLOCK's block axis if any
+    return True
+  return False
 
 def _pad_for_locals(k: Kernel) -> None:
   """GPU heuristic: an odd innermost output axis (1001) gets no work-group split at all; pad it to a multiple of

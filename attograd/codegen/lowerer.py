@@ -36,6 +36,8 @@ def lower(k: Kernel, vectors: bool = False, gpu: bool = False, global_max: tuple
   """The kernel as a SINK of STOREs over RANGE loops (REDUCE nodes still carry their ranges). With vectors, the
   kernel's lane axis becomes the lanes of vector values where every use allows it; otherwise it is unrolled.
   gpu=True: output axes (and LOCAL/GROUP axes) are work-group and thread indices (SPECIAL) instead of loops."""
+  if gpu and k.kblock is not None:  # its block loop would be a thread index: the blocks' sums would race
+    raise ValueError(f"KBLOCK: reduce blocks summed through the output need a CPU renderer, kernel {k.full_shape}")
   if k.tc is not None:
     if not gpu: raise ValueError(f"TC: tensor cores need a GPU renderer, kernel shape {k.full_shape}")
     return _lower_tc(k, global_max)
@@ -142,6 +144,11 @@ def lower_reduce_rule(ctx: LowerCtx, x: UOp) -> UOp:
     src = copies[0]
     for c in copies[1:]: src = UOp(op, src.dtype, (src, c))
   out = UOp(Ops.REDUCE, x.dtype, (src,) + ctx.reduce_ranges, op) if ctx.reduce_ranges else src
+  if (kb := ctx.k.kblock) is not None:  # reduce blocks (KBLOCK): add what the blocks before stored (none for the first)
+    ast_store = next(u for u in ctx.k.sts if u.op is Ops.STORE)
+    idx, _ = ctx.k.sts[ast_store].to_indexed(ctx.out_idxs, ctx.d)
+    gate = _pad_valid(ctx.k, ast_store, ctx.idxs, UOp.const(ctx.d, 0) < ctx.idxs[kb])
+    out = out + UOp(Ops.LOAD, x.dtype, (ast_store.src[0], idx, gate))
   return _group_reduce(ctx.k, out, ctx.specials or {}, op, ctx.n_reduce) if ctx.k.grouped else out
 
 # the AST's own nodes have views as sources; what the rules make never does, so nothing is lowered twice. Every other
@@ -483,7 +490,7 @@ def _pad_valid(k: Kernel, u: UOp, idxs: list[UOp], valid: UOp) -> UOp:
 
 def _first_loop(k: Kernel) -> int:
   for i, s in enumerate(k.full_shape):
-    if s != 1 and i not in k.upcasted: return i
+    if s != 1 and i not in k.upcasted and i != k.kblock: return i
   return -1
 
 def _load(u: UOp, idx: UOp, valid: UOp) -> UOp:

@@ -1,7 +1,7 @@
 """The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with
 OpenMP."""
 from __future__ import annotations
-import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, weakref
+import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, time, weakref
 from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
                              disk_cache_put, host_bytes, split_symbol)
 from attograd.renderer.cstyle import ClangRenderer
@@ -206,22 +206,84 @@ def _dlclose(handle: int) -> None:
   try: _ctypes.dlclose(handle)
   except OSError: pass
 
+class ThreadChoice:
+  """Whether a parallel kernel runs on all of OpenMP's threads (0) or on one (1), chosen by timing its calls. On a
+  machine whose other cores are busy, a parallel loop waits at its end for a thread that got no core: a 512x512
+  matmul ran at 17 GFLOPS on 2 threads and 204 on one, with the 2 cores shared by 6 processes. So a call on all
+  threads that waited (its wall time over WAITED times the calling thread's own CPU time) is followed by a trial on
+  one thread; then the faster setting (by its best of the last WINDOW calls) runs. While one thread runs, all of them
+  are tried again after `interval` calls (FIRST_CHECK at first), and after a waited call on all threads one thread
+  is tried again no sooner: an interval that doubles each time a trial loses (so a slow trial costs less and less)
+  and restarts on a flip. An idle machine never waits long, so there a kernel never runs on one thread. The first
+  call is not counted."""
+  WINDOW, FIRST_CHECK, MAX_INTERVAL, WAITED = 3, 4, 4096, 1.5
+  def __init__(self) -> None:
+    self.calls, self.best, self.trial = 0, 0, False
+    self.recent: tuple[list[float], list[float]] = ([], [])  # the last seconds on all threads, on one thread
+    self.interval, self.next_check = self.FIRST_CHECK, 0
+  def pick(self) -> int: return 1 - self.best if self.trial else self.best
+  def record(self, which: int, wall: float, cpu: float) -> None:
+    c, self.calls, was_trial, self.trial = self.calls, self.calls + 1, self.trial, False
+    if c == 0: return
+    r = self.recent[which]
+    r.append(wall)
+    del r[:-self.WINDOW]
+    if self.recent[0] and self.recent[1]:
+      faster = 0 if min(self.recent[0]) <= min(self.recent[1]) else 1
+      if faster != self.best: self.best, self.interval, self.next_check = faster, self.FIRST_CHECK, 0
+      elif was_trial: self.interval = min(self.interval * 2, self.MAX_INTERVAL)
+      if was_trial or faster != self.best: self.next_check = self.calls + self.interval
+    if self.calls >= self.next_check: self.trial = self.best == 1 or (which == 0 and wall > self.WAITED * cpu)
+
+_omp: list[object] = []  # [omp_set_num_threads, the threads a parallel loop gets by default, the count set now]
+
+def _omp_threads() -> list[object] | None:
+  """OpenMP's thread-count controls, from the runtime the kernels loaded (None before one is loaded, without one, or
+  with one thread)."""
+  if not _omp:
+    for name in ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so"):
+      try: rt = ctypes.CDLL(name, mode=os.RTLD_NOLOAD)  # type: ignore[attr-defined]
+      except (OSError, AttributeError): continue
+      rt.omp_set_num_threads.argtypes, rt.omp_set_num_threads.restype = [ctypes.c_int], None
+      n = int(rt.omp_get_max_threads())
+      _omp.extend([rt.omp_set_num_threads, n, n])
+      break
+  return _omp if _omp and _omp[1] > 1 else None  # type: ignore[operator]
+
 class CPUProgram:
   """A compiled kernel; call it with buffer addresses and variable values. `lib` is the library's bytes, or a
-  library already loaded (a quick build holds many kernels: it is loaded once)."""
+  library already loaded (a quick build holds many kernels: it is loaded once). A kernel with a parallel loop
+  (gcc outlines it as NAME._omp_fn.N) runs on all threads or on one, as ThreadChoice times best, so it is always
+  called through __call__: the engine and the JIT call `fxn` directly only once its argument types are set, and
+  __call__ sets them on its own copy of the function (`_fxn`) instead."""
   def __init__(self, name: str, lib: bytes | ctypes.CDLL):
+    parallel = False
     if not isinstance(lib, ctypes.CDLL):
       lib, sym = split_symbol(lib)  # a kernel built in a batch: its function's name there
       name = sym or name
+      parallel = f"{name}._omp_fn.".encode() in lib
     self.lib = lib if isinstance(lib, ctypes.CDLL) else load_library(lib)
     self.fxn = getattr(self.lib, name)
     self.fxn.restype = None
+    self.threads = ThreadChoice() if parallel and _omp_threads() is not None else None
+    self._fxn = self.fxn if self.threads is None else self.lib[name]  # lib[name]: a new function object
+    self._fxn.restype = None
     self._argtypes_set = False
   def __call__(self, *bufs: int, vals: tuple[int, ...] = ()) -> None:
+    fxn = self._fxn
     if not self._argtypes_set:
-      self.fxn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)
+      fxn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)
       self._argtypes_set = True
-    self.fxn(*bufs, *vals)
+    if (tc := self.threads) is None: return fxn(*bufs, *vals)
+    omp = _omp_threads()
+    assert omp is not None
+    which = tc.pick()
+    if omp[2] != (want := 1 if which else omp[1]):
+      omp[0](want)  # type: ignore[operator]
+      omp[2] = want
+    st, cpu = time.perf_counter(), time.thread_time()
+    fxn(*bufs, *vals)
+    tc.record(which, time.perf_counter() - st, time.thread_time() - cpu)
 
 class CPUDevice(Compiled):
   def __init__(self, device: str):

@@ -225,10 +225,111 @@ def test_heuristic_blocks_big_matmuls_only() -> None:
   def opts(n: int) -> list[tuple[str, int]]:
     items, _ = create_schedule([(Tensor.empty(n, n) @ Tensor.empty(n, n)).uop])
     return [(o.op, o.amount) for o in get_program(items[-1].ast, Device["CPU"].renderer).applied_opts]
-  assert ("BLOCK", 256) in opts(2048)
-  assert "BLOCK" not in [o for o, _ in opts(1024)] and ("UPCAST", 2) in opts(1024)  # the 8x32 tile
+  assert ("BLOCK", 256) in opts(2048) and ("UPCAST", 2) in opts(2048)  # the 8x32 tile
+  assert "BLOCK" not in [o for o, _ in opts(512)] and ("UPCAST", 2) in opts(512)
   from attograd.codegen.search import _actions
   assert Opt("BLOCK", 1, 64) in _actions(_kernel(Tensor.empty(256, 256) @ Tensor.empty(256, 256)))
+
+# ***** reduce blocking (KBLOCK) *****
+
+def kblock_plan(blk: int, kc: int, pad: int = 0, lanes: int = 4, tile: int = 2, thread: bool = True) -> Plan:
+  """Rows padded to `pad`, columns in blocks of blk (none if 0), the reduce in blocks of kc, lanes on the columns, a
+  tile of rows, threads."""
+  def plan(k: Kernel) -> None:
+    if (k.first_reduce, k.shape_len) != (2, 3): return  # the matmul only
+    if pad: k.apply_opt(Opt("PADTO", 0, pad))
+    if blk: k.apply_opt(Opt("BLOCK", 1, blk))
+    k.apply_opt(Opt("KBLOCK", k.shape_len - 1, kc))
+    rows, cols = k.first_reduce - 2, k.first_reduce - 1
+    if k.full_shape[cols] % lanes == 0: k.apply_opt(Opt("LANES", cols, lanes))
+    if k.full_shape[rows] % tile == 0: k.apply_opt(Opt("UPCAST", rows, tile))
+    if thread: k.apply_opt(Opt("THREAD", 0, 0))
+  return plan
+
+@pytest.mark.parametrize("m,k,n,blk,kc,pad", [(8, 12, 32, 16, 4, 0), (9, 21, 48, 16, 7, 4), (6, 30, 20, 0, 10, 0),
+                                              (5, 9, 8, 0, 3, 2), (16, 64, 64, 32, 16, 0)])
+def test_kblocked_matmul(device: str, forced, m: int, k: int, n: int, blk: int, kc: int, pad: int) -> None:
+  """Each block of the reduce adds its sums to what the blocks before stored; the first reads nothing (the output
+  starts as garbage: NaNs here), padded rows read and store nothing."""
+  if Device[device].renderer.has_local: pytest.skip("KBLOCK is a CPU action (its block loop would be a thread index)")
+  forced(kblock_plan(blk, kc, pad))
+  a, b = _rng().standard_normal((m, k), dtype=np.float32), _rng(1).standard_normal((k, n), dtype=np.float32)
+  garbage = Tensor.full((m, n), float("nan")).contiguous().realize()
+  del garbage  # its memory is free for the matmul's output (the allocator reuses it)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(Tensor(a.astype(np.float64)).dot(Tensor(b.astype(np.float64))).numpy(), a @ b.astype(
+    np.float64), rtol=1e-6, atol=1e-6)
+
+def test_kblock_moves_the_reduce_blocks_among_the_output_loops() -> None:
+  k = _kernel(Tensor.rand(24, 12).realize() @ Tensor.rand(12, 64).realize())
+  k.apply_opt(Opt("BLOCK", 1, 16))
+  k.apply_opt(Opt("KBLOCK", 3, 4))
+  # after the column blocks (the loop threads split): each thread adds to its own columns only
+  assert k.full_shape == (4, 3, 24, 16, 4) and k.first_reduce == 4 and k.kblock == 1
+  with pytest.raises(ValueError, match="comes before"): k.apply_opt(Opt("KBLOCK", 4, 2))
+  with pytest.raises(ValueError, match="reduce's blocks"): k.apply_opt(Opt("UPCAST", 1, 3))
+  with pytest.raises(ValueError, match="reduce blocks"): k.apply_opt(Opt("PADTO", 1, 4))
+  k2 = _kernel(Tensor.rand(24, 12).realize() @ Tensor.rand(12, 64).realize())
+  k2.apply_opt(Opt("KBLOCK", 2, 3))
+  assert k2.full_shape == (24, 4, 64, 3) and k2.kblock == 1
+  k2.apply_opt(Opt("UPCAST", 0, 2))  # a split before the blocks' axis moves it
+  assert k2.full_shape == (12, 2, 4, 64, 3) and k2.kblock == 2
+  k2.apply_opt(Opt("THREAD", 0, 0))
+  src = get_program(k2.ast, Device["CPU"].renderer, list(k2.applied)).src
+  # one parallel region: the threads split the rows, the reduce blocks' loop runs inside each thread's rows
+  assert src.count("#pragma omp parallel for") == 1, src
+  assert src.index("#pragma omp parallel for") < src.index("for (int ridx0") < src.index("for (int ridx2"), src
+
+def test_kblock_refuses_what_the_partial_sums_would_break() -> None:
+  a, b = Tensor.rand(8, 12).realize(), Tensor.rand(12, 8).realize()
+  for t in ((a @ b).relu(), a @ b + 1, (a.half() @ b.half()), (a < 0.5).sum(1), (a @ b).cast("float16")):
+    with pytest.raises(ValueError, match="one float sum"): _kernel(t).apply_opt(Opt("KBLOCK", 2 if t.ndim == 2 else 1,
+                                                                                     2 if t.ndim == 2 else 4))
+  with pytest.raises(ValueError, match="not a multiple"): _kernel(a @ b).apply_opt(Opt("KBLOCK", 2, 5))
+  with pytest.raises(ValueError, match="reduce axis"): _kernel(a @ b).apply_opt(Opt("KBLOCK", 1, 4))
+  from attograd.codegen.lowerer import lower
+  k = _kernel(a @ b)
+  k.apply_opt(Opt("KBLOCK", 2, 4))
+  with pytest.raises(ValueError, match="CPU renderer"): lower(k, gpu=True)
+
+def test_heuristic_blocks_long_reduces_of_big_matmuls() -> None:
+  def opts(m: int, k: int, n: int) -> list[tuple[str, int]]:
+    items, _ = create_schedule([(Tensor.empty(m, k) @ Tensor.empty(k, n)).uop])
+    return [(o.op, o.amount) for o in get_program(items[-1].ast, Device["CPU"].renderer).applied_opts]
+  # rows 4 KB apart share L1's sets: blocked
+  for n in (768, 1024, 2048): assert ("KBLOCK", 256) in opts(n, n, n)
+  assert ("BLOCK", 256) in opts(1024, 1024, 1024) and ("BLOCK", 256) in opts(2048, 2048, 2048)
+  # the threads split the column blocks: 4 of 192 columns rather than 3 of 256, 8 of 288 rather than 9 of 256
+  assert ("BLOCK", 192) in opts(768, 768, 768) and ("BLOCK", 288) in opts(128, 768, 2304)
+  assert ("KBLOCK", 256) in opts(2048, 2048, 128) and "BLOCK" not in [o for o, _ in opts(2048, 2048, 128)]
+  assert ("KBLOCK", 341) in opts(1023, 1023, 1023)  # a divisor of 1023 near 256; rows and columns padded to 1024
+  # 8 rows of a 2000 long reduce overflow L1: 2016 padded columns in blocks of 224
+  assert ("BLOCK", 224) in opts(2000, 2000, 2000) and ("KBLOCK", 250) in opts(2000, 2000, 2000)
+  # rows spread over L1's sets, short reduces, few rows, no block of columns, a matrix-vector product: left alone
+  for m, k, n in ((1000, 1000, 1000), (512, 512, 512), (1500, 1500, 1500), (32, 2048, 2048), (1024, 4096, 1)):
+    assert "KBLOCK" not in [o for o, _ in opts(m, k, n)], (m, k, n)
+  # 1500 rows padded to 1504 for 8-row tiles (8x32, not 6x16)
+  assert ("PADTO", 8) in opts(1500, 1500, 1500) and ("UPCAST", 8) in opts(1500, 1500, 1500)
+
+@pytest.mark.parametrize("m,k,n,ta,tb", [(64, 600, 512, False, False), (100, 1023, 512, False, False),
+                                         (72, 768, 512, True, False), (64, 640, 512, False, True)])
+def test_heuristic_kblocked_matmul_numbers(m: int, k: int, n: int, ta: bool, tb: bool) -> None:
+  """The heuristic's reduce blocks (where it picks them) give NumPy's numbers, transposed operands included."""
+  a, b = _rng().standard_normal((m, k), dtype=np.float32), _rng(1).standard_normal((k, n), dtype=np.float32)
+  x = Tensor(np.ascontiguousarray(a.T)).realize().T if ta else Tensor(a).realize()
+  y = Tensor(np.ascontiguousarray(b.T)).realize().T if tb else Tensor(b).realize()
+  if not tb: assert "KBLOCK" in [o.op for o in applied(x @ y)]
+  np.testing.assert_allclose((x @ y).numpy(), a @ b, rtol=1e-4, atol=1e-3)
+
+def test_heuristic_pads_odd_rows_to_a_tall_tile() -> None:
+  # columns that split into the 8x32 tile already: odd rows pad to 8 when nearly free (they took a tile of 3 rows
+  # at 1023, of 7 at 1001: 29 and 11 GFLOPS), else stay as they were (10 rows of MNIST's last layer's gradient)
+  for m, k, n in ((1023, 1024, 1024), (1001, 40, 64)):
+    ops = [(o.op, o.axis, o.amount) for o in applied(Tensor.empty(m, k) @ Tensor.empty(k, n))]
+    assert ("PADTO", 0, 8) in ops and [o for o in ops if o[0] == "UPCAST"][-1][2] == 8, (m, ops)
+  assert "PADTO" not in [o.op for o in applied(Tensor.empty(10, 512) @ Tensor.empty(512, 576))]
+  a, b = _rng().standard_normal((1001, 40), dtype=np.float32), _rng(1).standard_normal((40, 64), dtype=np.float32)
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 def test_gpu_heuristic_pads_odd_axes_for_work_groups() -> None:
   from attograd.renderer.cstyle import OpenCLRenderer

@@ -80,3 +80,30 @@ def test_firstrun_rows_have_tinygrad_as_a_peer() -> None:
   script = bench.run._FIRST_RUN["pool"].format(fw="tinygrad", a=0, b=0)
   # tinygrad 0.14 has no requires_grad: only attograd's branch asks for it
   assert "from tinygrad import Tensor" in script and 'if "tinygrad" == "attograd":' in script
+
+def test_matmul_rows_time_the_peers_in_turns_and_on_one_thread() -> None:
+  # issue 20: matmul 512/1024/2048 and odd sizes against NumPy and PyTorch at their best (default threads or one),
+  # all timed in turns so that a busy machine weighs on each alike
+  import bench.run as br
+  order: list[str] = []
+  def setup(fw: str) -> Any: return lambda: {"r": lambda: order.append(fw)}
+  one = br._timed_call(lambda: (order.append("n1"), 0.5)[1])  # times itself (in its own process): 0.5 s
+  b = br.Bench("x", [br.Row("r", "GFLOPS", 1e9)], {"attograd": setup("a"), "numpy": setup("n"),
+                                                    "numpy 1 thread": lambda: {"r": one}, "tinygrad": setup("t")},
+               interleave=True)
+  br.run_interleaved(b, ["attograd", "numpy"], False, warmup=1, min_rounds=3, max_rounds=3)
+  assert order == ["a", "n", "n1"] * 4  # one warmup round, three timed; tinygrad isn't among the frameworks
+  assert b.rows[0].values["numpy 1 thread"] == 2.0 and "numpy 1 thread" in br.PEERS and "torch 1 thread" in br.PEERS
+  assert br.ratio_to_best(br.Row("m", "GFLOPS", 1.0, {"attograd": 3.0, "numpy": 1.0, "torch 1 thread": 2.0})) == 1.5
+  full = br.BENCHES["matmul"](br.FULL)
+  assert [r.name for r in full.rows] == [f"matmul {n}x{n}" for n in (512, 1024, 2048, 1023, 1500)]
+  assert full.interleave and {"numpy 1 thread", "torch 1 thread"} <= set(full.setups)
+
+def test_one_thread_peer_runs_in_its_own_process() -> None:
+  import bench.run as br
+  try:
+    peer = br.OneThreadPeer.get("numpy")
+    assert br.OneThreadPeer.get("numpy") is peer and 0 < peer.time(64) < 10
+    assert peer.proc.pid != __import__("os").getpid()
+  finally: br.OneThreadPeer.close_all()
+  assert peer.proc.poll() == 0 and not br.OneThreadPeer._children

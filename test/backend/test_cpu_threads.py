@@ -1,0 +1,62 @@
+"""The CPU runtime's choice of threads for a parallel kernel (runtime/ops_cpu.py ThreadChoice): all of OpenMP's threads
+unless a call waits on threads that got no core, then whichever setting its recent calls measured faster."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from attograd import Tensor
+from attograd.engine import realize
+from attograd.runtime import ops_cpu
+from attograd.runtime.ops_cpu import ThreadChoice
+
+def _run(tc: ThreadChoice, timings: list[tuple[float, float, float]]) -> list[int]:
+  """Feed (seconds on all threads: wall, own CPU; seconds on one thread) per call: the settings picked, in order."""
+  picked = []
+  for multi_wall, multi_cpu, single in timings:
+    which = tc.pick()
+    picked.append(which)
+    tc.record(which, *((multi_wall, multi_cpu) if which == 0 else (single, single)))
+  return picked
+
+def test_idle_machine_stays_on_all_threads() -> None:
+  # all threads take 1 ms, during which the calling thread works 0.9 ms (the others finish with it): no waiting
+  assert _run(ThreadChoice(), [(1e-3, 0.9e-3, 1.8e-3)] * 500) == [0] * 500
+
+def test_busy_cores_move_the_kernel_to_one_thread_and_back() -> None:
+  tc = ThreadChoice()
+  # the other core is busy: on all threads a call waits 10 ms for the thread without a core (1 ms of own work)
+  busy = _run(tc, [(10e-3, 1e-3, 2e-3)] * 200)
+  assert busy[:3] == [0, 0, 1]  # the first call isn't counted; the second waited: one thread is tried, and wins
+  assert tc.best == 1 and sum(busy[3:]) >= 190  # a few trials of all threads, ever rarer
+  trials = [i for i, w in enumerate(busy) if i > 2 and w == 0]
+  assert len(trials) >= 3 and all(b - a > 4 for a, b in zip(trials, trials[1:]))
+  assert trials[-1] - trials[-2] > trials[1] - trials[0]  # the interval grows while the trials lose
+  # the machine goes idle: the next trial of all threads wins, and they stay
+  idle = _run(tc, [(1e-3, 0.9e-3, 2e-3)] * 2000)
+  assert tc.best == 0 and idle[-100:] == [0] * 100
+
+def test_parallel_kernels_choose_their_threads_and_compute_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+  a = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
+  ta = Tensor(a).realize()
+  want = a @ a
+  np.testing.assert_allclose((ta @ ta).numpy(), want, rtol=1e-4, atol=1e-3)
+  prgs = [r.prg for r in realize._runners.values() if getattr(r, "prg", None) is not None]
+  big = [p for p in prgs if isinstance(p, ops_cpu.CPUProgram) and p.threads is not None]
+  if (omp := ops_cpu._omp_threads()) is None: pytest.skip("no OpenMP, or one thread: nothing to choose")
+  assert big, "the 512x512 matmul runs a parallel loop"
+  # the engine's direct calls skip __call__: a parallel kernel's own function never gets its argument types set
+  assert all(p.fxn.argtypes is None and p._fxn is not p.fxn for p in big)
+  (Tensor(a[:4, :4]).realize() + 1).realize()  # a small kernel: no parallel loop
+  cpu = [r for r in realize._runners.values() if isinstance(getattr(r, "prg", None), ops_cpu.CPUProgram)]
+  assert any(r.prg.threads is None for r in cpu)
+  # a program chooses threads exactly when its kernel has a parallel loop
+  assert all((r.prg.threads is not None) == ("omp parallel" in r.spec.src) for r in cpu)
+  # forced onto one thread (and back), the same numbers
+  monkeypatch.setattr(ThreadChoice, "pick", lambda self: 1)
+  try:
+    for _ in range(3): np.testing.assert_allclose((ta @ ta).numpy(), want, rtol=1e-4, atol=1e-3)
+    assert omp is not None and omp[2] == 1
+  finally:
+    monkeypatch.setattr(ThreadChoice, "pick", lambda self: 0)
+    (ta @ ta).realize()
+  assert omp[2] == omp[1] > 1
+
