@@ -264,9 +264,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return format(self.item(), spec)
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
-    if self.numel() != 1:
-      raise RuntimeError(f"the truth value of a Tensor with shape {self.shape} is ambiguous; use .any() or .all()")
-    return bool(self.item())
+    # as tinygrad: a Tensor is lazy and may be on a device, so `if t:` (and `t in [...]`, which compares with ==)
+    # would hide a device sync; read the value with .item() (or reduce with .any()/.all()) to say so
+    raise TypeError(f"the truth value of a Tensor (shape {self.shape}) is not defined: use .item(), .any() or .all()")
   def _new(self, uop: UOp) -> Tensor:
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
@@ -694,14 +694,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       raise TypeError(f"randint: low and high must be ints, got low={low!r} high={high!r}")
     if high <= low: raise ArgumentError(f"randint: needs low < high, got low={low} high={high}")
     dtype = to_dtype(kw.pop("dtype", dtypes.int32))
+    if not dtypes.is_int(dtype): raise TypeError(f"randint: dtype must be an integer dtype, got {dtype}; use uniform")
     u = Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw)
     return (u * (high - low)).floor().cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high < low:
-      raise ArgumentError(f"uniform: needs low <= high, got low={low} high={high}")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high <= low:
+      raise ArgumentError(f"uniform: needs low < high, got low={low} high={high}")
     return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low) + low).cast(dtype)
   @staticmethod
   @_takes_requires_grad
@@ -1332,9 +1333,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     ret = self.cast(acc)._reduce(op, axis, keepdim, name)
     return ret if acc is self.dtype or not dtypes.is_float(self.dtype) else ret.cast(self.dtype)
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
-    if self.dtype is not dtypes.bool and self.numel() == 0 and self._axes(axis, "max") and \
-       any(self.shape[a] == 0 for a in self._axes(axis, "max")):
-      raise ValueError(f"max: can't reduce an empty dim of {self.shape}")
+    """The largest value over `axis`. An empty dim reduces to the op's identity, as in tinygrad: -inf for floats and
+    the dtype's minimum for ints (so `min` gives +inf and the maximum); PyTorch raises there."""
     if self.dtype is dtypes.bool:
       return self.cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "max").cast(dtypes.bool)
     return self._reduce(Ops.MAX, axis, keepdim, "max")

@@ -180,16 +180,17 @@ class NNMixin:
     keep = type(self).rand(self.shape, device=self.device) >= p
     return keep.where(self, self._const_like(0)) * (1.0 / (1.0 - p))
 
-  def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-    """An int32 tensor with a new last dim of `num_classes`, 1 at each index and 0 elsewhere.
-    num_classes=-1 uses max + 1 (read back from the device).
+  def one_hot(self: Tensor, num_classes: int) -> Tensor:
+    """An int32 tensor with a new last dim of `num_classes`, 1 at each index and 0 elsewhere. num_classes is
+    required and non-negative, as in tinygrad and jax (PyTorch's -1, "max + 1", would read the tensor back; use
+    `t.one_hot(int(t.max().item()) + 1)` for that).
 
     >>> Tensor([0, 2]).one_hot(3).tolist()
     [[1, 0, 0], [0, 0, 1]]
     """
     if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
-    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
-    if num_classes < 0: raise ValueError(f"one_hot: num_classes must be -1 or >= 0, got {num_classes}")
+    if not isinstance(num_classes, int) or num_classes < 0:
+      raise ValueError(f"one_hot: num_classes must be an int >= 0, got {num_classes!r}")
     return _one_hot_along(self.unsqueeze(-1), num_classes, -1).where(1, 0)
 
   def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:

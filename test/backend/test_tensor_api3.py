@@ -146,7 +146,12 @@ def test_randint_bounds_must_be_ints(device: str) -> None:
     with pytest.raises(TypeError): torch.randint(low, high, (3, 4))  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="randint"): Tensor.randint(3, 4, low=low, high=high)
   assert (Tensor.randint(16, low=5, high=6).numpy() == 5).all()
-  assert Tensor.uniform(4, low=1.0, high=1.0).tolist() == [1.0] * 4  # an empty range is allowed, as in PyTorch
+  # tinygrad's rules (PyTorch allows both): randint gives integers, so a float dtype is a TypeError; uniform's
+  # interval [low, high) must not be empty
+  for dt in ("float", dtypes.float32):
+    with pytest.raises(TypeError, match="randint"): Tensor.randint(3, 4, low=0, high=3, dtype=dt)
+  for low, high in ((1.0, 1.0), (5.0, 3.0)):
+    with pytest.raises(ValueError, match="uniform"): Tensor.uniform(3, 4, low=low, high=high)
 
 def test_is_param_is_requires_grad_not_false(device: str) -> None:
   w = Tensor([3.5]).clone()
@@ -290,3 +295,10 @@ def test_tensor_const(device: str) -> None:
   assert Tensor.const(UOp.const(1.0).cast(dtypes.float32), dtypes.int8).dtype == dtypes.int8
   assert Tensor.const(Variable("x", 1, 10).bind(5), dtypes.int32).item() == 5
   with pytest.raises(ValueError, match="scalar"): Tensor.const(Tensor([1, 2]).uop)
+
+def test_bool_of_a_tensor_is_a_type_error(device: str) -> None:
+  # tinygrad's rule: `if t:` would hide a device sync, so the truth value is read explicitly
+  for t in (Tensor(3), Tensor([0]), Tensor([1.0, 2.0])):
+    with pytest.raises(TypeError, match="item"): bool(t)
+  with pytest.raises(TypeError): _ = Tensor([3]) in [Tensor([4]), Tensor([3])]  # `in` compares with == and bool
+  assert Tensor([3]).item() == 3 and Tensor([1, 0]).any().item() is True
