@@ -174,6 +174,24 @@ def test_mv_address_reads_the_memory(device: str) -> None:
   assert (Tensor.from_blob(mv_address(mv), (4,), dtype=dtypes.uint32, device="CPU") + 1).tolist() == [1, 2, 3, 4]
   with pytest.raises(TypeError, match="read-only"): mv_address(memoryview(b"1234"))
 
+def test_from_blob_uses_host_memory_in_place(device: str) -> None:
+  import ctypes
+  from attograd.device import ExternalBuffer
+  buf = (ctypes.c_int32 * 4)(0, 0, 0, 0)
+  t = Tensor.from_blob(ctypes.addressof(buf), (2, 2), dtype=dtypes.int32, device=device)
+  first = t + 1
+  assert first.tolist() == [[1, 1], [1, 1]]
+  buf[:] = [0, 1, 2, 3]
+  if not ExternalBuffer.supported(device):  # a copy, made at the call
+    assert (t + 1).tolist() == [[1, 1], [1, 1]]
+    return
+  # the same graph again is computed anew from the memory as it is now (not the result memoized for `first`)
+  assert (t + 1).tolist() == [[1, 2], [3, 4]] and first.tolist() == [[1, 1], [1, 1]]
+  t[1] = Tensor([7, 8], dtype=dtypes.int32)  # writes land in the memory
+  assert list(buf) == [0, 1, 7, 8]
+  del t, first  # the memory is not ours to free
+  assert list(buf) == [0, 1, 7, 8]
+
 # ***** optimizers *****
 
 OPTIMS = [
