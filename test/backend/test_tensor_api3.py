@@ -121,11 +121,16 @@ def test_tuple_inside_an_index_is_a_sequence(device: str, idx: Any) -> None:
   # NumPy and PyTorch read a tuple inside the index like a list: positions along one dim, not more dims
   check_fwd_bwd(X, lambda t: t[idx], lambda t: t[idx])
 
-def test_list_of_lists_is_one_index_array(device: str) -> None:
-  # NumPy's reading, the one PyTorch's deprecation warning announces (PyTorch 2.x still reads a tuple)
+def test_list_of_sequences_is_a_tuple_of_indices(device: str) -> None:
+  # tinygrad's and PyTorch 2.x's reading: only a list of ints is one index array (NumPy would read [[0, 2], [1, 3]]
+  # as one 2-d index array, and refuses a ragged one)
   x = np.arange(30, dtype=np.float32).reshape(5, 6)
-  check_fwd_bwd(x, lambda t: t[[[0, 1], [2, 3], [1, 0]]], lambda t: t[torch.tensor([[0, 1], [2, 3], [1, 0]])])
-  assert Tensor(x)[[[0, 1], [2, 3], [1, 0]]].shape == np.asarray(x)[np.array([[0, 1], [2, 3], [1, 0]])].shape
+  check_fwd_bwd(x, lambda t: t[[[0, 2], [1, 3]]], lambda t: t[[0, 2], [1, 3]])
+  check_fwd_bwd(x, lambda t: t[[[-1], [0]]], lambda t: t[[-1], [0]])
+  check_fwd_bwd(x, lambda t: t[[[0, 4], [-1]]], lambda t: t[[0, 4], [-1]])  # ragged: broadcast like any pair
+  check_fwd_bwd(x, lambda t: t[[Tensor([0, 0]), Tensor([0, 1])]],
+                lambda t: t[torch.tensor([0, 0]), torch.tensor([0, 1])])
+  assert Tensor(x)[[3, 1]].shape == (2, 6) and Tensor(x)[Tensor([[0, 1], [2, 3]])].shape == (2, 2, 6)
 
 def test_bool_mask_of_the_wrong_size_raises(device: str) -> None:
   a, ta = Tensor.ones(10, 11, 12), torch.ones(10, 11, 12)
