@@ -1,6 +1,6 @@
 """tinygrad 0.14's Tensor API, part 3: shrink_to, pad_to, softmin, normalize, reshape with None, Tensor.stack of a
 sequence, tuples inside an index, and where PyTorch's answers or checks differed (int ** float is float, var with no
-degrees of freedom, uint8 linear interpolation rounds, squeeze of a 0-d tensor, boolean masks of the wrong size,
+degrees of freedom, uint8 linear interpolation, squeeze of a 0-d tensor, boolean masks of the wrong size,
 negative optimizer hyperparameters), vs PyTorch, forward and backward."""
 from __future__ import annotations
 import contextlib, math
@@ -251,17 +251,23 @@ def test_einsum_two_ellipses_in_one_operand_raise(device: str) -> None:
   with pytest.raises(RuntimeError): torch.einsum("...ik...,...jk->", torch.ones(2, 3, 4), torch.ones(2, 3, 4))
   with pytest.raises(RuntimeError, match="einsum"): Tensor.einsum("...ik...,...jk->", a, a)
 
-@pytest.mark.parametrize("size", [(10, 10), (7, 13), (33, 5)])
-def test_interpolate_linear_uint8_rounds(device: str, size: tuple) -> None:
-  # integer images round to the nearest value instead of truncating: PyTorch's uint8 kernel rounds too (from
-  # fixed-point weights, so it can differ by 1 where the exact value is near a half)
-  x = np.random.default_rng(2).integers(0, 256, (1, 2, 64, 64)).astype(np.uint8)
-  got = Tensor(x).interpolate(size, mode="linear")
+@pytest.mark.parametrize("shape,size,align", [((64, 64), (10, 10), False), ((64, 64), (7, 13), False),
+  ((64, 64), (33, 5), True), ((7, 9), (20, 13), False), ((7, 9), (20, 13), True), ((33, 20), (32, 41), False),
+  ((5, 5), (5, 5), False), ((1, 6), (3, 6), True)], ids=str)
+def test_interpolate_linear_uint8_is_pytorchs(device: str, shape: tuple, size: tuple, align: bool) -> None:
+  # PyTorch's uint8 kernel bytes for bytes: a pass per dim from the last, each in fixed point with the dim's weights
+  # rounded to 14 or 15 bits (whichever keeps the largest under 2**15), rounded and clamped to uint8 in between.
+  # Rounding the exact value instead (what attograd did) was 1 away in 10-30% of the pixels of these cases
+  x = np.random.default_rng(2).integers(0, 256, (1, 2, *shape)).astype(np.uint8)
+  got = Tensor(x).interpolate(size, mode="linear", align_corners=align)
   assert got.dtype == dtypes.uint8
-  exact = F.interpolate(torch.tensor(x, dtype=torch.float64), size=size, mode="bilinear").numpy()
-  assert np.abs(got.numpy() - exact).max() <= 0.5 + 1e-3  # the nearest integer (a float32 half may go either way)
-  torch_u8 = F.interpolate(torch.tensor(x), size=size, mode="bilinear").numpy().astype(int)
-  assert np.abs(got.numpy().astype(int) - torch_u8).max() <= 1
+  want = F.interpolate(torch.tensor(x), size=size, mode="bilinear", align_corners=align).numpy()
+  np.testing.assert_array_equal(got.numpy(), want)
+
+def test_interpolate_linear_other_ints_round(device: str) -> None:
+  # PyTorch has no kernel for them: the exact value, rounded half up
+  x = np.array([[[0, 3, 10]]], np.int32)
+  assert Tensor(x).interpolate((4,), mode="linear").tolist() == [[[0, 2, 6, 10]]]  # 1.875, 5.625
 
 # ***** creation *****
 
