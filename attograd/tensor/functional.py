@@ -797,7 +797,10 @@ def _linear_taps(n_in: int, n_out: int, align_corners: bool) -> tuple[list[int],
     lo = math.floor(src)
     hi, f = min(lo + 1, n_in - 1), src - lo
     a, b = (1.0 - f, f) if hi != lo else (1.0, 0.0)
-    los.append(lo), his.append(hi), wlo.append(a / (a + b)), whi.append(b / (a + b))
+    los.append(lo)
+    his.append(hi)
+    wlo.append(a / (a + b))
+    whi.append(b / (a + b))
   return los, his, wlo, whi
 
 def _interpolate_linear_uint8(x: Tensor, size: Sequence[int], align_corners: bool) -> Tensor:
