@@ -186,17 +186,13 @@ def drop_unheld_grad(g: Tensor) -> bool:
   return True
 
 def _backward_targets() -> list[Tensor]:
-  """The tensors backward() may fill .grad of: every live float tensor whose requires_grad isn't False and that isn't
-  built from constants and aranges alone (tinygrad has no requires_grad; its backward fills every live float tensor of
-  the graph that has a device, and its constants and aranges have none). Such a tensor is the very graph of every
-  equal one (`Tensor.arange(20).float()` twice is one node: the arange buffer of a size is shared), so a gradient
-  given to it would reach every copy: `x.clone()` of one would carry it along. Walking the registry here, once per
-  backward(), costs nothing on the path of an op."""
+  """The tensors backward() may fill .grad of: every live float tensor whose requires_grad isn't False and that isn't a
+  bare constant (tinygrad has no requires_grad; its backward fills every live float tensor of the graph). Walking the
+  registry here, once per backward(), costs nothing on the path of an op."""
   out: list[Tensor] = []
-  memo: dict[UOp, bool] = {}
   for t in live_tensors():
     if t.requires_grad is False or not dtypes.is_float(t.dtype): continue
-    if t.requires_grad or _has_storage(t.uop, memo): out.append(t)
+    if t.requires_grad or _strip_views(t.uop).op is not Ops.CONST: out.append(t)
   return out
 
 def _has_storage(root: UOp, memo: dict[UOp, bool]) -> bool:
