@@ -295,4 +295,27 @@ class Buffer:
   def as_bytes(self) -> bytes: return bytes(self.copyout(memoryview(bytearray(self.nbytes))))
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
 
+class ExternalBuffer(Buffer):
+  """Host memory owned by someone else (Tensor.from_blob), used in place on a device whose buffers are host
+  addresses: never freed or counted here. Its owner may change it at any time, so its version changes on every look:
+  a result computed from it is never reused, it is computed again from the memory as it is then."""
+  def __init__(self, device: str, size: int, dtype: DType, address: int):
+    self._looks = 0
+    super().__init__(device, size, dtype)
+    self.allocator, self._buf = Device[device].allocator, address
+  @property  # type: ignore[override]
+  def version(self) -> int:
+    self._looks += 1
+    return self._looks
+  @version.setter
+  def version(self, v: int) -> None: self._looks = max(self._looks, v)
+  @staticmethod
+  def supported(device: str) -> bool:
+    """Whether `device`'s buffers are plain host addresses that a pointer can stand in for."""
+    return bool(getattr(Device[device].allocator, "host_addresses", False))
+  def allocate(self) -> Buffer: return self
+  def deallocate(self) -> None: pass
+  def __del__(self) -> None: pass
+  def __repr__(self) -> str: return f"<ExternalBuffer {self.device} {self.size} {self.dtype} at {self._buf:#x}>"
+
 def cpointer(addr: int) -> ctypes.c_void_p: return ctypes.c_void_p(addr)

@@ -516,8 +516,8 @@ def ScatterND(x: Tensor, indices: Tensor, updates: Tensor, reduction: str = "non
 
 def _scatter(x: Tensor, axis: int, idx: Tensor, upd: Tensor, reduction: str, op: str) -> Tensor:
   if reduction in ("none", None): return x.scatter(axis, idx, upd)
-  if reduction == "add": return x.scatter(axis, idx, upd, reduce="add")
-  if reduction == "mul": return x.scatter(axis, idx, upd, reduce="multiply")
+  if reduction == "add": return x.scatter_reduce(axis, idx, upd, reduce="sum")
+  if reduction == "mul": return x.scatter_reduce(axis, idx, upd, reduce="prod")
   if reduction in ("max", "min"):
     # each target's max (min) over the updates that hit it, then combined with the old value; targets hit by none
     # keep it

@@ -17,6 +17,7 @@ _libc.free.argtypes = [ctypes.c_void_p]
 
 class MallocAllocator(LRUAllocator):
   """64-byte aligned host memory; a buffer is its address."""
+  host_addresses = True  # so any host address can be a buffer (Tensor.from_blob's ExternalBuffer)
   def _alloc(self, nbytes: int) -> int:
     p = ctypes.c_void_p()
     if _libc.posix_memalign(ctypes.byref(p), 64, nbytes) != 0 or not p.value:

@@ -9,6 +9,7 @@ from attograd.gradient import compute_gradient
 from attograd.uop.build import full_like, reshape
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.schedule.realized import lookup_realized
+from attograd.engine.buffers import IOTA_TAG
 from attograd.uop.state import ORIGIN, get, has
 from attograd.tensor.live import live_tensors
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
@@ -79,7 +80,7 @@ class GradMixin:
     # one, and gradients couldn't tell them apart: such a tensor gets a buffer of its own. (Not yet possible inside
     # Tensor.__init__, which sets requires_grad before the uop.)
     u = self.__dict__.get("uop")
-    if u is not None and u.size and not any(n.op is Ops.BUFFER for n in u.toposort()):
+    if u is not None and u.size and not _has_storage(u, {}):  # constants, aranges (their buffer is shared)
       _own_buffer(self)  # type: ignore[arg-type]
   def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
     """Set requires_grad in place and return this tensor."""
@@ -193,6 +194,27 @@ def _backward_targets() -> list[Tensor]:
     if t.requires_grad is False or not dtypes.is_float(t.dtype): continue
     if t.requires_grad or _strip_views(t.uop).op is not Ops.CONST: out.append(t)
   return out
+
+def _has_storage(root: UOp, memo: dict[UOp, bool]) -> bool:
+  """Whether `root`'s graph reads a buffer other than an arange's, or a copy of its own (clone(), contiguous(): a
+  unique node), depth first: a parameter's answers at once."""
+  stack, seen = [root], set()
+  while stack:
+    u = stack.pop()
+    if (known := memo.get(u)) is not None:
+      if known: break
+      continue
+    if (u.op is Ops.BUFFER and u.arg[2:] != (IOTA_TAG,)) or (u.op is Ops.CONTIGUOUS and u.arg is not None):
+      memo[u] = True
+      break
+    if u in seen: continue
+    seen.add(u)
+    stack.extend(u.src)
+  else:
+    for u in seen: memo[u] = False
+    return False
+  memo[root] = True
+  return True
 
 def _below_detach(by_current: dict[UOp, list[UOp]]) -> set[UOp]:
   """The nodes under the DETACHes of a graph indexed by _graph_index (empty when it has none)."""

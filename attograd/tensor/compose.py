@@ -162,16 +162,21 @@ class ComposeMixin:
 
   def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | ConstType, reduce: str | None = None) -> Tensor:
     """A copy of this tensor with values from `src` written at `index` along `dim`, like torch.scatter:
-    for dim=0, `out[index[i][j]][j] = src[i][j]`. `reduce` 'add' or 'multiply' combines instead of overwriting;
-    without it, the last write wins for repeated indices. `src` is a Tensor (at least index's shape) or a scalar.
+    for dim=0, `out[index[i][j]][j] = src[i][j]`; the last write wins for repeated indices. `src` is a Tensor (at
+    least index's shape) or a scalar. With a scalar `src`, `reduce` 'add' or 'multiply' combines instead of
+    overwriting; a Tensor `src` with `reduce` is a TypeError, as in tinygrad (PyTorch deprecates it): use
+    scatter_reduce(reduce="sum" or "prod").
 
     >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), 5.0).tolist()
     [[0.0, 0.0, 5.0], [5.0, 0.0, 0.0]]
-    >>> Tensor.ones(3).scatter(0, Tensor([0, 0, 2]), Tensor([2.0, 3.0, 4.0]), reduce="multiply").tolist()
-    [6.0, 1.0, 4.0]
+    >>> Tensor.ones(3).scatter(0, Tensor([0, 0, 2]), 2.0, reduce="multiply").tolist()
+    [4.0, 1.0, 2.0]
     """
     if reduce not in (None, "add", "multiply"):
       raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    if reduce is not None and isinstance(src, self.__class__):
+      raise TypeError(f"scatter: reduce={reduce!r} takes a scalar src; for a Tensor src use scatter_reduce(reduce="
+                      f"{'sum' if reduce == 'add' else 'prod'!r})")
     d = self._resolve_axis(dim, "scatter")
     _check_index(self, d, index, "scatter")
     if self.ndim == 0:
@@ -228,7 +233,11 @@ class ComposeMixin:
     if not isinstance(src, self.__class__): raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src)}")
     if src.dtype != self.dtype:
       raise RuntimeError(f"scatter_reduce: src's dtype {src.dtype} must be the tensor's {self.dtype} (cast it first)")
-    if self.dtype is dtypes.bool: raise TypeError(f"scatter_reduce: bool tensors are not supported (reduce {reduce!r})")
+    if self.dtype is dtypes.bool:
+      if reduce == "mean": raise TypeError("scatter_reduce: reduce 'mean' of bool tensors has no bool result")
+      # as PyTorch: sum and amax are a logical or, prod and amin a logical and, so 0/1 ints reduce to the same bools
+      return self.cast(dtypes.uint8).scatter_reduce(dim, index, src.cast(dtypes.uint8), reduce, include_self) \
+        .cast(dtypes.bool)
     d = self._resolve_axis(dim, "scatter_reduce")
     _check_index(self, d, index, "scatter_reduce")
     if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):

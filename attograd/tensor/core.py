@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools, math, operator, os, struct, sys, time, weakref
 import attograd.tensor.printing as printing
 from typing import Any, Callable, Sequence
-from attograd.device import Buffer, Device
+from attograd.device import Buffer, Device, ExternalBuffer
 from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, float_to_bf16_bits, bf16_bits_to_float,
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError,
@@ -26,6 +26,7 @@ import attograd.viz as viz
 from attograd.viz import VIZ
 from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
 import attograd.tensor.disk as tensor_disk
+import attograd.tensor.rng as rng
 from attograd.tensor.buffer_views import (_contiguous_view_of_buffer, _is_realized, _is_whole_buffer,
                                          _prefix_of_buffer, _writable_view)
 from attograd.tensor.indexing import _getitem
@@ -132,7 +133,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   6
   """
   _seed: int = 0
-  _rng_counter: int = 0
+  _rng_counter: int = 0  # the 32-bit words drawn since the seed was set
+  _rng_devices: dict[str, int] = {}  # each device that drew since then: its index (part of its key)
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
@@ -264,9 +266,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return format(self.item(), spec)
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
-    if self.numel() != 1:
-      raise RuntimeError(f"the truth value of a Tensor with shape {self.shape} is ambiguous; use .any() or .all()")
-    return bool(self.item())
+    # as tinygrad: a Tensor is lazy and may be on a device, so `if t:` (and `t in [...]`, which compares with ==)
+    # would hide a device sync; read the value with .item() (or reduce with .any()/.all()) to say so
+    raise TypeError(f"the truth value of a Tensor (shape {self.shape}) is not defined: use .item(), .any() or .all()")
   def _new(self, uop: UOp) -> Tensor:
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
@@ -645,48 +647,65 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     device = kw.pop("device", None)
     return (Tensor.arange(n, device=device).reshape(n, 1) == Tensor.arange(m, device=device).reshape(1, m)).cast(dtype)
 
-  # ***** random: a counter-based hash, computed inside kernels *****
+  # ***** random: tinygrad's Threefry stream (tensor/rng.py), computed inside kernels *****
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
-    """Make the random functions reproducible."""
-    Tensor._seed, Tensor._rng_counter = int(seed), 0
+    """Make the random functions reproducible: the numbers are tinygrad's for the same seed (while one device
+    draws: the count of words drawn is shared by all devices, where tinygrad counts per device)."""
+    Tensor._seed, Tensor._rng_counter, Tensor._rng_devices = int(seed), 0, {}
   @staticmethod
-  def _random_bits(shape: tuple[int, ...], device: str | None) -> Tensor:
-    n = prod(shape)
+  def _threefry_random_bits(key: Tensor, counts0: Tensor, counts1: Tensor) -> Tensor:
+    """Threefry-2x32 of the counter pairs (counts0[j], counts1[j]) under the uint32 pair `key`: the first words of
+    every pair, then the second words (JAX's `threefry_2x32(key, concat(counts0, counts1))`)."""
+    k = (key[0].cast(dtypes.uint32), key[1].cast(dtypes.uint32))
+    lo, hi = rng.threefry2x32(k, (counts0.cast(dtypes.uint32), counts1.cast(dtypes.uint32)))
+    return lo.cat(hi)
+  @staticmethod
+  def _random_words(num: int, device: str | None) -> Tensor:
+    """The next `num` 32-bit words of the device's stream (uint32, shape (num,))."""
     device = Device.canonicalize(device)
     start = Tensor._rng_counter
-    Tensor._rng_counter += n
-    idx = _index_tensor(n, device).cast(dtypes.uint32)
-    if (rec := _active_recorder()) is None or rec.rng is None: ctr = idx + (start & 0xFFFFFFFF)
-    else:  # a TinyJit is capturing: the counter comes from a buffer it refills on every replay (same values)
+    Tensor._rng_counter += num
+    dkey = rng.device_key(Tensor._rng_devices.setdefault(device, len(Tensor._rng_devices)), Tensor._seed)
+    if (rec := _active_recorder()) is None or rec.rng is None:
+      key: tuple[Any, Any] = rng.draw_key(dkey, start & rng.MASK32, (start >> 32) & rng.MASK32)
+    else:  # a TinyJit is capturing: the counter comes from a buffer it refills on every replay (new numbers)
       base, base_start = rec.rng
-      ctr = idx + base.to(device) + ((start - base_start) & 0xFFFFFFFF)
-    key = _hash32_int((Tensor._seed * 0x9E3779B1 + (start >> 32) * 0x85EBCA77) & 0xFFFFFFFF)
-    x = _hash32(ctr ^ key)
-    x = _hash32(x + (key ^ 0x6A09E667))
-    return x.reshape(shape)
+      key = rng.draw_key(dkey, base.to(device) + ((start - base_start) & rng.MASK32), (start >> 32) & rng.MASK32)
+    return rng.words(_index_tensor(num, device).cast(dtypes.uint32), num, key)
   @staticmethod
   @_takes_requires_grad
   def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = True,
            **kw: Any) -> Tensor:
-    """Uniform random values in [0, 1). (contiguous is accepted as in tinygrad: the values are computed in-kernel
-    from a counter either way, so where they live is the scheduler's choice.)"""
+    """Uniform random values in [0, 1): random mantissa bits under the exponent of 1.0, minus 1 (tinygrad's numbers
+    for a seed). contiguous is accepted as in tinygrad: the values are computed in-kernel from a counter either way,
+    so where they live is the scheduler's choice."""
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    bits = Tensor._random_bits(shp, device)
-    # as many top bits as d's significand holds (24 at most, float32's): k/2**p is then exact in d, so no value rounds
-    # up to 1.0 (float16 would round the 24-bit values near 1 up to it)
-    p = min(24, dtypes.finfo(d)[1] + 1) if dtypes.is_float(d) else 24
-    return Tensor((bits >> (32 - p)).cast(dtypes.float32).mul(1.0 / (1 << p)).cast(d).uop, device=device, **kw)
+    if not dtypes.is_float(d): raise ValueError(f"rand: needs a float dtype, got {d}")
+    n, size = prod(shp), d.itemsize
+    num = -(-n * size // 4)
+    w = Tensor._random_words(num, device)
+    udt = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[size]
+    if size == 8: u = w[0::2].cast(udt) | (w[1::2].cast(udt) << 32)  # each value takes two words, low one first
+    elif size < 4:  # a word holds 4 // size values, the lowest bytes first
+      per = 4 // size
+      shifts = _index_tensor(per, w.device).cast(dtypes.uint32).reshape(1, per) * (8 * size)
+      u = (w.reshape(num, 1) >> shifts).cast(udt).reshape(num * per)[:n]
+    else: u = w
+    nexp, nmant = dtypes.finfo(d)
+    one = (((1 << (nexp - 1)) - 1) if d not in dtypes.fp8_fnuz else 1 << (nexp - 1)) << nmant  # the bits of 1.0
+    out = ((u >> (8 * size - nmant)) | one).bitcast(d) - 1
+    return Tensor(out.reshape(shp).uop, device=device, **kw)
   @staticmethod
   @_takes_requires_grad
   def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     """Standard normal values (Box-Muller)."""
     shp = _check_shape(argfix(*shape), "randn")
     u = Tensor.rand(2, *shp, device=kw.get("device"), dtype=dtypes.float32)
-    r = (1 - u[0]).log().mul(-2).sqrt()
+    r = (1 - u[1]).log().mul(-2).sqrt()  # tinygrad's order: the first half gives the angle, the second the radius
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    return Tensor((r * (u[1] * (2 * math.pi)).cos()).cast(d).uop, **kw)
+    return Tensor(((u[0] * (2 * math.pi)).cos() * r).cast(d).uop, **kw)
   @staticmethod
   @_takes_requires_grad
   def randint(*shape: Any, low: int = 0, high: int = 10, **kw: Any) -> Tensor:
@@ -694,15 +713,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       raise TypeError(f"randint: low and high must be ints, got low={low!r} high={high!r}")
     if high <= low: raise ArgumentError(f"randint: needs low < high, got low={low} high={high}")
     dtype = to_dtype(kw.pop("dtype", dtypes.int32))
+    if not dtypes.is_int(dtype): raise TypeError(f"randint: dtype must be an integer dtype, got {dtype}; use uniform")
     u = Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw)
     return (u * (high - low)).floor().cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
     dtype = kw.pop("dtype", dtypes.default_float)
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high < low:
-      raise ArgumentError(f"uniform: needs low <= high, got low={low} high={high}")
-    return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low) + low).cast(dtype)
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high <= low:
+      raise ArgumentError(f"uniform: needs low < high, got low={low} high={high}")
+    # cast before adding low (tinygrad's order): an int dtype then rounds every value down, not toward zero
+    return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low)).cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
@@ -760,15 +781,19 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
   @staticmethod
   def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
-    """A Tensor copied from raw memory at address `ptr` (e.g. a ctypes buffer or another library's array) holding
-    prod(shape) elements of `dtype` (default float32). The memory is read now; later changes to it are not seen."""
+    """A Tensor over raw host memory at address `ptr` (a ctypes buffer, another library's array) holding prod(shape)
+    elements of `dtype` (default float32). On a device whose buffers are host memory (CPU, LLVM) the memory is used
+    in place, as in tinygrad: later changes to it are seen, writes to the Tensor land in it, and it must outlive the
+    Tensor. Other devices get a copy made now."""
     import ctypes
     d = to_dtype(kw.pop("dtype", dtypes.default_float))
-    shp = tuple(shape)
+    shp = _check_shape(tuple(shape), "from_blob")
     if not isinstance(ptr, int) or ptr == 0:
       raise ValueError(f"from_blob: needs a non-null integer address, got {ptr!r}")
-    raw = ctypes.string_at(ptr, prod(shp) * d.itemsize)
-    return Tensor(_buffer_from_bytes(raw, shp, d, Device.canonicalize(kw.pop("device", None))), **kw)
+    device, n = Device.canonicalize(kw.pop("device", None)), prod(shp)
+    if device.__class__ is str and ExternalBuffer.supported(device):
+      return Tensor(build.reshape(new_buffer_uop(device, n, d, ExternalBuffer(device, n, d, ptr)), shp), **kw)
+    return Tensor(_buffer_from_bytes(ctypes.string_at(ptr, n * d.itemsize), shp, d, device), **kw)
   @staticmethod
   def from_url(url: str, gunzip: bool = False, **kw: Any) -> Tensor:
     """The bytes at `url` (downloaded once by helpers.fetch, cached) as a uint8 Tensor."""
@@ -1332,9 +1357,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     ret = self.cast(acc)._reduce(op, axis, keepdim, name)
     return ret if acc is self.dtype or not dtypes.is_float(self.dtype) else ret.cast(self.dtype)
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
-    if self.dtype is not dtypes.bool and self.numel() == 0 and self._axes(axis, "max") and \
-       any(self.shape[a] == 0 for a in self._axes(axis, "max")):
-      raise ValueError(f"max: can't reduce an empty dim of {self.shape}")
+    """The largest value over `axis`. An empty dim reduces to the op's identity, as in tinygrad: -inf for floats and
+    the dtype's minimum for ints (so `min` gives +inf and the maximum); PyTorch raises there."""
     if self.dtype is dtypes.bool:
       return self.cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim, "max").cast(dtypes.bool)
     return self._reduce(Ops.MAX, axis, keepdim, "max")
@@ -1711,22 +1735,6 @@ def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
     stack.extend(n.src)
   return False
 
-def _hash32_int(x: int) -> int:
-  x &= 0xFFFFFFFF
-  x ^= x >> 16
-  x = (x * 0x7FEB352D) & 0xFFFFFFFF
-  x ^= x >> 15
-  x = (x * 0x846CA68B) & 0xFFFFFFFF
-  x ^= x >> 16
-  return x
-
-def _hash32(x: Tensor) -> Tensor:
-  """A 32-bit integer mixer (a fixed point-free bijection), as tensor ops on uint32."""
-  x = x ^ (x >> 16)
-  x = x * 0x7FEB352D
-  x = x ^ (x >> 15)
-  x = x * 0x846CA68B
-  return x ^ (x >> 16)
 
 _index_cache: dict[tuple[int, str], Tensor] = {}
 def _symbolic_arange(start: sint, stop: sint, step: sint, kw: dict[str, Any]) -> Tensor:

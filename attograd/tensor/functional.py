@@ -180,16 +180,17 @@ class NNMixin:
     keep = type(self).rand(self.shape, device=self.device) >= p
     return keep.where(self, self._const_like(0)) * (1.0 / (1.0 - p))
 
-  def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-    """An int32 tensor with a new last dim of `num_classes`, 1 at each index and 0 elsewhere.
-    num_classes=-1 uses max + 1 (read back from the device).
+  def one_hot(self: Tensor, num_classes: int) -> Tensor:
+    """An int32 tensor with a new last dim of `num_classes`, 1 at each index and 0 elsewhere. num_classes is
+    required and non-negative, as in tinygrad and jax (PyTorch's -1, "max + 1", would read the tensor back; use
+    `t.one_hot(int(t.max().item()) + 1)` for that).
 
     >>> Tensor([0, 2]).one_hot(3).tolist()
     [[1, 0, 0], [0, 0, 1]]
     """
     if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
-    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
-    if num_classes < 0: raise ValueError(f"one_hot: num_classes must be -1 or >= 0, got {num_classes}")
+    if not isinstance(num_classes, int) or num_classes < 0:
+      raise ValueError(f"one_hot: num_classes must be an int >= 0, got {num_classes!r}")
     return _one_hot_along(self.unsqueeze(-1), num_classes, -1).where(1, 0)
 
   def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
@@ -547,7 +548,8 @@ class NNMixin:
 
   def interpolate(self: Tensor, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
     """Resize the last len(size) dims to `size`. mode 'linear' interpolates along every resized dim ('bilinear' and
-    'trilinear' are the same thing); 'nearest' and 'nearest-exact' pick one input per output, as in PyTorch.
+    'trilinear' are the same thing); 'nearest' and 'nearest-exact' pick one input per output, as in PyTorch. A uint8
+    tensor (an image) interpolates linearly in PyTorch's fixed point, so it gets PyTorch's bytes.
 
     >>> Tensor([[[1.0, 3.0]]]).interpolate((4,), align_corners=True).tolist()
     [[[1.0, 1.6666667461395264, 2.3333334922790527, 3.0]]]
@@ -559,6 +561,8 @@ class NNMixin:
     if not isinstance(size, (tuple, list)) or not 0 < len(size) <= self.ndim or \
        any(not isinstance(s, int) or s < 1 for s in size):
       raise ValueError(f"interpolate: size must be a tuple of 1 to {self.ndim} positive ints, got {size!r}")
+    if mode.endswith("linear") and self.dtype is dtypes.uint8:  # images: PyTorch's bytes
+      return _interpolate_linear_uint8(self, size, align_corners)
     x, shape = self._f(), list(self.shape)
     for d in range(self.ndim - len(size), self.ndim):
       n_in, n_out = self.shape[d], size[d - self.ndim + len(size)]
@@ -579,7 +583,7 @@ class NNMixin:
       else:
         src = ((ar + 0.5) if mode == "nearest-exact" else ar) * (n_in / n_out)
         x = x.gather(d, along(src.floor().minimum(n_in - 1).cast(dtypes.int32)))
-    # integers (PyTorch's uint8 images) round half up, as PyTorch's fixed-point kernel does, rather than truncate
+    # integers round half up rather than truncate
     if mode.endswith("linear") and not dtypes.is_float(self.dtype): x = (x + 0.5).floor()
     return x.cast(self.dtype)
 
@@ -779,6 +783,45 @@ class NNMixin:
     return vals.shrink(keep), idx.shrink(keep)
 
 # ***** helpers *****
+
+def _linear_taps(n_in: int, n_out: int, align_corners: bool) -> tuple[list[int], list[int], list[float], list[float]]:
+  """Each output's two neighbours along a dim and their weights (normalized to sum to 1; one neighbour at the
+  edges, where the source position is clamped)."""
+  los, his, wlo, whi = [], [], [], []
+  for i in range(n_out):
+    if align_corners: src = i * ((n_in - 1) / (n_out - 1)) if n_out > 1 else 0.0
+    else: src = max((i + 0.5) * (n_in / n_out) - 0.5, 0.0)
+    src = min(src, float(n_in - 1))
+    lo = math.floor(src)
+    hi, f = min(lo + 1, n_in - 1), src - lo
+    a, b = (1.0 - f, f) if hi != lo else (1.0, 0.0)
+    los.append(lo)
+    his.append(hi)
+    wlo.append(a / (a + b))
+    whi.append(b / (a + b))
+  return los, his, wlo, whi
+
+def _interpolate_linear_uint8(x: Tensor, size: Sequence[int], align_corners: bool) -> Tensor:
+  """Linear interpolation of a uint8 tensor as PyTorch's uint8 kernel computes it, so images resize to the same
+  bytes: one dim at a time from the last, each pass in fixed point with the weights rounded to `p` bits, p the most
+  that keeps the largest weight of that dim below 2**15 (an int16), and the result rounded and clamped to uint8."""
+  for d in reversed(range(x.ndim - len(size), x.ndim)):
+    n_in, n_out = x.shape[d], size[d - x.ndim + len(size)]
+    if n_in == n_out and not align_corners or n_in == n_out == 1: continue
+    los, his, wlo, whi = _linear_taps(n_in, n_out, align_corners)
+    wmax = max(wlo + whi)
+    p = 0
+    while p < 22 and int(0.5 + wmax * (1 << (p + 1))) < 1 << 15: p += 1
+    shape = tuple(n_out if j == d else s for j, s in enumerate(x.shape))
+    def along(v: list, dt: DType) -> Tensor:
+      t = type(x)(v, dtype=dt, device=x.device)
+      return t.reshape(tuple(n_out if j == d else 1 for j in range(x.ndim))).expand(shape)
+    wa = along([int(w * (1 << p) + 0.5) for w in wlo], dtypes.int32)
+    wb = along([int(w * (1 << p) + 0.5) for w in whi], dtypes.int32)
+    acc = x.gather(d, along(los, dtypes.int32)).cast(dtypes.int32) * wa + \
+      x.gather(d, along(his, dtypes.int32)).cast(dtypes.int32) * wb
+    x = ((acc + (1 << (p - 1))) >> p).clip(0, 255).cast(dtypes.uint8)
+  return x
 
 def _one_hot_along(index: Tensor, n: int, dim: int) -> Tensor:
   """Bools: true where the coordinate along `dim` (a size-1 dim of `index`) equals the index."""

@@ -9,11 +9,10 @@ if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
   cls = type(t)  # the Tensor class (this module is below tensor/core.py)
-  # a list holding a slice, None or ... is a tuple of indices (x[[slice(None), [1, 3]]] is x[:, [1, 3]]), as in
-  # PyTorch and tinygrad; NumPy refuses such lists. A list of sequences or Tensors stays one index array (NumPy's
-  # reading, which PyTorch's deprecation warning says it moves to; PyTorch 2.x and tinygrad still read it as a tuple)
-  if isinstance(indices, list) and any(i is None or i is Ellipsis or isinstance(i, slice) for i in indices):
-    indices = tuple(indices)
+  # a list of ints is one index array; any other list is a tuple of indices (x[[slice(None), [1, 3]]] is x[:, [1, 3]],
+  # x[[[0, 2], [1]]] is x[[0, 2], [1]]), as tinygrad and PyTorch 2.x read it. NumPy reads a list of sequences as one
+  # index array (and PyTorch's deprecation warning says it will): pass a Tensor or an array for that
+  if isinstance(indices, list) and not all(isinstance(i, int) for i in indices): indices = tuple(indices)
   if not isinstance(indices, tuple): indices = (indices,)
   idx = []
   for i in indices:

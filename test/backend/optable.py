@@ -504,8 +504,8 @@ ROWS: list[Row] = [
   R("getitem.fancy", "x", _tgetitem_fancy, _agetitem_fancy, A, grad=True, op="__getitem__"),
   R("gather", "gather", lambda x, i: x.gather(1, i), SAME, A, grad=True),
   R("scatter", "scatter", _scatter_ref, SAME, A, grad=True),
-  R("scatter.add", "scatter", lambda x, i, s: _scatter_ref(x, i, s, "add"), lambda x, i, s: x.scatter(0, i, s, "add"),
-    A, "mod", 2, grad=True),
+  R("scatter.add", "scatter", lambda x, i, s: _scatter_ref(x, i, s, "add"),
+    lambda x, i, s: x.scatter_reduce(0, i, s, "sum"), A, "mod", 2, grad=True),  # a Tensor src: scatter_reduce
   R("masked_select", "mask", lambda x, m: x.masked_select(m), SAME, A, grad=True),
   R("one_hot", "x", lambda x: F.one_hot(x.long(), 4), lambda x: x.one_hot(4), I, "cls"),
   # ----- matmul, conv, pooling -----
@@ -614,13 +614,13 @@ ROWS: list[Row] = [
   R("rearrange", "x", lambda x: x.reshape(5, 2, 4).permute(2, 0, 1), lambda x: x.rearrange("a (b c) -> c a b", b=2),
     A, grad=True),
   # ----- indexing -----
-  R("scatter_reduce", "scatter_red", _tscatter_red("sum"), SAME, but(A, "bool"), "mod", 2, grad=True),
-  R("scatter_reduce.prod", "scatter_red", _tscatter_red("prod"), SAME, but(A, "bool"), "small", 4, grad=True,
+  R("scatter_reduce", "scatter_red", _tscatter_red("sum"), SAME, A, "mod", 2, grad=True),
+  R("scatter_reduce.prod", "scatter_red", _tscatter_red("prod"), SAME, A, "small", 4, grad=True,
     op="scatter_reduce"),
   R("scatter_reduce.mean", "scatter_red", _tscatter_red("mean", False), SAME, but(A, "bool"), "mod", 2, grad=True,
     op="scatter_reduce"),
-  R("scatter_reduce.amax", "scatter_red", _tscatter_red("amax"), SAME, but(A, "bool"), grad=True, op="scatter_reduce"),
-  R("scatter_reduce.amin", "scatter_red", _tscatter_red("amin", False), SAME, but(A, "bool"), grad=True,
+  R("scatter_reduce.amax", "scatter_red", _tscatter_red("amax"), SAME, A, grad=True, op="scatter_reduce"),
+  R("scatter_reduce.amin", "scatter_red", _tscatter_red("amin", False), SAME, A, grad=True,
     op="scatter_reduce"),
   R("nonzero", "x", lambda x: x.nonzero(), SAME, A),
   # ----- pooling -----

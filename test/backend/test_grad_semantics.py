@@ -101,6 +101,14 @@ def test_grad_accumulates_into_the_same_object(device: str) -> None:
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
   np.testing.assert_allclose(old.numpy(), [2.0 + 3.0 + 6.0])
 
+def test_requires_grad_gives_an_arange_a_buffer_of_its_own(device: str) -> None:
+  # Tensor.arange(3).float() twice is one graph (the arange buffer of a size is shared), like equal constants: each
+  # got the gradient of both uses (7 where 2 and 5 are right)
+  a, b = Tensor.arange(3).float().requires_grad_(), Tensor.arange(3).float().requires_grad_()
+  (a * 2 + b * 5).sum().backward()
+  assert a.grad is not None and b.grad is not None and a.grad.tolist() == [2.0] * 3 and b.grad.tolist() == [5.0] * 3
+  assert a.tolist() == [0.0, 1.0, 2.0]
+
 def test_realized_grad_accumulates(device: str) -> None:
   w = Tensor([1.0, 2.0], requires_grad=True)
   (w * w).sum().backward()

@@ -242,7 +242,11 @@ def test_scatter(device: str, shape: tuple, dim: int, idx: np.ndarray, src: Any,
   want = _np_scatter(x, dim % len(shape), idx, s, reduce)
   ts = Tensor(s) if isinstance(s, np.ndarray) else s
   kw = {} if reduce is None else {"reduce": reduce}
-  got = Tensor(x).scatter(dim, Tensor(idx.astype(np.int32)), ts, **kw)
+  ti = Tensor(idx.astype(np.int32))
+  if reduce is not None and isinstance(ts, Tensor):  # tinygrad's rule: a Tensor src combines through scatter_reduce
+    with pytest.raises(TypeError, match="scatter_reduce"): Tensor(x).scatter(dim, ti, ts, **kw)
+    got = Tensor(x).scatter_reduce(dim, ti, ts, reduce="sum" if reduce == "add" else "prod")
+  else: got = Tensor(x).scatter(dim, ti, ts, **kw)
   compare(got, want, atol=1e-5, exact_dtype=True)
 
 def test_scatter_int(device: str) -> None:
@@ -251,8 +255,10 @@ def test_scatter_int(device: str) -> None:
   src = A([[5, 6], [7, 8]], np.int32)
   compare(Tensor(x).scatter(1, Tensor(idx.astype(np.int32)), Tensor(src)), _np_scatter(x, 1, idx, src),
           exact_dtype=True)
-  compare(Tensor(x).scatter(1, Tensor(idx.astype(np.int32)), Tensor(src), reduce="add"),
+  compare(Tensor(x).scatter_reduce(1, Tensor(idx.astype(np.int32)), Tensor(src), reduce="sum"),
           _np_scatter(x, 1, idx, src, "add"), exact_dtype=True)
+  # the TypeError comes before any shape check (a 1-d tensor has no dim 1)
+  with pytest.raises(TypeError, match="scatter_reduce"): Tensor.ones(4).scatter(1, Tensor([0]), Tensor.ones(4), "add")
 
 def test_scatter_does_not_modify_input(device: str) -> None:
   t = Tensor([[1.0, 2.0], [3.0, 4.0]])

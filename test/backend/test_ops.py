@@ -1,7 +1,7 @@
 """Tensor ops' forward pass against NumPy on every backend: edge shapes, broadcasting, views, exact rounding and
 sign cases. Every op x every dtype (with edge values) is the op table's job: test/backend/test_op_table.py."""
 from __future__ import annotations
-import itertools
+import itertools, math
 from typing import Any, Callable
 import numpy as np
 import pytest
@@ -391,6 +391,13 @@ def test_reduce_empty_axis_sum_default(device: str) -> None:
   helper_test_op([(2, 0, 3)], lambda x: x.prod(axis=1), lambda t: t.prod(1))
   helper_test_op([(2, 0)], lambda x: x.any(axis=1), lambda t: t.any(1), dtype=np.bool_)
   helper_test_op([(2, 0)], lambda x: x.all(axis=1), lambda t: t.all(1), dtype=np.bool_)
+
+def test_reduce_empty_axis_max_min_identity(device: str) -> None:
+  # tinygrad's rule (NumPy and PyTorch raise): max and min of an empty dim give their identity
+  assert Tensor([]).max().item() == -math.inf and Tensor([]).min().item() == math.inf
+  assert Tensor.zeros(2, 0).max(1).tolist() == [-math.inf, -math.inf]
+  assert Tensor.zeros(0, 2, dtype=dtypes.int8).max(0).tolist() == [-128, -128]
+  assert Tensor.zeros(0, 2, dtype=dtypes.uint8).min(0).tolist() == [255, 255]
 
 def test_sum_noop_axis(device: str) -> None:
   helper_test_op([(2, 3)], lambda x: np.sum(x, axis=()), lambda t: t.sum(axis=()))

@@ -61,25 +61,69 @@ def test_rand_range_and_dtype(device: str) -> None:
   assert x.min() >= 0.0 and x.max() < 1.0
   assert len(np.unique(x)) > 0.9 * x.size
 
-def _np_hash32(x: np.ndarray) -> np.ndarray:
-  x = x ^ (x >> 16)
-  x = x * np.uint32(0x7FEB352D)
-  x = x ^ (x >> 15)
-  x = x * np.uint32(0x846CA68B)
-  return x ^ (x >> 16)
+def _np_threefry(k0: int, k1: int, x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Threefry-2x32, 20 rounds, vectorized over uint32 counters."""
+  u = np.uint32
+  ks = [u(k0), u(k1), u(k0 ^ k1 ^ 0x1BD11BDA)]
+  a, b = x0 + ks[0], x1 + ks[1]
+  for r, n in enumerate([13, 15, 26, 6, 17, 29, 16, 24] * 2 + [13, 15, 26, 6]):
+    a = a + b
+    b = ((b << u(n)) | (b >> u(32 - n))) ^ a
+    if r % 4 == 3: a, b = a + ks[(r // 4 + 1) % 3], b + ks[(r // 4 + 2) % 3] + u(r // 4 + 1)
+  return a, b
+
+def _np_stream(seed: int, start: int, num: int) -> np.ndarray:
+  """`num` words of the stream after `start` words: the draw's key enciphers the counter under the device's key
+  (sha256 of the device's index, the seed), then pairs (j, j + ceil(num / 2)) give words j and j + ceil(num / 2)."""
+  import hashlib
+  k0 = int.from_bytes(hashlib.sha256(bytes(4)).digest(), "big") & 0xFFFFFFFF
+  with np.errstate(over="ignore"):
+    nk = _np_threefry(k0, seed, np.array([start], np.uint32), np.array([0], np.uint32))
+    h = (num + 1) // 2
+    j = np.arange(h, dtype=np.uint32)
+    lo, hi = _np_threefry(int(nk[0][0]), int(nk[1][0]), j, j + np.uint32(h))
+  return np.concatenate([lo, hi])[:num]
 
 def test_rand_values_from_a_fresh_seed(device: str) -> None:
-  # seed 0: the key is 0, so the first mixing step multiplies the index plus the counter's start; the lowered kernel
-  # once did that multiply in int32 (signed overflow: gcc assumed the index tiny, and the third draw segfaulted)
-  from attograd.tensor.core import _hash32_int
+  # tinygrad's stream: the same seed gives tinygrad's numbers. Three draws in a row (the counter moves the key; seed 0
+  # once made the lowered kernel multiply in int32, and the third draw segfaulted)
   Tensor.manual_seed(0)
-  key = np.uint32(_hash32_int(0))
   for start in range(0, 3 * 4096, 4096):
     got = Tensor.rand(64, 64).numpy()
-    with np.errstate(over="ignore"):
-      ctr = np.arange(start, start + 64 * 64, dtype=np.uint32)
-      bits = _np_hash32(_np_hash32(ctr ^ key) + (key ^ np.uint32(0x6A09E667)))
-    np.testing.assert_array_equal(got.reshape(-1), (bits >> 8).astype(np.float32) * np.float32(1.0 / (1 << 24)))
+    want = ((_np_stream(0, start, 64 * 64) >> 9) | np.uint32(0x3F800000)).view(np.float32) - np.float32(1)
+    np.testing.assert_array_equal(got.reshape(-1), want)
+
+def test_rand_packs_narrow_and_wide_dtypes(device: str) -> None:
+  # a word holds two float16 values (low half first); a float64 takes two words (low word first)
+  Tensor.manual_seed(7)
+  w = _np_stream(7, 0, 3)
+  half = ((w.view(np.uint16)[:5] >> np.uint16(6)) | np.uint16(0x3C00)).view(np.float16) - np.float16(1)
+  np.testing.assert_array_equal(Tensor.rand(5, dtype=dtypes.float16).numpy(), half)
+  w = _np_stream(7, 3, 4)
+  dbl = ((w.view(np.uint64) >> np.uint64(12)) | np.uint64(0x3FF0000000000000)).view(np.float64) - 1.0
+  np.testing.assert_array_equal(Tensor.rand(2, dtype=dtypes.float64).numpy(), dbl)
+
+def test_randn_and_randperm_from_the_stream(device: str) -> None:
+  Tensor.manual_seed(11)
+  u = Tensor.rand(2, 50).numpy().astype(np.float64)
+  Tensor.manual_seed(11)
+  # Box-Muller with the first half as the angle and the second as the radius, as tinygrad
+  want = np.cos(2 * np.pi * u[0]) * np.sqrt(-2 * np.log(1 - u[1]))
+  np.testing.assert_allclose(Tensor.randn(50).numpy(), want, rtol=1e-5, atol=1e-5)
+  Tensor.manual_seed(11)
+  keys = Tensor.rand(30).numpy()
+  Tensor.manual_seed(11)
+  np.testing.assert_array_equal(Tensor.randperm(30).numpy(), np.argsort(keys, kind="stable"))
+
+def test_rand_refuses_int_dtypes(device: str) -> None:
+  with pytest.raises(ValueError, match="rand"): Tensor.rand(3, dtype=dtypes.int32)
+
+def test_threefry_random_bits_pairs(device: str) -> None:
+  # the first words of every pair, then the second words: the counters split in two halves
+  key = Tensor([3, 9], dtype=dtypes.uint32)
+  c0, c1 = Tensor([0, 1, 2], dtype=dtypes.uint32), Tensor([3, 4, 5], dtype=dtypes.uint32)
+  lo, hi = _np_threefry(3, 9, np.arange(3, dtype=np.uint32), np.arange(3, 6, dtype=np.uint32))
+  np.testing.assert_array_equal(Tensor._threefry_random_bits(key, c0, c1).numpy(), np.concatenate([lo, hi]))
 
 @pytest.mark.parametrize("shape", [(), (0,), (1,), (2, 3, 4), (0, 5)], ids=str)
 def test_rand_shapes(device: str, shape: tuple) -> None:
@@ -187,3 +231,11 @@ def test_dropout_like_mask(device: str) -> None:
   mask = (Tensor.rand(_n(device)) < 0.3).numpy()
   assert mask.dtype == np.bool_
   assert abs(mask.mean() - 0.3) < (0.03 if device == "CPU" else 0.12)
+
+def test_uniform_int_with_a_negative_low_is_uniform(device: str) -> None:
+  # the scaled value is cast before low is added: cast after, values in (-1, 0) truncated toward zero, so 0 came
+  # twice as often and low almost never
+  Tensor.manual_seed(5)
+  x = Tensor.uniform(20_000, low=-2, high=3, dtype=dtypes.int32).numpy()
+  counts = np.bincount(x + 2, minlength=5)
+  assert x.min() == -2 and x.max() == 2 and counts.min() > 0.9 * 4000 and counts.max() < 1.1 * 4000
