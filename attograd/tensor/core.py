@@ -1735,7 +1735,6 @@ def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
     stack.extend(n.src)
   return False
 
-
 _index_cache: dict[tuple[int, str], Tensor] = {}
 def _symbolic_arange(start: sint, stop: sint, step: sint, kw: dict[str, Any]) -> Tensor:
   """arange with bounds or step that are int expressions of bound Variables: a symbolic length ceil((stop - start) /
