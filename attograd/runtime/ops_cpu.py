@@ -253,12 +253,12 @@ def _omp_threads() -> list[object] | None:
 
 class CPUProgram:
   """A compiled kernel; call it with buffer addresses and variable values. `lib` is the library's bytes, or a
-  library already loaded (a quick build holds many kernels: it is loaded once). A kernel with a parallel loop
+  library already loaded (a quick build holds many kernels: it is loaded once; `parallel` then says whether this
+  kernel has a parallel loop, which its bytes say otherwise). A kernel with a parallel loop
   (gcc outlines it as NAME._omp_fn.N) runs on all threads or on one, as ThreadChoice times best, so it is always
   called through __call__: the engine and the JIT call `fxn` directly only once its argument types are set, and
   __call__ sets them on its own copy of the function (`_fxn`) instead."""
-  def __init__(self, name: str, lib: bytes | ctypes.CDLL):
-    parallel = False
+  def __init__(self, name: str, lib: bytes | ctypes.CDLL, parallel: bool = False):
     if not isinstance(lib, ctypes.CDLL):
       lib, sym = split_symbol(lib)  # a kernel built in a batch: its function's name there
       name = sym or name
@@ -298,4 +298,5 @@ class CPUDevice(Compiled):
     assert isinstance(self.compiler, ClangCompiler)
     lib, syms = self.compiler.compile_quick(kernels)
     handle = load_library(lib)
-    return [CPUProgram(sym, handle) for sym in syms]
+    # a loaded library's local symbols (the outlined NAME._omp_fn.N) can't be looked up: the source says instead
+    return [CPUProgram(sym, handle, parallel="#pragma omp parallel" in src) for sym, (_, src) in zip(syms, kernels)]

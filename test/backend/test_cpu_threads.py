@@ -3,7 +3,7 @@ unless a call waits on threads that got no core, then whichever setting its rece
 from __future__ import annotations
 import numpy as np
 import pytest
-from attograd import Tensor
+from attograd import Device, Tensor
 from attograd.engine import realize
 from attograd.runtime import ops_cpu
 from attograd.runtime.ops_cpu import ThreadChoice
@@ -60,3 +60,19 @@ def test_parallel_kernels_choose_their_threads_and_compute_the_same(monkeypatch:
     (ta @ ta).realize()
   assert omp[2] == omp[1] > 1
 
+
+def test_quick_builds_of_parallel_kernels_choose_their_threads_too() -> None:
+  # a quick build is one loaded library for many kernels, whose outlined parallel loops can't be looked up in it: the
+  # source says which kernels have one (they got no ThreadChoice when the kernel cache was empty, the only time the
+  # quick tier runs)
+  a = np.random.default_rng(1).standard_normal((512, 512), dtype=np.float32)
+  ta = Tensor(a).realize()
+  (ta @ ta).realize()
+  if ops_cpu._omp_threads() is None: pytest.skip("no OpenMP, or one thread: nothing to choose")
+  specs = [r.spec for r in realize._runners.values() if isinstance(getattr(r, "prg", None), ops_cpu.CPUProgram)]
+  par = next(s for s in specs if "omp parallel" in s.src)
+  small = next(s for s in specs if "omp parallel" not in s.src)
+  dev = Device["CPU"]
+  assert isinstance(dev, ops_cpu.CPUDevice)
+  quick = dev.quick_build([(par.name, par.src), (small.name, small.src)])
+  assert quick[0].threads is not None and quick[1].threads is None
