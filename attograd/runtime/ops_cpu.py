@@ -88,39 +88,30 @@ class ClangCompiler(Compiler):
     self.int8_dot = self._has_int8_dot(ident)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
-  def _has_fast_fma(self, ident: str) -> bool:
-    """Whether fma() is an instruction for this target (else a slow library call: no fused multiply-adds then)."""
-    key = hashlib.sha256(f"fast_fma\0{ident}\0{' '.join(self.flags)}".encode()).hexdigest()
+  def _probe(self, key_text: str, src: str, flags: list[str]) -> bool:
+    """Whether `src` compiles with `flags`, remembered on disk under `key_text` (one compiler run per machine)."""
+    key = hashlib.sha256(key_text.encode()).hexdigest()
     if (hit := disk_cache_get("probe", key)) is not None: return hit == b"1"
     try:
-      self._compile_with("#if !defined(__FP_FAST_FMAF) || !defined(__FP_FAST_FMA)\n#error no fast fma\n#endif\n"
-                         "int f(void) { return 0; }", self.flags)
+      self._compile_with(src, flags)
       ok = True
     except RuntimeError: ok = False
     disk_cache_put("probe", key, b"1" if ok else b"0")
     return ok
+  def _has_fast_fma(self, ident: str) -> bool:
+    """Whether fma() is an instruction for this target (else a slow library call: no fused multiply-adds then)."""
+    return self._probe(f"fast_fma\0{ident}\0{' '.join(self.flags)}",
+                       "#if !defined(__FP_FAST_FMAF) || !defined(__FP_FAST_FMA)\n#error no fast fma\n#endif\n"
+                       "int f(void) { return 0; }", self.flags)
   def _has_int8_dot(self, ident: str) -> bool:
     """Whether the target has AVX-512 VNNI's int8 dot product on 16 lanes, as the builtin renderer/cstyle.py writes
     (gcc's name: clang and other targets fail the probe, and their kernels keep the plain integer ops)."""
-    key = hashlib.sha256(f"int8_dot\0{ident}\0{' '.join(self.flags)}".encode()).hexdigest()
-    if (hit := disk_cache_get("probe", key)) is not None: return hit == b"1"
-    try:
-      self._compile_with("typedef int v16 __attribute__((vector_size(64)));\n"
-                         "v16 f(v16 c, v16 a, v16 b) { return __builtin_ia32_vpdpbusd_v16si(c, a, b); }", self.flags)
-      ok = True
-    except RuntimeError: ok = False
-    disk_cache_put("probe", key, b"1" if ok else b"0")
-    return ok
+    return self._probe(f"int8_dot\0{ident}\0{' '.join(self.flags)}",
+                       "typedef int v16 __attribute__((vector_size(64)));\n"
+                       "v16 f(v16 c, v16 a, v16 b) { return __builtin_ia32_vpdpbusd_v16si(c, a, b); }", self.flags)
   def _has_openmp(self, ident: str) -> bool:
-    key = hashlib.sha256(f"openmp\0{ident}".encode()).hexdigest()
-    if (hit := disk_cache_get("probe", key)) is not None: return hit == b"1"
-    try:
-      self._compile_with("int f(void) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n"
-                         "for (int i = 0; i < 4; i++) s += i;\nreturn s; }", self.flags + ["-fopenmp"])
-      ok = True
-    except RuntimeError: ok = False
-    disk_cache_put("probe", key, b"1" if ok else b"0")
-    return ok
+    return self._probe(f"openmp\0{ident}", "int f(void) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n"
+                       "for (int i = 0; i < 4; i++) s += i;\nreturn s; }", self.flags + ["-fopenmp"])
   def _compile_with(self, src: str, flags: list[str]) -> bytes:
     with tempfile.TemporaryDirectory() as d:
       out = os.path.join(d, "k.so")
