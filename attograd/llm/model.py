@@ -148,7 +148,7 @@ def stack_rows(*ws: Weight, int8: bool = False) -> Weight:
     q = ws[0]
     assert isinstance(q, QuantizedTensor)
     if any(w.split is not None or w.words is not None for w in ws):  # type: ignore[union-attr]
-      raise ValueError("stack_rows: stack quantized weights before realize()")
+      raise ValueError(f"stack_rows: stack quantized weights before realize(); got {list(ws)}, some already realized")
     blocks = Tensor.cat(*[w.blocks for w in ws])  # type: ignore[union-attr]
     return QuantizedTensor(blocks, q.qtype, (blocks.shape[0], q.shape[1])).realize(int8)
   return Tensor.cat(*[w.float() for w in ws]).realize()

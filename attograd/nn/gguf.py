@@ -391,7 +391,8 @@ class QuantizedTensor:
     return sum(prod(t.shape) * t.dtype.itemsize for t in (self.words or self.split or (self.blocks,)))
   def to(self, device: str | None) -> QuantizedTensor:
     if self.split is not None or self.words is not None:
-      raise ValueError("QuantizedTensor.to: move it before realize() splits its blocks")
+      raise ValueError(f"QuantizedTensor.to({device!r}): {self!r} is realized (its blocks split); move it before "
+                       "realize()")
     return QuantizedTensor(self.blocks.to(device), self.qtype, self.shape, self.host)
   def realize(self, int8: bool = False) -> QuantizedTensor:
     """The blocks in device memory (a no-op on DISK); the simple types split into quant bytes and float scales (and
@@ -459,7 +460,9 @@ class QuantizedTensor:
     layout (realize(int8=True)). Per row and block, isum = sum_j q_j * x_j in int32 (dot4 of each word's bytes, the
     byte offset folded in as -offset * sum_j x_j), then d_w * d_x * isum (+ m_w * d_x * sum_j x_j for Q4_1). A few
     rows of x share each weight load (the kernel keeps an accumulator per row)."""
-    if self.words is None: raise ValueError("QuantizedTensor.dot: realize(int8=True) it first")
+    if self.words is None:
+      raise ValueError(f"QuantizedTensor.dot: {self!r} (times x of shape {x.shape}) needs the int8 layout: "
+                       "realize(int8=True) it first")
     words, scales = self.words
     G, nbr, W, L = words.shape
     T = x.shape[0]

@@ -537,3 +537,8 @@ def test_int8_dot_renders_vnni_and_equals_plain_integer_math(monkeypatch: pytest
 def _has_vnni() -> bool:
   from attograd import Device
   return bool(getattr(Device["CPU"].compiler, "int8_dot", False))
+
+def test_int8_dot_without_the_int8_layout_names_the_weight_and_x() -> None:
+  q = QuantizedTensor(Tensor(np.zeros((2, 1, 18), dtype=np.uint8)), "Q4_0", (2, 32))
+  with pytest.raises(ValueError, match=r"Q4_0 \(2, 32\).*shape \(1, 32\).*realize\(int8=True\)"):
+    q.dot(Tensor.ones(1, 32))
