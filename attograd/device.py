@@ -263,16 +263,18 @@ class Buffer:
     if self._buf is None:
       if _deferred_frees: _free_deferred()
       self.allocator = Device[self.device].allocator
-      self._buf = self.allocator.alloc(max(self.nbytes, 1))
-      GlobalCounters.mem_used += self.nbytes
-      GlobalCounters.mem_used_per_device[self.device] += self.nbytes
+      nbytes = self.size * self.dtype.itemsize  # (self.nbytes, without its call: every new buffer comes here)
+      self._buf = self.allocator.alloc(max(nbytes, 1))
+      GlobalCounters.mem_used += nbytes
+      GlobalCounters.mem_used_per_device[self.device] += nbytes
     return self
   def __del__(self) -> None:
     if getattr(self, "_buf", None) is not None and sys is not None and not sys.is_finalizing():
-      GlobalCounters.mem_used -= self.nbytes
-      GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
-      if getattr(_defer, "on", False): _deferred_frees.append((self.allocator, self._buf, max(self.nbytes, 1)))
-      else: self.allocator.free(self._buf, max(self.nbytes, 1))
+      nbytes = self.size * self.dtype.itemsize
+      GlobalCounters.mem_used -= nbytes
+      GlobalCounters.mem_used_per_device[self.device] -= nbytes
+      if getattr(_defer, "on", False): _deferred_frees.append((self.allocator, self._buf, max(nbytes, 1)))
+      else: self.allocator.free(self._buf, max(nbytes, 1))
   def deallocate(self) -> None:
     """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values."""
     if self._buf is None: return
@@ -281,10 +283,11 @@ class Buffer:
     self.allocator.free(self._buf, max(self.nbytes, 1))
     self._buf = None
   def copyin(self, mv: memoryview) -> Buffer:
-    mv = mv.cast("B") if mv.nbytes else mv
-    if mv.nbytes != self.nbytes: raise ValueError(f"copyin: expected {self.nbytes} bytes for {self}, got {mv.nbytes}")
-    self.allocate()
-    if self.nbytes: self.allocator.copyin(self._buf, mv)
+    if mv.ndim != 1 or mv.format != "B": mv = mv.cast("B") if mv.nbytes else mv  # (a byte view already: as it is)
+    if mv.nbytes != (nbytes := self.size * self.dtype.itemsize):
+      raise ValueError(f"copyin: expected {nbytes} bytes for {self}, got {mv.nbytes}")
+    if self._buf is None: self.allocate()
+    if nbytes: self.allocator.copyin(self._buf, mv)
     return self
   def copyout(self, mv: memoryview) -> memoryview:
     mv = mv.cast("B") if mv.nbytes else mv

@@ -24,10 +24,17 @@ _uid = 0
 # compute its values from their index math (Ops.IOTA) instead of loading them
 IOTA_TAG = "iota"
 
+# each device's DEVICE node, held for good (it holds nothing): every new buffer names its device, and the lookup here is
+# cheaper than building the node again (new buffers are made on every realize and every TinyJit replay)
+_device_nodes: dict[str, UOp] = {}
+
 def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = None, iota: bool = False) -> UOp:
   """A fresh BUFFER node (its own identity) backed by `buf` or a new Buffer."""
   global _uid
   _uid += 1
-  u = UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (_uid, size, IOTA_TAG) if iota else (_uid, size))
-  buffers[u] = buf if buf is not None else Buffer(device, size, dtype)
+  if (dn := _device_nodes.get(device)) is None: dn = _device_nodes[device] = UOp(Ops.DEVICE, arg=device)
+  u = UOp(Ops.BUFFER, dtype, (dn,), (_uid, size, IOTA_TAG) if iota else (_uid, size))
+  d = slots(u)
+  d[BUFFER] = buf if buf is not None else Buffer(device, size, dtype)
+  d["shape"], d["device"] = (size,), device  # what UOp.shape and UOp.device would compute, without their calls
   return u

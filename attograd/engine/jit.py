@@ -13,6 +13,7 @@ from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
 from attograd.helpers import DEBUG, GlobalCounters
 from attograd.engine.recorder import JitError, JitRuntimeError, JitTypeError, JitValueError  # noqa: F401
 from attograd.uop.ops import GroupOp, Ops, UOp, UOpMetaClass, sym_val
+from attograd.uop.state import BUFFER, slots as slots_of
 from attograd.uop.variables import SIZED, bind_size, map_arg, sym_arg, unbind_size
 
 Recording = list[tuple[CompiledRunner | CopyRunner, tuple[Buffer, ...], dict[str, int]]]
@@ -123,7 +124,7 @@ class CapturedJit:
     if self.size_checks: self._check_sizes(variables)
     copies: list[Buffer] = []  # fed-back inputs' copies: alive until the kernels ran
     for base, slots in zip(inputs, self.in_slots):
-      b = buffers[base]
+      if (b := slots_of(base).get(BUFFER)) is None: b = buffers[base]  # (that raises: an input without a Buffer)
       if b._buf is None or id(b) in self.fed_back: b = _own(b, copies)
       raw = b._buf
       for args, pos, want_raw in slots: args[pos] = raw if want_raw else b
@@ -148,6 +149,7 @@ class CapturedJit:
     for u, buf, src in self.outs:
       if src is not None: outs.append(_swap_base(u, inputs[src], vals))
       elif buf is None: outs.append(_swap_base(u, u.base, vals))
+      elif u.op is Ops.BUFFER: outs.append(new_buffer_uop(buf.device, buf.size, buf.dtype, buf))  # a whole buffer
       else: outs.append(_swap_base(u, new_buffer_uop(buf.device, buf.size, buf.dtype, buf), vals))
     return outs
 

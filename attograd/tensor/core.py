@@ -143,7 +143,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # a new Tensor is in no grad registry yet: only True needs the setter's bookkeeping (this runs for every input)
     if requires_grad: self.requires_grad = requires_grad
     else: self._requires_grad = requires_grad
-    if isinstance(data, UOp):
+    if data.__class__ in _ndarrays: uop = _uop_of_array(data, dtype, device)  # the common input: tested first
+    elif isinstance(data, UOp):
       uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
       if uop.device is None and uop.op in _SCALAR_EXPR and \
          any(x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in uop.toposort()):
@@ -174,23 +175,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if flat and d is dtypes.bool: flat = [bool(v) for v in flat]
       uop = _buffer_from_bytes(_pack(flat, d), shape, d, device)
     elif type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
-      import numpy as np
-      arr: Any = np.asarray(data)
-      # big-endian bytes (a '>i4' array, as some files store them) read as this machine's: swapped to its order first
-      if arr.dtype.byteorder not in "=|" and arr.dtype.byteorder != _NATIVE_ORDER:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-      if (nd := _np_dtypes.get(arr.dtype)) is None:
-        from attograd.dtype import from_np_dtype
-        nd = _np_dtypes[arr.dtype] = from_np_dtype(arr.dtype)
-      d = nd
-      # the array's bytes, copied once (into the Buffer), through the buffer protocol; a non-contiguous array, or a
-      # dtype the protocol doesn't know (ml_dtypes' bfloat16), through a contiguous view of it as uint8
-      try: raw = memoryview(arr).cast("B")
-      except (TypeError, ValueError, BufferError):
-        as_bytes: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        raw = memoryview(as_bytes)
-      uop = _buffer_from_bytes(raw, arr.shape, d, device)
-      if dtype is not None and dtype is not d: uop = UOp(Ops.CAST, dtype, (uop,))
+      uop = _uop_of_array(data, dtype, device)
+      if data.__class__.__name__ == "ndarray": _ndarrays.add(data.__class__)  # the next one takes the first branch
     elif isinstance(data, os.PathLike):
       # a file's bytes stay on DISK (memory-mapped, nothing read) unless a device is asked for, as in tinygrad
       uop = tensor_disk.file_uop(data, dtype or dtypes.uint8)
@@ -278,9 +264,20 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if len(_made) > _prune_at[0]: live.prune()
     return t
 
+  @staticmethod
+  def _of_uop(uop: UOp) -> Tensor:
+    """Tensor(uop) for a node that names its device (a TinyJit replay's outputs): no argument checks."""
+    if (dev := uop.device) is None: return Tensor(uop)
+    t = Tensor.__new__(Tensor)
+    t.uop, t._requires_grad, t._device = uop, None, dev
+    _made.append(_weakref(t))  # in tensor/live.py's registry
+    if len(_made) > _prune_at[0]: live.prune()
+    return t
+
   # ***** realize and data access *****
   def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
     """Compute this tensor (and `lst`) now. do_update_stats=False leaves GlobalCounters as they were."""
+    if not lst and self.uop.op is Ops.BUFFER: return self  # a whole buffer already (a TinyJit's output): nothing to do
     if do_update_stats:
       Tensor._realize_all([self, *lst])
       return self
@@ -1634,6 +1631,27 @@ def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int
 
 _np_dtypes: dict[Any, DType] = {}  # NumPy dtype -> attograd's, for Tensor(ndarray)
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"  # how NumPy spells this machine's byte order
+_ndarrays: set[type] = set()  # numpy.ndarray, once one was seen (numpy is imported only when used)
+
+def _uop_of_array(data: Any, dtype: DType | None, device: str) -> UOp:
+  """The BUFFER (viewed with its shape) holding a copy of a NumPy array's (or an __array_interface__ object's)
+  values, cast to `dtype` when one is given."""
+  np: Any = sys.modules.get("numpy") or __import__("numpy")  # (an import statement costs more, on every call)
+  arr: Any = np.asarray(data)
+  # big-endian bytes (a '>i4' array, as some files store them) read as this machine's: swapped to its order first
+  if arr.dtype.byteorder not in "=|" and arr.dtype.byteorder != _NATIVE_ORDER:
+    arr = arr.astype(arr.dtype.newbyteorder("="))
+  if (d := _np_dtypes.get(arr.dtype)) is None:
+    from attograd.dtype import from_np_dtype
+    d = _np_dtypes[arr.dtype] = from_np_dtype(arr.dtype)
+  # the array's bytes, copied once (into the Buffer), through the buffer protocol; a non-contiguous array, or a
+  # dtype the protocol doesn't know (ml_dtypes' bfloat16), through a contiguous view of it as uint8
+  try: raw = memoryview(arr).cast("B")
+  except (TypeError, ValueError, BufferError):
+    as_bytes: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    raw = memoryview(as_bytes)
+  uop = _buffer_from_bytes(raw, arr.shape, d, device)
+  return uop if dtype is None or dtype is d else UOp(Ops.CAST, dtype, (uop,))
 
 _n_contiguous = [0]
 def _unique_contiguous(u: UOp) -> UOp:
@@ -1646,7 +1664,8 @@ def _buffer_from_bytes(raw: bytes | memoryview, shape: tuple[int, ...], dtype: D
   n = prod(shape)
   if len(raw) != n * dtype.itemsize: raise ValueError(f"Tensor: {len(raw)} bytes don't fill shape {shape} of {dtype}")
   buf = Buffer(device, n, dtype, raw if n else None)
-  return build.reshape(new_buffer_uop(device, n, dtype, buf), shape)
+  u = new_buffer_uop(device, n, dtype, buf)
+  return u if len(shape) == 1 else build.reshape(u, shape)  # (n,): the buffer's own shape
 
 def _iota_buffer(n: int, device: str) -> UOp:
   """0..n-1 in a buffer tagged as such: kernels compute the values from their index math rather than load them (the

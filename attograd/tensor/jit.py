@@ -165,18 +165,20 @@ def _plain_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared | N
   (through reshapes) on one device, with a concrete shape; what the general path returns for it. None otherwise."""
   if len(args) > len(_ARG_NAMES): return None
   shapes = []
+  grads = []
   for t in args:
     if t.__class__ is not Tensor: return None
-    u = t.uop
+    u = tu = t.uop
     while u.op is Ops.RESHAPE: u = u.src[0]
     if u.op is not Ops.BUFFER: return None
-    shape = t.uop.shape
+    shape = tu.shape
     for s in shape:
       if s.__class__ is not int: return None
-    shapes.append((shape, t.dtype, t.device))
+    # the node's fields rather than the Tensor's properties (t.dtype, t.device, t.requires_grad): this runs per replay
+    shapes.append((shape, tu.dtype, tu.device or t._device))
+    grads.append((Tensor, t.__dict__.get("_requires_grad")))
   names = _ARG_NAMES[:len(args)]
-  key = (tuple([(Tensor, t.requires_grad) for t in args]), (), Tensor.training, dtypes.default_float,
-         dtypes.default_int, Device.DEFAULT)
+  key = (tuple(grads), (), Tensor.training, dtypes.default_float, dtypes.default_int, Device.DEFAULT)
   return args, kwargs, key, names, list(args), {}, (tuple(names), tuple(shapes), ())
 
 def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) -> Prepared:
@@ -349,7 +351,8 @@ class TinyJit(Generic[ReturnType]):
       if cj.freed: cj.reallocate()
       graphs = cj([t.uop.base for t in tensors], variables, Tensor._rng_counter)
       if cj.rng is not None: Tensor._rng_counter += cj.rng[1]
-      ret: Any = Tensor(graphs[0]) if cj.ret.__class__ is Tensor else _rebuild(cj.ret, [Tensor(u) for u in graphs])
+      ret: Any = Tensor._of_uop(graphs[0]) if cj.ret.__class__ is Tensor else \
+        _rebuild(cj.ret, [Tensor._of_uop(u) for u in graphs])
       for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
       return ret
     bufs = [buffers[t.uop.base] for t in tensors]
