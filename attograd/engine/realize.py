@@ -171,7 +171,7 @@ class CompiledRunner:
     if self.prg is None or (self._optimized is not None and self._optimized.done()):
       self._settle()
     args = [bufs[i]._buf for i in self.spec.globals]
-    if self._direct is not None and not (DEBUG.value >= 2 or PROFILER.active or VIZ):
+    if self._direct is not None and not (DEBUG.value >= 2 or PROFILER.active or VIZ.value):
       if self.var_names: self._direct(*args, *[var_vals[n] for n in self.var_names])
       else: self._direct(*args)
       return 0.0
@@ -322,8 +322,12 @@ RUNNER_CACHE = ContextVar("RUNNER_CACHE", 2048)
 _runners: _RunnerCache = _RunnerCache()
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   key = (device, ast)
-  if (r := _runners.get(key)) is None: r = _runners[key] = CompiledRunner(_lower(device, ast))
+  if (r := _runner_get(_runners, key)) is None:
+    r = _runners[key] = CompiledRunner(_lower(device, ast))
+    return r
+  _runners.move_to_end(key)  # (_RunnerCache.get, without its two Python calls: this runs per kernel launch)
   return r
+_runner_get = OrderedDict.get
 
 def _copy(dst: Buffer, src: Buffer) -> None:
   dst.allocate()
@@ -347,9 +351,12 @@ copy_runner = CopyRunner()
 
 def run_schedule(items: list[ScheduleItem]) -> None:
   _prepare(items)
-  capturing = recorder.active() if CAPTURING else None  # a TinyJit's recorder, while one captures
+  capturing = recorder.active() if CAPTURING.value else None  # a TinyJit's recorder, while one captures
+  # the settings read once, through .value: `if FLAG:` and `FLAG >= 2` are Python calls, per kernel
+  debug, viz_on, nan_check = DEBUG.value, VIZ.value, DEBUG_NAN.value
   for si in items:
-    for b in si.bufs: b.allocate()
+    for b in si.bufs:
+      if b._buf is None: b.allocate()
     if si.ast.op is Ops.COPY:
       if capturing is not None: capturing.kernel(copy_runner, si.bufs, {})
       st = PROFILER.now() if PROFILER.active else 0.0
@@ -358,7 +365,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         PROFILER.span(f"copy {si.bufs[1].device} -> {si.bufs[0].device}", "copy", si.bufs[0].device, st, PROFILER.now(),
                       bytes=si.bufs[0].nbytes)
       GlobalCounters.global_mem += si.bufs[0].nbytes
-      if DEBUG >= 2:
+      if debug >= 2:
         print(f"{colored('copy', 'yellow')} {si.bufs[0].nbytes:>10d} bytes {si.bufs[1].device} -> {si.bufs[0].device}")
       continue
     device = si.bufs[0].device
@@ -368,12 +375,12 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     st = PROFILER.now() if PROFILER.active else 0.0
     et = runner(list(si.bufs), var_vals)
     if PROFILER.active: _profile_kernel(runner, si, st, et)
-    if VIZ: viz.kernel_ran(device, si.ast, et)
-    if DEBUG_NAN.value: check_kernel(runner.spec.name, si.bufs, runner.spec.outs)
+    if viz_on: viz.kernel_ran(device, si.ast, et)
+    if nan_check: check_kernel(runner.spec.name, si.bufs, runner.spec.outs)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += runner.spec.op_estimate
-    GlobalCounters.global_mem += sum(b.nbytes for b in si.bufs)
-    if DEBUG >= 2:
+    GlobalCounters.global_mem += sum([b.size * b.dtype.itemsize for b in si.bufs])  # (their nbytes, without the calls)
+    if debug >= 2:
       GlobalCounters.time_sum_s += et
       sp = runner.spec
       gflops = sp.op_estimate / et * 1e-9 if et > 0 else 0

@@ -12,8 +12,8 @@ from attograd.schedule.kernels import _region_of, build_kernel_ast, find_kernel_
 from attograd.schedule.memory import placeholder_bytes, plan_schedule
 from attograd.schedule.realized import lookup_realized, remember, remember_weakly
 from attograd.schedule.tuning import tune_graph
-from attograd.uop.ops import GroupOp, Ops, UOp, sint, sym_max
-from attograd.uop.state import PURE, REALIZED, slots
+from attograd.uop.ops import GroupOp, Ops, UOp, new_uop, sint, sym_max
+from attograd.uop.state import BUFFER, PURE, REALIZED, slots
 from attograd.uop.variables import SIZED, ast_variables, bind_size, map_arg, note_value, sym_arg, unbind_size
 
 @dataclass(frozen=True)
@@ -37,82 +37,119 @@ _PURE = {Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, O
          Ops.CAST} | GroupOp.ALU
 
 # ops that _normalize rebuilds over normalized sources with nothing else to do (not a BUFFER, marker, BIND, sized
-# movement op or numbered CONTIGUOUS): its first test, for the most common nodes
+# movement op or numbered CONTIGUOUS): _visit's first test, for the most common nodes
 _PLAIN = frozenset(GroupOp.ALU) - {Ops.BUFFER, Ops.BIND, Ops.CONTIGUOUS, *GroupOp.Marker, *SIZED}
+
+# _normalize recurses while a graph is shallower than this (a Python call per node is cheaper than an explicit stack's
+# pushes and pops), and walks deeper parts with an explicit stack: graphs may be 100k nodes deep
+_MAX_DEPTH = 400
+
+class _Normalizing:
+  """The state of one _normalize pass. (A class, not closures: recursive closures are a reference cycle, which would
+  keep the graph, and its buffers, alive until the garbage collector runs.)"""
+  __slots__ = ("inputs", "var_vals", "norm", "orig", "n_unique")
+  def __init__(self) -> None:
+    self.inputs: list[tuple[UOp, UOp]] = []  # (placeholder, real BUFFER)
+    self.var_vals: dict[UOp, int] = {}
+    self.norm: dict[UOp, UOp] = {}  # original node -> normalized node
+    self.orig: dict[UOp, UOp] = {}  # normalized node -> original node
+    self.n_unique = 0
 
 def _normalize(outs: list[UOp]) -> tuple[list[UOp], list[tuple[UOp, UOp]], dict[UOp, UOp], dict[UOp, int]]:
   """One pass that resolves realized nodes to their buffers and replaces every BUFFER by a numbered placeholder,
   so that graphs of the same structure get the same (hash-consed) nodes. Bound Variables become the Variables
   themselves, so a graph differing only in the values of its Variables is the same graph too. Returns the normalized
   outputs, (placeholder, real buffer) pairs, normalized node -> original node, and the Variables' values."""
-  inputs: list[tuple[UOp, UOp]] = []  # (placeholder, real BUFFER)
-  var_vals: dict[UOp, int] = {}
-  norm: dict[UOp, UOp] = {}
-  orig: dict[UOp, UOp] = {}
-  n_unique = 0
-  stack: list[tuple[UOp, int, UOp | None]] = [(o, 0, None) for o in reversed(outs)]
+  st = _Normalizing()
+  try: nouts = [_visit(o, 0, st) for o in outs]
+  except RecursionError:  # called from deep in the caller's own recursion: the rest with the explicit stack (the walk
+    nouts = [_walk(o, st) for o in outs]  # goes the same way and skips what is done, so the numbering is the same)
+  return nouts, st.inputs, st.orig, st.var_vals
+
+def _visit(n: UOp, depth: int, st: _Normalizing) -> UOp:
+  """n normalized, its sources first, in order (placeholders are numbered by first appearance)."""
+  if (nn := (norm := st.norm).get(n)) is not None: return nn
+  if PURE in (d := slots(n)):  # constants through movement and ALU ops: the same node in every graph
+    norm[n] = st.orig[n] = n
+    return n
+  # its value is in a buffer: use that view instead
+  if REALIZED in d and (r := lookup_realized(n)) is not None and r is not n:
+    nn = norm[n] = _visit(r, depth + 1, st)
+    return nn
+  if depth > _MAX_DEPTH: return _walk(n, st)
+  for s in n.src:
+    if s not in norm: _visit(s, depth + 1, st)
+  if (op := n.op) not in _PLAIN: return _rebuild(n, st)
+  # ALU ops and the like (most nodes): the same node over the normalized sources (_rebuild's last case, inline)
+  srcs = tuple(map(norm.__getitem__, n.src))
+  if srcs == n.src:
+    nn = n
+    if op in _PURE and all(PURE in slots(x) for x in srcs): d[PURE] = True
+  else: nn = new_uop(op, n.dtype, srcs, n.arg)
+  norm[n] = nn
+  st.orig[nn] = n
+  return nn
+
+def _walk(root: UOp, st: _Normalizing) -> UOp:
+  """_visit(root) with an explicit stack, for deep graphs: (node, 0) first seen, (node, 1) its sources done,
+  (node, 2) a realized node whose view (pushed after it) is done."""
+  norm = st.norm
+  stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
   pop, push = stack.pop, stack.append
   while stack:
     n, state, alias = pop()
     if n in norm: continue
     if state == 0:
-      if PURE in (d := slots(n)):  # constants through movement and ALU ops: the same node in every graph
-        norm[n] = orig[n] = n
+      if PURE in (d := slots(n)):
+        norm[n] = st.orig[n] = n
         continue
-      # its value is in a buffer: use that view instead
       if REALIZED in d and (r := lookup_realized(n)) is not None and r is not n:
         push((n, 2, r))
         push((r, 0, None))
         continue
       push((n, 1, None))
       for s in reversed(n.src):
-        if s in norm: continue
-        if PURE in slots(s): norm[s] = orig[s] = s  # what its own visit would do, without the visit
-        else: push((s, 0, None))
-      continue
-    if state == 2:
-      norm[n] = norm[alias]  # type: ignore[index]
-      continue
-    op = n.op
-    if op in _PLAIN:  # ALU ops and the like (most nodes): the same node over the normalized sources
-      srcs = tuple(map(norm.__getitem__, n.src))
-      if srcs == n.src:
-        nn = n
-        if op in _PURE and all(PURE in slots(x) for x in srcs): slots(n)[PURE] = True
-      else: nn = UOp(op, n.dtype, srcs, n.arg)
-    elif op is Ops.BUFFER:
-      nn = UOp(Ops.BUFFER, n.dtype, n.src, (-len(inputs) - 1, n.arg[1]) + n.arg[2:])  # keeps the iota tag
-      inputs.append((nn, n))
-    elif op in GroupOp.Marker:  # markers for autograd only: the value is their first source's
-      norm[n] = norm[n.src[0]]
-      # the marker is a node of the graph of its own (its sources, e.g. a custom gradient's inputs, are references the
-      # graph holds, not a Tensor's), keyed by itself: it must not take its value's place in `orig`
-      orig[n] = n
-      continue
-    elif op is Ops.BIND:
-      nn = n.src[0]
-      note_value(n, var_vals)
-    elif op in SIZED and sym_arg(n.arg):
-      src, arg = norm[n.src[0]], map_arg(n.arg, lambda x: unbind_size(x, var_vals))
-      if op is Ops.RESHAPE and src.op is Ops.BUFFER and -_NEW < src.arg[0] < 0:
-        # a whole input buffer seen with a symbolic shape: its placeholder takes the symbolic size, so inputs of
-        # every size (one per value of the Variables) give the same graph
-        ph = UOp(Ops.BUFFER, src.dtype, src.src, (src.arg[0], prod(arg)))
-        inputs.append((ph, inputs[-src.arg[0] - 1][1]))
-        src = ph
-      nn = UOp(op, n.dtype, (src,), arg)
-    elif op is Ops.CONTIGUOUS and n.arg is not None:  # a unique copy: number it by appearance in this graph
-      n_unique += 1
-      nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), n_unique)
-    else:
-      srcs = tuple(map(norm.__getitem__, n.src))
-      if srcs == n.src:
-        nn = n
-        if op in _PURE and all(PURE in slots(x) for x in srcs): slots(n)[PURE] = True
-      else: nn = UOp(op, n.dtype, srcs, n.arg)
-    norm[n] = nn
-    orig[nn] = n
-  return [norm[o] for o in outs], inputs, orig, var_vals
+        if s not in norm: push((s, 0, None))
+    elif state == 2: norm[n] = norm[alias]  # type: ignore[index]
+    else: _rebuild(n, st)
+  return norm[root]
+
+def _rebuild(n: UOp, st: _Normalizing) -> UOp:
+  """n over its normalized sources (each one already in st.norm), noted in st.norm and st.orig."""
+  norm, op = st.norm, n.op
+  if op is Ops.BUFFER:
+    nn = new_uop(Ops.BUFFER, n.dtype, n.src, (-len(st.inputs) - 1, n.arg[1]) + n.arg[2:])  # keeps the iota tag
+    st.inputs.append((nn, n))
+  elif op in GroupOp.Marker:  # markers for autograd only: the value is their first source's
+    nn = norm[n] = norm[n.src[0]]
+    # the marker is a node of the graph of its own (its sources, e.g. a custom gradient's inputs, are references the
+    # graph holds, not a Tensor's), keyed by itself: it must not take its value's place in `orig`
+    st.orig[n] = n
+    return nn
+  elif op is Ops.BIND:
+    nn = n.src[0]
+    note_value(n, st.var_vals)
+  elif op in SIZED and sym_arg(n.arg):
+    src, arg = norm[n.src[0]], map_arg(n.arg, lambda x: unbind_size(x, st.var_vals))
+    if op is Ops.RESHAPE and src.op is Ops.BUFFER and -_NEW < src.arg[0] < 0:
+      # a whole input buffer seen with a symbolic shape: its placeholder takes the symbolic size, so inputs of
+      # every size (one per value of the Variables) give the same graph
+      ph = UOp(Ops.BUFFER, src.dtype, src.src, (src.arg[0], prod(arg)))
+      st.inputs.append((ph, st.inputs[-src.arg[0] - 1][1]))
+      src = ph
+    nn = UOp(op, n.dtype, (src,), arg)
+  elif op is Ops.CONTIGUOUS and n.arg is not None:  # a unique copy: number it by appearance in this graph
+    st.n_unique += 1
+    nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), st.n_unique)
+  else:  # any other op: the same node over the normalized sources
+    srcs = tuple(map(norm.__getitem__, n.src))
+    if srcs == n.src:
+      nn = n
+      if op in _PURE and all(PURE in slots(x) for x in srcs): slots(n)[PURE] = True
+    else: nn = new_uop(op, n.dtype, srcs, n.arg)
+  norm[n] = nn
+  st.orig[nn] = n
+  return nn
 
 def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """Kernels (in dependency order) that compute `outs`, and for each output, the view of its new buffer.
@@ -124,13 +161,14 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     if len(_schedule_cache) >= 4096: _schedule_cache.pop(next(iter(_schedule_cache)))  # bounded: oldest first
     tmpl = _schedule_cache[key] = _make_template(nouts)
   # bind placeholders to real buffers: inputs by position, new buffers freshly made
-  bind: dict[UOp, UOp] = {}
-  bind.update(inputs)
+  bind: dict[UOp, UOp] = dict(inputs)
   # intermediates nobody can read afterwards share storage (and are not remembered); raises if over the memory limit
   pooled = plan_schedule(tmpl, orig, outs)
   for ph in tmpl.new_bufs: bind[ph] = new_buffer_uop(ph.device, ph.arg[1], ph.dtype, pooled.get(ph))
   try:
-    items = [ScheduleItem(ast, tuple(buffers[bind[b]] for b in bufs), tuple((v, var_vals[v]) for v in vs))
+    # (each node's Buffer read from its slot, and lists rather than generators: this runs on every realize)
+    items = [ScheduleItem(ast, tuple([slots(bind[b])[BUFFER] for b in bufs]),
+                          tuple([(v, var_vals[v]) for v in vs]) if vs else ())
              for ast, bufs, vs in tmpl.items]
   except KeyError:  # a kernel reads a Variable nothing bound: say which, instead of a bare KeyError
     free = sorted({v.arg[0] for _, _, vs in tmpl.items for v in vs if v not in var_vals})
@@ -138,12 +176,13 @@ def create_schedule(outs: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]
     raise _unbound_error(free) from None
   for ph in tmpl.assign_targets: buffers[bind[ph]].version += 1
   # a result stays valid while neither its buffer nor any buffer it was computed from is written again
-  deps = tuple((buf, buf.version) for _, u in inputs if (buf := buffers.get(u)) is not None)
+  deps = tuple([(buf, buf.version) for _, u in inputs if (buf := slots(u).get(BUFFER)) is not None])
   becomes: dict[UOp, UOp] = {}
   # a node the normalize pass kept as it was (a graph of constants: nothing to number) is part of the cached key, which
   # outlives the tensor: its memo must not keep the result's buffer alive after the tensor is gone
   for o, no, home in zip(outs, nouts, tmpl.becomes):
-    becomes[o] = b = o if home is None else _rebind(home, bind, var_vals)
+    becomes[o] = b = o if home is None else bind.get(home, home) if home.op is Ops.BUFFER else \
+      _rebind(home, bind, var_vals)
     if b is not o:
       remember(o, b, deps)
       if no is o: remember_weakly(o)

@@ -10,7 +10,7 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, floa
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError,
                               AssertedArgumentError, argfix, make_tuple, prod)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
-                              ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
+                              new_uop, ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop import build
@@ -255,8 +255,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # as tinygrad: a Tensor is lazy and may be on a device, so `if t:` (and `t in [...]`, which compares with ==)
     # would hide a device sync; read the value with .item() (or reduce with .any()/.all()) to say so
     raise TypeError(f"the truth value of a Tensor (shape {self.shape}) is not defined: use .item(), .any() or .all()")
-  def _new(self, uop: UOp) -> Tensor:
-    _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
+  def _new(self, uop: UOp, like: UOp | None = None) -> Tensor:
+    """A Tensor of `uop` on this tensor's device. like: a node of uop's shape and device, an elementwise op's operand
+    (set from its fields: UOp.shape and .device would compute the same, in more calls)."""
+    if like is not None and "shape" not in (d := uop.__dict__) and (dev := like.device) is not None:
+      d["shape"], d["device"] = like.shape, dev
+    else: _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
     t.uop, t._requires_grad, t._device = uop, None, self._device  # in no grad registry yet (.grad: the class's None)
     if DEBUG_NAN.value and uop not in _op_sites: _op_sites[uop] = call_site()
@@ -308,12 +312,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     running (linear_with_vars)."""
     todo = [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
-    if not ALLOW_DEVICE_USAGE:
+    # (the settings read through .value here and below: `if FLAG:` and `FLAG >= 1` are Python calls, on every realize)
+    if not ALLOW_DEVICE_USAGE.value:
       raise RuntimeError("realize: device use is off here (inside a @function body, whose graph is traced, not run); "
                          "return the Tensor from the function and realize it outside")
-    st = time.perf_counter() if DEBUG >= 1 else 0.0
+    st = time.perf_counter() if (debug := DEBUG.value) >= 1 else 0.0
     k0 = GlobalCounters.kernel_count
-    outs = list(dict.fromkeys(t.uop for t in todo))
+    outs = [todo[0].uop] if len(todo) == 1 else list(dict.fromkeys(t.uop for t in todo))
     # in-place writes among them (an optimizer step): lazy tensors that read the written buffers get their values now
     if (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}):
       _keep_values_of_readers(targets, set(outs))
@@ -321,7 +326,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     items, becomes = create_schedule(outs)
     if PROFILER.active: PROFILER.span("schedule", "schedule", outs[0].device or Device.DEFAULT, sst, PROFILER.now(),
                                       kernels=len(items), outputs=len(outs))
-    if VIZ: viz.record_schedule(outs, len(items))
+    if VIZ.value: viz.record_schedule(outs, len(items))
     if defer is not None: defer.extend(items)
     else:
       try: run_schedule(items)  # (create_schedule remembered where each result now lives)
@@ -336,7 +341,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         put(nu, ORIGIN, t.uop)
         remember_weakly(t.uop)
       t.uop = nu
-    if DEBUG >= 1:
+    if debug >= 1:
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
   def _buffer(self) -> tuple[Buffer, int]:
     """The Buffer holding this tensor's data contiguously (making it so if needed), and the element offset."""
@@ -850,8 +855,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self.reshape(padded).expand(shape)
   def _alu(self, op: Ops, *srcs: Tensor, dtype: DType | None = None) -> Tensor:
     x = self.uop
-    return self._new(_like(UOp(op, dtype or x.dtype, (x, srcs[0].uop) if len(srcs) == 1 else
-                                                      (x,) + tuple(s.uop for s in srcs)), x))
+    return self._new(new_uop(op, dtype or x.dtype, (x, srcs[0].uop) if len(srcs) == 1 else
+                             (x,) + tuple(s.uop for s in srcs), None), x)
   def _with_number(self, op: Ops, y: Any, reverse: bool) -> Tensor | None:
     """The two common cases of _broadcasted, built directly (the same node, without the calls, nor a Tensor for a
     constant): tensor op Python number where the number takes the tensor's dtype, and two tensors of one shape, dtype
@@ -862,12 +867,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if yu.dtype is not xu.dtype or xu.dtype is dtypes.bool or (dev := xu.device) is None or yu.device != dev or \
          yu.shape != xu.shape:
         return None
-      if reverse: return y._new(_like(UOp(op, xu.dtype, (yu, xu)), yu))
-      return self._new(_like(UOp(op, xu.dtype, (xu, yu)), xu))
-    if y.__class__ not in (float, int) or xu.dtype is dtypes.bool or (y.__class__ is float) > dtypes.is_float(xu.dtype):
+      if reverse: return y._new(new_uop(op, xu.dtype, (yu, xu), None), yu)
+      return self._new(new_uop(op, xu.dtype, (xu, yu), None), xu)
+    if y.__class__ not in (float, int) or xu.dtype is dtypes.bool or \
+       (y.__class__ is float and xu.dtype not in dtypes.floats and not dtypes.is_float(xu.dtype)):
       return None
-    c = _broadcast_const(y, xu.dtype, self.device, xu.shape)
-    return self._new(_like(UOp(op, xu.dtype, (c, xu) if reverse else (xu, c)), xu))
+    c = _broadcast_const(y, xu.dtype, xu.device or self._device, xu.shape)
+    return self._new(new_uop(op, xu.dtype, (c, xu) if reverse else (xu, c), None), xu)
   def add(self, x: Any, reverse: bool = False) -> Tensor:
     if (r := self._with_number(Ops.ADD, x, reverse)) is not None: return r
     a, b = self._broadcasted(x, reverse)
@@ -1136,9 +1142,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """max(x, 0) like PyTorch: relu(nan) is nan, relu(-0.0) is -0.0, and the gradient is 0 at 0 and at nan (so not MAX,
     whose ties split the gradient). The value is one compare and select, marked with relu's own gradient rule."""
     u = self.uop
-    zero = _broadcast_const(0, u.dtype, self.device, u.shape)
-    val = _like(UOp(Ops.WHERE, u.dtype, (_like(UOp(Ops.CMPLT, dtypes.bool, (u, zero)), u), zero, u)), u)
-    return self._new(_like(UOp(Ops.CUSTOM_GRAD, u.dtype, (val, u), ("relu",)), u))
+    zero = _broadcast_const(0, u.dtype, u.device or self._device, u.shape)
+    cmp = _like(new_uop(Ops.CMPLT, dtypes.bool, (u, zero), None), u)
+    val = _like(new_uop(Ops.WHERE, u.dtype, (cmp, zero, u), None), u)
+    return self._new(new_uop(Ops.CUSTOM_GRAD, u.dtype, (val, u), ("relu",)), u)
   @_rounded_once
   def sigmoid(self) -> Tensor:
     # e = exp(-|x|) never overflows, so neither the value nor its gradient meets inf * 0

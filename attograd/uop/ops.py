@@ -1,6 +1,6 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
-import math, operator, weakref
+import functools, math, operator, weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -400,6 +400,12 @@ def sym_max(x: sint) -> int:
 _new_object = object.__new__
 _set_op, _set_dtype, _set_src, _set_arg = (UOp.op.__set__, UOp.dtype.__set__,  # type: ignore[attr-defined]
                                             UOp.src.__set__, UOp.arg.__set__)  # type: ignore[attr-defined]
+
+# new_uop(op, dtype, src, arg) is UOp(op, dtype, src, arg), the same hash-consed node, without the metaclass call:
+# CPython calls a metaclass's Python-level __call__ as a bound method with an argument tuple, about a third of the
+# cost of building a node that is already in the cache. Every tensor op and every realize builds nodes by the dozen
+# (Tensor ops, the scheduler's normalize pass, new buffers): those paths call this.
+new_uop: Callable[[Ops, DType, tuple[UOp, ...], Any], UOp] = functools.partial(UOpMetaClass.__call__, UOp)
 
 def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
   """A symbolic integer with known bounds, e.g. `Variable("bs", 1, 64)`; `.bind(10)` gives it a value."""
