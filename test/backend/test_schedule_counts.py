@@ -155,6 +155,24 @@ def test_moderately_deep_graph(device: str) -> None:
   for _ in range(2_000): x = x + 1
   assert x.item() == 2001.0
 
+def test_deep_graph_realized_near_the_recursion_limit(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # the normalize pass recurses over shallow graphs: called with little recursion left (deep in the caller's own
+  # recursion) it finishes with the explicit stack, and the graph is still one kernel with the right value
+  import sys
+  import attograd.schedule.create as create
+  walks: list[int] = []
+  walk = create._walk
+  monkeypatch.setattr(create, "_walk", lambda *a: walks.append(1) or walk(*a))
+  x = Tensor([1.0]).realize()
+  for _ in range(300): x = x + 1
+  def depth() -> int:
+    f, n = sys._getframe(), 0
+    while f is not None: f, n = f.f_back, n + 1
+    return n
+  def deep(k: int) -> int: return deep(k - 1) if k else count_kernels(x.realize)
+  assert deep(sys.getrecursionlimit() - depth() - 60) == 1
+  assert walks and x.item() == 301.0
+
 def test_deep_graph_realized_in_steps(device: str) -> None:
   x = Tensor([0.0, 1.0])
   for i in range(200):

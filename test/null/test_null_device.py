@@ -137,3 +137,18 @@ def test_a_tuple_of_one_device_is_that_device():
   assert (t + Tensor([3.0, 4.0], device="NULL:1")).device == "NULL:1"
   assert Tensor.empty(2, device="NULL").shard(("NULL:1",)).device == "NULL:1"
   assert Device.canonicalize(("NULL", "NULL:1")) == ("NULL", "NULL:1")
+
+def test_realize_frees_a_result_without_the_garbage_collector():
+  # the scheduler's passes must leave no reference cycle through the graph: one would keep a dropped result's buffer
+  # (and the graph's) alive until the garbage collector runs
+  import gc, weakref
+  from attograd.engine.buffers import buffers
+  a = Tensor.empty(16, device="NULL").realize()
+  gc.disable()
+  try:
+    for _ in range(2):  # the first realize builds the schedule, the second takes it from the cache
+      r = ((a + 1) * 2).relu().realize()
+      ref = weakref.ref(buffers[r.uop.base])
+      del r
+      assert ref() is None
+  finally: gc.enable()
