@@ -85,7 +85,7 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
     new = set(tmpl.new_bufs)
     resident = {b for _, bufs, _ in tmpl.items for b in bufs if b not in new}
     plan = cache[cands] = plan_memory([bufs for _, bufs, _ in tmpl.items], _ph_info, set(cands), resident)
-  if DEBUG >= 2 or any(memory_limit(d) for d in plan.peak):
+  if DEBUG.value >= 2 or any([memory_limit(d) for d in plan.peak]):  # (.value, a list: this runs on every realize)
     shapes = {h.base: h.shape for h in list(tmpl.becomes) + [h for _, h in tmpl.realized_roots] if h is not None}
     check_plan(plan, lambda k: _describe(k, shapes.get(k)), f"a schedule of {len(tmpl.items)} kernels")
   if not plan.slot_of: return {}

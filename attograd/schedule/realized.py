@@ -7,13 +7,13 @@ import weakref
 from attograd.device import Buffer
 from attograd.engine.buffers import buffers
 from attograd.uop.ops import UOp
-from attograd.uop.state import REALIZED, put, slots
+from attograd.uop.state import BUFFER, REALIZED, slots
 
 def remember(node: UOp, view: UOp, deps: tuple[tuple[Buffer, int], ...] = ()) -> None:
   """node's value now lives in view's buffer, until that buffer or one of `deps` (the buffers it was computed from,
   with their versions then) is written in place."""
-  b = buffers.get(view.base)
-  put(node, REALIZED, (view, b.version if b is not None else 0, deps))
+  b = slots(view.base).get(BUFFER)  # (buffers.get and put, without their calls: this runs on every realize)
+  slots(node)[REALIZED] = (view, b.version if b is not None else 0, deps)
 
 def remember_weakly(node: UOp) -> None:
   """node's memo keeps its view only while something else does: for a view that remembers node as its graph (its
