@@ -287,6 +287,9 @@ class _Builds:
 
 def _prepare(items: list[ScheduleItem]) -> None:
   """Lower the kernels of `items` that have no runner yet and start their builds, before any of them runs."""
+  for si in items:  # the common case, every kernel built before: nothing else to set up
+    if si.ast.op is not Ops.COPY and (si.bufs[0].device, si.ast) not in _runners: break
+  else: return
   builds: dict[str, _Builds] = {}
   seen: set[tuple[str, UOp]] = set()  # a kernel run twice in a schedule is lowered once (its runner may be batched)
   for si in items:

@@ -1668,7 +1668,7 @@ def _unique_contiguous(u: UOp) -> UOp:
 
 def _buffer_from_bytes(raw: bytes | memoryview, shape: tuple[int, ...], dtype: DType, device: str) -> UOp:
   if device.__class__ is tuple: return multi.shard_uop(_buffer_from_bytes(raw, shape, dtype, device[0]), device, None)
-  n = prod(shape)
+  n = shape[0] if len(shape) == 1 else prod(shape)
   if len(raw) != n * dtype.itemsize: raise ValueError(f"Tensor: {len(raw)} bytes don't fill shape {shape} of {dtype}")
   buf = Buffer(device, n, dtype, raw if n else None)
   u = new_buffer_uop(device, n, dtype, buf)
