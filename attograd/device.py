@@ -236,7 +236,9 @@ def host_bytes(mv: memoryview) -> ctypes.Array:
 # The garbage collector runs on whichever thread allocates, attograd's compile threads too: a Buffer it finalizes
 # there is not freed there (allocators are not thread-safe: two threads in one LRU cache handed a block out twice
 # and corrupted an MNIST run; a GPU's free needs its context), but queued and freed by the next allocation
-_defer = threading.local()
+class _DeferFrees(threading.local):
+  on = False  # the default for every thread, on the class: a getattr with a default costs an exception per miss
+_defer = _DeferFrees()
 _deferred_frees: list[tuple[Allocator, Any, int]] = []
 def defer_frees_on_this_thread() -> None: _defer.on = True
 
@@ -273,7 +275,7 @@ class Buffer:
       nbytes = self.size * self.dtype.itemsize
       GlobalCounters.mem_used -= nbytes
       GlobalCounters.mem_used_per_device[self.device] -= nbytes
-      if getattr(_defer, "on", False): _deferred_frees.append((self.allocator, self._buf, max(nbytes, 1)))
+      if _defer.on: _deferred_frees.append((self.allocator, self._buf, max(nbytes, 1)))
       else: self.allocator.free(self._buf, max(nbytes, 1))
   def deallocate(self) -> None:
     """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values."""
