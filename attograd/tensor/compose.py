@@ -4,10 +4,12 @@ import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import DTypeOpError, ArgumentError, prod
-from attograd.uop.ops import Ops, UOp, _broadcast_shape
+from attograd.uop.ops import GroupOp, Ops, UOp, _broadcast_shape
+from attograd.schedule.realized import lookup_realized
 import attograd.tensor.disk as tensor_disk
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _writable_view
 from attograd.tensor.indexing import _basic_indices, _expand_bool_indices, _normalize
+from attograd.tensor.live import live_tensors
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 # a scan over n elements reduces an (n, n) window: O(n^2). Past 2 blocks, scan blocks of this size and then the
@@ -404,11 +406,13 @@ class ComposeMixin:
       # a silent cast would truncate floats written into an int tensor; tinygrad refuses every mismatch, and so do we
       raise RuntimeError(f"setitem: the value's dtype {value.dtype} differs from the tensor's {self.dtype}; "
                          f"cast it first: value.cast({self.dtype})")
+    # a realized buffer, or a one-to-one view of one (a slice, a permute, a flip): written in place, through the view
+    in_place = _contiguous_view_of_buffer(self.uop) or _writable_view(self.uop) is not None
+    if not in_place: _refuse_aliased_lazy_write(self, value)
     if (placed := _setitem(self, indices, value)) is None: return
     v, hit = placed
     new = v if hit is None else hit.where(v, self)
-    # a realized buffer, or a one-to-one view of one (a slice, a permute, a flip): written in place, through the view
-    if _contiguous_view_of_buffer(self.uop) or _writable_view(self.uop) is not None:
+    if in_place:
       # assign writes this buffer while the kernel reads it: if the value or the index tensors read it at other
       # positions (x[1:] = x[:-1]), compute the result into its own buffer first
       base = self.uop.base
@@ -417,6 +421,25 @@ class ComposeMixin:
     else: self.uop = new.uop
 
 # ***** helpers *****
+
+def _view_root(u: UOp) -> UOp:
+  """The node u views: under its movement ops, detaches and contiguous_backwards (they share its values)."""
+  while u.op in GroupOp.Movement or u.op is Ops.DETACH or u.op is Ops.CONTIGUOUS_BACKWARD: u = u.src[0]
+  return u
+
+def _refuse_aliased_lazy_write(x: Tensor, value: Any) -> None:
+  """A setitem on a lazy x (no buffer yet) gives x a new graph; other tensors keep the graph they hold. For a tensor
+  computed from x that is PyTorch's answer, but a view of x (x[:1], x.reshape(...), x.detach()) should see the write,
+  and equal graphs are one node: a view of x can't be told from a view of an equal, independent computation, which
+  must not change. Either answer would be wrong for one of them, so the write is refused while such a view lives."""
+  root = _view_root(x.uop)
+  if root.op in (Ops.BUFFER, Ops.CONST) or lookup_realized(root) is not None: return  # storage or a literal
+  n = sum(1 for t in live_tensors() if t is not x and t is not value and _view_root(t.uop) is root)
+  if n: raise RuntimeError(
+    f"setitem: this tensor (shape {x.shape}) is lazy, and {n} other live tensor(s) view the same lazy value (a slice, "
+    "reshape or detach of it, or an equal computation: equal graphs are one node). A view should see the write and an "
+    "independent tensor must not, and attograd can't tell them apart, so the write is refused. Take the views after "
+    "the write, or give the tensor storage first and view that: x = x.contiguous().realize()")
 
 _SCATTER_REDUCE = ("sum", "prod", "mean", "amax", "amin")
 
