@@ -9,8 +9,8 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, floa
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError,
                               AssertedArgumentError, argfix, make_tuple, prod)
-from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
-                              ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
+from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _after_made, _broadcast_pair, _broadcast_shape,
+                              _shape_str, sint, ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop import build
@@ -309,6 +309,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     backward() through it (the optimizer's own writes and gradients never need that, and holding those graphs keeps
     a step's intermediates out of the memory planner's reuse). defer: the schedule's items go there instead of
     running (linear_with_vars)."""
+    if _after_made[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
+      for t in ts:
+        if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop)
     todo = [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
     if not ALLOW_DEVICE_USAGE:
@@ -1722,6 +1725,27 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   # to that result's buffer, the very one about to be written (a = x * 2; b = x * 2; a.realize(); a[0] = 5)
   for t in todo: t.uop = _unique_contiguous(t.uop)
   if todo: Tensor._realize_all(todo)
+
+def _run_afters(u: UOp) -> UOp:
+  """u with each AFTER node (UOp.after) replaced by the value it waits for, once its writes (UOp.store: ASSIGNs) have
+  run, inner ones and each node's writes in order first. attograd writes in place when a write is made; a lazy write
+  of this API is made when a realize reaches it. Other lazy tensors reading a written buffer keep their values, as
+  for assign; the graph being realized reads the buffer after the write."""
+  subs: dict[UOp, UOp] = {}
+  topo = u.toposort()
+  for n in topo:
+    if n.op is not Ops.AFTER: continue
+    now = n.substitute(subs) if subs else n
+    for d in now.src[1:]:
+      if d.op is Ops.ASSIGN:
+        if (base := d.src[0].base).op is not Ops.BUFFER:
+          raise RuntimeError(f"store: the target (shape {d.src[0].shape}) must be a view of a realized buffer, "
+                             f"not of a lazy {base.op.name.lower()}; realize() it first")
+        _keep_values_of_readers({base}, set(topo) | {d})
+        run_schedule(create_schedule([d])[0])
+      elif not _is_realized(d): Tensor._realize_all([Tensor(d)])
+    subs[n] = subs[now] = now.src[0]  # (the outer nodes are rebuilt over the replaced inner ones: `now` is met)
+  return u.substitute(subs)
 
 def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
   """Whether u reads the BUFFER `base` other than through `view` (and views of the value must not: see assign)."""
