@@ -216,6 +216,24 @@ def _has_storage(root: UOp, memo: dict[UOp, bool]) -> bool:
   memo[root] = True
   return True
 
+def reaches_grad_tensor(u: UOp) -> bool:
+  """Whether backward() through u reaches a tensor with requires_grad=True: u's graph holds its node, not under a
+  detach() nor inside such a tensor's .grad (gradients are values here, not differentiated again), looking through
+  the graphs realized values remember. An in-place write of such a value into a buffer would cut that path."""
+  if not _grad_tensors: return False
+  marked = {t.uop for t in _grad_tensors.values()}
+  stop = {g.uop for t in _grad_tensors.values() if (g := t._grad) is not None and g is not _DROPPED}
+  seen: set[UOp] = set()
+  stack = [u]
+  while stack:
+    if (n := stack.pop()) in seen or n in stop: continue
+    if n in marked: return True
+    seen.add(n)
+    if n.op is Ops.DETACH: continue
+    if (o := get(n, ORIGIN)) is not None: stack.append(o)
+    stack.extend(n.src)
+  return False
+
 def _below_detach(by_current: dict[UOp, list[UOp]]) -> set[UOp]:
   """The nodes under the DETACHes of a graph indexed by _graph_index (empty when it has none)."""
   below: set[UOp] = set()

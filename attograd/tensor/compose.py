@@ -7,6 +7,7 @@ from attograd.helpers import DTypeOpError, ArgumentError, prod
 from attograd.uop.ops import GroupOp, Ops, UOp, _broadcast_shape
 from attograd.schedule.realized import lookup_realized
 import attograd.tensor.disk as tensor_disk
+from attograd.tensor.autograd import reaches_grad_tensor
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _writable_view
 from attograd.tensor.indexing import _basic_indices, _expand_bool_indices, _normalize
 from attograd.tensor.live import live_tensors
@@ -407,7 +408,9 @@ class ComposeMixin:
       raise RuntimeError(f"setitem: the value's dtype {value.dtype} differs from the tensor's {self.dtype}; "
                          f"cast it first: value.cast({self.dtype})")
     # a realized buffer, or a one-to-one view of one (a slice, a permute, a flip): written in place, through the view
-    in_place = _contiguous_view_of_buffer(self.uop) or _writable_view(self.uop) is not None
+    # (not when the value leads to a tensor with requires_grad: the new graph keeps that gradient path, as for x += v)
+    in_place = (_contiguous_view_of_buffer(self.uop) or _writable_view(self.uop) is not None) and \
+      not (isinstance(value, cls) and reaches_grad_tensor(value.uop))
     if not in_place: _refuse_aliased_lazy_write(self, value)
     if (placed := _setitem(self, indices, value)) is None: return
     v, hit = placed

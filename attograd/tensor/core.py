@@ -33,7 +33,7 @@ from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
 from attograd.tensor.functional import NNMixin
-from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad
+from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad, reaches_grad_tensor
 import attograd.tensor.live as live
 from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
@@ -1510,11 +1510,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if out.shape != self.shape: raise ValueError(f"in-place op: result shape {out.shape} doesn't match {self.shape}")
     out = out.cast(self.dtype)
     # a realized buffer, or a one-to-one view of one, is written in place as in PyTorch and tinygrad (its views and
-    # other holders see the new values); a lazy value, or one autograd tracks (requires_grad, or realized from a graph
-    # a backward() may still go through), takes the new graph instead, which keeps the gradient path
+    # other holders see the new values); a lazy value, or one autograd tracks (requires_grad, realized from a graph
+    # a backward() may still go through, or made from a requires_grad tensor), takes the new graph instead, which
+    # keeps the gradient path
     u = self.uop
     if not self.requires_grad and not has(u.base, ORIGIN) and u.base.op is Ops.BUFFER and \
-       u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None):
+       u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None) and \
+       not reaches_grad_tensor(out.uop):
       return self._assign(out, value_private=True)
     self.uop = out.uop
     return self

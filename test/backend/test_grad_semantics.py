@@ -169,3 +169,40 @@ def test_tensor_from_empty_file(tmp_path: pathlib.Path) -> None:
   p.write_bytes(b"")
   t = Tensor(p)
   assert t.shape == (0,) and t.dtype == dtypes.uint8
+
+# ***** a write into a buffer of a value made from a requires_grad tensor keeps the gradient path (as PyTorch's
+# autograd records in-place ops): the target takes the new graph instead of being written in place *****
+
+def test_setitem_value_from_requires_grad_tensor_gets_gradient(device: str) -> None:
+  z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
+  x = Tensor([10.0, 20.0], device=device, requires_grad=True)
+  z[1:3] = x * 3
+  z.sum().backward()
+  assert x.grad is not None and x.grad.tolist() == [3.0, 3.0]
+  assert z.tolist() == [1.0, 30.0, 60.0, 4.0]
+
+def test_indexed_inplace_add_gets_gradient(device: str) -> None:
+  z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
+  x = Tensor([10.0, 20.0], device=device, requires_grad=True)
+  z[:2] += x
+  (z * z).sum().backward()
+  assert x.grad is not None and x.grad.tolist() == [22.0, 44.0]  # 2 * (z_old + x)
+  assert z.tolist() == [11.0, 22.0, 3.0, 4.0]
+
+def test_inplace_mul_by_requires_grad_tensor_gets_gradient(device: str) -> None:
+  z = Tensor([1.0, 2.0, 3.0], device=device).realize()
+  x = Tensor([5.0, 6.0, 7.0], device=device, requires_grad=True)
+  z *= x
+  z.sum().backward()
+  assert x.grad is not None and x.grad.tolist() == [1.0, 2.0, 3.0]  # the values z had before the write
+
+def test_detached_or_gradient_values_still_write_in_place(device: str) -> None:
+  # no gradient path to keep: the buffer is written, and a view of it taken before sees the write
+  w = Tensor([1.0, 2.0], device=device, requires_grad=True)
+  (w * w).sum().backward()
+  acc = Tensor.zeros(2, device=device).contiguous().realize()
+  view = acc[:]
+  assert w.grad is not None
+  acc += w.grad  # a gradient is a value here, not differentiated again
+  acc[:] = acc + w.detach()
+  assert view.tolist() == [3.0, 6.0] and acc.tolist() == [3.0, 6.0]
