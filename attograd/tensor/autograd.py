@@ -11,6 +11,8 @@ from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.schedule.realized import lookup_realized
 from attograd.engine.buffers import IOTA_TAG
 from attograd.uop.state import ORIGIN, get, has
+from attograd.engine import recorder
+from attograd.tensor.buffer_views import view_root
 from attograd.tensor.live import live_tensors
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
@@ -233,6 +235,15 @@ def reaches_grad_tensor(u: UOp) -> bool:
     if (o := get(n, ORIGIN)) is not None: stack.append(o)
     stack.extend(n.src)
   return False
+
+def write_keeps_grad_path(target: Tensor, value: UOp) -> bool:
+  """Whether an in-place write of `value` into target's buffer should rebind target to the new graph instead: the
+  value leads to a requires_grad tensor, whose gradient the write would cut, and rebinding can't be told from
+  writing: no other live tensor views the buffer (it would miss the write), and no TinyJit is capturing (its replays
+  repeat the writes it records)."""
+  if recorder.active() is not None or not reaches_grad_tensor(value): return False
+  base = view_root(target.uop)
+  return not any(t is not target and view_root(t.uop) is base for t in live_tensors())
 
 def _below_detach(by_current: dict[UOp, list[UOp]]) -> set[UOp]:
   """The nodes under the DETACHes of a graph indexed by _graph_index (empty when it has none)."""

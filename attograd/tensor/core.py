@@ -33,7 +33,7 @@ from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
 from attograd.tensor.functional import NNMixin
-from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad, reaches_grad_tensor
+from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad, write_keeps_grad_path
 import attograd.tensor.live as live
 from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
@@ -1516,7 +1516,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     u = self.uop
     if not self.requires_grad and not has(u.base, ORIGIN) and u.base.op is Ops.BUFFER and \
        u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None) and \
-       not reaches_grad_tensor(out.uop):
+       not write_keeps_grad_path(self, out.uop):
       return self._assign(out, value_private=True)
     self.uop = out.uop
     return self
