@@ -257,6 +257,8 @@ class Context(contextlib.ContextDecorator):
 
 DEBUG, NOOPT, BEAM = ContextVar("DEBUG", 0), ContextVar("NOOPT", 0), ContextVar("BEAM", 0)
 JIT, CACHELEVEL = ContextVar("JIT", 1), ContextVar("CACHELEVEL", 2)
+# JITBEAM=n: BEAM=n for the kernels a TinyJit captures (built once, replayed many times), the others as BEAM says
+JITBEAM = ContextVar("JITBEAM", 0)
 # CAPTURING=0: kernels run inside a TinyJit's capture are not recorded (one-time setup work the replays skip)
 CAPTURING = ContextVar("CAPTURING", 1)
 THREADS = ContextVar("THREADS", os.cpu_count() or 1)

@@ -18,7 +18,7 @@ from attograd.engine.profile import PROFILER
 from attograd.engine import recorder
 import attograd.viz as viz
 from attograd.viz import VIZ
-from attograd.helpers import CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
+from attograd.helpers import BEAM, CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
 from attograd.renderer import ProgramSpec
 from attograd.uop.ops import Ops, UOp
 
@@ -324,7 +324,8 @@ class _RunnerCache(OrderedDict):
 RUNNER_CACHE = ContextVar("RUNNER_CACHE", 2048)
 _runners: _RunnerCache = _RunnerCache()
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
-  key = (device, ast)
+  # a BEAM-searched kernel is another program: under BEAM (a JITBEAM capture) one built without it isn't reused
+  key = (device, ast) if not (beam := BEAM.value) else (device, ast, beam)
   if (r := _runner_get(_runners, key)) is None:
     r = _runners[key] = CompiledRunner(_lower(device, ast))
     return r

@@ -11,6 +11,8 @@ from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.schedule.realized import lookup_realized
 from attograd.engine.buffers import IOTA_TAG
 from attograd.uop.state import ORIGIN, get, has
+from attograd.engine import recorder
+from attograd.tensor.buffer_views import view_root
 from attograd.tensor.live import live_tensors
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
@@ -215,6 +217,33 @@ def _has_storage(root: UOp, memo: dict[UOp, bool]) -> bool:
     return False
   memo[root] = True
   return True
+
+def reaches_grad_tensor(u: UOp) -> bool:
+  """Whether backward() through u reaches a tensor with requires_grad=True: u's graph holds its node, not under a
+  detach() nor inside such a tensor's .grad (gradients are values here, not differentiated again), looking through
+  the graphs realized values remember. An in-place write of such a value into a buffer would cut that path."""
+  if not _grad_tensors: return False
+  marked = {t.uop for t in _grad_tensors.values()}
+  stop = {g.uop for t in _grad_tensors.values() if (g := t._grad) is not None and g is not _DROPPED}
+  seen: set[UOp] = set()
+  stack = [u]
+  while stack:
+    if (n := stack.pop()) in seen or n in stop: continue
+    if n in marked: return True
+    seen.add(n)
+    if n.op is Ops.DETACH: continue
+    if (o := get(n, ORIGIN)) is not None: stack.append(o)
+    stack.extend(n.src)
+  return False
+
+def write_keeps_grad_path(target: Tensor, value: UOp) -> bool:
+  """Whether an in-place write of `value` into target's buffer should rebind target to the new graph instead: the
+  value leads to a requires_grad tensor, whose gradient the write would cut, and rebinding can't be told from
+  writing: no other live tensor views the buffer (it would miss the write), and no TinyJit is capturing (its replays
+  repeat the writes it records)."""
+  if recorder.active() is not None or not reaches_grad_tensor(value): return False
+  base = view_root(target.uop)
+  return not any(t is not target and view_root(t.uop) is base for t in live_tensors())
 
 def _below_detach(by_current: dict[UOp, list[UOp]]) -> set[UOp]:
   """The nodes under the DETACHes of a graph indexed by _graph_index (empty when it has none)."""

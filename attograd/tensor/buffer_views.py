@@ -4,10 +4,15 @@ topic modules and the JIT share."""
 from __future__ import annotations
 from attograd.dtype import DType
 from attograd.engine.buffers import IOTA_TAG
-from attograd.uop.ops import Ops, UOp
+from attograd.uop.ops import GroupOp, Ops, UOp
 
 def _is_realized(u: UOp) -> bool:
   return u.base.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_is_realized(s) for s in u.src))
+
+def view_root(u: UOp) -> UOp:
+  """The node u views: under its movement ops, detaches and contiguous_backwards (they share its values)."""
+  while u.op in GroupOp.Movement or u.op is Ops.DETACH or u.op is Ops.CONTIGUOUS_BACKWARD: u = u.src[0]
+  return u
 
 def _contiguous_view_of_buffer(u: UOp) -> bool:
   """A BUFFER seen whole through reshapes only."""

@@ -5,9 +5,12 @@ from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import DTypeOpError, ArgumentError, prod
 from attograd.uop.ops import Ops, UOp, _broadcast_shape
+from attograd.schedule.realized import lookup_realized
 import attograd.tensor.disk as tensor_disk
-from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _writable_view
+from attograd.tensor.autograd import write_keeps_grad_path
+from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _writable_view, view_root
 from attograd.tensor.indexing import _basic_indices, _expand_bool_indices, _normalize
+from attograd.tensor.live import live_tensors
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 # a scan over n elements reduces an (n, n) window: O(n^2). Past 2 blocks, scan blocks of this size and then the
@@ -404,11 +407,16 @@ class ComposeMixin:
       # a silent cast would truncate floats written into an int tensor; tinygrad refuses every mismatch, and so do we
       raise RuntimeError(f"setitem: the value's dtype {value.dtype} differs from the tensor's {self.dtype}; "
                          f"cast it first: value.cast({self.dtype})")
+    # a realized buffer, or a one-to-one view of one (a slice, a permute, a flip): written in place, through the view
+    # (not a value that leads to a tensor with requires_grad, when nothing else views the buffer: the new graph keeps
+    # that gradient path, as for x += v)
+    in_place = (_contiguous_view_of_buffer(self.uop) or _writable_view(self.uop) is not None) and \
+      not (isinstance(value, cls) and write_keeps_grad_path(self, value.uop))
+    if not in_place: _refuse_aliased_lazy_write(self, value)
     if (placed := _setitem(self, indices, value)) is None: return
     v, hit = placed
     new = v if hit is None else hit.where(v, self)
-    # a realized buffer, or a one-to-one view of one (a slice, a permute, a flip): written in place, through the view
-    if _contiguous_view_of_buffer(self.uop) or _writable_view(self.uop) is not None:
+    if in_place:
       # assign writes this buffer while the kernel reads it: if the value or the index tensors read it at other
       # positions (x[1:] = x[:-1]), compute the result into its own buffer first
       base = self.uop.base
@@ -417,6 +425,20 @@ class ComposeMixin:
     else: self.uop = new.uop
 
 # ***** helpers *****
+
+def _refuse_aliased_lazy_write(x: Tensor, value: Any) -> None:
+  """A setitem on a lazy x (no buffer yet) gives x a new graph; other tensors keep the graph they hold. For a tensor
+  computed from x that is PyTorch's answer, but a view of x (x[:1], x.reshape(...), x.detach()) should see the write,
+  and equal graphs are one node: a view of x can't be told from a view of an equal, independent computation, which
+  must not change. Either answer would be wrong for one of them, so the write is refused while such a view lives."""
+  root = view_root(x.uop)
+  if root.op in (Ops.BUFFER, Ops.CONST) or lookup_realized(root) is not None: return  # storage or a literal
+  n = sum(1 for t in live_tensors() if t is not x and t is not value and view_root(t.uop) is root)
+  if n: raise RuntimeError(
+    f"setitem: this tensor (shape {x.shape}) is lazy, and {n} other live tensor(s) view the same lazy value (a slice, "
+    "reshape or detach of it, or an equal computation: equal graphs are one node). A view should see the write and an "
+    "independent tensor must not, and attograd can't tell them apart, so the write is refused. Take the views after "
+    "the write, or give the tensor storage first and view that: x = x.contiguous().realize()")
 
 _SCATTER_REDUCE = ("sum", "prod", "mean", "amax", "amin")
 

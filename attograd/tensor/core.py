@@ -9,8 +9,8 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, floa
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError,
                               AssertedArgumentError, argfix, make_tuple, prod)
-from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _broadcast_pair, _broadcast_shape, _shape_str, sint,
-                              new_uop, ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
+from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _after_made, _broadcast_pair, _broadcast_shape,
+                              _shape_str, sint, new_uop, ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop import build
@@ -33,7 +33,7 @@ from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
 from attograd.tensor.functional import NNMixin
-from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad
+from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad, write_keeps_grad_path
 import attograd.tensor.live as live
 from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
@@ -310,6 +310,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     backward() through it (the optimizer's own writes and gradients never need that, and holding those graphs keeps
     a step's intermediates out of the memory planner's reuse). defer: the schedule's items go there instead of
     running (linear_with_vars)."""
+    if _after_made[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
+      for t in ts:
+        if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop)
     todo = [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
     # (the settings read through .value here and below: `if FLAG:` and `FLAG >= 1` are Python calls, on every realize)
@@ -1511,11 +1514,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if out.shape != self.shape: raise ValueError(f"in-place op: result shape {out.shape} doesn't match {self.shape}")
     out = out.cast(self.dtype)
     # a realized buffer, or a one-to-one view of one, is written in place as in PyTorch and tinygrad (its views and
-    # other holders see the new values); a lazy value, or one autograd tracks (requires_grad, or realized from a graph
-    # a backward() may still go through), takes the new graph instead, which keeps the gradient path
+    # other holders see the new values); a lazy value, or one autograd tracks (requires_grad, realized from a graph
+    # a backward() may still go through, or made from a requires_grad tensor), takes the new graph instead, which
+    # keeps the gradient path
     u = self.uop
     if not self.requires_grad and not has(u.base, ORIGIN) and u.base.op is Ops.BUFFER and \
-       u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None):
+       u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None) and \
+       not write_keeps_grad_path(self, out.uop):
       return self._assign(out, value_private=True)
     self.uop = out.uop
     return self
@@ -1748,6 +1753,27 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   # to that result's buffer, the very one about to be written (a = x * 2; b = x * 2; a.realize(); a[0] = 5)
   for t in todo: t.uop = _unique_contiguous(t.uop)
   if todo: Tensor._realize_all(todo)
+
+def _run_afters(u: UOp) -> UOp:
+  """u with each AFTER node (UOp.after) replaced by the value it waits for, once its writes (UOp.store: ASSIGNs) have
+  run, inner ones and each node's writes in order first. attograd writes in place when a write is made; a lazy write
+  of this API is made when a realize reaches it. Other lazy tensors reading a written buffer keep their values, as
+  for assign; the graph being realized reads the buffer after the write."""
+  subs: dict[UOp, UOp] = {}
+  topo = u.toposort()
+  for n in topo:
+    if n.op is not Ops.AFTER: continue
+    now = n.substitute(subs) if subs else n
+    for d in now.src[1:]:
+      if d.op is Ops.ASSIGN:
+        if (base := d.src[0].base).op is not Ops.BUFFER:
+          raise RuntimeError(f"store: the target (shape {d.src[0].shape}) must be a view of a realized buffer, "
+                             f"not of a lazy {base.op.name.lower()}; realize() it first")
+        _keep_values_of_readers({base}, set(topo) | {d})
+        run_schedule(create_schedule([d])[0])
+      elif not _is_realized(d): Tensor._realize_all([Tensor(d)])
+    subs[n] = subs[now] = now.src[0]  # (the outer nodes are rebuilt over the replaced inner ones: `now` is met)
+  return u.substitute(subs)
 
 def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
   """Whether u reads the BUFFER `base` other than through `view` (and views of the value must not: see assign)."""

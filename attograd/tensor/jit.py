@@ -2,7 +2,7 @@
 later calls replay those kernels with the new input buffers and variable values: no graph building, scheduling or
 compiling. This half takes and returns Tensors (the call's key, its inputs, its outputs); engine/jit.py replays."""
 from __future__ import annotations
-import functools, struct, warnings, weakref
+import contextlib, functools, struct, warnings, weakref
 from typing import Any, Callable, Generic, TypeVar
 from attograd.device import Device
 from attograd.dtype import dtypes
@@ -11,7 +11,7 @@ from attograd.engine.buffers import buffers
 from attograd.engine.jit import CapturedJit, Recording, _live_buffers, _prune
 from attograd.engine.memory import plan_jit
 from attograd.engine.nan import DEBUG_NAN
-from attograd.helpers import DEBUG, JIT
+from attograd.helpers import DEBUG, JIT, JITBEAM, Context
 from attograd.engine.recorder import JitError, JitRuntimeError, JitTypeError, JitValueError  # noqa: F401
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _prefix_of_buffer
 from attograd.tensor.core import Tensor
@@ -374,7 +374,9 @@ class TinyJit(Generic[ReturnType]):
     existing = _live_buffers()  # once per capture: which outputs the capture made (free_intermediates frees those)
     rng_start = Tensor._rng_counter
     rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
-    with recorder.recording(recorder.Recorder(self, (rng, rng_start))) as capture:
+    # JITBEAM=n: the kernels built for the capture are BEAM-searched, since the replays run them many times
+    with recorder.recording(recorder.Recorder(self, (rng, rng_start))) as capture, \
+         Context(BEAM=JITBEAM.value) if JITBEAM.value else contextlib.nullcontext():
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])

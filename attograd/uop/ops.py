@@ -44,6 +44,9 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   WMMA = auto(); SHUFFLE = auto()  # noqa: E702
   # one tensor over several devices: src[i] is the shard on device i, split along the axis in arg (None: whole copies)
   MULTI = auto()
+  # src[0]'s value once the writes in src[1:] (ASSIGNs, UOp.store) have run: tinygrad's lazy-write API, resolved by
+  # Tensor.realize (tensor/core.py), which runs the writes and then reads src[0]
+  AFTER = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
   def __str__(self) -> str: return f"Ops.{self.name}"
 
@@ -99,6 +102,9 @@ _ucache: dict[tuple, _KeyedRef] = {}
 
 def _node_gone(r: _KeyedRef, _remove: Any = _remove_dead_weakref, _cache: dict = _ucache) -> None:
   _remove(_cache, r.key)  # removes the entry only if it still is this dead reference
+
+# set once any AFTER node is built: until then Tensor.realize needn't look for them
+_after_made = [False]
 
 class UOpMetaClass(type):
   # the hash-consing table: key -> weak reference to the one live node with that key. A plain dict of weak references
@@ -253,6 +259,18 @@ class UOp(metaclass=UOpMetaClass):
     if not isinstance(y, UOp): y = x.const_like(y)
     return UOp(Ops.WHERE, x.dtype, (self, x, y))
   def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  # ***** lazy writes (tinygrad's API) *****
+  def store(self, value: UOp) -> UOp:
+    """A write of `value` into this view of a buffer (an ASSIGN; nothing runs until a realize needs it)."""
+    if self.shape != value.shape or self.dtype != value.dtype:
+      raise ValueError(f"store: the value ({value.dtype}, shape {value.shape}) must match the target "
+                       f"({self.dtype}, shape {self.shape})")
+    return UOp(Ops.ASSIGN, self.dtype, (self, value))
+  def after(self, *deps: UOp) -> UOp:
+    """This value once `deps` (stores, or values after stores) have run: realizing it runs them first, in order."""
+    if not deps: return self
+    _after_made[0] = True
+    return UOp(Ops.AFTER, self.dtype, (self,) + deps)
   __hash__ = object.__hash__
   __eq__ = object.__eq__  # hash-consed: identity is equality
   def __bool__(self) -> bool:
@@ -427,6 +445,7 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
       return tuple(e - b if e.__class__ is int and b.__class__ is int else ssimp(e - b) for b, e in u.arg)
     return s  # FLIP
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(u.src[0].shape))
+  if op is Ops.AFTER: return u.src[0].shape
   if op is Ops.BUFFER: return (u.arg[1],)
   if op is Ops.MULTI:
     s = u.src[0].shape

@@ -175,3 +175,39 @@ def test_assign_deviceless_const() -> None:
   np.testing.assert_equal(s.numpy(), [2, 2, 2, 2])
   with pytest.raises(ValueError, match="device mismatch, target on CPU:1 but value on CPU"):
     s.assign(Tensor([1.0, 2.0, 3.0, 4.0], device="CPU"))
+
+# ***** tinygrad's lazy-write UOp API: store() builds the write, after() the value once writes have run *****
+
+def test_uop_store_after_whole_buffer(device: str) -> None:
+  t = Tensor.zeros(6, device=device).contiguous().realize()
+  t.uop = t.uop.after(t.uop.store((t * 2 + 1).uop))
+  assert t.tolist() == [1.0] * 6
+
+def test_uop_store_after_nested_region(device: str) -> None:
+  # the inner after() waits for a write of the first half; the outer reads the whole buffer once that has run
+  t = Tensor.zeros(6, device=device).contiguous().realize()
+  head = t[:3]
+  t.uop = t.uop.after(head.uop.after(head.uop.store(Tensor.full((3,), 4.0, device=device).uop)))
+  assert t.tolist() == [4.0, 4.0, 4.0, 0.0, 0.0, 0.0]
+
+def test_uop_after_runs_every_store_in_order(device: str) -> None:
+  # two writes of the same buffer: the later one wins; a write of another buffer waited for runs too
+  a = Tensor.zeros(3, device=device).contiguous().realize()
+  b = Tensor.zeros(2, device=device).contiguous().realize()
+  first = a.uop.store(Tensor([1.0, 1.0, 1.0], device=device).uop)
+  second = a.uop.store(Tensor([2.0, 3.0, 4.0], device=device).uop)
+  other = b.uop.store(Tensor([5.0, 6.0], device=device).uop)
+  out = Tensor(a.uop.after(first, other, second))
+  assert out.tolist() == [2.0, 3.0, 4.0] and b.tolist() == [5.0, 6.0]
+
+def test_uop_store_keeps_earlier_readers(device: str) -> None:
+  # as for assign: a lazy tensor computed from the buffer before the write keeps the value it had
+  x = Tensor([1.0, 2.0, 3.0], device=device).realize()
+  y = x * 2
+  out = Tensor(x.uop.after(x.uop.store(Tensor([7.0, 8.0, 9.0], device=device).uop)))
+  assert out.tolist() == [7.0, 8.0, 9.0] and y.tolist() == [2.0, 4.0, 6.0] and x.tolist() == [7.0, 8.0, 9.0]
+
+def test_uop_store_into_lazy_target_raises(device: str) -> None:
+  lazy = Tensor([1.0, 2.0], device=device) * 3
+  with pytest.raises(RuntimeError, match="realized buffer"):
+    Tensor(lazy.uop.after(lazy.uop.store(Tensor([0.0, 0.0], device=device).uop))).realize()

@@ -169,3 +169,55 @@ def test_tensor_from_empty_file(tmp_path: pathlib.Path) -> None:
   p.write_bytes(b"")
   t = Tensor(p)
   assert t.shape == (0,) and t.dtype == dtypes.uint8
+
+# ***** a write into a buffer of a value made from a requires_grad tensor keeps the gradient path (as PyTorch's
+# autograd records in-place ops): the target takes the new graph instead of being written in place, when nothing
+# else views the buffer and no TinyJit is capturing *****
+
+def test_setitem_value_from_requires_grad_tensor_gets_gradient(device: str) -> None:
+  z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
+  x = Tensor([10.0, 20.0], device=device, requires_grad=True)
+  z[1:3] = x * 3
+  z.sum().backward()
+  assert x.grad is not None and x.grad.tolist() == [3.0, 3.0]
+  assert z.tolist() == [1.0, 30.0, 60.0, 4.0]
+
+def test_inplace_mul_by_requires_grad_tensor_gets_gradient(device: str) -> None:
+  z = Tensor([1.0, 2.0, 3.0], device=device).realize()
+  x = Tensor([5.0, 6.0, 7.0], device=device, requires_grad=True)
+  z *= x
+  z.sum().backward()
+  assert x.grad is not None and x.grad.tolist() == [1.0, 2.0, 3.0]  # the values z had before the write
+
+def test_detached_or_gradient_values_still_write_in_place(device: str) -> None:
+  # no gradient path to keep: the buffer is written, and a view of it taken before sees the write
+  w = Tensor([1.0, 2.0], device=device, requires_grad=True)
+  (w * w).sum().backward()
+  acc = Tensor.zeros(2, device=device).contiguous().realize()
+  view = acc[:]
+  assert w.grad is not None
+  acc += w.grad  # a gradient is a value here, not differentiated again
+  acc[:] = acc + w.detach()
+  assert view.tolist() == [3.0, 6.0] and acc.tolist() == [3.0, 6.0]
+
+def test_write_with_views_of_the_buffer_stays_in_place(device: str) -> None:
+  # a view of the buffer must see the write: it is written in place, and the gradient path is cut (PyTorch keeps
+  # both; attograd can't, so the values win)
+  z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
+  head = z[:2]
+  x = Tensor([10.0, 20.0], device=device, requires_grad=True)
+  z[:2] = x * 3
+  assert head.tolist() == [30.0, 60.0]
+
+def test_write_inside_jit_capture_stays_in_place(device: str) -> None:
+  # a TinyJit records the writes it replays: a write of a gradient-carrying value is still made in place there
+  from attograd import TinyJit
+  w = Tensor([2.0, 3.0], device=device, requires_grad=True)
+  cache = Tensor.zeros(4, device=device).contiguous().realize()
+  @TinyJit
+  def step(v: Tensor) -> Tensor:
+    cache[1:3] = v * w
+    return (cache * 1).realize()
+  for i in range(3):
+    out = step(Tensor([float(i), 1.0], device=device).realize())
+    assert out.tolist() == [0.0, 2.0 * i, 3.0, 0.0] and cache.tolist() == out.tolist()

@@ -108,3 +108,38 @@ def test_grad_after_step_is_the_gradient_the_step_used():
     opt.step()
   assert layer.weight.grad is not None
   np.testing.assert_allclose(layer.weight.grad.numpy(), (w0 - layer.weight.numpy()) / 0.25, rtol=1e-5, atol=1e-6)
+
+# a setitem on a lazy tensor (no buffer yet) rebinds it to a new graph; a view of it would keep the old graph, where
+# PyTorch's view sees the write, and can't be told from a view of an equal independent graph: that write is refused
+
+def test_setitem_on_lazy_tensor_with_live_view_raises():
+  x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  y = x * 2.0
+  for view in (y[:1], y.reshape(2, 2), y.detach(), Tensor(y.uop)):
+    with pytest.raises(RuntimeError, match="view the same lazy value"): y[0] = 99.0
+    del view
+  y[0] = 99.0  # no view left: the write takes the new graph
+  assert y.tolist() == [99.0, 4.0, 6.0, 8.0]
+
+def test_setitem_on_lazy_tensor_keeps_computed_readers():
+  # a tensor computed from y (not a view) keeps the value of before, as in PyTorch: no ambiguity, no error
+  x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  y = x * 2.0
+  w = y * 3.0
+  y[0:2] = y[3]  # the value may itself be a view of y
+  assert y.tolist() == [8.0, 8.0, 6.0, 8.0] and w.tolist() == [6.0, 12.0, 18.0, 24.0]
+
+def test_setitem_through_storage_reaches_views():
+  # the way out the error names: give the value storage, then views alias it
+  x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  y = (x * 2.0).contiguous().realize()
+  head = y[:2]
+  y[0] = 99.0
+  assert head.tolist() == [99.0, 4.0]
+
+def test_setitem_on_lazy_constant_is_not_refused():
+  # every equal literal is one node, so views of a constant are everywhere: a constant is rebound, never aliased
+  c = Tensor.full((2, 2), 5.0)
+  other = Tensor.full((2, 2), 5.0)[0]
+  c[:, 1] = 1.0
+  assert c.tolist() == [[5.0, 1.0], [5.0, 1.0]] and other.tolist() == [5.0, 5.0]

@@ -690,3 +690,23 @@ def test_devices_have_no_graph_runner() -> None:
   from attograd import Device
   from attograd.engine.jit import graph_class
   assert Device[Device.DEFAULT].graph is None and graph_class(Device[Device.DEFAULT]) is None
+
+def test_jitbeam_searches_only_the_captured_kernels(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # JITBEAM=n: BEAM=n while a TinyJit captures; the first (plain) call and the replays search nothing
+  if device == "PYTHON": pytest.skip("BEAM doesn't search the PYTHON device's interpreted kernels")
+  import attograd.codegen.search as search
+  searched: list[UOp] = []
+  def spy(ast: UOp, *args: Any, **kwargs: Any) -> list:
+    searched.append(ast)
+    return []  # no actions: the plain kernel, without timing candidates
+  monkeypatch.setattr(search, "beam_search", spy)
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor: return (a * 7 + b).realize()
+  a, b = Tensor.full((3, 5), 2.0, device=device).contiguous().realize(), Tensor.ones(3, 5, device=device).contiguous()
+  b.realize()
+  with Context(JITBEAM=2):
+    f(a, b)
+    assert not searched  # the first call only runs the function
+    assert f(a, b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1
+    assert f(a, b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1  # replayed, not built again
+  assert (a * 7 + b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1  # outside the jit: BEAM=0, not searched

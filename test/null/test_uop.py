@@ -207,3 +207,20 @@ def test_bounds() -> None:
 ])
 def test_exec_alu_int32_is_c(op: Ops, a: int, b: int, want: int) -> None:
   assert exec_alu(op, I32, [a, b]) == want
+
+# ***** lazy writes: store() and after() build nodes, nothing runs *****
+
+def test_store_builds_an_assign_of_matching_value() -> None:
+  buf = UOp(Ops.BUFFER, dtypes.float32, (UOp(Ops.DEVICE, arg="NULL"),), (1, 4))
+  val = UOp.const(dtypes.float32, 1.0)
+  with pytest.raises(ValueError, match="must match"): buf.store(val)  # shape () into (4,)
+  with pytest.raises(ValueError, match="must match"): buf.store(UOp(Ops.CAST, dtypes.int32, (buf,)))
+  st = buf.store(buf * 2.0)
+  assert st.op is Ops.ASSIGN and st.src == (buf, buf * 2.0) and st.shape == (4,)
+
+def test_after_keeps_the_value_and_waits_for_deps() -> None:
+  buf = UOp(Ops.BUFFER, dtypes.float32, (UOp(Ops.DEVICE, arg="NULL"),), (2, 4))
+  st = buf.store(buf + 1.0)
+  a = buf.after(st)
+  assert a.op is Ops.AFTER and a.src == (buf, st) and a.shape == (4,) and a.dtype is dtypes.float32
+  assert buf.after() is buf  # nothing to wait for
