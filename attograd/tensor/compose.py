@@ -90,6 +90,7 @@ class ComposeMixin:
 
   def _scan(self: Tensor, axis: int, op: Ops, name: str) -> Tensor:
     ax = self._resolve_axis(axis, name)
+    self = self._strong()  # a scan's result is concrete, as a reduce's (tinygrad)
     x = self if op is Ops.MAX else self.cast(sum_acc_dtype(self.dtype))
     # half/bfloat16/fp8 run in float32 and round once; ints stay in their (wider) accumulator, like sum
     out_dtype = self.dtype if dtypes.is_float(self.dtype) else x.dtype
