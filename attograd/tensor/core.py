@@ -534,6 +534,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       # a value built from device-less UOps (Tensor(UOp.const(2.0))) is a constant: it lives where it is written
       if not any(u.op is Ops.DEVICE for u in x.uop.toposort()): x = Tensor(x.uop, device=self.device)
       else: raise ArgumentError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
+    if self._weak is not None: self.__dict__.pop("_weak")  # written to, a weak tensor commits (tinygrad)
+    if x._weak is not None and least_upper_dtype(self.dtype, x.dtype) is self.dtype: x = x.cast(self.dtype)  # defers
     if x.dtype != self.dtype:  # as tinygrad (PyTorch's copy_ casts): an implicit cast can lose precision or values
       raise RuntimeError(f"assign dtype mismatch: target {self.dtype} but value {x.dtype}; cast the value first "
                          f"(value.cast({self.dtype}))")
@@ -724,6 +726,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(d): raise ValueError(f"rand: needs a float dtype, got {d}")
+    if d in dtypes.weaks: raise WeakDTypeError(f"rand: {d} has no bits to draw; use a float such as {strong_dtype(d)}")
     n, size = prod(shp), d.itemsize
     num = -(-n * size // 4)
     w = Tensor._random_words(num, device)
@@ -773,11 +776,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return (Tensor.randn(*shape, dtype=dtypes.float32, **kw) * std + mean).cast(dtype)
   def rand_like(self, **kw: Any) -> Tensor:
     """Uniform [0, 1) values of this Tensor's shape, dtype and device (each overridable)."""
-    return Tensor.rand(*self.shape, **{"dtype": self.dtype if dtypes.is_float(self.dtype) else None,
+    # a weak tensor's values are in its strong dtype: so are these (tinygrad raises there)
+    return Tensor.rand(*self.shape, **{"dtype": self.uop.dtype if dtypes.is_float(self.dtype) else None,
                                        "device": self.device, **kw})
   def randn_like(self, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     """Standard normal values of this Tensor's shape, dtype and device (each overridable)."""
-    d = dtype if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else None
+    d = dtype if dtype is not None else self.uop.dtype if dtypes.is_float(self.dtype) else None
     return Tensor.randn(*self.shape, dtype=d, **{"device": self.device, **kw})
   @staticmethod
   def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
@@ -1518,8 +1522,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     xb = x.reshape(x.shape[:-1] + (1, k))                               # (..., M, 1, K)
     yb = y.transpose(-1, -2).reshape(y.shape[:-2] + (1, y.shape[-1], k))  # (..., 1, N, K)
     out = (xb * yb).sum(-1)
-    # ints return their accumulator, (u)int32 or wider; bools a bool (any of the products), as in tinygrad
-    if dtypes.is_float(d) or dtype is not None or d is dtypes.bool: out = out.cast(d)
+    if dtypes.is_float(d) or dtype is not None: out = out.cast(d)  # ints return their accumulator, (u)int32 or wider
     if squeeze_x: out = out.squeeze(-2)
     if squeeze_y: out = out.squeeze(-1)
     return out
