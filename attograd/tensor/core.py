@@ -147,7 +147,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                requires_grad: bool | None = None):
     asked_device, device = device, Device.canonicalize(device)
     if dtype is not None: dtype = to_dtype(dtype)
-    weak = dtype if dtype in dtypes.weaks else None
+    weak = dtype if dtype in _WEAK else None
     if weak is not None:
       if not isinstance(data, (bool, int, float, UOp, Tensor)) and data is not None:
         raise WeakDTypeError(f"Tensor: can't store {type(data).__name__} data as {weak}, which has no storage; "
@@ -157,7 +157,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if requires_grad: self.requires_grad = requires_grad
     else: self._requires_grad = requires_grad
     if isinstance(data, UOp):
-      if data.dtype in dtypes.weaks:  # (a constant of a weak dtype) its node computes in the strong one
+      if data.dtype in _WEAK:  # (a constant of a weak dtype) its node computes in the strong one
         if dtype is None: weak = data.dtype
         data = UOp(data.op, strong_dtype(data.dtype), data.src, data.arg)
       uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
@@ -174,7 +174,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if dtype is None: weak = dtypes.weakfloat  # as tinygrad's Tensor(None), a 0.0 of no dtype
     elif isinstance(data, (bool, int, float)):
       d = dtype or dtypes.from_py(data)
-      if d in dtypes.weaks:  # a Python scalar: weak, stored in its strong dtype (int64 for an int too big for that)
+      if d in _WEAK:  # a Python scalar: weak, stored in its strong dtype (int64 for an int too big for that)
         weak, d = d, strong_dtype(d)
         if d is dtypes.default_int and not dtypes.min(d) <= data <= dtypes.max(d): d = dtypes.int64
       # a leaf that wants a gradient gets its own buffer: as a constant it would be the same node as every equal literal
@@ -297,7 +297,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     raise TypeError(f"the truth value of a Tensor (shape {self.shape}) is not defined: use .item(), .any() or .all()")
   def _new(self, uop: UOp) -> Tensor:
     weak = None
-    if uop.dtype in dtypes.weaks:  # built from a weak tensor's dtype: the node computes in the strong one
+    if uop.dtype in _WEAK:  # built from a weak tensor's dtype: the node computes in the strong one
       weak, uop = uop.dtype, UOp(uop.op, strong_dtype(uop.dtype), uop.src, uop.arg)
     elif (w := self._weak) is not None and uop.dtype is self.uop.dtype: weak = w  # an op that keeps the dtype
     _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
@@ -726,7 +726,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(d): raise ValueError(f"rand: needs a float dtype, got {d}")
-    if d in dtypes.weaks: raise WeakDTypeError(f"rand: {d} has no bits to draw; use a float such as {strong_dtype(d)}")
+    if d in _WEAK: raise WeakDTypeError(f"rand: {d} has no bits to draw; use a float such as {strong_dtype(d)}")
     n, size = prod(shp), d.itemsize
     num = -(-n * size // 4)
     w = Tensor._random_words(num, device)
@@ -857,7 +857,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   # ***** elementwise *****
   def _const_like(self, x: ConstType, dtype: DType | None = None) -> Tensor:
     d = dtype or self.dtype
-    if d in dtypes.weaks: return self._strong()._const_like(x, strong_dtype(d)).cast(d)
+    if d in _WEAK: return self._strong()._const_like(x, strong_dtype(d)).cast(d)
     return self._strong()._new(build.const(x, d, self.device))
   def _broadcasted(self, y: Tensor | ConstType, reverse: bool = False,
                    match_dtype: bool = True) -> tuple[Tensor, Tensor]:
@@ -1227,7 +1227,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """These values as `dtype` (floats to ints truncate toward zero)."""
     d = to_dtype(dtype)
     if self.dtype is d: return self
-    if d in dtypes.weaks:  # the kind's conversion (weakint truncates), computed in the strong dtype, shown weak
+    if d in _WEAK:  # the kind's conversion (weakint truncates), computed in the strong dtype, shown weak
       t = self._strong().cast(strong_dtype(d))
       t = t._new(t.uop)
       t._weak = d
@@ -1602,6 +1602,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
 # ***** helpers below the class *****
 
 _SCALAR_EXPR = GroupOp.ALU | {Ops.CAST, Ops.BIND, Ops.DEFINE_VAR}
+_WEAK = frozenset(dtypes.weaks)  # (a set: DTypes hash by identity, a tuple compares each with ==)
 
 def _size_arg(x: Any, op: str, bound: bool = True) -> sint:
   """A size given to a movement op: an int, or an int expression over Variables (bound ones unless bound=False)."""
