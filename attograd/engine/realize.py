@@ -54,12 +54,15 @@ def _pool(kind: str) -> ThreadPoolExecutor:
   return pool
 
 # First builds in flight (submitted to the "build" pool, not yet done). An optimized build behind a quick tier starts
-# only when there are none: on a 2-core machine the two compete for the core the Python thread leaves, and a kernel
-# waits on its first build (MNIST's first step: the -O3 builds of earlier schedules held up the -O1 builds of later
-# ones)
+# only when there are none, and have been none for BACKGROUND_QUIET seconds: on a 2-core machine the two compete for
+# the core the Python thread leaves, and a kernel waits on its first build. Between two schedules of one program (the
+# Python thread running kernels, building the next graph, lowering its first kernels) there are briefly none: MNIST's
+# first step started a 2.9 s -O3 build in such a gap, which then held up the -O1 builds of every later schedule
 _first_builds = threading.Condition()
 _first_in_flight = 0
+_last_first_done = 0.0  # time.monotonic() when the last first build finished
 _exiting = False
+BACKGROUND_QUIET = 0.5
 
 def _submit_first(fn: Any, *args: Any) -> Future:
   global _first_in_flight
@@ -69,14 +72,20 @@ def _submit_first(fn: Any, *args: Any) -> Future:
   return fut
 
 def _first_done(_: Future) -> None:
-  global _first_in_flight
+  global _first_in_flight, _last_first_done
   with _first_builds:
     _first_in_flight -= 1
-    if _first_in_flight == 0: _first_builds.notify_all()
+    if _first_in_flight == 0:
+      _last_first_done = time.monotonic()
+      _first_builds.notify_all()
 
 def _background_build(spec: ProgramSpec) -> bytes:
-  """The optimized build behind a quick tier: once no first build is in flight (and not at all at exit)."""
-  with _first_builds: _first_builds.wait_for(lambda: _first_in_flight == 0 or _exiting)
+  """The optimized build behind a quick tier: once no first build has been in flight for BACKGROUND_QUIET seconds
+  (and not at all at exit)."""
+  with _first_builds:
+    while not _exiting:
+      if _first_in_flight == 0 and (left := _last_first_done + BACKGROUND_QUIET - time.monotonic()) <= 0: break
+      _first_builds.wait(None if _first_in_flight else left)
   if _exiting: raise CancelledError(f"{spec.name}: the optimized build was dropped at exit")
   return _build(spec)
 

@@ -199,6 +199,24 @@ def test_background_builds_wait_for_first_builds(empty_cache: None, monkeypatch:
   assert sorted(built) == sorted(r.spec.name for r in runners)
   np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
 
+def test_background_builds_wait_for_a_quiet_moment(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # between two schedules of one program there are briefly no first builds in flight; an optimized build started
+  # then held up the next schedule's first builds (MNIST's first step: a 2.9 s -O3 build). They start only once none
+  # has been in flight for BACKGROUND_QUIET seconds
+  import time
+  monkeypatch.setattr(realize, "BACKGROUND_QUIET", 1.0)
+  started: list[float] = []
+  build = realize._build
+  monkeypatch.setattr(realize, "_build", lambda spec: started.append(time.monotonic()) or build(spec))
+  x, ref = _chain(3, seed=16)
+  with Context(QUICK_BUILD=2): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)  # on the quick programs
+  quiet_from = realize._last_first_done
+  assert quiet_from > 0
+  for _ in range(600):
+    if started: break
+    time.sleep(0.05)
+  assert started and min(started) >= quiet_from + 1.0 - 0.01, (min(started) - quiet_from) if started else None
+
 def test_finish_builds_a_queued_background_build_now(empty_cache: None) -> None:
   # a TinyJit capture waits for a kernel's optimized program: it must not wait behind every background build queued
   # before it (MNIST: seconds of -O3), nor forever when the background workers are busy
