@@ -11,6 +11,7 @@ from collections import OrderedDict
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
 from attograd.codegen import get_program
+from attograd.codegen.offsets import split_offsets
 from attograd.device import Buffer, Compiled, Device, batch_symbol, defer_frees_on_this_thread, with_symbol
 from attograd.engine.nan import DEBUG_NAN, check_kernel
 from attograd.engine.item import ScheduleItem
@@ -53,12 +54,15 @@ def _pool(kind: str) -> ThreadPoolExecutor:
   return pool
 
 # First builds in flight (submitted to the "build" pool, not yet done). An optimized build behind a quick tier starts
-# only when there are none: on a 2-core machine the two compete for the core the Python thread leaves, and a kernel
-# waits on its first build (MNIST's first step: the -O3 builds of earlier schedules held up the -O1 builds of later
-# ones)
+# only when there are none, and have been none for BACKGROUND_QUIET seconds: on a 2-core machine the two compete for
+# the core the Python thread leaves, and a kernel waits on its first build. Between two schedules of one program (the
+# Python thread running kernels, building the next graph, lowering its first kernels) there are briefly none: MNIST's
+# first step started a 2.9 s -O3 build in such a gap, which then held up the -O1 builds of every later schedule
 _first_builds = threading.Condition()
 _first_in_flight = 0
+_last_first_done = 0.0  # time.monotonic() when the last first build finished
 _exiting = False
+BACKGROUND_QUIET = 0.5
 
 def _submit_first(fn: Any, *args: Any) -> Future:
   global _first_in_flight
@@ -68,14 +72,20 @@ def _submit_first(fn: Any, *args: Any) -> Future:
   return fut
 
 def _first_done(_: Future) -> None:
-  global _first_in_flight
+  global _first_in_flight, _last_first_done
   with _first_builds:
     _first_in_flight -= 1
-    if _first_in_flight == 0: _first_builds.notify_all()
+    if _first_in_flight == 0:
+      _last_first_done = time.monotonic()
+      _first_builds.notify_all()
 
 def _background_build(spec: ProgramSpec) -> bytes:
-  """The optimized build behind a quick tier: once no first build is in flight (and not at all at exit)."""
-  with _first_builds: _first_builds.wait_for(lambda: _first_in_flight == 0 or _exiting)
+  """The optimized build behind a quick tier: once no first build has been in flight for BACKGROUND_QUIET seconds
+  (and not at all at exit)."""
+  with _first_builds:
+    while not _exiting:
+      if _first_in_flight == 0 and (left := _last_first_done + BACKGROUND_QUIET - time.monotonic()) <= 0: break
+      _first_builds.wait(None if _first_in_flight else left)
   if _exiting: raise CancelledError(f"{spec.name}: the optimized build was dropped at exit")
   return _build(spec)
 
@@ -155,8 +165,10 @@ class CompiledRunner:
   """A kernel built for one device. Its program is built here, or comes from builds already under way: the optimized
   build, and maybe a quick one (one of a batch of kernels) that serves until the optimized program replaces it."""
   def __init__(self, spec: ProgramSpec, lib: bytes | None = None, optimized: Future[bytes] | None = None,
-               quick: Future[list[Any]] | None = None, quick_index: int = 0):
+               quick: Future[list[Any]] | None = None, quick_index: int = 0, shifts: tuple[tuple[int, int], ...] = ()):
     self.spec = spec
+    # (argument position, bytes): buffers whose address moves by that much on every call (codegen/offsets.py)
+    self.shifts = tuple((self.spec.globals.index(g), nbytes) for g, nbytes in shifts)
     self.dev = Device[spec.device]
     self.var_names = [v.arg[0] for v in spec.vars if not v.arg[0].startswith("_")]
     # GPU kernels launch with their work-group counts and sizes; C kernels loop over everything themselves
@@ -166,7 +178,16 @@ class CompiledRunner:
     # the program's ctypes function itself, once its argument types are set (a C kernel after its first call): the
     # untimed calls go straight to it, without the program object's Python call in between
     self._direct: Any = None
-    if optimized is None: self.prg = self.dev.runtime(spec.name, _build(spec) if lib is None else lib)
+    if optimized is None: self.prg = self._program(_build(spec) if lib is None else lib)
+  def _program(self, lib: bytes) -> Any:
+    prg = self.dev.runtime(self.spec.name, lib)
+    return _Shifted(prg, self.shifts) if self.shifts else prg
+  def shifted(self, shifts: tuple[tuple[int, int], ...]) -> CompiledRunner:
+    """A runner of this one's program (its builds, shared) on buffers whose addresses move by `shifts`."""
+    if self._optimized is None and self._quick is None:  # built: from the disk cache (or built again, if not there)
+      return CompiledRunner(self.spec, self.dev.compiler.cached(self.spec.src), shifts=shifts)
+    return CompiledRunner(self.spec, optimized=self._optimized, quick=self._quick, quick_index=self._quick_index,
+                          shifts=shifts)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
     if self.prg is None or (self._optimized is not None and self._optimized.done()):
       self._settle()
@@ -192,20 +213,24 @@ class CompiledRunner:
     if opt is not None and (opt.done() or self._quick is None):
       self._optimized = None
       try: lib = opt.result()
-      except CancelledError:  # dropped at exit: the quick program stays
+      except CancelledError:
+        # a runner sharing this build took it over (finish), or it was dropped at exit: then the quick program stays
+        if not _exiting: return self._take(_build(self.spec))
         if self.prg is None and self._quick is None: raise
       except Exception as e:
         if self.prg is None and self._quick is None: raise
         # the quick build of the same source worked: keep it, but say so (an optimizer crash in the compiler)
         warnings.warn(f"{self.spec.name}: the optimized build failed, the quick build stays: {e}", RuntimeWarning)
-      else:
-        self.prg, self._quick = self.dev.runtime(self.spec.name, lib), None
-        return
+      else: return self._take(lib)
     if self.prg is None and self._quick is not None:
       try: self.prg = self._quick.result()[self._quick_index]
       except Exception:  # a batch fails as a whole: this kernel waits for its own build, which names its own error
         self._quick = None
         self._settle()
+      else:
+        if self.shifts: self.prg = _Shifted(self.prg, self.shifts)
+  def _take(self, lib: bytes) -> None:
+    self.prg, self._quick = self._program(lib), None
   def finish(self) -> CompiledRunner:
     """Wait for the optimized program (a TinyJit records only those: its replays call them directly)."""
     if self._optimized is not None:
@@ -216,6 +241,15 @@ class CompiledRunner:
       self._settle()
     elif self.prg is None: self._settle()
     return self
+
+class _Shifted:
+  """A program called with some of its buffers' addresses moved by a fixed number of bytes (codegen/offsets.py).
+  It has no `fxn`: the engine and the JIT call it through __call__, which moves them."""
+  def __init__(self, prg: Any, shifts: tuple[tuple[int, int], ...]): self.prg, self.shifts = prg, shifts
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    moved = list(args)
+    for pos, nbytes in self.shifts: moved[pos] += nbytes
+    return self.prg(*moved, **kwargs)
 
 def _done(fn: Any) -> Future:
   """A future already holding fn()'s result (or its error)."""
@@ -292,9 +326,17 @@ def _prepare(items: list[ScheduleItem]) -> None:
   else: return
   builds: dict[str, _Builds] = {}
   seen: set[tuple[str, UOp]] = set()  # a kernel run twice in a schedule is lowered once (its runner may be batched)
+  moved: list[tuple[tuple[str, UOp], tuple[str, UOp], tuple[tuple[int, int], ...]]] = []
   for si in items:
     if si.ast.op is Ops.COPY or (key := (si.bufs[0].device, si.ast)) in _runners or key in seen: continue
     seen.add(key)
+    if getattr(Device[key[0]].allocator, "host_addresses", False):
+      # kernels that differ only in the offsets they read buffers at: one program, the addresses shifted per kernel
+      ast, shifts = split_offsets(key[1])
+      if shifts:
+        moved.append((key, key := (key[0], ast), shifts))
+        if key in _runners or key in seen: continue
+        seen.add(key)
     spec = _lower(*key)
     dev = Device[key[0]]
     st = PROFILER.now() if PROFILER.active else 0.0
@@ -306,6 +348,8 @@ def _prepare(items: list[ScheduleItem]) -> None:
       if (b := builds.get(key[0])) is None: b = builds[key[0]] = _Builds(dev)
       b.add(key, spec)
   for b in builds.values(): b.flush()
+  for key, base, shifts in moved:
+    if (r := _runners.get(base)) is not None: _runners[key] = r.shifted(shifts)
 
 class _RunnerCache(OrderedDict):
   """The runners built in this process, least recently used first, at most RUNNER_CACHE of them. Every loaded program

@@ -199,6 +199,24 @@ def test_background_builds_wait_for_first_builds(empty_cache: None, monkeypatch:
   assert sorted(built) == sorted(r.spec.name for r in runners)
   np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
 
+def test_background_builds_wait_for_a_quiet_moment(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # between two schedules of one program there are briefly no first builds in flight; an optimized build started
+  # then held up the next schedule's first builds (MNIST's first step: a 2.9 s -O3 build). They start only once none
+  # has been in flight for BACKGROUND_QUIET seconds
+  import time
+  monkeypatch.setattr(realize, "BACKGROUND_QUIET", 1.0)
+  started: list[float] = []
+  build = realize._build
+  monkeypatch.setattr(realize, "_build", lambda spec: started.append(time.monotonic()) or build(spec))
+  x, ref = _chain(3, seed=16)
+  with Context(QUICK_BUILD=2): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)  # on the quick programs
+  quiet_from = realize._last_first_done
+  assert quiet_from > 0
+  for _ in range(600):
+    if started: break
+    time.sleep(0.05)
+  assert started and min(started) >= quiet_from + 1.0 - 0.01, (min(started) - quiet_from) if started else None
+
 def test_finish_builds_a_queued_background_build_now(empty_cache: None) -> None:
   # a TinyJit capture waits for a kernel's optimized program: it must not wait behind every background build queued
   # before it (MNIST: seconds of -O3), nor forever when the background workers are busy
@@ -336,3 +354,66 @@ def test_first_small_kernel_builds_while_the_rest_are_lowered(empty_cache: None,
   x, ref = _chain(4, seed=12)
   with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
   assert len(lowered) == 4
+
+# ***** kernels that differ only in the offset they read a buffer at: one program (codegen/offsets.py) *****
+
+def _layers(n: int = 4, seed: int = 13) -> tuple[Tensor, np.ndarray, Tensor, np.ndarray]:
+  """Weights of n layers stacked in one buffer (each layer a view at layer * 64 * 64), and an input."""
+  rng = np.random.default_rng(seed)
+  wn, xn = rng.standard_normal((n, 64, 64), dtype=np.float32), rng.standard_normal((8, 64), dtype=np.float32)
+  return Tensor(wn).realize(), wn, Tensor(xn).realize(), xn
+
+def test_layers_of_a_stacked_weight_share_one_program(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # GPT-2's linear layers read one packed weight at layer * size: eight builds of the same matmul, differing only in
+  # that constant. One schedule of four such kernels lowers one and builds one; each runs on its own layer
+  lowered: list[Any] = []
+  lower = realize._lower
+  monkeypatch.setattr(realize, "_lower", lambda device, ast: lowered.append(ast) or lower(device, ast))
+  w, wn, x, xn = _layers()
+  outs = [(x @ w[i]).contiguous() for i in range(4)]
+  Tensor.realize(*outs)
+  for i, o in enumerate(outs): np.testing.assert_allclose(o.numpy(), xn @ wn[i], rtol=1e-4, atol=1e-4)
+  assert len(lowered) == 1, [lower("CPU", a).name for a in lowered]
+  shifted = [r for r in realize._runners.values() if r.shifts]
+  assert sorted(r.shifts[0][1] for r in shifted) == [i * 64 * 64 * 4 for i in range(1, 4)]
+
+def test_a_later_layer_reuses_the_program_built_before(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # the layers one schedule at a time: layer 0's program (built, or still building) serves the others, shifted;
+  # also with a quick tier whose optimized build is taken over by one runner while another still waits on it
+  runs: list[str] = []
+  compile_ = ClangCompiler._compile_with
+  def counting(self: ClangCompiler, src: str, flags: list[str]) -> bytes:
+    runs.append(src)
+    return compile_(self, src, flags)
+  monkeypatch.setattr(ClangCompiler, "_compile_with", counting)
+  w, wn, x, xn = _layers(seed=14)
+  with Context(QUICK_BUILD=2):
+    for i in range(4):
+      o = (x @ w[i]).contiguous()
+      np.testing.assert_allclose(o.numpy(), xn @ wn[i], rtol=1e-4, atol=1e-4)
+      if i == 1: [r.finish() for r in realize._runners.values()]
+  name = next(r.spec.name for r in realize._runners.values() if r.shifts)
+  assert sum(src.count(f" {name}(") for src in runs) <= 2  # its quick build and its optimized one, once each
+
+def test_shifted_programs_replay_in_a_jit(empty_cache: None) -> None:
+  w, wn, x, xn = _layers(seed=15)
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x @ w[1]).relu() @ w[3]
+  for k in range(4):
+    xk = xn + k
+    np.testing.assert_allclose(f(Tensor(xk)).numpy(), np.maximum(xk @ wn[1], 0) @ wn[3], rtol=1e-3, atol=1e-3)
+
+def test_fresh_process_compiles_layers_once(tmp_path: Any) -> None:
+  # a new process with an empty kernel cache: the six layers' matmul is in the compiler's input once
+  import subprocess, sys
+  code = ("import numpy as np\nfrom attograd import Tensor\nfrom attograd.runtime.ops_cpu import ClangCompiler\n"
+          "srcs = []\ncw = ClangCompiler._compile_with\n"
+          "ClangCompiler._compile_with = lambda self, src, flags: srcs.append(src) or cw(self, src, flags)\n"
+          "w = Tensor(np.ones((6, 64, 64), np.float32)).realize()\nx = Tensor(np.ones((8, 64), np.float32)).realize()\n"
+          "outs = [(x @ w[i]).contiguous() for i in range(6)]\nTensor.realize(*outs)\n"
+          "assert all((o.numpy() == 64).all() for o in outs)\n"
+          "print(sum(s.count('void r_') for s in srcs))\n")
+  env = {**os.environ, "ATTOGRAD_CACHE_DIR": str(tmp_path), "QUICK_BUILD": "0"}
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr
+  assert int(out.stdout) == 1, out.stdout  # one matmul function compiled, not six (batched or not)
