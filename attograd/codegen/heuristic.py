@@ -95,6 +95,7 @@ def hand_coded_optimizations(k: Kernel, thread_min: tuple[int, int] = (32768, 1 
   if NOOPT: return
   if is_symbolic(k.full_shape):
     if 0 < k.first_reduce: _symbolic_lanes(k)
+    if 0 < k.first_reduce < k.shape_len and k.lane is None: _symbolic_accumulators(k)
     # worth it at the largest sizes: then each call decides by its own sizes (thread_condition)
     if k.first_reduce > 0 and any(sym_max(x) >= m for x, m in zip(thread_work(k), thread_min)):
       k.apply_opt(Opt("THREAD", 0, 0))
@@ -216,6 +217,17 @@ def _symbolic_lanes(k: Kernel) -> None:
     if any(s == 0 for s in k.load_strides(ax)):
       k.apply_opt(Opt("UPCAST", ax, size))  # type: ignore[arg-type]
       n_acc *= size  # type: ignore[operator]
+
+def _symbolic_accumulators(k: Kernel, most: int = 16) -> None:
+  """A reduce over a symbolic size with no vector lanes (softmax's max and sum over the filled positions, 9 rows of
+  them): its constant output axes, whole, as up to `most` accumulators. Each one's chain of dependent adds or maxes
+  then runs beside the others' instead of one after another (SmolLM2's max over 9 x 150 scores: 4.2 -> 1 us)."""
+  n_acc = 1
+  for ax in reversed(range(k.first_reduce)):
+    size = k.full_shape[ax]
+    if size.__class__ is not int or not 1 < size <= most // n_acc: continue  # type: ignore[operator]
+    k.apply_opt(Opt("UPCAST", ax, size))  # type: ignore[arg-type]
+    n_acc *= size  # type: ignore[operator]
 
 def _lane_ok(k: Kernel, ax: int, strided_store: bool = False) -> bool:
   """Vector lanes on `ax`: every load walks it contiguously or not at all, and at least one walks it; the stores
