@@ -141,10 +141,11 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
   """Prefill and decode tokens/s per framework. The machine may be shared and busy: the frameworks take turns, round
   by round (one prefill, then n_decode greedy steps), after one warm-up round that compiles; the best round counts.
   With `gguf`, "attograd" loads that file as LLM.load does (its default for keeping weights quantized), and
-  "attograd-quantized" keeps them quantized; "llama.cpp" runs the file. weight_bytes: framework -> the bytes of
-  weights its decode reads per token; a decode limit row then shows copy bandwidth / those bytes, the bandwidth
-  being the best of copies measured before the first round and after each (like the tokens/s, the best the run saw:
-  on a shared machine a single copy measured at a busy moment made the limit, and the ratio to it, noise)."""
+  "attograd-quantized" keeps them quantized; "llama.cpp" runs the file, in a process of its own (LlamaCppWorker).
+  weight_bytes: framework -> the bytes of weights its decode reads per token; a decode limit row then shows copy
+  bandwidth / those bytes, the bandwidth being the best of copies measured before the first round and after each
+  (like the tokens/s, the best the run saw: on a shared machine a single copy measured at a busy moment made the
+  limit, and the ratio to it, noise)."""
   rows: list[dict[str, Any]] = [
     {"name": f"{name} prefill {prompt_len} tok", "unit": "tok/s", "work": 0.0, "values": {}},
     {"name": f"{name} decode (ctx {max_context})", "unit": "tok/s", "work": 0.0, "values": {}}]
@@ -155,10 +156,13 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
   except Exception as e:
     for fw in frameworks: fail(fw, e)
     return rows
-  prompt = [1 + (i * 7919) % (cfg.vocab_size - 1) for i in range(prompt_len)]
-  # framework -> (prefill the prompt, one greedy step: (token, pos) -> next token)
-  runs: dict[str, tuple[Callable[[], Any], Callable[[int, int], int]]] = {}
+  prompt = _prompt(prompt_len, cfg.vocab_size)
+  # framework -> one round: (prefill seconds, decode seconds, decode CPU seconds of this process)
+  runs: dict[str, Callable[[], tuple[float, float, float]]] = {}
+  workers: list[LlamaCppWorker] = []
   logits: dict[str, Any] = {}
+  def timed(prefill: Callable[[], Any], step: Callable[[int, int], int]) -> Callable[[], tuple[float, float, float]]:
+    return lambda: _timed_round(prefill, step, prompt_len, n_decode)
   for fw in frameworks:
     try:
       if fw.startswith("attograd"):
@@ -170,17 +174,37 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
         else: m = Llama(cfg, {k: Tensor(v) for k, v in w.items()}, max_context=max_context)
         logits[fw] = m.prefill(prompt).numpy()
         # the prefill's logits are read back (a GPU runs asynchronously: reading them waits for the kernels)
-        runs[fw] = (lambda m=m: m.prefill(prompt).numpy(), lambda t, p, m=m: (m.step(t, p), m.greedy_token())[1])
+        runs[fw] = timed(lambda m=m: m.prefill(prompt).numpy(), lambda t, p, m=m: (m.step(t, p), m.greedy_token())[1])
       elif fw == "llama.cpp":
-        runs[fw] = _llama_cpp(gguf, max_context, prompt)
+        if gguf is None: raise RuntimeError("llama.cpp runs GGUF files only")
+        workers.append(worker := LlamaCppWorker(gguf, max_context, prompt_len, n_decode))
+        runs[fw] = worker.round
       else:
         import torch
         tm = TorchLlama(cfg, w, max_context)
         with torch.inference_mode(): logits[fw] = tm.forward(prompt, 0).cpu().numpy()
-        runs[fw] = (torch.inference_mode()(lambda: tm.forward(prompt, 0).cpu().numpy()),
-                    torch.inference_mode()(lambda t, p: int(tm.forward([t], p).argmax())))
+        runs[fw] = timed(torch.inference_mode()(lambda: tm.forward(prompt, 0).cpu().numpy()),
+                         torch.inference_mode()(lambda t, p: int(tm.forward([t], p).argmax())))
     except Missing as e: rows[1]["note"] = str(e)  # not installed: an empty cell and a note, not a failure
     except Exception as e: fail(fw, e)  # one broken framework must not stop the other
+  try: return _measure(name, rows, runs, logits, fail, prompt_len, n_decode, rounds, weight_bytes)
+  finally:
+    for wk in workers: wk.close()
+
+def _timed_round(prefill: Callable[[], Any], step: Callable[[int, int], int], prompt_len: int,
+                 n_decode: int) -> tuple[float, float, float]:
+  """One round: the prompt, then n_decode greedy steps; (prefill seconds, decode seconds, decode CPU seconds)."""
+  st = time.perf_counter()
+  prefill()
+  t_pre = time.perf_counter() - st
+  tok, st, cst = 1, time.perf_counter(), time.process_time()
+  for p in range(prompt_len, prompt_len + n_decode): tok = step(tok, p)
+  return t_pre, time.perf_counter() - st, time.process_time() - cst
+
+def _measure(name: str, rows: list[dict[str, Any]], runs: dict[str, Callable[[], tuple[float, float, float]]],
+             logits: dict[str, Any], fail: Callable[[str, BaseException], None], prompt_len: int, n_decode: int,
+             rounds: int, weight_bytes: dict[str, int] | None) -> list[dict[str, Any]]:
+  """The frameworks' rounds, taking turns (see bench_model), into the rows."""
   if "torch" in logits:
     import numpy as np
     for fw in [f for f in logits if f.startswith("attograd")]:
@@ -194,14 +218,8 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
   bw = copy_bandwidth(rounds=2) if weight_bytes else 0.0
   bw_cpu = copy_bandwidth(rounds=2, cpu=True) if weight_bytes else 0.0
   for rnd in range(rounds + 1):
-    for fw, (prefill, step) in list(runs.items()):
-      try:
-        st = time.perf_counter()
-        prefill()
-        t_pre = time.perf_counter() - st
-        tok, st, cst = 1, time.perf_counter(), time.process_time()
-        for p in range(prompt_len, prompt_len + n_decode): tok = step(tok, p)
-        t_dec, c_dec = time.perf_counter() - st, time.process_time() - cst
+    for fw, run in list(runs.items()):
+      try: t_pre, t_dec, c_dec = run()
       except Exception as e:
         fail(fw, e)
         runs.pop(fw)
@@ -224,26 +242,85 @@ def bench_model(name: str, make: Callable[[], tuple[Any, dict[str, Any]]], promp
 class Missing(Exception):
   """A framework that isn't installed: its cells stay empty."""
 
-def _llama_cpp(path: str | None, max_context: int, prompt: list[int]) -> tuple[Callable[[], Any], Callable[..., int]]:
-  """llama.cpp through llama-cpp-python on the GGUF file: prefill = evaluate the prompt from an empty cache, a step
-  = evaluate one token and take the argmax of its logits."""
-  if path is None: raise RuntimeError("llama.cpp runs GGUF files only")
+class LlamaCppWorker:
+  """llama.cpp (llama-cpp-python) on the GGUF file in a process of its own, started with this one's environment less
+  OMP_WAIT_POLICY: attograd sets it to passive for its own kernels' threads (runtime/ops_cpu.py), and ggml's OpenMP
+  threads, asleep between its ops, then decoded at a third of their speed (48 vs 150 tok/s here). Each round()
+  asks it for one round, timed there as _timed_round times the others (the frameworks still take turns)."""
+  def __init__(self, path: str, max_context: int, prompt_len: int, n_decode: int):
+    import json, subprocess, sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    self.env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    self.env["PYTHONPATH"] = os.pathsep.join(p for p in (root, self.env.get("PYTHONPATH")) if p)
+    self.proc = subprocess.Popen([sys.executable, "-c", "from bench.llm import _llama_cpp_worker; _llama_cpp_worker()"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env)
+    self._json = json
+    try: self._ask({"path": path, "max_context": max_context, "prompt_len": prompt_len, "n_decode": n_decode})
+    except BaseException:
+      self.close()
+      raise
+  def _ask(self, msg: dict[str, Any]) -> Any:
+    assert self.proc.stdin is not None and self.proc.stdout is not None
+    self.proc.stdin.write(self._json.dumps(msg) + "\n")
+    self.proc.stdin.flush()
+    line = self.proc.stdout.readline()
+    if not line: raise RuntimeError(f"llama.cpp: its process ended (exit status {self.proc.wait()})")
+    reply = self._json.loads(line)
+    if "missing" in reply: raise Missing(reply["missing"])
+    if "error" in reply: raise RuntimeError(reply["error"])
+    return reply["ok"]
+  def round(self) -> tuple[float, float, float]:
+    t_pre, t_dec, c_dec = self._ask({"round": True})
+    return t_pre, t_dec, c_dec
+  def close(self) -> None:
+    if self.proc.stdin is not None: self.proc.stdin.close()
+    try: self.proc.wait(timeout=30)
+    except Exception: self.proc.kill()
+
+def _llama_cpp_worker() -> None:
+  """LlamaCppWorker's process: the first line of stdin sets it up, each further one runs a round; one JSON reply per
+  line on stdout ({"ok": ...}, {"missing": why} or {"error": what})."""
+  import json, sys
+  os.environ.pop("OMP_WAIT_POLICY", None)  # before ggml's OpenMP runtime loads (bench.llm's import set it)
+  out = sys.stdout
+  sys.stdout = sys.stderr  # llama.cpp's own messages must not mix with the replies
+  def reply(msg: dict[str, Any]) -> None:
+    out.write(json.dumps(msg) + "\n")
+    out.flush()
+  cfg = json.loads(sys.stdin.readline())
+  try:
+    prefill, step = _llama_cpp(cfg["path"], cfg["max_context"], cfg["prompt_len"])
+    reply({"ok": True})
+  except Missing as e: return reply({"missing": str(e)})
+  except Exception as e: return reply({"error": _short_error(e)})
+  for _ in sys.stdin:
+    try: reply({"ok": _timed_round(prefill, step, cfg["prompt_len"], cfg["n_decode"])})
+    except Exception as e: reply({"error": _short_error(e)})
+
+def _llama_cpp(path: str, max_context: int, prompt_len: int) -> tuple[Callable[[], Any], Callable[..., int]]:
+  """llama.cpp through llama-cpp-python on the GGUF file: prefill = evaluate the prompt (the benchmark's) from an
+  empty cache, a step = evaluate one token and take the argmax of its logits."""
   try: from llama_cpp import Llama as LlamaCpp
   except ImportError: raise Missing("llama.cpp: llama-cpp-python is not installed (pip install llama-cpp-python "
                                     "builds llama.cpp from source)") from None
   import numpy as np
-  m = LlamaCpp(model_path=path, n_ctx=max_context, n_batch=max(len(prompt), 8), n_threads=os.cpu_count() or 1,
+  m = LlamaCpp(model_path=path, n_ctx=max_context, n_batch=max(prompt_len, 8), n_threads=os.cpu_count() or 1,
                verbose=False)
+  V = m.n_vocab()
+  prompt = _prompt(prompt_len, V)
   def prefill() -> None:
     m.reset()
     m.eval(prompt)
-  V = m.n_vocab()
   def step(tok: int, pos: int) -> int:
     m.n_tokens = pos  # the cache holds the positions before pos
     m.eval([tok])
     # the last token's logits, as llama.cpp left them (Llama.scores holds them only with logits_all)
     return int(np.argmax(np.ctypeslib.as_array(m._ctx.get_logits(), shape=(V,))))
   return prefill, step
+
+def _prompt(n: int, vocab_size: int) -> list[int]:
+  """The benchmark's prompt: n token ids spread over the vocabulary."""
+  return [1 + (i * 7919) % (vocab_size - 1) for i in range(n)]
 
 def bench_server(path: str, n_tokens: int, clients: int = 8, verbose: bool = False) -> list[dict[str, Any]]:
   """The HTTP server's aggregate completion tokens/s on loopback: one client asking alone, then `clients` asking at

@@ -82,12 +82,13 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
 
 def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None) -> Kernel:
   """The actions applied to the kernel: the given ones, else the heuristic's for this kind of target."""
-  from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations
+  from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations, thread_condition
   if opts is None and renderer.has_local: gpu_optimizations(k, renderer.local_max)  # work-groups for GPUs
   elif opts is None: hand_coded_optimizations(k, (renderer.thread_min_work, renderer.thread_min_bytes))  # by heuristic
   else:
     for o in opts: k.apply_opt(o)
   if not renderer.has_threads: k.parallel = False
+  k.thread_if = thread_condition(k, (renderer.thread_min_work, renderer.thread_min_bytes))
   if DEBUG >= 3: print(f"index math: {k.index_dtype().name} (largest index bound {k.index_bound()})")
   return k
 

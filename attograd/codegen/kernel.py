@@ -35,6 +35,7 @@ class Kernel:
   upcasted: list[int] = field(default_factory=list)     # output axes unrolled into registers (axis indices)
   unrolled: list[int] = field(default_factory=list)     # reduce axes unrolled
   parallel: bool = False                                # run the outermost output axis across cores
+  thread_if: UOp | None = None                          # symbolic sizes: the calls worth the cores (heuristic.py)
   lane: int | None = None                               # the upcast/unrolled axis emitted as vector lanes
   locals_: list[int] = field(default_factory=list)      # GPU: output axes run by the threads of one work-group
   grouped: list[int] = field(default_factory=list)      # GPU: reduce axes split across a work-group's threads

@@ -59,7 +59,9 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       idxs.append(placeholders[i])
     else:
       kind = "reduce" if i >= k.first_reduce else ("parallel" if (k.parallel and i == _first_loop(k)) else "loop")
-      idxs.append(UOp(Ops.RANGE, d, (_as_index(s, d),), (i, kind)))
+      # a parallel loop over symbolic sizes carries when a call runs it across the cores (Kernel.thread_if)
+      cond = (k.thread_if,) if kind == "parallel" and k.thread_if is not None else ()
+      idxs.append(UOp(Ops.RANGE, d, (_as_index(s, d),), (i, kind, *cond)))
   out_idxs = [x if i < k.first_reduce else UOp.const(d, 0) for i, x in enumerate(idxs)]
   reduce_ranges = tuple(x for i, x in enumerate(idxs) if i >= k.first_reduce and x.op is Ops.RANGE)
   unroll_vars = [placeholders[i] for i in k.unrolled if i != lane_ax]

@@ -7,7 +7,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Callable
 from attograd.device import Buffer, Device
-from attograd.dtype import dtypes
+from attograd.dtype import DType, dtypes
 from attograd.tensor.jit import TinyJit
 from attograd.nn.gguf import QuantizedTensor
 from attograd.tensor import Tensor
@@ -162,21 +162,27 @@ def settle(w: Weight, int8: bool) -> Weight:
   return w.realize(int8) if isinstance(w, QuantizedTensor) else w.realize()
 
 class EmbeddingRows:
-  """Rows of a quantized embedding table as float32 bytes: the rows' raw blocks are read on the host (from the
-  file's mapping) and dequantized by a small jitted kernel per row count, so the table is never widened."""
+  """Rows of a quantized embedding table as float32: the rows' raw blocks are read on the host (from the file's
+  mapping) and dequantized on the device, so the table is never widened. A decode step takes the raw blocks as its
+  input and dequantizes them in its own graph (`dequantize`); a prompt's chunk gets float32 bytes from a small jitted
+  kernel per row count (`__call__`)."""
   def __init__(self, table: QuantizedTensor, device: str):
     self.table, self.device = table, device
+    _, self.n_blocks, self.block_bytes = table.blocks.shape
     self.runs: dict[int, tuple[Tensor, Buffer, TinyJit]] = {}
+  def raw(self, tokens: list[int], T: int) -> bytes:
+    """The raw blocks of the tokens' rows, then zero blocks up to T rows (which dequantize to zero rows)."""
+    raw = b"".join(self.table.row_bytes(t) for t in tokens)
+    return raw + bytes(T * self.n_blocks * self.block_bytes - len(raw))
+  def dequantize(self, blocks: Tensor) -> Tensor:
+    """blocks (T, blocks per row, block bytes) uint8 -> the rows (T, C) float32, in a buffer of their own."""
+    return QuantizedTensor(blocks, self.table.qtype, (blocks.shape[0], self.table.shape[1])).dequantize().contiguous()
   def __call__(self, tokens: list[int], T: int) -> bytes:
     if (run := self.runs.get(T)) is None:
-      _, nbr, bsz = self.table.blocks.shape
-      inp = Tensor.empty(T, nbr, bsz, dtype=dtypes.uint8, device=self.device)
-      qtype, shape = self.table.qtype, (T, self.table.shape[1])
-      run = self.runs[T] = (inp, inp.uop.buffer, TinyJit(lambda b: QuantizedTensor(b, qtype, shape).dequantize()
-                                                                 .contiguous().realize()))
+      inp = Tensor.empty(T, self.n_blocks, self.block_bytes, dtype=dtypes.uint8, device=self.device)
+      run = self.runs[T] = (inp, inp.uop.buffer, TinyJit(lambda b: self.dequantize(b).realize()))
     inp, buf, jit = run
-    raw = b"".join(self.table.row_bytes(t) for t in tokens)
-    buf.copyin(memoryview(raw + bytes(buf.nbytes - len(raw))))  # zero blocks dequantize to zero rows
+    buf.copyin(memoryview(self.raw(tokens, T)))
     buf.version += 1
     return bytes(jit(inp).data())
 
@@ -282,12 +288,15 @@ class Llama:
 
   # ***** host-side inputs: embedding rows and rope angles, as bytes *****
 
-  def _embed(self, tokens: list[int], T: int) -> bytes:
-    """The embedding rows of tokens, then zero rows up to T."""
-    C, V = self.cfg.dim, self.cfg.vocab_size
+  def _check_tokens(self, tokens: list[int]) -> None:
+    V = self.cfg.vocab_size
     for t in tokens:
       if not isinstance(t, int) or not 0 <= t < V:
         raise ValueError(f"Llama: token id {t!r} is outside the vocabulary [0, {V})")
+  def _embed(self, tokens: list[int], T: int) -> bytes:
+    """The embedding rows of tokens, then zero rows up to T."""
+    C = self.cfg.dim
+    self._check_tokens(tokens)
     if self._embedding is None:
       assert self._embedding_rows is not None
       return self._embedding_rows(tokens, T)
@@ -444,12 +453,23 @@ class Llama:
     """Feed one token at position pos (the cache must hold positions 0..pos-1); the logits (V,) after it."""
     if not 0 <= pos < self.max_context:
       raise ValueError(f"Llama.step: position {pos} is outside the context [0, {self.max_context})")
+    rows = self._embedding_rows
     if self._decode is None:
       R = self.cfg.rotary_dim
-      shapes = [(1, self.cfg.dim), (1, 1, R), (1, 1, R)]
-      self._decode = Step(lambda x, p, c, si: self.forward(x, p, c, si, None), shapes, self.device, self.pos)
+      if rows is None:
+        shapes, dts = [(1, self.cfg.dim), (1, 1, R), (1, 1, R)], [dtypes.float32] * 3
+        fn: Callable[..., list[Tensor]] = lambda x, p, c, si: self.forward(x, p, c, si, None)  # noqa: E731
+      else:  # the token's raw blocks are the input: no jit of its own and no read-back per step
+        shapes = [(1, rows.n_blocks, rows.block_bytes), (1, 1, R), (1, 1, R)]
+        dts = [dtypes.uint8, dtypes.float32, dtypes.float32]
+        fn = lambda b, p, c, si: self.forward(rows.dequantize(b), p, c, si, None)  # noqa: E731
+      self._decode = Step(fn, shapes, self.device, self.pos, dts)
     cos, sin = self._rope_bytes(pos, 1)
-    return self._result(self._decode(self._embed([token], 1), [self.pos.bind(pos)], cos, sin))
+    if rows is None: x = self._embed([token], 1)
+    else:
+      self._check_tokens([token])
+      x = rows.raw([token], 1)
+    return self._result(self._decode(x, [self.pos.bind(pos)], cos, sin))
 
   def warm_up(self) -> None:
     """Compile and capture every prefill chunk and the decode step now (a server does this before it listens, so
@@ -470,13 +490,15 @@ class Llama:
     return int.from_bytes(self._argmax.as_bytes(), "little", signed=True)
 
 class Step:
-  """A jitted step function of float32 inputs of fixed shapes, fed raw bytes, and bound Variables. The inputs are
-  Tensors of their own: each call copies new bytes into their buffers, so the TinyJit replays its kernels on the same
-  buffers with the Variables' new values. The function returns the Tensors to realize: [result, its argmax] (a call
-  returns them), or a state to realize with nothing returned."""
-  def __init__(self, fn: Callable[..., list[Tensor]], shapes: list[tuple[int, ...]], device: str, var: UOp):
+  """A jitted step function of inputs of fixed shapes and dtypes (float32 unless `dts` says), fed raw bytes, and
+  bound Variables. The inputs are Tensors of their own: each call copies new bytes into their buffers, so the TinyJit
+  replays its kernels on the same buffers with the Variables' new values. The function returns the Tensors to
+  realize: [result, its argmax] (a call returns them), or a state to realize with nothing returned."""
+  def __init__(self, fn: Callable[..., list[Tensor]], shapes: list[tuple[int, ...]], device: str, var: UOp,
+               dts: list[DType] | None = None):
     self.fn, self.var = fn, var
-    self.inputs = [Tensor.empty(*shape, dtype=dtypes.float32, device=device) for shape in shapes]
+    self.inputs = [Tensor.empty(*shape, dtype=dt, device=device)
+                   for shape, dt in zip(shapes, dts or [dtypes.float32] * len(shapes))]
     self.bufs: list[Buffer] = [t.uop.buffer for t in self.inputs]
     self.jit = TinyJit(self._run)
 

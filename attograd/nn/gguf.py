@@ -341,7 +341,8 @@ def quantize_row_q8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   """Activation rows x (T, K) float32 in int8 blocks of 32: (words (T, K/32, 8) int32, the int8 values 4 to a word,
   little-endian; the blocks' scales d (T, K/32) float32; the sums of each block's int8 values (T, K/32) int32).
   x_j = round(a_j / d), d = max|a| / 127 (a block of zeros: d = 0, values 0). Small kernels of their own, each
-  reading x or the words once: a matvec reads them once per row group, and would compute them that many times."""
+  reading x or the words once: a matvec reads them once per row group, and would compute them that many times. The
+  sums are lazy: the caller gives them a buffer, or a kernel that computes what it needs from them as well."""
   T, nb = x.shape[0], x.shape[1] // 32
   xb = x.reshape(T, nb, 32)
   amax = xb.abs().max(2, keepdim=True)
@@ -349,7 +350,7 @@ def quantize_row_q8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   # is exact (cheaper than Tensor.round's floor and comparisons)
   v = (xb * (amax > 0).where(127 / amax, 0.0) + 12582912.0) - 12582912.0
   words = v.cast(dtypes.int8).bitcast(dtypes.int32).contiguous()
-  sums = _sbytes(words).sum((2, 3)).contiguous()
+  sums = _sbytes(words).sum((2, 3))
   return words, amax.reshape(T, nb) / 127, sums  # d: a divide the matvec does per block
 
 def _sbytes(words: Tensor) -> Tensor:
@@ -468,8 +469,11 @@ class QuantizedTensor:
     T = x.shape[0]
     xw, dx, xs = quantize_row_q8(x)
     off = _DOT[self.qtype][3]
+    # Q4_1's min term needs the sums only as d_x * sum_j x_j: that product is their kernel's own output, one kernel
+    # fewer per matvec (each one costs a launch, 120 of them per SmolLM2 decode step); the others add them into isum
+    mins = (dx * xs.float()).contiguous().reshape(T, 1, nbr, 1) if scales.shape[2] == 2 else None
     # (T, G, nbr, L): x's blocks broadcast over the row groups and the 16 rows of each
-    xw, dx, xs = xw.reshape(T, 1, nbr, 8, 1), dx.reshape(T, 1, nbr, 1), xs.reshape(T, 1, nbr, 1)
+    xw, dx, xs = xw.reshape(T, 1, nbr, 8, 1), dx.reshape(T, 1, nbr, 1), xs.contiguous().reshape(T, 1, nbr, 1)
     isum = (xs * -off) if off else None
     for k in range(W):
       # (T, G, nbr, L): word k of each block of 16 rows, expanded over x's rows before any op on it (an op read
@@ -480,7 +484,7 @@ class QuantizedTensor:
       for t in terms: isum = t if isum is None else isum + t
     assert isum is not None
     val = isum.float() * (scales[:, :, 0] * dx)
-    if scales.shape[2] == 2: val = val + scales[:, :, 1] * (dx * xs.float())
+    if mins is not None: val = val + scales[:, :, 1] * mins
     return val.sum(2).reshape(T, G * L)[:, :prod(self.shape[:-1])]
   def float(self) -> Tensor: return self.dequantize()
   def numpy(self) -> Any: return self.dequantize().numpy()

@@ -336,9 +336,21 @@ def _fp8_c_helpers(r: CStyleLanguage, f: Fp8Format) -> str:
   return f"#ifndef {guard}\n#define {guard}\n{decode}{encode}#endif\n"
 
 def parallel_range_rule(ctx: CWriter, x: UOp) -> str | None:
-  """The parallel loop's iterations run across the cores (OpenMP), when the compiler has it."""
+  """The parallel loop's iterations run across the cores (OpenMP), when the compiler has it. Over symbolic sizes the
+  loop carries a condition of the kernel's Variables (codegen's thread_condition): OpenMP's `if` clause tests it on
+  every call, and a false one runs the loop on the calling thread alone, without waking the others."""
   if x.arg[1] != "parallel" or not ctx.ren.has_threads: return None
-  return "#pragma omp parallel for\n" + range_rule(ctx, x)
+  clause = f" if({_sym_expr(ctx.ren, x.arg[2])})" if len(x.arg) > 2 else ""
+  return f"#pragma omp parallel for{clause}\n" + range_rule(ctx, x)
+
+def _sym_expr(ren: CStyleLanguage, u: UOp) -> str:
+  """C for an expression of the kernel's Variables (its int arguments) that is not in the linear program."""
+  if u.op is Ops.DEFINE_VAR: return u.arg[0]
+  if u.op is Ops.CONST: return ren.render_const(u.arg, u.dtype)
+  srcs = [_sym_expr(ren, s) for s in u.src]
+  if u.op is Ops.CAST: return ren.render_cast(srcs[0], u.src[0].dtype, u.dtype)
+  if (fn := ren.alu.get(u.op)) is None: raise RuntimeError(f"{ren.dialect} renderer: can't render {u.op} in a size")
+  return fn(ren, *srcs, u.dtype)
 
 def _byte_of(x: UOp) -> tuple[UOp, int, int, bool] | None:
   """(word, i, nibble, signed) when x is byte i of an int32 word (nn/gguf.py's dot4): `(w >> 8i) & 255` (unsigned,

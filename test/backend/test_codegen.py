@@ -442,6 +442,20 @@ def test_symbolic_attention_kernels_get_lanes_and_tiles(device: str) -> None:
     assert {"RLANES", "UPCAST"} <= set(_opts(tq @ keys.transpose(1, 2)))
     assert {"LANES", "UPCAST"} <= set(_opts(s @ values))
 
+def test_symbolic_reduces_without_lanes_keep_an_accumulator_per_row(device: str) -> None:
+  # softmax's max and sum over the filled positions, 9 rows: the rows are accumulators of their own (9 chains of
+  # dependent maxes side by side, not one after another), each still summed in position order
+  from attograd import Variable
+  s = np.random.default_rng(11).standard_normal((3, 3, 50), dtype=np.float32)
+  ts, n = Tensor(s).realize(), Variable("n", 1, 50)
+  for filled in (1, 9, 50):
+    part = ts.shrink((None, None, (0, n.bind(filled))))
+    np.testing.assert_array_equal(part.max(-1).numpy(), s[:, :, :filled].max(-1))
+    np.testing.assert_allclose(part.sum(-1).numpy(), s[:, :, :filled].sum(-1), rtol=1e-5, atol=1e-6)
+  if device == "CPU":
+    part = ts.shrink((None, None, (0, n.bind(9))))
+    assert _opts(part.max(-1)) == ["UPCAST"] and _opts(part.sum(-1)) == ["UPCAST"]
+
 def test_threads_only_for_kernels_worth_waking_the_cores() -> None:
   # OpenMP's workers sleep between kernels (passive waits) and waking one costs tens of microseconds: a decode-sized
   # matvec (1.3 MB, 330k multiply-adds) runs on one core; one that moves 16 MB, or a big elementwise kernel, is split

@@ -76,3 +76,19 @@ def test_quick_builds_of_parallel_kernels_choose_their_threads_too() -> None:
   assert isinstance(dev, ops_cpu.CPUDevice)
   quick = dev.quick_build([(par.name, par.src), (small.name, small.src)])
   assert quick[0].threads is not None and quick[1].threads is None
+
+def test_a_parallel_loop_over_a_variable_is_one_program_for_every_value() -> None:
+  # attention scores over the filled rows of an 8192-row cache: one program whose parallel loop asks OpenMP for the
+  # cores only when the rows make it worth it (its `if` clause); right on one thread and on all of them
+  if not Device["CPU"].compiler.openmp: pytest.skip("the C compiler has no OpenMP: kernels run on one core")
+  from attograd.uop.ops import Variable
+  rng = np.random.default_rng(2)
+  cache, q = rng.standard_normal((3, 8192, 64), dtype=np.float32), rng.standard_normal((3, 3, 64), dtype=np.float32)
+  tc, tq = Tensor(cache).realize(), Tensor(q).realize()
+  n = Variable("n", 1, 8192)
+  for filled in (1, 7, 8192, 300, 6000):
+    got = (tq @ tc.shrink((None, (0, n.bind(filled)), None)).transpose(1, 2)).numpy()
+    np.testing.assert_allclose(got, q @ cache[:, :filled].transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+  progs = [r for r in realize._runners.values() if "omp parallel for if(" in getattr(r.spec, "src", "")
+           and [v.arg[0] for v in r.spec.vars] == ["n"]]
+  assert len(progs) == 1, [r.spec.name for r in progs]

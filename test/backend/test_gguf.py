@@ -8,6 +8,8 @@ import pytest
 from attograd.dtype import dtypes
 from attograd.tensor import Tensor
 from attograd.nn.gguf import QuantizedTensor, gguf_load
+from attograd.schedule import create_schedule
+from attograd.uop.ops import Ops
 
 LLM = "/work/shared/datasets/llm"
 F32_FILE = os.path.join(LLM, "stories260K.gguf")
@@ -502,7 +504,10 @@ def test_int8_dot_product(qtype: str, rows: int, ne0: int) -> None:
   np.testing.assert_array_equal(q.dequantize().numpy(), ref.astype(np.float32))
   x = np.random.default_rng(rows + ne0).standard_normal(ne0).astype(np.float32)
   x[:32] = 0.0  # a block of zeros: scale 0, values 0
-  got = q.dot(Tensor(x).reshape(1, -1)).numpy().reshape(-1).astype(np.float64)
+  out = q.dot(Tensor(x).reshape(1, -1))
+  # the activations' block maxima, int8 words and sums (Q4_1: the sums times d, their min term), then the matvec
+  assert sum(si.ast.op is Ops.SINK for si in create_schedule([out.uop])[0]) == 4
+  got = out.numpy().reshape(-1).astype(np.float64)
   xq, d = _q8_reference(x)
   want = ref @ (xq * d).reshape(-1)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

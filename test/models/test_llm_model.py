@@ -58,6 +58,20 @@ def test_derived_files_generate(name: str, key: str) -> None:
   assert llm.tokenizer.decode(ids) == ref["text"]
 
 @needs_model
+@pytest.mark.parametrize("name", ["stories260K-Q8_0.gguf", "stories260K-Q4_0.gguf"])
+def test_decode_steps_dequantize_their_embedding_rows_themselves(name: str) -> None:
+  # a quantized embedding table: a decode step's input is its token's raw blocks, dequantized inside the step's own
+  # jit (no jitted lookup and read-back per token); the logits are the prefill's of the same tokens
+  m = LLM.load(os.path.join(LLM_DIR, "derived", name), quantized=True, int8=False).model
+  ids = [1, 403, 29, 15, 287]
+  want = m.prefill(ids).numpy()
+  m.prefill(ids[:1])
+  for pos, t in enumerate(ids[1:], 1): got = m.step(t, pos).numpy()
+  np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+  assert m._embedding_rows is not None and 1 not in m._embedding_rows.runs
+  with pytest.raises(ValueError, match="outside the vocabulary"): m.step(512, len(ids))
+
+@needs_model
 def test_int8_activations_track_the_float_path() -> None:
   # llama.cpp's rounding (the activation row in int8 blocks, QuantizedTensor.dot) against the exact fused float path
   # on the same Q4_0 weights: logits within 3% of their largest, and the same greedy tokens (the exact path is what

@@ -158,6 +158,34 @@ def test_parallel_pragma_is_clangs_rule() -> None:
     "#pragma omp parallel for\nfor (int ridx0 = 0; ridx0 < 8; ridx0++) {"
   assert ClangRenderer(threads=False).dialect_expr(rng, ["8"]) is None  # the shared loop rule renders it
 
+def test_parallel_loop_over_symbolic_sizes_tests_them_per_call() -> None:
+  # attention over the filled part of an 8192-row KV cache: worth the cores at 8192 rows, not at 10, and one program
+  # serves both, so the parallel loop carries OpenMP's `if` clause over the Variable; constant sizes decide when
+  # compiling (no clause)
+  from attograd.codegen.heuristic import thread_condition
+  from attograd.codegen.lowerer import new_kernel
+  n = Variable("n", 1, 8192)
+  cache, q = Tensor.empty(3, 8192, 64), Tensor.empty(3, 3, 64)
+  ast = _asts(q @ cache.shrink((None, (0, n.bind(10)), None)).transpose(1, 2))[0]
+  ren = ClangRenderer(threads=True)
+  src = get_program(ast, ren).src
+  assert src.count("#pragma omp parallel for if(") == 1 and "n" in src.split("#pragma omp parallel for if(")[1], src
+  k = new_kernel(ast)
+  k.apply_opt(Opt("THREAD", 0, 0))
+  cond = thread_condition(k, (ren.thread_min_work, ren.thread_min_bytes))
+  assert cond is not None
+  at = [cond.substitute({n: UOp.const(n.dtype, v)}).simplify() for v in (1, 10, 4000, 8192)]
+  assert [u.arg for u in at] == [False, False, False, True], at
+  assert "omp" not in get_program(ast, ClangRenderer(threads=False)).src  # no OpenMP: no clause either
+  big, y = Tensor.empty(2048, 2048), Tensor.empty(1, 2048)
+  src = get_program(_asts((y.reshape(1, 1, 2048) * big.reshape(1, 2048, 2048)).sum(-1))[0], ren).src
+  assert "#pragma omp parallel for\n" in src and "if(" not in src, src
+  # never worth the cores even at its largest size (a 512-row cache): no parallel loop at all
+  small = Tensor.empty(3, 512, 64)
+  m = Variable("m", 1, 512)
+  assert "omp parallel" not in get_program(_asts(q @ small.shrink((None, (0, m.bind(9)), None)).transpose(1, 2))[0],
+                                           ren).src
+
 # ***** launch sizes: read once, from the program's thread indices *****
 
 def test_launch_dims_reads_the_thread_indices() -> None:
