@@ -8,7 +8,8 @@ from attograd.device import Device
 from attograd.dtype import dtypes
 from attograd.helpers import prod
 from attograd.uop import build
-from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from attograd.uop.view import ShapeTracker
 
 # ***** a long reduce to few outputs runs in two stages *****
 
@@ -74,6 +75,66 @@ def _pad_key(p: UOp) -> tuple:
   x = p.src[0]
   return (p.arg, p.dtype, x.op, x.arg, x.dtype, x.shape)
 
+# ***** an operand read across vector lanes with a stride gets a copy laid out along them *****
+
+LANE_COPY_MIN = 1 << 16  # outputs of the reduce, or elements of the copy, at least: below that a copy doesn't pay
+
+def _chain_strides(u: UOp) -> tuple[tuple[int | None, ...], UOp] | None:
+  """The stride along each dim of `u`, a movement chain (through one CAST) over a node whose values are laid out in
+  order (a buffer or a computed node, which the kernel reads or recomputes in that order), and the node below the
+  chain's top EXPAND (the values without their broadcast, what a copy would hold). None for a symbolic shape."""
+  x = u.src[0] if u.op is Ops.CAST else u
+  chain: list[UOp] = []
+  while x.op in GroupOp.Movement:
+    chain.append(x)
+    x = x.src[0]
+  if not all(s.__class__ is int for s in (*x.shape, *u.shape)): return None
+  st = ShapeTracker.from_shape(x.shape)
+  for m in reversed(chain): st = st.apply(m.op, m.arg)
+  top = u.src[0] if u.op is Ops.CAST else u
+  return st.index_strides(), top.src[0] if top.op is Ops.EXPAND else top
+
+def lane_copy_rule(ctx: Tuning, r: UOp) -> UOp | None:
+  """A sum of products whose output rows and reduce rows are both too short for 16 vector lanes, one of them shorter
+  than 16 (a convolution's 5x5 window over 20-wide output rows, its weight gradient's 20-wide rows of positions): the
+  kernel's lanes run over another output dim C instead (the output channel), along which one operand doesn't move
+  and the other moves with a stride, a gather per vector. That operand gets a copy with C innermost (its values
+  without their broadcast), so every vector is one load. Of several such operands the smallest copy is made (a
+  convolution's weight, or its output's gradient; never its windows, which move along the output positions too); a
+  big copy pays only with 16 lanes. Once per reduce."""
+  if r in ctx.made or r.arg[0] is not Ops.ADD or (m := r.src[0]).op is not Ops.MUL or len(m.src) != 2: return None
+  shape, axes = m.shape, r.arg[1]
+  outs = [i for i in range(len(shape)) if i not in axes and shape[i] > 1]
+  reds = [i for i in axes if shape[i] > 1]
+  if not outs or not reds or not all(s.__class__ is int for s in shape): return None
+  row, red_row = shape[outs[-1]], shape[reds[-1]]
+  if row % 16 == 0 or red_row % 16 == 0 or min(row, red_row) >= 16: return None
+  if (a := _chain_strides(m.src[0])) is None or (b := _chain_strides(m.src[1])) is None: return None
+  n_out, best = prod(shape[i] for i in outs), None
+  for (p_strides, u), (q_strides, _), which in ((a, b, 0), (b, a, 1)):
+    # of the output dims Q doesn't move along, P moves along C only (its vectors feed the accumulators of the others)
+    if len(walked := [c for c in outs if q_strides[c] == 0 and p_strides[c] != 0]) != 1: continue
+    cands = [c for c in walked if p_strides[c] not in (None, 1) and shape[c] % 8 == 0]
+    if cands and (best is None or prod(u.shape) < prod(best[1].shape)): best = (cands[-1], u, which)
+  if best is None: return None
+  c, u, which = best
+  if max(n_out, n_copy := prod(u.shape)) < LANE_COPY_MIN or (n_copy >= LANE_COPY_MIN and shape[c] % 16): return None
+  perm = tuple(i for i in range(len(u.shape)) if i != c) + (c,)
+  # values cast up for the accumulator (half to float) are copied in their own dtype and cast after the copy
+  base = u
+  while base.op in GroupOp.Movement: base = base.src[0]
+  cast = base if base.op is Ops.CAST and base.src[0].dtype.itemsize < base.dtype.itemsize else None
+  v = u.substitute({cast: cast.src[0]}) if cast is not None else u
+  copy = UOp(Ops.CONTIGUOUS, v.dtype, (UOp(Ops.PERMUTE, v.dtype, (v,), perm),))
+  back = UOp(Ops.PERMUTE, v.dtype, (copy,), tuple(perm.index(i) for i in range(len(perm))))
+  ctx.made.add(back)
+  if cast is not None: back = UOp(Ops.CAST, u.dtype, (back,))
+  operand = build.expand(back, shape)
+  if (old := m.src[which]).op is Ops.CAST: operand = UOp(Ops.CAST, old.dtype, (operand,))
+  srcs = (operand, m.src[1]) if which == 0 else (m.src[0], operand)
+  ctx.made.add(new := UOp(Ops.REDUCE_AXIS, r.dtype, (UOp(Ops.MUL, m.dtype, srcs),), r.arg))
+  return new
+
 # ***** the pass: one table *****
 
 class Tuning:
@@ -89,6 +150,7 @@ class Tuning:
 
 pm_tuning = PatternMatcher([
   (UPat(Ops.REDUCE_AXIS, name="r"), split_reduce_rule),
+  (UPat(Ops.REDUCE_AXIS, name="r"), lane_copy_rule),
   (UPat(Ops.SHRINK, src=(UPat(Ops.PAD, name="p"),), name="w"), window_copy_rule),
 ])
 
@@ -97,7 +159,8 @@ def tune_graph(outs: list[UOp], topo: list[UOp]) -> tuple[list[UOp], dict[UOp, U
   second stage of a split reduce stands for the reduce: the same values, without the size-1 dims; a copy for the
   node copied)."""
   ctx, probe = Tuning(topo), Tuning([])
-  if not ctx.windowed and not any(split_reduce_rule(probe, u) is not None for u in topo if u.op is Ops.REDUCE_AXIS):
+  if not ctx.windowed and not any(split_reduce_rule(probe, u) is not None or lane_copy_rule(probe, u) is not None
+                                  for u in topo if u.op is Ops.REDUCE_AXIS):
     return outs, {}
   sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
   new = graph_rewrite(sink, pm_tuning, ctx)

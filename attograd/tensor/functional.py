@@ -483,13 +483,9 @@ class NNMixin:
     # positions stay innermost, so the gradient of the windows is laid out with whole output rows contiguous
     x = x.reshape(bs, groups, cin, *o_, *k_).permute(0, 1, 2, *range(3 + nk, 3 + 2 * nk), *range(3, 3 + nk))
     x = x.reshape(bs, groups, 1, cin, *k_, *o_)
-    w = weight.reshape(groups, rcout, cin, *k_)
-    short_rows = o_[-1] % 16 and rcout % 8 == 0 and bs * cout * prod(o_) >= 1 << 16
-    if short_rows:
-      # output rows too short for vector lanes: the kernels run their lanes over output channels instead, reading a
-      # copy of the weight with the output channel innermost (a small copy)
-      w = w.permute(0, 2, *range(3, 3 + nk), 1).contiguous().permute(0, nk + 2, 1, *range(2, 2 + nk))
-    w = w.reshape(1, groups, rcout, cin, *k_, *[1] * nk)
+    # (output rows too short for vector lanes get a copy of the weight with the output channel innermost, which the
+    # scheduler decides: schedule/tuning.py lane_copy_rule)
+    w = weight.reshape(1, groups, rcout, cin, *k_, *[1] * nk)
     out = _acc_product_sum(x, w, tuple(range(3, 4 + nk)))                # (N, groups, rcout, *o)
     return out.reshape(bs, cout, *o_)
 
@@ -502,10 +498,7 @@ class NNMixin:
     x = self._pool(k_, stride, dilation)                                  # (N, groups*cin, *o, *k)
     x = x.reshape(bs, groups, cin, *o_, *k_).permute(0, 1, 2, *range(3 + nk, 3 + 2 * nk), *range(3, 3 + nk))
     x = x.reshape(bs, groups, 1, cin, *k_, *o_)
-    if rcout % 16 == 0 and prod(grad.shape) >= 1 << 16 and o_[-1] % 16:
-      # output rows too short for vector lanes: a copy of the gradient with the output channel innermost, so the
-      # kernel's lanes over output channels are one load instead of a gather across channel planes
-      grad = grad.permute(0, *range(2, 2 + nk), 1).contiguous().permute(0, nk + 1, *range(1, 1 + nk))
+    # (short output rows: the scheduler gives the gradient a copy with the output channel innermost, lane_copy_rule)
     g = grad.reshape(bs, groups, rcout, 1, *[1] * nk, *o_)
     dw = _acc_product_sum(x, g, (0, *range(4 + nk, 4 + 2 * nk)))         # (groups, rcout, cin, *k)
     return dw.reshape(weight_shape)

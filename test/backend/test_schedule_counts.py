@@ -284,3 +284,38 @@ def test_small_or_unpadded_reads_get_no_copy(device: str) -> None:
   y, yn = realized(2, 3, 8, 8)
   w, wn = realized(4, 3, 3, 3, seed=1)
   assert count_kernels(y.conv2d(w, padding=1).realize) == 1
+
+def test_short_conv_rows_read_a_lane_copy_of_the_weight_and_gradient(device: str) -> None:
+  # 20-wide output rows and a 5x5 window are too short for 16 vector lanes, so the kernels' lanes run over the output
+  # channels; the scheduler (not conv2d) gives the operand read across them with a stride a copy laid out along them:
+  # the weight in the forward, the output's gradient in the weight's gradient
+  from attograd.schedule import create_schedule
+  from attograd.uop.ops import Ops
+  rng = np.random.default_rng(11)
+  xn, wn = rng.standard_normal((8, 32, 24, 24), dtype=np.float32), rng.standard_normal((32, 32, 5, 5), dtype=np.float32)
+  x, w = Tensor(xn).realize(), Tensor(wn, requires_grad=True).realize()
+  out = x.conv2d(w)
+  assert not any(u.op is Ops.CONTIGUOUS for u in out.uop.toposort())
+  items, _ = create_schedule([out.uop])
+  assert [it.bufs[0].size for it in items] == [32 * 32 * 25, 8 * 32 * 20 * 20]
+  loss = (out * out.detach()).sum()  # the output's gradient is a computed value, not a buffer
+  loss.backward()
+  items, _ = create_schedule([w.grad.uop])
+  assert [it.bufs[0].size for it in items][-2:] == [8 * 32 * 20 * 20, 32 * 32 * 25]
+  Tensor.realize(out, w.grad)
+  t = __import__("torch")
+  tw = t.tensor(wn, requires_grad=True)
+  tout = t.nn.functional.conv2d(t.tensor(xn), tw)
+  (tout * tout.detach()).sum().backward()
+  compare(out, tout.detach().numpy(), atol=1e-3, rtol=1e-4)
+  compare(w.grad, tw.grad.numpy(), atol=1e-1, rtol=1e-3)
+
+def test_matmul_and_long_conv_rows_get_no_lane_copy(device: str) -> None:
+  # a matmul of odd sizes reads no overlapping windows: its sizes are padded in the kernel instead; a conv whose
+  # output rows fill 16 lanes reads its weight in place
+  a, an = realized(300, 300)
+  b, bn = realized(300, 300, seed=1)
+  assert count_kernels((a @ b).realize) == 1
+  x, _ = realized(2, 8, 34, 34)
+  w, _ = realized(16, 8, 3, 3, seed=1)
+  assert count_kernels(x.conv2d(w).realize) == 1
