@@ -191,7 +191,7 @@ class NNMixin:
     if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
     if not isinstance(num_classes, int) or num_classes < 0:
       raise ValueError(f"one_hot: num_classes must be an int >= 0, got {num_classes!r}")
-    return _one_hot_along(self.unsqueeze(-1), num_classes, -1).where(1, 0).cast(dtypes.int32)  # (1, 0: weakint)
+    return _one_hot_along(self.unsqueeze(-1), num_classes, -1).where(1, 0)
 
   def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
     """Normalize to mean 0 and variance 1 over `axis` (no affine weights; see nn.LayerNorm for those).

@@ -111,11 +111,10 @@ class MovementMixin:
     return self.shrink(tuple((_cut(b), ssimp(s - _cut(a))) for (b, a), s in zip(pairs, self.shape)))
 
   def _pad_constant(self: Tensor, grow: tuple[tuple[int, int], ...], value: Any) -> Tensor:
-    if isinstance(value, (bool, int, float)) and value != 0:
-      # the value is a weak Python scalar, as in tinygrad: it takes the tensor's dtype where that holds its kind, else
-      # the tensor becomes weakfloat (an int tensor padded with 2.5 or inf) or weakint (a bool one padded with 2); a
-      # zero pad (the default 0.0 too) keeps the dtype
-      self = self.cast(least_upper_dtype(self.dtype, dtypes.from_py(value)))
+    if isinstance(value, float) and not math.isfinite(value) and not dtypes.is_float(self.dtype):
+      # an integer tensor can't hold inf or NaN (it became 0): the result is the default float, as in tinygrad; a
+      # finite float value is truncated to the dtype, as in PyTorch
+      self = self.cast(dtypes.default_float)
     x = self.pad_(grow)
     # pad_ fills with +0 of any dtype; any other value (-0.0 too) is chosen with a padded mask
     if x is self or (value == 0 and not (isinstance(value, float) and math.copysign(1.0, value) < 0)): return x
