@@ -104,9 +104,10 @@ def lane_copy_rule(ctx: Tuning, r: UOp) -> UOp | None:
   big copy pays only with 16 lanes. Once per reduce."""
   if r in ctx.made or r.arg[0] is not Ops.ADD or (m := r.src[0]).op is not Ops.MUL or len(m.src) != 2: return None
   shape, axes = m.shape, r.arg[1]
+  if not all(s.__class__ is int for s in shape): return None
   outs = [i for i in range(len(shape)) if i not in axes and shape[i] > 1]
   reds = [i for i in axes if shape[i] > 1]
-  if not outs or not reds or not all(s.__class__ is int for s in shape): return None
+  if not outs or not reds: return None
   row, red_row = shape[outs[-1]], shape[reds[-1]]
   if row % 16 == 0 or red_row % 16 == 0 or min(row, red_row) >= 16: return None
   if (a := _chain_strides(m.src[0])) is None or (b := _chain_strides(m.src[1])) is None: return None

@@ -18,7 +18,7 @@ from attograd.runtime.ops_cpu import ClangCompiler
 def empty_cache(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
   """No kernel built before: an empty disk cache and no runners in this process."""
   monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
-  monkeypatch.setattr(realize, "_runners", {})
+  monkeypatch.setattr(realize, "_runners", realize._RunnerCache())
   yield
   for r in realize._runners.values(): r.finish()  # no build left running into the next test
 

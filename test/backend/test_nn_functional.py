@@ -243,7 +243,7 @@ def test_big_window_pool_is_a_small_kernel(device: str, monkeypatch: pytest.Monk
   # and a gradient kernel that took gcc minutes. As a view of the repeated input both are short loops.
   cpu_only(device, "kernel source sizes")
   from attograd.engine import realize
-  monkeypatch.setattr(realize, "_runners", {})  # only this test's kernels
+  monkeypatch.setattr(realize, "_runners", realize._RunnerCache())  # only this test's kernels
   x = rand(1, 2, 12, 12, 12)
   t = Tensor(x, requires_grad=True)
   out = t.avg_pool2d(kernel_size=(8, 8, 8), stride=1)

@@ -23,7 +23,7 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Plan], None]]:
   import attograd.codegen as cg
   import attograd.engine.realize as rz
   monkeypatch.setattr(cg, "CACHE_PROGRAMS", 0)
-  runners: dict = {}
+  runners = rz._RunnerCache()
   monkeypatch.setattr(rz, "_runners", runners)
   def use(plan: Plan) -> None:
     monkeypatch.setattr(heuristic, "hand_coded_optimizations", lambda k, *_: plan(k))

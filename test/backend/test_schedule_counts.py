@@ -289,8 +289,10 @@ def test_short_conv_rows_read_a_lane_copy_of_the_weight_and_gradient(device: str
   # 20-wide output rows and a 5x5 window are too short for 16 vector lanes, so the kernels' lanes run over the output
   # channels; the scheduler (not conv2d) gives the operand read across them with a stride a copy laid out along them:
   # the weight in the forward, the output's gradient in the weight's gradient
+  from helpers import cpu_only
   from attograd.schedule import create_schedule
   from attograd.uop.ops import Ops
+  cpu_only(device, "a 65536-output convolution")
   rng = np.random.default_rng(11)
   xn, wn = rng.standard_normal((8, 32, 24, 24), dtype=np.float32), rng.standard_normal((32, 32, 5, 5), dtype=np.float32)
   x, w = Tensor(xn).realize(), Tensor(wn, requires_grad=True).realize()
@@ -313,6 +315,8 @@ def test_short_conv_rows_read_a_lane_copy_of_the_weight_and_gradient(device: str
 def test_matmul_and_long_conv_rows_get_no_lane_copy(device: str) -> None:
   # a matmul of odd sizes reads no overlapping windows: its sizes are padded in the kernel instead; a conv whose
   # output rows fill 16 lanes reads its weight in place
+  from helpers import cpu_only
+  cpu_only(device, "a 65536-output matmul")
   a, an = realized(300, 300)
   b, bn = realized(300, 300, seed=1)
   assert count_kernels((a @ b).realize) == 1

@@ -119,7 +119,7 @@ def test_hypothesis_cpu(xs: list[float]) -> None:
 
 def test_rules_in_the_reference_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
   monkeypatch.setattr(Device["PYTHON"].renderer, "decompose_transcendentals", True)
-  monkeypatch.setattr(realize, "_runners", {})  # no program built without the rules
+  monkeypatch.setattr(realize, "_runners", realize._RunnerCache())  # no program built without the rules
   x = np.array(EXP2_SPECIAL + list(np.random.default_rng(3).uniform(-160, 160, 500)), np.float32)
   check(Tensor(x, device="PYTHON").exp2().numpy(), x, np.exp2, EXP2_ULP)
   bits = np.random.default_rng(4).integers(1, 0x7F800000, 500, dtype=np.uint32)
@@ -129,7 +129,7 @@ def test_rules_in_the_reference_interpreter(monkeypatch: pytest.MonkeyPatch) -> 
 def test_noopt_scalar_code(monkeypatch: pytest.MonkeyPatch) -> None:
   # NOOPT=1: no lanes, no unrolling; the decomposed scalar code must agree too
   from attograd.helpers import Context
-  monkeypatch.setattr(realize, "_runners", {})
+  monkeypatch.setattr(realize, "_runners", realize._RunnerCache())
   x = np.array(EXP2_SPECIAL + list(np.random.default_rng(6).uniform(-160, 160, 4000)), np.float32).reshape(-1, 1)
   with Context(NOOPT=1):
     got_exp, got_log, got_sm = Tensor(x).exp2().numpy(), Tensor(x).log2().numpy(), Tensor(x.reshape(-1, 15)).softmax(-1)
