@@ -167,8 +167,9 @@ class CompiledRunner:
   def __init__(self, spec: ProgramSpec, lib: bytes | None = None, optimized: Future[bytes] | None = None,
                quick: Future[list[Any]] | None = None, quick_index: int = 0, shifts: tuple[tuple[int, int], ...] = ()):
     self.spec = spec
-    # (argument position, bytes): buffers whose address moves by that much on every call (codegen/offsets.py)
-    self.shifts = tuple((self.spec.globals.index(g), nbytes) for g, nbytes in shifts)
+    # (argument position, bytes): buffers whose address moves by that much on every call (codegen/offsets.py); a
+    # buffer the program never reads (a load folded away: copysign's sign of an unsigned y) has no argument to move
+    self.shifts = tuple((self.spec.globals.index(g), nbytes) for g, nbytes in shifts if g in self.spec.globals)
     self.dev = Device[spec.device]
     self.var_names = [v.arg[0] for v in spec.vars if not v.arg[0].startswith("_")]
     # GPU kernels launch with their work-group counts and sizes; C kernels loop over everything themselves
