@@ -180,9 +180,8 @@ class CompiledRunner:
     # untimed calls go straight to it, without the program object's Python call in between
     self._direct: Any = None
     if optimized is None: self.prg = self._program(_build(spec) if lib is None else lib)
-  def _program(self, lib: bytes) -> Any:
-    prg = self.dev.runtime(self.spec.name, lib)
-    return _Shifted(prg, self.shifts) if self.shifts else prg
+  def _program(self, lib: bytes) -> Any: return self._wrap(self.dev.runtime(self.spec.name, lib))
+  def _wrap(self, prg: Any) -> Any: return _Shifted(prg, self.shifts) if self.shifts else prg
   def shifted(self, shifts: tuple[tuple[int, int], ...]) -> CompiledRunner:
     """A runner of this one's program (its builds, shared) on buffers whose addresses move by `shifts`."""
     if self._optimized is None and self._quick is None:  # built: from the disk cache (or built again, if not there)
@@ -224,12 +223,10 @@ class CompiledRunner:
         warnings.warn(f"{self.spec.name}: the optimized build failed, the quick build stays: {e}", RuntimeWarning)
       else: return self._take(lib)
     if self.prg is None and self._quick is not None:
-      try: self.prg = self._quick.result()[self._quick_index]
+      try: self.prg = self._wrap(self._quick.result()[self._quick_index])
       except Exception:  # a batch fails as a whole: this kernel waits for its own build, which names its own error
         self._quick = None
         self._settle()
-      else:
-        if self.shifts: self.prg = _Shifted(self.prg, self.shifts)
   def _take(self, lib: bytes) -> None:
     self.prg, self._quick = self._program(lib), None
   def finish(self) -> CompiledRunner:

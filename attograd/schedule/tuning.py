@@ -79,11 +79,12 @@ def _pad_key(p: UOp) -> tuple:
 
 LANE_COPY_MIN = 1 << 16  # outputs of the reduce, or elements of the copy, at least: below that a copy doesn't pay
 
-def _chain_strides(u: UOp) -> tuple[tuple[int | None, ...], UOp] | None:
+def _chain_strides(u: UOp) -> tuple[tuple[int | None, ...], UOp, UOp] | None:
   """The stride along each dim of `u`, a movement chain (through one CAST) over a node whose values are laid out in
-  order (a buffer or a computed node, which the kernel reads or recomputes in that order), and the node below the
-  chain's top EXPAND (the values without their broadcast, what a copy would hold). None for a symbolic shape."""
-  x = u.src[0] if u.op is Ops.CAST else u
+  order (a buffer or a computed node, which the kernel reads or recomputes in that order); the node below the chain's
+  top EXPAND (the values without their broadcast, what a copy would hold); and the chain's base. None for a symbolic
+  shape."""
+  top = x = u.src[0] if u.op is Ops.CAST else u
   chain: list[UOp] = []
   while x.op in GroupOp.Movement:
     chain.append(x)
@@ -91,8 +92,31 @@ def _chain_strides(u: UOp) -> tuple[tuple[int | None, ...], UOp] | None:
   if not all(s.__class__ is int for s in (*x.shape, *u.shape)): return None
   st = ShapeTracker.from_shape(x.shape)
   for m in reversed(chain): st = st.apply(m.op, m.arg)
-  top = u.src[0] if u.op is Ops.CAST else u
-  return st.index_strides(), top.src[0] if top.op is Ops.EXPAND else top
+  return st.index_strides(), top.src[0] if top.op is Ops.EXPAND else top, x
+
+def _lane_copy_plan(r: UOp) -> tuple[int, int, UOp, UOp] | None:
+  """lane_copy_rule's decision, without building anything: (the lane dim C, which operand, the values to copy, the
+  chain's base), or None."""
+  if r.arg[0] is not Ops.ADD or (m := r.src[0]).op is not Ops.MUL or len(m.src) != 2: return None
+  shape, axes = m.shape, r.arg[1]
+  if not all(s.__class__ is int for s in shape): return None
+  outs = [i for i in range(len(shape)) if i not in axes and shape[i] > 1]
+  reds = [i for i in axes if shape[i] > 1]
+  if not outs or not reds: return None
+  row, red_row = shape[outs[-1]], shape[reds[-1]]
+  if row % 16 == 0 or red_row % 16 == 0 or min(row, red_row) >= 16: return None
+  if (a := _chain_strides(m.src[0])) is None or (b := _chain_strides(m.src[1])) is None: return None
+  best: tuple[int, int, UOp, UOp] | None = None
+  for (p_strides, u, base), (q_strides, _, _), which in ((a, b, 0), (b, a, 1)):
+    # of the output dims Q doesn't move along, P moves along C only (its vectors feed the accumulators of the others)
+    if len(walked := [c for c in outs if q_strides[c] == 0 and p_strides[c] != 0]) != 1: continue
+    cands = [c for c in walked if p_strides[c] not in (None, 1) and shape[c] % 8 == 0]
+    if cands and (best is None or prod(u.shape) < prod(best[2].shape)): best = (cands[-1], which, u, base)
+  if best is None: return None
+  c, n_copy = best[0], prod(best[2].shape)
+  if max(prod(shape[i] for i in outs), n_copy) < LANE_COPY_MIN or (n_copy >= LANE_COPY_MIN and shape[c] % 16):
+    return None
+  return best
 
 def lane_copy_rule(ctx: Tuning, r: UOp) -> UOp | None:
   """A sum of products whose output rows and reduce rows are both too short for 16 vector lanes, one of them shorter
@@ -102,35 +126,18 @@ def lane_copy_rule(ctx: Tuning, r: UOp) -> UOp | None:
   without their broadcast), so every vector is one load. Of several such operands the smallest copy is made (a
   convolution's weight, or its output's gradient; never its windows, which move along the output positions too); a
   big copy pays only with 16 lanes. Once per reduce."""
-  if r in ctx.made or r.arg[0] is not Ops.ADD or (m := r.src[0]).op is not Ops.MUL or len(m.src) != 2: return None
-  shape, axes = m.shape, r.arg[1]
-  if not all(s.__class__ is int for s in shape): return None
-  outs = [i for i in range(len(shape)) if i not in axes and shape[i] > 1]
-  reds = [i for i in axes if shape[i] > 1]
-  if not outs or not reds: return None
-  row, red_row = shape[outs[-1]], shape[reds[-1]]
-  if row % 16 == 0 or red_row % 16 == 0 or min(row, red_row) >= 16: return None
-  if (a := _chain_strides(m.src[0])) is None or (b := _chain_strides(m.src[1])) is None: return None
-  n_out, best = prod(shape[i] for i in outs), None
-  for (p_strides, u), (q_strides, _), which in ((a, b, 0), (b, a, 1)):
-    # of the output dims Q doesn't move along, P moves along C only (its vectors feed the accumulators of the others)
-    if len(walked := [c for c in outs if q_strides[c] == 0 and p_strides[c] != 0]) != 1: continue
-    cands = [c for c in walked if p_strides[c] not in (None, 1) and shape[c] % 8 == 0]
-    if cands and (best is None or prod(u.shape) < prod(best[1].shape)): best = (cands[-1], u, which)
-  if best is None: return None
-  c, u, which = best
-  if max(n_out, n_copy := prod(u.shape)) < LANE_COPY_MIN or (n_copy >= LANE_COPY_MIN and shape[c] % 16): return None
+  if r in ctx.made or (plan := _lane_copy_plan(r)) is None: return None
+  c, which, u, base = plan
+  m = r.src[0]
   perm = tuple(i for i in range(len(u.shape)) if i != c) + (c,)
   # values cast up for the accumulator (half to float) are copied in their own dtype and cast after the copy
-  base = u
-  while base.op in GroupOp.Movement: base = base.src[0]
   cast = base if base.op is Ops.CAST and base.src[0].dtype.itemsize < base.dtype.itemsize else None
   v = u.substitute({cast: cast.src[0]}) if cast is not None else u
   copy = UOp(Ops.CONTIGUOUS, v.dtype, (UOp(Ops.PERMUTE, v.dtype, (v,), perm),))
   back = UOp(Ops.PERMUTE, v.dtype, (copy,), tuple(perm.index(i) for i in range(len(perm))))
   ctx.made.add(back)
   if cast is not None: back = UOp(Ops.CAST, u.dtype, (back,))
-  operand = build.expand(back, shape)
+  operand = build.expand(back, m.shape)
   if (old := m.src[which]).op is Ops.CAST: operand = UOp(Ops.CAST, old.dtype, (operand,))
   srcs = (operand, m.src[1]) if which == 0 else (m.src[0], operand)
   ctx.made.add(new := UOp(Ops.REDUCE_AXIS, r.dtype, (UOp(Ops.MUL, m.dtype, srcs),), r.arg))
@@ -160,7 +167,7 @@ def tune_graph(outs: list[UOp], topo: list[UOp]) -> tuple[list[UOp], dict[UOp, U
   second stage of a split reduce stands for the reduce: the same values, without the size-1 dims; a copy for the
   node copied)."""
   ctx, probe = Tuning(topo), Tuning([])
-  if not ctx.windowed and not any(split_reduce_rule(probe, u) is not None or lane_copy_rule(probe, u) is not None
+  if not ctx.windowed and not any(split_reduce_rule(probe, u) is not None or _lane_copy_plan(u) is not None
                                   for u in topo if u.op is Ops.REDUCE_AXIS):
     return outs, {}
   sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
