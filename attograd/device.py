@@ -261,6 +261,11 @@ class Buffer:
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
   def is_allocated(self) -> bool: return self._buf is not None
+  @property
+  def handle(self) -> Any:
+    """The runtime's handle to this buffer's memory (a device pointer on CUDA, a host address on CPU, a mapping view
+    on DISK), allocating it first: what a library outside attograd (NCCL, a custom kernel's launcher) is handed."""
+    return self.allocate()._buf
   def allocate(self) -> Buffer:
     if self._buf is None:
       if _deferred_frees: _free_deferred()

@@ -7,7 +7,7 @@ from attograd.codegen.tc import TensorCore, apply_tc
 from attograd.dtype import DType, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import Ops, UOp, sym_max
-from attograd.uop.view import ShapeTracker, View, _mul
+from attograd.uop.view import ShapeTracker, View, smul
 
 @dataclass(frozen=True)
 class Opt:
@@ -124,7 +124,7 @@ class Kernel:
     while i >= 0:
       same_kind = (i + 1 < self.first_reduce) or (i >= self.first_reduce)
       if same_kind and self._mergeable(i):
-        new_full = self.full_shape[:i] + (_mul(self.full_shape[i], self.full_shape[i + 1]),) + self.full_shape[i + 2:]
+        new_full = self.full_shape[:i] + (smul(self.full_shape[i], self.full_shape[i + 1]),) + self.full_shape[i + 2:]
         fr = self.first_reduce - (1 if i + 1 < self.first_reduce else 0)
         new_out = tuple(s if j < fr else 1 for j, s in enumerate(new_full))
         self._reshape(new_full, new_out)
@@ -138,7 +138,7 @@ class Kernel:
       if v.mask is not None and (v.mask[i] != (0, sh[i]) or v.mask[i + 1] != (0, sh[i + 1])):
         # a mask on the outer axis only still merges: (lo, hi) -> (lo*n, hi*n)
         if v.mask[i + 1] != (0, sh[i + 1]): return False
-      if sh[i] != 1 and sh[i + 1] != 1 and stv[i] != _mul(stv[i + 1], sh[i + 1]): return False
+      if sh[i] != 1 and sh[i + 1] != 1 and stv[i] != smul(stv[i + 1], sh[i + 1]): return False
     return True
 
   # ***** optimizations *****

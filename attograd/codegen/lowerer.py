@@ -8,7 +8,7 @@ from attograd.dtype import ConstType, DType, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite, sym_max
 from attograd.uop.symbolic import fits, ints, is_vec, symbolic
-from attograd.uop.view import _as_index
+from attograd.uop.view import as_index
 
 def reduce_identity(op: Ops, dtype: DType) -> ConstType:
   """The value a reduce's accumulator starts from."""
@@ -61,7 +61,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       kind = "reduce" if i >= k.first_reduce else ("parallel" if (k.parallel and i == _first_loop(k)) else "loop")
       # a parallel loop over symbolic sizes carries when a call runs it across the cores (Kernel.thread_if)
       cond = (k.thread_if,) if kind == "parallel" and k.thread_if is not None else ()
-      idxs.append(UOp(Ops.RANGE, d, (_as_index(s, d),), (i, kind, *cond)))
+      idxs.append(UOp(Ops.RANGE, d, (as_index(s, d),), (i, kind, *cond)))
   out_idxs = [x if i < k.first_reduce else UOp.const(d, 0) for i, x in enumerate(idxs)]
   reduce_ranges = tuple(x for i, x in enumerate(idxs) if i >= k.first_reduce and x.op is Ops.RANGE)
   unroll_vars = [placeholders[i] for i in k.unrolled if i != lane_ax]

@@ -49,7 +49,7 @@ def _kernel(ast: UOp, opts: list[Opt]) -> Kernel | None:
 def _time(spec: ProgramSpec, bufs: list[Buffer], runs: int = 3) -> float:
   dev = Device[spec.device]
   prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
-  args = [bufs[i]._buf for i in spec.globals]
+  args = [bufs[i].handle for i in spec.globals]
   vals = tuple(v.arg[1] for v in spec.vars)  # symbolic values: any in range gives a fair comparison
   launch = {} if spec.global_size is None else {"global_size": spec.global_size, "local_size": spec.local_size}
   best = math.inf

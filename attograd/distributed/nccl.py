@@ -104,4 +104,4 @@ class NCCLComm:
 
 def _device_ptr(t: Tensor) -> int:
   """The device memory under a realized tensor that is its whole buffer (UOp.buffer: tinygrad's public name)."""
-  return t.uop.buffer._buf
+  return t.uop.buffer.handle

@@ -165,7 +165,7 @@ class CapturedJit:
                             f"{vb}): its kernels would read outside their buffers. Keep the Variables in the range the "
                             "function allows, or call it without the jit for this value")
 
-def _live_buffers() -> set[int]:
+def live_buffers() -> set[int]:
   """The ids of the Buffers behind every BUFFER node alive now."""
   return {id(b) for u in UOpMetaClass.live() if u.op is Ops.BUFFER and (b := buffers.get(u)) is not None}
 
@@ -193,7 +193,7 @@ def _fast_call(runner: CompiledRunner, nbufs: int) -> Callable[..., Any]:
   def call(*args: Any) -> None: prg(*args[:nbufs], vals=tuple(args[nbufs:]), **launch)
   return call
 
-def _prune(rec: Recording, changing: list[Any]) -> Recording:
+def prune_recording(rec: Recording, changing: list[Any]) -> Recording:
   """TinyJit(prune=True): only the recorded kernels whose results can differ between calls, those that read a buffer
   the inputs (or the random counter) change, directly or through an earlier such kernel, or that take a Variable.
   The others ran once while capturing; their results stay in their buffers, which the replay reads (a buffer read

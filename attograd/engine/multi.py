@@ -5,6 +5,7 @@ from __future__ import annotations
 from attograd.dtype import dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from attograd.uop.build import shard_bounds
 
 RING_MIN_ELEMENTS = 1 << 16  # an all-reduce this big or bigger goes around a ring: each device moves 2(n-1)/n of it
 
@@ -16,13 +17,6 @@ def split_sizes(n: int, k: int) -> list[int]:
   sz = -(-n // k)
   return [max(0, min(sz, n - sz * i)) for i in range(k)]
 
-def bounds(m: UOp) -> list[tuple[int, int]]:
-  """(start, end) of each shard of MULTI `m` along its axis."""
-  out, at = [], 0
-  for s in m.src:
-    out.append((at, at + s.shape[m.arg]))
-    at += s.shape[m.arg]
-  return out
 
 def multi(srcs: list[UOp], axis: int | None) -> UOp:
   active[0] = True
@@ -106,7 +100,7 @@ def all_reduce(parts: list[UOp], op: Ops) -> list[UOp]:
 # ***** the rules: each op over MULTI sources becomes a MULTI of the op over each device's shards *****
 
 def _same_layout(m: UOp, axis: int | None, bnds: list[tuple[int, int]] | None) -> bool:
-  return m.arg == axis and (axis is None or bounds(m) == bnds)
+  return m.arg == axis and (axis is None or shard_bounds(m) == bnds)
 
 def _shards_for(x: UOp, axis: int | None, bnds: list[tuple[int, int]] | None, devices: list[str]) -> list[UOp]:
   """x's piece on each device for a result laid out as (axis, bnds)."""
@@ -125,7 +119,7 @@ def distribute(u: UOp) -> UOp | None:
   if any([s.device for s in m.src] != devices for m in ms):
     raise ValueError(f"{u.op.name.lower()}: sources sharded over different devices: {[m.device for m in ms]}")
   lead = u.src[0] if u.op is Ops.ASSIGN else next((m for m in ms if m.arg is not None), ms[0])
-  axis, bnds = lead.arg, (bounds(lead) if lead.arg is not None else None)
+  axis, bnds = lead.arg, (shard_bounds(lead) if lead.arg is not None else None)
   per_src = [_shards_for(s, axis, bnds, devices) for s in u.src]
   return multi([u.replace(src=tuple(p[i] for p in per_src)) for i in range(len(devices))], axis)
 
@@ -158,7 +152,7 @@ def _movement_rule(u: UOp, m: UOp) -> UOp:
     return multi([UOp(op, s.dtype, (s,), pad_of(i)) for i, s in enumerate(m.src)], a)
   if op is Ops.SHRINK:
     lo, hi = arg[a]
-    cut = [(max(lo, b0) - b0, min(hi, b1) - b0) for b0, b1 in bounds(m)]
+    cut = [(max(lo, b0) - b0, min(hi, b1) - b0) for b0, b1 in shard_bounds(m)]
     if all(e > s for s, e in cut):  # every device keeps some rows: shrink each shard
       return multi([UOp(op, s.dtype, (s,), tuple(c if j == a else p for j, p in enumerate(arg)))
                     for s, c in zip(m.src, cut)], a)

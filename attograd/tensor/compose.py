@@ -4,7 +4,7 @@ import math
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
 from attograd.helpers import DTypeOpError, ArgumentError, prod
-from attograd.uop.ops import Ops, UOp, _broadcast_shape
+from attograd.uop.ops import Ops, UOp, broadcast_shape
 from attograd.schedule.realized import lookup_realized
 import attograd.tensor.disk as tensor_disk
 from attograd.tensor.autograd import write_keeps_grad_path
@@ -609,7 +609,7 @@ def _setitem(x: Tensor, indices: Any, value: Any) -> tuple[Tensor, Tensor | None
   # 2. tensor indices: scatter the value from x[indices]'s shape into B with a one-hot over the index positions
   if tensor_dims:
     bshape: tuple[int, ...] = ()
-    for _, it in tensor_dims: bshape = _broadcast_shape(bshape, it.shape)
+    for _, it in tensor_dims: bshape = broadcast_shape(bshape, it.shape)
     dims = [d for d, _ in tensor_dims]
     rest = [s for d, s in enumerate(region) if d not in dims]
     front = 0 if dims != list(range(dims[0], dims[0] + len(dims))) else dims[0]  # where getitem puts bshape

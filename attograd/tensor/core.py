@@ -9,14 +9,14 @@ from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, floa
                             float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError,
                               AssertedArgumentError, argfix, make_tuple, prod)
-from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, _after_made, _broadcast_pair, _broadcast_shape,
-                              _shape_str, sint, new_uop, ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
+from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, afters_built, broadcast_pair, broadcast_shape,
+                              shape_str, sint, new_uop, ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop import build
 from attograd.uop.state import ORIGIN, has, put
 from attograd.uop.variables import map_arg as _map_arg
-from attograd.uop.view import _smax, is_symbolic
+from attograd.uop.view import smax, is_symbolic
 from attograd.engine.item import ScheduleItem
 from attograd.engine.realize import linear_of, run_schedule
 from attograd.engine import multi
@@ -310,7 +310,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     backward() through it (the optimizer's own writes and gradients never need that, and holding those graphs keeps
     a step's intermediates out of the memory planner's reuse). defer: the schedule's items go there instead of
     running (linear_with_vars)."""
-    if _after_made[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
+    if afters_built[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
       for t in ts:
         if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop)
     todo = [t for t in ts if not _is_realized(t.uop)]
@@ -847,7 +847,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
     if reverse: x, y = y, x
-    shape = _broadcast_pair(x.shape, y.shape)
+    shape = broadcast_pair(x.shape, y.shape)
     return x._broadcast_to(shape), y._broadcast_to(shape)
   def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
     if self.shape == shape: return self
@@ -991,7 +991,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if cond.device != x.device:  # (x and y were matched above)
       raise ArgumentError(f"where: device mismatch, the condition is on {cond.device} and the values on {x.device}; "
                           f"move one with .to('{x.device}')")
-    shape = _broadcast_shape(cond.shape, x.shape)
+    shape = broadcast_shape(cond.shape, x.shape)
     cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
     return cond._new(UOp(Ops.WHERE, x.dtype, (cond.uop, x.uop, y.uop)))
   def _cmp(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
@@ -1238,7 +1238,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     numel = self.numel()
     if sym_vals(*new, numel) is None:  # an unbound Variable: the sizes must agree for every value
       if -1 in new or not sym_eq(prod(new), numel):
-        raise ValueError(f"reshape: can't reshape {_shape_str(self.shape)} to {_shape_str(new)}: with an unbound "
+        raise ValueError(f"reshape: can't reshape {shape_str(self.shape)} to {shape_str(new)}: with an unbound "
                          "Variable the element counts must be equal for every value (bind it to check them with "
                          "its value)")
       return self if new == self.shape else self._new(build.reshape(self.uop, new))
@@ -1253,7 +1253,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                        f"({sym_val(prod(new))} elements)")
     if (rec := _active_recorder()) is not None and (numel.__class__ is not int or is_symbolic(new)) \
        and not sym_eq(prod(new), numel):
-      rec.size_check(prod(new), numel, True, f"reshape of {self._shape_repr()} to {_shape_str(new)}")
+      rec.size_check(prod(new), numel, True, f"reshape of {self._shape_repr()} to {shape_str(new)}")
     return self if new == self.shape else self._new(build.reshape(self.uop, new))
   def view(self, *shape: Any, **kw: Any) -> Tensor:
     """reshape under PyTorch's name; `view(shape=(2, 3))` as in tinygrad."""
@@ -1395,7 +1395,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     n = prod(self.shape[a] for a in axes)
     sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim=keepdim)
     if isinstance(n, UOp):  # a symbolic count: divide by max(0, n - correction) in the kernel (0 dof gives nan or inf)
-      return sq.div(_smax(ssimp(n - correction), 0)).cast(out_dtype)  # type: ignore[arg-type]
+      return sq.div(smax(ssimp(n - correction), 0)).cast(out_dtype)  # type: ignore[arg-type]
     # no degrees of freedom left: sq / 0 (inf, or nan where sq is 0), as PyTorch
     return sq.div(max(0, n - correction)).cast(out_dtype)
   def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
@@ -1460,7 +1460,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # half/bfloat16/fp8 products are exact in float32 (then summed there, rounded to `d` once: PyTorch's result)
     acc = sum_acc_dtype(d)
     x, y = x.cast(acc), y.cast(acc)
-    try: _broadcast_shape(x.shape[:-2], y.shape[:-2])
+    try: broadcast_shape(x.shape[:-2], y.shape[:-2])
     except ValueError:
       raise ValueError(f"matmul: batch dims of {self.shape} and {w.shape} can't be broadcast together") from None
     squeeze_x, squeeze_y = x.ndim == 1, y.ndim == 1
@@ -1800,7 +1800,7 @@ def _symbolic_arange(start: sint, stop: sint, step: sint, kw: dict[str, Any]) ->
   sign = 1 if isinstance(step, UOp) or step > 0 else -1
   span = ssimp((stop - start) * sign + (step * sign - 1))  # type: ignore[operator]
   count = ssimp(span // (step * sign)) if isinstance(span, UOp) or isinstance(step, UOp) else span // (step * sign)
-  n = _smax(count, 0)
+  n = smax(count, 0)
   dtype = to_dtype(kw.pop("dtype")) if "dtype" in kw else dtypes.default_int
   device = Device.canonicalize(kw.pop("device", None))
   top = sym_max(n)

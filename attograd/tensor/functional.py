@@ -5,8 +5,8 @@ import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
 from attograd.dtype import DType, dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
 from attograd.helpers import ArgumentError, TRAINING, UnknownModeError, argfix, ceildiv, flatten, make_tuple, prod
-from attograd.uop.ops import Ops, SymbolicSizeError, UOp, _shape_str, ssimp
-from attograd.uop.view import _smax, _surely
+from attograd.uop.ops import Ops, SymbolicSizeError, UOp, shape_str, ssimp
+from attograd.uop.view import smax, surely
 
 # windows of more elements than this are not stacks of shifted slices: a kernel unrolls a stack's window whole (up to 49
 # steps) to make its masks vanish; past that each of the prod(k) masked slices is read at every window step (an
@@ -251,7 +251,7 @@ class NNMixin:
     if self.ndim < nk: raise ValueError(f"pool: can't slide a {nk}-d kernel {k_} over shape {self.shape}")
     lead, i_ = self.shape[:-nk], self.shape[-nk:]
     for k, d, i in zip(k_, d_, i_):
-      if i.__class__ is not int and not _surely(d * (k - 1) + 1 <= i) and not _surely(d * (k - 1) + 1 > i):
+      if i.__class__ is not int and not surely(d * (k - 1) + 1 <= i) and not surely(d * (k - 1) + 1 > i):
         raise SymbolicSizeError(f"pool: kernel {k_} with dilation {d_} is larger than the symbolic input size "
                                 f"{i.render()} for some values of its Variables; narrow their range")  # type: ignore
       if d * (k - 1) + 1 > i: raise ArgumentError(f"pool: kernel {k_} with dilation {d_} is larger than the input {i_}")
@@ -259,7 +259,7 @@ class NNMixin:
     keep = [None] * len(lead)
     if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
       # windows don't overlap: cut each dim into o blocks of s and keep the first k of each block
-      x = self.pad_(tuple([(0, 0)] * len(lead) + [(0, _smax(ssimp(o * s - i), 0)) for i, o, s in zip(i_, o_, s_)]))
+      x = self.pad_(tuple([(0, 0)] * len(lead) + [(0, smax(ssimp(o * s - i), 0)) for i, o, s in zip(i_, o_, s_)]))
       x = x.shrink(tuple(keep + [(0, o * s) for o, s in zip(o_, s_)]))
       x = x.reshape(lead + tuple(flatten((o, s) for o, s in zip(o_, s_))))
       x = x.shrink(tuple(keep + flatten(((0, o), (0, k)) for o, k in zip(o_, k_))))
@@ -268,7 +268,7 @@ class NNMixin:
     if prod(k_) > _STACK_MAX_WINDOW:
       if any(i.__class__ is not int for i in i_):  # its repeat counts depend on the size
         raise SymbolicSizeError(f"pool: a window of {prod(k_)} elements (kernel {k_}) over the symbolic input size "
-                                f"{_shape_str(tuple(i_))} isn't supported; "
+                                f"{shape_str(tuple(i_))} isn't supported; "
                                 f"use a kernel of at most {_STACK_MAX_WINDOW} elements or a concrete size")
       return self._pool_repeat(k_, s_, d_, o_)
     # overlapping or dilated windows: per dim, a stack of the k shifted (and strided) slices. Every slice is one plain

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import Ops, UOp, _broadcast_shape, sint, ssimp, sym_max
+from attograd.uop.ops import Ops, UOp, broadcast_shape, sint, ssimp, sym_max
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
@@ -161,7 +161,7 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
   if not tensor_dims: return x
   # 2. fancy indexing: broadcast the index tensors, gather with a one-hot reduction per indexed dim
   bshape: tuple[int, ...] = ()
-  for _, it in tensor_dims: bshape = _broadcast_shape(bshape, it.shape)
+  for _, it in tensor_dims: bshape = broadcast_shape(bshape, it.shape)
   dims = [d for d, _ in tensor_dims]
   consecutive = dims == list(range(dims[0], dims[0] + len(dims)))
   # move indexed dims to the front

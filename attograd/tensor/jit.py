@@ -8,7 +8,7 @@ from attograd.device import Device
 from attograd.dtype import dtypes
 from attograd.engine import recorder
 from attograd.engine.buffers import buffers
-from attograd.engine.jit import CapturedJit, Recording, _live_buffers, _prune
+from attograd.engine.jit import CapturedJit, Recording, live_buffers, prune_recording
 from attograd.engine.memory import plan_jit
 from attograd.engine.nan import DEBUG_NAN
 from attograd.helpers import DEBUG, JIT, JITBEAM, Context
@@ -371,7 +371,7 @@ class TinyJit(Generic[ReturnType]):
     entry.last = self.cnt
     # the second call: record every kernel it runs; random numbers read their counter from the recorder's buffer
     # while capturing, so each replay draws new ones
-    existing = _live_buffers()  # once per capture: which outputs the capture made (free_intermediates frees those)
+    existing = live_buffers()  # once per capture: which outputs the capture made (free_intermediates frees those)
     rng_start = Tensor._rng_counter
     rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
     # JITBEAM=n: the kernels built for the capture are BEAM-searched, since the replays run them many times
@@ -392,7 +392,7 @@ class TinyJit(Generic[ReturnType]):
     if self.prune:
       changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
       before = len(rec)
-      rec = _prune(rec, changing)
+      rec = prune_recording(rec, changing)
       if DEBUG >= 1: print(f"jit: pruned {before - len(rec)} of {before} kernels that read nothing the inputs change")
     rec = plan_jit(rec, bufs, [buffers[t.uop.base] for t in outs if t.uop.base.op is Ops.BUFFER])
     specs = [(_unbound_shape(t.shape), t.dtype, t.device) for t in tensors]

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import ArgumentError, AxisError, UnknownModeError, argfix, prod
 from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val, sym_vals
-from attograd.uop.view import _surely
+from attograd.uop.view import surely
 from attograd.engine.recorder import active as _active_recorder
 
 if TYPE_CHECKING:
@@ -64,11 +64,11 @@ def _symbolic_dim_error(op: str, x: Tensor, d: int) -> None:
 # a padding amount: its positive part grows the dim, its negative part cuts it (PyTorch's negative padding). A
 # symbolic amount whose sign the Variables' bounds don't decide is a growth, as in tinygrad (checked for the bound
 # value)
-def _grow(p: Any) -> Any: return max(p, 0) if p.__class__ is int else (0 if _surely(p <= 0) else p)
-def _cut(p: Any) -> Any: return max(-p, 0) if p.__class__ is int else (ssimp(-p) if _surely(p < 0) else 0)
+def _grow(p: Any) -> Any: return max(p, 0) if p.__class__ is int else (0 if surely(p <= 0) else p)
+def _cut(p: Any) -> Any: return max(-p, 0) if p.__class__ is int else (ssimp(-p) if surely(p < 0) else 0)
 
 def _check_sym_pad(p: UOp) -> None:
-  if _surely(p >= 0) or _surely(p <= 0): return
+  if surely(p >= 0) or surely(p <= 0): return
   if (v := sym_vals(p)) is not None and v[0] < 0:
     raise ValueError(f"pad: the symbolic padding {p.render()} is {v[0]} for the bound value; a padding whose sign "
                      "depends on a Variable must be non-negative (cut with shrink instead)")

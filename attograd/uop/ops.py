@@ -104,7 +104,7 @@ def _node_gone(r: _KeyedRef, _remove: Any = _remove_dead_weakref, _cache: dict =
   _remove(_cache, r.key)  # removes the entry only if it still is this dead reference
 
 # set once any AFTER node is built: until then Tensor.realize needn't look for them
-_after_made = [False]
+afters_built = [False]
 
 class UOpMetaClass(type):
   # the hash-consing table: key -> weak reference to the one live node with that key. A plain dict of weak references
@@ -269,7 +269,7 @@ class UOp(metaclass=UOpMetaClass):
   def after(self, *deps: UOp) -> UOp:
     """This value once `deps` (stores, or values after stores) have run: realizing it runs them first, in order."""
     if not deps: return self
-    _after_made[0] = True
+    afters_built[0] = True
     return UOp(Ops.AFTER, self.dtype, (self,) + deps)
   __hash__ = object.__hash__
   __eq__ = object.__eq__  # hash-consed: identity is equality
@@ -464,20 +464,20 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
 
 class BroadcastError(ValueError, IndexError):
   """Shapes that can't be broadcast together. A ValueError like attograd's other shape errors; also an IndexError,
-  which tinygrad's _broadcast_shape raises (and code ported from it catches)."""
+  which tinygrad's broadcast_shape raises (and code ported from it catches)."""
 
-def _shape_str(shape: tuple[sint, ...]) -> str:
+def shape_str(shape: tuple[sint, ...]) -> str:
   """A shape for messages: symbolic sizes as their expressions (a UOp's repr is its whole graph)."""
   return f"({', '.join(d.render() if isinstance(d, UOp) else str(d) for d in shape)}{',' if len(shape) == 1 else ''})"
 
-def _broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
+def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   """The shape `shapes` broadcast to, NumPy's rules aligned right: per dim the sizes other than 1 must agree (symbolic
   sizes equal for every value of their Variables, so i+j meets j+i)."""
   out = shapes[0]
-  for b in shapes[1:]: out = _broadcast_pair(out, b, shapes)
+  for b in shapes[1:]: out = broadcast_pair(out, b, shapes)
   return out
 
-def _broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...],
+def broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...],
                     shapes: tuple[tuple[sint, ...], ...] = ()) -> tuple[sint, ...]:
   # two shapes, ints first: this runs for every binary op whose operands' shapes differ
   n = max(len(a), len(b))
@@ -489,7 +489,7 @@ def _broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...],
     elif (x.__class__ is not int or y.__class__ is not int) and sym_eq(x, y): out.append(x)
     else: break
   else: return tuple(out)
-  raise BroadcastError(f"shapes {' and '.join(map(_shape_str, shapes or (a, b)))} can't be broadcast together")
+  raise BroadcastError(f"shapes {' and '.join(map(shape_str, shapes or (a, b)))} can't be broadcast together")
 
 # ***** bounds of integer/boolean expressions (for the symbolic simplifier) *****
 

@@ -11,21 +11,21 @@ from attograd.uop.symbolic import split_terms, symbolic
 
 # sizes, strides, offsets and mask bounds are ints, or (symbolic shapes) index expressions over Variables; the
 # helpers below keep the int path as it was and simplify symbolic results so equal sizes are the same node
-def _mul(a: sint, b: sint) -> sint:
+def smul(a: sint, b: sint) -> sint:
   if a.__class__ is int and b.__class__ is int: return a * b
   return b if a == 1 else a if b == 1 else ssimp(a * b)  # type: ignore[operator]
-def _smax(a: sint, b: sint) -> sint:
+def smax(a: sint, b: sint) -> sint:
   if a.__class__ is int and b.__class__ is int: return max(a, b)
   return _pick(a, b, a >= b, b >= a)  # type: ignore[operator,arg-type]
-def _smin(a: sint, b: sint) -> sint:
+def smin(a: sint, b: sint) -> sint:
   if a.__class__ is int and b.__class__ is int: return min(a, b)
   return _pick(a, b, a <= b, b <= a)  # type: ignore[operator,arg-type]
 def _pick(a: sint, b: sint, a_wins: UOp, b_wins: UOp) -> sint:
   """a or b, decided from the Variables' bounds where they can, else left to the kernel as a WHERE."""
-  if _surely(a_wins): return a
-  if _surely(b_wins): return b
+  if surely(a_wins): return a
+  if surely(b_wins): return b
   return ssimp(a_wins.simplify().where(a, b))  # type: ignore[arg-type]  # sint is typed as int
-def _surely(cond: Any) -> bool:
+def surely(cond: Any) -> bool:
   """True only when the condition holds for every value of its Variables."""
   if not isinstance(cond, UOp): return bool(cond)
   lo, hi = cond.simplify().vmin_vmax
@@ -38,7 +38,7 @@ def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   acc: sint = 1
   for s in reversed(shape):
     out.append(acc if s != 1 else 0)
-    acc = _mul(acc, s)
+    acc = smul(acc, s)
   return tuple(reversed(out))
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class View:
     if strides is None: strides = strides_for_shape(shape)
     strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides))
     if mask is not None:
-      if any(_surely(lo >= hi) for lo, hi in mask):  # nothing is valid
+      if any(surely(lo >= hi) for lo, hi in mask):  # nothing is valid
         return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
       if all(sym_eq(lo, 0) and sym_eq(hi, s) for (lo, hi), s in zip(mask, shape)): mask = None
       else:  # a dim whose mask keeps one element never moves: fold its start into the offset
@@ -76,7 +76,7 @@ class View:
 
   @property
   def size(self) -> int: return prod(self.shape)
-  def is_empty_mask(self) -> bool: return self.mask is not None and any(_surely(lo >= hi) for lo, hi in self.mask)
+  def is_empty_mask(self) -> bool: return self.mask is not None and any(surely(lo >= hi) for lo, hi in self.mask)
 
   # ***** movement *****
   def permute(self, axes: tuple[int, ...]) -> View:
@@ -93,7 +93,7 @@ class View:
     offset = ssimp(self.offset + sum(b * st for (b, _), st in zip(arg, self.strides)))
     mask = None
     if self.mask is not None:
-      mask = tuple((ssimp(_smax(lo, b) - b), ssimp(_smax(_smin(hi, e), _smax(lo, b)) - b))
+      mask = tuple((ssimp(smax(lo, b) - b), ssimp(smax(smin(hi, e), smax(lo, b)) - b))
                    for (lo, hi), (b, e) in zip(self.mask, arg))
     return View.create(tuple(ssimp(e - b) for b, e in arg), self.strides, offset, mask)
   def pad(self, arg: tuple[tuple[sint, sint], ...]) -> View:
@@ -188,14 +188,14 @@ class View:
   def to_indexed(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
     """(flat index, validity) of the element at `idxs` as UOps, the index math in `dtype` (int32, or int64 where
     index_bound() says int32 could overflow)."""
-    idx = _as_index(self.offset, dtype)
+    idx = as_index(self.offset, dtype)
     for i, s, st in zip(idxs, self.shape, self.strides):
-      if s != 1 and st != 0: idx = idx + i * _as_index(st, dtype)
+      if s != 1 and st != 0: idx = idx + i * as_index(st, dtype)
     valid = UOp.const(dtypes.bool, True)
     if self.mask is not None:
       for i, (lo, hi), s in zip(idxs, self.mask, self.shape):
-        if lo != 0: valid = and_valid(valid, i >= _as_index(lo, dtype))
-        if hi != s: valid = and_valid(valid, i < _as_index(hi, dtype))
+        if lo != 0: valid = and_valid(valid, i >= as_index(lo, dtype))
+        if hi != s: valid = and_valid(valid, i < as_index(hi, dtype))
     return idx, valid
 
   def index_bound(self) -> int:
@@ -210,7 +210,7 @@ def _abs_max(x: sint) -> int:
   lo, hi = unbind_sint(x).simplify().vmin_vmax
   return max(abs(int(lo)), abs(int(hi)))
 
-def _as_index(x: sint, dtype: DType) -> UOp:
+def as_index(x: sint, dtype: DType) -> UOp:
   """A size, stride or offset as an index UOp of `dtype` (a symbolic one is an int32 expression over Variables)."""
   if not isinstance(x, UOp): return UOp.const(dtype, x)
   return x if x.dtype == dtype else x.cast(dtype)
@@ -257,7 +257,7 @@ class ShapeTracker:
       # unravel the flat index of the view above into this view's coordinates
       coords, acc = [], 1
       for s in reversed(v.shape):
-        coords.append((idx // _as_index(acc, dtype)) % _as_index(s, dtype) if s != 1 else UOp.const(dtype, 0))
+        coords.append((idx // as_index(acc, dtype)) % as_index(s, dtype) if s != 1 else UOp.const(dtype, 0))
         acc *= s
       idx, v_valid = v.to_indexed(list(reversed(coords)), dtype)
       valid = and_valid(valid, v_valid)

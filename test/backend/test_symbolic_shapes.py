@@ -230,11 +230,11 @@ def test_unbind_all_and_view_offset() -> None:
   assert Tensor.rand(10).realize().reshape(2, 5).shrink(((0, 1), (1, 3))).uop.contiguous_view_offset() is None
 
 def test_symbolic_size_errors() -> None:
-  from attograd.uop.ops import _broadcast_shape
+  from attograd.uop.ops import broadcast_shape
   v = Variable("v", 0, 10)
-  assert _broadcast_shape((v,), (1,)) == (v,) and _broadcast_shape((3, v), (3, 1)) == (3, v)
-  with pytest.raises(IndexError, match=r"\(v,\) and \(5,\)"): _broadcast_shape((v,), (5,))
-  with pytest.raises(ValueError): _broadcast_shape((2, 3), (4, 3))
+  assert broadcast_shape((v,), (1,)) == (v,) and broadcast_shape((3, v), (3, 1)) == (3, v)
+  with pytest.raises(IndexError, match=r"\(v,\) and \(5,\)"): broadcast_shape((v,), (5,))
+  with pytest.raises(ValueError): broadcast_shape((2, 3), (4, 3))
   t = Tensor.ones(10, 8)[:Variable("a", 1, 10).bind(4)]
   assert [c.shape[1] for c in t.chunk(2, dim=1)] == [4, 4]
   with pytest.raises(AssertionError, match="chunk: .*symbolic"): t.chunk(2, dim=0)

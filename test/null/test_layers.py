@@ -148,6 +148,27 @@ def test_no_new_import_cycle() -> None:
   assert now <= CYCLES, f"new import cycles:\n{show(now - CYCLES)}"
   assert CYCLES <= now, f"these import cycles are gone: remove them from CYCLES in {__file__}:\n{show(CYCLES - now)}"
 
+def test_gradient_is_math_over_uops() -> None:
+  # issue 19: the gradient rules read as math over UOps; they build with uop/build.py and import nothing above the IR
+  above = sorted(d for d in import_graph()["attograd.gradient"] if layer_of(d) < layer_of("attograd.uop.ops"))
+  assert not above, f"attograd.gradient imports above the IR: {above}"
+
+def cross_layer_private_imports() -> list[str]:
+  """Private names (`_x`) imported from a module of another layer: what one layer hands another is public there."""
+  mods, out = _modules(), []
+  for mod, path in sorted(mods.items()):
+    with open(path, encoding="utf-8") as f: tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and (src := node.module or "") in mods and layer_of(src) != layer_of(mod):
+        out += [f"{mod}:{node.lineno} imports {a.name} from {src}" for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")]
+  return out
+
+def test_layers_share_no_private_names() -> None:
+  # inside one layer (tensor/'s topic modules, the scheduler's) modules may share private helpers; across layers
+  # the name is part of the lower layer's interface and says so by being public
+  assert not (found := cross_layer_private_imports()), "private names imported across layers:\n" + "\n".join(found)
+
 def private_reaches() -> list[str]:
   """Where nn/ and the apps reach past the public API by name: a private name imported from another package
   (`from attograd.tensor import _x`), or a private attribute of the Tensor class (`Tensor._x`)."""
