@@ -7,7 +7,7 @@ from attograd.codegen.tc import TensorCore, tc_operand
 from attograd.dtype import ConstType, DType, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite, sym_max
-from attograd.uop.symbolic import fits, ints, is_vec, symbolic
+from attograd.uop.symbolic import build_sum, fits, ints, is_vec, split_terms, symbolic
 from attograd.uop.view import as_index
 
 def reduce_identity(op: Ops, dtype: DType) -> ConstType:
@@ -310,7 +310,6 @@ _MASK = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}  # the lane
 
 def _lane_base(idx: UOp, lane: UOp, stride: int = 1) -> UOp | None:
   """idx == base + stride*lane with base free of lane: the base, else None."""
-  from attograd.uop.symbolic import build_sum, split_terms
   terms, const = split_terms(idx)
   if (lane, stride) not in terms: return None
   rest = [(t, c) for t, c in terms if t is not lane]
@@ -318,7 +317,6 @@ def _lane_base(idx: UOp, lane: UOp, stride: int = 1) -> UOp | None:
   return build_sum(rest, const, idx.dtype)
 
 def _lane_stride(idx: UOp, lane: UOp) -> int | None:
-  from attograd.uop.symbolic import split_terms
   return next((c for t, c in split_terms(idx)[0] if t is lane), None)
 
 def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
@@ -456,7 +454,6 @@ def _at_lane(x: UOp, lane: UOp, i: int) -> UOp:
 def _monotone_gate(gate: UOp, lane: UOp) -> bool:
   """gate is an AND of comparisons (or their negations) each linear in lane, so it holds on every lane when it
   holds on the first and the last."""
-  from attograd.uop.symbolic import split_terms
   def linear(x: UOp) -> bool: return all(t is lane or lane not in t.toposort() for t, _ in split_terms(x)[0])
   if gate.op is Ops.AND: return all(_monotone_gate(s, lane) for s in gate.src)
   if lane not in gate.toposort(): return True

@@ -19,6 +19,7 @@ from attograd.engine.profile import PROFILER
 from attograd.engine import recorder
 import attograd.viz as viz
 from attograd.viz import VIZ
+from attograd.dtype import dtypes
 from attograd.helpers import BEAM, CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
 from attograd.renderer import ProgramSpec
 from attograd.uop.ops import Ops, UOp
@@ -449,7 +450,6 @@ def linear_of(items: list[ScheduleItem]) -> UOp:
   """A schedule as a LINEAR UOp with one CALL per item, in order. A CALL's src[0] is the kernel's AST (a SINK) or the
   COPY, src[1:] a BUFFER node per buffer it touches (outputs first, `.buffer` gives the Buffer), and its arg the
   ScheduleItem itself (so the LINEAR can be run later): `len(linear.src)` counts the kernels and copies."""
-  from attograd.dtype import dtypes
   from attograd.engine.buffers import new_buffer_uop
   return UOp(Ops.LINEAR, dtypes.void, tuple(
     UOp(Ops.CALL, dtypes.void, (si.ast, *(new_buffer_uop(b.device, b.size, b.dtype, b) for b in si.bufs)), arg=si)

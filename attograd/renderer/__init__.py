@@ -3,7 +3,7 @@ from __future__ import annotations
 import math, struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, cast
-from attograd.dtype import DType, dtypes
+from attograd.dtype import DType, dtypes, fp8_bias, fp8_bits_to_float, fp8_max_code
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 @dataclass
@@ -94,7 +94,6 @@ class Fp8Format(NamedTuple):
 def f32_bits(x: float) -> int: return struct.unpack("<I", struct.pack("<f", x))[0]
 
 def fp8_format(d: DType) -> Fp8Format:
-  from attograd.dtype import fp8_bias, fp8_bits_to_float, fp8_max_code
   e_bits, m_bits = dtypes.finfo(d)
   bias, fnuz, top = fp8_bias(d), d in dtypes.fp8_fnuz, fp8_bits_to_float(fp8_max_code(d), d)
   # past the largest finite value `top`, results round to the next power of two and overflow from the tie between

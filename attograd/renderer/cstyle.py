@@ -3,7 +3,7 @@ OpenCL C, CUDA C and Metal; each dialect adds only its own rules and its types, 
 from __future__ import annotations
 import functools, math
 from typing import Any, Callable
-from attograd.dtype import DType, PtrDType, dtypes
+from attograd.dtype import DType, dtypes, float_to_bf16_bits, float_to_fp8_bits, PtrDType
 from attograd.helpers import prod
 from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format, launch_dims, text_rules
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -197,7 +197,6 @@ class CStyleLanguage(Renderer):
     if d.count > 1: return f"(({self.render_dtype(d)}){{0}} + {self.render_const(v, d.scalar())})"  # broadcast
     if d is dtypes.bool: return "1" if v else "0"
     if d in dtypes.fp8s:
-      from attograd.dtype import float_to_fp8_bits
       return f"(({self.type_map[d]}){float_to_fp8_bits(v, d)})"  # type: ignore[arg-type]
     if dtypes.is_float(d):
       assert isinstance(v, float)
@@ -206,7 +205,6 @@ class CStyleLanguage(Renderer):
         if d is dtypes.bfloat16: return "0xFF80" if v < 0 else "0x7F80"
         return ("-" if v < 0 else "") + f"(({self.render_dtype(d)})INFINITY)"
       if d is dtypes.bfloat16:
-        from attograd.dtype import float_to_bf16_bits
         return f"{float_to_bf16_bits(v)}"
       s = repr(float(v))
       return f"({self.render_dtype(d)})" * (d is dtypes.float16) + s + self.float_suffix.get(d, "")
@@ -635,7 +633,6 @@ class CUDARenderer(GPUCStyle):
     # NVRTC has no math.h: NAN and INFINITY are spelled as bits
     if d in (dtypes.float16, dtypes.bfloat16):
       assert isinstance(v, float)
-      from attograd.dtype import float_to_bf16_bits
       if d is dtypes.float16: return f"__ushort_as_half({_half_bits(v)})"
       return f"__ushort_as_bfloat16({float_to_bf16_bits(v)})"
     if d is dtypes.float32 and isinstance(v, float) and not math.isfinite(v):

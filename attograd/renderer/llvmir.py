@@ -9,7 +9,7 @@ thread, with the GIL released, instead of OpenMP.
 """
 from __future__ import annotations
 import math, struct
-from attograd.dtype import DType, PtrDType, dtypes
+from attograd.dtype import DType, dtypes, float_to_bf16_bits, float_to_fp8_bits, PtrDType
 from attograd.renderer import Fp8Format, Renderer, f32_bits, fp8_format, text_rules
 from attograd.renderer.cstyle import pm_promote_half
 from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
@@ -128,10 +128,8 @@ def render_const(v: object, d: DType) -> str:
     return "<" + ", ".join([lane] * d.count) + ">"
   if d is dtypes.bool: return "true" if v else "false"
   if d is dtypes.bfloat16:
-    from attograd.dtype import float_to_bf16_bits
     return str(float_to_bf16_bits(float(v)))  # type: ignore[arg-type]
   if d in dtypes.fp8s:
-    from attograd.dtype import float_to_fp8_bits
     return str(float_to_fp8_bits(float(v), d))  # type: ignore[arg-type]
   if dtypes.is_float(d): return float_literal(float(v), d)  # type: ignore[arg-type]
   return str(int(v))  # type: ignore[call-overload]

@@ -5,10 +5,11 @@ import functools, math, operator, os, struct, sys, time, weakref
 import attograd.tensor.printing as printing
 from typing import Any, Callable, Sequence
 from attograd.device import Buffer, Device, ExternalBuffer
-from attograd.dtype import (DTYPES_DICT, ConstType, DType, Invalid, dtypes, float_to_bf16_bits, bf16_bits_to_float,
-                            float_to_fp8_bits, fp8_bits_to_float, least_upper_dtype, sum_acc_dtype, to_dtype)
-from attograd.helpers import (ALLOW_DEVICE_USAGE, DEBUG, TRAINING, DTypeOpError, GlobalCounters, ArgumentError,
-                              AssertedArgumentError, argfix, make_tuple, prod)
+from attograd.dtype import (bf16_bits_to_float, ConstType, DType, dtypes, DTYPES_DICT, float_to_bf16_bits,
+                            float_to_fp8_bits, fp8_bits_to_float, from_np_dtype, Invalid, least_upper_dtype,
+                            sum_acc_dtype, to_dtype, to_np_dtype)
+from attograd.helpers import (ALLOW_DEVICE_USAGE, argfix, ArgumentError, AssertedArgumentError, Context, DEBUG,
+                              DTypeOpError, fetch, GlobalCounters, make_tuple, prod, TRAINING)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, afters_built, broadcast_pair, broadcast_shape,
                               shape_str, sint, new_uop, ssimp, sym_eq, sym_max, sym_val, sym_vals, unbind_sint)
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
@@ -386,7 +387,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """A NumPy array with a copy of the values. NumPy has no bfloat16 or fp8: those come back as float32 (exact; where
     PyTorch refuses, and with or without ml_dtypes installed, so the result never depends on the environment)."""
     import numpy as np
-    from attograd.dtype import to_np_dtype
     if is_symbolic(self.shape): return self._concrete().numpy()
     if self.dtype is dtypes.bfloat16:  # NumPy has no bfloat16: widen the raw bits to float32 here, not in a kernel
       # (a cast kernel can't run where the tensor lives when that is DISK, a view of a GGUF or safetensors file)
@@ -802,7 +802,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @staticmethod
   def from_url(url: str, gunzip: bool = False, **kw: Any) -> Tensor:
     """The bytes at `url` (downloaded once by helpers.fetch, cached) as a uint8 Tensor."""
-    from attograd.helpers import fetch
     return Tensor(fetch(url, gunzip=gunzip).read_bytes(), **kw)
 
   @staticmethod
@@ -1654,7 +1653,6 @@ def _uop_of_array(data: Any, dtype: DType | None, device: str) -> UOp:
   if arr.dtype.byteorder not in "=|" and arr.dtype.byteorder != _NATIVE_ORDER:
     arr = arr.astype(arr.dtype.newbyteorder("="))
   if (d := _np_dtypes.get(arr.dtype)) is None:
-    from attograd.dtype import from_np_dtype
     d = _np_dtypes[arr.dtype] = from_np_dtype(arr.dtype)
   # the array's bytes, copied once (into the Buffer), through the buffer protocol; a non-contiguous array, or a
   # dtype the protocol doesn't know (ml_dtypes' bfloat16), through a contiguous view of it as uint8
@@ -1697,7 +1695,6 @@ def _first_nonfinite(outs: list[UOp]) -> str:
   cands = [u for u in dict.fromkeys(order) if u.op not in GroupOp.Movement and u.op is not Ops.CONST
            and not is_symbolic(u.shape) and 0 < prod(u.shape) <= _BLAME_MAX_ELEMENTS]
   if not cands: return "(no op of the graph could be computed on its own to find it)"
-  from attograd.helpers import Context
   with Context(DEBUG_NAN=0):
     ts = [Tensor(u).float() for u in cands]
     Tensor._realize_all(ts, keep_graph=False)
