@@ -1,5 +1,5 @@
 """attograd: a small, readable and fast deep learning framework (tinygrad's design and API)."""
-from attograd.helpers import Context, GlobalCounters, getenv  # noqa: F401
+from attograd.helpers import Context, GlobalCounters, fetch, getenv  # noqa: F401
 from attograd.dtype import dtypes  # noqa: F401
 from attograd.device import Device  # noqa: F401
 from attograd.uop.ops import UOp, Variable  # noqa: F401

@@ -169,6 +169,10 @@ class dtypes:
   floats: tuple[DType, ...] = ()
   uints: tuple[DType, ...] = ()
   sints: tuple[DType, ...] = ()
+  int8s: tuple[DType, ...] = ()
+  int16s: tuple[DType, ...] = ()
+  int32s: tuple[DType, ...] = ()
+  int64s: tuple[DType, ...] = ()
   ints: tuple[DType, ...] = ()
   all: tuple[DType, ...] = ()
   weaks: tuple[DType, ...] = ()
@@ -182,6 +186,9 @@ dtypes.floats = dtypes.fp8s + (dtypes.float16, dtypes.bfloat16, dtypes.float32, 
 dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 dtypes.ints = dtypes.uints + dtypes.sints
+# each integer width's (unsigned, signed) pair, by tinygrad's names
+dtypes.int8s, dtypes.int16s = (dtypes.uint8, dtypes.int8), (dtypes.uint16, dtypes.int16)
+dtypes.int32s, dtypes.int64s = (dtypes.uint32, dtypes.int32), (dtypes.uint64, dtypes.int64)
 dtypes.all = (dtypes.bool,) + dtypes.ints + dtypes.floats
 dtypes.weaks = (dtypes.weakint, dtypes.weakfloat)
 

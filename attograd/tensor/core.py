@@ -3,7 +3,7 @@ nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
 import functools, math, operator, os, struct, sys, time, weakref
 import attograd.tensor.printing as printing
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 from attograd.device import Buffer, Device, ExternalBuffer
 from attograd.dtype import (bf16_bits_to_float, ConstType, DType, dtypes, DTYPES_DICT, float_to_bf16_bits,
                             float_to_fp8_bits, fp8_bits_to_float, from_np_dtype, Invalid, least_upper_dtype,
@@ -40,6 +40,7 @@ from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
 from attograd.tensor.linalg import LinalgMixin
 from attograd.tensor.call import CallMixin
+from attograd.tensor.hashing import HashMixin
 
 def _takes_requires_grad(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
   """Creation functions build their result from several ops: set `requires_grad` on the tensor they return."""
@@ -127,7 +128,8 @@ class _TensorType(type):
   @training.deleter
   def training(cls) -> None: TRAINING.value = 0  # back to the default (monkeypatch restores a class attr by deleting)
 
-class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgMixin, CallMixin, metaclass=_TensorType):
+class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgMixin, CallMixin, HashMixin,
+             metaclass=_TensorType):
   """A multi-dimensional array whose operations build a lazy graph.
 
   >>> Tensor([1, 2, 3]).sum().item()
@@ -169,6 +171,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         raise ValueError(f"Tensor: {len(raw)} bytes aren't a whole number of {d} elements ({d.itemsize} bytes each)")
       uop = _buffer_from_bytes(raw, (len(raw) // d.itemsize,), d, device)
     elif isinstance(data, (list, tuple)):
+      if data and all(isinstance(x, (bytes, bytearray)) for x in data):  # rows of bytes, as tinygrad: uint8 by default
+        data, dtype = [list(x) for x in data], dtype or dtypes.uint8
       shape = _shape_of_data(data)
       _check_ragged(data, shape)
       flat = _flatten_data(data)
@@ -445,6 +449,22 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """shard() in place: this tensor now lives on `devices`."""
     self.uop = self.shard(devices, axis).uop
     return self
+  def shard_like(self, y: Tensor) -> Tensor:
+    """This tensor placed the way `y` is: on y's device, or split over y's devices along y's axis (the axis y's
+    graph ends up split on, after its own movement ops), or whole on each of them.
+
+    >>> t = Tensor.ones(4, 2).shard(("CPU:0", "CPU:1"), axis=0)
+    >>> Tensor.zeros(2, 4).shard_like(t.T).device
+    ('CPU', 'CPU:1')
+    """
+    if y.device.__class__ is str: return self.to(y.device)
+    lowered = multi.lower([y.uop])[0]
+    axis = lowered.arg if lowered.op is Ops.MULTI else None
+    if self.device == y.device:
+      mine = multi.lower([self.uop])[0]
+      if (mine.arg if mine.op is Ops.MULTI else None) == axis: return self
+    src = self if self.device.__class__ is str else self.to(Device.DEFAULT)
+    return src.shard(cast(tuple, y.device), axis)
   def clone(self, device: str | None = None) -> Tensor:
     """A copy in a buffer of its own (on `device` if given), detached from nothing: gradients flow through it.
     A `.grad` is copied along, as in tinygrad."""
@@ -665,6 +685,45 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     k = (key[0].cast(dtypes.uint32), key[1].cast(dtypes.uint32))
     lo, hi = rng.threefry2x32(k, (counts0.cast(dtypes.uint32), counts1.cast(dtypes.uint32)))
     return lo.cat(hi)
+  def threefry(self, seed: Tensor) -> Tensor:
+    """Threefry-2x32 (20 rounds) of each uint64 value under the uint64 key `seed` (broadcast): the value's low and
+    high 32 bits are the counter pair, the key's low and high bits the key pair, and the cipher's two output words are
+    the result's low and high bits (tinygrad's THREEFRY).
+
+    >>> hex(Tensor([0], dtype=dtypes.uint64).threefry(Tensor([0], dtype=dtypes.uint64)).item())
+    '0x99ba4efe6b200159'
+    """
+    u64 = dtypes.uint64
+    if self.dtype != u64 or not isinstance(seed, Tensor) or seed.dtype != u64:
+      raise TypeError(f"threefry: needs uint64 values and a uint64 Tensor seed, got {self.dtype} and "
+                      f"{seed.dtype if isinstance(seed, Tensor) else type(seed).__name__}")
+    x, key = self._broadcasted(seed)
+    u32 = dtypes.uint32
+    lo, hi = rng.threefry2x32((key.cast(u32), (key >> 32).cast(u32)), (x.cast(u32), (x >> 32).cast(u32)))
+    return (hi.cast(u64) << 32) | lo.cast(u64)
+  @classmethod
+  def random_bits(cls, key: Tensor, counter: Tensor, num: int) -> Tensor:
+    """`num` random 32-bit words (uint32, shape (num,)) of the stream keyed by the 2-word uint32 `key`, starting
+    after `counter` words (a 2-word uint32 count, low word first): the words tinygrad's `random_bits` gives. Each
+    draw enciphers the counter under the key into a fresh key, then the pairs (j, j + ceil(num / 2)) under it.
+
+    >>> Tensor.random_bits(Tensor([0, 0], dtype=dtypes.uint32), Tensor([0, 0], dtype=dtypes.uint32), 3).shape
+    (3,)
+    """
+    if not isinstance(num, int) or num < 0: raise ValueError(f"random_bits: num must be an int >= 0, got {num!r}")
+    if key.shape != (2,) or counter.shape != (2,):
+      raise ValueError(f"random_bits: key and counter are 2-word tensors, got shapes {key.shape} and {counter.shape}")
+    low, high = counter[0:1].cast(dtypes.uint32), counter[1:2].cast(dtypes.uint32)
+    chunk_max, out = int(dtypes.max(dtypes.uint32)), []
+    for i in range(0, num, chunk_max):  # in draws of at most 2^32 - 1 words, the counter carried into its high word
+      n = min(num - i, chunk_max)
+      c_low = low + (i & rng.MASK32)
+      c_high = high + (i >> 32) + (c_low < low).cast(dtypes.uint32)
+      draw_key = cls._threefry_random_bits(key, c_low, c_high)
+      half = -(-n // 2)
+      counts0 = cls.arange(half, dtype=dtypes.uint32, device=key.device)
+      out.append(cls._threefry_random_bits(draw_key, counts0, counts0 + half)[:n])
+    return out[0].cat(*out[1:]) if out else counter[0:0].cast(dtypes.uint32)
   @staticmethod
   def _random_words(num: int, device: str | None) -> Tensor:
     """The next `num` 32-bit words of the device's stream (uint32, shape (num,))."""
@@ -816,6 +875,34 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   # ***** elementwise *****
   def _const_like(self, x: ConstType, dtype: DType | None = None) -> Tensor:
     return self._new(build.const(x, dtype or self.dtype, self.device))
+  def alu(self, op: Ops, *src: Tensor) -> Tensor:
+    """The IR's elementwise op `op` (a member of GroupOp.ALU) of this tensor and `src`, as tinygrad's `Tensor.alu`:
+    no broadcasting and no dtype promotion (operands of one shape and dtype; WHERE's condition is bool), comparisons
+    give bools. The arithmetic methods (`+`, `where`, ...) are this with NumPy's rules on top.
+
+    >>> from attograd.uop.ops import Ops
+    >>> Tensor([1, 2]).alu(Ops.MAX, Tensor([3, 0])).tolist()
+    [3, 2]
+    """
+    if not isinstance(op, Ops) or op not in GroupOp.ALU: raise ValueError(f"alu: {op!r} is not an elementwise op")
+    if not all(isinstance(s, Tensor) for s in src): raise TypeError("alu: the sources must be Tensors (see ufix)")
+    xs = (self, *src)
+    vals = xs[1:] if op is Ops.WHERE else xs
+    if op is Ops.WHERE and self.dtype is not dtypes.bool: raise DTypeOpError(f"alu: WHERE's condition must be bool, "
+                                                                              f"got {self.dtype}")
+    if len({x.shape for x in xs}) > 1 or len({x.dtype for x in vals}) > 1 or len({x.device for x in xs}) > 1:
+      raise ValueError(f"alu {op.name}: operands must share shape, dtype and device (no broadcasting or promotion "
+                       f"here), got {[(x.shape, x.dtype, x.device) for x in xs]}")
+    return self._new(build.alu(op, *(x.uop for x in xs)))
+  def ufix(self, x: Any) -> Tensor:
+    """`x` as a Tensor on this tensor's device: a Tensor as it is, a Python number as a constant of its own dtype."""
+    return x if isinstance(x, Tensor) else Tensor(x, device=self.device)
+  def usum(self, *others: Any) -> Tensor:
+    """This tensor plus each of `others`, in order (or of bools: OR-ed); a sum of terms, not a reduce."""
+    return functools.reduce(operator.or_ if self.dtype is dtypes.bool else operator.add, argfix(*others), self)
+  def uprod(self, *others: Any) -> Tensor:
+    """This tensor times each of `others`, in order (or of bools: AND-ed)."""
+    return functools.reduce(operator.and_ if self.dtype is dtypes.bool else operator.mul, argfix(*others), self)
   def _broadcasted(self, y: Tensor | ConstType, reverse: bool = False,
                    match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     x: Tensor = self
@@ -1433,6 +1520,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return (~self if dtypes.is_int(self.dtype) else -self).argmax(axis, keepdim)  # (~: see min)
 
   # ***** matmul *****
+  def image_dot(self, w: Tensor, dtype: DType | str | None = None) -> Tensor:
+    """dot(), under tinygrad's name for its image-memory variant (IMAGE=1 on Qualcomm GPUs, a 1x1 convolution over
+    image buffers). attograd has no image buffers: the product is computed as dot() computes it, the same values.
+
+    >>> Tensor([[1.0, 2.0]]).image_dot(Tensor([[3.0], [4.0]])).tolist()
+    [[11.0]]
+    """
+    if not isinstance(w, Tensor): raise TypeError(f"image_dot: needs a Tensor, got {type(w).__name__}")
+    return self.dot(w, dtype)
   def dot(self, w: Any, dtype: DType | str | None = None) -> Tensor:
     """Matrix product with NumPy's rules for 1-D operands and broadcast batch dims. `dtype` is the dtype to
     accumulate in and return (tinygrad's `dtype=`), else the operands' common dtype.

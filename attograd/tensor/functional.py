@@ -437,6 +437,16 @@ class NNMixin:
     extra = [p - r for p, r in zip(pads, reg)]
     return pool(x, pads) / pool(x.pad(reg).ones_like(), extra)
 
+  def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                   stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
+                   padding: int | str | Sequence[int] = 0, dtype: DType | str | None = None) -> Tensor:
+    """conv2d(), under tinygrad's name for its image-memory variant (IMAGE=1 on Qualcomm GPUs). attograd has no
+    image buffers: the convolution is computed as conv2d() computes it, the same values.
+
+    >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).image_conv2d(Tensor([[[[1.0]]]]) * 2).tolist()
+    [[[[2.0, 4.0], [6.0, 8.0]]]]
+    """
+    return self.conv2d(weight, bias, groups, stride, dilation, padding, dtype)
   def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
              stride: int | tuple[int, ...] = 1, dilation: int | tuple[int, ...] = 1,
              padding: int | str | Sequence[int] = 0, dtype: DType | str | None = None) -> Tensor:
