@@ -28,7 +28,7 @@ from attograd.viz import VIZ
 from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
 import attograd.tensor.disk as tensor_disk
 import attograd.tensor.rng as rng
-from attograd.tensor.buffer_views import (_contiguous_view_of_buffer, _is_realized, _is_whole_buffer,
+from attograd.tensor.buffer_views import (_ONE_TO_ONE, _contiguous_view_of_buffer, _is_realized, _is_whole_buffer,
                                          _prefix_of_buffer, _writable_view)
 from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
@@ -79,6 +79,22 @@ def _flatten_data(data: Any) -> list[Any]:
       else: out.append(y)
     else: stack.pop()
   return out
+
+def _unpickle_tensor(uop: UOp, data: list[tuple[UOp, bytes | None]], requires_grad: bool | None,
+                     grad: Tensor | None) -> Tensor:
+  """A pickled Tensor (Tensor.__reduce__): each buffer of its graph a new buffer holding the pickled bytes."""
+  subs = {}
+  for n, raw in data:
+    nb = new_buffer_uop(n.device, n.arg[1], n.dtype, iota=n.arg[2:] == (IOTA_TAG,))
+    if raw is not None: buffers[nb].copyin(memoryview(raw))
+    subs[n] = nb
+  # a BUFFER node the pickle had no Buffer for (one built but never given memory) gets a fresh one too: its number
+  # may be another buffer's here
+  for n in uop.toposort():
+    if n.op is Ops.BUFFER and n not in subs: subs[n] = new_buffer_uop(n.device, n.arg[1], n.dtype)
+  t = Tensor(uop.substitute(subs) if subs else uop)
+  t.requires_grad, t.grad = requires_grad, grad
+  return t
 
 def _check_ragged(data: Any, shape: tuple[int, ...]) -> None:
   stack = [(data, 0)]
@@ -256,6 +272,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       raise TypeError(f"Tensor.__format__: format spec {spec!r} needs a one-element tensor, got shape {self.shape}")
     return format(self.item(), spec)
   def __hash__(self) -> int: return id(self)
+  def __reduce__(self) -> tuple[Any, tuple]:
+    """Pickled as its graph and the bytes of every buffer the graph reads (for a realized tensor: its values), so it
+    unpickles in another process too, where the same buffer numbers mean other buffers; requires_grad and .grad
+    come along. Nothing is computed: a lazy tensor stays lazy."""
+    data = [(n, buf.as_bytes() if buf.is_allocated else None) for n in self.uop.toposort() if n.op is Ops.BUFFER and
+            (buf := buffers.get(n)) is not None]
+    return (_unpickle_tensor, (self.uop, data, self.requires_grad, self.grad))
   def __bool__(self) -> bool:
     # as tinygrad: a Tensor is lazy and may be on a device, so `if t:` (and `t in [...]`, which compares with ==)
     # would hide a device sync; read the value with .item() (or reduce with .any()/.all()) to say so
@@ -524,6 +547,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                          f"(value.cast({self.dtype}))")
     if not _is_whole_buffer(self.uop) and (view := _writable_view(self.uop)) is not None:
       return self._assign_view(x, *view, value_private=value_private)
+    if not _is_whole_buffer(self.uop) and self._assign_through(x, value_private) is not None: return self
     self.realize()
     # a view that isn't one-to-one (expanded, padded) or a constant: just rebind; so too for Tensor.arange's buffer,
     # which every arange of its size shares (and which kernels never read: they compute it, as Ops.IOTA)
@@ -540,6 +564,45 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # this tensor sees the new version from now on; other tensors that read the old one keep their values
     self.uop = build.reshape(target, self.shape)
     _keep_values_of_readers({base}, {assign, x.uop} if value_private else {assign})
+    run_schedule(create_schedule([assign])[0])
+    return self
+  def _assign_through(self, x: Tensor, value_private: bool) -> Tensor | None:
+    """Write x through a view that no kernel can store through directly: of a realized sharded tensor (the view's
+    pieces don't line up with the shards in general), or one with a pad its slices cut away again (a strided slice,
+    t[1::2]). The whole buffer (every shard) under it is written, taking x where the view maps and its own values
+    elsewhere; this tensor reads the new values through the same view. None when the view isn't of a realized buffer
+    or duplicates elements (an expand): then the tensor just takes x's graph."""
+    chain, u = [], self.uop
+    while u.op in _ONE_TO_ONE or u.op in (Ops.PAD, Ops.DETACH):
+      if u.op is not Ops.DETACH: chain.append(u)
+      u = u.src[0]
+    if not ((u.op is Ops.MULTI and _is_realized(u)) or (u.op is Ops.BUFFER and u.arg[2:] != (IOTA_TAG,))): return None
+    # x and the mask of what it covers carried back through each view op, from this view down to the whole tensor
+    val, mask = x, None
+    for op in chain:
+      below = op.src[0].shape
+      if op.op is Ops.RESHAPE: val, mask = val.reshape(below), None if mask is None else mask.reshape(below)
+      elif op.op is Ops.PERMUTE:
+        back = tuple(sorted(range(len(op.arg)), key=op.arg.__getitem__))
+        val, mask = val.permute(back), None if mask is None else mask.permute(back)
+      elif op.op is Ops.FLIP:
+        axes = [i for i, f in enumerate(op.arg) if f]
+        val, mask = val.flip(axes), None if mask is None else mask.flip(axes)
+      else:
+        if mask is None: mask = Tensor.full(op.shape, True, dtypes.bool, self.device)
+        if op.op is Ops.SHRINK:  # what the view left out is padded back, outside the mask
+          pads = tuple((lo, n - hi) for (lo, hi), n in zip(op.arg, below))
+          val, mask = val.pad(pads), mask.pad(pads, value=False)
+        else:  # PAD: its padding holds no element of the buffer
+          region = tuple((lo, lo + n) for (lo, _), n in zip(op.arg, below))
+          val, mask = val.shrink(region), mask.shrink(region)
+    whole = Tensor(u)
+    new = val if mask is None else mask.where(val, whole)
+    # the kernels write the buffer while they read the value: one that reads it elsewhere gets its own buffer first
+    if any(n.op in GroupOp.Movement and n.base is u for n in val.uop.toposort()): new = new.contiguous()
+    assign = UOp(Ops.ASSIGN, self.dtype, (u, new.uop))
+    _keep_values_of_readers({s.base for s in u.src} if u.op is Ops.MULTI else {u},
+                            {assign, new.uop} if value_private else {assign})
     run_schedule(create_schedule([assign])[0])
     return self
   def _assign_view(self, x: Tensor, target: UOp, base_dtype: DType, value_private: bool) -> Tensor:

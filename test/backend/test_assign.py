@@ -116,6 +116,22 @@ def test_setitem_through_views(device: str) -> None:
   t.detach()[0, 0] = 7.0
   assert t.tolist() == [[7.0, 5.0, 0.0], [0.0, 0.0, 6.0]]
 
+@pytest.mark.parametrize("view", ["[1:7:2]", "[::3, 1::2]", "[::-2].T", "[5:0:-2, 2]"])
+def test_assign_through_a_strided_slice(device: str, view: str) -> None:
+  # a strided slice is a pad that its next slice cuts away again: a write through it used to leave the tensor under
+  # it as it was (the view alone took the value)
+  a = np.arange(42, dtype=np.float32).reshape(7, 6)
+  t = Tensor(a).realize()
+  before = t + 0
+  v = eval("t" + view)
+  value = np.arange(np.prod(v.shape), dtype=np.float32).reshape(v.shape) + 100
+  v.assign(Tensor(value))
+  want = a.copy()
+  eval("want" + view)[...] = value
+  np.testing.assert_array_equal(t.numpy(), want)
+  np.testing.assert_array_equal(v.numpy(), value)
+  np.testing.assert_array_equal(before.numpy(), a)
+
 def test_assign_to_expanded_view_rebinds(device: str) -> None:
   # an expand maps one element to many: not writable through, so the tensor just takes the value (as before)
   base = Tensor([1.0]).realize()

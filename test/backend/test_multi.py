@@ -145,3 +145,38 @@ def test_optimizer_state_offloaded_to_the_host(devs: tuple[str, str], opt_cls: t
   kept, offloaded = train(False), train(True)
   np.testing.assert_allclose(offloaded[0], kept[0], rtol=1e-5, atol=1e-6)
   assert offloaded[1] == kept[1] == tuple(Device.canonicalize(d) for d in devs) and offloaded[2] == "CPU"
+
+# (view of the whole tensor, the same view in NumPy): an assign through it writes the shards under it
+VIEWS = {
+  "column": (lambda t: t[:, 2:3], lambda a: a[:, 2:3]),
+  "rows_across_shards": (lambda t: t[2:6], lambda a: a[2:6]),
+  "strided_permuted_flipped": (lambda t: t[1:7:2, ::-1].permute(1, 0), lambda a: a[1:7:2, ::-1].T),
+  "reshaped": (lambda t: t.reshape(6, 7)[1:3], lambda a: a.reshape(6, 7)[1:3]),
+  "whole": (lambda t: t, lambda a: a),
+}
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_assign_through_a_view_of_a_sharded_tensor(devs: tuple[str, str], view: str, axis: int | None) -> None:
+  # a silent no-op before: the view took the new graph and the tensor under it kept its values
+  tv, nv = VIEWS[view]
+  out = _sh(devs, axis).contiguous().realize()
+  before = out * 1  # computed before the write: keeps the old values, as in PyTorch
+  shape = nv(A).shape
+  value = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 100
+  v = tv(out)
+  v.assign(Tensor(value).shard(devs, 0 if len(shape) else None))
+  want = A.copy()
+  nv(want)[...] = value
+  np.testing.assert_array_equal(out.numpy(), want)
+  np.testing.assert_array_equal(v.numpy(), value)
+  np.testing.assert_array_equal(before.numpy(), A)
+  assert out.device == Device.canonicalize(devs)
+
+def test_assign_reading_the_tensor_elsewhere(devs: tuple[str, str]) -> None:
+  # the value reads the shards at other positions than it writes: computed whole before the write
+  out = _sh(devs, 0).contiguous().realize()
+  out[1:].assign(out[:-1] * 1)
+  want = A.copy()
+  want[1:] = A[:-1]
+  np.testing.assert_array_equal(out.numpy(), want)
