@@ -106,6 +106,9 @@ def _node_gone(r: _KeyedRef, _remove: Any = _remove_dead_weakref, _cache: dict =
 # set once any AFTER node is built: until then Tensor.realize needn't look for them
 _after_made = [False]
 
+# each scalar int dtype's (min, max): UOp.const's fast path
+_INT_RANGE: dict[DType, tuple[int, int]] = {d: (int(dtypes.min(d)), int(dtypes.max(d))) for d in dtypes.ints}
+
 class UOpMetaClass(type):
   # the hash-consing table: key -> weak reference to the one live node with that key. A plain dict of weak references
   # rather than a WeakValueDictionary: making and dropping nodes is the hot path of building graphs, and the
@@ -225,6 +228,10 @@ class UOp(metaclass=UOpMetaClass):
   def const(dtype: DType, val: ConstType = None) -> UOp:  # type: ignore[assignment]
     # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type)
     if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py(dtype), dtype
+    # the common case of index math, an int that its int dtype holds as is, without as_const's conversions: lowering
+    # a conv tile makes tens of thousands of these
+    if val.__class__ is int and (rng := _INT_RANGE.get(dtype)) is not None and rng[0] <= val <= rng[1]:  # type: ignore[operator]
+      return UOp(Ops.CONST, dtype, arg=val)
     return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
   def const_like(self, val: ConstType) -> UOp: return UOp.const(self.dtype, val)
   def alu(self, op: Ops, *src: UOp) -> UOp:
