@@ -704,13 +704,15 @@ simplifier: PatternMatcher | None = None
 # VIZ: when set, every graph_rewrite reports (matcher, input, [(before, after, rule fn)], output) to this function
 rewrite_tracer: Callable[[PatternMatcher, UOp, list[tuple[UOp, UOp, Callable[..., Any]]], UOp], None] | None = None
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
-  """Rewrite `root` bottom-up with `pm` until no rule matches. Iterative (no recursion), linear in graph size."""
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, done: dict[UOp, UOp] | None = None) -> UOp:
+  """Rewrite `root` bottom-up with `pm` until no rule matches. Iterative (no recursion), linear in graph size.
+  `done` (node -> its rewritten form) may be shared by calls with the same `pm` and ctx: nodes rewritten by an earlier
+  call aren't walked again."""
   if rewrite_tracer is not None: return _graph_rewrite_traced(root, pm, ctx)
   # the hot loop of lowering (~60 rewrites of each kernel's graph): methods bound once, a node without sources is
   # rewritten when first seen instead of being pushed again, and rebuilt sources compared as a tuple (UOps compare
   # by identity)
-  done: dict[UOp, UOp] = {}
+  if done is None: done = {}
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
   pop, push, rewrite = stack.pop, stack.append, pm.rewrite
   while stack:

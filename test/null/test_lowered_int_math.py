@@ -78,3 +78,14 @@ def test_unrolled_copies_are_substitutions_of_every_combination() -> None:
   assert copies == want and len(set(copies)) == 6
   assert all(c.src[1] is shared for c in copies)
   assert unrolled_copies(shared, [u0, u1], d) == [shared] * 6  # nothing to substitute: the graph itself
+
+def test_unrolled_copies_simplified_as_they_are_built() -> None:
+  # with a rule table, each copy is the simplified graph: copies that come out equal are one node
+  from attograd.codegen.lowerer import unrolled_copies
+  d = dtypes.int32
+  r = UOp(Ops.RANGE, d, (UOp.const(d, 8),), (0, "loop"))
+  u0, u1 = (UOp(Ops.DEFINE_VAR, d, (), (f"_unroll{i}", 0, 2)) for i in (1, 2))
+  root = (r + u0) + u1  # (u0, u1) = (0, 2), (1, 1) and (2, 0) all reach r + 2
+  copies = unrolled_copies(root, [u0, u1], d, pm_simplify_lowered)
+  assert copies == [lowered(c) for c in unrolled_copies(root, [u0, u1], d)]
+  assert copies[2] is copies[4] is copies[6] and len(set(copies)) == 5
