@@ -41,6 +41,11 @@ QUICK_CHUNK = 64 << 10
 # and alone it builds in parallel with the rest (GPT-2's 40 KB matmuls, batched three at a time, serialized the
 # prefill's builds). Most kernels are smaller (146 of the 203 first-run kernels in bench/ are under 4 KB)
 BATCH_CHUNK, BATCH_ALONE = 64 << 10, 16 << 10
+# a schedule's last small kernels are split across the cores in batches of at least this many bytes of source: a
+# compiler process costs ~30 ms of CPU, what compiling ~8 KB of small kernels at -O3 does, so splitting less than this
+# saves less time on an idle core than it costs a busy one (MNIST's first step: 2 kernels of 2 KB were 2 compiler
+# runs)
+BATCH_SPLIT = 16 << 10
 
 def _cores() -> int: return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -307,7 +312,7 @@ class _Builds:
         _submit_first(_build_batch, self.dev, [spec for _, spec in g], futs)
         for (key, spec), f in zip(g, futs): _runners[key] = CompiledRunner(spec, optimized=f)
   def flush(self) -> None:
-    if self.batch: self._start_batches(_cores())
+    if self.batch: self._start_batches(min(_cores(), max(1, self.size // BATCH_SPLIT)))
   def _tiered(self, group: list[tuple[tuple[str, UOp], ProgramSpec]]) -> None:
     """One quick build of the group's kernels now, each kernel's optimized build queued in the background."""
     fut = _submit_first(_quick, self.dev, [sp for _, sp in group])

@@ -106,6 +106,9 @@ def _node_gone(r: _KeyedRef, _remove: Any = _remove_dead_weakref, _cache: dict =
 # set once any AFTER node is built: until then Tensor.realize needn't look for them
 afters_built = [False]
 
+# each scalar int dtype's (min, max): UOp.const's fast path
+_INT_RANGE: dict[DType, tuple[int, int]] = {d: (int(dtypes.min(d)), int(dtypes.max(d))) for d in dtypes.ints}
+
 class UOpMetaClass(type):
   # the hash-consing table: key -> weak reference to the one live node with that key. A plain dict of weak references
   # rather than a WeakValueDictionary: making and dropping nodes is the hot path of building graphs, and the
@@ -225,6 +228,10 @@ class UOp(metaclass=UOpMetaClass):
   def const(dtype: DType, val: ConstType = None) -> UOp:  # type: ignore[assignment]
     # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type)
     if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py(dtype), dtype
+    # the common case of index math, an int that its int dtype holds as is, without as_const's conversions: lowering
+    # a conv tile makes tens of thousands of these
+    if val.__class__ is int and (rng := _INT_RANGE.get(dtype)) is not None and rng[0] <= val <= rng[1]:  # type: ignore[operator]
+      return UOp(Ops.CONST, dtype, arg=val)
     return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
   def const_like(self, val: ConstType) -> UOp: return UOp.const(self.dtype, val)
   def alu(self, op: Ops, *src: UOp) -> UOp:
@@ -697,13 +704,15 @@ simplifier: PatternMatcher | None = None
 # VIZ: when set, every graph_rewrite reports (matcher, input, [(before, after, rule fn)], output) to this function
 rewrite_tracer: Callable[[PatternMatcher, UOp, list[tuple[UOp, UOp, Callable[..., Any]]], UOp], None] | None = None
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
-  """Rewrite `root` bottom-up with `pm` until no rule matches. Iterative (no recursion), linear in graph size."""
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, done: dict[UOp, UOp] | None = None) -> UOp:
+  """Rewrite `root` bottom-up with `pm` until no rule matches. Iterative (no recursion), linear in graph size.
+  `done` (node -> its rewritten form) may be shared by calls with the same `pm` and ctx: nodes rewritten by an earlier
+  call aren't walked again."""
   if rewrite_tracer is not None: return _graph_rewrite_traced(root, pm, ctx)
   # the hot loop of lowering (~60 rewrites of each kernel's graph): methods bound once, a node without sources is
   # rewritten when first seen instead of being pushed again, and rebuilt sources compared as a tuple (UOps compare
   # by identity)
-  done: dict[UOp, UOp] = {}
+  if done is None: done = {}
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
   pop, push, rewrite = stack.pop, stack.append, pm.rewrite
   while stack:

@@ -417,3 +417,16 @@ def test_fresh_process_compiles_layers_once(tmp_path: Any) -> None:
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr
   assert int(out.stdout) == 1, out.stdout  # one matmul function compiled, not six (batched or not)
+
+def test_a_few_small_kernels_are_one_batch(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # the kernels gathered after the first are too small to be worth a compiler process per core: one batch (the first
+  # kernel may start alone while the others are lowered)
+  runs: list[str] = []
+  compile_ = ClangCompiler.compile
+  def counting(self: ClangCompiler, src: str) -> bytes:
+    runs.append(src)
+    return compile_(self, src)
+  monkeypatch.setattr(ClangCompiler, "compile", counting)
+  x, ref = _chain(5, seed=14)
+  with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  assert 1 <= len(runs) <= 2, len(runs)

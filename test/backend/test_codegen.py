@@ -282,6 +282,27 @@ def test_gcc_keeps_the_written_sum_order() -> None:
   is_gcc = "Free Software Foundation" in version and "clang" not in version
   assert ("-fno-tree-reassoc" in comp.flags) == is_gcc
 
+def test_vector_fma_builtin_and_lane_loop_give_the_same_bits() -> None:
+  # a vector fused multiply-add is gcc's x86 builtin where the target has the instruction, else a loop over the lanes
+  # (renderer/cstyle.py); both round each a*b+c once, so a kernel built either way gives the same bits
+  from attograd.runtime.ops_cpu import CPUProgram
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((64, 48), dtype=np.float32), rng.standard_normal((48, 64), dtype=np.float32)
+  ta, tb = Tensor(a).realize(), Tensor(b).realize()
+  got = (ta @ tb).numpy()
+  np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+  items, _ = create_schedule([(ta @ tb).uop])
+  sp = get_program(items[-1].ast, Device["CPU"].renderer)
+  if "__atto_fma_float" not in sp.src: pytest.skip("this target has no fast fma: the code generator fuses nothing")
+  assert "__builtin_fma" in sp.src  # the lane loop, for targets without the builtin
+  comp = Device["CPU"].compiler
+  out = np.empty((64, 64), np.float32)
+  bufs = items[-1].bufs  # the output first, then the inputs (realized: host addresses)
+  # the same source built without the macros that select the builtins: the lane loop
+  prg = CPUProgram(sp.name, comp._compile_with(sp.src, comp.flags + ["-U__FMA__", "-U__AVX512F__"]))
+  prg(*[out.ctypes.data if g == 0 else bufs[g]._buf for g in sp.globals])
+  np.testing.assert_array_equal(out, got)
+
 # ***** the pipeline: a list of named passes; lowering one rule per AST op *****
 
 def _ast(t: Tensor):

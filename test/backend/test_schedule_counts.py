@@ -323,3 +323,21 @@ def test_matmul_and_long_conv_rows_get_no_lane_copy(device: str) -> None:
   x, _ = realized(2, 8, 34, 34)
   w, _ = realized(16, 8, 3, 3, seed=1)
   assert count_kernels(x.conv2d(w).realize) == 1
+
+def test_parameters_are_computed_lazily_and_together(device: str) -> None:
+  # a layer's random parameters get buffers of their own without a kernel run each: they are computed together with
+  # what first reads them (here one realize), not one schedule and one compiler run per parameter at construction
+  from attograd import nn
+  GlobalCounters.reset()
+  layers = [nn.Linear(6, 4), nn.Linear(6, 4), nn.Linear(4, 2)]
+  params = nn.state.get_parameters(layers)
+  assert GlobalCounters.kernel_count == 0
+  assert count_kernels(lambda: Tensor.realize(*params)) == len(params)
+  (w0, w1) = (layers[0].weight.numpy(), layers[1].weight.numpy())
+  assert (np.abs(w0) <= 6 ** -0.5).all() and not np.array_equal(w0, w1)  # two layers of one shape: their own values
+  # equal constants asked for gradients are still two tensors, each with its own gradient
+  a, b = Tensor.ones(3, requires_grad=True), Tensor.ones(3, requires_grad=True)
+  (a * 2 + b * 3).sum().backward()
+  assert a.grad is not None and b.grad is not None
+  compare(a.grad, np.full(3, 2.0, np.float32))
+  compare(b.grad, np.full(3, 3.0, np.float32))

@@ -62,3 +62,30 @@ def test_narrowing_never_overflows_signed(dts: tuple[DType, DType], lo_kind: int
     try: want, clean = run(e, env), True
     except AssertionError: want, clean = run(e, env, check=False), False
     assert run(s, env, check=clean) == want, f"{e.render()} -> {s.render()} at {env}"
+
+def test_unrolled_copies_are_substitutions_of_every_combination() -> None:
+  # lowering's copies of a graph per unrolled position: the graph with the placeholders' values substituted, in
+  # itertools.product order; the parts that don't depend on a placeholder are the very same nodes in every copy
+  import itertools
+  from attograd.codegen.lowerer import unrolled_copies
+  d = dtypes.int32
+  r = UOp(Ops.RANGE, d, (UOp.const(d, 8),), (0, "loop"))
+  u0, u1 = (UOp(Ops.DEFINE_VAR, d, (), (f"_unroll{i}", 0, n - 1)) for i, n in ((1, 2), (2, 3)))
+  shared = r * 12 + 5
+  root = UOp(Ops.SINK, dtypes.void, ((shared + u0 * 3) * (u1 + 1), shared))
+  copies = unrolled_copies(root, [u0, u1], d)
+  want = [root.substitute({u0: UOp.const(d, a), u1: UOp.const(d, b)}) for a, b in itertools.product(range(2), range(3))]
+  assert copies == want and len(set(copies)) == 6
+  assert all(c.src[1] is shared for c in copies)
+  assert unrolled_copies(shared, [u0, u1], d) == [shared] * 6  # nothing to substitute: the graph itself
+
+def test_unrolled_copies_simplified_as_they_are_built() -> None:
+  # with a rule table, each copy is the simplified graph: copies that come out equal are one node
+  from attograd.codegen.lowerer import unrolled_copies
+  d = dtypes.int32
+  r = UOp(Ops.RANGE, d, (UOp.const(d, 8),), (0, "loop"))
+  u0, u1 = (UOp(Ops.DEFINE_VAR, d, (), (f"_unroll{i}", 0, 2)) for i in (1, 2))
+  root = (r + u0) + u1  # (u0, u1) = (0, 2), (1, 1) and (2, 0) all reach r + 2
+  copies = unrolled_copies(root, [u0, u1], d, pm_simplify_lowered)
+  assert copies == [lowered(c) for c in unrolled_copies(root, [u0, u1], d)]
+  assert copies[2] is copies[4] is copies[6] and len(set(copies)) == 5
