@@ -223,8 +223,8 @@ class UOp(metaclass=UOpMetaClass):
   # ***** constructors and ALU sugar (used by symbolic index math and the lowerer) *****
   @staticmethod
   def const(dtype: DType, val: ConstType = None) -> UOp:  # type: ignore[assignment]
-    # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type)
-    if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py(dtype), dtype
+    # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type; nodes are never weak)
+    if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py_stored(dtype), dtype
     return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
   def const_like(self, val: ConstType) -> UOp: return UOp.const(self.dtype, val)
   def alu(self, op: Ops, *src: UOp) -> UOp:
@@ -255,7 +255,8 @@ class UOp(metaclass=UOpMetaClass):
   def minimum(self, x: UOp | ConstType) -> UOp: return -((-self).maximum(-x if not isinstance(x, UOp) else -x))
   def logical_not(self) -> UOp: return self.ne(True)
   def where(self, x: UOp | ConstType, y: UOp | ConstType) -> UOp:
-    if not isinstance(x, UOp): x = y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x)
+    if not isinstance(x, UOp):
+      x = y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py_stored(x), x)
     if not isinstance(y, UOp): y = x.const_like(y)
     return UOp(Ops.WHERE, x.dtype, (self, x, y))
   def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
