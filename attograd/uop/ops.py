@@ -233,6 +233,9 @@ class UOp(metaclass=UOpMetaClass):
   def _binop(self, op: Ops, x: UOp | ConstType, reverse: bool) -> UOp:
     if hasattr(x, "uop"): return NotImplemented  # a Tensor: Variable * Tensor is the Tensor's op (its __rmul__)
     y = x if isinstance(x, UOp) else self.const_like(x)
+    if y.dtype is not self.dtype and {y.dtype, self.dtype} == _INDEX_PAIR:  # an int32 Variable with an int64 one
+      y, s = y.cast(dtypes.int64), self.cast(dtypes.int64)
+      return y.alu(op, s) if reverse else s.alu(op, y)
     return y.alu(op, self) if reverse else self.alu(op, y)
   def __add__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, False)
   def __radd__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, True)
@@ -296,18 +299,22 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** symbolic variables *****
   @staticmethod
-  def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
+  def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:
+    """A Variable of `dtype`: by default int32, or int64 where its bounds pass int32's (it is then typed and passed
+    to kernels as int64 on every device). A dtype too narrow for the bounds is refused: a bound value would wrap."""
     if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
       raise ValueError(f"Variable {name!r}: need integer bounds min <= max, got min={min_val!r} max={max_val!r}")
+    if dtype is None:
+      dtype = dtypes.int32 if -2**31 <= min_val and max_val < 2**31 else dtypes.int64
+    elif dtypes.is_int(dtype) and not dtypes.min(dtype) <= min_val <= max_val <= dtypes.max(dtype):
+      raise ValueError(f"Variable {name!r}: bounds [{min_val}, {max_val}] don't fit {dtype}; leave dtype out (int64 "
+                       "is chosen for bounds past int32) or give a wider one")
     return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
   def bind(self, val: int) -> UOp:
     if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind: only a Variable can be bound, not a {self.op}")
     name, lo, hi = self.arg
     if not isinstance(val, int) or not lo <= val <= hi:
       raise ValueError(f"bind: {val!r} is outside Variable {name!r}'s range [{lo}, {hi}]")
-    if not -2**31 <= val < 2**31:  # kernels take a Variable's value as a 32-bit int: it would wrap silently
-      raise ValueError(f"bind: {val} for Variable {name!r} doesn't fit in 32 bits, and kernels take Variables as "
-                       "int32; pass a value this large as a Tensor instead")
     return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
   def unbind(self) -> tuple[UOp, int]:
     if self.op is not Ops.BIND: raise TypeError(f"unbind: {self.op} is not a bound Variable")
@@ -426,8 +433,11 @@ _set_op, _set_dtype, _set_src, _set_arg = (UOp.op.__set__, UOp.dtype.__set__,  #
 # (Tensor ops, the scheduler's normalize pass, new buffers): those paths call this.
 new_uop: Callable[[Ops, DType, tuple[UOp, ...], Any], UOp] = functools.partial(UOpMetaClass.__call__, UOp)
 
-def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
-  """A symbolic integer with known bounds, e.g. `Variable("bs", 1, 64)`; `.bind(10)` gives it a value."""
+_INDEX_PAIR = {dtypes.int32, dtypes.int64}
+
+def Variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:
+  """A symbolic integer with known bounds, e.g. `Variable("bs", 1, 64)`; `.bind(10)` gives it a value. int32, or
+  int64 where the bounds pass int32's (`Variable("n", 0, 2**40)`)."""
   return UOp.variable(name, min_val, max_val, dtype)
 
 # ***** shapes of tensor-level nodes *****
