@@ -278,12 +278,15 @@ def _least_upper(ds: tuple[DType, ...]) -> DType:
   return min(frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds]))
 
 def result_dtype(*ds: DType) -> DType:
-  """The dtype an op on tensors of dtypes `ds` gives: their least_upper_dtype, made strong unless every one of `ds` is
-  weak. A weak result only comes of Python scalars (`Tensor(2) + Tensor(3)` is weakint, as in tinygrad); operands with
-  a concrete dtype give a concrete one, as PyTorch (int64 with uint64 is the default float, where tinygrad shows
-  weakfloat)."""
+  """The dtype an op on tensors of dtypes `ds` gives: their least_upper_dtype, made strong where a weak dtype among
+  `ds` would otherwise decide it. A weak result comes of Python scalars alone (`Tensor(2) + Tensor(3)` is weakint, as
+  in tinygrad), or of concrete dtypes that meet only at weakfloat (a signed int with uint64, which PyTorch refuses);
+  a Python scalar meeting a concrete dtype gives a concrete one, as PyTorch (`Tensor(2.5) + int8` is float32, where
+  tinygrad shows weakfloat)."""
   out = _least_upper(ds)
-  return out if out not in _WEAKS or all(d in _WEAKS for d in ds) else strong_dtype(out)
+  if out not in _WEAKS: return out
+  strong = tuple(d for d in ds if d not in _WEAKS)
+  return out if not strong or _least_upper(strong) is out else strong_dtype(out)
 
 def least_upper_float(d: DType) -> DType:
   if d is dtypes.weakint: return dtypes.weakfloat
