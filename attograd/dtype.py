@@ -104,8 +104,9 @@ class dtypes:
   default_int: DType = int32
   # tinygrad's weak dtypes: the kind (int or float) of a Python scalar, placed in the promotion lattice so that a scalar
   # defers to any tensor dtype of its kind (weakint joins the ints above bool, weakfloat the floats above every int).
-  # A Tensor may show one (Tensor(2), int_tensor + 0.5, int64 + uint64), but its values are always computed and stored
-  # in the strong dtype the weak one stands for (strong_dtype); the weak one only says how it promotes. Their
+  # A Tensor of Python scalars may show one (Tensor(2), Tensor(2) / 2, int64 + uint64; never int_tensor + 0.5, see
+  # result_dtype), but its values are always computed and stored in the strong dtype the weak one stands for
+  # (strong_dtype); the weak one only says how it promotes. Their
   # itemsizes only sort them: weakint after bool and before int8, weakfloat after uint64 and before the fp8s.
   weakint: Final[DType] = DType.new(0, 100, "weakint", None)
   weakfloat: Final[DType] = DType.new(9, 0, "weakfloat", None)

@@ -301,20 +301,20 @@ class UOp(metaclass=UOpMetaClass):
   @staticmethod
   def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:
     """A Variable of `dtype`: by default int32, or int64 where its bounds pass int32's (it is then typed and passed
-    to kernels as int64 on every device). A dtype too narrow for the bounds is refused: a bound value would wrap."""
+    to kernels as int64 on every device). bind refuses a value its dtype can't hold."""
     if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
       raise ValueError(f"Variable {name!r}: need integer bounds min <= max, got min={min_val!r} max={max_val!r}")
-    if dtype is None:
-      dtype = dtypes.int32 if -2**31 <= min_val and max_val < 2**31 else dtypes.int64
-    elif dtypes.is_int(dtype) and not dtypes.min(dtype) <= min_val <= max_val <= dtypes.max(dtype):
-      raise ValueError(f"Variable {name!r}: bounds [{min_val}, {max_val}] don't fit {dtype}; leave dtype out (int64 "
-                       "is chosen for bounds past int32) or give a wider one")
+    if dtype is None: dtype = dtypes.int32 if -2**31 <= min_val and max_val < 2**31 else dtypes.int64
     return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
   def bind(self, val: int) -> UOp:
     if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind: only a Variable can be bound, not a {self.op}")
     name, lo, hi = self.arg
     if not isinstance(val, int) or not lo <= val <= hi:
       raise ValueError(f"bind: {val!r} is outside Variable {name!r}'s range [{lo}, {hi}]")
+    if dtypes.is_int(self.dtype) and not dtypes.min(self.dtype) <= val <= dtypes.max(self.dtype):
+      # a kernel takes the value as the Variable's dtype: it would wrap silently
+      raise ValueError(f"bind: {val} for Variable {name!r} doesn't fit its dtype {self.dtype}; leave the dtype out "
+                       "(int64 is chosen for bounds past int32) or give a wider one")
     return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
   def unbind(self) -> tuple[UOp, int]:
     if self.op is not Ops.BIND: raise TypeError(f"unbind: {self.op} is not a bound Variable")
