@@ -104,7 +104,7 @@ class dtypes:
   default_int: DType = int32
   # tinygrad's weak dtypes: the kind (int or float) of a Python scalar, placed in the promotion lattice so that a scalar
   # defers to any tensor dtype of its kind (weakint joins the ints above bool, weakfloat the floats above every int).
-  # A Tensor of Python scalars may show one (Tensor(2), Tensor(2) / 2, int64 + uint64; never int_tensor + 0.5, see
+  # A Tensor of Python scalars alone may show one (Tensor(2), Tensor(2) / 2; never int_tensor + 0.5, see
   # result_dtype), but its values are always computed and stored in the strong dtype the weak one stands for
   # (strong_dtype); the weak one only says how it promotes. Their
   # itemsizes only sort them: weakint after bool and before int8, weakfloat after uint64 and before the fp8s.
@@ -242,8 +242,8 @@ def to_dtype(x: DType | str) -> DType:
 # Promotion: an edge a -> b means b can hold every value of a (or is the agreed upgrade, as in PyTorch for int -> half).
 # The fp8s sit between the ints and half/bfloat16 as in tinygrad: int op fp8 stays fp8 (like int op half in PyTorch),
 # fp8e4m3 op fp8e5m2 is half (PyTorch refuses to promote fp8s at all).
-# int64 and uint64 meet only at weakfloat (as in tinygrad and JAX): no int holds both, and any float is a choice; a
-# weakfloat tensor computes in the default float (strong_dtype), never the first fp8 above them (3 mantissa bits).
+# int64 and uint64 meet only at weakfloat (as in tinygrad and JAX): no int holds both, and any float is a choice, the
+# default float (strong_dtype) rather than the first fp8 above them, which kept 3 mantissa bits of a 64-bit int.
 promo_lattice: dict[DType, list[DType]] = {
   dtypes.bool: [dtypes.weakint], dtypes.weakint: [dtypes.int8, dtypes.uint8],
   dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32], dtypes.int32: [dtypes.int64],
@@ -267,27 +267,25 @@ def weak_dtype(d: DType) -> DType:
   return dtypes.weakfloat if dtypes.is_float(d) else dtypes.weakint if dtypes.is_int(d) else d
 
 def least_upper_dtype(*ds: DType) -> DType:
-  """The smallest dtype every one of `ds` promotes to (PyTorch's rules for tensor-tensor ops), as in tinygrad. A weak
-  dtype among `ds` defers to the others of its kind; int64 with uint64 meet at weakfloat (no int holds both, and which
-  float is a choice: the default one, where a Tensor of that dtype computes)."""
-  return _least_upper(ds)
+  """The smallest dtype every one of `ds` promotes to (PyTorch's rules for tensor-tensor ops). With a weak dtype
+  among `ds` the result may be weak, as in tinygrad; strong dtypes alone always give a strong one (int64 with uint64
+  is the default float, where tinygrad returns weakfloat and makes it the default float later)."""
+  return _least_upper(ds, dtypes.default_float)
+
+@functools.cache  # keyed by the default float too: Context(DEFAULT_FLOAT=...) changes what weakfloat stands for
+def _least_upper(ds: tuple[DType, ...], default_float: DType) -> DType:
+  out = min(frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds]))
+  return out if out not in _WEAKS or any(d.scalar() in _WEAKS for d in ds) else strong_dtype(out)
 
 _WEAKS = frozenset(dtypes.weaks)  # (a set: DTypes hash by identity, a tuple compares each with ==)
 
-@functools.cache
-def _least_upper(ds: tuple[DType, ...]) -> DType:
-  return min(frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds]))
-
 def result_dtype(*ds: DType) -> DType:
-  """The dtype an op on tensors of dtypes `ds` gives: their least_upper_dtype, made strong where a weak dtype among
-  `ds` would otherwise decide it. A weak result comes of Python scalars alone (`Tensor(2) + Tensor(3)` is weakint, as
-  in tinygrad), or of concrete dtypes that meet only at weakfloat (a signed int with uint64, which PyTorch refuses);
-  a Python scalar meeting a concrete dtype gives a concrete one, as PyTorch (`Tensor(2.5) + int8` is float32, where
-  tinygrad shows weakfloat)."""
-  out = _least_upper(ds)
-  if out not in _WEAKS: return out
-  strong = tuple(d for d in ds if d not in _WEAKS)
-  return out if not strong or _least_upper(strong) is out else strong_dtype(out)
+  """The dtype an op on tensors of dtypes `ds` gives: their least_upper_dtype, made strong unless every one of `ds` is
+  weak. A weak result only comes of Python scalars (`Tensor(2) + Tensor(3)` is weakint, as in tinygrad); a scalar
+  meeting a concrete dtype gives a concrete one, as PyTorch (`Tensor(2.5) + int8` is float32, where tinygrad shows
+  weakfloat)."""
+  out = least_upper_dtype(*ds)
+  return out if out not in _WEAKS or all(d in _WEAKS for d in ds) else strong_dtype(out)
 
 def least_upper_float(d: DType) -> DType:
   if d is dtypes.weakint: return dtypes.weakfloat

@@ -1253,7 +1253,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     >>> Tensor([1.0]).bitcast(dtypes.uint16).tolist()
     [0, 16256]
     """
-    d, src = to_dtype(dtype), self.dtype
+    d = to_dtype(dtype)
+    if d in _WEAK:
+      raise WeakDTypeError(f"bitcast: {d} has no bytes to read; use a concrete dtype such as {strong_dtype(d)}")
+    self = self._strong()  # a weak tensor's bytes are those of its default dtype (tinygrad refuses one)
+    src = self.dtype
     if d.itemsize == src.itemsize: return self if src == d else self._new(UOp(Ops.BITCAST, d, (self.uop,)))
     if tensor_disk.on_disk(self.device): return tensor_disk.bitcast(self, d)  # the file's bytes read as d
     last = self.shape[-1] if self.ndim else 1
@@ -1446,14 +1450,14 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self.logical_not().any(axis, keepdim).logical_not()
   def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     # half, bfloat16 and fp8: summed and divided in float32, rounded once (PyTorch's result, not a rounded sum / n)
-    x = self._f()
+    x = self._strong()._f()  # a reduction's result is concrete, a weak tensor's too (as sum's)
     axes = self._axes(axis, "mean")
     n = prod(self.shape[a] for a in axes)
     out = x.sum(axis, keepdim, dtype=sum_acc_dtype(x.dtype))
     return (out.div(n) if n else out * math.nan).cast(x.dtype)
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
     # low-precision floats: the whole computation in float32, rounded once (squares of half values overflow half)
-    x = self._f()
+    x = self._strong()._f()
     x, out_dtype = x.cast(sum_acc_dtype(x.dtype)), x.dtype
     axes = self._axes(axis, "var")
     n = prod(self.shape[a] for a in axes)

@@ -77,24 +77,22 @@ def test_weak_dtypes_defer_to_tensor_dtypes_of_their_kind() -> None:
   for d in dtypes.floats: assert least_upper_dtype(wf, d) is d, d
   assert least_upper_float(wi) is wf and least_upper_float(wf) is wf
 
-def test_strong_dtypes_promote_to_strong_dtypes_but_int64_with_uint64() -> None:
-  # weakfloat is where a signed int and uint64 meet (tinygrad's lub); every other pair of strong dtypes meets at one
+def test_strong_dtypes_promote_to_strong_dtypes() -> None:
+  # weakfloat is where int64 and uint64 meet: strong inputs get the default float, never a weak dtype
   for ds in itertools.chain(itertools.product(dtypes.all, repeat=2), itertools.product(dtypes.all, repeat=3)):
-    mixed = dtypes.uint64 in ds and any(d in dtypes.sints for d in ds) and not any(dtypes.is_float(d) for d in ds)
-    assert (least_upper_dtype(*ds) is dtypes.weakfloat) if mixed else (least_upper_dtype(*ds) in dtypes.all), ds
+    assert least_upper_dtype(*ds) in dtypes.all, ds
 
-def test_int64_with_uint64_is_weakfloat_stored_in_the_default_float(device: str) -> None:
-  # regression: they met at fp8e4m3, so 1000 + 7 came out as 448 (fp8e4m3's largest value). No int holds both and
-  # PyTorch refuses the pair: their lub is weakfloat as in tinygrad, stored in the default float
-  for s in dtypes.sints:
-    assert least_upper_dtype(s, dtypes.uint64) is result_dtype(s, dtypes.uint64) is dtypes.weakfloat
+def test_int64_with_uint64_is_the_default_float(device: str) -> None:
+  # regression: they met at fp8e4m3, so 1000 + 7 came out as 448 (fp8e4m3's largest value)
+  for s in dtypes.sints: assert least_upper_dtype(s, dtypes.uint64) is result_dtype(s, dtypes.uint64) is dtypes.float32
   t = Tensor([1000, -3], dtype=dtypes.int64, device=device) + Tensor([7, 2], dtype=dtypes.uint64, device=device)
-  assert t.dtype is dtypes.weakfloat and t.tolist() == [1007.0, -1.0] and t.numpy().dtype == np.float32
+  assert t.dtype is dtypes.float32 and t.tolist() == [1007.0, -1.0]
   assert t.maximum(Tensor([0, 0], dtype=dtypes.uint64, device=device)).tolist() == [1007.0, 0.0]
-  assert (t + Tensor([1, 1], dtype=dtypes.float16, device=device)).dtype is dtypes.float16  # a concrete float takes it
   with Context(DEFAULT_FLOAT="float64"):
+    assert least_upper_dtype(dtypes.int64, dtypes.uint64) is dtypes.float64  # the cache knows the default changed
     t64 = Tensor([2**40 + 1], dtype=dtypes.int64, device=device) + Tensor([1], dtype=dtypes.uint64, device=device)
-    assert t64.numpy().dtype == np.float64 and t64.item() == 2**40 + 2
+    assert t64.dtype is dtypes.float64 and t64.item() == 2**40 + 2
+  assert least_upper_dtype(dtypes.int64, dtypes.uint64) is dtypes.float32
 
 def test_result_dtype_is_weak_only_for_weak_operands() -> None:
   wi, wf = dtypes.weakint, dtypes.weakfloat
@@ -102,10 +100,8 @@ def test_result_dtype_is_weak_only_for_weak_operands() -> None:
   assert (result_dtype(wi, dtypes.int8), result_dtype(wf, dtypes.int8), result_dtype(wi, dtypes.bool)) == \
          (dtypes.int8, dtypes.float32, dtypes.int32)
   with Context(DEFAULT_FLOAT="half"): assert result_dtype(wf, dtypes.uint8) is dtypes.float16
-  for ds in itertools.product(dtypes.all, repeat=2):  # concrete, but where a signed int meets uint64
-    mixed = dtypes.uint64 in ds and any(d in dtypes.sints for d in ds)
-    assert (result_dtype(*ds) is dtypes.weakfloat) if mixed else (result_dtype(*ds) in dtypes.all), ds
-  assert result_dtype(dtypes.int64, dtypes.uint64, wf) is wf and result_dtype(dtypes.int8, wf) is dtypes.float32
+  for ds in itertools.product(dtypes.all, repeat=2): assert result_dtype(*ds) in dtypes.all, ds
+  assert result_dtype(dtypes.int64, dtypes.uint64, wf) is result_dtype(dtypes.int8, wf) is dtypes.float32
 
 # ***** weak tensors: Python scalars show a weak dtype, stored in the strong one *****
 
@@ -165,6 +161,10 @@ def test_reductions_scans_and_float_ops_of_weak_tensors(device: str) -> None:
   t = Tensor(1.0, device=device).expand(3)
   for out in (t.sum(), t.max(), t.prod(), t.cumsum(0), t.cummax(0)[0]): assert out.dtype is dtypes.float32
   assert Tensor(2, device=device).expand(3).sum().dtype is dtypes.int32
+  m = Tensor(3, device=device).expand(4)
+  assert (m.mean().dtype, m.mean().item(), m.var().dtype, m.std().item()) == (dtypes.float32, 3.0, dtypes.float32, 0.0)
+  assert Tensor(1.0, device=device).bitcast(dtypes.int32).item() == 0x3F800000  # the bytes of its float32
+  with pytest.raises(TypeError, match="weakint"): Tensor([1], device=device).bitcast(dtypes.weakint)
   e = Tensor(2, device=device).exp()  # an int's float op is weakfloat, computed in the default float
   assert e.dtype is dtypes.weakfloat and abs(e.item() - 7.389056) < 1e-5
   assert (e + Tensor([1.0], dtype=dtypes.float16, device=device)).dtype is dtypes.float16

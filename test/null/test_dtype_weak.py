@@ -2,7 +2,7 @@
 from __future__ import annotations
 import pytest
 from attograd import dtypes
-from attograd.dtype import least_upper_dtype, strong_dtype
+from attograd.dtype import least_upper_dtype
 
 def test_from_py_scalars_are_weak_lists_strong() -> None:
   assert (dtypes.from_py(2), dtypes.from_py(2.5)) == (dtypes.weakint, dtypes.weakfloat)
@@ -17,10 +17,10 @@ def test_from_py_refuses_values_without_a_dtype(x: object) -> None:
   with pytest.raises(RuntimeError, match="can't infer"): dtypes.from_py(x)
   with pytest.raises(TypeError): dtypes.from_py(x)  # (also a TypeError, attograd's class for it before)
 
-def test_int64_meets_uint64_at_weakfloat() -> None:
-  for s in dtypes.sints: assert least_upper_dtype(s, dtypes.uint64) is dtypes.weakfloat
-  # which float they compute in is the default's; a concrete float takes the pair
-  assert strong_dtype(least_upper_dtype(dtypes.int64, dtypes.uint64)) is dtypes.default_float
+def test_int64_meets_uint64_at_the_default_float() -> None:
+  # their lattice meet is weakfloat (tinygrad's answer); strong dtypes alone give a strong one, the default float
+  for s in dtypes.sints: assert least_upper_dtype(s, dtypes.uint64) is dtypes.default_float
+  assert least_upper_dtype(dtypes.int64, dtypes.uint64, dtypes.weakfloat) is dtypes.weakfloat
   assert least_upper_dtype(dtypes.int64, dtypes.uint64, dtypes.float16) is dtypes.float16
 
 def test_weak_dtypes_range_and_finfo_are_their_strong_dtypes() -> None:
