@@ -226,6 +226,11 @@ class Compiled:
   def synchronize(self) -> None: pass
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.device}>"
 
+def var_ctypes(var_dtypes: tuple[DType, ...], n: int) -> list[Any]:
+  """The ctypes of a kernel's `n` Variable arguments, in order: int64 where `var_dtypes` (a program's, set by its
+  runner when a Variable's bounds pass int32's) says a 64-bit int, else int32."""
+  return [ctypes.c_int64 if j < len(var_dtypes) and var_dtypes[j].itemsize == 8 else ctypes.c_int32 for j in range(n)]
+
 def host_bytes(mv: memoryview) -> ctypes.Array:
   """A ctypes view of host bytes to copy from, without a copy (a private copy only when the memoryview is read-only)."""
   if mv.readonly: return ctypes.create_string_buffer(bytes(mv), mv.nbytes)

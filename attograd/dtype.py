@@ -104,9 +104,10 @@ class dtypes:
   default_int: DType = int32
   # tinygrad's weak dtypes: the kind (int or float) of a Python scalar, placed in the promotion lattice so that a scalar
   # defers to any tensor dtype of its kind (weakint joins the ints above bool, weakfloat the floats above every int).
-  # No Tensor has one: from_py gives strong dtypes, and least_upper_dtype of strong dtypes is strong (strong_dtype).
-  # They have no storage; their itemsizes only sort them: weakint after bool and before int8, weakfloat after uint64
-  # and before the fp8s.
+  # A Tensor of Python scalars alone may show one (Tensor(2), Tensor(2) / 2; never int_tensor + 0.5, see
+  # result_dtype), but its values are always computed and stored in the strong dtype the weak one stands for
+  # (strong_dtype); the weak one only says how it promotes. Their
+  # itemsizes only sort them: weakint after bool and before int8, weakfloat after uint64 and before the fp8s.
   weakint: Final[DType] = DType.new(0, 100, "weakint", None)
   weakfloat: Final[DType] = DType.new(9, 0, "weakfloat", None)
 
@@ -120,15 +121,22 @@ class dtypes:
   def is_bool(x: DType) -> builtins.bool: return x.scalar() is dtypes.bool
   @staticmethod
   def from_py(x: Any) -> DType:
-    """The dtype a Python value becomes: float -> default_float, int -> default_int (int64 when it doesn't fit, so
-    2**40 is not wrapped to 0), bool -> bool."""
-    if x.__class__ is float: return dtypes.default_float
+    """The dtype a Python value becomes, as in tinygrad: a scalar is weak (int -> weakint, float -> weakfloat) and takes
+    the dtype of what it meets; bool -> bool. A list gets the strong dtype of its widest element: the default int or
+    float, or int64 when an int doesn't fit the default int (so [2**40] is not wrapped to 0, where tinygrad wraps)."""
     if x.__class__ is bool or x is Invalid: return dtypes.bool
-    if x.__class__ is int:
-      d = dtypes.default_int
-      return d if dtypes.min(d) <= x <= dtypes.max(d) else dtypes.int64
-    if isinstance(x, (list, tuple)): return max((dtypes.from_py(y) for y in x), default=dtypes.default_float)
-    raise TypeError(f"dtypes.from_py: can't infer a dtype for {type(x).__name__} value {x!r}")
+    if x.__class__ is float: return dtypes.weakfloat
+    if x.__class__ is int: return dtypes.weakint
+    if isinstance(x, (list, tuple)): return max((dtypes.from_py_stored(y) for y in x), default=dtypes.default_float)
+    raise DTypeInferenceError(f"dtypes.from_py: can't infer a dtype for {type(x).__name__} value {x!r:.40}; "
+                              "state a dtype")
+  @staticmethod
+  def from_py_stored(x: Any) -> DType:
+    """The concrete dtype a Python value is stored in: from_py's, made strong (the default int or float), and int64
+    for an int the default int can't hold (so 2**40 is not wrapped to 0, where tinygrad wraps it)."""
+    d = strong_dtype(dtypes.from_py(x))
+    if d is dtypes.default_int and x.__class__ is int and not dtypes.min(d) <= x <= dtypes.max(d): return dtypes.int64
+    return d
   @staticmethod
   def as_const(val: Any, dtype: DType) -> ConstType:
     """Convert a Python number to the value it has in `dtype` (wraps ints, truncates floats toward zero)."""
@@ -144,13 +152,16 @@ class dtypes:
     return truncate_to(float(val), d) if d.itemsize < 4 else float(val)
   @staticmethod
   def min(dtype: DType) -> ConstType:
-    """The smallest value of `dtype` (-inf for floats with an inf, the lowest finite value for the fp8s without)."""
+    """The smallest value of `dtype` (-inf for floats with an inf, the lowest finite value for the fp8s without); a
+    weak dtype's is its strong dtype's, where its values are."""
+    dtype = strong_dtype(dtype)
     if dtypes.is_int(dtype): return 0 if dtypes.is_unsigned(dtype) else -(2 ** (dtype.itemsize * 8 - 1))
     # fp8s without an inf: the lowest finite value is max's identity and max-pool's pad (-inf would cast to NaN)
     if (s := dtype.scalar()) in FP8_NO_INF: return -FP8_NO_INF[s]
     return False if dtype is dtypes.bool else -math.inf
   @staticmethod
   def max(dtype: DType) -> ConstType:
+    dtype = strong_dtype(dtype)
     if dtypes.is_int(dtype): return 2 ** (dtype.itemsize * 8 - (0 if dtypes.is_unsigned(dtype) else 1)) - 1
     if (s := dtype.scalar()) in FP8_NO_INF: return FP8_NO_INF[s]
     return True if dtype is dtypes.bool else math.inf
@@ -158,6 +169,7 @@ class dtypes:
   def finfo(dtype: DType) -> tuple[builtins.int, builtins.int]:
     """(exponent bits, mantissa bits) of a float dtype."""
     if not dtypes.is_float(dtype): raise ValueError(f"finfo: {dtype} is not a float dtype")
+    dtype = strong_dtype(dtype)
     return {dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2),
             dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23),
             dtypes.float64: (11, 52)}[dtype.scalar()]
@@ -214,6 +226,14 @@ def _dtype_by_repr(r: str) -> DType:
     d = getattr(d, fn)(int(arg[:-1]))
   return d
 
+class DTypeInferenceError(TypeError, RuntimeError):
+  """A Python value with no dtype (None, a dict, a NumPy scalar in a list). A TypeError, and a RuntimeError as tinygrad
+  raises there."""
+
+class WeakDTypeError(TypeError, ValueError, RuntimeError):
+  """A weak dtype where storage or a concrete dtype is needed (Tensor(list, dtype=dtypes.weakfloat), rand in one): it
+  has no layout. A TypeError and a ValueError, and a RuntimeError as tinygrad raises for storage."""
+
 class DTypeNameError(TypeError, AttributeError):
   """An unknown dtype name. A TypeError, and an AttributeError as well: tinygrad's to_dtype looks names up with getattr
   on `dtypes`, so tinygrad code catches that."""
@@ -262,7 +282,17 @@ def least_upper_dtype(*ds: DType) -> DType:
 @functools.cache  # keyed by the default float too: Context(DEFAULT_FLOAT=...) changes what weakfloat stands for
 def _least_upper(ds: tuple[DType, ...], default_float: DType) -> DType:
   out = min(frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds]))
-  return out if out not in dtypes.weaks or any(d.scalar() in dtypes.weaks for d in ds) else strong_dtype(out)
+  return out if out not in _WEAKS or any(d.scalar() in _WEAKS for d in ds) else strong_dtype(out)
+
+_WEAKS = frozenset(dtypes.weaks)  # (a set: DTypes hash by identity, a tuple compares each with ==)
+
+def result_dtype(*ds: DType) -> DType:
+  """The dtype an op on tensors of dtypes `ds` gives: their least_upper_dtype, made strong unless every one of `ds` is
+  weak. A weak result only comes of Python scalars (`Tensor(2) + Tensor(3)` is weakint, as in tinygrad); a scalar
+  meeting a concrete dtype gives a concrete one, as PyTorch (`Tensor(2.5) + int8` is float32, where tinygrad shows
+  weakfloat)."""
+  out = least_upper_dtype(*ds)
+  return out if out not in _WEAKS or all(d in _WEAKS for d in ds) else strong_dtype(out)
 
 def least_upper_float(d: DType) -> DType:
   if d is dtypes.weakint: return dtypes.weakfloat

@@ -2,7 +2,7 @@
 is a hash of the kernel's AST, the renderer, the actions asked for and attograd's own source."""
 from __future__ import annotations
 import dataclasses, functools, hashlib, json, os
-from attograd.dtype import dtypes
+from attograd.dtype import to_dtype
 from attograd.helpers import NOOPT
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, UOp, pretty_print
@@ -39,7 +39,8 @@ def ast_key(ast: UOp, renderer: Renderer, opts: list | None) -> str:
 
 def spec_to_bytes(sp: ProgramSpec) -> bytes:
   return json.dumps({"name": sp.name, "src": sp.src, "device": sp.device, "globals": sp.globals, "outs": sp.outs,
-                     "vars": [[v.arg[0], v.arg[1], v.arg[2]] for v in sp.vars], "op_estimate": sp.op_estimate,
+                     "vars": [[v.arg[0], v.arg[1], v.arg[2], v.dtype.name] for v in sp.vars],
+                     "op_estimate": sp.op_estimate,
                      "mem_estimate": sp.mem_estimate, "opts": [[o.op, o.axis, o.amount] for o in sp.applied_opts],
                      "global_size": sp.global_size, "local_size": sp.local_size}).encode()
 
@@ -48,8 +49,10 @@ def spec_from_bytes(data: bytes) -> ProgramSpec | None:
   try:
     d = json.loads(data)
     tup = lambda x: tuple(x) if x is not None else None  # noqa: E731
-    return ProgramSpec(d["name"], d["src"], d["device"], (), tuple(d["globals"]), tuple(d["outs"]),
-                       tuple(UOp(Ops.DEFINE_VAR, dtypes.int32, (), tuple(v)) for v in d["vars"]), d["op_estimate"],
+    # a Variable's dtype: int32, or int64 for one with bounds past int32's
+    variables = tuple(UOp(Ops.DEFINE_VAR, to_dtype(v[3]), (), tuple(v[:3])) for v in d["vars"])
+    return ProgramSpec(d["name"], d["src"], d["device"], (), tuple(d["globals"]), tuple(d["outs"]), variables,
+                       d["op_estimate"],
                        d["mem_estimate"], tuple(Opt(*o) for o in d["opts"]), tup(d["global_size"]),
                        tup(d["local_size"]))
-  except (ValueError, KeyError, TypeError): return None  # an entry from another layout: rebuilt
+  except (ValueError, KeyError, TypeError, IndexError): return None  # an entry from another layout: rebuilt

@@ -178,6 +178,9 @@ class CompiledRunner:
     self.shifts = tuple((self.spec.globals.index(g), nbytes) for g, nbytes in shifts if g in self.spec.globals)
     self.dev = Device[spec.device]
     self.var_names = [v.arg[0] for v in spec.vars if not v.arg[0].startswith("_")]
+    # the Variables' dtypes, for the program to pass each as its width: only where one is int64 (() is all int32)
+    dts = tuple(v.dtype for v in spec.vars if not v.arg[0].startswith("_"))
+    self.var_dtypes = dts if any(d.itemsize == 8 for d in dts) else ()
     # GPU kernels launch with their work-group counts and sizes; C kernels loop over everything themselves
     self.launch = {} if spec.global_size is None else {"global_size": spec.global_size, "local_size": spec.local_size}
     self._optimized, self._quick, self._quick_index = optimized, quick, quick_index
@@ -187,7 +190,9 @@ class CompiledRunner:
     self._direct: Any = None
     if optimized is None: self.prg = self._program(_build(spec) if lib is None else lib)
   def _program(self, lib: bytes) -> Any: return self._wrap(self.dev.runtime(self.spec.name, lib))
-  def _wrap(self, prg: Any) -> Any: return _Shifted(prg, self.shifts) if self.shifts else prg
+  def _wrap(self, prg: Any) -> Any:
+    if self.var_dtypes: prg.var_dtypes = self.var_dtypes  # (before its first call, which fixes its argument types)
+    return _Shifted(prg, self.shifts) if self.shifts else prg
   def shifted(self, shifts: tuple[tuple[int, int], ...]) -> CompiledRunner:
     """A runner of this one's program (its builds, shared) on buffers whose addresses move by `shifts`."""
     if self._optimized is None and self._quick is None:  # built: from the disk cache (or built again, if not there)

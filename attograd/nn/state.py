@@ -5,7 +5,7 @@ import _compat_pickle, functools, importlib, io, json, os, pickle, struct, time,
 from collections import OrderedDict
 from typing import Any, BinaryIO, Callable, Iterable
 from attograd.device import Device
-from attograd.dtype import DType, dtypes
+from attograd.dtype import DType, dtypes, strong_dtype
 from attograd.helpers import prod
 from attograd.tensor import Tensor
 from attograd.runtime.ops_disk import DiskMapping
@@ -261,6 +261,9 @@ def safe_save(tensors: dict[str, Tensor], fn: PathLike, metadata: dict[str, str]
   for k, t in tensors.items():
     if not isinstance(k, str): raise TypeError(f"safe_save: tensor names must be strings, got {k!r}")
     if not isinstance(t, Tensor): raise TypeError(f"safe_save: {k!r} is a {type(t).__name__}, not a Tensor")
+  # a weak tensor (Tensor(2.5)) is saved as what it holds, its default dtype (tinygrad refuses it)
+  tensors = {k: t.cast(strong_dtype(t.dtype)) if t.dtype in dtypes.weaks else t for k, t in tensors.items()}
+  for k, t in tensors.items():
     if t.dtype not in inverse_safe_dtypes:
       raise ValueError(f"safe_save: {k!r} has dtype {t.dtype}, which safetensors can't store")
   header: dict[str, Any] = {}

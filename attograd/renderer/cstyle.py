@@ -258,7 +258,9 @@ class CStyleLanguage(Renderer):
     tests check what a renderer does natively. Ops missing here are rewritten into others before rendering."""
     return {op: functools.partial(fn, self) for op, fn in self.alu.items()}
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"{self.buffer_prefix}{ctype}* {self.restrict} data{i}"
-  def render_var_arg(self, name: str, i: int) -> str: return f"const int {name}"
+  def render_var_arg(self, name: str, i: int, dtype: DType = dtypes.int32) -> str:
+    """A Variable's kernel argument: int32, or int64 for one whose bounds pass int32's."""
+    return f"const {self.render_dtype(dtype)} {name}"
   def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
     return f"{self.kernel_prefix} {name}({', '.join(args)})"
 
@@ -286,8 +288,8 @@ class CStyleLanguage(Renderer):
     globals_ = {u.arg: u.dtype for u in uops if u.op is Ops.DEFINE_GLOBAL}
     args = [self.render_buffer_arg(i, self.storage_map.get(globals_[i].base, self.render_dtype(globals_[i].base)))
             for i in sorted(globals_)]
-    variables = sorted({u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR})
-    args += [self.render_var_arg(n, len(globals_) + j) for j, n in enumerate(variables)]
+    variables = sorted({u.arg[0]: u.dtype for u in uops if u.op is Ops.DEFINE_VAR}.items())
+    args += [self.render_var_arg(n, len(globals_) + j, d) for j, (n, d) in enumerate(variables)]
     typedefs = "".join(self.render_vector_typedef(v) + "\n" for v in sorted(vecs, key=lambda v: (v.name, v.count)))
     return (f"{self.render_preamble(uops)}{typedefs}{self.render_signature(name, args, uops)} {{\n"
             + "\n".join(local_decls + lines) + "\n}\n")
@@ -730,7 +732,8 @@ class MetalRenderer(GPUCStyle):
     self.storage_map = {dtypes.bool: "uchar"}
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - {dtypes.float64}  # MSL has no double
   def render_buffer_arg(self, i: int, ctype: str) -> str: return f"device {ctype}* data{i} [[buffer({i})]]"
-  def render_var_arg(self, name: str, i: int) -> str: return f"constant int& {name} [[buffer({i})]]"
+  def render_var_arg(self, name: str, i: int, dtype: DType = dtypes.int32) -> str:
+    return f"constant {self.render_dtype(dtype)}& {name} [[buffer({i})]]"
   def render_signature(self, name: str, args: list[str], uops: list[UOp]) -> str:
     args = args + ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
     return f"{self.kernel_prefix} {name}({', '.join(args)})"

@@ -316,7 +316,8 @@ class _FunctionWriter:
       if v: self.r[u] = v
     globals_ = sorted({u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL})
     args = [f"ptr noalias nocapture %data{i}" for i in globals_]
-    args += [f"i32 %var_{n}" for n in sorted({u.arg[0] for u in self.uops if u.op is Ops.DEFINE_VAR})]
+    variables = sorted({u.arg[0]: u.dtype for u in self.uops if u.op is Ops.DEFINE_VAR}.items())
+    args += [f"{ltype(d)} %var_{n}" for n, d in variables]  # i32, or i64 for a Variable with bounds past int32's
     args += ["i32 %core_id", "i32 %core_count"]  # which share of the parallel loop to run; (0, 1) runs all of it
     body = "\n".join(["entry:"] + self.allocas + self.lines + ["  ret void"])
     decls = "".join(d + "\n" for d in sorted(self.decls) if d not in BF16_HELPERS)

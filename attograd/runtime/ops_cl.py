@@ -6,7 +6,8 @@ tens of thousands of distinct kernels on PoCL can reach the limit of 65530 mappi
 from __future__ import annotations
 import ctypes, ctypes.util, os
 from typing import Any
-from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator, host_bytes
+from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator, host_bytes, var_ctypes
+from attograd.dtype import DType
 from attograd.helpers import cache_dir
 from attograd.renderer.cstyle import OpenCLRenderer
 
@@ -158,6 +159,8 @@ class CLCompiler(Compiler):
 
 class CLProgram:
   """One kernel of a program binary; call with cl_mem buffers, launch sizes and int variable values."""
+  # the Variables' dtypes, set by the runner where one is int64 (passed as 64 bits); () means all int32
+  var_dtypes: tuple[DType, ...] = ()
   def __init__(self, dev: ClDevice, name: str, lib: bytes):
     self.dev, self.name, self.lib = dev, name, lib
     cl_, err, status = cl(), c_int(), c_int()
@@ -175,8 +178,8 @@ class CLProgram:
     lib = cl()
     for i, b in enumerate(bufs):
       check(lib.clSetKernelArg(self.kernel, i, ctypes.sizeof(c_p), ctypes.byref(c_p(b))), "set arg")
-    for j, v in enumerate(vals):
-      check(lib.clSetKernelArg(self.kernel, len(bufs) + j, 4, ctypes.byref(c_int(v))), "set arg")
+    for j, (v, ct) in enumerate(zip(vals, var_ctypes(self.var_dtypes, len(vals)))):
+      check(lib.clSetKernelArg(self.kernel, len(bufs) + j, ctypes.sizeof(ct), ctypes.byref(ct(v))), "set arg")
     dims = max(len(global_size), len(local_size or ()))
     gs = tuple(global_size) + (1,) * (dims - len(global_size))
     local = tuple(local_size) + (1,) * (dims - len(local_size)) if local_size is not None else None

@@ -3,7 +3,8 @@ OpenMP."""
 from __future__ import annotations
 import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, time, weakref
 from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
-                             disk_cache_put, host_bytes, split_symbol)
+                             disk_cache_put, host_bytes, split_symbol, var_ctypes)
+from attograd.dtype import DType
 from attograd.renderer.cstyle import ClangRenderer
 
 # OpenMP threads sleep between kernels instead of spinning: spinning workers steal the cores that other processes
@@ -257,6 +258,8 @@ class CPUProgram:
   (gcc outlines it as NAME._omp_fn.N) runs on all threads or on one, as ThreadChoice times best, so it is always
   called through __call__: the engine and the JIT call `fxn` directly only once its argument types are set, and
   __call__ sets them on its own copy of the function (`_fxn`) instead."""
+  # the Variables' dtypes, set by the runner where one is int64 (passed as 64 bits); () means all int32
+  var_dtypes: tuple[DType, ...] = ()
   def __init__(self, name: str, lib: bytes | ctypes.CDLL, parallel: bool = False):
     if not isinstance(lib, ctypes.CDLL):
       lib, sym = split_symbol(lib)  # a kernel built in a batch: its function's name there
@@ -272,7 +275,7 @@ class CPUProgram:
   def __call__(self, *bufs: int, vals: tuple[int, ...] = ()) -> None:
     fxn = self._fxn
     if not self._argtypes_set:
-      fxn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * len(vals)
+      fxn.argtypes = [ctypes.c_void_p] * len(bufs) + var_ctypes(self.var_dtypes, len(vals))
       self._argtypes_set = True
     if (tc := self.threads) is None: return fxn(*bufs, *vals)
     omp = _omp_threads()

@@ -2,7 +2,8 @@
 `nvcc --ptx` when NVRTC is missing. "CUDA:1" is the second GPU."""
 from __future__ import annotations
 import ctypes, ctypes.util, glob, os, shutil, subprocess, tempfile
-from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator, host_bytes
+from attograd.device import Compiled, Compiler, DeviceUnavailable, LRUAllocator, host_bytes, var_ctypes
+from attograd.dtype import DType
 from attograd.renderer.cstyle import CUDARenderer
 
 c_p, c_int, c_uint, c_size = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
@@ -127,6 +128,8 @@ class CUDAAllocator(LRUAllocator):
 
 class CUDAProgram:
   """One kernel from PTX; call with device addresses, launch sizes and int variable values."""
+  # the Variables' dtypes, set by the runner where one is int64 (passed as 64 bits); () means all int32
+  var_dtypes: tuple[DType, ...] = ()
   def __init__(self, dev: CudaDevice, name: str, lib: bytes):
     self.dev, self.name, self.module, self.fxn = dev, name, c_p(), c_p()
     check(cuda().cuModuleLoadData(ctypes.byref(self.module), lib), f"loading the PTX of {name}")
@@ -135,7 +138,7 @@ class CUDAProgram:
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     g = tuple(global_size) + (1,) * (3 - len(global_size))
     b = tuple(local_size or ()) + (1,) * (3 - len(local_size or ()))
-    args = [ctypes.c_uint64(x) for x in bufs] + [ctypes.c_int32(v) for v in vals]
+    args = [ctypes.c_uint64(x) for x in bufs] + [ct(v) for v, ct in zip(vals, var_ctypes(self.var_dtypes, len(vals)))]
     params = (c_p * len(args))(*[ctypes.addressof(a) for a in args])
     lib = cuda()
     lib.cuCtxSetCurrent(self.dev.ctx)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes, ctypes.util, glob, os, platform, struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from attograd.device import Compiled, Compiler, DeviceUnavailable
+from attograd.device import Compiled, Compiler, DeviceUnavailable, var_ctypes
+from attograd.dtype import DType
 from attograd.renderer.llvmir import LLVMRenderer
 from attograd.runtime.ops_cpu import MallocAllocator
 
@@ -256,6 +257,8 @@ class LLVMProgram:
   """A kernel linked into this process; call it with buffer addresses and variable values.
   A kernel with a parallel loop runs as one call per core, each taking a share of that loop; ctypes releases the
   GIL during each call, so the shares run at the same time (the caller's thread runs share 0)."""
+  # the Variables' dtypes, set by the runner where one is int64 (passed as 64 bits); () means all int32
+  var_dtypes: tuple[DType, ...] = ()
   def __init__(self, name: str, lib: bytes, backend: Any):
     self.name = name
     _bury()
@@ -266,7 +269,7 @@ class LLVMProgram:
     self._cfn: Any = None
   def __call__(self, *bufs: int, vals: tuple[int, ...] = ()) -> None:
     if self._cfn is None:
-      args = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int] * (len(vals) + 2)
+      args = [ctypes.c_void_p] * len(bufs) + var_ctypes(self.var_dtypes, len(vals)) + [ctypes.c_int] * 2
       self._cfn = ctypes.CFUNCTYPE(None, *args)(self.addr)
     n = self.threads
     if n == 1: return self._cfn(*bufs, *vals, 0, 1)

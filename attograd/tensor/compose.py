@@ -2,7 +2,7 @@
 from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
-from attograd.dtype import ConstType, DType, dtypes, sum_acc_dtype, to_dtype
+from attograd.dtype import ConstType, DType, dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
 from attograd.helpers import DTypeOpError, ArgumentError, prod
 from attograd.uop.ops import Ops, UOp, broadcast_shape
 from attograd.schedule.realized import lookup_realized
@@ -93,6 +93,7 @@ class ComposeMixin:
 
   def _scan(self: Tensor, axis: int, op: Ops, name: str) -> Tensor:
     ax = self._resolve_axis(axis, name)
+    self = self._strong()  # a scan's result is concrete, as a reduce's (tinygrad)
     x = self if op is Ops.MAX else self.cast(sum_acc_dtype(self.dtype))
     # half/bfloat16/fp8 run in float32 and round once; ints stay in their (wider) accumulator, like sum
     out_dtype = self.dtype if dtypes.is_float(self.dtype) else x.dtype
@@ -403,6 +404,8 @@ class ComposeMixin:
     """
     cls = type(self)  # the Tensor class (this module is below tensor/core.py)
     if tensor_disk.on_disk(self.device): return tensor_disk.setitem(self, indices, value)  # bytes into the file
+    if isinstance(value, cls) and value._weak is not None and least_upper_dtype(self.dtype, value.dtype) is self.dtype:
+      value = value.cast(self.dtype)  # a weak value defers to the tensor's dtype where it can (tinygrad)
     if isinstance(value, cls) and value.dtype != self.dtype:
       # a silent cast would truncate floats written into an int tensor; tinygrad refuses every mismatch, and so do we
       raise RuntimeError(f"setitem: the value's dtype {value.dtype} differs from the tensor's {self.dtype}; "

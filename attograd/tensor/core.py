@@ -7,7 +7,8 @@ from typing import Any, Callable, Sequence, cast
 from attograd.device import Buffer, Device, ExternalBuffer
 from attograd.dtype import (bf16_bits_to_float, ConstType, DType, dtypes, DTYPES_DICT, float_to_bf16_bits,
                             float_to_fp8_bits, fp8_bits_to_float, from_np_dtype, Invalid, least_upper_dtype,
-                            sum_acc_dtype, to_dtype, to_np_dtype)
+                            least_upper_float, result_dtype, strong_dtype, sum_acc_dtype, to_dtype, to_np_dtype,
+                            WeakDTypeError)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, argfix, ArgumentError, AssertedArgumentError, Context, DEBUG,
                               DTypeOpError, fetch, GlobalCounters, make_tuple, prod, TRAINING)
 from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, afters_built, broadcast_pair, broadcast_shape,
@@ -129,6 +130,9 @@ def _rounded_once(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
   up to 45%, to half by several steps)."""
   @functools.wraps(fn)
   def wrapper(self: Tensor) -> Tensor:
+    if (w := self._weak) is not None:  # computed in the strong dtype; a float result is the weak float
+      out = wrapper(self._strong())
+      return out.cast(least_upper_float(w)) if dtypes.is_float(out.dtype) else out
     d = self.dtype
     if d.itemsize < 4 and dtypes.is_float(d): return fn(self.cast(dtypes.float32)).cast(d)
     return fn(self)
@@ -152,6 +156,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   6
   """
   _seed: int = 0
+  # the weak dtype this tensor shows (dtypes.weakint/weakfloat), or None: a Python scalar's kind, which defers to the
+  # dtype of what it meets (Tensor(2) + int8 tensor is int8). Its values are in self.uop's strong dtype all the same.
+  _weak: DType | None = None
   _rng_counter: int = 0  # the 32-bit words drawn since the seed was set
   _rng_devices: dict[str, int] = {}  # each device that drew since then: its index (part of its key)
 
@@ -159,21 +166,38 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                requires_grad: bool | None = None):
     asked_device, device = device, Device.canonicalize(device)
     if dtype is not None: dtype = to_dtype(dtype)
+    weak = dtype if dtype in _WEAK else None
+    if weak is not None:
+      if not isinstance(data, (bool, int, float, UOp, Tensor)) and data is not None:
+        raise WeakDTypeError(f"Tensor: can't store {type(data).__name__} data as {weak}, which has no storage; "
+                               f"use a concrete dtype such as {strong_dtype(weak)}")
+      dtype = strong_dtype(weak)
     # a new Tensor is in no grad registry yet: only True needs the setter's bookkeeping (this runs for every input)
     if requires_grad: self.requires_grad = requires_grad
     else: self._requires_grad = requires_grad
     if data.__class__ in _ndarrays: uop = _uop_of_array(data, dtype, device)  # the common input: tested first
     elif isinstance(data, UOp):
+      if data.dtype in _WEAK:  # (a constant of a weak dtype) its node computes in the strong one
+        if dtype is None: weak = data.dtype
+        data = UOp(data.op, strong_dtype(data.dtype), data.src, data.arg)
       uop = data if dtype is None or data.dtype == dtype else UOp(Ops.CAST, dtype, (data,))
       if uop.device is None and uop.op in _SCALAR_EXPR and \
          any(x.op is Ops.BIND or x.op is Ops.DEFINE_VAR for x in uop.toposort()):
         # a Variable's value as a tensor: 0 + v ties it to the device (the graph alone names none, so the same
         # graph realized for another device would reuse this one's schedule)
         uop = UOp(Ops.ADD, uop.dtype, (build.const(0, uop.dtype, device), uop))
+        # a Variable of the default int defers like the Python int it stands for (tinygrad's weakint)
+        if dtype is None and uop.dtype is dtypes.default_int: weak = dtypes.weakint
     elif isinstance(data, Tensor): uop = data.uop if dtype is None else data.cast(dtype).uop
-    elif data is None: uop = _buffer_from_bytes(b"", (0,), dtype or dtypes.default_float, device)
+    elif data is None:
+      uop = _buffer_from_bytes(b"", (0,), dtype or dtypes.default_float, device)
+      if dtype is None: weak = dtypes.weakfloat  # as tinygrad's Tensor(None), a 0.0 of no dtype
     elif isinstance(data, (bool, int, float)):
       d = dtype or dtypes.from_py(data)
+      if d in _WEAK:  # a Python scalar: weak, stored in its strong dtype
+        weak, d = d, dtypes.from_py_stored(data)
+        # concrete: a leaf with a gradient (it has storage; tinygrad refuses one), an int the default int can't hold
+        if requires_grad or d is not strong_dtype(weak): weak = None
       # a leaf that wants a gradient gets its own buffer: as a constant it would be the same node as every equal literal
       uop = build.const(data, d, device) if not requires_grad else _buffer_from_bytes(_pack([data], d), (), d, device)
     elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -204,6 +228,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if asked_device is not None and not tensor_disk.on_disk(device): uop = Tensor(uop).to(device).uop
     else: raise TypeError(f"Tensor: can't make a Tensor from {type(data).__name__}")
     self.uop: UOp = uop
+    if weak is not None: self._weak = weak
     self._device = device if uop.device is None else uop.device
     _made.append(_weakref(self))  # in tensor/live.py's registry
     if len(_made) > _prune_at[0]: live.prune()
@@ -212,7 +237,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @property
   def shape(self) -> tuple[sint, ...]: return self.uop.shape
   @property
-  def dtype(self) -> DType: return self.uop.dtype
+  def dtype(self) -> DType:
+    w = self._weak
+    return self.uop.dtype if w is None else w
   @property
   def device(self) -> str: return self.uop.device or self._device
   @property
@@ -228,8 +255,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """
     return tuple(int(sym_max(s)) for s in self.shape)
   def max_numel(self) -> int: return prod(self.max_shape)
-  def element_size(self) -> int: return self.dtype.itemsize
-  def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
+  def element_size(self) -> int: return self.uop.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.uop.dtype.itemsize
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
@@ -286,11 +313,16 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _new(self, uop: UOp, like: UOp | None = None) -> Tensor:
     """A Tensor of `uop` on this tensor's device. like: a node of uop's shape and device, an elementwise op's operand
     (set from its fields: UOp.shape and .device would compute the same, in more calls)."""
+    weak = None
+    if uop.dtype in _WEAK:  # built from a weak tensor's dtype: the node computes in the strong one
+      weak, uop = uop.dtype, UOp(uop.op, strong_dtype(uop.dtype), uop.src, uop.arg)
+    elif (w := self._weak) is not None and uop.dtype is self.uop.dtype: weak = w  # an op that keeps the dtype
     if like is not None and "shape" not in (d := uop.__dict__) and (dev := like.device) is not None:
       d["shape"], d["device"] = like.shape, dev
     else: _ = uop.shape, uop.device  # computed now, while the sources' are cached: no deep recursion later
     t = Tensor.__new__(Tensor)
     t.uop, t._requires_grad, t._device = uop, None, self._device  # in no grad registry yet (.grad: the class's None)
+    if weak is not None: t._weak = weak
     if DEBUG_NAN.value and uop not in _op_sites: _op_sites[uop] = call_site()
     _made.append(_weakref(t))  # in tensor/live.py's registry
     if len(_made) > _prune_at[0]: live.prune()
@@ -394,6 +426,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self._new(_concrete_uop(t.uop))
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
+    if self._weak is not None: return self._strong().data()
     if is_symbolic(self.shape): return self._concrete().data()
     if 0 in self.shape:  # no values: an empty view of this dtype's format
       empty = memoryview(b"")
@@ -405,6 +438,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if self.dtype.fmt is None or self.dtype.fmt == "e": return mv  # half, bfloat16, fp8: their raw bytes
     fmt = self.dtype.fmt
     return mv.cast(fmt, self.shape)  # type: ignore[call-overload]  # (a 0-d tensor gives a 0-d view)
+  def _strong(self) -> Tensor:
+    """This tensor in the strong dtype its values are in (itself when it isn't weak): where a weak one commits."""
+    if self._weak is None: return self
+    t = self._new(self.uop)
+    t.__dict__.pop("_weak", None)
+    return t
   def _raw(self) -> bytes:
     if is_symbolic(self.shape): return self._concrete()._raw()
     if self.numel() == 0: return b""
@@ -414,6 +453,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """A NumPy array with a copy of the values. NumPy has no bfloat16 or fp8: those come back as float32 (exact; where
     PyTorch refuses, and with or without ml_dtypes installed, so the result never depends on the environment)."""
     import numpy as np
+    if self._weak is not None: return self._strong().numpy()
     if is_symbolic(self.shape): return self._concrete().numpy()
     if self.dtype is dtypes.bfloat16:  # NumPy has no bfloat16: widen the raw bits to float32 here, not in a kernel
       # (a cast kernel can't run where the tensor lives when that is DISK, a view of a GGUF or safetensors file)
@@ -423,6 +463,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return np.frombuffer(self._raw(), dtype=to_np_dtype(self.dtype)).reshape(self.shape).copy()
   def tolist(self) -> Any:
     """The values as (nested) Python lists; a 0-d tensor gives a scalar."""
+    if self._weak is not None: return self._strong().tolist()
     if is_symbolic(self.shape): return self._concrete().tolist()
     vals = _unpack(self._raw(), self.dtype, self.numel())
     if self.dtype is dtypes.bool: vals = [bool(v) for v in vals]
@@ -491,7 +532,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def clone(self, device: str | None = None) -> Tensor:
     """A copy in a buffer of its own (on `device` if given), detached from nothing: gradients flow through it.
     A `.grad` is copied along, as in tinygrad."""
-    out = self._new(_unique_contiguous(self.uop))
+    out = self._strong()._new(_unique_contiguous(self.uop))  # storage of its own: a weak tensor commits (tinygrad)
     if device is not None and Device.canonicalize(device) != self.device: out = out.to(device)
     if self.grad is not None: out.grad = self.grad.clone(device)
     return out
@@ -542,6 +583,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       # a value built from device-less UOps (Tensor(UOp.const(2.0))) is a constant: it lives where it is written
       if not any(u.op is Ops.DEVICE for u in x.uop.toposort()): x = Tensor(x.uop, device=self.device)
       else: raise ArgumentError(f"assign: device mismatch, target on {self.device} but value on {x.device}")
+    if self._weak is not None: self.__dict__.pop("_weak")  # written to, a weak tensor commits (tinygrad)
+    if x._weak is not None and least_upper_dtype(self.dtype, x.dtype) is self.dtype: x = x.cast(self.dtype)  # defers
     if x.dtype != self.dtype:  # as tinygrad (PyTorch's copy_ casts): an implicit cast can lose precision or values
       raise RuntimeError(f"assign dtype mismatch: target {self.dtype} but value {x.dtype}; cast the value first "
                          f"(value.cast({self.dtype}))")
@@ -656,7 +699,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(fill_value, UOp):  # a bound Variable (or an int expression of them): its value, read in the kernel
       fill = Tensor(_size_arg(fill_value, "full"), device=device, dtype=dtype)
       return Tensor(fill.uop, device=device, **kw).reshape((1,) * len(shp)).expand(shp)
-    d = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    d = to_dtype(dtype) if dtype is not None else dtypes.from_py_stored(fill_value)
     const = Tensor(build.const(fill_value, d, Device.canonicalize(device)), device=device, **kw)
     return const.reshape((1,) * len(shp)).expand(shp)
   @staticmethod
@@ -810,6 +853,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(d): raise ValueError(f"rand: needs a float dtype, got {d}")
+    if d in _WEAK: raise WeakDTypeError(f"rand: {d} has no bits to draw; use a float such as {strong_dtype(d)}")
     n, size = prod(shp), d.itemsize
     num = -(-n * size // 4)
     w = Tensor._random_words(num, device)
@@ -859,11 +903,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return (Tensor.randn(*shape, dtype=dtypes.float32, **kw) * std + mean).cast(dtype)
   def rand_like(self, **kw: Any) -> Tensor:
     """Uniform [0, 1) values of this Tensor's shape, dtype and device (each overridable)."""
-    return Tensor.rand(*self.shape, **{"dtype": self.dtype if dtypes.is_float(self.dtype) else None,
+    # a weak tensor's values are in its strong dtype: so are these (tinygrad raises there)
+    return Tensor.rand(*self.shape, **{"dtype": self.uop.dtype if dtypes.is_float(self.dtype) else None,
                                        "device": self.device, **kw})
   def randn_like(self, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     """Standard normal values of this Tensor's shape, dtype and device (each overridable)."""
-    d = dtype if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else None
+    d = dtype if dtype is not None else self.uop.dtype if dtypes.is_float(self.dtype) else None
     return Tensor.randn(*self.shape, dtype=d, **{"device": self.device, **kw})
   @staticmethod
   def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
@@ -937,7 +982,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
 
   # ***** elementwise *****
   def _const_like(self, x: ConstType, dtype: DType | None = None) -> Tensor:
-    return self._new(build.const(x, dtype or self.dtype, self.device))
+    d = dtype or self.dtype
+    if d in _WEAK: return self._strong()._const_like(x, strong_dtype(d)).cast(d)
+    return self._strong()._new(build.const(x, d, self.device))
   def alu(self, op: Ops, *src: Tensor) -> Tensor:
     """The IR's elementwise op `op` (a member of GroupOp.ALU) of this tensor and `src`, as tinygrad's `Tensor.alu`:
     no broadcasting and no dtype promotion (operands of one shape and dtype; WHERE's condition is bool), comparisons
@@ -949,7 +996,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """
     if not isinstance(op, Ops) or op not in GroupOp.ALU: raise ValueError(f"alu: {op!r} is not an elementwise op")
     if not all(isinstance(s, Tensor) for s in src): raise TypeError("alu: the sources must be Tensors (see ufix)")
-    xs = (self, *src)
+    xs = tuple(x._strong() for x in (self, *src))  # a weak scalar tensor: its stored dtype
     vals = xs[1:] if op is Ops.WHERE else xs
     if op is Ops.WHERE and self.dtype is not dtypes.bool: raise DTypeOpError(f"alu: WHERE's condition must be bool, "
                                                                               f"got {self.dtype}")
@@ -975,17 +1022,22 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       # the common case, tensor op Python number: one cached broadcast constant, no checks needed
       yt = x._new(_broadcast_const(y, xu.dtype, x.device, xu.shape))
       return (yt, x) if reverse else (x, yt)
-    if isinstance(y, Tensor) and y.uop.shape == xu.shape and y.uop.dtype is xu.dtype and y.device == x.device:
+    if isinstance(y, Tensor) and y.uop.shape == xu.shape and y.uop.dtype is xu.dtype and y._weak is x._weak and \
+       y.device == x.device:
       return (y, x) if reverse else (x, y)
     if not isinstance(y, Tensor):
       if isinstance(y, UOp):  # a symbolic int (a bound Variable) takes the tensor's dtype, as a Python int would
-        yd = dtypes.default_int if x.dtype is dtypes.bool else x.dtype
-        y = Tensor(y if y.dtype == yd else UOp(Ops.CAST, yd, (y,)), device=x.device)
+        if x._weak is None:
+          yd = dtypes.default_int if x.dtype is dtypes.bool else x.dtype
+          y = Tensor(y, device=x.device, dtype=yd)
+        else: y = Tensor(y, device=x.device)  # (weakint, as a Python int: it meets the weak tensor below)
       elif not isinstance(y, (bool, int, float)):
         raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
       else:
-        # a Python scalar adopts the tensor's dtype unless it is a float meeting an int/bool tensor
-        if isinstance(y, float) and not dtypes.is_float(x.dtype): yd = dtypes.default_float
+        # a Python scalar adopts the tensor's dtype unless it is a float meeting an int/bool tensor (the default
+        # float, as PyTorch: never a weak dtype, where tinygrad shows weakfloat); with a weak tensor it stays weak
+        if x._weak is not None: yd = least_upper_dtype(x.dtype, dtypes.from_py(y))
+        elif isinstance(y, float) and not dtypes.is_float(x.dtype): yd = dtypes.default_float
         elif isinstance(y, int) and not isinstance(y, bool) and x.dtype is dtypes.bool: yd = dtypes.default_int
         else: yd = x.dtype
         y = x._const_like(y, yd)
@@ -993,7 +1045,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       raise ArgumentError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
                        f".to('{x.device}')")
     if match_dtype and x.dtype != y.dtype:
-      out = least_upper_dtype(x.dtype, y.dtype)
+      out = result_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
     if reverse: x, y = y, x
     shape = broadcast_pair(x.shape, y.shape)
@@ -1016,7 +1068,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     xu = self.uop
     if y.__class__ is Tensor:
       yu = y.uop
-      if yu.dtype is not xu.dtype or xu.dtype is dtypes.bool or (dev := xu.device) is None or yu.device != dev or \
+      if yu.dtype is not xu.dtype or y._weak is not self._weak or xu.dtype is dtypes.bool or \
+         (dev := xu.device) is None or yu.device != dev or \
          yu.shape != xu.shape:
         return None
       if reverse: return y._new(new_uop(op, xu.dtype, (yu, xu), None), yu)
@@ -1049,7 +1102,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if rounding_mode == "floor": return a // b
     if rounding_mode is not None:
       raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    if not dtypes.is_float(a.dtype): a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
+    if not dtypes.is_float(a.dtype): a, b = a._f(), b._f()  # (the default float; weakfloat for two weak ints)
     return a._alu(Ops.FDIV, b)
   def _safe_divisor(self) -> Tensor: return self.eq(0).where(self._const_like(1), self)
   def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
@@ -1135,7 +1188,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     elif isinstance(x, Tensor): x, y = x._broadcasted(y)
     elif isinstance(y, Tensor): y, x = y._broadcasted(x)
     else:
+      # two Python scalars: weak, as tinygrad shows them (an int the default int can't hold makes both int64)
       d = least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))
+      if d is dtypes.weakint and dtypes.int64 in (dtypes.from_py_stored(x), dtypes.from_py_stored(y)): d = dtypes.int64
       x, y = cond._const_like(x, d), cond._const_like(y, d)
     if cond.device != x.device:  # (x and y were matched above)
       raise ArgumentError(f"where: device mismatch, the condition is on {cond.device} and the values on {x.device}; "
@@ -1251,7 +1306,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return (x < limit).where((m.eq(1) | m.eq(2)).where(-y, y), far)
   @_rounded_once
   def tan(self) -> Tensor: return self.sin() / self.cos()
-  def _f(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+  def _f(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype))
   def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
   def floor(self) -> Tensor:
     if not dtypes.is_float(self.dtype): return self
@@ -1332,7 +1387,14 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def cast(self, dtype: DType | str) -> Tensor:
     """These values as `dtype` (floats to ints truncate toward zero)."""
     d = to_dtype(dtype)
-    return self if self.dtype == d else self._new(UOp(Ops.CAST, d, (self.uop,)))
+    if self.dtype is d: return self
+    if d in _WEAK:  # the kind's conversion (weakint truncates), computed in the strong dtype, shown weak
+      t = self._strong().cast(strong_dtype(d))
+      t = t._new(t.uop)
+      t._weak = d
+      return t
+    t = self._strong()
+    return t if t.uop.dtype is d else t._new(UOp(Ops.CAST, d, (t.uop,)))
   def bitcast(self, dtype: DType | str) -> Tensor:
     """The same bytes read as `dtype`, as torch's `view(dtype)`. Between item sizes that differ the last dim scales
     by their ratio (its bytes must divide evenly): int32 (2, 4) -> int8 (2, 16) -> int32 (2, 4).
@@ -1340,7 +1402,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     >>> Tensor([1.0]).bitcast(dtypes.uint16).tolist()
     [0, 16256]
     """
-    d, src = to_dtype(dtype), self.dtype
+    d = to_dtype(dtype)
+    if d in _WEAK:
+      raise WeakDTypeError(f"bitcast: {d} has no bytes to read; use a concrete dtype such as {strong_dtype(d)}")
+    self = self._strong()  # a weak tensor's bytes are those of its default dtype (tinygrad refuses one)
+    src = self.dtype
     if d.itemsize == src.itemsize: return self if src == d else self._new(UOp(Ops.BITCAST, d, (self.uop,)))
     if tensor_disk.on_disk(self.device): return tensor_disk.bitcast(self, d)  # the file's bytes read as d
     last = self.shape[-1] if self.ndim else 1
@@ -1488,6 +1554,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if len(out) != len(axes): raise ValueError(f"{op}: repeated axis in {axis}")
     return out
   def _reduce(self, op: Ops, axis: Any, keepdim: bool, name: str) -> Tensor:
+    self = self._strong()  # a reduce's result is concrete (tinygrad): its accumulator was chosen for the values
     axes = self._axes(axis, name)
     if self.ndim == 0: return self
     out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
@@ -1509,9 +1576,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self._acc_reduce(Ops.MUL, axis, keepdim, dtype, "prod")
   def _acc_reduce(self, op: Ops, axis: Any, keepdim: bool, dtype: DType | str | None, name: str) -> Tensor:
     if dtype is not None: return self.cast(to_dtype(dtype))._reduce(op, axis, keepdim, name)
-    acc = sum_acc_dtype(self.dtype)
+    d = strong_dtype(self.dtype)
+    acc = sum_acc_dtype(d)
     ret = self.cast(acc)._reduce(op, axis, keepdim, name)
-    return ret if acc is self.dtype or not dtypes.is_float(self.dtype) else ret.cast(self.dtype)
+    return ret if acc is d or not dtypes.is_float(d) else ret.cast(d)
   def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     """The largest value over `axis`. An empty dim reduces to the op's identity, as in tinygrad: -inf for floats and
     the dtype's minimum for ints (so `min` gives +inf and the maximum); PyTorch raises there."""
@@ -1531,14 +1599,14 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self.logical_not().any(axis, keepdim).logical_not()
   def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
     # half, bfloat16 and fp8: summed and divided in float32, rounded once (PyTorch's result, not a rounded sum / n)
-    x = self._f()
+    x = self._strong()._f()  # a reduction's result is concrete, a weak tensor's too (as sum's)
     axes = self._axes(axis, "mean")
     n = prod(self.shape[a] for a in axes)
     out = x.sum(axis, keepdim, dtype=sum_acc_dtype(x.dtype))
     return (out.div(n) if n else out * math.nan).cast(x.dtype)
   def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
     # low-precision floats: the whole computation in float32, rounded once (squares of half values overflow half)
-    x = self._f()
+    x = self._strong()._f()
     x, out_dtype = x.cast(sum_acc_dtype(x.dtype)), x.dtype
     axes = self._axes(axis, "var")
     n = prod(self.shape[a] for a in axes)
@@ -1613,7 +1681,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
       raise ArgumentError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
-    d = to_dtype(dtype) if dtype is not None else least_upper_dtype(x.dtype, y.dtype)
+    d = to_dtype(dtype) if dtype is not None else result_dtype(x.dtype, y.dtype)
     # the operands are cast to the accumulator before multiplying: int8 products wrap at 8 bits otherwise, and
     # half/bfloat16/fp8 products are exact in float32 (then summed there, rounded to `d` once: PyTorch's result)
     acc = sum_acc_dtype(d)
@@ -1710,6 +1778,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
 # ***** helpers below the class *****
 
 _SCALAR_EXPR = GroupOp.ALU | {Ops.CAST, Ops.BIND, Ops.DEFINE_VAR}
+_WEAK = frozenset(dtypes.weaks)  # (a set: DTypes hash by identity, a tuple compares each with ==)
 
 def _size_arg(x: Any, op: str, bound: bool = True) -> sint:
   """A size given to a movement op: an int, or an int expression over Variables (bound ones unless bound=False)."""

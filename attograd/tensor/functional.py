@@ -3,7 +3,7 @@ primitives: every op here is views plus elementwise math and reduces, so it stay
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
-from attograd.dtype import DType, dtypes, least_upper_dtype, sum_acc_dtype, to_dtype
+from attograd.dtype import DType, dtypes, result_dtype, sum_acc_dtype, to_dtype
 from attograd.helpers import ArgumentError, TRAINING, UnknownModeError, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, SymbolicSizeError, UOp, shape_str, ssimp
 from attograd.uop.view import smax, surely
@@ -191,7 +191,7 @@ class NNMixin:
     if not dtypes.is_int(self.dtype): raise TypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
     if not isinstance(num_classes, int) or num_classes < 0:
       raise ValueError(f"one_hot: num_classes must be an int >= 0, got {num_classes!r}")
-    return _one_hot_along(self.unsqueeze(-1), num_classes, -1).where(1, 0)
+    return _one_hot_along(self.unsqueeze(-1), num_classes, -1).where(1, 0).cast(dtypes.int32)  # (1, 0: weakint)
 
   def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
     """Normalize to mean 0 and variance 1 over `axis` (no affine weights; see nn.LayerNorm for those).
@@ -836,7 +836,7 @@ def _acc_product_sum(x: Tensor, w: Tensor, axes: tuple[int, ...]) -> Tensor:
   """(x * w).sum(axes) the way matmul does it: the operands cast to the accumulator first (ints don't wrap at their
   own width; half/bfloat16/fp8 products are exact in float32), floats rounded back to their dtype once at the end.
   For float32 every cast is a no-op, so its kernels are unchanged."""
-  d = least_upper_dtype(x.dtype, w.dtype)
+  d = result_dtype(x.dtype, w.dtype)
   acc = sum_acc_dtype(d)
   out = (x.cast(acc) * w.cast(acc)).sum(axes)
   return out.cast(d) if dtypes.is_float(d) else out

@@ -3,7 +3,7 @@ Everything here is reshape/permute/expand/shrink/flip/pad_ plus a few elementwis
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
-from attograd.dtype import dtypes, least_upper_dtype
+from attograd.dtype import dtypes, result_dtype
 from attograd.helpers import ArgumentError, AxisError, UnknownModeError, argfix, prod
 from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val, sym_vals
 from attograd.uop.view import surely
@@ -201,7 +201,7 @@ class MovementMixin:
     def others(shape: tuple[int, ...]) -> tuple[int, ...]: return shape[:d] + shape[d + 1:]
     if any(t.ndim != self.ndim or others(t.shape) != others(self.shape) for t in args):
       raise ValueError(f"cat: shapes must match except in dim {d}, got {', '.join(str(t.shape) for t in ts)}")
-    dtype = least_upper_dtype(*(t.dtype for t in ts))
+    dtype = result_dtype(*(t.dtype for t in ts))
     total = sum(t.shape[d] for t in ts)
     pieces, offset = [], 0
     for t in ts:

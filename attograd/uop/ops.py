@@ -226,8 +226,8 @@ class UOp(metaclass=UOpMetaClass):
   # ***** constructors and ALU sugar (used by symbolic index math and the lowerer) *****
   @staticmethod
   def const(dtype: DType, val: ConstType = None) -> UOp:  # type: ignore[assignment]
-    # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type)
-    if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py(dtype), dtype
+    # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type; nodes are never weak)
+    if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py_stored(dtype), dtype
     # the common case of index math, an int that its int dtype holds as is, without as_const's conversions: lowering
     # a conv tile makes tens of thousands of these
     if val.__class__ is int and (rng := _INT_RANGE.get(dtype)) is not None and rng[0] <= val <= rng[1]:  # type: ignore[operator]
@@ -240,6 +240,9 @@ class UOp(metaclass=UOpMetaClass):
   def _binop(self, op: Ops, x: UOp | ConstType, reverse: bool) -> UOp:
     if hasattr(x, "uop"): return NotImplemented  # a Tensor: Variable * Tensor is the Tensor's op (its __rmul__)
     y = x if isinstance(x, UOp) else self.const_like(x)
+    if y.dtype is not self.dtype and {y.dtype, self.dtype} == _INDEX_PAIR:  # an int32 Variable with an int64 one
+      y, s = y.cast(dtypes.int64), self.cast(dtypes.int64)
+      return y.alu(op, s) if reverse else s.alu(op, y)
     return y.alu(op, self) if reverse else self.alu(op, y)
   def __add__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, False)
   def __radd__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, True)
@@ -262,7 +265,8 @@ class UOp(metaclass=UOpMetaClass):
   def minimum(self, x: UOp | ConstType) -> UOp: return -((-self).maximum(-x if not isinstance(x, UOp) else -x))
   def logical_not(self) -> UOp: return self.ne(True)
   def where(self, x: UOp | ConstType, y: UOp | ConstType) -> UOp:
-    if not isinstance(x, UOp): x = y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py(x), x)
+    if not isinstance(x, UOp):
+      x = y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py_stored(x), x)
     if not isinstance(y, UOp): y = x.const_like(y)
     return UOp(Ops.WHERE, x.dtype, (self, x, y))
   def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
@@ -302,18 +306,22 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** symbolic variables *****
   @staticmethod
-  def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
+  def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:
+    """A Variable of `dtype`: by default int32, or int64 where its bounds pass int32's (it is then typed and passed
+    to kernels as int64 on every device). bind refuses a value its dtype can't hold."""
     if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
       raise ValueError(f"Variable {name!r}: need integer bounds min <= max, got min={min_val!r} max={max_val!r}")
+    if dtype is None: dtype = dtypes.int32 if -2**31 <= min_val and max_val < 2**31 else dtypes.int64
     return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
   def bind(self, val: int) -> UOp:
     if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind: only a Variable can be bound, not a {self.op}")
     name, lo, hi = self.arg
     if not isinstance(val, int) or not lo <= val <= hi:
       raise ValueError(f"bind: {val!r} is outside Variable {name!r}'s range [{lo}, {hi}]")
-    if not -2**31 <= val < 2**31:  # kernels take a Variable's value as a 32-bit int: it would wrap silently
-      raise ValueError(f"bind: {val} for Variable {name!r} doesn't fit in 32 bits, and kernels take Variables as "
-                       "int32; pass a value this large as a Tensor instead")
+    if dtypes.is_int(self.dtype) and not dtypes.min(self.dtype) <= val <= dtypes.max(self.dtype):
+      # a kernel takes the value as the Variable's dtype: it would wrap silently
+      raise ValueError(f"bind: {val} for Variable {name!r} doesn't fit its dtype {self.dtype}; leave the dtype out "
+                       "(int64 is chosen for bounds past int32) or give a wider one")
     return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
   def unbind(self) -> tuple[UOp, int]:
     if self.op is not Ops.BIND: raise TypeError(f"unbind: {self.op} is not a bound Variable")
@@ -432,8 +440,11 @@ _set_op, _set_dtype, _set_src, _set_arg = (UOp.op.__set__, UOp.dtype.__set__,  #
 # (Tensor ops, the scheduler's normalize pass, new buffers): those paths call this.
 new_uop: Callable[[Ops, DType, tuple[UOp, ...], Any], UOp] = functools.partial(UOpMetaClass.__call__, UOp)
 
-def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
-  """A symbolic integer with known bounds, e.g. `Variable("bs", 1, 64)`; `.bind(10)` gives it a value."""
+_INDEX_PAIR = {dtypes.int32, dtypes.int64}
+
+def Variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:
+  """A symbolic integer with known bounds, e.g. `Variable("bs", 1, 64)`; `.bind(10)` gives it a value. int32, or
+  int64 where the bounds pass int32's (`Variable("n", 0, 2**40)`)."""
   return UOp.variable(name, min_val, max_val, dtype)
 
 # ***** shapes of tensor-level nodes *****

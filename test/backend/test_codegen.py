@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 import numpy as np
 import pytest
-from attograd import Device, Tensor
+from attograd import Device, Tensor, dtypes
 from attograd.codegen import get_program
 from attograd.schedule import create_schedule
 from attograd.helpers import Context
@@ -152,6 +152,17 @@ def test_programs_come_back_from_the_disk_cache(tmp_path, monkeypatch) -> None:
   for f in ("name", "src", "globals", "vars", "op_estimate", "mem_estimate", "applied_opts"):
     assert getattr(again, f) == getattr(built, f) == getattr(first, f), f
   assert cg.spec_from_bytes(b"not json") is None  # a corrupt entry is rebuilt, not trusted
+
+def test_disk_cache_keeps_a_variables_dtype() -> None:
+  # a Variable with bounds past int32's is an int64 argument: a program read back from disk must pass it so
+  import attograd.codegen as cg
+  from attograd.uop.ops import Variable
+  n, k = Variable("n", 0, 2**40).bind(2**35), Variable("k", 0, 9).bind(2)
+  items, _ = create_schedule([Tensor(n + k).clone().uop])
+  sp = get_program(items[-1].ast, Device["CPU"].renderer)
+  back = cg.spec_from_bytes(cg.spec_to_bytes(sp))
+  assert back is not None and [(v.arg, v.dtype) for v in back.vars] == [(v.arg, v.dtype) for v in sp.vars]
+  assert {v.arg[0]: v.dtype for v in back.vars} == {"k": dtypes.int32, "n": dtypes.int64}
 
 def test_program_key_sees_all_of_a_big_symbolic_view() -> None:
   # a VIEW's repr prints an expression of more than 60 nodes as its root and node count: two kernels whose views

@@ -64,6 +64,9 @@ def cases() -> list[tuple[str, list, list | None]]:
   bs = Variable("bs", 1, 64).bind(8)
   xs = _x((8, 33)).reshape(bs, 33)
   out += [("symbolic", kernels((xs * 2 + 1).sum(axis=0), xs.sum(axis=1), xs.softmax(axis=1)), None)]
+  # a Variable with bounds past int32's is an int64 argument (next to an int32 one)
+  n, k = Variable("n", 0, 2**40).bind(2**35), Variable("k", 0, 10).bind(3)
+  out += [("symbolic_int64", kernels(_x((8,), dtypes.int64) + n, Tensor(n + k, device="CPU").clone()), None)]
   return out
 
 def render_all() -> list[tuple[str, str, object]]:
@@ -79,7 +82,11 @@ def test_render_cuda_dialect() -> None:
     assert 'extern "C" __global__ void __launch_bounds__(' in src, name
     assert "for (int ridx0" not in src or spec.global_size == (1,) or name.startswith("symbolic"), \
       f"{name}: output axes should be threads\n{src}"
-    if name.startswith("symbolic"): assert "const int bs" in src and [v.arg[0] for v in spec.vars] == ["bs"], name
+    if name.startswith("symbolic_int64"):
+      assert "const long long n" in src and ("const int k" in src) == name.endswith("_1"), f"{name}\n{src}"
+      assert [v.dtype for v in spec.vars if v.arg[0] == "n"] == [dtypes.int64], name
+    elif name.startswith("symbolic"):
+      assert "const int bs" in src and [v.arg[0] for v in spec.vars] == ["bs"], name
     assert spec.global_size is not None and spec.local_size is not None
     if "GROUP" in str(spec.applied_opts):  # whole warps on threadIdx.x shuffle first; a bigger group meets in memory
       g = next(o.amount for o in spec.applied_opts if o.op.startswith("GROUP"))

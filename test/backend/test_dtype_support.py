@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from attograd import Context, Device, Tensor, dtypes
 from attograd.device import is_dtype_supported
-from attograd.dtype import DTYPES_DICT, least_upper_dtype, least_upper_float, strong_dtype, to_dtype, weak_dtype
+from attograd.dtype import (DTYPES_DICT, least_upper_dtype, least_upper_float, result_dtype, strong_dtype, to_dtype,
+                            weak_dtype)
 from attograd.renderer.cstyle import MetalRenderer, OpenCLRenderer
 
 def test_supported_dtypes_is_a_set_of_scalar_dtypes(device: str) -> None:
@@ -83,9 +84,110 @@ def test_strong_dtypes_promote_to_strong_dtypes() -> None:
 
 def test_int64_with_uint64_is_the_default_float(device: str) -> None:
   # regression: they met at fp8e4m3, so 1000 + 7 came out as 448 (fp8e4m3's largest value)
-  for s in dtypes.sints: assert least_upper_dtype(s, dtypes.uint64) is dtypes.float32
+  for s in dtypes.sints: assert least_upper_dtype(s, dtypes.uint64) is result_dtype(s, dtypes.uint64) is dtypes.float32
   t = Tensor([1000, -3], dtype=dtypes.int64, device=device) + Tensor([7, 2], dtype=dtypes.uint64, device=device)
   assert t.dtype is dtypes.float32 and t.tolist() == [1007.0, -1.0]
+  assert t.maximum(Tensor([0, 0], dtype=dtypes.uint64, device=device)).tolist() == [1007.0, 0.0]
   with Context(DEFAULT_FLOAT="float64"):
     assert least_upper_dtype(dtypes.int64, dtypes.uint64) is dtypes.float64  # the cache knows the default changed
+    t64 = Tensor([2**40 + 1], dtype=dtypes.int64, device=device) + Tensor([1], dtype=dtypes.uint64, device=device)
+    assert t64.dtype is dtypes.float64 and t64.item() == 2**40 + 2
   assert least_upper_dtype(dtypes.int64, dtypes.uint64) is dtypes.float32
+
+def test_result_dtype_is_weak_only_for_weak_operands() -> None:
+  wi, wf = dtypes.weakint, dtypes.weakfloat
+  assert (result_dtype(wi, wi), result_dtype(wi, wf), result_dtype(wf, wf)) == (wi, wf, wf)
+  assert (result_dtype(wi, dtypes.int8), result_dtype(wf, dtypes.int8), result_dtype(wi, dtypes.bool)) == \
+         (dtypes.int8, dtypes.float32, dtypes.int32)
+  with Context(DEFAULT_FLOAT="half"): assert result_dtype(wf, dtypes.uint8) is dtypes.float16
+  for ds in itertools.product(dtypes.all, repeat=2): assert result_dtype(*ds) in dtypes.all, ds
+  assert result_dtype(dtypes.int64, dtypes.uint64, wf) is result_dtype(dtypes.int8, wf) is dtypes.float32
+
+# ***** weak tensors: Python scalars show a weak dtype, stored in the strong one *****
+
+def test_python_scalars_make_weak_tensors(device: str) -> None:
+  assert (Tensor(2, device=device).dtype, Tensor(2.5, device=device).dtype) == (dtypes.weakint, dtypes.weakfloat)
+  assert Tensor(True, device=device).dtype is dtypes.bool and Tensor(None, device=device).dtype is dtypes.weakfloat
+  assert Tensor(2, dtype=dtypes.int8, device=device).dtype is dtypes.int8
+  assert Tensor.const(2.5).dtype is dtypes.weakfloat and Tensor.const(2, dtypes.int8).dtype is dtypes.int8
+  big = Tensor(2**40, device=device)  # an int the default int can't hold is concretely int64 (tinygrad: weakint)
+  assert big.dtype is dtypes.int64 and big.item() == 2**40
+  assert Tensor(2.5, requires_grad=True, device=device).dtype is dtypes.float32  # a leaf with a gradient has storage
+  i8 = Tensor([1, 2], dtype=dtypes.int8, device=device)
+  assert (Tensor(3, device=device) + i8).dtype is dtypes.int8  # defers to the concrete side, no widening
+  assert (i8 - Tensor(3, device=device)).tolist() == [-2, -1]
+  assert (Tensor(0.5, device=device) + Tensor([1.0], dtype=dtypes.float16, device=device)).dtype is dtypes.float16
+  # a weak float meeting an int tensor: the default float, as torch.tensor(0.5) + an int8 tensor (tinygrad: weakfloat)
+  assert (Tensor(0.5, device=device) + i8).dtype is dtypes.float32 and (Tensor(0.5, device=device) + i8).tolist() == \
+         [1.5, 2.5]
+  assert (Tensor(3, device=device) + Tensor([True], device=device)).dtype is dtypes.int32
+
+def test_weak_tensors_combine_into_weak_tensors(device: str) -> None:
+  a, b = Tensor(3, device=device), Tensor(4, device=device)
+  assert (a + b).dtype is dtypes.weakint and (a + b).item() == 7 and (a * 2).dtype is dtypes.weakint
+  assert (a + 0.5).dtype is dtypes.weakfloat and (a + 0.5).item() == 3.5 and (a / b).dtype is dtypes.weakfloat
+  assert (a < b).dtype is dtypes.bool and (-a).item() == -3
+  x = Tensor(2.5, device=device)
+  assert x.sqrt().dtype is dtypes.weakfloat and x.reshape(1).expand(3).dtype is dtypes.weakfloat
+  assert x.numpy().dtype == np.float32 and a.numpy().dtype == np.int32 and a.element_size() == 4
+
+def test_concrete_tensors_never_become_weak(device: str) -> None:
+  # regression: with scalars made weak, int_tensor.clip(0.5), uint8_tensor.gelu() and int_tensor + 0.5 were weakfloat;
+  # PyTorch types them float32 (the default float)
+  for d in (dtypes.bool, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.float16, dtypes.float32):
+    t = Tensor([1, 0, 1], dtype=d, device=device)
+    outs = [t + 0.5, 0.5 * t, t / 2, t // 2 if d is not dtypes.bool else t, t.clip(0.5), t.gelu(), t.sigmoid(),
+            t.maximum(0.5), t.minimum(2), t.pow(2.0), t.exp(), t.abs(),
+            t.pad((1, 1), value=2.5), t.lerp(t.float(), 0.5), t.cat(Tensor([2], device=device)), t + 2, t.cumsum(0)]
+    for i, o in enumerate(outs): assert o.dtype in dtypes.all, (d, i, o.dtype)
+
+def test_weak_tensor_values_are_the_default_dtypes(device: str) -> None:
+  x = Tensor(1, device=device) / 2.0
+  assert x.dtype is dtypes.weakfloat and x.numpy().dtype == np.float32 and x.tolist() == 0.5
+  assert x.element_size() == 4 and x.nbytes() == 4
+  assert x.clone().dtype is dtypes.float32 and x.contiguous().dtype is dtypes.weakfloat
+  assert x.cast(dtypes.float32).dtype is dtypes.float32 and x.cast(dtypes.float16).tolist() == 0.5
+  h = x + Tensor([0.0, 0.0], dtype=dtypes.float16, device=device)
+  assert h.dtype is dtypes.float16 and h.tolist() == [0.5, 0.5]
+  with pytest.raises(RuntimeError, match="weakfloat"): Tensor([1.0, 2.0], dtype=dtypes.weakfloat, device=device)
+  with pytest.raises(ValueError, match="rand"): Tensor.rand(2, dtype=dtypes.weakfloat, device=device)
+
+def test_weak_kind_casts_convert(device: str) -> None:
+  x = Tensor([2.5, -3.7], device=device)
+  y = x.cast(dtypes.weakint).cast(dtypes.weakfloat)  # weakint truncates (a real int32 cast), weakfloat lifts back
+  assert y.dtype is dtypes.weakfloat and y.tolist() == [2.0, -3.0]
+
+def test_reductions_scans_and_float_ops_of_weak_tensors(device: str) -> None:
+  t = Tensor(1.0, device=device).expand(3)
+  for out in (t.sum(), t.max(), t.prod(), t.cumsum(0), t.cummax(0)[0]): assert out.dtype is dtypes.float32
+  assert Tensor(2, device=device).expand(3).sum().dtype is dtypes.int32
+  m = Tensor(3, device=device).expand(4)
+  assert (m.mean().dtype, m.mean().item(), m.var().dtype, m.std().item()) == (dtypes.float32, 3.0, dtypes.float32, 0.0)
+  assert Tensor(1.0, device=device).bitcast(dtypes.int32).item() == 0x3F800000  # the bytes of its float32
+  with pytest.raises(TypeError, match="weakint"): Tensor([1], device=device).bitcast(dtypes.weakint)
+  e = Tensor(2, device=device).exp()  # an int's float op is weakfloat, computed in the default float
+  assert e.dtype is dtypes.weakfloat and abs(e.item() - 7.389056) < 1e-5
+  assert (e + Tensor([1.0], dtype=dtypes.float16, device=device)).dtype is dtypes.float16
+
+def test_weak_values_written_into_tensors(device: str) -> None:
+  dst = Tensor.zeros(2, device=device).contiguous().realize()
+  dst[0:1] = Tensor(0.5, device=device).reshape(1)  # a weakfloat defers to float32
+  assert dst.tolist() == [0.5, 0.0]
+  idst = Tensor.zeros(2, dtype=dtypes.int8, device=device).contiguous().realize()
+  with pytest.raises(RuntimeError, match="dtype"): idst.assign(Tensor(0.5, device=device).expand(2))  # not an int
+  idst.assign(Tensor(3, device=device).expand(2))  # a weakint defers to int8
+  assert idst.tolist() == [3, 3] and idst.dtype is dtypes.int8
+  w = Tensor(0.5, device=device)
+  w.assign(Tensor(1.0, dtype=dtypes.float32, device=device))  # written to, a weak tensor commits
+  assert (w.dtype, w.item()) == (dtypes.float32, 1.0)
+
+def test_where_with_two_scalars_is_weak(device: str) -> None:
+  cond = Tensor([True, False], device=device)
+  assert cond.where(3.1, 3).dtype is dtypes.weakfloat and cond.where(3, True).dtype is dtypes.weakint
+  assert cond.where(3.1, 3).tolist() == pytest.approx([3.1, 3.0]) and cond.where(3.1, 3).numpy().dtype == np.float32
+  assert cond.where(True, False).dtype is dtypes.bool
+  assert cond.where(2**40, 0).dtype is dtypes.int64 and cond.where(2**40, 0).tolist() == [2**40, 0]
+  # one tensor operand: the result is concrete
+  assert cond.where(Tensor([1, 2], dtype=dtypes.int8, device=device), 3.5).dtype is dtypes.float32
+  # a weakint operand defers in a matmul too; ints return their accumulator (int32 here)
+  assert Tensor(2, device=device).expand(2).dot(Tensor([1, 1], dtype=dtypes.int8, device=device)).item() == 4

@@ -60,7 +60,10 @@ def test_reduce_over_a_huge_axis_with_int64_loops(device: str) -> None:
 def test_big_python_ints_are_int64(device: str) -> None:
   assert Tensor(2**40).dtype is dtypes.int64 and Tensor(2**40).item() == 2**40
   assert Tensor([1, -2**40]).tolist() == [1, -2**40]
-  assert Tensor(2**31 - 1).dtype is dtypes.int32 and Tensor(-2**31).dtype is dtypes.int32
+  # ints the default int holds stay a weakint stored in int32 (a Python scalar, as tinygrad shows it)
+  for v in (2**31 - 1, -2**31):
+    assert Tensor(v).dtype is dtypes.weakint and Tensor(v).numpy().dtype == np.int32 and Tensor(v).item() == v
+  assert Tensor([2**31 - 1]).dtype is dtypes.int32 and Tensor([2**31]).dtype is dtypes.int64
 
 def test_arange_past_int32(device: str) -> None:
   t = Tensor.arange(2**40, 2**40 + 5)

@@ -343,12 +343,32 @@ def test_jit_replay_checks_the_captured_sizes(device: str) -> None:
     f(x, Variable("a", 1, 10**6).bind(999999))
   assert f(x, Variable("a", 1, 10**6).bind(3)).item() == 6.0 and f.captured is not None
 
-def test_bind_refuses_values_kernels_cant_take() -> None:
-  # regression: Variable("b", 0, 2**40, dtype=int64).bind(2**35) reached kernels as a wrapped 32-bit int (0)
+def test_int64_variables_reach_kernels_whole(device: str) -> None:
+  # regression: Variable("b", 0, 2**40, dtype=int64).bind(2**35) reached kernels as a wrapped 32-bit int (0); a
+  # Variable with bounds past int32's is typed int64 and passed as 64 bits on every device
   from attograd import dtypes
-  big = Variable("b", 0, 2**40, dtype=dtypes.int64)
-  assert Tensor(big.bind(2**31 - 1)).item() == 2**31 - 1
-  with pytest.raises(ValueError, match="doesn't fit in 32 bits"): big.bind(2**35)
+  big = Variable("b", 0, 2**40)
+  assert big.dtype is dtypes.int64 and Variable("c", 0, 2**31 - 1).dtype is dtypes.int32
+  assert Tensor(big.bind(2**35), device=device).clone().item() == 2**35
+  assert Tensor(big.bind(2**40), device=device).item() == 2**40
+  x = Tensor([1, -2], dtype=dtypes.int64, device=device)
+  assert (x + big.bind(2**33 + 7)).tolist() == [2**33 + 8, 2**33 + 5]
+  neg = Variable("m", -2**40, 0)  # below int32 too
+  assert neg.dtype is dtypes.int64 and Tensor(neg.bind(-2**35 - 3), device=device).item() == -2**35 - 3
+  # an int32 Variable and an int64 one in one kernel: each argument at its own width, in the kernel's order
+  k = Variable("a", 0, 1000)
+  assert Tensor(k.bind(7) + big.bind(2**36), device=device).item() == 2**36 + 7
+  assert Tensor(big.bind(2**36) * 2 - k.bind(1), device=device).item() == 2**37 - 1
+
+def test_int64_variables_in_a_jit(device: str) -> None:
+  # the replay passes each call's values at their widths (the captured program's argument types are fixed)
+  from attograd import dtypes
+  @TinyJit
+  def f(a, b) -> Tensor: return (Tensor(a + b, device=device).clone() * 2).realize()
+  for i in range(4):
+    a, b = Variable("a", 0, 2**10).bind(i), Variable("b", 0, 2**40, dtype=dtypes.int64).bind(2**35 + 3 * i)
+    assert f(a, b).item() == (2**35 + 4 * i) * 2
+  assert f.captured is not None
 
 def test_empty_with_an_unbound_variable_has_a_max_shape(device: str) -> None:
   # the buffer is sized for the Variable's largest value, so no value is needed to build it (only to compute with it)

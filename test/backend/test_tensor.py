@@ -14,10 +14,10 @@ def P(name: str, *args: Any) -> Any: return pytest.param(*args, id=name)
 
 # (name, data, expected numpy value, expected attograd dtype)
 FROM_DATA = [
-  P("float", 3.0, np.array(3.0, np.float32), dtypes.float32),
-  P("int", 3, np.array(3, np.int32), dtypes.int32),
+  P("float", 3.0, np.array(3.0, np.float32), dtypes.weakfloat),  # a Python scalar is weak; its values are float32
+  P("int", 3, np.array(3, np.int32), dtypes.weakint),
   P("bool", True, np.array(True), dtypes.bool),
-  P("neg_float", -2.5, np.array(-2.5, np.float32), dtypes.float32),
+  P("neg_float", -2.5, np.array(-2.5, np.float32), dtypes.weakfloat),
   P("int_list", [1, 2, 3], np.array([1, 2, 3], np.int32), dtypes.int32),
   P("float_list", [1.0, 2.5], np.array([1.0, 2.5], np.float32), dtypes.float32),
   P("mixed_list", [1, 2.5], np.array([1.0, 2.5], np.float32), dtypes.float32),
@@ -50,7 +50,7 @@ def test_from_data(device: str, data: Any, want: np.ndarray, dtype: Any) -> None
   t = Tensor(data)
   assert t.dtype == (dtypes.default_float if dtype is dtypes.float32 and not isinstance(data, np.ndarray) else dtype)
   assert t.device == device
-  compare(t, want, exact_dtype=t.dtype == dtypes.float32 or dtype is not dtypes.float32)
+  compare(t, want, exact_dtype=dtypes.default_float == dtypes.float32 or dtype is not dtypes.float32)
 
 def test_from_numpy_is_a_copy(device: str) -> None:
   a = np.array([1.0, 2.0, 3.0], np.float32)

@@ -320,7 +320,7 @@ def test_tensor_const(device: str) -> None:
   # tinygrad's Tensor.const: a 0-d tensor of a number or of a scalar UOp expression (a bound Variable's value is read
   # in the kernel), cast to dtype when one is given
   from attograd import UOp, Variable
-  assert Tensor.const(2.5).dtype == dtypes.default_float and Tensor.const(2.5, dtypes.int8).tolist() == 2
+  assert Tensor.const(2.5).dtype == dtypes.weakfloat and Tensor.const(2.5, dtypes.int8).tolist() == 2
   assert Tensor.const(UOp.const(1.0).cast(dtypes.float32), dtypes.int8).dtype == dtypes.int8
   assert Tensor.const(Variable("x", 1, 10).bind(5), dtypes.int32).item() == 5
   with pytest.raises(ValueError, match="scalar"): Tensor.const(Tensor([1, 2]).uop)

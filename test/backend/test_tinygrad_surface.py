@@ -154,7 +154,7 @@ def test_alu_is_the_bare_op(device: str) -> None:
 
 def test_ufix_usum_uprod(device: str) -> None:
   t = Tensor([1, 2])
-  assert t.ufix(t) is t and t.ufix(2.5).tolist() == 2.5 and t.ufix(2.5).dtype == dtypes.default_float
+  assert t.ufix(t) is t and t.ufix(2.5).tolist() == 2.5 and t.ufix(2.5).dtype == dtypes.weakfloat
   assert t.usum(Tensor([10, 20]), 1).tolist() == [12, 23] and t.uprod(3, Tensor([2, 2])).tolist() == [6, 12]
   m = Tensor([True, False])
   assert m.usum(Tensor([False, False])).tolist() == [True, False] and m.uprod(Tensor([True, True])).tolist() == \

@@ -200,6 +200,19 @@ def test_bounds() -> None:
   big = Variable("big", 0, 2**31 - 1)
   assert ((big + 1).vmin, (big + 1).vmax) == (-(2**31), 2**31 - 1)  # may wrap: no bounds
 
+def test_variable_dtype_follows_its_bounds() -> None:
+  assert Variable("a", -2**31, 2**31 - 1).dtype is dtypes.int32
+  assert Variable("b", 0, 2**31).dtype is dtypes.int64 and Variable("c", -2**31 - 1, 0).dtype is dtypes.int64
+  assert Variable("d", 0, 5, dtypes.int64).dtype is dtypes.int64
+  with pytest.raises(ValueError, match="fit its dtype dtypes.int32"): Variable("e", 0, 2**40, dtypes.int32).bind(2**35)
+  assert Variable("e", 0, 2**40, dtypes.int32).bind(5).src[1].arg == 5
+  b = Variable("b", 0, 2**40)
+  assert b.bind(2**40).src[1].arg == 2**40 and ((b + 1).vmin, (b + 1).vmax) == (1, 2**40 + 1)
+  with pytest.raises(ValueError, match="outside"): b.bind(2**40 + 1)
+  # an int32 Variable meeting an int64 one computes in int64, whichever side it is on
+  a = Variable("a", 0, 10)
+  for e in (a + b, b + a, a * b, b - a): assert e.dtype is dtypes.int64 and all(s.dtype is dtypes.int64 for s in e.src)
+
 @pytest.mark.parametrize("op, a, b, want", [
   (Ops.IDIV, 7, 2, 3), (Ops.IDIV, -7, 2, -3), (Ops.IDIV, 7, -2, -3), (Ops.IDIV, -7, -2, 3),
   (Ops.MOD, 7, 2, 1), (Ops.MOD, -7, 2, -1), (Ops.MOD, 7, -2, 1), (Ops.MOD, -7, -2, -1),
