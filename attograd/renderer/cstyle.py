@@ -359,7 +359,7 @@ def _byte_of(x: UOp) -> tuple[UOp, int, int, bool] | None:
   if x.dtype.scalar() is not dtypes.int32: return None
   if x.op is Ops.AND and x.src[1].op is Ops.CONST and x.src[1].arg in (15, 255):
     w, signed, mask = x.src[0], False, x.src[1].arg
-  elif x.op is Ops.CAST and x.src[0].op is Ops.CAST and x.src[0].dtype is dtypes.int8:
+  elif x.op is Ops.CAST and x.src[0].op is Ops.CAST and x.src[0].dtype.scalar() is dtypes.int8:
     w, signed, mask = x.src[0].src[0], True, 255
   else: return None
   sh = 0
@@ -369,8 +369,9 @@ def _byte_of(x: UOp) -> tuple[UOp, int, int, bool] | None:
   return (w, sh // 8, (sh % 8) // 4, signed) if mask == 15 else (w, sh // 8, -1, signed)
 
 def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
-  """A sum of int32 lanes holding, for some words a (a vector) and b, all four byte products (unsigned byte i of a)
-  * (signed byte i of b) (nn/gguf.py's dot4; a's bytes may be its low or high nibbles): each such group is one
+  """A sum of int32 lanes holding, for some words a and b (either may be one word for every lane), all four byte
+  products (unsigned byte i of a) * (signed byte i of b) (nn/gguf.py's dot4; a's bytes may be its low or high
+  nibbles): each such group is one
   vpdpbusd (x86 VNNI: 64 byte products per instruction), the other terms its accumulator. Exact: the same int32 sum,
   added in another order. The products' own lines stay, unused (the compiler drops them)."""
   if not ctx.ren.int8_dot or x.dtype != dtypes.int32.vec(16): return None
@@ -387,7 +388,7 @@ def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
     if p0 is not None and p1 is not None and p0[3] != p1[3] and p0[1] == p1[1]:
       ua, sb = (p0, p1) if p1[3] else (p1, p0)  # the unsigned byte, the signed one
       key = (ua[0], ua[2], sb[0])
-      if ua[0].dtype == x.dtype and sb[2] < 0 and ua[1] not in groups.setdefault(key, {}):
+      if ua[0].dtype in (x.dtype, x.dtype.scalar()) and sb[2] < 0 and ua[1] not in groups.setdefault(key, {}):
         groups[key][ua[1]] = t
         continue
     rest.append(t)
@@ -398,6 +399,7 @@ def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
   acc = f"(({' + '.join(ctx[t] for t in rest)}) + ({T}){{0}})" if rest else f"({T}){{0}}"
   for a, h, b in whole:
     word = ctx[a] if h < 0 else f"(({ctx[a]} >> {4 * h}) & 252645135)" if h else f"({ctx[a]} & 252645135)"
+    if a.dtype != x.dtype: word = f"({word}) + ({T}){{0}}"  # one word for every lane (nn/gguf.py's wide dot)
     acc = f"__builtin_ia32_vpdpbusd_v16si({acc}, {word}, ({ctx[b]}) + ({T}){{0}})"
   return acc
 
