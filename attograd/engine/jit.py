@@ -87,11 +87,16 @@ class CapturedJit:
       base = out.base
       buf = buffers[base] if base.op is Ops.BUFFER else None
       self.outs.append((_unbind_chain(out), buf, where.get(id(buf)) if buf is not None else None))
-    self.written = [b for k, b in written.items() if k not in where]
     self.written_inputs = [i for i, b in enumerate(inputs) if id(b) in written]  # their versions bump on each call
     # an input that is a buffer these kernels write (a previous call's output fed back) is copied first, as a kernel
     # writing it would change values another one still reads
-    self.fed_back = {id(b) for b in self.written}
+    self.fed_back = {k for k in written if k not in where}
+    # the written buffers whose versions a call bumps: those a BUFFER node reaches now (state written in place, the
+    # outputs). The others (plan_jit's pooled intermediates, a capture's dead ones) no node reaches, so no memo
+    # (schedule/realized.py) can be made in or from them; bumping each one cost a step of SmolLM2's 820 kernels ~0.3
+    # ms, their Buffer objects cold in cache after the kernels streamed the weights through it
+    live = _live_buffers() | {id(buffers[o.base]) for o in outs if o.base.op is Ops.BUFFER}
+    self.written = [b for k, b in written.items() if k not in where and k in live]
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
     # what free_intermediates frees: the pooled intermediates (the slots under them), and the outputs made while
     # capturing (not state that existed before, as x of x += y returned, whose values must stay)
