@@ -4,7 +4,7 @@ building, scheduling or compiling."""
 from __future__ import annotations
 import functools, struct, time
 from typing import Any, Callable
-from attograd.device import Buffer
+from attograd.device import Buffer, Device
 from attograd.dtype import DType, dtypes
 from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.engine.memory import PooledBuffer
@@ -49,7 +49,7 @@ class CapturedJit:
     self.ops = sum(r.spec.op_estimate for r, _, _ in rec if isinstance(r, CompiledRunner))
     self.mem = sum(sum(b.nbytes for b in bufs) for _, bufs, _ in rec)
     self.keep: list[Buffer] = []  # every buffer the argument lists point into stays alive with the jit
-    self.calls: list[tuple[Callable[..., Any], list[Any]]] = []
+    self.calls: list[tuple[Callable[..., Any], Any]] = []
     self.kernel_names = [r.spec.name if isinstance(r, CompiledRunner) else "copy" for r, _, _ in rec]
     self.devices = [bufs[0].device for _, bufs, _ in rec]
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
@@ -79,6 +79,9 @@ class CapturedJit:
       for k, n in enumerate(runner.var_names):
         if n in var_names: self.var_slots.append((args, len(gl) + k, n))
       for o in runner.spec.outs: written[id(bufs[o])] = bufs[o]
+    # one per kernel: what DEBUG >= 2 and the profiler time, one by one
+    self.kernel_calls: list[tuple[Callable[..., Any], Any]] = list(self.calls)
+    self.calls = self._batched(rec)
     # outputs: a fresh BUFFER node over the same buffer on every call, so graphs built from one call's outputs are
     # never confused with the next call's (whose kernels overwrite the buffer)
     # an output that is an input (written in place, as x.assign(...) returned) is that input of each call
@@ -105,6 +108,47 @@ class CapturedJit:
     self.freeable += list({id(b): b for _, b, src in self.outs if b is not None and src is None
                            and id(b) not in existing}.values())
     self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see recorder.Recorder
+
+  def _batched(self, rec: Recording) -> list[tuple[Callable[..., Any], Any]]:
+    """The calls, each run of consecutive kernels that their device can call from C in one call (CPU: CallBatch)
+    as one call; their arguments move into the batch's array (the slots filled on each call point there)."""
+    out: list[tuple[Callable[..., Any], Any]] = []
+    run: list[tuple[int, tuple[int, int, int, dict[int, int]]]] = []
+    moved: dict[int, tuple[Any, int]] = {}  # id(an argument list) -> (the batch's array, its first position there)
+    old = [args for _, args in self.kernel_calls]  # alive until the slots point at the arrays (their ids are keys)
+    def flush() -> None:
+      if len(run) < 2: out.extend(self.kernel_calls[i] for i, _ in run)
+      else:
+        make = Device[self.devices[run[0][0]]].call_batch
+        assert make is not None
+        batch = make([e for _, e in run])
+        off = 0
+        for i, (_, nb, ni, _) in run:
+          fn, args = self.kernel_calls[i]
+          for j, v in enumerate(args): batch.args[off + j] = v
+          moved[id(args)] = (batch.args, off)
+          self.kernel_calls[i] = (fn, _ArgsAt(batch.args, off, nb + ni))
+          off += nb + ni
+        out.append((batch.fxn, [batch.fns, batch.args]))
+      run.clear()
+    for i, (runner, _, _) in enumerate(rec):
+      dev = Device[self.devices[i]]
+      entry = dev.batch_entry(runner.prg) if isinstance(runner, CompiledRunner) and not runner.launch \
+        and dev.call_batch is not None else None
+      if entry is None or (run and self.devices[run[0][0]] != self.devices[i]): flush()
+      if entry is None: out.append(self.kernel_calls[i])
+      else:
+        assert isinstance(runner, CompiledRunner)
+        run.append((i, (entry[0], len(runner.spec.globals), len(runner.var_names), entry[1])))
+    flush()
+    def at(args: Any, pos: int) -> tuple[Any, int]:
+      arr, off = moved.get(id(args), (args, 0))
+      return arr, off + pos
+    self.in_slots = [[(*at(a, p), raw) for a, p, raw in slots] for slots in self.in_slots]
+    self.var_slots = [(*at(a, p), n) for a, p, n in self.var_slots]
+    self.buf_slots = [(*at(a, p), b) for a, p, b in self.buf_slots]
+    del old
+    return out
 
   def free_intermediates(self) -> None:
     """Free the memory only the replays use, as tinygrad's: the intermediates, and the outputs the kernels write whole
@@ -136,7 +180,7 @@ class CapturedJit:
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
     if self.rng is not None: self.rng[0].copyin(memoryview(struct.pack("<I", rng_counter & 0xFFFFFFFF)))
     if debug >= 2 or PROFILER.active:
-      for (fn, args), kname, dev in zip(self.calls, self.kernel_names, self.devices):
+      for (fn, args), kname, dev in zip(self.kernel_calls, self.kernel_names, self.devices):
         kt = time.perf_counter()
         fn(*args)
         ke = time.perf_counter()
@@ -148,7 +192,7 @@ class CapturedJit:
     GlobalCounters.kernel_count += self.n_kernels
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
-    if debug >= 1: print(f"jit: replayed {len(self.calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
+    if debug >= 1: print(f"jit: replayed {len(self.kernel_calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
     outs = []
     vals = {v.src[0]: v.src[1].arg for v in variables.values()} if variables else {}
     for u, buf, src in self.outs:
@@ -169,6 +213,12 @@ class CapturedJit:
         raise JitValueError(f"TinyJit: with {shown} the captured {what} is out of bounds ({va} {cmp} "
                             f"{vb}): its kernels would read outside their buffers. Keep the Variables in the range the "
                             "function allows, or call it without the jit for this value")
+
+class _ArgsAt:
+  """A batched kernel's arguments, where its batch keeps them (n values of an array from position off): DEBUG >= 2
+  and the profiler call the kernel alone with them."""
+  def __init__(self, arr: Any, off: int, n: int): self.arr, self.off, self.n = arr, off, n
+  def __iter__(self) -> Any: return iter(self.arr[self.off:self.off + self.n])
 
 def _live_buffers() -> set[int]:
   """The ids of the Buffers behind every BUFFER node alive now."""

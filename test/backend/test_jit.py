@@ -613,6 +613,31 @@ def test_replay_bumps_versions_of_reachable_buffers_only(device: str) -> None:
   np.testing.assert_allclose((state * 1).numpy(), before + 2 * (np.exp(2.0) + 2.0), rtol=1e-5)
   np.testing.assert_allclose(out.numpy(), [np.exp(2.0)] * 2, rtol=1e-5)
 
+def test_replay_calls_runs_of_kernels_as_one_batch(device: str, capsys: pytest.CaptureFixture[str]) -> None:
+  # where the device offers call_batch (CPU: one C function calling the kernels), consecutive kernels replay in one
+  # call; their inputs, Variables and buffers shifted into a stacked weight (one program for the four layers, its
+  # address moved per layer) still change per call, and DEBUG=2 still times each kernel alone
+  from attograd import Device
+  w = Tensor(rnd(4, 48, seed=1), device=device).realize()
+  n = Variable("n", 1, 8)
+  @TinyJit
+  def f(x: Tensor, k: UOp) -> Tensor:
+    for i in range(4): x = (x * w[i] + 1).contiguous()
+    return (x[:, :k].sum(1) + x.sum(1)).realize()
+  def want(x: np.ndarray, k: int) -> np.ndarray:
+    for i in range(4): x = x * w.numpy()[i] + 1
+    return x[:, :k].sum(1) + x.sum(1)
+  for i in range(6):
+    x = rnd(2, 48, seed=i)
+    np.testing.assert_allclose(f(Tensor(x, device=device), n.bind(i + 1)).numpy(), want(x, i + 1), rtol=1e-4)
+  cj = f.captured
+  assert cj is not None and len(cj.kernel_calls) == cj.n_kernels >= 5
+  batched = Device[device].call_batch is not None
+  assert len(cj.calls) == (1 if batched else cj.n_kernels)
+  with Context(DEBUG=2):
+    np.testing.assert_allclose(f(Tensor(x, device=device), n.bind(3)).numpy(), want(x, 3), rtol=1e-4)
+  assert capsys.readouterr().out.count("*** jit ") == cj.n_kernels
+
 def test_output_fed_back_as_input(device: str) -> None:
   # the output buffer is written while the kernel reads the input: the fed-back input is copied first
   @TinyJit
