@@ -159,8 +159,12 @@ BLOCK_SHAPES: dict[str, tuple[int, ...]] = {
 
 def _f16(blocks: Tensor, i: int) -> Tensor:
   """The little-endian float16 at bytes [i, i+2) of each block, as float32, shape (n_blocks, 1)."""
+  return _half(blocks, i).float()
+
+def _half(blocks: Tensor, i: int) -> Tensor:
+  """The little-endian float16 at bytes [i, i+2) of each block, shape (n_blocks, 1) float16."""
   b = blocks[:, i:i + 2].cast(dtypes.uint16)
-  return (b[:, 0:1] | (b[:, 1:2] << 8)).bitcast(dtypes.float16).float()
+  return (b[:, 0:1] | (b[:, 1:2] << 8)).bitcast(dtypes.float16)
 
 def _per_block(x: Tensor, nd: int) -> Tensor:
   """(n_blocks, 1) values broadcast over a block of nd axes: (n_blocks, 1, ..., 1)."""
@@ -306,7 +310,8 @@ _SPLIT: dict[str, tuple[tuple[int, ...], int, int | None, Dequant]] = {
 # rounded to 8 bits per block), so it is an option (Renderer.int8_dot: on where that instruction exists).
 #
 # Its layout: the quant bytes as little-endian int32 words of 4 bytes, 16 rows interleaved, (row groups, blocks per
-# row, words per block, 16) int32, and the scales the same way, (row groups, blocks per row, scales, 16) float32: one
+# row, words per block, 16) int32, and the scales the same way, (row groups, blocks per row, scales, 16) float16 (the
+# file's own: float32 copies were a sixth of a Q4_1 matvec's bytes, a step's kernels read them at memory speed): one
 # vector load reads a word of 16 rows, whose 16 dot products run on the lanes of one int32 vector. Rows are padded to
 # a multiple of 16 with zero blocks.
 
@@ -423,7 +428,7 @@ class QuantizedTensor:
       flat = self.blocks.reshape(-1, self.block_bytes)
       words = self.blocks[:, :, start:start + n].bitcast(dtypes.uint32)
       if off == 128: words = words ^ 0x80808080  # int8 bytes as unsigned ones, + 128
-      scales = Tensor.cat(*[_f16(flat, i) for i in offs], dim=1).reshape(rows, nbr, len(offs))
+      scales = Tensor.cat(*[_half(flat, i) for i in offs], dim=1).reshape(rows, nbr, len(offs))
       self.words = (_interleave(words.bitcast(dtypes.int32), rows), _interleave(scales, rows))
       self.blocks = self.words[0]
       return self
@@ -463,7 +468,7 @@ class QuantizedTensor:
     dev, off = words.device, _DOT[self.qtype][3]
     # (G, L, nbr, W, 4): byte i of word k of each row's block
     b = (words.permute(0, 3, 1, 2).reshape(G, L, nbr, W, 1) >> _shifts(4, 8, dev, (1, 1, 1, 1, 4))) & 255
-    sc = scales.permute(0, 3, 1, 2)  # (G, L, nbr, S)
+    sc = scales.float().permute(0, 3, 1, 2)  # (G, L, nbr, S)
     if W == 4:  # Q4: the low nibbles (elements 0..15), then the high ones
       q = (b.reshape(G, L, nbr, 1, W, 4) >> _shifts(2, 4, dev, (1, 1, 1, 2, 1, 1))) & 15
       d = sc[..., 0:1].reshape(G, L, nbr, 1, 1, 1)
@@ -503,8 +508,8 @@ class QuantizedTensor:
       terms = [dot4(w, xw[..., k, :], 0), dot4(w, xw[..., 4 + k, :], 1)] if W == 4 else [dot4(w, xw[..., k, :])]
       for t in terms: isum = t if isum is None else isum + t
     assert isum is not None
-    val = isum.float() * (scales[:, :, 0] * dx)
-    if mins is not None: val = val + scales[:, :, 1] * mins
+    val = isum.float() * (scales[:, :, 0].float() * dx)
+    if mins is not None: val = val + scales[:, :, 1].float() * mins
     return val.sum(2).reshape(T, G * L)[:, :prod(self.shape[:-1])]
   def _dot24(self, x: Tensor) -> Tensor:
     """dot(x, wide=True). Q8_0's layout holds u = q + 128 as unsigned bytes; with x_j = 65536 * h_j + 256 * m_j +
@@ -528,7 +533,7 @@ class QuantizedTensor:
     assert high is not None and mid is not None and low is not None
     # added in float (each int32 sum converts exactly): a sum scaled in int32 would be a multiply of every product
     isum = (high - hs * 128).float() * 65536.0 + mid.float() * 256.0 + low.float()
-    val = isum * (scales[:, :, 0] * dx)
+    val = isum * (scales[:, :, 0].float() * dx)
     return val.sum(2).reshape(T, G * L)[:, :prod(self.shape[:-1])]
   def float(self) -> Tensor: return self.dequantize()
   def numpy(self) -> Any: return self.dequantize().numpy()

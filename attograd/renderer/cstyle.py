@@ -450,7 +450,15 @@ class ClangRenderer(CStyleLanguage):
               " return ((__v1d)((c & (__v1l)x) | (~c & (__v1l)y)))[0]; }\n"
               # a value held in an SSE register from here on (see ClangRenderer.render_cast); nothing elsewhere
               "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
-              "#define __ATTO_IN_REG(v) __asm__(\"\" : \"+x\"(v))\n#else\n#define __ATTO_IN_REG(v) (void)0\n#endif\n")
+              "#define __ATTO_IN_REG(v) __asm__(\"\" : \"+x\"(v))\n#else\n#define __ATTO_IN_REG(v) (void)0\n#endif\n"
+              # 16 half lanes to float lanes: one vcvtph2ps with AVX-512 (gcc 12 converts the vector one lane at a
+              # time, through a general register each), else the generic conversion
+              "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)\n"
+              "typedef short __atto_v16hi __attribute__((vector_size(32))); typedef float __atto_v16sf "
+              "__attribute__((vector_size(64)));\n"
+              "#define __ATTO_HALF16_TO_FLOAT16(x) __builtin_ia32_vcvtph2ps512_mask((__atto_v16hi)(x), "
+              "(__atto_v16sf){0}, (unsigned short)0xFFFF, 4)\n"
+              "#else\n#define __ATTO_HALF16_TO_FLOAT16(x) __builtin_convertvector((x), float16)\n#endif\n")
   def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True, fma: bool = False,
                int8_dot: bool = False):
     # OpenMP's workers sleep between kernels (runtime/ops_cpu.py sets passive waits: spinning ones collapse on a busy
@@ -475,6 +483,7 @@ class ClangRenderer(CStyleLanguage):
             f"_Pragma(\"omp simd\") for (int __i = 0; __i < {d.count}; __i++) "
             f"__r[__i] = __builtin_fma{f}(__a[__i], __b[__i], __c[__i]); __r; }}))")
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if src == dtypes.float16.vec(16) and dst == dtypes.float32.vec(16): return f"__ATTO_HALF16_TO_FLOAT16({x})"
     # byte or short lanes widened from a register (__ATTO_IN_REG, in the preamble): gcc 12 widens such a vector that
     # comes straight from memory one lane at a time, through general registers (a Q8_0 matvec ran 4x slower)
     if dst.count > 1 and dtypes.is_int(src) and src.scalar().itemsize <= 2 and src.size <= 16:

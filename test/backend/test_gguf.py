@@ -501,6 +501,8 @@ def test_int8_dot_product(qtype: str, rows: int, ne0: int) -> None:
   q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(rows, -1, BLOCK[qtype]), device="CPU"), qtype,
                       (rows, ne0)).realize(int8=True)
   assert q.words is not None and q.words[0].shape == (-(-rows // 16), ne0 // 32, 4 if qtype != "Q8_0" else 8, 16)
+  # the scales stay the file's float16: with rows a multiple of 16 the layout is exactly the file's bytes
+  assert q.words[1].dtype == dtypes.float16 and (rows % 16 or q.nbytes == len(raw))
   np.testing.assert_array_equal(q.dequantize().numpy(), ref.astype(np.float32))
   x = np.random.default_rng(rows + ne0).standard_normal(ne0).astype(np.float32)
   x[:32] = 0.0  # a block of zeros: scale 0, values 0
