@@ -2,7 +2,7 @@
 kernels as prebuilt (function, argument list) pairs, run again with new input buffers and variable values: no graph
 building, scheduling or compiling."""
 from __future__ import annotations
-import functools, struct, time
+import ctypes, functools, struct, time
 from typing import Any, Callable
 from attograd.device import Buffer, Device
 from attograd.dtype import DType, dtypes
@@ -111,36 +111,79 @@ class CapturedJit:
 
   def _batched(self, rec: Recording) -> list[tuple[Callable[..., Any], Any]]:
     """The calls, each run of consecutive kernels that their device can call from C in one call (CPU: CallBatch)
-    as one call; their arguments move into the batch's array (the slots filled on each call point there)."""
+    as one call; their arguments move into the batch's array (the slots filled on each call point there). A kernel
+    that picks its thread count per call (ThreadChoice) joins a batch only when its parallel loop runs on one thread
+    for small values of a Variable (an OpenMP `if` clause, as attention over the filled positions has): the replay
+    runs the batches while the Variable is below the smallest value that wakes a kernel's threads (`split`), and
+    above it `calls_high`, the same batches cut around those kernels, each called alone."""
     out: list[tuple[Callable[..., Any], Any]] = []
-    run: list[tuple[int, tuple[int, int, int, dict[int, int]]]] = []
-    moved: dict[int, tuple[Any, int]] = {}  # id(an argument list) -> (the batch's array, its first position there)
-    old = [args for _, args in self.kernel_calls]  # alive until the slots point at the arrays (their ids are keys)
-    def flush() -> None:
-      if len(run) < 2: out.extend(self.kernel_calls[i] for i, _ in run)
-      else:
-        make = Device[self.devices[run[0][0]]].call_batch
-        assert make is not None
-        batch = make([e for _, e in run])
-        off = 0
-        for i, (_, nb, ni, _) in run:
-          fn, args = self.kernel_calls[i]
-          for j, v in enumerate(args): batch.args[off + j] = v
-          moved[id(args)] = (batch.args, off)
-          self.kernel_calls[i] = (fn, _ArgsAt(batch.args, off, nb + ni))
-          off += nb + ni
-        out.append((batch.fxn, [batch.fns, batch.args]))
-      run.clear()
+    self.calls_high: list[tuple[Callable[..., Any], Any]] = []
+    self.split: tuple[str, int] | None = None  # (Variable, the value from which calls_high runs)
+    # per kernel: None (not batched), or (batch entry, the Variable and value from which it may run threads)
+    plan: list[tuple[tuple[int, int, int, dict[int, int]], tuple[str, int] | None] | None] = []
     for i, (runner, _, _) in enumerate(rec):
       dev = Device[self.devices[i]]
-      entry = dev.batch_entry(runner.prg) if isinstance(runner, CompiledRunner) and not runner.launch \
+      e = dev.batch_entry(runner.prg, runner.spec.src) if isinstance(runner, CompiledRunner) and not runner.launch \
         and dev.call_batch is not None else None
-      if entry is None or (run and self.devices[run[0][0]] != self.devices[i]): flush()
-      if entry is None: out.append(self.kernel_calls[i])
+      if e is None or not isinstance(runner, CompiledRunner): plan.append(None)
       else:
-        assert isinstance(runner, CompiledRunner)
-        run.append((i, (entry[0], len(runner.spec.globals), len(runner.var_names), entry[1])))
+        thr = _threads_from(runner, e[3]) if e[2] else None
+        if thr is not None and thr[0] not in self.var_names: thr = None  # a Variable the calls don't set
+        entry = (e[0], len(runner.spec.globals), len(runner.var_names), e[1])
+        plan.append(None if e[2] and thr is None else (entry, thr))
+    limits = {t for p in plan if p is not None and (t := p[1]) is not None}
+    if len({n for n, _ in limits}) > 1:  # conditions over different Variables: those kernels stay out
+      plan = [None if p is not None and p[1] is not None else p for p in plan]
+      limits = set()
+    if limits: self.split = (next(iter(limits))[0], min(v for _, v in limits))
+    moved: dict[int, tuple[Any, int]] = {}  # id(an argument list) -> (the batch's array, its first position there)
+    old = [args for _, args in self.kernel_calls]  # alive until the slots point at the arrays (their ids are keys)
+    run: list[int] = []
+    def make(idx: list[int]) -> Any:
+      mk = Device[self.devices[idx[0]]].call_batch
+      assert mk is not None
+      return mk([plan[i][0] for i in idx])  # type: ignore[index]
+    def flush() -> None:
+      if len(run) < 2:
+        out.extend(self.kernel_calls[i] for i in run)
+        self.calls_high.extend(self.kernel_calls[i] for i in run)
+        run.clear()
+        return
+      batch, off, starts = make(run), 0, {}
+      for i in run:
+        fn, args = self.kernel_calls[i]
+        for j, v in enumerate(args): batch.args[off + j] = v
+        moved[id(args)] = (batch.args, off)
+        n = plan[i][0][1] + plan[i][0][2]  # type: ignore[index]
+        self.kernel_calls[i] = (fn, _ArgsAt(batch.args, off, n))
+        starts[i] = off
+        off += n
+      out.append((batch.fxn, [batch.fns, batch.args]))
+      # calls_high: the pieces between kernels that may run threads, each piece a batch over the same arguments
+      piece: list[int] = []
+      for i in run + [-1]:
+        if i >= 0 and plan[i][1] is None:  # type: ignore[index]
+          piece.append(i)
+          continue
+        if len(piece) == 1: self.calls_high.append(self.kernel_calls[piece[0]])
+        elif piece:
+          sub = make(piece)
+          at = ctypes.cast(ctypes.addressof(batch.args) + 8 * starts[piece[0]], ctypes.POINTER(ctypes.c_int64))
+          self.calls_high.append((sub.fxn, [sub.fns, at]))
+          self._alive.append(batch.args)
+        if i >= 0: self.calls_high.append(self.kernel_calls[i])
+        piece = []
+      run.clear()
+    self._alive: list[Any] = []  # the arrays the pieces point into
+    for i in range(len(rec)):
+      p = plan[i]
+      if p is None or (run and self.devices[run[0]] != self.devices[i]): flush()
+      if p is None:
+        out.append(self.kernel_calls[i])
+        self.calls_high.append(self.kernel_calls[i])
+      else: run.append(i)
     flush()
+    if self.split is None: self.calls_high = out
     def at(args: Any, pos: int) -> tuple[Any, int]:
       arr, off = moved.get(id(args), (args, 0))
       return arr, off + pos
@@ -187,7 +230,8 @@ class CapturedJit:
         if PROFILER.active: PROFILER.span(kname, "jit", dev, kt, ke)
         if DEBUG >= 2: print(f"*** jit {kname:32s} {(ke - kt) * 1e6:9.2f} us")
     else:
-      for fn, args in self.calls: fn(*args)
+      calls = self.calls if (sp := self.split) is None or variables[sp[0]].src[1].arg < sp[1] else self.calls_high
+      for fn, args in calls: fn(*args)
     for b in self.written: b.version += 1  # results memoized in these buffers are stale now
     GlobalCounters.kernel_count += self.n_kernels
     GlobalCounters.global_ops += self.ops
@@ -213,6 +257,23 @@ class CapturedJit:
         raise JitValueError(f"TinyJit: with {shown} the captured {what} is out of bounds ({va} {cmp} "
                             f"{vb}): its kernels would read outside their buffers. Keep the Variables in the range the "
                             "function allows, or call it without the jit for this value")
+
+def _threads_from(runner: CompiledRunner, wakes: Callable[..., int] | None) -> tuple[str, int] | None:
+  """(Variable, value) when the kernel's parallel loop wakes its threads (`wakes`, its `if` clause, is true) only
+  from that value of its one Variable on: the clause compares work that grows with the Variable with a minimum,
+  checked at 17 values across its range. None for a loop without a clause, or a clause it can't place."""
+  if wakes is None or len(runner.var_names) != 1: return None
+  var = next((v for v in runner.spec.vars if v.arg[0] == runner.var_names[0]), None)
+  if var is None: return None
+  name, lo, hi = var.arg[0], var.arg[1], var.arg[2]
+  samples = [bool(wakes(lo + (hi - lo) * k // 16)) for k in range(17)]
+  if any(a and not b for a, b in zip(samples, samples[1:])): return None  # not monotone
+  if not samples[-1]: return (name, hi + 1)
+  while lo < hi:  # the smallest value that wakes the threads
+    mid = (lo + hi) // 2
+    if wakes(mid): hi = mid
+    else: lo = mid + 1
+  return (name, lo)
 
 class _ArgsAt:
   """A batched kernel's arguments, where its batch keeps them (n values of an array from position off): DEBUG >= 2

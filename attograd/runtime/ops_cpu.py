@@ -2,7 +2,7 @@
 OpenMP."""
 from __future__ import annotations
 import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, time, weakref
-from typing import Any
+from typing import Any, Callable
 from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
                              disk_cache_put, host_bytes, split_symbol)
 from attograd.renderer.cstyle import ClangRenderer
@@ -286,6 +286,9 @@ class CPUProgram:
     fxn(*bufs, *vals)
     tc.record(which, time.perf_counter() - st, time.thread_time() - cpu)
 
+_IF_CLAUSE = re.compile(r"#pragma omp parallel for if\((.*)\)\s*$", re.M)  # renderer/cstyle.py's parallel_range_rule
+_INT_PARAM = re.compile(r"const int (\w+)")
+
 class CallBatch:
   """Kernels called one after another from C, in one ctypes call: each kernel's call through ctypes costs ~0.5 us of
   argument conversion, and its Python objects (cold in cache after the kernels streamed their data through it) more;
@@ -319,14 +322,22 @@ class CPUDevice(Compiled):
   def call_batch(self, kernels: list[tuple[int, int, int, dict[int, int]]]) -> CallBatch:  # type: ignore[override]
     """One C call running `kernels` (see CallBatch)."""
     return CallBatch(self.compiler, kernels)
-  def batch_entry(self, prg: Any) -> tuple[int, dict[int, int]] | None:
-    """(function address, {buffer argument: address shift}) of a program a CallBatch can call directly, else None
-    (a kernel whose thread count ThreadChoice picks per call runs through its program object)."""
+  def batch_entry(self, prg: Any, src: str) -> tuple[int, dict[int, int], bool, Callable[..., int] | None] | None:
+    """(function address, {buffer argument: address shift}, whether ThreadChoice picks its thread count per call,
+    and then its parallel loop's `if` clause as a function of the kernel's int arguments, or None without one) of a
+    program `src` a CallBatch can call directly, else None. A batch may call a program with a ThreadChoice while
+    that clause is false: it runs on the calling thread then, whatever OpenMP's thread count."""
     shifts = dict(getattr(prg, "shifts", ()))
     prg = getattr(prg, "prg", prg) if shifts else prg  # realize._Shifted: the program, its buffers moved
-    if not isinstance(prg, CPUProgram) or prg.threads is not None: return None
-    addr = ctypes.cast(prg.fxn, ctypes.c_void_p).value
-    return (addr, shifts) if addr else None
+    if not isinstance(prg, CPUProgram) or not (addr := ctypes.cast(prg.fxn, ctypes.c_void_p).value): return None
+    if prg.threads is None: return (addr, shifts, False, None)
+    clauses, head = _IF_CLAUSE.findall(src), re.search(r"void \w+\((.*?)\) \{", src)
+    if len(clauses) != 1 or src.count("#pragma omp parallel") != 1 or head is None: return (addr, shifts, True, None)
+    ints = _INT_PARAM.findall(head.group(1))
+    cond = f"int atto_wakes({', '.join(f'int {n}' for n in ints) or 'void'}) {{ return ({clauses[0]}) != 0; }}\n"
+    fn = load_library(self.compiler.compile_cached(cond)).atto_wakes
+    fn.argtypes, fn.restype = [ctypes.c_int] * len(ints), ctypes.c_int
+    return (addr, shifts, True, fn)
   def quick_build(self, kernels: list[tuple[str, str]]) -> list[CPUProgram]:
     """One -O1 library for all of `kernels` ([(name, src)]), loaded once: a program per kernel."""
     assert isinstance(self.compiler, ClangCompiler)

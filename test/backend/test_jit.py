@@ -638,6 +638,31 @@ def test_replay_calls_runs_of_kernels_as_one_batch(device: str, capsys: pytest.C
     np.testing.assert_allclose(f(Tensor(x, device=device), n.bind(3)).numpy(), want(x, 3), rtol=1e-4)
   assert capsys.readouterr().out.count("*** jit ") == cj.n_kernels
 
+def test_batches_take_kernels_that_wake_threads_only_from_a_size_on(device: str) -> None:
+  # a kernel whose thread count ThreadChoice picks per call joins the batch when its parallel loop's `if` clause
+  # (over a Variable: attention over the filled positions) keeps it on one thread for small values; from the
+  # smallest value that wakes its threads on, the replay calls it alone, between batches of the others
+  from attograd import Device
+  if Device[device].call_batch is None: pytest.skip("this device replays kernel by kernel")
+  data = rnd(16384, 64, seed=2)
+  x = Tensor(data, device=device).realize()
+  rows = Variable("rows", 1, 16384)
+  @TinyJit
+  def f(y: Tensor, k: UOp) -> Tensor:
+    h = (y * 2 + 1).contiguous()
+    s = (x[:k] * h).sum(0).contiguous()  # over a symbolic number of rows: the clause's Variable
+    return (s * 3 + h).realize()
+  y = rnd(64, seed=3)
+  def want(k: int) -> np.ndarray: return (data[:k] * (y * 2 + 1)).sum(0) * 3 + (y * 2 + 1)
+  for k in (3, 5, 7): f(Tensor(y, device=device), rows.bind(k))
+  from attograd.runtime.ops_cpu import _omp_threads
+  if _omp_threads() is None: pytest.skip("one OpenMP thread: no kernel picks its thread count")
+  cj = f.captured
+  assert cj is not None and cj.split is not None and cj.split[0] == "rows" and 1 < cj.split[1] <= 16384
+  assert len(cj.calls) == 1 and len(cj.calls_high) == 3
+  for k in (9, cj.split[1] - 1, cj.split[1], 16384):
+    np.testing.assert_allclose(f(Tensor(y, device=device), rows.bind(k)).numpy(), want(k), rtol=1e-3)
+
 def test_output_fed_back_as_input(device: str) -> None:
   # the output buffer is written while the kernel reads the input: the fed-back input is copied first
   @TinyJit
