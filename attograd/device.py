@@ -219,7 +219,7 @@ class Compiled:
   A device may also offer `quick_build(kernels: list[tuple[name, src]]) -> list[program]`: a cheap build of several
   kernels at once (slower code), which the engine runs while the optimized builds are made in the background."""
   quick_build: Callable[[list[tuple[str, str]]], list[Any]] | None = None
-  graph: Any = None  # tinygrad's graph runner class (CUDA graphs, ...): attograd's jit replays kernels one by one
+  graph: Any = None  # tinygrad's graph runner class (CUDA graphs, ...): attograd's jit calls the kernels itself
   # a device whose programs C can call directly may offer call_batch(kernels) -> an object whose fxn(fns, args) runs
   # several kernels in one call, with batch_entry(program, source) -> (function address, address shifts, whether it
   # picks its thread count per call, when it wakes its threads) or None for a program it can't

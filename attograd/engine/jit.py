@@ -286,8 +286,8 @@ def _live_buffers() -> set[int]:
   return {id(b) for u in UOpMetaClass.live() if u.op is Ops.BUFFER and (b := buffers.get(u)) is not None}
 
 def graph_class(dev: Any) -> Any:
-  """tinygrad's graph runner class for a device (None where it has none): attograd's replays call each kernel
-  directly, so every device's is None."""
+  """tinygrad's graph runner class for a device (None where it has none): attograd's replays call the kernels
+  themselves (runs of them in one call where the device offers call_batch), so every device's is None."""
   return dev.graph
 
 def _own(b: Buffer, copies: list[Buffer]) -> Buffer:
