@@ -219,7 +219,14 @@ class Compiled:
   A device may also offer `quick_build(kernels: list[tuple[name, src]]) -> list[program]`: a cheap build of several
   kernels at once (slower code), which the engine runs while the optimized builds are made in the background."""
   quick_build: Callable[[list[tuple[str, str]]], list[Any]] | None = None
-  graph: Any = None  # tinygrad's graph runner class (CUDA graphs, ...): attograd's jit replays kernels one by one
+  graph: Any = None  # tinygrad's graph runner class (CUDA graphs, ...): attograd's jit calls the kernels itself
+  # a device whose programs C can call directly may offer call_batch(kernels) -> an object whose fxn(fns, args) runs
+  # several kernels in one call, with batch_entry(program, source) -> (function address, address shifts, whether it
+  # picks its thread count per call, when it wakes its threads) or None for a program it can't
+  # (runtime/ops_cpu.py's CallBatch): a TinyJit replay calls runs of kernels that way
+  call_batch: Callable[[list[Any]], Any] | None = None
+  def batch_entry(self, prg: Any, src: str) -> tuple[int, dict[int, int], bool, Callable[..., int] | None] | None:
+    return None
   def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
     self.device, self.allocator, self.renderer = device, allocator, renderer
     self.compiler, self.runtime = compiler, runtime

@@ -348,6 +348,9 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
   index_only: set[UOp] = set()
   ivals: set[UOp] = set()  # integer values with lanes (loaded, unpacked): their vectors are in out
   masks: dict[UOp, object] = {}  # comparison results kept as lane masks -> the float dtype they compared
+  # half values loaded with lanes: only a conversion to float32 lanes may use them (C has no arithmetic mixing half
+  # vectors with float scalars); the scales of quantized weights stored as the file's float16 (nn/gguf.py)
+  hvals: set[UOp] = set()
   for u in sink.toposort():
     d = u is lane or any(dep[s] for s in u.src)
     dep[u] = d
@@ -380,6 +383,10 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
       # index math as a float value (an arange, a bit of a word picked by the lane): its lanes as a vector
       out[u] = UOp(Ops.CAST, u.dtype.vec(width), (_lane_vector(u.src[0], lane, width),))
       continue
+    if u.op is Ops.CAST and u.src[0] in hvals and u.dtype is dtypes.float32:
+      out[u] = UOp(Ops.CAST, u.dtype.vec(width), (out[u.src[0]],))
+      continue
+    if any(s in hvals for s in u.src): return None
     if u.op in (Ops.CAST, Ops.BITCAST) and (u.src[0] in ivals or u.src[0].dtype in _VEC_DTYPES) and \
        (u.dtype in _INT_LANES or u.dtype in _VEC_DTYPES) and (u.op is Ops.CAST or u.dtype.itemsize ==
                                                                u.src[0].dtype.itemsize):
@@ -412,9 +419,10 @@ def vectorize(sink: UOp, lane: UOp, reduce_lane: bool = False) -> UOp | None:
       continue
     if u.op is Ops.STORE and u.src[2] in masks: return None
     if u.dtype not in _VEC_DTYPES and u.op not in (Ops.STORE, Ops.SINK) and \
-       not (u.op is Ops.LOAD and u.dtype in _INT_LANES): return None
+       not (u.op is Ops.LOAD and (u.dtype in _INT_LANES or u.dtype is dtypes.float16)): return None
     if u.op is Ops.LOAD:
       if u.dtype in _INT_LANES: ivals.add(u)
+      if u.dtype is dtypes.float16: hvals.add(u)
       if len(u.src) == 3 and dep[u.src[2]]:  # a mask that differs across the lanes (padding, a pad's edge)
         if (masked := _masked_vector_load(u, lane, width)) is None: return None
         out[u] = masked

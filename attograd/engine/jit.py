@@ -2,9 +2,9 @@
 kernels as prebuilt (function, argument list) pairs, run again with new input buffers and variable values: no graph
 building, scheduling or compiling."""
 from __future__ import annotations
-import functools, struct, time
+import ctypes, functools, struct, time
 from typing import Any, Callable
-from attograd.device import Buffer
+from attograd.device import Buffer, Device
 from attograd.dtype import DType, dtypes
 from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.engine.memory import PooledBuffer
@@ -49,7 +49,7 @@ class CapturedJit:
     self.ops = sum(r.spec.op_estimate for r, _, _ in rec if isinstance(r, CompiledRunner))
     self.mem = sum(sum(b.nbytes for b in bufs) for _, bufs, _ in rec)
     self.keep: list[Buffer] = []  # every buffer the argument lists point into stays alive with the jit
-    self.calls: list[tuple[Callable[..., Any], list[Any]]] = []
+    self.calls: list[tuple[Callable[..., Any], Any]] = []
     self.kernel_names = [r.spec.name if isinstance(r, CompiledRunner) else "copy" for r, _, _ in rec]
     self.devices = [bufs[0].device for _, bufs, _ in rec]
     # per input: the (argument list, position, wants the raw handle) slots to fill on each call
@@ -79,6 +79,9 @@ class CapturedJit:
       for k, n in enumerate(runner.var_names):
         if n in var_names: self.var_slots.append((args, len(gl) + k, n))
       for o in runner.spec.outs: written[id(bufs[o])] = bufs[o]
+    # one per kernel: what DEBUG >= 2 and the profiler time, one by one
+    self.kernel_calls: list[tuple[Callable[..., Any], Any]] = list(self.calls)
+    self.calls = self._batched(rec)
     # outputs: a fresh BUFFER node over the same buffer on every call, so graphs built from one call's outputs are
     # never confused with the next call's (whose kernels overwrite the buffer)
     # an output that is an input (written in place, as x.assign(...) returned) is that input of each call
@@ -87,11 +90,16 @@ class CapturedJit:
       base = out.base
       buf = buffers[base] if base.op is Ops.BUFFER else None
       self.outs.append((_unbind_chain(out), buf, where.get(id(buf)) if buf is not None else None))
-    self.written = [b for k, b in written.items() if k not in where]
     self.written_inputs = [i for i, b in enumerate(inputs) if id(b) in written]  # their versions bump on each call
     # an input that is a buffer these kernels write (a previous call's output fed back) is copied first, as a kernel
     # writing it would change values another one still reads
-    self.fed_back = {id(b) for b in self.written}
+    self.fed_back = {k for k in written if k not in where}
+    # the written buffers whose versions a call bumps: those a BUFFER node reaches now (state written in place, the
+    # outputs). The others (plan_jit's pooled intermediates, a capture's dead ones) no node reaches, so no memo
+    # (schedule/realized.py) can be made in or from them; bumping each one cost a step of SmolLM2's 820 kernels ~0.3
+    # ms, their Buffer objects cold in cache after the kernels streamed the weights through it
+    live = live_buffers() | {id(buffers[o.base]) for o in outs if o.base.op is Ops.BUFFER}
+    self.written = [b for k, b in written.items() if k not in where and k in live]
     self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
     # what free_intermediates frees: the pooled intermediates (the slots under them), and the outputs made while
     # capturing (not state that existed before, as x of x += y returned, whose values must stay)
@@ -100,6 +108,90 @@ class CapturedJit:
     self.freeable += list({id(b): b for _, b, src in self.outs if b is not None and src is None
                            and id(b) not in existing}.values())
     self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see recorder.Recorder
+
+  def _batched(self, rec: Recording) -> list[tuple[Callable[..., Any], Any]]:
+    """The calls, each run of consecutive kernels that their device can call from C in one call (CPU: CallBatch)
+    as one call; their arguments move into the batch's array (the slots filled on each call point there). A kernel
+    that picks its thread count per call (ThreadChoice) joins a batch only when its parallel loop runs on one thread
+    for small values of a Variable (an OpenMP `if` clause, as attention over the filled positions has): the replay
+    runs the batches while the Variable is below the smallest value that wakes a kernel's threads (`split`), and
+    above it `calls_high`, the same batches cut around those kernels, each called alone."""
+    out: list[tuple[Callable[..., Any], Any]] = []
+    self.calls_high: list[tuple[Callable[..., Any], Any]] = []
+    self.split: tuple[str, int] | None = None  # (Variable, the value from which calls_high runs)
+    # per kernel: None (not batched), or (batch entry, the Variable and value from which it may run threads)
+    plan: list[tuple[tuple[int, int, int, dict[int, int]], tuple[str, int] | None] | None] = []
+    for i, (runner, _, _) in enumerate(rec):
+      dev = Device[self.devices[i]]
+      e = dev.batch_entry(runner.prg, runner.spec.src) if isinstance(runner, CompiledRunner) and not runner.launch \
+        and dev.call_batch is not None else None
+      if e is None or not isinstance(runner, CompiledRunner): plan.append(None)
+      else:
+        thr = _threads_from(runner, e[3]) if e[2] else None
+        if thr is not None and thr[0] not in self.var_names: thr = None  # a Variable the calls don't set
+        entry = (e[0], len(runner.spec.globals), len(runner.var_names), e[1])
+        plan.append(None if e[2] and thr is None else (entry, thr))
+    limits = {t for p in plan if p is not None and (t := p[1]) is not None}
+    if len({n for n, _ in limits}) > 1:  # conditions over different Variables: those kernels stay out
+      plan = [None if p is not None and p[1] is not None else p for p in plan]
+      limits = set()
+    if limits: self.split = (next(iter(limits))[0], min(v for _, v in limits))
+    moved: dict[int, tuple[Any, int]] = {}  # id(an argument list) -> (the batch's array, its first position there)
+    old = [args for _, args in self.kernel_calls]  # alive until the slots point at the arrays (their ids are keys)
+    run: list[int] = []
+    def make(idx: list[int]) -> Any:
+      mk = Device[self.devices[idx[0]]].call_batch
+      assert mk is not None
+      return mk([plan[i][0] for i in idx])  # type: ignore[index]
+    def flush() -> None:
+      if len(run) < 2:
+        out.extend(self.kernel_calls[i] for i in run)
+        self.calls_high.extend(self.kernel_calls[i] for i in run)
+        run.clear()
+        return
+      batch, off, starts = make(run), 0, {}
+      for i in run:
+        fn, args = self.kernel_calls[i]
+        for j, v in enumerate(args): batch.args[off + j] = v
+        moved[id(args)] = (batch.args, off)
+        n = plan[i][0][1] + plan[i][0][2]  # type: ignore[index]
+        self.kernel_calls[i] = (fn, _ArgsAt(batch.args, off, n))
+        starts[i] = off
+        off += n
+      out.append((batch.fxn, [batch.fns, batch.args]))
+      # calls_high: the pieces between kernels that may run threads, each piece a batch over the same arguments
+      piece: list[int] = []
+      for i in run + [-1]:
+        if i >= 0 and plan[i][1] is None:  # type: ignore[index]
+          piece.append(i)
+          continue
+        if len(piece) == 1: self.calls_high.append(self.kernel_calls[piece[0]])
+        elif piece:
+          sub = make(piece)
+          at = ctypes.cast(ctypes.addressof(batch.args) + 8 * starts[piece[0]], ctypes.POINTER(ctypes.c_int64))
+          self.calls_high.append((sub.fxn, [sub.fns, at]))
+          self._alive.append(batch.args)
+        if i >= 0: self.calls_high.append(self.kernel_calls[i])
+        piece = []
+      run.clear()
+    self._alive: list[Any] = []  # the arrays the pieces point into
+    for i in range(len(rec)):
+      p = plan[i]
+      if p is None or (run and self.devices[run[0]] != self.devices[i]): flush()
+      if p is None:
+        out.append(self.kernel_calls[i])
+        self.calls_high.append(self.kernel_calls[i])
+      else: run.append(i)
+    flush()
+    if self.split is None: self.calls_high = out
+    def at(args: Any, pos: int) -> tuple[Any, int]:
+      arr, off = moved.get(id(args), (args, 0))
+      return arr, off + pos
+    self.in_slots = [[(*at(a, p), raw) for a, p, raw in slots] for slots in self.in_slots]
+    self.var_slots = [(*at(a, p), n) for a, p, n in self.var_slots]
+    self.buf_slots = [(*at(a, p), b) for a, p, b in self.buf_slots]
+    del old
+    return out
 
   def free_intermediates(self) -> None:
     """Free the memory only the replays use, as tinygrad's: the intermediates, and the outputs the kernels write whole
@@ -131,19 +223,20 @@ class CapturedJit:
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
     if self.rng is not None: self.rng[0].copyin(memoryview(struct.pack("<I", rng_counter & 0xFFFFFFFF)))
     if debug >= 2 or PROFILER.active:
-      for (fn, args), kname, dev in zip(self.calls, self.kernel_names, self.devices):
+      for (fn, args), kname, dev in zip(self.kernel_calls, self.kernel_names, self.devices):
         kt = time.perf_counter()
         fn(*args)
         ke = time.perf_counter()
         if PROFILER.active: PROFILER.span(kname, "jit", dev, kt, ke)
         if DEBUG >= 2: print(f"*** jit {kname:32s} {(ke - kt) * 1e6:9.2f} us")
     else:
-      for fn, args in self.calls: fn(*args)
+      calls = self.calls if (sp := self.split) is None or variables[sp[0]].src[1].arg < sp[1] else self.calls_high
+      for fn, args in calls: fn(*args)
     for b in self.written: b.version += 1  # results memoized in these buffers are stale now
     GlobalCounters.kernel_count += self.n_kernels
     GlobalCounters.global_ops += self.ops
     GlobalCounters.global_mem += self.mem
-    if debug >= 1: print(f"jit: replayed {len(self.calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
+    if debug >= 1: print(f"jit: replayed {len(self.kernel_calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
     outs = []
     vals = {v.src[0]: v.src[1].arg for v in variables.values()} if variables else {}
     for u, buf, src in self.outs:
@@ -165,13 +258,36 @@ class CapturedJit:
                             f"{vb}): its kernels would read outside their buffers. Keep the Variables in the range the "
                             "function allows, or call it without the jit for this value")
 
+def _threads_from(runner: CompiledRunner, wakes: Callable[..., int] | None) -> tuple[str, int] | None:
+  """(Variable, value) when the kernel's parallel loop wakes its threads (`wakes`, its `if` clause, is true) only
+  from that value of its one Variable on: the clause compares work that grows with the Variable with a minimum,
+  checked at 17 values across its range. None for a loop without a clause, or a clause it can't place."""
+  if wakes is None or len(runner.var_names) != 1: return None
+  var = next((v for v in runner.spec.vars if v.arg[0] == runner.var_names[0]), None)
+  if var is None: return None
+  name, lo, hi = var.arg[0], var.arg[1], var.arg[2]
+  samples = [bool(wakes(lo + (hi - lo) * k // 16)) for k in range(17)]
+  if any(a and not b for a, b in zip(samples, samples[1:])): return None  # not monotone
+  if not samples[-1]: return (name, hi + 1)
+  while lo < hi:  # the smallest value that wakes the threads
+    mid = (lo + hi) // 2
+    if wakes(mid): hi = mid
+    else: lo = mid + 1
+  return (name, lo)
+
+class _ArgsAt:
+  """A batched kernel's arguments, where its batch keeps them (n values of an array from position off): DEBUG >= 2
+  and the profiler call the kernel alone with them."""
+  def __init__(self, arr: Any, off: int, n: int): self.arr, self.off, self.n = arr, off, n
+  def __iter__(self) -> Any: return iter(self.arr[self.off:self.off + self.n])
+
 def live_buffers() -> set[int]:
   """The ids of the Buffers behind every BUFFER node alive now."""
   return {id(b) for u in UOpMetaClass.live() if u.op is Ops.BUFFER and (b := buffers.get(u)) is not None}
 
 def graph_class(dev: Any) -> Any:
-  """tinygrad's graph runner class for a device (None where it has none): attograd's replays call each kernel
-  directly, so every device's is None."""
+  """tinygrad's graph runner class for a device (None where it has none): attograd's replays call the kernels
+  themselves (runs of them in one call where the device offers call_batch), so every device's is None."""
   return dev.graph
 
 def _own(b: Buffer, copies: list[Buffer]) -> Buffer:

@@ -224,20 +224,23 @@ class Llama:
     table = need(weights["token_embd.weight"], (V, C), "token_embd.weight")
     self._embedding: bytes | None = None
     self._embedding_rows: EmbeddingRows | None = None
-    # the output projection stays on the float path even with int8: greedy decoding compares its logits directly,
-    # and int8 activations there moved them by ~1% (SmolLM2's chat answer began with another token: a near tie,
-    # 25.33 vs 25.24), at no gain in speed here (~1 ms either way: memory-bound on two threads)
+    # the output projection never takes int8 activations: greedy decoding compares its logits directly, and int8
+    # activations moved them by ~1% (SmolLM2's chat answer began with another token: a near tie, 25.33 vs 25.24).
+    # A Q8_0 one (SmolLM2's tied embedding) takes 16-bit ones (QuantizedTensor.dot's wide, ~3e-5 of the largest
+    # logit) where the device has the int8 dot product: the float path's int8-to-float conversions made it
+    # compute-bound, 1.5 ms of a 5 ms decode step for 30 MB of weights
     if isinstance(table, QuantizedTensor):
       self._embedding_rows = EmbeddingRows(table, self.device)
-      emb: Any = settle(w("token_embd.weight"), False) if "output.weight" not in weights else None  # tied: output
+      emb: Any = settle(w("token_embd.weight"), self._wide_head(table)) if "output.weight" not in weights \
+        else None  # tied: output
     else:
       emb = w("token_embd.weight").realize()
       self._embedding = bytes(emb.data())
     tick("token_embd.weight")
     self.output_norm = need(w("output_norm.weight"), (C,), "output_norm.weight").realize()
     tick("output_norm.weight")
-    self.output = settle(need(w("output.weight"), (V, C), "output.weight"), False) if "output.weight" in weights \
-      else emb
+    self.output = settle(need(w("output.weight"), (V, C), "output.weight"), self._wide_head(weights["output.weight"])) \
+      if "output.weight" in weights else emb
     tick("output.weight")
     self.layers: list[Layer] = []
     for i in range(cfg.n_layers):
@@ -366,7 +369,14 @@ class Llama:
       out = out + linear(gate.silu() * up, wdown[:, lo:hi])
     return out
 
-  def _logits(self, x: Tensor) -> Tensor: return self._norm_matmul(x, self.output_norm, self.output)
+  def _wide_head(self, w: Weight) -> bool:
+    """The output projection w takes 16-bit activations (QuantizedTensor.dot's wide): a Q8_0 one, with int8."""
+    return self.int8 and isinstance(w, QuantizedTensor) and w.qtype == "Q8_0"
+  def _logits(self, x: Tensor) -> Tensor:
+    if in_int8(self.output):
+      assert isinstance(self.output, QuantizedTensor)
+      return self.output.dot(x * self.output_norm, wide=True) * self._rms_scale(x)
+    return self._norm_matmul(x, self.output_norm, self.output)
 
   def forward(self, x: Tensor, start: UOp, cos: Tensor, sin: Tensor, last: UOp | None) -> list[Tensor]:
     """Rows x (T, C) at positions start, start+1, ... (start a bound Variable): writes their keys and values into

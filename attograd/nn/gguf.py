@@ -159,8 +159,12 @@ BLOCK_SHAPES: dict[str, tuple[int, ...]] = {
 
 def _f16(blocks: Tensor, i: int) -> Tensor:
   """The little-endian float16 at bytes [i, i+2) of each block, as float32, shape (n_blocks, 1)."""
+  return _half(blocks, i).float()
+
+def _half(blocks: Tensor, i: int) -> Tensor:
+  """The little-endian float16 at bytes [i, i+2) of each block, shape (n_blocks, 1) float16."""
   b = blocks[:, i:i + 2].cast(dtypes.uint16)
-  return (b[:, 0:1] | (b[:, 1:2] << 8)).bitcast(dtypes.float16).float()
+  return (b[:, 0:1] | (b[:, 1:2] << 8)).bitcast(dtypes.float16)
 
 def _per_block(x: Tensor, nd: int) -> Tensor:
   """(n_blocks, 1) values broadcast over a block of nd axes: (n_blocks, 1, ..., 1)."""
@@ -306,7 +310,8 @@ _SPLIT: dict[str, tuple[tuple[int, ...], int, int | None, Dequant]] = {
 # rounded to 8 bits per block), so it is an option (Renderer.int8_dot: on where that instruction exists).
 #
 # Its layout: the quant bytes as little-endian int32 words of 4 bytes, 16 rows interleaved, (row groups, blocks per
-# row, words per block, 16) int32, and the scales the same way, (row groups, blocks per row, scales, 16) float32: one
+# row, words per block, 16) int32, and the scales the same way, (row groups, blocks per row, scales, 16) float16 (the
+# file's own: float32 copies were a sixth of a Q4_1 matvec's bytes, a step's kernels read them at memory speed): one
 # vector load reads a word of 16 rows, whose 16 dot products run on the lanes of one int32 vector. Rows are padded to
 # a multiple of 16 with zero blocks.
 
@@ -352,6 +357,23 @@ def quantize_row_q8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   words = v.cast(dtypes.int8).bitcast(dtypes.int32).contiguous()
   sums = _sbytes(words).sum((2, 3))
   return words, amax.reshape(T, nb) / 127, sums  # d: a divide the matvec does per block
+
+def quantize_row_q24(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+  """Activation rows x (T, K) float32 in 23-bit blocks of 32, as three int8 planes for the int8 dot product: x_j =
+  round(a_j / d), d = max|a| / (2**22 - 1), split as x_j = 65536 * h_j + 256 * m_j + l_j with h_j = x_j >> 16
+  (signed, -64..63), m_j and l_j its other two bytes (unsigned). Returns (words (T, K/32, 24) int32: the h values 4
+  to a word, then the m values, then the l values; d (T, K/32) float32; the sums of each block's h values (T, K/32)
+  int32). Its rounding, 2**-23 of a block's largest value, is near float32's own (QuantizedTensor.dot's `wide`)."""
+  T, nb = x.shape[0], x.shape[1] // 32
+  xb = x.reshape(T, nb, 32)
+  amax = xb.abs().max(2, keepdim=True)
+  # exact integers |v| < 2**22, rounded half to even by the float adder (as quantize_row_q8's)
+  v = ((xb * (amax > 0).where(4194303 / amax, 0.0) + 12582912.0) - 12582912.0).cast(dtypes.int32)
+  # the unsigned planes' bytes as int8 bits (b - 256 where b > 127): read back as unsigned bytes, the same bits
+  words = (v >> 16).cat((((v >> 8) & 255) ^ 128) - 128, ((v & 255) ^ 128) - 128, dim=2)
+  words = words.cast(dtypes.int8).bitcast(dtypes.int32).contiguous()
+  hsums = _sbytes(words[:, :, :8]).sum((2, 3))
+  return words, amax.reshape(T, nb) / 4194303, hsums
 
 def _sbytes(words: Tensor) -> Tensor:
   """(n, k) int32 words -> (n, k, 4) their bytes as signed values."""
@@ -406,7 +428,7 @@ class QuantizedTensor:
       flat = self.blocks.reshape(-1, self.block_bytes)
       words = self.blocks[:, :, start:start + n].bitcast(dtypes.uint32)
       if off == 128: words = words ^ 0x80808080  # int8 bytes as unsigned ones, + 128
-      scales = Tensor.cat(*[_f16(flat, i) for i in offs], dim=1).reshape(rows, nbr, len(offs))
+      scales = Tensor.cat(*[_half(flat, i) for i in offs], dim=1).reshape(rows, nbr, len(offs))
       self.words = (_interleave(words.bitcast(dtypes.int32), rows), _interleave(scales, rows))
       self.blocks = self.words[0]
       return self
@@ -446,7 +468,7 @@ class QuantizedTensor:
     dev, off = words.device, _DOT[self.qtype][3]
     # (G, L, nbr, W, 4): byte i of word k of each row's block
     b = (words.permute(0, 3, 1, 2).reshape(G, L, nbr, W, 1) >> _shifts(4, 8, dev, (1, 1, 1, 1, 4))) & 255
-    sc = scales.permute(0, 3, 1, 2)  # (G, L, nbr, S)
+    sc = scales.float().permute(0, 3, 1, 2)  # (G, L, nbr, S)
     if W == 4:  # Q4: the low nibbles (elements 0..15), then the high ones
       q = (b.reshape(G, L, nbr, 1, W, 4) >> _shifts(2, 4, dev, (1, 1, 1, 2, 1, 1))) & 15
       d = sc[..., 0:1].reshape(G, L, nbr, 1, 1, 1)
@@ -456,14 +478,17 @@ class QuantizedTensor:
     # row % 16 of the layout's axes in every load's index math (a prompt's dequantized weights took twice as long)
     rows = prod(self.shape[:-1])
     return vals.contiguous().reshape(G * L, -1)[:rows].reshape(self.shape)
-  def dot(self, x: Tensor) -> Tensor:
+  def dot(self, x: Tensor, wide: bool = False) -> Tensor:
     """x (T, K) @ the values.T, (T, rows) float32, with x quantized to int8 blocks (quantize_row_q8): needs the int8
     layout (realize(int8=True)). Per row and block, isum = sum_j q_j * x_j in int32 (dot4 of each word's bytes, the
     byte offset folded in as -offset * sum_j x_j), then d_w * d_x * isum (+ m_w * d_x * sum_j x_j for Q4_1). A few
-    rows of x share each weight load (the kernel keeps an accumulator per row)."""
+    rows of x share each weight load (the kernel keeps an accumulator per row). wide (Q8_0 only): x in 16-bit blocks
+    instead (quantize_row_q24), three int8 dot products per word, for a product whose rounding must stay near the
+    float one's (a model's output projection: greedy decoding compares its logits directly)."""
     if self.words is None:
       raise ValueError(f"QuantizedTensor.dot: {self!r} (times x of shape {x.shape}) needs the int8 layout: "
                        "realize(int8=True) it first")
+    if wide: return self._dot24(x)
     words, scales = self.words
     G, nbr, W, L = words.shape
     T = x.shape[0]
@@ -483,8 +508,32 @@ class QuantizedTensor:
       terms = [dot4(w, xw[..., k, :], 0), dot4(w, xw[..., 4 + k, :], 1)] if W == 4 else [dot4(w, xw[..., k, :])]
       for t in terms: isum = t if isum is None else isum + t
     assert isum is not None
-    val = isum.float() * (scales[:, :, 0] * dx)
-    if mins is not None: val = val + scales[:, :, 1] * mins
+    val = isum.float() * (scales[:, :, 0].float() * dx)
+    if mins is not None: val = val + scales[:, :, 1].float() * mins
+    return val.sum(2).reshape(T, G * L)[:, :prod(self.shape[:-1])]
+  def _dot24(self, x: Tensor) -> Tensor:
+    """dot(x, wide=True). Q8_0's layout holds u = q + 128 as unsigned bytes; with x_j = 65536 * h_j + 256 * m_j +
+    l_j (quantize_row_q24), sum_j q_j * x_j = 65536 * H + 256 * M + L: H = sum_j u_j * h_j - 128 * sum_j h_j, a dot4
+    of the word (unsigned) with h (signed), M and L dot4s of m and l (unsigned) with the word's top bits flipped back
+    (q, signed). Each is exact in int32 (at most 32 * 255 * 128 in size); the total, up to 2**35, adds in float."""
+    assert self.words is not None
+    if self.qtype != "Q8_0": raise ValueError(f"QuantizedTensor.dot: wide=True needs Q8_0, {self!r} is {self.qtype}")
+    words, scales = self.words
+    G, nbr, W, L = words.shape
+    T = x.shape[0]
+    xw, dx, hs = quantize_row_q24(x)
+    xw, dx, hs = xw.reshape(T, 1, nbr, 24, 1), dx.reshape(T, 1, nbr, 1), hs.contiguous().reshape(T, 1, nbr, 1)
+    planes: list[Tensor | None] = [None, None, None]
+    for k in range(W):
+      w = words[:, :, k].reshape(1, G, nbr, L).expand(T, G, nbr, L)
+      q = w ^ -0x7F7F7F80  # 0x80808080: the bytes as signed values again
+      terms = [dot4(w, xw[..., k, :])] + [dot4(xw[..., 8 * p + k, :].expand(T, G, nbr, L), q) for p in (1, 2)]
+      planes = [t if acc is None else acc + t for acc, t in zip(planes, terms)]
+    high, mid, low = planes
+    assert high is not None and mid is not None and low is not None
+    # added in float (each int32 sum converts exactly): a sum scaled in int32 would be a multiply of every product
+    isum = (high - hs * 128).float() * 65536.0 + mid.float() * 256.0 + low.float()
+    val = isum * (scales[:, :, 0].float() * dx)
     return val.sum(2).reshape(T, G * L)[:, :prod(self.shape[:-1])]
   def float(self) -> Tensor: return self.dequantize()
   def numpy(self) -> Any: return self.dequantize().numpy()

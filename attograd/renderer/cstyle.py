@@ -359,7 +359,7 @@ def _byte_of(x: UOp) -> tuple[UOp, int, int, bool] | None:
   if x.dtype.scalar() is not dtypes.int32: return None
   if x.op is Ops.AND and x.src[1].op is Ops.CONST and x.src[1].arg in (15, 255):
     w, signed, mask = x.src[0], False, x.src[1].arg
-  elif x.op is Ops.CAST and x.src[0].op is Ops.CAST and x.src[0].dtype is dtypes.int8:
+  elif x.op is Ops.CAST and x.src[0].op is Ops.CAST and x.src[0].dtype.scalar() is dtypes.int8:
     w, signed, mask = x.src[0].src[0], True, 255
   else: return None
   sh = 0
@@ -369,8 +369,9 @@ def _byte_of(x: UOp) -> tuple[UOp, int, int, bool] | None:
   return (w, sh // 8, (sh % 8) // 4, signed) if mask == 15 else (w, sh // 8, -1, signed)
 
 def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
-  """A sum of int32 lanes holding, for some words a (a vector) and b, all four byte products (unsigned byte i of a)
-  * (signed byte i of b) (nn/gguf.py's dot4; a's bytes may be its low or high nibbles): each such group is one
+  """A sum of int32 lanes holding, for some words a and b (either may be one word for every lane), all four byte
+  products (unsigned byte i of a) * (signed byte i of b) (nn/gguf.py's dot4; a's bytes may be its low or high
+  nibbles): each such group is one
   vpdpbusd (x86 VNNI: 64 byte products per instruction), the other terms its accumulator. Exact: the same int32 sum,
   added in another order. The products' own lines stay, unused (the compiler drops them)."""
   if not ctx.ren.int8_dot or x.dtype != dtypes.int32.vec(16): return None
@@ -387,7 +388,7 @@ def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
     if p0 is not None and p1 is not None and p0[3] != p1[3] and p0[1] == p1[1]:
       ua, sb = (p0, p1) if p1[3] else (p1, p0)  # the unsigned byte, the signed one
       key = (ua[0], ua[2], sb[0])
-      if ua[0].dtype == x.dtype and sb[2] < 0 and ua[1] not in groups.setdefault(key, {}):
+      if ua[0].dtype in (x.dtype, x.dtype.scalar()) and sb[2] < 0 and ua[1] not in groups.setdefault(key, {}):
         groups[key][ua[1]] = t
         continue
     rest.append(t)
@@ -398,6 +399,7 @@ def dot4_rule(ctx: CWriter, x: UOp) -> str | None:
   acc = f"(({' + '.join(ctx[t] for t in rest)}) + ({T}){{0}})" if rest else f"({T}){{0}}"
   for a, h, b in whole:
     word = ctx[a] if h < 0 else f"(({ctx[a]} >> {4 * h}) & 252645135)" if h else f"({ctx[a]} & 252645135)"
+    if a.dtype != x.dtype: word = f"({word}) + ({T}){{0}}"  # one word for every lane (nn/gguf.py's wide dot)
     acc = f"__builtin_ia32_vpdpbusd_v16si({acc}, {word}, ({ctx[b]}) + ({T}){{0}})"
   return acc
 
@@ -459,7 +461,15 @@ class ClangRenderer(CStyleLanguage):
               " return ((__v1d)((c & (__v1l)x) | (~c & (__v1l)y)))[0]; }\n"
               # a value held in an SSE register from here on (see ClangRenderer.render_cast); nothing elsewhere
               "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
-              "#define __ATTO_IN_REG(v) __asm__(\"\" : \"+x\"(v))\n#else\n#define __ATTO_IN_REG(v) (void)0\n#endif\n")
+              "#define __ATTO_IN_REG(v) __asm__(\"\" : \"+x\"(v))\n#else\n#define __ATTO_IN_REG(v) (void)0\n#endif\n"
+              # 16 half lanes to float lanes: one vcvtph2ps with AVX-512 (gcc 12 converts the vector one lane at a
+              # time, through a general register each), else the generic conversion
+              "#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)\n"
+              "typedef short __atto_v16hi __attribute__((vector_size(32))); typedef float __atto_v16sf "
+              "__attribute__((vector_size(64)));\n"
+              "#define __ATTO_HALF16_TO_FLOAT16(x) __builtin_ia32_vcvtph2ps512_mask((__atto_v16hi)(x), "
+              "(__atto_v16sf){0}, (unsigned short)0xFFFF, 4)\n"
+              "#else\n#define __ATTO_HALF16_TO_FLOAT16(x) __builtin_convertvector((x), float16)\n#endif\n")
   def __init__(self, device: str = "CPU", threads: bool = True, supports_float16: bool = True, fma: bool = False,
                int8_dot: bool = False):
     # OpenMP's workers sleep between kernels (runtime/ops_cpu.py sets passive waits: spinning ones collapse on a busy
@@ -492,6 +502,7 @@ class ClangRenderer(CStyleLanguage):
     return (f"{td}\n#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined({cond})\n"
             f"#define __atto_fma_{t}(a, b, c) {call.format(args)}\n#else\n{loop}\n#endif")
   def render_cast(self, x: str, src: DType, dst: DType) -> str:
+    if src == dtypes.float16.vec(16) and dst == dtypes.float32.vec(16): return f"__ATTO_HALF16_TO_FLOAT16({x})"
     # byte or short lanes widened from a register (__ATTO_IN_REG, in the preamble): gcc 12 widens such a vector that
     # comes straight from memory one lane at a time, through general registers (a Q8_0 matvec ran 4x slower)
     if dst.count > 1 and dtypes.is_int(src) and src.scalar().itemsize <= 2 and src.size <= 16:

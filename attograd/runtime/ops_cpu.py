@@ -2,6 +2,7 @@
 OpenMP."""
 from __future__ import annotations
 import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, time, weakref
+from typing import Any, Callable
 from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
                              disk_cache_put, host_bytes, split_symbol, var_ctypes)
 from attograd.dtype import DType
@@ -288,6 +289,32 @@ class CPUProgram:
     fxn(*bufs, *vals)
     tc.record(which, time.perf_counter() - st, time.thread_time() - cpu)
 
+_IF_CLAUSE = re.compile(r"#pragma omp parallel for if\((.*)\)\s*$", re.M)  # renderer/cstyle.py's parallel_range_rule
+_INT_PARAM = re.compile(r"const int (\w+)")
+
+class CallBatch:
+  """Kernels called one after another from C, in one ctypes call: each kernel's call through ctypes costs ~0.5 us of
+  argument conversion, and its Python objects (cold in cache after the kernels streamed their data through it) more;
+  a TinyJit replay of SmolLM2's decode step made 820 of them. `kernels`: per kernel (function address, buffer
+  arguments, int arguments, {buffer argument: bytes its address moves}). The arguments live in `args` (int64, the
+  kernels' in order), where the replay writes each call's buffer addresses and variable values; `fns` holds the
+  functions. The generated source depends on the kernels' signatures alone: it compiles once per shape of batch."""
+  def __init__(self, compiler: Compiler, kernels: list[tuple[int, int, int, dict[int, int]]]):
+    lines, k = [], 0
+    for i, (_, nb, ni, shifts) in enumerate(kernels):
+      sig = ", ".join(["void*"] * nb + ["int"] * ni) or "void"
+      vals = [f"(void*)(a[{k + j}] + {shifts[j]})" if shifts.get(j) else f"(void*)a[{k + j}]" for j in range(nb)]
+      vals += [f"(int)a[{k + nb + j}]" for j in range(ni)]
+      lines.append(f"  ((void (*)({sig}))f[{i}])({', '.join(vals)});")
+      k += nb + ni
+    src = "void atto_call_batch(void** f, long long* a) {\n" + "\n".join(lines) + "\n}\n"
+    self.lib = load_library(compiler.compile_cached(src))
+    self.fxn = self.lib.atto_call_batch
+    self.fxn.argtypes, self.fxn.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)], None
+    self.fns = (ctypes.c_void_p * len(kernels))(*[addr for addr, _, _, _ in kernels])
+    self.args = (ctypes.c_int64 * max(k, 1))()
+  def __call__(self) -> None: self.fxn(self.fns, self.args)
+
 class CPUDevice(Compiled):
   def __init__(self, device: str):
     cc = find_c_compiler()
@@ -295,6 +322,25 @@ class CPUDevice(Compiled):
     super().__init__(device, MallocAllocator(), ClangRenderer(device, threads=compiler.openmp, fma=compiler.fast_fma,
                                                                   int8_dot=compiler.int8_dot),
                      compiler, CPUProgram)
+  def call_batch(self, kernels: list[tuple[int, int, int, dict[int, int]]]) -> CallBatch:  # type: ignore[override]
+    """One C call running `kernels` (see CallBatch)."""
+    return CallBatch(self.compiler, kernels)
+  def batch_entry(self, prg: Any, src: str) -> tuple[int, dict[int, int], bool, Callable[..., int] | None] | None:
+    """(function address, {buffer argument: address shift}, whether ThreadChoice picks its thread count per call,
+    and then its parallel loop's `if` clause as a function of the kernel's int arguments, or None without one) of a
+    program `src` a CallBatch can call directly, else None. A batch may call a program with a ThreadChoice while
+    that clause is false: it runs on the calling thread then, whatever OpenMP's thread count."""
+    shifts = dict(getattr(prg, "shifts", ()))
+    prg = getattr(prg, "prg", prg) if shifts else prg  # realize._Shifted: the program, its buffers moved
+    if not isinstance(prg, CPUProgram) or not (addr := ctypes.cast(prg.fxn, ctypes.c_void_p).value): return None
+    if prg.threads is None: return (addr, shifts, False, None)
+    clauses, head = _IF_CLAUSE.findall(src), re.search(r"void \w+\((.*?)\) \{", src)
+    if len(clauses) != 1 or src.count("#pragma omp parallel") != 1 or head is None: return (addr, shifts, True, None)
+    ints = _INT_PARAM.findall(head.group(1))
+    cond = f"int atto_wakes({', '.join(f'int {n}' for n in ints) or 'void'}) {{ return ({clauses[0]}) != 0; }}\n"
+    fn = load_library(self.compiler.compile_cached(cond)).atto_wakes
+    fn.argtypes, fn.restype = [ctypes.c_int] * len(ints), ctypes.c_int
+    return (addr, shifts, True, fn)
   def quick_build(self, kernels: list[tuple[str, str]]) -> list[CPUProgram]:
     """One -O1 library for all of `kernels` ([(name, src)]), loaded once: a program per kernel."""
     assert isinstance(self.compiler, ClangCompiler)

@@ -448,6 +448,21 @@ def test_integer_lanes_unbounded_shift_and_division_stay_scalar(device: str) -> 
     for t in ((ta.realize() >> ts.realize()), ta.realize() // Tensor(d).realize()):
       assert "int16 alu" not in _src((t.float() * tx.realize()).sum(1))
 
+def test_half_lanes_convert_to_float_lanes(device: str) -> None:
+  # a quantized matvec's float16 scales (16 rows interleaved): the half values load as one vector and convert to
+  # float lanes (one vcvtph2ps with AVX-512; gcc 12's generic conversion goes lane by lane), where before any half
+  # load unrolled the kernel's lanes to scalars. A half value used otherwise (stored as half) keeps scalar lanes
+  rng = np.random.default_rng(11)
+  sc, x = rng.standard_normal((8, 4, 16)).astype(np.float16), rng.standard_normal((8, 4, 16), dtype=np.float32)
+  def f(ts: Tensor, tx: Tensor) -> Tensor: return (ts.float() * tx).sum(1)
+  want = (sc.astype(np.float32) * x).sum(1)
+  np.testing.assert_allclose(f(Tensor(sc), Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal((Tensor(sc) * 2).numpy(), sc * 2)
+  if device == "CPU":
+    src = _src(f(Tensor(sc).realize(), Tensor(x).realize()))
+    assert "float16 acc0" in src and "__ATTO_HALF16_TO_FLOAT16(val" in src, src
+    assert "_Float1616" not in _src(Tensor(sc).realize() * 2)
+
 # ***** kernels over a symbolic size: lanes and tiles on their constant axes *****
 
 def test_symbolic_attention_kernels_get_lanes_and_tiles(device: str) -> None:

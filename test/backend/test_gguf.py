@@ -501,6 +501,8 @@ def test_int8_dot_product(qtype: str, rows: int, ne0: int) -> None:
   q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(rows, -1, BLOCK[qtype]), device="CPU"), qtype,
                       (rows, ne0)).realize(int8=True)
   assert q.words is not None and q.words[0].shape == (-(-rows // 16), ne0 // 32, 4 if qtype != "Q8_0" else 8, 16)
+  # the scales stay the file's float16: with rows a multiple of 16 the layout is exactly the file's bytes
+  assert q.words[1].dtype == dtypes.float16 and (rows % 16 or q.nbytes == len(raw))
   np.testing.assert_array_equal(q.dequantize().numpy(), ref.astype(np.float32))
   x = np.random.default_rng(rows + ne0).standard_normal(ne0).astype(np.float32)
   x[:32] = 0.0  # a block of zeros: scale 0, values 0
@@ -537,6 +539,54 @@ def test_int8_dot_renders_vnni_and_equals_plain_integer_math(monkeypatch: pytest
   if not _has_vnni(): pytest.skip("this CPU has no AVX-512 VNNI")
   src, got = run(True)
   assert src.count("vpdpbusd") >= 8, src  # 8 words of each block (4 low nibbles, 4 high) for 16 rows
+  np.testing.assert_array_equal(got, plain)
+
+@pytest.mark.parametrize("rows,ne0,T", [(40, 96, 1), (33, 64, 2), (16, 32, 1)])
+def test_wide_dot_product_is_near_the_float_product(rows: int, ne0: int, T: int) -> None:
+  # Q8_0 weights times activations in 23-bit blocks (three int8 planes): within float32's own rounding of the exact
+  # product (int8 activations: ~1% of the largest value), for several rows of x, a block of zeros among them
+  raw = random_blocks("Q8_0", rows * ne0 // 32, seed=rows)
+  ref = ref_dequant(raw, "Q8_0").reshape(rows, ne0).astype(np.float64)
+  q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(rows, -1, BLOCK["Q8_0"]), device="CPU"), "Q8_0",
+                      (rows, ne0)).realize(int8=True)
+  x = np.random.default_rng(rows + ne0).standard_normal((T, ne0)).astype(np.float32) * 30
+  x[0, :32] = 0.0
+  got = q.dot(Tensor(x), wide=True).numpy().astype(np.float64)
+  want = x.astype(np.float64) @ ref.T
+  assert got.shape == (T, rows)
+  # each value off by at most 2**-23 of its block's largest activation, times |w|; then float32 sums
+  bound = (np.abs(ref).reshape(1, rows, -1, 32).sum(3) * np.abs(x).reshape(T, 1, -1, 32).max(3)).sum(2) * 2.0 ** -23
+  assert (np.abs(got - want) <= bound + 1e-6 * np.abs(want).max()).all()
+  with pytest.raises(ValueError, match="wide=True needs Q8_0"):
+    QuantizedTensor(Tensor(np.frombuffer(random_blocks("Q4_0", 16, seed=1), np.uint8).reshape(16, 1, BLOCK["Q4_0"]),
+                           device="CPU"), "Q4_0", (16, 32)).realize(int8=True).dot(Tensor(x[:, :32]), wide=True)
+
+def test_wide_dot_renders_vnni_for_every_plane_and_equals_plain_integer_math(monkeypatch: pytest.MonkeyPatch) -> None:
+  # the high plane is a dot4 of the weights' words (unsigned) with x's (signed, one word for all 16 rows); the other
+  # two of x's words (unsigned, one for all rows) with the weights' (signed, a vector): each is one vpdpbusd, and no
+  # byte product is left as a multiply
+  from attograd import Device
+  from attograd.codegen import get_program
+  from attograd.engine import realize
+  from attograd.schedule import create_schedule
+  ren = Device["CPU"].renderer
+  raw = random_blocks("Q8_0", 48 * 128 // 32, seed=6)
+  q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(48, -1, BLOCK["Q8_0"]), device="CPU"), "Q8_0",
+                      (48, 128)).realize(int8=True)
+  x = Tensor(np.random.default_rng(3).standard_normal((1, 128)).astype(np.float32), device="CPU").realize()
+  def run(vnni: bool) -> tuple[str, Any]:
+    monkeypatch.setattr(ren, "int8_dot", vnni)
+    monkeypatch.setattr(realize, "_runners", realize._RunnerCache())
+    out = q.dot(x, wide=True)
+    items, _ = create_schedule([out.uop])
+    return get_program(items[-1].ast, ren).src, out.numpy()
+  plain_src, plain = run(False)
+  assert "vpdpbusd" not in plain_src
+  if not _has_vnni(): pytest.skip("this CPU has no AVX-512 VNNI")
+  src, got = run(True)
+  # x's unsigned words go in as one word for every lane: `(valN) + (int16){0}` as the instruction's second argument
+  broadcast = re.findall(r"vpdpbusd_v16si\((?:[^()]|\([^()]*\))*?, \(val\d+\) \+ \(int16\)\{0\}, ", src)
+  assert src.count("vpdpbusd") >= 24 and broadcast, src
   np.testing.assert_array_equal(got, plain)
 
 def _has_vnni() -> bool:

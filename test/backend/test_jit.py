@@ -14,7 +14,7 @@ from attograd.engine.jit import JitError
 from attograd.tensor.jit import TinyJit as TinyJit2
 from attograd.engine.memory import PooledBuffer
 from attograd.engine.buffers import buffers
-from attograd.uop.ops import UOp
+from attograd.uop.ops import Ops, UOp, UOpMetaClass
 
 def rnd(*shape: int, seed: int = 0) -> np.ndarray:
   return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
@@ -589,6 +589,79 @@ def test_replay_writing_an_input_makes_results_memoized_from_it_stale(device: st
   assert c.item() == 15.0
   f(a)
   assert (a * 3).item() == 18.0  # not c's result, memoized before the replay wrote a (this gave 15)
+
+def test_replay_bumps_versions_of_reachable_buffers_only(device: str) -> None:
+  # a replay bumps the versions of the buffers a node can reach (state written in place, the outputs): memoized
+  # results over them go stale. Its pooled intermediates no node reaches are left alone (each bump costs a Python
+  # attribute write per kernel: SmolLM2's decode step wrote 820 buffers, 62 of them reachable)
+  state = Tensor([1.0, 2.0], device=device).contiguous().realize()
+  @TinyJit
+  def f(x: Tensor) -> Tensor:
+    h = ((x + 1) * 2).contiguous()
+    g = (h.exp() + h).contiguous()
+    state.assign(state + g.sum())
+    return (g - h).realize(state)
+  for _ in range(4): f(Tensor([0.0, 0.0], device=device))
+  cj = f.captured
+  assert cj is not None and any(isinstance(b, PooledBuffer) for b in cj.keep)
+  reached = {id(buffers[u]) for u in UOpMetaClass.live() if u.op is Ops.BUFFER and u in buffers}
+  assert cj.written and all(id(b) in reached for b in cj.written)
+  assert not any(isinstance(b, PooledBuffer) for b in cj.written)
+  memo = state * 1
+  before = memo.numpy().copy()
+  out = f(Tensor([0.0, 0.0], device=device))
+  np.testing.assert_allclose((state * 1).numpy(), before + 2 * (np.exp(2.0) + 2.0), rtol=1e-5)
+  np.testing.assert_allclose(out.numpy(), [np.exp(2.0)] * 2, rtol=1e-5)
+
+def test_replay_calls_runs_of_kernels_as_one_batch(device: str, capsys: pytest.CaptureFixture[str]) -> None:
+  # where the device offers call_batch (CPU: one C function calling the kernels), consecutive kernels replay in one
+  # call; their inputs, Variables and buffers shifted into a stacked weight (one program for the four layers, its
+  # address moved per layer) still change per call, and DEBUG=2 still times each kernel alone
+  from attograd import Device
+  w = Tensor(rnd(4, 48, seed=1), device=device).realize()
+  n = Variable("n", 1, 8)
+  @TinyJit
+  def f(x: Tensor, k: UOp) -> Tensor:
+    for i in range(4): x = (x * w[i] + 1).contiguous()
+    return (x[:, :k].sum(1) + x.sum(1)).realize()
+  def want(x: np.ndarray, k: int) -> np.ndarray:
+    for i in range(4): x = x * w.numpy()[i] + 1
+    return x[:, :k].sum(1) + x.sum(1)
+  for i in range(6):
+    x = rnd(2, 48, seed=i)
+    np.testing.assert_allclose(f(Tensor(x, device=device), n.bind(i + 1)).numpy(), want(x, i + 1), rtol=1e-4)
+  cj = f.captured
+  assert cj is not None and len(cj.kernel_calls) == cj.n_kernels >= 5
+  batched = Device[device].call_batch is not None
+  assert len(cj.calls) == (1 if batched else cj.n_kernels)
+  with Context(DEBUG=2):
+    np.testing.assert_allclose(f(Tensor(x, device=device), n.bind(3)).numpy(), want(x, 3), rtol=1e-4)
+  assert capsys.readouterr().out.count("*** jit ") == cj.n_kernels
+
+def test_batches_take_kernels_that_wake_threads_only_from_a_size_on(device: str) -> None:
+  # a kernel whose thread count ThreadChoice picks per call joins the batch when its parallel loop's `if` clause
+  # (over a Variable: attention over the filled positions) keeps it on one thread for small values; from the
+  # smallest value that wakes its threads on, the replay calls it alone, between batches of the others
+  from attograd import Device
+  if Device[device].call_batch is None: pytest.skip("this device replays kernel by kernel")
+  data = rnd(16384, 64, seed=2)
+  x = Tensor(data, device=device).realize()
+  rows = Variable("rows", 1, 16384)
+  @TinyJit
+  def f(y: Tensor, k: UOp) -> Tensor:
+    h = (y * 2 + 1).contiguous()
+    s = (x[:k] * h).sum(0).contiguous()  # over a symbolic number of rows: the clause's Variable
+    return (s * 3 + h).realize()
+  y = rnd(64, seed=3)
+  def want(k: int) -> np.ndarray: return (data[:k] * (y * 2 + 1)).sum(0) * 3 + (y * 2 + 1)
+  for k in (3, 5, 7): f(Tensor(y, device=device), rows.bind(k))
+  from attograd.runtime.ops_cpu import _omp_threads
+  if _omp_threads() is None: pytest.skip("one OpenMP thread: no kernel picks its thread count")
+  cj = f.captured
+  assert cj is not None and cj.split is not None and cj.split[0] == "rows" and 1 < cj.split[1] <= 16384
+  assert len(cj.calls) == 1 and len(cj.calls_high) == 3
+  for k in (9, cj.split[1] - 1, cj.split[1], 16384):
+    np.testing.assert_allclose(f(Tensor(y, device=device), rows.bind(k)).numpy(), want(k), rtol=1e-3)
 
 def test_output_fed_back_as_input(device: str) -> None:
   # the output buffer is written while the kernel reads the input: the fed-back input is copied first

@@ -87,6 +87,19 @@ def test_int8_activations_track_the_float_path() -> None:
     la, lb = a.model.step(tok, pos).numpy(), b.model.step(tok, pos).numpy()
 
 @needs_model
+def test_q8_0_output_projection_takes_wide_activations() -> None:
+  # with int8 activations a Q8_0 output projection (here the tied embedding) takes them in 23-bit blocks instead
+  # (QuantizedTensor.dot's wide): its logits stay within float32's rounding of the float path's, where int8 ones
+  # moved SmolLM2's by ~1% and changed a greedy answer
+  path = os.path.join(LLM_DIR, "derived", "stories260K-Q8_0.gguf")
+  a, b = LLM.load(path, quantized=True, int8=True).model, LLM.load(path, quantized=True, int8=False).model
+  assert a.output.words is not None and b.output.words is None  # type: ignore[union-attr]
+  x = Tensor(np.random.default_rng(0).standard_normal((2, a.cfg.dim)).astype(np.float32) * 4)
+  la, lb = a._logits(x).numpy(), b._logits(x).numpy()
+  np.testing.assert_allclose(la, lb, rtol=0, atol=2e-6 * np.abs(lb).max())
+  assert (la.argmax(1) == lb.argmax(1)).all()
+
+@needs_model
 def test_decode_compiles_nothing_after_first_step(stories: LLM) -> None:
   m = stories.model
   logits = m.prefill([1, 403, 407])
