@@ -333,6 +333,8 @@ class CPUDevice(Compiled):
     shifts = dict(getattr(prg, "shifts", ()))
     prg = getattr(prg, "prg", prg) if shifts else prg  # realize._Shifted: the program, its buffers moved
     if not isinstance(prg, CPUProgram) or not (addr := ctypes.cast(prg.fxn, ctypes.c_void_p).value): return None
+    # a batch passes every Variable as an int: a kernel taking a 64-bit one (bounds past int32's) is called alone
+    if prg.var_dtypes and any(d.itemsize != 4 for d in prg.var_dtypes): return None
     if prg.threads is None: return (addr, shifts, False, None)
     clauses, head = _IF_CLAUSE.findall(src), re.search(r"void \w+\((.*?)\) \{", src)
     if len(clauses) != 1 or src.count("#pragma omp parallel") != 1 or head is None: return (addr, shifts, True, None)
