@@ -495,6 +495,8 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   for b in shapes[1:]: out = broadcast_pair(out, b, shapes)
   return out
 
+_broadcast_shape = broadcast_shape  # tinygrad's name (its tests import it from uop.ops)
+
 def broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...],
                     shapes: tuple[tuple[sint, ...], ...] = ()) -> tuple[sint, ...]:
   # two shapes, ints first: this runs for every binary op whose operands' shapes differ
