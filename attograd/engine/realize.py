@@ -214,7 +214,8 @@ class CompiledRunner:
       self.prg(*args, vals=vals)
       return time.perf_counter() - st
     self.prg(*args, vals=vals, **self.launch)
-    if not self.launch and getattr(fxn := getattr(self.prg, "fxn", None), "argtypes", None) is not None:
+    if not self.launch and (types := getattr(fxn := getattr(self.prg, "fxn", None), "argtypes", None)) is not None \
+       and len(types) == len(args) + len(vals):
       self._direct = fxn
     return 0.0
   def _settle(self) -> None:

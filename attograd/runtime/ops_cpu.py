@@ -267,7 +267,9 @@ class CPUProgram:
       name = sym or name
       parallel = f"{name}._omp_fn.".encode() in lib
     self.lib = lib if isinstance(lib, ctypes.CDLL) else load_library(lib)
-    self.fxn = getattr(self.lib, name)
+    # lib[name], not getattr: a CDLL caches the attribute, so every program of one library and symbol would share one
+    # function object and each one's argument types would be the last set by any of them
+    self.fxn = self.lib[name]
     self.fxn.restype = None
     self.threads = ThreadChoice() if parallel and _omp_threads() is not None else None
     self._fxn = self.fxn if self.threads is None else self.lib[name]  # lib[name]: a new function object

@@ -2,7 +2,7 @@
 run out of memory mappings (65530 by default; each loaded library holds ~5). CI failed on this once, deep in the suite:
 `cannot apply additional memory protection after relocation: Cannot allocate memory`."""
 from __future__ import annotations
-import gc, sys
+import ctypes, gc, sys
 import pytest
 from attograd import Tensor
 from attograd.device import Device, DeviceUnavailable
@@ -55,3 +55,16 @@ def test_openmp_runtime_outlives_the_kernels() -> None:
   assert r.returncode == 0, r.stderr[-2000:]
   if r.stdout.strip() == "no-openmp": pytest.skip("the C compiler here has no OpenMP")
   assert r.stdout.strip() == "kept"
+
+def test_programs_of_one_library_keep_their_own_argument_types() -> None:
+  # a CDLL caches getattr's function object: two programs of one library and symbol shared it, so the argument types
+  # one set were the other's, and the engine's direct call with its own arguments raised "this function takes at
+  # least 2 arguments (1 given)" (tinygrad's test_double_store_after_different_sizes, in the conformance suite)
+  from attograd.runtime.ops_cpu import CPUProgram, load_library
+  dev = Device["CPU"]
+  src = "void k(float* restrict a, float* restrict b) { a[0] = b[0] * 2.0f; }\n"
+  lib = dev.compiler.compile_cached(src)
+  p1, p2 = CPUProgram("k", lib), CPUProgram("k", lib)
+  assert load_library(lib) is p1.lib is p2.lib and p1.fxn is not p2.fxn
+  p1.fxn.argtypes = [ctypes.c_void_p] * 3
+  assert p2.fxn.argtypes is None
