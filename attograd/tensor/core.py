@@ -621,24 +621,26 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       u = u.src[0]
     if not ((u.op is Ops.MULTI and _is_realized(u)) or (u.op is Ops.BUFFER and u.arg[2:] != (IOTA_TAG,))): return None
     # x and the mask of what it covers carried back through each view op, from this view down to the whole tensor
+    # (no mask until a shrink or pad: reshapes, permutes and flips cover the whole buffer)
     val, mask = x, None
     for op in chain:
       below = op.src[0].shape
-      if op.op is Ops.RESHAPE: val, mask = val.reshape(below), None if mask is None else mask.reshape(below)
+      if op.op is Ops.RESHAPE: back: Callable[[Tensor], Tensor] = lambda t: t.reshape(below)  # noqa: E731
       elif op.op is Ops.PERMUTE:
-        back = tuple(sorted(range(len(op.arg)), key=op.arg.__getitem__))
-        val, mask = val.permute(back), None if mask is None else mask.permute(back)
+        order = tuple(sorted(range(len(op.arg)), key=op.arg.__getitem__))
+        back = lambda t: t.permute(order)  # noqa: E731
       elif op.op is Ops.FLIP:
         axes = [i for i, f in enumerate(op.arg) if f]
-        val, mask = val.flip(axes), None if mask is None else mask.flip(axes)
+        back = lambda t: t.flip(axes)  # noqa: E731
       else:
         if mask is None: mask = Tensor.full(op.shape, True, dtypes.bool, self.device)
         if op.op is Ops.SHRINK:  # what the view left out is padded back, outside the mask
           pads = tuple((lo, n - hi) for (lo, hi), n in zip(op.arg, below))
           val, mask = val.pad(pads), mask.pad(pads, value=False)
-        else:  # PAD: its padding holds no element of the buffer
-          region = tuple((lo, lo + n) for (lo, _), n in zip(op.arg, below))
-          val, mask = val.shrink(region), mask.shrink(region)
+          continue
+        region = tuple((lo, lo + n) for (lo, _), n in zip(op.arg, below))  # PAD: its padding holds no element
+        back = lambda t: t.shrink(region)  # noqa: E731
+      val, mask = back(val), None if mask is None else back(mask)
     whole = Tensor(u)
     new = val if mask is None else mask.where(val, whole)
     # the kernels write the buffer while they read the value: one that reads it elsewhere gets its own buffer first

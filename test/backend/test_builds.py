@@ -284,15 +284,20 @@ def _chain(n: int, seed: int = 5) -> tuple[Tensor, np.ndarray]:
     ref = ref * np.float32(1.0 + i / 8) + np.float32(i)
   return x, ref
 
-def test_schedule_of_new_kernels_costs_few_compiler_runs(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
-  # 12 new kernels: one compiler run per batch (at most one per core here: the sources are small, and the first kernel
-  # may start alone while the others are lowered), not one per kernel
+def _count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+  """The sources of every C compiler run from now on (ClangCompiler.compile, counted and then run)."""
   runs: list[str] = []
   compile_ = ClangCompiler.compile
   def counting(self: ClangCompiler, src: str) -> bytes:
     runs.append(src)
     return compile_(self, src)
   monkeypatch.setattr(ClangCompiler, "compile", counting)
+  return runs
+
+def test_schedule_of_new_kernels_costs_few_compiler_runs(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # 12 new kernels: one compiler run per batch (at most one per core here: the sources are small, and the first kernel
+  # may start alone while the others are lowered), not one per kernel
+  runs = _count_compiles(monkeypatch)
   x, ref = _chain(12)
   with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
   assert 1 <= len(runs) <= len(os.sched_getaffinity(0)) + 1, len(runs)
@@ -421,12 +426,7 @@ def test_fresh_process_compiles_layers_once(tmp_path: Any) -> None:
 def test_a_few_small_kernels_are_one_batch(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
   # the kernels gathered after the first are too small to be worth a compiler process per core: one batch (the first
   # kernel may start alone while the others are lowered)
-  runs: list[str] = []
-  compile_ = ClangCompiler.compile
-  def counting(self: ClangCompiler, src: str) -> bytes:
-    runs.append(src)
-    return compile_(self, src)
-  monkeypatch.setattr(ClangCompiler, "compile", counting)
+  runs = _count_compiles(monkeypatch)
   x, ref = _chain(5, seed=14)
   with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
   assert 1 <= len(runs) <= 2, len(runs)

@@ -2,7 +2,7 @@
 files written here for the other quant types, GGUF v2, every metadata type and malformed headers."""
 from __future__ import annotations
 import os, re, struct
-from typing import Any
+from typing import Any, Callable
 import numpy as np
 import pytest
 from attograd.dtype import dtypes
@@ -519,21 +519,7 @@ def test_int8_dot_product(qtype: str, rows: int, ne0: int) -> None:
 def test_int8_dot_renders_vnni_and_equals_plain_integer_math(monkeypatch: pytest.MonkeyPatch) -> None:
   # where the CPU has VNNI each word's four byte products are one vpdpbusd; the sums are the same integers as the
   # plain ops', so the results are the same floats
-  from attograd import Device
-  from attograd.codegen import get_program
-  from attograd.schedule import create_schedule
-  ren = Device["CPU"].renderer
-  raw = random_blocks("Q4_1", 48 * 128 // 32, seed=5)
-  q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(48, -1, BLOCK["Q4_1"]), device="CPU"), "Q4_1",
-                      (48, 128)).realize(int8=True)
-  x = Tensor(np.random.default_rng(2).standard_normal((1, 128)).astype(np.float32), device="CPU").realize()
-  from attograd.engine import realize
-  def run(vnni: bool) -> tuple[str, Any]:
-    monkeypatch.setattr(ren, "int8_dot", vnni)
-    monkeypatch.setattr(realize, "_runners", realize._RunnerCache())  # compiled again, not the other's program
-    out = q.dot(x)
-    items, _ = create_schedule([out.uop])
-    return get_program(items[-1].ast, ren).src, out.numpy()
+  run = _int8_matvec_runner(monkeypatch, "Q4_1", 5, 2, wide=False)
   plain_src, plain = run(False)
   assert "vpdpbusd" not in plain_src
   if not _has_vnni(): pytest.skip("this CPU has no AVX-512 VNNI")
@@ -565,21 +551,7 @@ def test_wide_dot_renders_vnni_for_every_plane_and_equals_plain_integer_math(mon
   # the high plane is a dot4 of the weights' words (unsigned) with x's (signed, one word for all 16 rows); the other
   # two of x's words (unsigned, one for all rows) with the weights' (signed, a vector): each is one vpdpbusd, and no
   # byte product is left as a multiply
-  from attograd import Device
-  from attograd.codegen import get_program
-  from attograd.engine import realize
-  from attograd.schedule import create_schedule
-  ren = Device["CPU"].renderer
-  raw = random_blocks("Q8_0", 48 * 128 // 32, seed=6)
-  q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(48, -1, BLOCK["Q8_0"]), device="CPU"), "Q8_0",
-                      (48, 128)).realize(int8=True)
-  x = Tensor(np.random.default_rng(3).standard_normal((1, 128)).astype(np.float32), device="CPU").realize()
-  def run(vnni: bool) -> tuple[str, Any]:
-    monkeypatch.setattr(ren, "int8_dot", vnni)
-    monkeypatch.setattr(realize, "_runners", realize._RunnerCache())
-    out = q.dot(x, wide=True)
-    items, _ = create_schedule([out.uop])
-    return get_program(items[-1].ast, ren).src, out.numpy()
+  run = _int8_matvec_runner(monkeypatch, "Q8_0", 6, 3, wide=True)
   plain_src, plain = run(False)
   assert "vpdpbusd" not in plain_src
   if not _has_vnni(): pytest.skip("this CPU has no AVX-512 VNNI")
@@ -588,6 +560,27 @@ def test_wide_dot_renders_vnni_for_every_plane_and_equals_plain_integer_math(mon
   broadcast = re.findall(r"vpdpbusd_v16si\((?:[^()]|\([^()]*\))*?, \(val\d+\) \+ \(int16\)\{0\}, ", src)
   assert src.count("vpdpbusd") >= 24 and broadcast, src
   np.testing.assert_array_equal(got, plain)
+
+def _int8_matvec_runner(monkeypatch: pytest.MonkeyPatch, qtype: str, seed: int, xseed: int,
+                        wide: bool) -> Callable[[bool], tuple[str, Any]]:
+  """run(vnni): the int8-layout matvec of 48x128 random `qtype` weights by one random row, built with the CPU
+  renderer's int8 dot product on or off: (the last kernel's source, the result)."""
+  from attograd import Device
+  from attograd.codegen import get_program
+  from attograd.engine import realize
+  from attograd.schedule import create_schedule
+  ren = Device["CPU"].renderer
+  raw = random_blocks(qtype, 48 * 128 // 32, seed=seed)
+  q = QuantizedTensor(Tensor(np.frombuffer(raw, np.uint8).reshape(48, -1, BLOCK[qtype]), device="CPU"), qtype,
+                      (48, 128)).realize(int8=True)
+  x = Tensor(np.random.default_rng(xseed).standard_normal((1, 128)).astype(np.float32), device="CPU").realize()
+  def run(vnni: bool) -> tuple[str, Any]:
+    monkeypatch.setattr(ren, "int8_dot", vnni)
+    monkeypatch.setattr(realize, "_runners", realize._RunnerCache())  # compiled again, not the other's program
+    out = q.dot(x, wide=True) if wide else q.dot(x)
+    items, _ = create_schedule([out.uop])
+    return get_program(items[-1].ast, ren).src, out.numpy()
+  return run
 
 def _has_vnni() -> bool:
   from attograd import Device
