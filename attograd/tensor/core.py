@@ -1664,7 +1664,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self.dot(w, dtype)
   def dot(self, w: Any, dtype: DType | str | None = None) -> Tensor:
     """Matrix product with NumPy's rules for 1-D operands and broadcast batch dims. `dtype` is the dtype to
-    accumulate in and return (tinygrad's `dtype=`), else the operands' common dtype.
+    accumulate in and return (tinygrad's `dtype=`), else the operands' common dtype (accumulated in (u)int32 for
+    small ints, so `int8 @ int8` is the exact product wrapped to int8, as in NumPy and PyTorch).
 
     A convenience beyond tinygrad: `w` may also be a layer, anything callable with a `weight` Tensor such as
     nn.Linear, and then `x.dot(layer)` is `layer(x)`, so a model reads as a chain:
@@ -1698,7 +1699,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     xb = x.reshape(x.shape[:-1] + (1, k))                               # (..., M, 1, K)
     yb = y.transpose(-1, -2).reshape(y.shape[:-2] + (1, y.shape[-1], k))  # (..., 1, N, K)
     out = (xb * yb).sum(-1)
-    if dtypes.is_float(d) or dtype is not None: out = out.cast(d)  # ints return their accumulator, (u)int32 or wider
+    # the operands' dtype, as NumPy, PyTorch and tinygrad return it: a small int product wraps like int8 + int8 does
+    # (summed exactly in the accumulator, so the result is the exact one modulo the width); bool @ bool is the OR of
+    # ANDs, as NumPy's. sum() and conv2d keep the wide accumulator (as tinygrad's), and dtype= gives any width
+    out = out.cast(d)
     if squeeze_x: out = out.squeeze(-2)
     if squeeze_y: out = out.squeeze(-1)
     return out

@@ -3,7 +3,7 @@ primitives: every op here is views plus elementwise math and reduces, so it stay
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
-from attograd.dtype import DType, dtypes, result_dtype, sum_acc_dtype, to_dtype
+from attograd.dtype import DType, dtypes, least_upper_float, result_dtype, sum_acc_dtype, to_dtype
 from attograd.helpers import ArgumentError, TRAINING, UnknownModeError, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, SymbolicSizeError, UOp, shape_str, ssimp
 from attograd.uop.view import smax, surely
@@ -608,7 +608,10 @@ class NNMixin:
         raise ValueError(f"scaled_dot_product_attention: enable_gqa needs the query's heads ({hq}) to be a multiple of "
                          f"the key's and value's ({hkv}, {value.shape[-3]})")
       key, value = key.repeat_interleave(hq // hkv, -3), value.repeat_interleave(hq // hkv, -3)
-    qk = self.dot(key.transpose(-2, -1)) * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
+    # int and bool scores are counted in the default float (a matmul of theirs keeps their dtype: it would wrap, or OR)
+    sd = result_dtype(self.dtype, key.dtype)
+    qk = self.dot(key.transpose(-2, -1), dtype=None if dtypes.is_float(sd) else least_upper_float(sd))
+    qk = qk * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
     if is_causal:
       if attn_mask is not None:
         raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal, not both")

@@ -700,16 +700,17 @@ SVD_REPEATED = ("new: torch's svd gradient is NaN for repeated singular values (
 TIE_SPLIT = ("max_pool2d's gradient is split among tied maxima, also with return_indices (PyTorch: all to the first); "
              "chosen for speed, see docs/numerics.md")
 NAN_SIGN = "new: copysign reads a NaN's sign as positive (by comparison); torch's bfloat16 NaN has its sign bit set"
-INT_MATMUL = ("deliberate: int8/int16/uint8 matmul and conv return int32, accumulated exactly (torch returns the "
-              "input dtype, wrapped)")
+INT_MATMUL = ("deliberate: int8/int16/uint8 conv2d and einsum return int32, accumulated exactly, as tinygrad's (torch "
+              "returns the input dtype, wrapped; matmul returns it too, as torch)")
+BOOL_MATMUL = ("deliberate: bool @ bool is NumPy's and tinygrad's OR of ANDs, a bool; torch has no bool matmul and its "
+               "int64 carrier counts the pairs")
 KNOWN: dict[tuple[str, str, str, str], str] = {
   # NaN, inf and -0 in and out
   **{(r, "*", "*", "fwd"): NAN for r in ("sign", "le", "ge", "floordiv", "mod", "fmod", "pow")},
   ("softplus", "*", "*", "fwd"): SOFTPLUS,
   ("pow.scalar", "float16", "*", "fwd"): POW_PREC, ("pow.scalar", "bfloat16", "*", "fwd"): POW_PREC,
-  **{(r, d, "*", "fwd"): INT_MATMUL for r in ("matmul", "matmul.batched", "dot", "image_dot", "linear", "einsum",
-                                             "conv2d", "image_conv2d")
-     for d in ("int8", "int16", "uint8")},
+  **{(r, d, "*", "fwd"): INT_MATMUL for r in ("einsum", "conv2d", "image_conv2d") for d in ("int8", "int16", "uint8")},
+  **{(r, "bool", "*", "fwd"): BOOL_MATMUL for r in ("matmul", "matmul.batched", "dot", "image_dot", "linear")},
   ("cumprod", "float16", "*", "bwd"): ACC,
   # gradients at kinks and ties (inputs hold 0, -0 and the clip bounds on purpose)
   **{(r, "*", "*", "bwd"): KINK for r in (

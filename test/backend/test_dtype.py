@@ -381,8 +381,9 @@ def test_low_precision_conv_and_softmax_match_torch(device: str) -> None:
 INTS = [P(dt.name, dt) for dt in dtypes.ints]
 @pytest.mark.parametrize("dt", INTS)
 @pytest.mark.parametrize("n", [4, 16, 64, 256])
-def test_int_matmul_accumulates_in_output_width(device: str, dt: Any, n: int) -> None:
-  # the products of int8/uint8 (int16/uint16) operands wrapped at 8 (16) bits before being summed as (u)int32
+def test_int_matmul_returns_the_operands_dtype_exact_modulo_its_width(device: str, dt: Any, n: int) -> None:
+  # the result has the operands' dtype (NumPy's, PyTorch's and tinygrad's), and its values are the exact products'
+  # sums wrapped to that width: the products are summed in (u)int32, not wrapped at 8 (16) bits along the way
   if n == 256: cpu_only(device)
   if n == 64 and device == "PYTHON": pytest.skip("PYTHON: 64x64x64 interpreted is slow")
   info = np.iinfo(to_np_dtype(dt))
@@ -390,13 +391,23 @@ def test_int_matmul_accumulates_in_output_width(device: str, dt: Any, n: int) ->
   lo, hi = max(info.min, -200), min(info.max, 200)
   a, b = (rng.integers(lo, hi, (n, n), endpoint=True).astype(to_np_dtype(dt)) for _ in range(2))
   out = Tensor(a) @ Tensor(b)
-  want_dtype = dtypes.uint32 if dt in (d.uint8, d.uint16) else d.int32 if dt in (d.int8, d.int16) else dt
-  assert out.dtype == want_dtype
-  want = (a.astype(np.int64) @ b.astype(np.int64)).astype(to_np_dtype(want_dtype))  # wraps like the result's width
+  assert out.dtype == dt
+  want = (a.astype(np.int64) @ b.astype(np.int64)).astype(to_np_dtype(dt))
   np.testing.assert_array_equal(out.numpy(), want)
-  # the example (its products fit 8 bits; the sum doesn't)
-  u = Tensor.full((16, 16), 2, dtype=d.uint8) @ Tensor.full((16, 16), 16, dtype=d.uint8)
-  assert u.numpy().tolist() == [[512] * 16] * 16
+  # the wide result is one dtype= away: 16 products of 2 * 16 sum to 512, past uint8 (which wraps it to 0)
+  x, y = Tensor.full((16, 16), 2, dtype=d.uint8), Tensor.full((16, 16), 16, dtype=d.uint8)
+  assert (x @ y).numpy().tolist() == [[0] * 16] * 16
+  wide = x.matmul(y, dtype=d.int32)
+  assert wide.dtype == d.int32 and wide.numpy().tolist() == [[512] * 16] * 16
+
+def test_bool_matmul_is_the_or_of_ands(device: str) -> None:
+  # NumPy's (and tinygrad's) bool @ bool: a bool, true where some pair of the row and column is true
+  a = np.array([[True, False, True], [False, False, False], [False, True, False]])
+  b = np.array([[False, True], [False, True], [True, False]])
+  out = Tensor(a) @ Tensor(b)
+  assert out.dtype == d.bool
+  np.testing.assert_array_equal(out.numpy(), a @ b)
+  assert Tensor(a).matmul(Tensor(b), dtype=d.int32).numpy().tolist() == (a.astype(np.int32) @ b).tolist()
 
 def test_int_sum_and_conv_accumulate_wide(device: str) -> None:
   x = np.full((4, 300), 200, np.uint8)
