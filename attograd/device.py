@@ -283,7 +283,7 @@ class Buffer:
       if _deferred_frees: _free_deferred()
       self.allocator = Device[self.device].allocator
       nbytes = self.size * self.dtype.itemsize  # (self.nbytes, without its call: every new buffer comes here)
-      self._buf = self.allocator.alloc(max(nbytes, 1))
+      self._buf = self.allocator.alloc(nbytes or 1)
       GlobalCounters.mem_used += nbytes
       GlobalCounters.mem_used_per_device[self.device] += nbytes
     return self
@@ -292,8 +292,8 @@ class Buffer:
       nbytes = self.size * self.dtype.itemsize
       GlobalCounters.mem_used -= nbytes
       GlobalCounters.mem_used_per_device[self.device] -= nbytes
-      if _defer.on: _deferred_frees.append((self.allocator, self._buf, max(nbytes, 1)))
-      else: self.allocator.free(self._buf, max(nbytes, 1))
+      if _defer.on: _deferred_frees.append((self.allocator, self._buf, nbytes or 1))
+      else: self.allocator.free(self._buf, nbytes or 1)
   def deallocate(self) -> None:
     """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values."""
     if self._buf is None: return
