@@ -268,7 +268,11 @@ class Buffer:
     self.version = 0  # bumped by every in-place write (assign), so stale memoized results are not reused
     if initial is not None:
       self.allocate()
-      self.copyin(memoryview(initial))
+      mv = memoryview(initial)
+      # a byte view of the right size (a new tensor's data): straight to the allocator, without copyin's call
+      if mv.format == "B" and mv.ndim == 1 and mv.nbytes == size * dtype.itemsize:
+        if mv.nbytes: self.allocator.copyin(self._buf, mv)
+      else: self.copyin(mv)
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
