@@ -268,7 +268,11 @@ class Buffer:
     self.version = 0  # bumped by every in-place write (assign), so stale memoized results are not reused
     if initial is not None:
       self.allocate()
-      self.copyin(memoryview(initial))
+      mv = memoryview(initial)
+      # a byte view of the right size (a new tensor's data): straight to the allocator, without copyin's call
+      if mv.format == "B" and mv.ndim == 1 and mv.nbytes == size * dtype.itemsize:
+        if mv.nbytes: self.allocator.copyin(self._buf, mv)
+      else: self.copyin(mv)
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
@@ -283,7 +287,7 @@ class Buffer:
       if _deferred_frees: _free_deferred()
       self.allocator = Device[self.device].allocator
       nbytes = self.size * self.dtype.itemsize  # (self.nbytes, without its call: every new buffer comes here)
-      self._buf = self.allocator.alloc(max(nbytes, 1))
+      self._buf = self.allocator.alloc(nbytes or 1)
       GlobalCounters.mem_used += nbytes
       GlobalCounters.mem_used_per_device[self.device] += nbytes
     return self
@@ -292,8 +296,8 @@ class Buffer:
       nbytes = self.size * self.dtype.itemsize
       GlobalCounters.mem_used -= nbytes
       GlobalCounters.mem_used_per_device[self.device] -= nbytes
-      if _defer.on: _deferred_frees.append((self.allocator, self._buf, max(nbytes, 1)))
-      else: self.allocator.free(self._buf, max(nbytes, 1))
+      if _defer.on: _deferred_frees.append((self.allocator, self._buf, nbytes or 1))
+      else: self.allocator.free(self._buf, nbytes or 1)
   def deallocate(self) -> None:
     """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values."""
     if self._buf is None: return

@@ -335,18 +335,19 @@ ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
 # 1: reading a NULL device buffer gives zeros instead of raising (runtime/ops_null.py)
 NULL_ALLOW_COPYOUT = ContextVar("NULL_ALLOW_COPYOUT", 0)
 
-class GlobalCounters:
+class _GlobalCounters:
   """Counts of kernels run, operations and memory traffic since the last reset."""
-  global_ops: int = 0
-  global_mem: int = 0
-  time_sum_s: float = 0.0
-  kernel_count: int = 0
-  mem_used: int = 0  # bytes of device memory held by Buffers now (not reset)
-  mem_used_per_device: collections.defaultdict[str, int] = collections.defaultdict(int)  # the same, per device
-  @staticmethod
-  def reset() -> None:
-    GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0
-    GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0.0, 0
+  def __init__(self) -> None:
+    self.global_ops, self.global_mem, self.time_sum_s, self.kernel_count = 0, 0, 0.0, 0
+    self.mem_used = 0  # bytes of device memory held by Buffers now (not reset)
+    self.mem_used_per_device: collections.defaultdict[str, int] = collections.defaultdict(int)  # the same, per device
+  def reset(self) -> None:
+    self.global_ops, self.global_mem, self.time_sum_s, self.kernel_count = 0, 0, 0.0, 0
+
+# The one set of counters, used as tinygrad's class is (GlobalCounters.kernel_count, GlobalCounters.reset()). An
+# instance, not a class with class attributes: the counters are written on every kernel run and every buffer
+# allocated and freed, and writing a class attribute costs ~7x an instance's (it invalidates the type's caches)
+GlobalCounters = _GlobalCounters()
 
 def cache_dir() -> str:
   """Where compiled kernels live: $ATTOGRAD_CACHE_DIR, else $XDG_CACHE_HOME/attograd, else ~/.cache/attograd."""

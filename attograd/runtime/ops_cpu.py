@@ -27,7 +27,10 @@ class MallocAllocator(LRUAllocator):
     return p.value
   def _free(self, buf: int, nbytes: int) -> None: _libc.free(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
-    ctypes.memmove(dest, host_bytes(src), src.nbytes)
+    # a writable view is read in place through the address of its first byte: a ctypes array of its length (what
+    # host_bytes makes) is a new array type per size and costs more than the copy itself for small tensors
+    if not src.readonly: ctypes.memmove(dest, ctypes.addressof(ctypes.c_char.from_buffer(src)), src.nbytes)
+    else: ctypes.memmove(dest, host_bytes(src), src.nbytes)
   def copyout(self, dest: memoryview, src: int) -> None:
     ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src, dest.nbytes)
   def as_memoryview(self, buf: int, nbytes: int) -> memoryview:

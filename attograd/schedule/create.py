@@ -12,7 +12,7 @@ from attograd.schedule.kernels import _region_of, build_kernel_ast, find_kernel_
 from attograd.schedule.memory import placeholder_bytes, plan_schedule
 from attograd.schedule.realized import lookup_realized, remember, remember_weakly
 from attograd.schedule.tuning import tune_graph
-from attograd.uop.ops import GroupOp, Ops, UOp, new_uop, sint, sym_max
+from attograd.uop.ops import GroupOp, Ops, UOp, UOpMetaClass, new_uop, sint, sym_max
 from attograd.uop.state import BUFFER, PURE, REALIZED, slots
 from attograd.uop.variables import SIZED, ast_variables, bind_size, map_arg, note_value, sym_arg, unbind_size
 
@@ -77,18 +77,27 @@ def _visit(n: UOp, depth: int, st: _Normalizing) -> UOp:
     nn = norm[n] = _visit(r, depth + 1, st)
     return nn
   if depth > _MAX_DEPTH: return _walk(n, st)
-  for s in n.src:
-    if s not in norm: _visit(s, depth + 1, st)
-  if (op := n.op) not in _PLAIN: return _rebuild(n, st)
-  # ALU ops and the like (most nodes): the same node over the normalized sources (_rebuild's last case, inline)
-  srcs = tuple(map(norm.__getitem__, n.src))
-  if srcs == n.src:
+  if (op := n.op) not in _PLAIN:
+    for s in n.src:
+      if s not in norm: _visit(s, depth + 1, st)
+    return _rebuild(n, st)
+  # ALU ops and the like (most nodes): the same node over the normalized sources (_rebuild's last case, inline), the
+  # sources visited and collected in one pass, in order (placeholders are numbered by first appearance)
+  src = n.src
+  srcs = tuple([x if (x := norm.get(s)) is not None else _visit(s, depth + 1, st) for s in src])
+  if srcs == src:
     nn = n
     if op in _PURE and all(PURE in slots(x) for x in srcs): d[PURE] = True
-  else: nn = new_uop(op, n.dtype, srcs, n.arg)
+  # the node over placeholders is in the hash-consing table from the graph's first schedule (the cached key holds it):
+  # found there directly, without new_uop's calls (a float arg needs new_uop's own key)
+  elif (arg := n.arg).__class__ is float or (ref := _ucache_get((op, n.dtype, srcs, arg))) is None or \
+       (nn := ref()) is None:
+    nn = new_uop(op, n.dtype, srcs, arg)
   norm[n] = nn
   st.orig[nn] = n
   return nn
+
+_ucache_get = UOpMetaClass.ucache.get  # the hash-consing table's lookup, for _visit's nodes met before
 
 def _walk(root: UOp, st: _Normalizing) -> UOp:
   """_visit(root) with an explicit stack, for deep graphs: (node, 0) first seen, (node, 1) its sources done,
