@@ -737,8 +737,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @_takes_requires_grad
   def ones_like(self, **kw: Any) -> Tensor: return self.full_like(1, **kw)
   @_takes_requires_grad
-  def empty_like(self, **kw: Any) -> Tensor:
-    return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kw})
+  def empty_like(self, dtype: DType | str | None = None, device: str | tuple[str, ...] | None = None,
+                 **kw: Any) -> Tensor:
+    """A new buffer of this tensor's shape, its values unset; this tensor's dtype and device unless given (positional
+    too, as in tinygrad)."""
+    return Tensor.empty(self.shape, dtype=self.dtype if dtype is None else dtype,
+                        device=self.device if device is None else device, **kw)
   @staticmethod
   @_takes_requires_grad
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
