@@ -20,9 +20,9 @@ devices or writes buffers (`to`, `shard`, `assign`, `replace`, setitem), draws f
 `randn`, `dropout`, `multinomial`, the initializers), hashes round by round with a realize per round (`keccak`,
 `hash`), and UOp's own names, which keep UOp's meaning (`shape`, `dtype`, `device`, `size`, `const`, `const_like`,
 `alu`, `replace`; `==` and `hash()` are identity, as UOps are dictionary keys). `cast` is UOp's, and the same graph as
-the Tensor's for a strong dtype. The pure random functions of an explicit key and counter (`threefry`, `random_bits`)
-are lent. A lent method whose result depends on the data (`nonzero()` or `masked_select()` without `size`, a boolean
-mask index) realizes what it reads, as the Tensor's does."""
+the Tensor's for a strong dtype. The pure random functions of an explicit key and counter (`threefry`, `random_bits`,
+`_rand`) are lent. A lent method whose result depends on the data (`nonzero()` or `masked_select()` without `size`, a
+boolean mask index) realizes what it reads, as the Tensor's does."""
 from __future__ import annotations
 from typing import Any, Callable
 from attograd.uop.ops import Ops, UOp
@@ -68,9 +68,9 @@ LENT: tuple[str, ...] = (
 )
 
 # creation functions (static on both): graphs of constants, new (unwritten) buffers, einsum over UOps, and the random
-# words of an explicit key and counter
+# words and values of an explicit key and counter
 LENT_STATIC: tuple[str, ...] = ("arange", "linspace", "eye", "full", "zeros", "ones", "empty", "invalids", "einsum",
-                                "random_bits", "_threefry_random_bits")
+                                "random_bits", "_threefry_random_bits", "_bits_to_rand", "_rand")
 
 # UOp's own operators and methods: the Tensor's on a device-bound UOp, UOp's on deviceless ones (see the docstring)
 SHARED: tuple[str, ...] = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",

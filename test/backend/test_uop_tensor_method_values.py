@@ -43,3 +43,19 @@ def test_gradient_values(device: str) -> None:
   x = Tensor(A)
   (g,) = (x.uop * x.uop).sum().gradient(x.uop)
   np.testing.assert_allclose(Tensor(g).numpy(), 2 * A)
+
+def test_bits_to_rand_reads_the_top_mantissa_bits(device: str) -> None:
+  # all-zero bits are 0.0 and all-one bits the largest value below 1; half-size floats take a word's low bytes first
+  bits = Tensor([0, 0xFFFFFFFF, 0xFFFF0000], dtype=dtypes.uint32)
+  assert Tensor._bits_to_rand(bits, (2,), dtypes.float32).tolist() == [0.0, 1 - 2**-23]
+  assert Tensor._bits_to_rand(bits, (3, 2), dtypes.float16).tolist() == [[0.0, 0.0], [1 - 2**-10] * 2,
+                                                                         [0.0, 1 - 2**-10]]
+  # a float64 takes two words, the low one first: the high word's 32 one bits are the top of the 52-bit mantissa
+  assert Tensor._bits_to_rand(bits[:2], (1,), dtypes.float64).tolist() == [1 - 2**-32]
+
+def test_rand_of_a_key_is_pure(device: str) -> None:
+  key, counter = Tensor([7, 9], dtype=dtypes.uint32), Tensor([0, 0], dtype=dtypes.uint32)
+  a = Tensor._rand(key, counter, (4, 3), dtypes.float32).numpy()
+  b = Tensor(UOp._rand(key.uop, counter.uop, (4, 3), dtypes.float32)).numpy()
+  np.testing.assert_array_equal(a, b)
+  assert a.shape == (4, 3) and (a >= 0).all() and (a < 1).all() and len(np.unique(a)) == 12

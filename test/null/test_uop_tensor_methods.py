@@ -94,6 +94,14 @@ def test_creation_functions() -> None:
   assert UOp.einsum("ij->ji", a.uop) is Tensor.einsum("ij->ji", a).uop
   assert UOp.zeros(2, 2).shape == (2, 2) and UOp.empty(3, dtype="int16").dtype is dtypes.int16
 
+def test_random_words_of_a_key() -> None:
+  # the pure random functions (an explicit key and counter) are lent; rand, which reads the device's counter, isn't
+  key, counter = UOp.empty((2,), dtype=dtypes.uint32), UOp.zeros(2, dtype=dtypes.uint32)
+  assert UOp.random_bits(key, counter, 5) is Tensor.random_bits(Tensor(key), Tensor(counter), 5).uop
+  got = UOp._rand(key, counter, (2, 3), dtypes.float16)
+  assert got is Tensor._rand(Tensor(key), Tensor(counter), (2, 3), dtypes.float16).uop
+  assert got.shape == (2, 3) and got.dtype is dtypes.float16
+
 def test_deviceless_uops_keep_uop_arithmetic() -> None:
   # the index math of kernels and symbolic sizes: UOp's own nodes, no Tensor constants, no promotion
   v = UOp.variable("i", 0, 10)
