@@ -6,4 +6,5 @@ an op writes through) and `grad_rules` (gradient rules written with Tensor metho
 build with the class of the tensor they are given. `from attograd.tensor import Tensor` is the entry point."""
 from attograd.tensor.core import Tensor  # noqa: F401
 from attograd.tensor import grad_rules  # noqa: F401,E402  (registers the Tensor-written gradient rules)
+from attograd.tensor import uop_methods  # noqa: F401,E402  (lends UOp the Tensor's graph-building methods)
 from attograd.helpers import is_numpy_ndarray  # noqa: F401,E402  (tinygrad.tensor's name)

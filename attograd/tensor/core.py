@@ -737,8 +737,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @_takes_requires_grad
   def ones_like(self, **kw: Any) -> Tensor: return self.full_like(1, **kw)
   @_takes_requires_grad
-  def empty_like(self, **kw: Any) -> Tensor:
-    return Tensor.empty(self.shape, **{"dtype": self.dtype, "device": self.device, **kw})
+  def empty_like(self, dtype: DType | str | None = None, device: str | tuple[str, ...] | None = None,
+                 **kw: Any) -> Tensor:
+    """A new buffer of this tensor's shape, its values unset; this tensor's dtype and device unless given (positional
+    too, as in tinygrad)."""
+    return Tensor.empty(self.shape, dtype=self.dtype if dtype is None else dtype,
+                        device=self.device if device is None else device, **kw)
   @staticmethod
   @_takes_requires_grad
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
@@ -856,20 +860,30 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(d): raise ValueError(f"rand: needs a float dtype, got {d}")
     if d in _WEAK: raise WeakDTypeError(f"rand: {d} has no bits to draw; use a float such as {strong_dtype(d)}")
-    n, size = prod(shp), d.itemsize
-    num = -(-n * size // 4)
-    w = Tensor._random_words(num, device)
+    out = Tensor._bits_to_rand(Tensor._random_words(-(-prod(shp) * d.itemsize // 4), device), shp, d)
+    return Tensor(out.uop, device=device, **kw)
+  @staticmethod
+  def _bits_to_rand(bits: Tensor, shape: tuple[int, ...], dtype: DType) -> Tensor:
+    """Uniform values in [0, 1) of float `dtype` and `shape` from the random uint32 words `bits` (at least
+    ceil(numel * itemsize / 4) of them; tinygrad's name): each value's bytes taken from the words lowest first, their
+    top mantissa bits under the exponent of 1.0, minus 1."""
+    n, size, w = prod(shape), dtype.itemsize, bits
+    num = w.shape[0]
     udt = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[size]
-    if size == 8: u = w[0::2].cast(udt) | (w[1::2].cast(udt) << 32)  # each value takes two words, low one first
+    if size == 8: u = w[0:2 * n:2].cast(udt) | (w[1:2 * n:2].cast(udt) << 32)  # two words a value, the low one first
     elif size < 4:  # a word holds 4 // size values, the lowest bytes first
       per = 4 // size
       shifts = _index_tensor(per, w.device).cast(dtypes.uint32).reshape(1, per) * (8 * size)
       u = (w.reshape(num, 1) >> shifts).cast(udt).reshape(num * per)[:n]
-    else: u = w
-    nexp, nmant = dtypes.finfo(d)
-    one = (((1 << (nexp - 1)) - 1) if d not in dtypes.fp8_fnuz else 1 << (nexp - 1)) << nmant  # the bits of 1.0
-    out = ((u >> (8 * size - nmant)) | one).bitcast(d) - 1
-    return Tensor(out.reshape(shp).uop, device=device, **kw)
+    else: u = w if num == n else w[:n]
+    nexp, nmant = dtypes.finfo(dtype)
+    one = (((1 << (nexp - 1)) - 1) if dtype not in dtypes.fp8_fnuz else 1 << (nexp - 1)) << nmant  # the bits of 1.0
+    return (((u >> (8 * size - nmant)) | one).bitcast(dtype) - 1).reshape(shape)
+  @staticmethod
+  def _rand(key: Tensor, counter: Tensor, shape: tuple[int, ...], dtype: DType, contiguous: bool = True) -> Tensor:
+    """Tensor.rand's values from the stream keyed by `key`, after `counter` words (tinygrad's name; a pure function of
+    its arguments, unlike rand, which reads the device's counter). contiguous is accepted as in rand."""
+    return Tensor._bits_to_rand(Tensor.random_bits(key, counter, -(-prod(shape) * dtype.itemsize // 4)), shape, dtype)
   @staticmethod
   @_takes_requires_grad
   def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:

@@ -179,8 +179,10 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
   assert flat is not None
   flat = flat._broadcast_to(bshape) if flat.shape != bshape else flat
   # the flat index gets a buffer of its own (one element per index): the one-hot compare is then one op the gather
-  # kernel can fuse, and codegen's pm_gather_fold turns its reduce over `total` into one load per output element
-  if flat.uop.base.op is not Ops.BUFFER: flat = flat.contiguous()
+  # kernel can fuse, and codegen's pm_gather_fold turns its reduce over `total` into one load per output element. A
+  # plain CONTIGUOUS, not contiguous()'s numbered one: nothing writes into it, so equal indices share it, and the same
+  # getitem builds the same graph (UOp.__getitem__ builds the Tensor's, node for node)
+  if flat.uop.base.op is not Ops.BUFFER: flat = flat._new(UOp(Ops.CONTIGUOUS, flat.dtype, (flat.uop,)))
   total = prod(sizes)
   xf = x.reshape((total,) + rest_shape)
   ar = cls.arange(total, device=t.device).reshape((1,) * len(bshape) + (total,))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 from attograd.dtype import DType, dtypes, sum_acc_dtype
+from attograd.uop.ops import Ops, UOp
 
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
@@ -43,8 +44,8 @@ class LinalgMixin:
       # nothing below the diagonal: no reflection (LAPACK's tau = 0), so the diagonal keeps its sign
       scale = (below_sq > 0).where(2.0 / (vv > 0).where(vv, 1.0), 0.0)
       w = v.unsqueeze(-1)                                                       # (..., m, 1)
-      R = (R - (w * scale.unsqueeze(-1)) @ (w.transpose(-2, -1) @ R)).contiguous()
-      Q = (Q - (Q @ w) @ (w * scale.unsqueeze(-1)).transpose(-2, -1)).contiguous()
+      R = _step(R - (w * scale.unsqueeze(-1)) @ (w.transpose(-2, -1) @ R))
+      Q = _step(Q - (Q @ w) @ (w * scale.unsqueeze(-1)).transpose(-2, -1))
     return Q.cast(out_dtype), R.triu().cast(out_dtype)
 
   def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
@@ -106,6 +107,12 @@ class LinalgMixin:
       x = out
     return x
 
+def _step(x: Tensor) -> Tensor:
+  """One step's result in a buffer, so the next step's graph starts there: a plain CONTIGUOUS, not contiguous()'s
+  numbered one, since nothing writes into it. Equal inputs then give one graph (UOp.qr builds Tensor.qr's node for
+  node), and two factorizations of one matrix share their steps."""
+  return x._new(UOp(Ops.CONTIGUOUS, x.dtype, (x.uop,)))
+
 def _matrix_input(x: Tensor, op: str) -> tuple[Tensor, DType]:
   """The tensor in the dtype to compute in (float32 for half and bfloat16, the default float for ints) and the dtype
   to return."""
@@ -128,8 +135,11 @@ def _round_robin(n: int) -> list[list[tuple[int, int]]]:
 def _jacobi_round(X: Tensor, pairs: list[tuple[int, int]], n: int) -> Tensor:
   """Rotate each pair (p, q) of X's columns so that columns p and q of its top half (W) become orthogonal; the
   bottom half (V) turns along. The pairs are disjoint, so all rotations are one step: X @ (I + D)."""
-  sel_p = type(X)([[1.0 if r == p else 0.0 for p, _ in pairs] for r in range(n)], dtype=X.dtype, device=X.device)
-  sel_q = type(X)([[1.0 if r == q else 0.0 for _, q in pairs] for r in range(n)], dtype=X.dtype, device=X.device)
+  # the columns of the identity that pick each pair's p and q: constants, not buffers made per round, so equal inputs
+  # build one graph (UOp.svd is Tensor.svd node for node) and no round uploads anything
+  eye = type(X).eye(n, dtype=X.dtype, device=X.device)
+  sel_p, sel_q = (eye.shrink((None, (ps[0], ps[0] + 1))).cat(*(eye.shrink((None, (p, p + 1))) for p in ps[1:]), dim=1)
+                  for ps in ([p for p, _ in pairs], [q for _, q in pairs]))
   W = X.shrink(tuple([None] * (X.ndim - 2) + [(0, n), None]))
   Wp, Wq = W @ sel_p, W @ sel_q                                           # (..., n, h)
   alpha, beta, gamma = Wp.square().sum(-2), Wq.square().sum(-2), (Wp * Wq).sum(-2)
@@ -144,4 +154,4 @@ def _jacobi_round(X: Tensor, pairs: list[tuple[int, int]], n: int) -> Tensor:
   cm, ss = (c - 1).unsqueeze(-2), s.unsqueeze(-2)                         # (..., 1, h)
   sp_t, sq_t = sel_p.transpose(0, 1), sel_q.transpose(0, 1)
   D = (sel_p * cm) @ sp_t + (sel_q * cm) @ sq_t + (sel_p * ss) @ sq_t - (sel_q * ss) @ sp_t
-  return (X + X @ D).contiguous()
+  return _step(X + X @ D)

@@ -4,7 +4,7 @@ import functools, math, operator, weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
-from attograd.dtype import ConstType, DType, dtypes, truncate_to
+from attograd.dtype import ConstType, DType, dtypes, to_dtype, truncate_to
 from attograd.helpers import prod
 import attograd.uop.state as state
 
@@ -181,8 +181,9 @@ class UOp(metaclass=UOpMetaClass):
   def device(self) -> str:
     if self.op is Ops.DEVICE: return self.arg
     if self.op is Ops.COPY: return self.src[1].arg
-    if self.op is Ops.MULTI: return tuple(s.device for s in self.src)  # type: ignore[return-value]  # sharded
-    for s in self.src:
+    if (src := self.src) and any("device" not in s.__dict__ for s in src): _fill_devices(src)
+    if self.op is Ops.MULTI: return tuple(s.device for s in src)  # type: ignore[return-value]  # sharded
+    for s in src:
       if (d := s.device) is not None: return d
     return None  # type: ignore[return-value]
   @property
@@ -213,6 +214,13 @@ class UOp(metaclass=UOpMetaClass):
     if x.op is not Ops.BUFFER or (b := state.get(x, state.BUFFER)) is None:
       raise AssertionError(f"buffer: must be BUFFER, got {x.op} (realize() it first)")
     return b
+  def has_buffer_identity(self, after_ok: bool = False) -> bool:
+    """Whether this node is a buffer itself (tinygrad's name): a BUFFER seen through reshapes, or a sharded value whose
+    shards are; with `after_ok`, also such a buffer once lazy writes (AFTER) have run."""
+    x = self
+    while x.op is Ops.RESHAPE or (after_ok and x.op is Ops.AFTER): x = x.src[0]
+    if x.op is Ops.MULTI: return all(s.has_buffer_identity(after_ok) for s in x.src)
+    return x.op is Ops.BUFFER
   @property
   def realized(self) -> Any:
     """The allocated Buffer of a BUFFER node (the engine records it on the node), else None."""
@@ -269,7 +277,10 @@ class UOp(metaclass=UOpMetaClass):
       x = y.const_like(x) if isinstance(y, UOp) else UOp.const(dtypes.from_py_stored(x), x)
     if not isinstance(y, UOp): y = x.const_like(y)
     return UOp(Ops.WHERE, x.dtype, (self, x, y))
-  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  def cast(self, dtype: DType | str) -> UOp:
+    """This value as `dtype` (a DType or its name, as tinygrad's): itself when it has that dtype already."""
+    d = dtype if dtype.__class__ is DType else to_dtype(dtype)
+    return self if self.dtype == d else UOp(Ops.CAST, d, (self,))
   # ***** lazy writes (tinygrad's API) *****
   def store(self, value: UOp) -> UOp:
     """A write of `value` into this view of a buffer (an ASSIGN; nothing runs until a realize needs it)."""
@@ -374,6 +385,19 @@ class UOp(metaclass=UOpMetaClass):
   def ssimplify(self) -> UOp | ConstType:
     ret = self.simplify()
     return ret.arg if ret.op is Ops.CONST else ret
+
+def _fill_devices(roots: tuple[UOp, ...]) -> None:
+  """Computes .device of `roots` and of the nodes below them whose device isn't known yet, sources first and without
+  recursion: a kernel's index math can be thousands of nodes deep, and the tensor methods UOp lends (tensor/
+  uop_methods.py) ask each operand's device."""
+  stack: list[tuple[UOp, bool]] = [(r, False) for r in roots]
+  while stack:
+    n, ready = stack.pop()
+    if "device" in n.__dict__: continue
+    if ready: _ = n.device  # its sources' devices are known: no recursion
+    else:
+      stack.append((n, True))
+      stack.extend((s, False) for s in n.src if "device" not in s.__dict__)
 
 def sym_vals(*xs: Any) -> list[int] | None:
   """The values of sizes, or None when one has an unbound Variable."""
