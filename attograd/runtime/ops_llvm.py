@@ -40,6 +40,14 @@ def elf_undefined_symbols(obj: bytes) -> list[str]:
       if shndx == 0 and name: out.append(obj[stroff + name:obj.index(b"\0", stroff + name)].decode())
   return out
 
+# The large code model: a kernel reaches its constants and the library functions it calls through 64-bit addresses.
+# The JIT maps a kernel's code and its read-only data (constant pools) separately, wherever the process has room; the
+# small model's 32-bit offsets between them overflow once the two land more than 2 GB apart, which a long-running
+# process with a few GB of mappings meets sooner or later. MCJIT then aborts the process on an assertion ("isInt<32>
+# (RealOffset)" in RuntimeDyldELF: a test-suite worker died that way in a kernel calling pow). It costs a movabs per
+# constant, hoisted out of the loops.
+CODE_MODEL = "large"
+
 # ***** llvmlite *****
 
 class _Llvmlite:
@@ -54,9 +62,9 @@ class _Llvmlite:
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     if (rt := _runtime_library()) is not None: llvm.load_library_permanently(rt)
     self._target_machine = lambda: llvm.Target.from_triple(self.triple).create_target_machine(
-      cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+      cpu=cpu, features=features, opt=3, reloc="static", codemodel=CODE_MODEL)
     self.tm = self._target_machine()
-    self.ident = f"llvmlite:{llvm.llvm_version_info}:{self.triple}:{cpu}:{features}"
+    self.ident = f"llvmlite:{llvm.llvm_version_info}:{self.triple}:{cpu}:{features}:{CODE_MODEL}"
     self.fast_fma = _fast_fma(features)
   def compile(self, src: str) -> bytes:
     llvm = self.llvm
@@ -140,11 +148,11 @@ class _LibLLVM:
     target, err = ctypes.c_void_p(), ctypes.c_void_p()
     if lib.LLVMGetTargetFromTriple(self.triple.encode(), ctypes.byref(target), ctypes.byref(err)):
       raise OSError(f"libLLVM has no target for {self.triple}: {self._take(err.value)}")
-    # 3 = CodeGenLevelAggressive, 2 = RelocPIC, 0 = CodeModelDefault
-    self.tm = lib.LLVMCreateTargetMachine(target, self.triple.encode(), cpu.encode(), features.encode(), 3, 2, 0)
+    # 3 = CodeGenLevelAggressive, 1 = RelocStatic, 6 = CodeModelLarge (see CODE_MODEL)
+    self.tm = lib.LLVMCreateTargetMachine(target, self.triple.encode(), cpu.encode(), features.encode(), 3, 1, 6)
     self.ctx = lib.LLVMContextCreate()
     _runtime_library()
-    self.ident = f"libllvm:{os.path.basename(path)}:{self.triple}:{cpu}:{features}"
+    self.ident = f"libllvm:{os.path.basename(path)}:{self.triple}:{cpu}:{features}:{CODE_MODEL}"
     self.fast_fma = _fast_fma(features)
   def _take(self, p: int | None) -> str:
     """An LLVM-owned message as a str; the message is freed."""

@@ -128,3 +128,41 @@ def test_exit_after_llvm_kernels_is_quiet() -> None:
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
   assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]
   assert "Exception ignored" not in r.stderr and "Error" not in r.stderr, r.stderr[-2000:]
+
+def _relocation_types(obj: bytes) -> set[int]:
+  """The relocation types of an ELF64 object's RELA sections."""
+  import struct
+  shoff, shentsize, shnum = struct.unpack_from("<Q", obj, 0x28)[0], *struct.unpack_from("<HH", obj, 0x3A)
+  out = set()
+  for i in range(shnum):
+    _, sh_type, _, _, off, size, _, _, _, entsize = struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize)
+    if sh_type != 4: continue  # SHT_RELA: (offset, info, addend) entries, the type in info's low 32 bits
+    out |= {struct.unpack_from("<Q", obj, at + 8)[0] & 0xFFFFFFFF for at in range(off, off + size, entsize)}
+  return out
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="reads x86-64 relocation types")
+@pytest.mark.parametrize("backend", ["llvmlite", "libllvm"])
+def test_kernels_reach_constants_and_libm_through_64_bit_addresses(backend: str) -> None:
+  # the JIT maps a kernel's code and its constant pools separately; with the small code model their 32-bit offsets
+  # overflowed once they landed over 2 GB apart in a big process, and MCJIT aborted the process (a test worker died
+  # in a kernel calling pow). Every relocation must be a 64-bit absolute one (R_X86_64_64 = 1): no PC32 (2),
+  # PLT32 (4), 32/32S (10/11) or GOT-relative (9, 41, 42) offsets
+  code = """
+  from attograd import Device, Tensor
+  from attograd.engine import realize
+  x = Tensor([1.5, 2.0, 3.0, 0.25] * 8, device="LLVM")
+  outs = [x ** (x + 0.3), x.double() ** 1.7, x.exp() * 3.1 + 0.7, (x.sin() * 1e-3).half().float(), x.sigmoid() @ x]
+  for o in outs: o.realize()
+  comp = Device["LLVM"].compiler
+  print(comp.backend.name)
+  for key, r in list(realize._runners.items()):
+    if key[0] == "LLVM": print(r.spec.name, comp.compile(r.spec.src).hex())
+  """
+  r = run_py(code, LLVM_BACKEND=backend)
+  if r.returncode != 0 and "no LLVM to compile with" in r.stderr: pytest.skip(f"{backend} not installed here")
+  assert r.returncode == 0, r.stderr[-2000:]
+  name, *kernels = r.stdout.split("\n")
+  assert name == backend and len([k for k in kernels if k]) >= 5
+  for line in filter(None, kernels):
+    kname, obj = line.split()
+    assert _relocation_types(bytes.fromhex(obj)) <= {1}, (kname, _relocation_types(bytes.fromhex(obj)))
