@@ -83,6 +83,11 @@ class Kernel:
     return dtypes.int32 if self.index_bound() <= dtypes.max(dtypes.int32) else dtypes.int64
   @property
   def shape_len(self) -> int: return len(self.full_shape)
+  def first_loop(self) -> int:
+    """The outermost axis that stays a loop (not of size 1, not unrolled, not the KBLOCK loop): where THREAD runs the
+    kernel across cores; -1 when there is none."""
+    return next((i for i, s in enumerate(self.full_shape)
+                 if s != 1 and i not in self.upcasted and i != self.kblock), -1)
   @property
   def output_shape(self) -> tuple[int, ...]:
     return tuple(s if i < self.first_reduce else 1 for i, s in enumerate(self.full_shape))

@@ -58,7 +58,7 @@ def _lower(k: Kernel, lane_ax: int | None, gpu: bool, global_max: tuple[int, ...
       placeholders[i] = UOp(Ops.DEFINE_VAR, d, (), (f"_unroll{i}", 0, s - 1))
       idxs.append(placeholders[i])
     else:
-      kind = "reduce" if i >= k.first_reduce else ("parallel" if (k.parallel and i == _first_loop(k)) else "loop")
+      kind = "reduce" if i >= k.first_reduce else ("parallel" if (k.parallel and i == k.first_loop()) else "loop")
       # a parallel loop over symbolic sizes carries when a call runs it across the cores (Kernel.thread_if)
       cond = (k.thread_if,) if kind == "parallel" and k.thread_if is not None else ()
       idxs.append(UOp(Ops.RANGE, d, (as_index(s, d),), (i, kind, *cond)))
@@ -512,11 +512,6 @@ def _pad_valid(k: Kernel, u: UOp, idxs: list[UOp], valid: UOp) -> UOp:
     x = functools.reduce(lambda a, b: a + b, [idxs[a] * c if c != 1 else idxs[a] for a, c in terms])
     valid = x < limit if _true(valid) else valid & (x < limit)
   return valid
-
-def _first_loop(k: Kernel) -> int:
-  for i, s in enumerate(k.full_shape):
-    if s != 1 and i not in k.upcasted and i != k.kblock: return i
-  return -1
 
 def _load(u: UOp, idx: UOp, valid: UOp) -> UOp:
   glob = u.src[0]

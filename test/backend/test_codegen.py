@@ -253,6 +253,32 @@ def test_long_row_sum_unrolls_its_lone_accumulator() -> None:
   assert len(re.findall(r"acc0 = ", loop)) == 1, first
   np.testing.assert_allclose(t.numpy(), x.astype(np.float64).sum(), rtol=1e-5)
 
+@pytest.mark.parametrize("rows", [8, 6, 5])
+def test_few_rows_dot_product_keeps_all_rows_in_registers_and_splits_the_weights(rows: int) -> None:
+  # a prefill of a few tokens times a weight matrix (x @ w.T): all the rows, whole, times 3 weight rows (24
+  # accumulators at 8 rows), so each weight row is read once; the cores split the weight rows, not the tokens
+  rng = np.random.default_rng(7)
+  x, w = rng.standard_normal((rows, 768), dtype=np.float32), rng.standard_normal((1536, 768), dtype=np.float32)
+  tx, tw = Tensor(x).realize(), Tensor(w).realize()
+  items, _ = create_schedule([(tx @ tw.T).uop])
+  prg = get_program(items[-1].ast, Device["CPU"].renderer)
+  ups = sorted(o.amount for o in prg.applied_opts if o.op == "UPCAST")
+  assert ups == sorted([rows, 3]), prg.applied_opts
+  assert len(re.findall(r"float16 acc\d+ = ", prg.src)) == rows * 3, prg.src
+  if Device["CPU"].compiler.openmp:
+    assert re.search(r"#pragma omp parallel for\n\s*for \(int \w+ = 0; \w+ < 512;", prg.src), prg.src
+  np.testing.assert_allclose((tx @ tw.T).numpy(), x @ w.T, rtol=1e-4, atol=1e-3)
+
+def test_a_whole_upcast_first_axis_still_lets_the_next_loop_run_across_cores() -> None:
+  # 4 rows times a 4.7 MB weight matrix: the rows are upcast whole, leaving axis 0 of size 1; THREAD goes to the
+  # weight rows' loop (it asked for axis 0 to be 2 or more, and such a kernel ran on one core)
+  if not Device["CPU"].compiler.openmp: pytest.skip("the C compiler has no OpenMP: kernels run on one core")
+  rng = np.random.default_rng(8)
+  x, w = rng.standard_normal((4, 768), dtype=np.float32), rng.standard_normal((1536, 768), dtype=np.float32)
+  tx, tw = Tensor(x).realize(), Tensor(w).realize()
+  assert re.search(r"#pragma omp parallel for\n\s*for \(int \w+ = 0; \w+ < 384;", _src(tx @ tw.T)), _src(tx @ tw.T)
+  np.testing.assert_allclose((tx @ tw.T).numpy(), x @ w.T, rtol=1e-4, atol=1e-3)
+
 def test_float_max_without_branches_matches_numpy_with_nan() -> None:
   # max renders as mask operations on one-lane vectors (no branches); NaN wins from either side, as in NumPy
   a = np.array([1.0, np.nan, 3.0, -np.inf, np.inf, 0.0, np.nan, -2.0], dtype=np.float32)
