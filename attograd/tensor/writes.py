@@ -3,6 +3,7 @@ giving tensors buffers of their own to write. Tensor.assign writes at once; a Wr
 optimizer step is one schedule."""
 from __future__ import annotations
 from typing import Sequence
+from attograd.helpers import ALLOW_DEVICE_USAGE
 from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.tensor.core import Tensor
 from attograd.uop.ops import Ops, UOp
@@ -12,6 +13,24 @@ def realize_writes(ts: Sequence[Tensor]) -> None:
   later backward(): an optimizer's writes and gradients never need them, and holding them would keep a step's
   intermediates out of the memory planner's reuse."""
   Tensor._realize_all(ts, keep_graph=False)
+
+def assign_together(writes: list[tuple[Tensor, Tensor]]) -> None:
+  """target.assign(value) for each (target, value) pair, as one schedule instead of one each (a BatchNorm's three
+  running statistics). The pairs are taken out of `writes`: the values must be the caller's temporaries, held by
+  nothing else, since a live lazy tensor that reads a target is realized before the write to keep its value (here
+  that would be every value, computed into buffers of their own first). No value may read another pair's target:
+  each sees the targets as they were. Inside a @function body, where a realize raises, each is a Tensor.assign of
+  its own (which runs at once there too), and so is every pair when one needs Tensor.assign's own casts,
+  broadcasts or errors."""
+  if not ALLOW_DEVICE_USAGE.value or any(v.device != t.device or v.dtype != t.dtype or v.shape != t.shape
+                                         for t, v in writes):
+    while writes:
+      target, value = writes.pop(0)
+      target._assign(value, value_private=True)
+    return
+  plan = WritePlan()
+  while writes: plan.assign(*writes.pop(0))  # (no name here holds a value past its write)
+  realize_writes(plan.tensors())
 
 def _whole_buffer(t: Tensor) -> bool:
   """True when `t` is a realized buffer seen whole (through reshapes only): only those can be written in place."""
