@@ -106,8 +106,19 @@ def own_buffers(ts: Sequence[Tensor]) -> None:
   uses: dict[UOp, int] = {}
   for t in ts: uses[t.uop] = uses.get(t.uop, 0) + 1
   lazy = [t for t in ts if not _whole_buffer(t) and t.uop.base.op is not Ops.CONST and uses[t.uop] == 1]
-  if lazy: realize_writes(lazy)
-  plan, seen = WritePlan(), set()
+  # the lazy values and the copies of the others are one realize (an optimizer's lazily initialized weights and its
+  # zero state: one schedule, whose small kernels share compiler runs, instead of two on a first run)
+  plan, seen, lazy_ids = WritePlan(), set[int](), {id(t) for t in lazy}
+  _copy_unwritable([t for t in ts if id(t) not in lazy_ids], plan, seen)
+  if lazy or plan.writes: realize_writes(lazy + plan.tensors())
+  # a lazy value that realized into something not writable in place (a view; a buffer another of `ts` holds)
+  plan = WritePlan()
+  _copy_unwritable(lazy, plan, seen)
+  if plan.writes: realize_writes(plan.tensors())
+
+def _copy_unwritable(ts: Sequence[Tensor], plan: WritePlan, seen: set[int]) -> None:
+  """Plan a copy into a fresh buffer for each of `ts` that isn't a whole buffer, or whose buffer is in `seen`
+  (the ids of the buffers already taken, which this adds to)."""
   for t in ts:
     if _whole_buffer(t) and id(buf := buffers[_first_buffer(t)]) not in seen:
       seen.add(id(buf))
@@ -115,4 +126,3 @@ def own_buffers(ts: Sequence[Tensor]) -> None:
     home = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device)
     plan.assign(home, t)
     t.uop = home.uop
-  if plan.writes: realize_writes(plan.tensors())
