@@ -10,6 +10,7 @@ from typing import Any
 from attograd.dtype import DType, dtypes
 from attograd.helpers import make_tuple, prod
 from attograd.tensor import Tensor
+from attograd.tensor.writes import assign_together
 from attograd.nn import optim  # noqa: F401
 
 def __getattr__(name: str) -> Any:
@@ -167,9 +168,11 @@ class BatchNorm:
     if self.track_running_stats and Tensor.training:
       n = x.numel() // x.shape[1]  # values per channel
       unbiased = var.detach() * (n / max(n - 1, 1))
-      self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
-      self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * unbiased)
-      self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+      # one realize for the three writes, not a schedule each: MNIST's two layers made 6 schedules whose few small
+      # kernels each waited for a compiler run of their own on a first run
+      assign_together([(self.running_mean, (1 - self.momentum) * self.running_mean + self.momentum * mean.detach()),
+                       (self.running_var, (1 - self.momentum) * self.running_var + self.momentum * unbiased),
+                       (self.num_batches_tracked, self.num_batches_tracked + 1)])
     return x.batchnorm(self.weight, self.bias, mean, var.add(self.eps).rsqrt())
 BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
 

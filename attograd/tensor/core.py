@@ -382,9 +382,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     st = time.perf_counter() if (debug := DEBUG.value) >= 1 else 0.0
     k0 = GlobalCounters.kernel_count
     outs = [todo[0].uop] if len(todo) == 1 else list(dict.fromkeys(t.uop for t in todo))
-    # in-place writes among them (an optimizer step): lazy tensors that read the written buffers get their values now
-    if (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}):
-      _keep_values_of_readers(targets, set(outs))
+    # in-place writes among them (an optimizer step): lazy tensors that read the written buffers get their values
+    # now, in the same schedule (the scheduler runs a read of a buffer's old version before its write, as for
+    # `loss.realize(*opt.schedule_step())`): a lazy loss read after opt.step() was a schedule of its own first, its
+    # forward kernels computed there and again for the gradients
+    readers: list[Tensor] = []
+    if (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}) and \
+       (readers := _readers_of(targets, set(outs))):
+      todo = readers + todo
+      outs = list(dict.fromkeys([t.uop for t in readers] + outs))
     sst = PROFILER.now() if PROFILER.active else 0.0
     items, becomes = create_schedule(outs)
     if PROFILER.active: PROFILER.span("schedule", "schedule", outs[0].device or Device.DEFAULT, sst, PROFILER.now(),
@@ -397,9 +403,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         e.blame(_first_nonfinite(outs))
         raise
     keep_graph = keep_graph and bool(_grad_tensors)  # autograd may still need the graph behind a realized value
+    kept = {id(t) for t in readers} if _grad_tensors else set()  # (a reader's graph is kept, as when realized alone)
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
-      if keep_graph and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
+      if (keep_graph or id(t) in kept) and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
          and not t.requires_grad and not getattr(t, "_is_grad", False):
         put(nu, ORIGIN, t.uop)
         remember_weakly(t.uop)
@@ -1989,6 +1996,11 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   """Before the BUFFER nodes `targets` are written in place: realize every live lazy Tensor whose value reads them
   (views of them excepted: those share the storage), so it keeps the value it has now. `skip`: nodes the write's own
   schedule computes."""
+  if (todo := _readers_of(targets, skip)): Tensor._realize_all(todo)
+
+def _readers_of(targets: set[UOp], skip: set[UOp]) -> list[Tensor]:
+  """The live lazy Tensors whose values read the BUFFER nodes `targets` (see _keep_values_of_readers), each made a
+  graph of its own to realize."""
   memo: dict[UOp, bool] = dict.fromkeys(targets, True)
   todo: list[Tensor] = []
   for r in _made:
@@ -1997,7 +2009,7 @@ def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   # each into a buffer of its own: a graph equal to one realized before is the same node, and would otherwise resolve
   # to that result's buffer, the very one about to be written (a = x * 2; b = x * 2; a.realize(); a[0] = 5)
   for t in todo: t.uop = _unique_contiguous(t.uop)
-  if todo: Tensor._realize_all(todo)
+  return todo
 
 def _run_afters(u: UOp) -> UOp:
   """u with each AFTER node (UOp.after) replaced by the value it waits for, once its writes (UOp.store: ASSIGNs) have

@@ -3,6 +3,7 @@ giving tensors buffers of their own to write. Tensor.assign writes at once; a Wr
 optimizer step is one schedule."""
 from __future__ import annotations
 from typing import Sequence
+from attograd.helpers import ALLOW_DEVICE_USAGE
 from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.tensor.core import Tensor
 from attograd.uop.ops import Ops, UOp
@@ -12,6 +13,24 @@ def realize_writes(ts: Sequence[Tensor]) -> None:
   later backward(): an optimizer's writes and gradients never need them, and holding them would keep a step's
   intermediates out of the memory planner's reuse."""
   Tensor._realize_all(ts, keep_graph=False)
+
+def assign_together(writes: list[tuple[Tensor, Tensor]]) -> None:
+  """target.assign(value) for each (target, value) pair, as one schedule instead of one each (a BatchNorm's three
+  running statistics). The pairs are taken out of `writes`: the values must be the caller's temporaries, held by
+  nothing else, since a live lazy tensor that reads a target is realized before the write to keep its value (here
+  that would be every value, computed into buffers of their own first). No value may read another pair's target:
+  each sees the targets as they were. Inside a @function body, where a realize raises, each is a Tensor.assign of
+  its own (which runs at once there too), and so is every pair when one needs Tensor.assign's own casts,
+  broadcasts or errors."""
+  if not ALLOW_DEVICE_USAGE.value or any(v.device != t.device or v.dtype != t.dtype or v.shape != t.shape
+                                         for t, v in writes):
+    while writes:
+      target, value = writes.pop(0)
+      target._assign(value, value_private=True)
+    return
+  plan = WritePlan()
+  while writes: plan.assign(*writes.pop(0))  # (no name here holds a value past its write)
+  realize_writes(plan.tensors())
 
 def _whole_buffer(t: Tensor) -> bool:
   """True when `t` is a realized buffer seen whole (through reshapes only): only those can be written in place."""
@@ -87,8 +106,19 @@ def own_buffers(ts: Sequence[Tensor]) -> None:
   uses: dict[UOp, int] = {}
   for t in ts: uses[t.uop] = uses.get(t.uop, 0) + 1
   lazy = [t for t in ts if not _whole_buffer(t) and t.uop.base.op is not Ops.CONST and uses[t.uop] == 1]
-  if lazy: realize_writes(lazy)
-  plan, seen = WritePlan(), set()
+  # the lazy values and the copies of the others are one realize (an optimizer's lazily initialized weights and its
+  # zero state: one schedule, whose small kernels share compiler runs, instead of two on a first run)
+  plan, seen, lazy_ids = WritePlan(), set[int](), {id(t) for t in lazy}
+  _copy_unwritable([t for t in ts if id(t) not in lazy_ids], plan, seen)
+  if lazy or plan.writes: realize_writes(lazy + plan.tensors())
+  # a lazy value that realized into something not writable in place (a view; a buffer another of `ts` holds)
+  plan = WritePlan()
+  _copy_unwritable(lazy, plan, seen)
+  if plan.writes: realize_writes(plan.tensors())
+
+def _copy_unwritable(ts: Sequence[Tensor], plan: WritePlan, seen: set[int]) -> None:
+  """Plan a copy into a fresh buffer for each of `ts` that isn't a whole buffer, or whose buffer is in `seen`
+  (the ids of the buffers already taken, which this adds to)."""
   for t in ts:
     if _whole_buffer(t) and id(buf := buffers[_first_buffer(t)]) not in seen:
       seen.add(id(buf))
@@ -96,4 +126,3 @@ def own_buffers(ts: Sequence[Tensor]) -> None:
     home = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device)
     plan.assign(home, t)
     t.uop = home.uop
-  if plan.writes: realize_writes(plan.tensors())

@@ -430,3 +430,19 @@ def test_a_few_small_kernels_are_one_batch(empty_cache: None, monkeypatch: pytes
   x, ref = _chain(5, seed=14)
   with Context(QUICK_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
   assert 1 <= len(runs) <= 2, len(runs)
+
+def test_compiler_probes_run_side_by_side(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+  # with an empty cache the CPU compiler's three probes (OpenMP, a fast fma, int8 dot products) are compiler runs
+  # every first tensor waits for: they run at once, each waiting here until all three have started (run one after
+  # another, the first would wait for the others in vain and the barrier breaks)
+  from attograd.runtime.ops_cpu import find_c_compiler
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  started, compile_with = threading.Barrier(3, timeout=30), ClangCompiler._compile_with
+  def probe(self: ClangCompiler, src: str, flags: list[str]) -> bytes:
+    started.wait()
+    return compile_with(self, src, flags)
+  monkeypatch.setattr(ClangCompiler, "_compile_with", probe)
+  cc = ClangCompiler(find_c_compiler())
+  assert not started.broken and started.n_waiting == 0
+  ref = Device["CPU"].compiler
+  assert (cc.openmp, cc.fast_fma, cc.int8_dot) == (ref.openmp, ref.fast_fma, ref.int8_dot)

@@ -128,6 +128,24 @@ def test_batchnorm_train_then_eval_vs_torch(device: str, shape: tuple[int, ...])
   np.testing.assert_allclose(ours(Tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), atol=1e-5)
   assert ours.num_batches_tracked.item() == 2
 
+def test_batchnorm_running_stats_are_one_schedule(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # a training call writes its three running statistics in one realize: they were three assigns, a schedule each,
+  # whose few small kernels each waited for a compiler run of their own on a first run (MNIST: 10 -> 6 schedules)
+  import attograd.tensor.core as core
+  bn, x = nn.BatchNorm(3, momentum=0.5), Tensor(rand(4, 3, 2, 2, seed=3)).realize()
+  bn.running_mean.realize(), bn.running_var.realize(), bn.num_batches_tracked.realize()
+  schedules: list[int] = []
+  run = core.run_schedule
+  monkeypatch.setattr(core, "run_schedule", lambda items: (schedules.append(len(items)), run(items))[1])
+  with Tensor.train(): out = bn(x)
+  assert len(schedules) == 1, schedules
+  monkeypatch.undo()
+  xv = x.numpy()
+  np.testing.assert_allclose(bn.running_mean.numpy(), 0.5 * xv.mean((0, 2, 3)), atol=1e-6)
+  np.testing.assert_allclose(bn.running_var.numpy(), 0.5 + 0.5 * xv.var((0, 2, 3), ddof=1), atol=1e-5)
+  assert bn.num_batches_tracked.item() == 1
+  out.numpy()  # the forward after the writes: its batch statistics, unaffected
+
 def test_batchnorm2d_train_backward_vs_torch(device: str) -> None:
   ref = randomize(torch.nn.BatchNorm2d(3))
   ref.train()

@@ -187,6 +187,39 @@ def test_step_is_one_realize(device: str, monkeypatch: pytest.MonkeyPatch, make:
     for p, g in zip(params, gs): p.grad = Tensor(g) * 2  # lazy gradients are computed in the same realize
     assert count_schedules(opt.step, monkeypatch) == 1
 
+def test_adam_over_lazy_weights_is_one_realize(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # layer weights initialized lazily (random numbers) and Adam's zero state get their buffers in one realize: on a
+  # first run two schedules were two rounds of compiler runs (MNIST's first step: 6 -> 5 schedules)
+  from attograd import nn
+  layers = [Linear(3, 4), Linear(4, 2)]
+  params = nn.state.get_parameters(layers)
+  assert any(p.uop.base.op.name != "BUFFER" for p in params)  # lazily initialized
+  opt: list[Adam] = []
+  assert count_schedules(lambda: opt.append(Adam(params)), monkeypatch) == 1
+  bufs = [p.uop.base for p in params] + [s.uop.base for s in opt[0].m + opt[0].v]
+  assert all(b.op.name == "BUFFER" for b in bufs) and len({id(b.buffer) for b in bufs}) == len(bufs)
+  assert all(not s.numpy().any() for s in opt[0].m + opt[0].v)
+  x = Tensor(np.ones((2, 3), np.float32))
+  x.sequential(layers).sum().backward()
+  opt[0].step()  # every parameter and state tensor written in place in its own buffer
+  assert all(s.numpy().any() for s in opt[0].m)
+
+def test_lazy_loss_read_after_step_is_in_the_step_schedule(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # a lazy loss held across opt.step() keeps its value (computed from the old weights) and is computed in the step's
+  # own schedule, before the writes: it was a schedule of its own first (the MNIST first step's 9 kernels)
+  params = [Tensor(p) for p in init_params()]
+  opt = Adam(params, lr=0.5)
+  x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3))
+  def loss_of() -> Tensor: return (x @ params[0]).relu().square().mean()
+  expected = loss_of().item()
+  loss = loss_of()
+  loss.backward()
+  before = params[0].numpy().copy()
+  assert count_schedules(opt.step, monkeypatch) == 1
+  assert not np.allclose(params[0].numpy(), before)  # the step wrote the weights
+  np.testing.assert_allclose(loss.item(), expected, rtol=1e-6)
+  assert loss_of().item() != pytest.approx(expected)  # computed again now: the new weights
+
 def test_sgd_step_kernels(device: str) -> None:
   from attograd import GlobalCounters
   params = [Tensor(p) for p in init_params()]
