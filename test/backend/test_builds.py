@@ -446,3 +446,20 @@ def test_compiler_probes_run_side_by_side(tmp_path: Any, monkeypatch: pytest.Mon
   assert not started.broken and started.n_waiting == 0
   ref = Device["CPU"].compiler
   assert (cc.openmp, cc.fast_fma, cc.int8_dot) == (ref.openmp, ref.fast_fma, ref.int8_dot)
+
+def test_huge_kernels_use_the_priority_register_allocator_in_both_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
+  # gcc's default register allocator is quadratic on a 100k-op chain: the quick (-O1) build of
+  # test_deep_graph_no_recursion_error's kernel took 128 s with it and 3.6 s with the priority one, which the -O3
+  # build already used
+  from attograd.runtime import ops_cpu
+  comp = Device["CPU"].compiler
+  if not comp.gcc: pytest.skip("gcc's flag")
+  seen: list[list[str]] = []
+  monkeypatch.setattr(ops_cpu.ClangCompiler, "_compile_with", lambda self, src, flags: seen.append(flags) or b"")
+  huge = "void k(float* restrict d) {\n" + "  d[0] += 1.0f;\n" * (ops_cpu.HUGE_KERNEL_LINES + 1) + "}\n"
+  small = "void k(float* restrict d) {\n  d[0] += 1.0f;\n}\n"
+  comp.compile(huge)
+  comp.compile_quick([("k", huge)])
+  comp.compile(small)
+  comp.compile_quick([("k", small)])
+  assert ["-fira-algorithm=priority" in f for f in seen] == [True, True, False, False]
