@@ -436,20 +436,17 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       args = [si.bufs[i]._buf for i in runner.spec.globals]
       if runner.var_names: fxn(*args, *[var_vals[n] for n in runner.var_names])
       else: fxn(*args)
-      GlobalCounters.kernel_count += 1
-      GlobalCounters.global_ops += runner.spec.op_estimate
-      GlobalCounters.global_mem += sum([b.size * b.dtype.itemsize for b in si.bufs])
-      continue
-    if capturing is not None: capturing.kernel(runner.finish(), si.bufs, var_vals)
-    st = PROFILER.now() if PROFILER.active else 0.0
-    et = runner(list(si.bufs), var_vals)
-    if PROFILER.active: _profile_kernel(runner, si, st, et)
-    if viz_on: viz.kernel_ran(device, si.ast, et)
-    if nan_check: check_kernel(runner.spec.name, si.bufs, runner.spec.outs)
+    else:
+      if capturing is not None: capturing.kernel(runner.finish(), si.bufs, var_vals)
+      st = PROFILER.now() if PROFILER.active else 0.0
+      et = runner(list(si.bufs), var_vals)
+      if PROFILER.active: _profile_kernel(runner, si, st, et)
+      if viz_on: viz.kernel_ran(device, si.ast, et)
+      if nan_check: check_kernel(runner.spec.name, si.bufs, runner.spec.outs)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += runner.spec.op_estimate
     GlobalCounters.global_mem += sum([b.size * b.dtype.itemsize for b in si.bufs])  # (their nbytes, without the calls)
-    if debug >= 2:
+    if debug >= 2:  # (never the direct call above: it is taken only below DEBUG=2)
       GlobalCounters.time_sum_s += et
       sp = runner.spec
       gflops = sp.op_estimate / et * 1e-9 if et > 0 else 0

@@ -310,6 +310,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # as tinygrad: a Tensor is lazy and may be on a device, so `if t:` (and `t in [...]`, which compares with ==)
     # would hide a device sync; read the value with .item() (or reduce with .any()/.all()) to say so
     raise TypeError(f"the truth value of a Tensor (shape {self.shape}) is not defined: use .item(), .any() or .all()")
+  def _in_buffer(self) -> Tensor:
+    """This value computed into a buffer of its own: a plain CONTIGUOUS, which hash-consing shares between equal
+    graphs (nothing writes into it; contiguous() numbers its node so that an assign into one copy can't show in
+    another)."""
+    return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def _new(self, uop: UOp, like: UOp | None = None) -> Tensor:
     """A Tensor of `uop` on this tensor's device. like: a node of uop's shape and device, an elementwise op's operand
     (set from its fields: UOp.shape and .device would compute the same, in more calls)."""
@@ -424,7 +429,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if tensor_disk.on_disk(self.device): return buffers[tensor_disk.resolve(self).base], 0
     t = self.realize()
     if not (_contiguous_view_of_buffer(t.uop) or _prefix_of_buffer(t.uop)):
-      t = self._new(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,))).realize()
+      t = t._in_buffer().realize()
     base = t.uop.base
     return buffers[base], 0
   def _concrete(self) -> Tensor:
@@ -608,7 +613,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # the kernel writes the target while it reads the value: reading the target at other positions (a flip, a
     # shift) would see half-written data, so such a value is computed into its own buffer first
     if any(n.op in GroupOp.Movement and n.base is base and n is not self.uop for n in x.uop.toposort()):
-      x = x._new(UOp(Ops.CONTIGUOUS, x.dtype, (x.uop,)))
+      x = x._in_buffer()
     target = new_buffer_uop(self.device, base.arg[1], self.dtype, buffers[base])
     assign = UOp(Ops.ASSIGN, self.dtype, (build.reshape(base, self.shape), x.uop))
     # this tensor sees the new version from now on; other tensors that read the old one keep their values

@@ -182,7 +182,7 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
   # kernel can fuse, and codegen's pm_gather_fold turns its reduce over `total` into one load per output element. A
   # plain CONTIGUOUS, not contiguous()'s numbered one: nothing writes into it, so equal indices share it, and the same
   # getitem builds the same graph (UOp.__getitem__ builds the Tensor's, node for node)
-  if flat.uop.base.op is not Ops.BUFFER: flat = flat._new(UOp(Ops.CONTIGUOUS, flat.dtype, (flat.uop,)))
+  if flat.uop.base.op is not Ops.BUFFER: flat = flat._in_buffer()
   total = prod(sizes)
   xf = x.reshape((total,) + rest_shape)
   ar = cls.arange(total, device=t.device).reshape((1,) * len(bshape) + (total,))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 from attograd.dtype import DType, dtypes, sum_acc_dtype
-from attograd.uop.ops import Ops, UOp
 
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
@@ -44,8 +43,9 @@ class LinalgMixin:
       # nothing below the diagonal: no reflection (LAPACK's tau = 0), so the diagonal keeps its sign
       scale = (below_sq > 0).where(2.0 / (vv > 0).where(vv, 1.0), 0.0)
       w = v.unsqueeze(-1)                                                       # (..., m, 1)
-      R = _step(R - (w * scale.unsqueeze(-1)) @ (w.transpose(-2, -1) @ R))
-      Q = _step(Q - (Q @ w) @ (w * scale.unsqueeze(-1)).transpose(-2, -1))
+      # each step in a buffer of its own, shared by equal graphs (UOp.qr builds Tensor.qr's node for node)
+      R = (R - (w * scale.unsqueeze(-1)) @ (w.transpose(-2, -1) @ R))._in_buffer()
+      Q = (Q - (Q @ w) @ (w * scale.unsqueeze(-1)).transpose(-2, -1))._in_buffer()
     return Q.cast(out_dtype), R.triu().cast(out_dtype)
 
   def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
@@ -107,12 +107,6 @@ class LinalgMixin:
       x = out
     return x
 
-def _step(x: Tensor) -> Tensor:
-  """One step's result in a buffer, so the next step's graph starts there: a plain CONTIGUOUS, not contiguous()'s
-  numbered one, since nothing writes into it. Equal inputs then give one graph (UOp.qr builds Tensor.qr's node for
-  node), and two factorizations of one matrix share their steps."""
-  return x._new(UOp(Ops.CONTIGUOUS, x.dtype, (x.uop,)))
-
 def _matrix_input(x: Tensor, op: str) -> tuple[Tensor, DType]:
   """The tensor in the dtype to compute in (float32 for half and bfloat16, the default float for ints) and the dtype
   to return."""
@@ -154,4 +148,4 @@ def _jacobi_round(X: Tensor, pairs: list[tuple[int, int]], n: int) -> Tensor:
   cm, ss = (c - 1).unsqueeze(-2), s.unsqueeze(-2)                         # (..., 1, h)
   sp_t, sq_t = sel_p.transpose(0, 1), sel_q.transpose(0, 1)
   D = (sel_p * cm) @ sp_t + (sel_q * cm) @ sq_t + (sel_p * ss) @ sq_t - (sel_q * ss) @ sp_t
-  return _step(X + X @ D)
+  return (X + X @ D)._in_buffer()
