@@ -3,7 +3,8 @@ tensor, forward and backward, on two CPU devices and on two OpenCL devices."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from attograd import Device, Tensor, TinyJit, nn
+from typing import Any
+from attograd import Device, Tensor, TinyJit, Variable, nn
 from attograd.engine import multi
 
 PAIRS = [("CPU:0", "CPU:1"), ("CL:0", "CL:1")]
@@ -180,3 +181,16 @@ def test_assign_reading_the_tensor_elsewhere(devs: tuple[str, str]) -> None:
   want = A.copy()
   want[1:] = A[:-1]
   np.testing.assert_array_equal(out.numpy(), want)
+
+def test_jitted_assign_into_a_sharded_argument_with_a_variable_offset(devs: tuple[str, str]) -> None:
+  # the first shard of a tensor sharded on its own device is a view of the source buffer; the jit used to copy such an
+  # argument, so the writes went to the copy and the caller's tensor stayed zero
+  out = Tensor(np.zeros((4, 6), np.float32), device=devs[0]).contiguous().realize().shard(devs, 0).realize()
+  col = Tensor(np.ones((4, 1), np.float32), device=devs[0]).shard(devs, 0).contiguous().realize()
+  @TinyJit
+  def f(o: Tensor, vi: Any) -> None:
+    o[:, vi:vi + 1].assign(col).realize()
+    col.assign(col + 1).realize()
+  vi = Variable("i", 0, 5)
+  for i in range(1, 5): f(out, vi.bind(i))
+  np.testing.assert_array_equal(out.numpy(), np.array([[0, 1, 2, 3, 4, 0]] * 4, np.float32))
