@@ -4,6 +4,7 @@ per-device graphs joined by copies, and a reduce across the sharded axis into an
 from __future__ import annotations
 from attograd.dtype import dtypes
 from attograd.helpers import prod
+from attograd.uop import ops as uop_ops
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.uop.build import shard_bounds
 
@@ -188,6 +189,13 @@ pm_multi = PatternMatcher([
   (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.MULTI, name="m"),), name="u"), _reduce_rule),
   (UPat(GroupOp.Elementwise | {Ops.CONST, Ops.CONTIGUOUS, Ops.ASSIGN}, name="u"), distribute),
 ])
+
+def shard_axis(u: UOp) -> int | None:
+  """The axis u's value is split along once its graph is laid out over the devices (UOp.axis of a node that isn't a
+  MULTI): what lower() makes of it."""
+  out = lower([u])[0]
+  return out.arg if out.op is Ops.MULTI else None
+uop_ops.shard_axis_of[0] = shard_axis
 
 def lower(outs: list[UOp]) -> list[UOp]:
   """Each output as per-device graphs: a MULTI of one graph per device, or a plain graph on one device."""

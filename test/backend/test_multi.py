@@ -194,3 +194,28 @@ def test_jitted_assign_into_a_sharded_argument_with_a_variable_offset(devs: tupl
   vi = Variable("i", 0, 5)
   for i in range(1, 5): f(out, vi.bind(i))
   np.testing.assert_array_equal(out.numpy(), np.array([[0, 1, 2, 3, 4, 0]] * 4, np.float32))
+
+def test_axis_of_an_op_over_sharded_tensors(devs: tuple[str, str]) -> None:
+  # UOp.axis of any node (tinygrad's name): where laying the graph out over the devices splits the result
+  t = Tensor(np.ones((4, 8), np.float32)).shard(devs, axis=0)
+  assert (t + t).uop.axis == 0 and t.T.uop.axis == 1 and t.reshape(2, 16).uop.axis == 0
+  assert t.reshape(2, 2, 8).uop.axis == 0 and t.sum(1).uop.axis == 0
+  assert t.sum(0).uop.axis is None  # reduced across the split: whole on each device
+  a, b = Tensor([1.0, 2.0, 3.0, 4.0]).shard(devs, 0), Tensor([[10.0, 20.0, 30.0, 40.0]]).shard(devs, None)
+  assert (a + b).uop.axis == 1
+  np.testing.assert_array_equal((a + b).numpy(), [[11.0, 22.0, 33.0, 44.0]])
+  assert Tensor.ones(3).uop.axis is None
+
+@pytest.mark.parametrize("make", ["full_like", "zeros_like", "empty_like", "rand_like", "randn_like"])
+def test_like_of_a_sharded_tensor_is_split_the_same_way(devs: tuple[str, str], make: str) -> None:
+  t = Tensor(A).shard(devs, axis=0)  # 7 rows: 4 + 3
+  r = getattr(Tensor, make)(t, 2.0) if make == "full_like" else getattr(Tensor, make)(t)
+  assert r.shape == t.shape and r.device == t.device and r.dtype == t.dtype and r.uop.axis == 0
+  assert [s.shape for s in r.uop.src] == [(4, 6), (3, 6)]  # each device made its own shard, nothing copied
+  vals = r.numpy()
+  if make == "full_like": np.testing.assert_array_equal(vals, np.full(A.shape, 2.0, np.float32))
+  if make == "zeros_like": np.testing.assert_array_equal(vals, np.zeros(A.shape, np.float32))
+  if make == "rand_like": assert 0 <= vals.min() and vals.max() < 1 and len(np.unique(vals)) == vals.size
+  args = (t, 2.0) if make == "full_like" else (t,)
+  whole = getattr(Tensor, make)(*args, device=devs[0])
+  assert whole.device == Device.canonicalize(devs[0]) and whole.shape == t.shape
