@@ -6,7 +6,6 @@ from attograd.dtype import dtypes
 from attograd.helpers import prod
 from attograd.uop import ops as uop_ops
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
-from attograd.uop.build import shard_bounds
 
 RING_MIN_ELEMENTS = 1 << 16  # an all-reduce this big or bigger goes around a ring: each device moves 2(n-1)/n of it
 
@@ -101,7 +100,7 @@ def all_reduce(parts: list[UOp], op: Ops) -> list[UOp]:
 # ***** the rules: each op over MULTI sources becomes a MULTI of the op over each device's shards *****
 
 def _same_layout(m: UOp, axis: int | None, bnds: list[tuple[int, int]] | None) -> bool:
-  return m.arg == axis and (axis is None or shard_bounds(m) == bnds)
+  return m.arg == axis and (axis is None or m.bounds == bnds)
 
 def _shards_for(x: UOp, axis: int | None, bnds: list[tuple[int, int]] | None, devices: list[str]) -> list[UOp]:
   """x's piece on each device for a result laid out as (axis, bnds)."""
@@ -120,7 +119,7 @@ def distribute(u: UOp) -> UOp | None:
   if any([s.device for s in m.src] != devices for m in ms):
     raise ValueError(f"{u.op.name.lower()}: sources sharded over different devices: {[m.device for m in ms]}")
   lead = u.src[0] if u.op is Ops.ASSIGN else next((m for m in ms if m.arg is not None), ms[0])
-  axis, bnds = lead.arg, (shard_bounds(lead) if lead.arg is not None else None)
+  axis, bnds = lead.arg, (lead.bounds if lead.arg is not None else None)
   per_src = [_shards_for(s, axis, bnds, devices) for s in u.src]
   return multi([u.replace(src=tuple(p[i] for p in per_src)) for i in range(len(devices))], axis)
 
@@ -153,7 +152,7 @@ def _movement_rule(u: UOp, m: UOp) -> UOp:
     return multi([UOp(op, s.dtype, (s,), pad_of(i)) for i, s in enumerate(m.src)], a)
   if op is Ops.SHRINK:
     lo, hi = arg[a]
-    cut = [(max(lo, b0) - b0, min(hi, b1) - b0) for b0, b1 in shard_bounds(m)]
+    cut = [(max(lo, b0) - b0, min(hi, b1) - b0) for b0, b1 in m.bounds]
     if all(e > s for s, e in cut):  # every device keeps some rows: shrink each shard
       return multi([UOp(op, s.dtype, (s,), tuple(c if j == a else p for j, p in enumerate(arg)))
                     for s, c in zip(m.src, cut)], a)
@@ -190,12 +189,10 @@ pm_multi = PatternMatcher([
   (UPat(GroupOp.Elementwise | {Ops.CONST, Ops.CONTIGUOUS, Ops.ASSIGN}, name="u"), distribute),
 ])
 
-def shard_axis(u: UOp) -> int | None:
-  """The axis u's value is split along once its graph is laid out over the devices (UOp.axis of a node that isn't a
-  MULTI): what lower() makes of it."""
-  out = lower([u])[0]
-  return out.arg if out.op is Ops.MULTI else None
-uop_ops.shard_axis_of[0] = shard_axis
+def layout(u: UOp) -> UOp | None:
+  """u's graph laid out over its devices, a MULTI (UOp.axis and UOp.bounds of a node that isn't a MULTI read it)."""
+  return out if (out := lower([u])[0]).op is Ops.MULTI else None
+uop_ops.shard_layout_of[0] = layout
 
 def lower(outs: list[UOp]) -> list[UOp]:
   """Each output as per-device graphs: a MULTI of one graph per device, or a plain graph on one device."""

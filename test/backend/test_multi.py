@@ -219,3 +219,12 @@ def test_like_of_a_sharded_tensor_is_split_the_same_way(devs: tuple[str, str], m
   args = (t, 2.0) if make == "full_like" else (t,)
   whole = getattr(Tensor, make)(*args, device=devs[0])
   assert whole.device == Device.canonicalize(devs[0]) and whole.shape == t.shape
+
+def test_bounds_of_a_sharded_value(devs: tuple[str, str]) -> None:
+  t = Tensor(A).shard(devs, axis=0)  # 7 rows: 4 + 3
+  assert t.uop.bounds == [(0, 4), (4, 7)] and (t * 2).uop.bounds == [(0, 4), (4, 7)]
+  assert t.T.uop.bounds == [(0, 4), (4, 7)]  # along axis 1 now
+  parts = [t[lo:hi] + 1 for lo, hi in t.uop.bounds]
+  np.testing.assert_array_equal(parts[0].cat(*parts[1:]).numpy(), A + 1)
+  with pytest.raises(RuntimeError, match="bounds: .* isn't split over devices along an axis"):
+    Tensor(A).shard(devs).uop.bounds
