@@ -29,7 +29,12 @@ def _whole(u: UOp) -> UOp:
   return u if x.op is Ops.BUFFER else UOp(Ops.CONTIGUOUS, u.dtype, (u,))
 
 def to_device(u: UOp, device: str) -> UOp:
-  return u if u.device == device else UOp(Ops.COPY, u.dtype, (_whole(u), UOp(Ops.DEVICE, arg=device)))
+  if u.device == device: return u
+  # a value made of constants alone (Tensor.ones, full) is made again on the device: nothing to compute or copy
+  nodes = u.toposort()
+  if all(x.op in (Ops.CONST, Ops.DEVICE) or x.op in GroupOp.Movement for x in nodes):
+    return u.substitute({x: UOp(Ops.DEVICE, arg=device) for x in nodes if x.op is Ops.DEVICE})
+  return UOp(Ops.COPY, u.dtype, (_whole(u), UOp(Ops.DEVICE, arg=device)))
 
 def _shrink(u: UOp, axis: int, lo: int, hi: int) -> UOp:
   if (lo, hi) == (0, u.shape[axis]): return u

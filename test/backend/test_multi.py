@@ -228,3 +228,13 @@ def test_bounds_of_a_sharded_value(devs: tuple[str, str]) -> None:
   np.testing.assert_array_equal(parts[0].cat(*parts[1:]).numpy(), A + 1)
   with pytest.raises(RuntimeError, match="bounds: .* isn't split over devices along an axis"):
     Tensor(A).shard(devs).uop.bounds
+
+@pytest.mark.parametrize("axis", [None, 0])
+def test_sharding_a_constant_makes_it_on_each_device(devs: tuple[str, str], axis: int | None) -> None:
+  # Tensor.ones sharded: each device makes its own constant; no kernel, no copy, no memory
+  from attograd.helpers import GlobalCounters
+  GlobalCounters.reset()
+  x = Tensor.ones(256).realize().shard(devs, axis=axis).realize()
+  assert GlobalCounters.kernel_count == 0 and GlobalCounters.global_mem == 0
+  assert [s.device for s in x.uop.src] == list(Device.canonicalize(devs))
+  np.testing.assert_array_equal(x.numpy(), np.ones(256, np.float32))
