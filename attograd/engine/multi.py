@@ -109,9 +109,9 @@ def _same_layout(m: UOp, axis: int | None, bnds: list[tuple[int, int]] | None) -
 
 def _shards_for(x: UOp, axis: int | None, bnds: list[tuple[int, int]] | None, devices: list[str]) -> list[UOp]:
   """x's piece on each device for a result laid out as (axis, bnds)."""
-  if x.op is not Ops.MULTI: return [to_device(x, d) if x.device is not None else x for d in devices]
-  if _same_layout(x, axis, bnds): return list(x.src)
-  whole = replicated(x)
+  if x.op is Ops.MULTI and _same_layout(x, axis, bnds): return list(x.src)
+  # a graph on one device (or on none: device-less constants) is whole: each device takes its piece
+  whole = replicated(x) if x.op is Ops.MULTI else [to_device(x, d) if x.device is not None else x for d in devices]
   if axis is None or not x.shape: return whole
   return [_shrink(w, axis, lo, hi) for w, (lo, hi) in zip(whole, bnds)]  # type: ignore[arg-type]
 

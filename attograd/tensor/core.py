@@ -1080,8 +1080,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         else: yd = x.dtype
         y = x._const_like(y, yd)
     if x.device != y.device:
-      raise ArgumentError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
-                       f".to('{x.device}')")
+      # a Tensor over device-less UOps (Tensor(UOp.const(1.0))) lives on the default device only nominally: it goes
+      # where the other operand is, as in tinygrad
+      if y.uop.device is None: y = x._new(y.uop)
+      elif x.uop.device is None: x = y._new(x.uop)
+      else:
+        raise ArgumentError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
+                            f".to('{x.device}')")
     if match_dtype and x.dtype != y.dtype:
       out = result_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)

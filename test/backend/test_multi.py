@@ -238,3 +238,13 @@ def test_sharding_a_constant_makes_it_on_each_device(devs: tuple[str, str], axis
   assert GlobalCounters.kernel_count == 0 and GlobalCounters.global_mem == 0
   assert [s.device for s in x.uop.src] == list(Device.canonicalize(devs))
   np.testing.assert_array_equal(x.numpy(), np.ones(256, np.float32))
+
+def test_a_tensor_of_device_less_uops_joins_the_other_operand(devs: tuple[str, str]) -> None:
+  # Tensor(UOp.const(...)) has no device of its own: it combines with a sharded tensor (and one on another device)
+  from attograd import UOp, dtypes
+  one = Tensor(UOp.const(1.0).cast(dtypes.float))
+  s = Tensor([1.0, 2, 3, 4]).shard(devs, axis=0)
+  np.testing.assert_array_equal((s + one).numpy(), [2, 3, 4, 5])
+  np.testing.assert_array_equal((one.reshape((1,)).expand((4,)) - s).numpy(), [0, -1, -2, -3])
+  np.testing.assert_array_equal((Tensor([1.0, 2.0], device=devs[1]) * one).numpy(), [1, 2])
+  with pytest.raises(Exception, match="device mismatch"): Tensor([1.0], device=devs[1]) + Tensor([1.0], device=devs[0])
