@@ -39,6 +39,14 @@ def _shape_vars(shape: tuple[Any, ...]) -> list[UOp]:
   """The bound Variables in a symbolic shape."""
   return [b for s in shape if isinstance(s, UOp) for b in s.toposort() if b.op is Ops.BIND]
 
+def _view_vars(u: UOp) -> list[UOp]:
+  """The bound Variables in the args of a view's movement ops (a shrink from a Variable on)."""
+  out: list[UOp] = []
+  while u.op in GroupOp.Movement:
+    if u.op in SIZED and sym_arg(u.arg): map_arg(u.arg, lambda x: out.extend(_shape_vars((x,))))
+    u = u.src[0]
+  return out
+
 def _unbound_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
   for s in shape:  # a plain loop: this runs for every Tensor argument of every replay
     if s.__class__ is not int: return tuple(unbind_sint(s) for s in shape)
@@ -223,7 +231,9 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
   names, tensors = _shards(tnames, tensors)
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
-  for v in vals[skip:] + [b for t in tensors if _unbound_shape(sh := t.shape) is not sh for b in _shape_vars(sh)]:
+  binds = [b for t in tensors if _unbound_shape(sh := t.shape) is not sh for b in _shape_vars(sh)]
+  if views: binds += [b for t in tensors for b in _view_vars(t.uop)]  # a view's offsets (a[:, i:i+2]) too
+  for v in vals[skip:] + binds:
     if v.__class__ is UOp and v.op is Ops.BIND:
       vname = v.src[0].arg[0]
       if vname in variables and variables[vname] is not v:

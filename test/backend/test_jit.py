@@ -532,6 +532,16 @@ def test_writes_through_a_view_argument_reach_its_buffer(device: str) -> None:
   f(other[2:5, 1:], Tensor(np.full((3, 2), 5.0, np.float32), device=device))  # a replay on another buffer, same view
   assert other.numpy()[2:5, 1:].tolist() == [[6.0, 6.0]] * 3 and other.numpy()[0].tolist() == [1.0] * 3
 
+def test_a_view_argument_at_a_variable_offset_reads_each_calls_offset(device: str) -> None:
+  # the view is passed through: the Variable in its shrink is one of the replay's Variables, not the capture's value
+  @TinyJit
+  def f(a: Tensor) -> Tensor: return (a + 1).realize()
+  base = rnd(7, 11)
+  t = Tensor(base, device=device).realize()
+  for i in range(1, 6):
+    vi = Variable("i", 1, 9).bind(i)
+    np.testing.assert_allclose(f(t[3:5, vi:vi + 2]).numpy(), base[3:5, i:i + 2] + 1, rtol=1e-6)
+
 def test_writing_a_view_that_shares_its_buffer_with_another_argument_raises() -> None:
   # two views of one buffer: the second one is passed as a copy (a replay swaps each input's buffer alone), so a
   # write to it would be lost; reading both is fine
