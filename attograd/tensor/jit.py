@@ -416,11 +416,6 @@ class TinyJit(Generic[ReturnType]):
     if not rec:
       raise JitRuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
-    for i, t in enumerate(outs):  # an output on several devices can't stand for each call's input shards
-      if t.uop.base.op is not Ops.MULTI: continue
-      if (hit := [seen[k] for s in t.uop.base.src if s.base.op is Ops.BUFFER and (k := id(buffers[s.base])) in seen]):
-        raise JitValueError(f"TinyJit: output {i} is sharded over input {hit[0]}'s buffers; return a new Tensor (e.g. "
-                            "x.contiguous() of a computed value)")
     if self.prune:
       changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
       before = len(rec)

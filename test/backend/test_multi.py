@@ -248,3 +248,17 @@ def test_a_tensor_of_device_less_uops_joins_the_other_operand(devs: tuple[str, s
   np.testing.assert_array_equal((one.reshape((1,)).expand((4,)) - s).numpy(), [0, -1, -2, -3])
   np.testing.assert_array_equal((Tensor([1.0, 2.0], device=devs[1]) * one).numpy(), [1, 2])
   with pytest.raises(Exception, match="device mismatch"): Tensor([1.0], device=devs[1]) + Tensor([1.0], device=devs[0])
+
+def test_jit_returns_its_sharded_input_written_in_place(devs: tuple[str, str]) -> None:
+  # each shard of the output is the call's input shard (it used to raise: an output sharded over an input's buffers)
+  @TinyJit
+  def f(out: Tensor, x: Tensor) -> Tensor:
+    out.assign(out + x).realize()
+    return out
+  for i in range(5):
+    out = Tensor(np.full(5, float(i), np.float32)).shard(devs, 0).contiguous().realize()
+    x = Tensor(np.arange(5, dtype=np.float32)).shard(devs, 0).contiguous().realize()
+    r = f(out, x)
+    np.testing.assert_array_equal(out.numpy(), np.arange(5) + i)
+    np.testing.assert_array_equal(r.numpy(), np.arange(5) + i)
+    assert r.device == out.device and [s.base for s in r.uop.src] == [s.base for s in out.uop.src]
