@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 from attograd.dtype import dtypes
-from attograd.uop.build import (add, alu, expand, fdiv, full_like, mul, mulc, neg, reshape, shard_bounds, sum_axes,
+from attograd.uop.build import (add, alu, expand, fdiv, full_like, mul, mulc, neg, reshape, sum_axes,
                                 where, zeros_like)
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat
 
@@ -66,7 +66,7 @@ def _multi_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
   if ret.arg is None: return (UOp(Ops.COPY, ctx.dtype, (ctx, UOp(Ops.DEVICE, arg=ret.src[0].device))),) + \
     (None,) * (len(ret.src) - 1)
   rows = [UOp(Ops.SHRINK, ctx.dtype, (ctx,), tuple(b if i == ret.arg else (0, n) for i, n in enumerate(ctx.shape)))
-          for b in shard_bounds(ret)]
+          for b in ret.bounds]
   return tuple(UOp(Ops.COPY, ctx.dtype, (UOp(Ops.CONTIGUOUS, ctx.dtype, (r,)), UOp(Ops.DEVICE, arg=s.device)))
                for r, s in zip(rows, ret.src))
 

@@ -25,6 +25,14 @@ def _swap_base(u: UOp, base: UOp, vals: dict[UOp, int]) -> UOp:
   arg = map_arg(u.arg, lambda x: bind_size(x, vals)) if u.op in SIZED and sym_arg(u.arg) else u.arg
   return UOp(u.op, u.dtype, (_swap_base(u.src[0], base, vals),), arg)
 
+def _out(entry: tuple[UOp, Buffer | None, int | None], inputs: list[UOp], vals: dict[UOp, int]) -> UOp:
+  """One output of a replay: over this call's input, over a fresh BUFFER node of its own buffer, or the graph kept."""
+  u, buf, src = entry
+  if src is not None: return _swap_base(u, inputs[src], vals)
+  if buf is None: return _swap_base(u, u.base, vals)
+  if u.op is Ops.BUFFER: return new_buffer_uop(buf.device, buf.size, buf.dtype, buf)  # a whole buffer
+  return _swap_base(u, new_buffer_uop(buf.device, buf.size, buf.dtype, buf), vals)
+
 def _unbind_chain(u: UOp) -> UOp:
   """A view chain with its symbolic sizes unbound (bound again to each call's values on replay)."""
   if u.op not in GroupOp.Movement: return u
@@ -85,11 +93,12 @@ class CapturedJit:
     # outputs: a fresh BUFFER node over the same buffer on every call, so graphs built from one call's outputs are
     # never confused with the next call's (whose kernels overwrite the buffer)
     # an output that is an input (written in place, as x.assign(...) returned) is that input of each call
-    self.outs: list[tuple[UOp, Buffer | None, int | None]] = []
-    for out in outs:
-      base = out.base
-      buf = buffers[base] if base.op is Ops.BUFFER else None
-      self.outs.append((_unbind_chain(out), buf, where.get(id(buf)) if buf is not None else None))
+    def entry(out: UOp) -> tuple[UOp, Buffer | None, int | None]:
+      buf = buffers[base] if (base := out.base).op is Ops.BUFFER else None
+      return (_unbind_chain(out), buf, where.get(id(buf)) if buf is not None else None)
+    self.outs: list[tuple[UOp, Buffer | None, int | None]] = [entry(out) for out in outs]
+    # an output over several devices: each shard as an output of its own (a shard may be an input's buffer)
+    self.multi_outs = {i: [entry(s) for s in out.base.src] for i, out in enumerate(outs) if out.base.op is Ops.MULTI}
     self.written_inputs = [i for i, b in enumerate(inputs) if id(b) in written]  # their versions bump on each call
     # an input that is a buffer these kernels write (a previous call's output fed back) is copied first, as a kernel
     # writing it would change values another one still reads
@@ -105,8 +114,8 @@ class CapturedJit:
     # capturing (not state that existed before, as x of x += y returned, whose values must stay)
     self.freeable: list[Buffer] = [b for b in dict.fromkeys(x for _, bufs, _ in rec for x in bufs)
                                    if isinstance(b, PooledBuffer)]
-    self.freeable += list({id(b): b for _, b, src in self.outs if b is not None and src is None
-                           and id(b) not in existing}.values())
+    self.freeable += list({id(b): b for _, b, src in [*self.outs, *(e for es in self.multi_outs.values() for e in es)]
+                           if b is not None and src is None and id(b) not in existing}.values())
     self.size_checks: list[tuple[Any, Any, bool, str]] = []  # see recorder.Recorder
 
   def _batched(self, rec: Recording) -> list[tuple[Callable[..., Any], Any]]:
@@ -239,11 +248,11 @@ class CapturedJit:
     if debug >= 1: print(f"jit: replayed {len(self.kernel_calls)} kernels in {(time.perf_counter() - st) * 1e3:.3f} ms")
     outs = []
     vals = {v.src[0]: v.src[1].arg for v in variables.values()} if variables else {}
-    for u, buf, src in self.outs:
-      if src is not None: outs.append(_swap_base(u, inputs[src], vals))
-      elif buf is None: outs.append(_swap_base(u, u.base, vals))
-      elif u.op is Ops.BUFFER: outs.append(new_buffer_uop(buf.device, buf.size, buf.dtype, buf))  # a whole buffer
-      else: outs.append(_swap_base(u, new_buffer_uop(buf.device, buf.size, buf.dtype, buf), vals))
+    for i, (u, buf, src) in enumerate(self.outs):
+      if (shards := self.multi_outs.get(i)) is not None:
+        m = u.base
+        outs.append(_swap_base(u, m.replace(src=tuple(_out(e, inputs, vals) for e in shards)), vals))
+      else: outs.append(_out((u, buf, src), inputs, vals))
     return outs
 
   def _check_sizes(self, variables: dict[str, UOp]) -> None:

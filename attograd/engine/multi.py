@@ -4,8 +4,8 @@ per-device graphs joined by copies, and a reduce across the sharded axis into an
 from __future__ import annotations
 from attograd.dtype import dtypes
 from attograd.helpers import prod
+from attograd.uop import ops as uop_ops
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
-from attograd.uop.build import shard_bounds
 
 RING_MIN_ELEMENTS = 1 << 16  # an all-reduce this big or bigger goes around a ring: each device moves 2(n-1)/n of it
 
@@ -29,7 +29,12 @@ def _whole(u: UOp) -> UOp:
   return u if x.op is Ops.BUFFER else UOp(Ops.CONTIGUOUS, u.dtype, (u,))
 
 def to_device(u: UOp, device: str) -> UOp:
-  return u if u.device == device else UOp(Ops.COPY, u.dtype, (_whole(u), UOp(Ops.DEVICE, arg=device)))
+  if u.device == device: return u
+  # a value made of constants alone (Tensor.ones, full) is made again on the device: nothing to compute or copy
+  nodes = u.toposort()
+  if all(x.op in (Ops.CONST, Ops.DEVICE) or x.op in GroupOp.Movement for x in nodes):
+    return u.substitute({x: UOp(Ops.DEVICE, arg=device) for x in nodes if x.op is Ops.DEVICE})
+  return UOp(Ops.COPY, u.dtype, (_whole(u), UOp(Ops.DEVICE, arg=device)))
 
 def _shrink(u: UOp, axis: int, lo: int, hi: int) -> UOp:
   if (lo, hi) == (0, u.shape[axis]): return u
@@ -100,13 +105,13 @@ def all_reduce(parts: list[UOp], op: Ops) -> list[UOp]:
 # ***** the rules: each op over MULTI sources becomes a MULTI of the op over each device's shards *****
 
 def _same_layout(m: UOp, axis: int | None, bnds: list[tuple[int, int]] | None) -> bool:
-  return m.arg == axis and (axis is None or shard_bounds(m) == bnds)
+  return m.arg == axis and (axis is None or m.bounds == bnds)
 
 def _shards_for(x: UOp, axis: int | None, bnds: list[tuple[int, int]] | None, devices: list[str]) -> list[UOp]:
   """x's piece on each device for a result laid out as (axis, bnds)."""
-  if x.op is not Ops.MULTI: return [to_device(x, d) if x.device is not None else x for d in devices]
-  if _same_layout(x, axis, bnds): return list(x.src)
-  whole = replicated(x)
+  if x.op is Ops.MULTI and _same_layout(x, axis, bnds): return list(x.src)
+  # a graph on one device (or on none: device-less constants) is whole: each device takes its piece
+  whole = replicated(x) if x.op is Ops.MULTI else [to_device(x, d) if x.device is not None else x for d in devices]
   if axis is None or not x.shape: return whole
   return [_shrink(w, axis, lo, hi) for w, (lo, hi) in zip(whole, bnds)]  # type: ignore[arg-type]
 
@@ -119,7 +124,7 @@ def distribute(u: UOp) -> UOp | None:
   if any([s.device for s in m.src] != devices for m in ms):
     raise ValueError(f"{u.op.name.lower()}: sources sharded over different devices: {[m.device for m in ms]}")
   lead = u.src[0] if u.op is Ops.ASSIGN else next((m for m in ms if m.arg is not None), ms[0])
-  axis, bnds = lead.arg, (shard_bounds(lead) if lead.arg is not None else None)
+  axis, bnds = lead.arg, (lead.bounds if lead.arg is not None else None)
   per_src = [_shards_for(s, axis, bnds, devices) for s in u.src]
   return multi([u.replace(src=tuple(p[i] for p in per_src)) for i in range(len(devices))], axis)
 
@@ -152,7 +157,7 @@ def _movement_rule(u: UOp, m: UOp) -> UOp:
     return multi([UOp(op, s.dtype, (s,), pad_of(i)) for i, s in enumerate(m.src)], a)
   if op is Ops.SHRINK:
     lo, hi = arg[a]
-    cut = [(max(lo, b0) - b0, min(hi, b1) - b0) for b0, b1 in shard_bounds(m)]
+    cut = [(max(lo, b0) - b0, min(hi, b1) - b0) for b0, b1 in m.bounds]
     if all(e > s for s, e in cut):  # every device keeps some rows: shrink each shard
       return multi([UOp(op, s.dtype, (s,), tuple(c if j == a else p for j, p in enumerate(arg)))
                     for s, c in zip(m.src, cut)], a)
@@ -188,6 +193,11 @@ pm_multi = PatternMatcher([
   (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.MULTI, name="m"),), name="u"), _reduce_rule),
   (UPat(GroupOp.Elementwise | {Ops.CONST, Ops.CONTIGUOUS, Ops.ASSIGN}, name="u"), distribute),
 ])
+
+def layout(u: UOp) -> UOp | None:
+  """u's graph laid out over its devices, a MULTI (UOp.axis and UOp.bounds of a node that isn't a MULTI read it)."""
+  return out if (out := lower([u])[0]).op is Ops.MULTI else None
+uop_ops.shard_layout_of[0] = layout
 
 def lower(outs: list[UOp]) -> list[UOp]:
   """Each output as per-device graphs: a MULTI of one graph per device, or a plain graph on one device."""

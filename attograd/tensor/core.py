@@ -738,8 +738,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def ones(*shape: Any, **kw: Any) -> Tensor:
     return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kw})
   @_takes_requires_grad
+  def _like(self, make: Callable[[tuple, Any], Tensor], kw: dict[str, Any]) -> Tensor:
+    """make(shape, device) for a new tensor like this one. Split over several devices (and no device given), it is
+    split the same way: each device makes its own shard, so nothing is made whole and copied (tinygrad keeps the
+    axis too)."""
+    if "device" not in kw and self.device.__class__ is tuple and (lay := multi.lower([self.uop])[0]).op is Ops.MULTI \
+       and lay.arg is not None:
+      return Tensor._of_uop(multi.multi([make(s.shape, s.device).uop for s in lay.src], lay.arg))
+    return make(self.shape, kw.pop("device", self.device))
   def full_like(self, fill_value: ConstType, **kw: Any) -> Tensor:
-    return Tensor.full(self.shape, fill_value, **{"dtype": self.dtype, "device": self.device, **kw})
+    dt = kw.pop("dtype", self.dtype)
+    return self._like(lambda shape, dev: Tensor.full(shape, fill_value, dtype=dt, device=dev, **kw), kw)
   def const_like(self, b: ConstType, dtype: DType | str | None = None) -> Tensor:
     """A tensor of this one's shape and device filled with `b`, in `dtype` (this one's by default); tinygrad's name
     for full_like without the keywords."""
@@ -753,8 +762,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                  **kw: Any) -> Tensor:
     """A new buffer of this tensor's shape, its values unset; this tensor's dtype and device unless given (positional
     too, as in tinygrad)."""
-    return Tensor.empty(self.shape, dtype=self.dtype if dtype is None else dtype,
-                        device=self.device if device is None else device, **kw)
+    dt = self.dtype if dtype is None else dtype
+    return self._like(lambda shape, dev: Tensor.empty(shape, dtype=dt, device=dev, **kw),
+                      {} if device is None else {"device": device})
   @staticmethod
   @_takes_requires_grad
   def arange(start: ConstType, stop: ConstType | None = None, step: ConstType = 1, **kw: Any) -> Tensor:
@@ -932,12 +942,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def rand_like(self, **kw: Any) -> Tensor:
     """Uniform [0, 1) values of this Tensor's shape, dtype and device (each overridable)."""
     # a weak tensor's values are in its strong dtype: so are these (tinygrad raises there)
-    return Tensor.rand(*self.shape, **{"dtype": self.uop.dtype if dtypes.is_float(self.dtype) else None,
-                                       "device": self.device, **kw})
+    dt = kw.pop("dtype", self.uop.dtype if dtypes.is_float(self.dtype) else None)
+    return self._like(lambda shape, dev: Tensor.rand(*shape, dtype=dt, device=dev, **kw), kw)
   def randn_like(self, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     """Standard normal values of this Tensor's shape, dtype and device (each overridable)."""
     d = dtype if dtype is not None else self.uop.dtype if dtypes.is_float(self.dtype) else None
-    return Tensor.randn(*self.shape, dtype=d, **{"device": self.device, **kw})
+    return self._like(lambda shape, dev: Tensor.randn(*shape, dtype=d, device=dev, **kw), kw)
   @staticmethod
   def scaled_uniform(*shape: Any, **kw: Any) -> Tensor:
     """Uniform in [-1, 1) scaled by prod(shape) ** -0.5."""
@@ -1070,8 +1080,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         else: yd = x.dtype
         y = x._const_like(y, yd)
     if x.device != y.device:
-      raise ArgumentError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
-                       f".to('{x.device}')")
+      # a Tensor over device-less UOps (Tensor(UOp.const(1.0))) lives on the default device only nominally: it goes
+      # where the other operand is, as in tinygrad
+      if y.uop.device is None: y = x._new(y.uop)
+      elif x.uop.device is None: x = y._new(x.uop)
+      else:
+        raise ArgumentError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
+                            f".to('{x.device}')")
     if match_dtype and x.dtype != y.dtype:
       out = result_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)

@@ -3,6 +3,7 @@ later calls replay those kernels with the new input buffers and variable values:
 compiling. This half takes and returns Tensors (the call's key, its inputs, its outputs); engine/jit.py replays."""
 from __future__ import annotations
 import contextlib, functools, struct, warnings, weakref
+from collections import Counter
 from typing import Any, Callable, Generic, TypeVar
 from attograd.device import Device
 from attograd.dtype import dtypes
@@ -37,6 +38,14 @@ def _shards(names: list[str], tensors: list[Tensor]) -> tuple[list[str], list[Te
 def _shape_vars(shape: tuple[Any, ...]) -> list[UOp]:
   """The bound Variables in a symbolic shape."""
   return [b for s in shape if isinstance(s, UOp) for b in s.toposort() if b.op is Ops.BIND]
+
+def _view_vars(u: UOp) -> list[UOp]:
+  """The bound Variables in the args of a view's movement ops (a shrink from a Variable on)."""
+  out: list[UOp] = []
+  while u.op in GroupOp.Movement:
+    if u.op in SIZED and sym_arg(u.arg): map_arg(u.arg, lambda x: out.extend(_shape_vars((x,))))
+    u = u.src[0]
+  return out
 
 def _unbound_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
   for s in shape:  # a plain loop: this runs for every Tensor argument of every replay
@@ -89,7 +98,8 @@ def _shallow_key(v: Any) -> Any:
 
 def _view_key(u: UOp) -> tuple[Any, ...]:
   """A non-contiguous Tensor input's view of its buffer (symbolic sizes unbound), and the buffer's shape: the part of
-  the signature that says which elements the captured kernels read."""
+  the signature that says which elements the captured kernels read. Over several devices: each shard's."""
+  if u.op is Ops.MULTI: return (Ops.MULTI, u.arg, tuple(_view_key(s) for s in u.src))
   chain: list[Any] = []
   while u.op in GroupOp.Movement:
     chain.append((u.op, map_arg(u.arg, lambda x: unbind_size(x, {})) if u.op in SIZED and sym_arg(u.arg) else u.arg))
@@ -182,10 +192,10 @@ def _plain_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared | N
   return args, kwargs, key, names, list(args), {}, (tuple(names), tuple(shapes), ())
 
 def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) -> Prepared:
-  """The call's key and signature, and every Tensor input realized into a contiguous buffer of its own (a
-  non-contiguous view gets a copy). Returns the arguments to call with, the key, the Tensor inputs' names and Tensors
-  (one per shard), the bound Variables by name, and the signature: the Tensor inputs' names, shapes, dtypes, devices
-  and views, which every call after the first capture must match."""
+  """The call's key and signature, and every Tensor input realized: a buffer, or a view of one (which the kernels
+  read and write through; a broadcast constant gets a buffer of its own). Returns the arguments to call with, the
+  key, the Tensor inputs' names and Tensors (one per shard), the bound Variables by name, and the signature: the
+  Tensor inputs' names, shapes, dtypes, devices and views, which every call after the first capture must match."""
   if not kwargs and not skip and (plain := _plain_inputs(args, kwargs)) is not None: return plain
   kws = sorted(kwargs) if kwargs else []  # keywords sorted, so their order in the call doesn't matter
   pos: list[int | str] = [*range(len(args)), *kws]
@@ -198,12 +208,21 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
     for n, t in zip(tnames, tensors):
       if t.uop.base.op is not Ops.BUFFER: _check_real(n, t)
     todo[0].realize(*todo[1:])
+  # a view (a slice, a permute, a shard that is a slice of a buffer) stays a view: the captured kernels read and write
+  # its buffer through it, and each replay swaps in the next call's buffer, which must be seen through the same view.
+  # What has no buffer under it (a broadcast constant) gets one of its own, and so does a view of a buffer another
+  # input also reads (x[:4] and x[4:]): a replay swaps each input's buffer alone. The function must not write such
+  # a copy (_check_copies raises: the write would be lost).
   fixed: dict[int, Tensor] = {}
   views: list[tuple[int, Any]] = []
+  parts = [t.uop.src if t.uop.op is Ops.MULTI else (t.uop,) for t in tensors]
+  shared = Counter(s.base for ps in parts for s in ps)
   for i, t in enumerate(tensors):
-    if not _is_whole_buffer(t.uop):
-      views.append((i, _view_key(t.uop)))
-      fixed[id(t)] = t.contiguous().realize()
+    if _is_whole_buffer(t.uop): continue
+    if all(s.base.op is Ops.BUFFER and shared[s.base] == 1 for s in parts[i]): views.append((i, _view_key(t.uop)))
+    else:
+      fixed[id(t)] = c = t.contiguous().realize()
+      if any(s.base.op is Ops.BUFFER for s in parts[i]): c.__dict__["_jit_copy"] = True
   if fixed:
     args = tuple(_swap_in(v, fixed) for v in args)
     kwargs = {k: _swap_in(v, fixed) for k, v in kwargs.items()}
@@ -212,7 +231,9 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
   names, tensors = _shards(tnames, tensors)
   variables: dict[str, UOp] = {}
   # bound Variables come as arguments, or inside the symbolic shapes of Tensor arguments
-  for v in vals[skip:] + [b for t in tensors if _unbound_shape(sh := t.shape) is not sh for b in _shape_vars(sh)]:
+  binds = [b for t in tensors if _unbound_shape(sh := t.shape) is not sh for b in _shape_vars(sh)]
+  if views: binds += [b for t in tensors for b in _view_vars(t.uop)]  # a view's offsets (a[:, i:i+2]) too
+  for v in vals[skip:] + binds:
     if v.__class__ is UOp and v.op is Ops.BIND:
       vname = v.src[0].arg[0]
       if vname in variables and variables[vname] is not v:
@@ -220,6 +241,14 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
                          f"{v.val}")
       variables[vname] = v
   return args, kwargs, key, names, tensors, variables, sig
+
+def _check_copies(names: list[str], tensors: list[Tensor], bufs: list[Any], versions: list[int]) -> None:
+  """An input passed as a copy (a view of a buffer another input also views) must not be written by the function."""
+  for n, t, b, v in zip(names, tensors, bufs, versions):
+    if b.version != v and t.__dict__.get("_jit_copy"):
+      raise JitValueError(f"TinyJit: {n} is a view of a buffer that another argument also views, so the jit passes it "
+                          "as a copy, and the function writes it: the write would not reach the buffer. Pass the whole "
+                          "buffer and slice it inside the function, or views of distinct buffers")
 
 def _mismatch(want: tuple[Any, ...], got: tuple[Any, ...]) -> str:
   """How a call's signature differs from the capture's, in words."""
@@ -361,11 +390,13 @@ class TinyJit(Generic[ReturnType]):
       if id(b) in seen:
         raise JitValueError(f"TinyJit: {seen[id(b)]} and {n} are the same buffer; pass distinct Tensors")
       seen[id(b)] = n
+    versions = [b.version for b in bufs]
     if entry is None:  # a new signature: run the function; the next call with it captures
       entry = self._new_entry(key, args, kwargs)
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])
+      _check_copies(names, tensors, bufs, versions)
       self._entries[key] = entry
       return ret
     entry.last = self.cnt
@@ -380,15 +411,11 @@ class TinyJit(Generic[ReturnType]):
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])
+    _check_copies(names, tensors, bufs, versions)
     rec: Recording = capture.kernels
     if not rec:
       raise JitRuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
-    for i, t in enumerate(outs):  # an output on several devices can't stand for each call's input shards
-      if t.uop.base.op is not Ops.MULTI: continue
-      if (hit := [seen[k] for s in t.uop.base.src if s.base.op is Ops.BUFFER and (k := id(buffers[s.base])) in seen]):
-        raise JitValueError(f"TinyJit: output {i} is sharded over input {hit[0]}'s buffers; return a new Tensor (e.g. "
-                            "x.contiguous() of a computed value)")
     if self.prune:
       changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
       before = len(rec)

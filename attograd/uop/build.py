@@ -37,10 +37,3 @@ def sum_axes(u: UOp, axes: tuple[int, ...]) -> UOp:
   """The sum over `axes` (kept as size-1 dims); `u` itself when there are none."""
   return UOp(Ops.REDUCE_AXIS, u.dtype, (u,), (Ops.ADD, axes)) if axes else u
 
-def shard_bounds(m: UOp) -> list[tuple[int, int]]:
-  """(start, end) of each shard of MULTI `m` along its axis."""
-  out, at = [], 0
-  for s in m.src:
-    out.append((at, at + s.shape[m.arg]))
-    at += s.shape[m.arg]
-  return out

@@ -105,6 +105,8 @@ def _node_gone(r: _KeyedRef, _remove: Any = _remove_dead_weakref, _cache: dict =
 
 # set once any AFTER node is built: until then Tensor.realize needn't look for them
 afters_built = [False]
+# the layout of a graph over several devices lives in engine/multi.py (a layer above): it sets this to its function
+shard_layout_of: list[Callable[[UOp], UOp | None] | None] = [None]
 
 # each scalar int dtype's (min, max): UOp.const's fast path
 _INT_RANGE: dict[DType, tuple[int, int]] = {d: (int(dtypes.min(d)), int(dtypes.max(d))) for d in dtypes.ints}
@@ -194,9 +196,26 @@ class UOp(metaclass=UOpMetaClass):
     return x
   @property
   def axis(self) -> int | None:
-    """The axis a sharded value (MULTI) is split along; None for whole copies and for one-device values (tinygrad's
-    name)."""
-    return self.arg if self.op is Ops.MULTI else None
+    """The axis a value over several devices is split along, as laying its graph out over the devices places it
+    (tinygrad's name): a MULTI's own, an op over MULTIs the axis its result gets; None for whole copies and for
+    one-device values."""
+    return None if (m := self._layout()) is None else m.arg
+  @property
+  def bounds(self) -> list[tuple[int, int]]:
+    """(start, end) of each device's shard along the split axis (tinygrad's name)."""
+    if (m := self._layout()) is None or m.arg is None:
+      raise RuntimeError(f"bounds: a {self.op} that isn't split over devices along an axis has no shard bounds")
+    out, at = [], 0
+    for s in m.src:
+      out.append((at, at + s.shape[m.arg]))
+      at += s.shape[m.arg]
+    return out
+  def _layout(self) -> UOp | None:
+    """This value laid out over its devices: a MULTI of one graph per device (engine/multi.py, which does the
+    layout, sets shard_layout_of); None on one device."""
+    if self.op is Ops.MULTI: return self
+    if self.device.__class__ is not tuple or (f := shard_layout_of[0]) is None: return None
+    return f(self)
   @property
   def buf_uop(self) -> UOp:
     """The BUFFER node this view reads (tinygrad's name); a node that holds no buffer raises."""

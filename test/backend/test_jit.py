@@ -517,6 +517,43 @@ def test_views_at_other_offsets_raise() -> None:
     f(Tensor(rnd(5, 2)))
   np.testing.assert_allclose(f(base[:, 2:4]).numpy(), rnd(5, 6)[:, 2:4] + 1, rtol=1e-6)  # the same view replays
 
+def test_writes_through_a_view_argument_reach_its_buffer(device: str) -> None:
+  # a view argument used to be passed as a contiguous copy: a jitted assign into it wrote the copy, and the caller's
+  # tensor never changed (silently, on every call)
+  @TinyJit
+  def f(o: Tensor, x: Tensor) -> None: o.assign(o + x).realize()
+  big = Tensor(np.zeros((6, 3), np.float32), device=device).contiguous().realize()
+  for i in range(4):  # runs, captures, replays
+    f(big[2:5, 1:], Tensor(np.full((3, 2), i + 1.0, np.float32), device=device))
+    want = np.zeros((6, 3), np.float32)
+    want[2:5, 1:] = sum(range(1, i + 2))
+    np.testing.assert_array_equal(big.numpy(), want)
+  other = Tensor(np.ones((6, 3), np.float32), device=device).contiguous().realize()
+  f(other[2:5, 1:], Tensor(np.full((3, 2), 5.0, np.float32), device=device))  # a replay on another buffer, same view
+  assert other.numpy()[2:5, 1:].tolist() == [[6.0, 6.0]] * 3 and other.numpy()[0].tolist() == [1.0] * 3
+
+def test_a_view_argument_at_a_variable_offset_reads_each_calls_offset(device: str) -> None:
+  # the view is passed through: the Variable in its shrink is one of the replay's Variables, not the capture's value
+  @TinyJit
+  def f(a: Tensor) -> Tensor: return (a + 1).realize()
+  base = rnd(7, 11)
+  t = Tensor(base, device=device).realize()
+  for i in range(1, 6):
+    vi = Variable("i", 1, 9).bind(i)
+    np.testing.assert_allclose(f(t[3:5, vi:vi + 2]).numpy(), base[3:5, i:i + 2] + 1, rtol=1e-6)
+
+def test_writing_a_view_that_shares_its_buffer_with_another_argument_raises() -> None:
+  # two views of one buffer: the second one is passed as a copy (a replay swaps each input's buffer alone), so a
+  # write to it would be lost; reading both is fine
+  @TinyJit
+  def read(a: Tensor, b: Tensor) -> Tensor: return (a * b).sum().realize()
+  x = Tensor(np.arange(8, dtype=np.float32)).contiguous().realize()
+  assert [read(x[:4], x[4:]).item() for _ in range(3)] == [38.0] * 3
+  @TinyJit
+  def write(a: Tensor, b: Tensor) -> None: a.assign(a + b).realize()
+  with pytest.raises(JitError, match="argument 0 is a view of a buffer that another argument also views"):
+    write(x[4:], x[:4])
+
 def test_positional_then_keyword_raises() -> None:
   @TinyJit
   def f(a: Tensor, b: Tensor) -> Tensor: return (a + b).realize()

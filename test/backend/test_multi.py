@@ -3,7 +3,8 @@ tensor, forward and backward, on two CPU devices and on two OpenCL devices."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from attograd import Device, Tensor, TinyJit, nn
+from typing import Any
+from attograd import Device, Tensor, TinyJit, Variable, nn
 from attograd.engine import multi
 
 PAIRS = [("CPU:0", "CPU:1"), ("CL:0", "CL:1")]
@@ -180,3 +181,84 @@ def test_assign_reading_the_tensor_elsewhere(devs: tuple[str, str]) -> None:
   want = A.copy()
   want[1:] = A[:-1]
   np.testing.assert_array_equal(out.numpy(), want)
+
+def test_jitted_assign_into_a_sharded_argument_with_a_variable_offset(devs: tuple[str, str]) -> None:
+  # the first shard of a tensor sharded on its own device is a view of the source buffer; the jit used to copy such an
+  # argument, so the writes went to the copy and the caller's tensor stayed zero
+  out = Tensor(np.zeros((4, 6), np.float32), device=devs[0]).contiguous().realize().shard(devs, 0).realize()
+  col = Tensor(np.ones((4, 1), np.float32), device=devs[0]).shard(devs, 0).contiguous().realize()
+  @TinyJit
+  def f(o: Tensor, vi: Any) -> None:
+    o[:, vi:vi + 1].assign(col).realize()
+    col.assign(col + 1).realize()
+  vi = Variable("i", 0, 5)
+  for i in range(1, 5): f(out, vi.bind(i))
+  np.testing.assert_array_equal(out.numpy(), np.array([[0, 1, 2, 3, 4, 0]] * 4, np.float32))
+
+def test_axis_of_an_op_over_sharded_tensors(devs: tuple[str, str]) -> None:
+  # UOp.axis of any node (tinygrad's name): where laying the graph out over the devices splits the result
+  t = Tensor(np.ones((4, 8), np.float32)).shard(devs, axis=0)
+  assert (t + t).uop.axis == 0 and t.T.uop.axis == 1 and t.reshape(2, 16).uop.axis == 0
+  assert t.reshape(2, 2, 8).uop.axis == 0 and t.sum(1).uop.axis == 0
+  assert t.sum(0).uop.axis is None  # reduced across the split: whole on each device
+  a, b = Tensor([1.0, 2.0, 3.0, 4.0]).shard(devs, 0), Tensor([[10.0, 20.0, 30.0, 40.0]]).shard(devs, None)
+  assert (a + b).uop.axis == 1
+  np.testing.assert_array_equal((a + b).numpy(), [[11.0, 22.0, 33.0, 44.0]])
+  assert Tensor.ones(3).uop.axis is None
+
+@pytest.mark.parametrize("make", ["full_like", "zeros_like", "empty_like", "rand_like", "randn_like"])
+def test_like_of_a_sharded_tensor_is_split_the_same_way(devs: tuple[str, str], make: str) -> None:
+  t = Tensor(A).shard(devs, axis=0)  # 7 rows: 4 + 3
+  r = getattr(Tensor, make)(t, 2.0) if make == "full_like" else getattr(Tensor, make)(t)
+  assert r.shape == t.shape and r.device == t.device and r.dtype == t.dtype and r.uop.axis == 0
+  assert [s.shape for s in r.uop.src] == [(4, 6), (3, 6)]  # each device made its own shard, nothing copied
+  vals = r.numpy()
+  if make == "full_like": np.testing.assert_array_equal(vals, np.full(A.shape, 2.0, np.float32))
+  if make == "zeros_like": np.testing.assert_array_equal(vals, np.zeros(A.shape, np.float32))
+  if make == "rand_like": assert 0 <= vals.min() and vals.max() < 1 and len(np.unique(vals)) == vals.size
+  args = (t, 2.0) if make == "full_like" else (t,)
+  whole = getattr(Tensor, make)(*args, device=devs[0])
+  assert whole.device == Device.canonicalize(devs[0]) and whole.shape == t.shape
+
+def test_bounds_of_a_sharded_value(devs: tuple[str, str]) -> None:
+  t = Tensor(A).shard(devs, axis=0)  # 7 rows: 4 + 3
+  assert t.uop.bounds == [(0, 4), (4, 7)] and (t * 2).uop.bounds == [(0, 4), (4, 7)]
+  assert t.T.uop.bounds == [(0, 4), (4, 7)]  # along axis 1 now
+  parts = [t[lo:hi] + 1 for lo, hi in t.uop.bounds]
+  np.testing.assert_array_equal(parts[0].cat(*parts[1:]).numpy(), A + 1)
+  with pytest.raises(RuntimeError, match="bounds: .* isn't split over devices along an axis"):
+    Tensor(A).shard(devs).uop.bounds
+
+@pytest.mark.parametrize("axis", [None, 0])
+def test_sharding_a_constant_makes_it_on_each_device(devs: tuple[str, str], axis: int | None) -> None:
+  # Tensor.ones sharded: each device makes its own constant; no kernel, no copy, no memory
+  from attograd.helpers import GlobalCounters
+  GlobalCounters.reset()
+  x = Tensor.ones(256).realize().shard(devs, axis=axis).realize()
+  assert GlobalCounters.kernel_count == 0 and GlobalCounters.global_mem == 0
+  assert [s.device for s in x.uop.src] == list(Device.canonicalize(devs))
+  np.testing.assert_array_equal(x.numpy(), np.ones(256, np.float32))
+
+def test_a_tensor_of_device_less_uops_joins_the_other_operand(devs: tuple[str, str]) -> None:
+  # Tensor(UOp.const(...)) has no device of its own: it combines with a sharded tensor (and one on another device)
+  from attograd import UOp, dtypes
+  one = Tensor(UOp.const(1.0).cast(dtypes.float))
+  s = Tensor([1.0, 2, 3, 4]).shard(devs, axis=0)
+  np.testing.assert_array_equal((s + one).numpy(), [2, 3, 4, 5])
+  np.testing.assert_array_equal((one.reshape((1,)).expand((4,)) - s).numpy(), [0, -1, -2, -3])
+  np.testing.assert_array_equal((Tensor([1.0, 2.0], device=devs[1]) * one).numpy(), [1, 2])
+  with pytest.raises(Exception, match="device mismatch"): Tensor([1.0], device=devs[1]) + Tensor([1.0], device=devs[0])
+
+def test_jit_returns_its_sharded_input_written_in_place(devs: tuple[str, str]) -> None:
+  # each shard of the output is the call's input shard (it used to raise: an output sharded over an input's buffers)
+  @TinyJit
+  def f(out: Tensor, x: Tensor) -> Tensor:
+    out.assign(out + x).realize()
+    return out
+  for i in range(5):
+    out = Tensor(np.full(5, float(i), np.float32)).shard(devs, 0).contiguous().realize()
+    x = Tensor(np.arange(5, dtype=np.float32)).shard(devs, 0).contiguous().realize()
+    r = f(out, x)
+    np.testing.assert_array_equal(out.numpy(), np.arange(5) + i)
+    np.testing.assert_array_equal(r.numpy(), np.arange(5) + i)
+    assert r.device == out.device and [s.base for s in r.uop.src] == [s.base for s in out.uop.src]

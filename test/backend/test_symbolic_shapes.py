@@ -15,9 +15,10 @@ def _sym(arr: np.ndarray, v, device: str, axis: int = 0) -> Tensor:
   shape[axis] = v.bind(arr.shape[axis])
   return Tensor(arr, device=device).reshape(tuple(shape))
 
-def _programs(device: str) -> int:
-  """Programs built for this device that take Variables (the concrete reference runs build others)."""
-  return sum(1 for (d, _), r in realize._runners.items() if d == device and r.spec.vars)
+def _programs(device: str) -> set:
+  """The programs loaded for this device that take Variables (the concrete reference runs build others). A set of
+  keys, not a count: the runner cache is bounded, so earlier tests' programs may be evicted while a test runs."""
+  return {k for k, r in realize._runners.items() if k[0] == device and r.spec.vars}
 
 @pytest.mark.parametrize("fn", [lambda x: x * 2 + 1, lambda x: (x - x.max(1, keepdim=True)).exp(), lambda x: x.sum(0),
                                 lambda x: x.sum(1), lambda x: x.sum(), lambda x: x.max(0), lambda x: x.mean(0),
@@ -31,7 +32,7 @@ def test_ops_over_a_symbolic_batch_compile_once(device: str, fn) -> None:
     out = fn(_sym(a, v, device))
     np.testing.assert_allclose(out.numpy(), np.asarray(fn(Tensor(a, device=device)).numpy()), rtol=1e-5, atol=1e-5)
     if before is None: before = _programs(device)
-  assert _programs(device) == before, "a new value of the Variable compiled a new program"
+  assert _programs(device) <= before, "a new value of the Variable compiled a new program"
 
 def test_symbolic_inner_dim(device: str) -> None:
   # the Variable on the reduced (innermost) axis: a row sum and a matmul over a symbolic K
