@@ -319,6 +319,13 @@ class Buffer:
     if self.nbytes: self.allocator.copyout(mv, self._buf)
     return mv
   def as_bytes(self) -> bytes: return bytes(self.copyout(memoryview(bytearray(self.nbytes))))
+  def as_memoryview(self) -> memoryview:
+    """The bytes (tinygrad's name): a view of the memory itself where the device's buffers are host addresses (no
+    copy; valid while this Buffer lives and sees later writes), else a copy."""
+    self.allocate()
+    if getattr(self.allocator, "host_addresses", False) and self.nbytes:
+      return memoryview((ctypes.c_char * self.nbytes).from_address(self._buf)).cast("B")
+    return self.copyout(memoryview(bytearray(self.nbytes)))
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
 
 class ExternalBuffer(Buffer):

@@ -1,7 +1,7 @@
 """The user API: a lazy Tensor over a UOp graph. Shapes and dtypes are checked when a method is called;
 nothing runs until realize(), numpy(), item() or tolist()."""
 from __future__ import annotations
-import functools, math, operator, os, struct, sys, time, weakref
+import functools, math, operator, os, pickle, struct, sys, time, weakref
 import attograd.tensor.printing as printing
 from typing import Any, Callable, Sequence, cast
 from attograd.device import Buffer, Device, ExternalBuffer
@@ -81,14 +81,18 @@ def _flatten_data(data: Any) -> list[Any]:
     else: stack.pop()
   return out
 
-def _unpickle_tensor(uop: UOp, data: list[tuple[UOp, bytes | None]], requires_grad: bool | None,
-                     grad: Tensor | None) -> Tensor:
-  """A pickled Tensor (Tensor.__reduce__): each buffer of its graph a new buffer holding the pickled bytes."""
+def _unpickle_tensor(uop: UOp, data: list[Any], requires_grad: bool | None, grad: Tensor | None) -> Tensor:
+  """A pickled Tensor (Tensor.__reduce_ex__): each buffer of its graph a new buffer holding the pickled bytes. data
+  is flat, [node, bytes or None, node, ...] (no tuples: the unpickler's memo would keep each one)."""
   subs = {}
-  for n, raw in data:
+  pairs = data if data and data[0].__class__ is tuple else zip(data[::2], data[1::2])  # (pickled before: pairs)
+  for n, raw in pairs:
     nb = new_buffer_uop(n.device, n.arg[1], n.dtype, iota=n.arg[2:] == (IOTA_TAG,))
     if raw is not None: buffers[nb].copyin(memoryview(raw))
     subs[n] = nb
+  # the unpickler's memo keeps this list until the whole load ends: emptied, the bytes it held (the out-of-band
+  # buffers of protocol 5) are freed now, so loading many tensors never holds all their bytes twice
+  data.clear()
   # a BUFFER node the pickle had no Buffer for (one built but never given memory) gets a fresh one too: its number
   # may be another buffer's here
   for n in uop.toposort():
@@ -299,12 +303,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       raise TypeError(f"Tensor.__format__: format spec {spec!r} needs a one-element tensor, got shape {self.shape}")
     return format(self.item(), spec)
   def __hash__(self) -> int: return id(self)
-  def __reduce__(self) -> tuple[Any, tuple]:
+  def __reduce_ex__(self, protocol: Any) -> tuple[Any, tuple]:
     """Pickled as its graph and the bytes of every buffer the graph reads (for a realized tensor: its values), so it
     unpickles in another process too, where the same buffer numbers mean other buffers; requires_grad and .grad
-    come along. Nothing is computed: a lazy tensor stays lazy."""
-    data = [(n, buf.as_bytes() if buf.is_allocated else None) for n in self.uop.toposort() if n.op is Ops.BUFFER and
-            (buf := buffers.get(n)) is not None]
+    come along. Nothing is computed: a lazy tensor stays lazy. With protocol 5 the bytes go as pickle.PickleBuffer
+    views of the memory (host memory is not copied), so pickle.dumps(..., buffer_callback=) can send them out of
+    band."""
+    def raw(buf: Any) -> Any:
+      if not buf.is_allocated: return None
+      return pickle.PickleBuffer(buf.as_memoryview()) if isinstance(protocol, int) and protocol >= 5 else buf.as_bytes()
+    data = [x for n in self.uop.toposort() if n.op is Ops.BUFFER and (buf := buffers.get(n)) is not None
+            for x in (n, raw(buf))]
     return (_unpickle_tensor, (self.uop, data, self.requires_grad, self.grad))
   def __bool__(self) -> bool:
     # as tinygrad: a Tensor is lazy and may be on a device, so `if t:` (and `t in [...]`, which compares with ==)

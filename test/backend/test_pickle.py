@@ -44,3 +44,31 @@ def test_unpickled_in_another_process(tmp_path: object) -> None:
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env={**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")})
   assert out.stdout.strip() == "[[3.0, -4.0], [6.0, 8.5]] [9.0, 9.0]"
+
+def test_protocol_5_sends_the_bytes_out_of_band(device: str) -> None:
+  # PickleBuffer views of the memory: with a buffer_callback the bytes leave the pickle (no copy of host memory)
+  t = Tensor(np.arange(1000, dtype=np.float32), device=device).realize()
+  oob: list = []
+  blob = pickle.dumps(t, protocol=5, buffer_callback=oob.append)
+  assert len(oob) == 1 and len(blob) < 1000 and memoryview(oob[0]).nbytes == 4000
+  np.testing.assert_array_equal(pickle.loads(blob, buffers=oob).numpy(), np.arange(1000, dtype=np.float32))
+  for protocol in (2, 4, 5):  # in band, the values are in the pickle
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(t, protocol=protocol)).numpy(), t.numpy())
+
+def test_loading_many_tensors_frees_each_ones_bytes_as_it_goes() -> None:
+  import tracemalloc
+  n, m = 6, 250_000
+  blob = pickle.dumps([Tensor.rand(m).realize() for _ in range(n)], protocol=5, buffer_callback=lambda pb: pb.release())
+  tracemalloc.start()
+  try:
+    out = pickle.loads(blob, buffers=(pickle.PickleBuffer(bytearray(m * 4)) for _ in range(n)))
+    assert tracemalloc.get_traced_memory()[1] < 2 * m * 4  # one tensor's bytes at a time, not all six
+  finally: tracemalloc.stop()
+  assert len(out) == n and out[0].shape == (m,)
+
+def test_old_pickles_of_pairs_still_load() -> None:
+  from attograd.tensor.core import _unpickle_tensor
+  t = Tensor([1.0, 2.0]).realize()
+  fn, (uop, data, rg, grad) = t.__reduce_ex__(4)
+  old = [(data[i], data[i + 1]) for i in range(0, len(data), 2)]
+  assert fn(uop, old, rg, grad).tolist() == [1.0, 2.0] and fn is _unpickle_tensor
