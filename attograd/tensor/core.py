@@ -1103,7 +1103,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if reverse: return y._new(new_uop(op, xu.dtype, (yu, xu), None), yu)
       return self._new(new_uop(op, xu.dtype, (xu, yu), None), xu)
     if y.__class__ not in (float, int) or xu.dtype is dtypes.bool or \
-       (y.__class__ is float and xu.dtype not in dtypes.floats and not dtypes.is_float(xu.dtype)):
+       (y.__class__ is float and not dtypes.is_float(xu.dtype)):
       return None
     c = _broadcast_const(y, xu.dtype, xu.device or self._device, xu.shape)
     return self._new(new_uop(op, xu.dtype, (c, xu) if reverse else (xu, c), None), xu)
