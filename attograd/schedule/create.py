@@ -84,7 +84,12 @@ def _visit(n: UOp, depth: int, st: _Normalizing) -> UOp:
   # ALU ops and the like (most nodes): the same node over the normalized sources (_rebuild's last case, inline), the
   # sources visited and collected in one pass, in order (placeholders are numbered by first appearance)
   src = n.src
-  srcs = tuple([x if (x := norm.get(s)) is not None else _visit(s, depth + 1, st) for s in src])
+  srcs: tuple[UOp, ...]
+  if len(src) == 2:  # (most ALU ops: without the list comprehension, a call of its own in this Python)
+    a, b = src
+    if (na := norm.get(a)) is None: na = _visit(a, depth + 1, st)
+    srcs = (na, nb if (nb := norm.get(b)) is not None else _visit(b, depth + 1, st))
+  else: srcs = tuple([x if (x := norm.get(s)) is not None else _visit(s, depth + 1, st) for s in src])
   if srcs == src:
     nn = n
     if op in _PURE and all(PURE in slots(x) for x in srcs): d[PURE] = True
