@@ -378,7 +378,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if afters_built[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
       for t in ts:
         if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop)
-    todo = [t for t in ts if not _is_realized(t.uop)]
+    # (one tensor, the usual realize, without the comprehensions: in this Python each is a call of its own)
+    todo = ([] if _is_realized(ts[0].uop) else list(ts)) if len(ts) == 1 else [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
     # (the settings read through .value here and below: `if FLAG:` and `FLAG >= 1` are Python calls, on every realize)
     if not ALLOW_DEVICE_USAGE.value:
@@ -392,7 +393,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # `loss.realize(*opt.schedule_step())`): a lazy loss read after opt.step() was a schedule of its own first, its
     # forward kernels computed there and again for the gradients
     readers: list[Tensor] = []
-    if (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}) and \
+    if (len(outs) > 1 or outs[0].op is Ops.ASSIGN) and \
+       (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}) and \
        (readers := _readers_of(targets, set(outs))):
       todo = readers + todo
       outs = list(dict.fromkeys([t.uop for t in readers] + outs))
@@ -407,8 +409,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       except NaNError as e:
         e.blame(_first_nonfinite(outs))
         raise
-    keep_graph = keep_graph and bool(_grad_tensors)  # autograd may still need the graph behind a realized value
-    kept = {id(t) for t in readers} if _grad_tensors else set()  # (a reader's graph is kept, as when realized alone)
+    grads = bool(_grad_tensors)  # (a WeakValueDictionary: its len is a Python call)
+    keep_graph = keep_graph and grads  # autograd may still need the graph behind a realized value
+    kept = {id(t) for t in readers} if readers and grads else ()  # (a reader's graph is kept, as when realized alone)
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
       if (keep_graph or id(t) in kept) and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
