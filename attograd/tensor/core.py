@@ -1910,8 +1910,8 @@ _ndarrays: set[type] = set()  # numpy.ndarray, once one was seen (numpy is impor
 def _uop_of_array(data: Any, dtype: DType | None, device: str) -> UOp:
   """The BUFFER (viewed with its shape) holding a copy of a NumPy array's (or an __array_interface__ object's)
   values, cast to `dtype` when one is given."""
-  np: Any = sys.modules.get("numpy") or __import__("numpy")  # (an import statement costs more, on every call)
-  arr: Any = np.asarray(data)
+  if data.__class__ in _ndarrays: arr: Any = data  # an ndarray already (the common input): no module lookup and asarray
+  else: arr = (sys.modules.get("numpy") or __import__("numpy")).asarray(data)  # (an import statement costs more)
   # big-endian bytes (a '>i4' array, as some files store them) read as this machine's: swapped to its order first
   if arr.dtype.byteorder not in "=|" and arr.dtype.byteorder != _NATIVE_ORDER:
     arr = arr.astype(arr.dtype.newbyteorder("="))
@@ -1921,6 +1921,7 @@ def _uop_of_array(data: Any, dtype: DType | None, device: str) -> UOp:
   # dtype the protocol doesn't know (ml_dtypes' bfloat16), through a contiguous view of it as uint8
   try: raw = memoryview(arr).cast("B")
   except (TypeError, ValueError, BufferError):
+    np: Any = sys.modules["numpy"]
     as_bytes: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
     raw = memoryview(as_bytes)
   uop = _buffer_from_bytes(raw, arr.shape, d, device)
