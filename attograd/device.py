@@ -285,7 +285,8 @@ class Buffer:
   def allocate(self) -> Buffer:
     if self._buf is None:
       if _deferred_frees: _free_deferred()
-      self.allocator = Device[self.device].allocator
+      # (the open device without Device[]'s call: every new buffer comes here)
+      self.allocator = (Device._opened.get(self.device) or Device[self.device]).allocator
       nbytes = self.size * self.dtype.itemsize  # (self.nbytes, without its call: every new buffer comes here)
       self._buf = self.allocator.alloc(nbytes or 1)
       GlobalCounters.mem_used += nbytes

@@ -414,8 +414,10 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   debug, viz_on, nan_check = DEBUG.value, VIZ.value, DEBUG_NAN.value
   plain = capturing is None and debug < 2 and not viz_on and not nan_check and not PROFILER.active
   for si in items:
+    mem = 0  # (the bytes it touches, counted here rather than in a comprehension: a call of its own per kernel)
     for b in si.bufs:
       if b._buf is None: b.allocate()
+      mem += b.size * b.dtype.itemsize
     if si.ast.op is Ops.COPY:
       if capturing is not None: capturing.kernel(copy_runner, si.bufs, {})
       st = PROFILER.now() if PROFILER.active else 0.0
@@ -445,7 +447,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       if nan_check: check_kernel(runner.spec.name, si.bufs, runner.spec.outs)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += runner.spec.op_estimate
-    GlobalCounters.global_mem += sum([b.size * b.dtype.itemsize for b in si.bufs])  # (their nbytes, without the calls)
+    GlobalCounters.global_mem += mem
     if debug >= 2:  # (never the direct call above: it is taken only below DEBUG=2)
       GlobalCounters.time_sum_s += et
       sp = runner.spec

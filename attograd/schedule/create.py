@@ -80,11 +80,28 @@ def _visit(n: UOp, depth: int, st: _Normalizing) -> UOp:
   if (op := n.op) not in _PLAIN:
     for s in n.src:
       if s not in norm: _visit(s, depth + 1, st)
+    if op is Ops.CUSTOM_GRAD:  # (_rebuild's marker case, inline: relu's gradient marker is on many graphs' paths)
+      nn = norm[n] = norm[n.src[0]]
+      st.orig[n] = n
+      return nn
     return _rebuild(n, st)
   # ALU ops and the like (most nodes): the same node over the normalized sources (_rebuild's last case, inline), the
-  # sources visited and collected in one pass, in order (placeholders are numbered by first appearance)
+  # sources visited and collected in one pass, in order (placeholders are numbered by first appearance). No list
+  # comprehension (in this Python a call of its own, per node), and a constant source (a scalar operand, the most
+  # common one) noted here without _visit's call
   src = n.src
-  srcs = tuple([x if (x := norm.get(s)) is not None else _visit(s, depth + 1, st) for s in src])
+  srcs: tuple[UOp, ...]
+  if len(src) == 2:
+    a, b = src
+    if (na := norm.get(a)) is None: na = _visit(a, depth + 1, st)
+    if (nb := norm.get(b)) is None:
+      if PURE in slots(b): nb = norm[b] = st.orig[b] = b
+      else: nb = _visit(b, depth + 1, st)
+    srcs = (na, nb)
+  else:
+    found = []
+    for s in src: found.append(x if (x := norm.get(s)) is not None else _visit(s, depth + 1, st))
+    srcs = tuple(found)
   if srcs == src:
     nn = n
     if op in _PURE and all(PURE in slots(x) for x in srcs): d[PURE] = True

@@ -70,10 +70,12 @@ def held_nodes(orig: dict[UOp, UOp], outs: set[UOp], roots: list[UOp]) -> set[UO
       if x in nodes and x not in seen and x not in outs: stack.append(x)
   return found
 
+_NONE: frozenset = frozenset()
+
 def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dict[UOp, Buffer]:
   """Pooled buffers for the template's intermediates whose original node nobody can reach after this schedule (so
   their values are not remembered), and a check of the schedule's peak. Returns placeholder -> its pooled Buffer."""
-  cands: frozenset[UOp] = frozenset()
+  cands: frozenset[UOp] = _NONE
   # small intermediates aren't worth the liveness pass (a walk over the graph on every realize)
   if tmpl.inter_bytes >= POOL_MIN_BYTES and not NO_MEMORY_PLANNER:
     homes = {home.base for home in tmpl.becomes if home is not None}  # an output can be a view of an intermediate
@@ -85,7 +87,7 @@ def plan_schedule(tmpl: _Template, orig: dict[UOp, UOp], outs: list[UOp]) -> dic
     new = set(tmpl.new_bufs)
     resident = {b for _, bufs, _ in tmpl.items for b in bufs if b not in new}
     plan = cache[cands] = plan_memory([bufs for _, bufs, _ in tmpl.items], _ph_info, set(cands), resident)
-  if DEBUG.value >= 2 or any([memory_limit(d) for d in plan.peak]):  # (.value, a list: this runs on every realize)
+  if DEBUG.value >= 2 or any(map(memory_limit, plan.peak)):  # (.value, and map: this runs on every realize)
     shapes = {h.base: h.shape for h in list(tmpl.becomes) + [h for _, h in tmpl.realized_roots] if h is not None}
     check_plan(plan, lambda k: _describe(k, shapes.get(k)), f"a schedule of {len(tmpl.items)} kernels")
   if not plan.slot_of: return {}

@@ -387,7 +387,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if afters_built[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
       for t in ts:
         if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop)
-    todo = [t for t in ts if not _is_realized(t.uop)]
+    # (one tensor, the usual realize, without the comprehensions: in this Python each is a call of its own)
+    todo = ([] if _is_realized(ts[0].uop) else list(ts)) if len(ts) == 1 else [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
     # (the settings read through .value here and below: `if FLAG:` and `FLAG >= 1` are Python calls, on every realize)
     if not ALLOW_DEVICE_USAGE.value:
@@ -401,7 +402,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # `loss.realize(*opt.schedule_step())`): a lazy loss read after opt.step() was a schedule of its own first, its
     # forward kernels computed there and again for the gradients
     readers: list[Tensor] = []
-    if (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}) and \
+    if (len(outs) > 1 or outs[0].op is Ops.ASSIGN) and \
+       (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}) and \
        (readers := _readers_of(targets, set(outs))):
       todo = readers + todo
       outs = list(dict.fromkeys([t.uop for t in readers] + outs))
@@ -416,8 +418,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       except NaNError as e:
         e.blame(_first_nonfinite(outs))
         raise
-    keep_graph = keep_graph and bool(_grad_tensors)  # autograd may still need the graph behind a realized value
-    kept = {id(t) for t in readers} if _grad_tensors else set()  # (a reader's graph is kept, as when realized alone)
+    grads = bool(_grad_tensors)  # (a WeakValueDictionary: its len is a Python call)
+    keep_graph = keep_graph and grads  # autograd may still need the graph behind a realized value
+    kept = {id(t) for t in readers} if readers and grads else ()  # (a reader's graph is kept, as when realized alone)
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
       if (keep_graph or id(t) in kept) and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
@@ -1127,7 +1130,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       if reverse: return y._new(new_uop(op, xu.dtype, (yu, xu), None), yu)
       return self._new(new_uop(op, xu.dtype, (xu, yu), None), xu)
     if y.__class__ not in (float, int) or xu.dtype is dtypes.bool or \
-       (y.__class__ is float and xu.dtype not in dtypes.floats and not dtypes.is_float(xu.dtype)):
+       (y.__class__ is float and not dtypes.is_float(xu.dtype)):
       return None
     c = _broadcast_const(y, xu.dtype, xu.device or self._device, xu.shape)
     return self._new(new_uop(op, xu.dtype, (c, xu) if reverse else (xu, c), None), xu)
@@ -1931,8 +1934,8 @@ _ndarrays: set[type] = set()  # numpy.ndarray, once one was seen (numpy is impor
 def _uop_of_array(data: Any, dtype: DType | None, device: str) -> UOp:
   """The BUFFER (viewed with its shape) holding a copy of a NumPy array's (or an __array_interface__ object's)
   values, cast to `dtype` when one is given."""
-  np: Any = sys.modules.get("numpy") or __import__("numpy")  # (an import statement costs more, on every call)
-  arr: Any = np.asarray(data)
+  if data.__class__ in _ndarrays: arr: Any = data  # an ndarray already (the common input): no module lookup and asarray
+  else: arr = (sys.modules.get("numpy") or __import__("numpy")).asarray(data)  # (an import statement costs more)
   # big-endian bytes (a '>i4' array, as some files store them) read as this machine's: swapped to its order first
   if arr.dtype.byteorder not in "=|" and arr.dtype.byteorder != _NATIVE_ORDER:
     arr = arr.astype(arr.dtype.newbyteorder("="))
@@ -1942,6 +1945,7 @@ def _uop_of_array(data: Any, dtype: DType | None, device: str) -> UOp:
   # dtype the protocol doesn't know (ml_dtypes' bfloat16), through a contiguous view of it as uint8
   try: raw = memoryview(arr).cast("B")
   except (TypeError, ValueError, BufferError):
+    np: Any = sys.modules["numpy"]
     as_bytes: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
     raw = memoryview(as_bytes)
   uop = _buffer_from_bytes(raw, arr.shape, d, device)

@@ -1,5 +1,7 @@
 """The caching allocator: freed buffers are handed out again by size, and a full cache drops the sizes freed longest
-ago."""
+ago; the host allocator's copies in and out."""
+import array, random
+import pytest
 from attograd.device import LRUAllocator
 
 class Recording(LRUAllocator):
@@ -57,3 +59,23 @@ def test_free_cache():
   for b, n in zip(bufs, (10, 20, 20)): a.free(b, n)
   a.free_cache()
   assert sorted(a.freed) == sorted(bufs) and a.cache == {} and a.cached_bytes == 0
+
+@pytest.mark.parametrize("views", ["writable", "readonly", "floats"])
+def test_host_copies_of_every_size(views: str) -> None:
+  # small copies go through memoryviews, big ones through memmove (runtime/ops_cpu.py): both paths, and the sizes at
+  # the boundary, give back the bytes they were given, from writable, read-only and non-byte views
+  from attograd.runtime.ops_cpu import _SMALL_COPY, MallocAllocator
+  alloc = MallocAllocator()
+  for n in (4, 64, _SMALL_COPY - 4, _SMALL_COPY, _SMALL_COPY + 4, 4 * _SMALL_COPY):
+    data = random.Random(n).randbytes(n)
+    src = memoryview(bytearray(data)) if views == "writable" else memoryview(data)
+    if views == "floats": src = memoryview(array.array("f", data))
+    buf = alloc.alloc(n)
+    alloc.copyin(buf, src)
+    out = bytearray(n)
+    alloc.copyout(memoryview(out), buf)
+    assert bytes(out) == data, n
+    half = bytearray(n // 2)  # a copy out of part of the buffer reads its first bytes
+    alloc.copyout(memoryview(half), buf)
+    assert bytes(half) == data[:n // 2], n
+    alloc.free(buf, n)
