@@ -1524,14 +1524,20 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if all(b.__class__ is int and a.__class__ is int and b == 0 and a == 0 for b, a in arg): return self
     return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), arg))
   def shrink(self, arg: Sequence[tuple[int | UOp, int | UOp] | None]) -> Tensor:
-    """Keep [start, end) of each dim (None keeps the dim whole)."""
+    """Keep [start, end) of each dim (None keeps the dim whole). An end that is a bound Variable (or an expression of
+    one) may pass the dim, as in tinygrad: the positions past it read zeros, never memory outside the buffer
+    (`Tensor.ones(3)[:Variable("a", 1, 10).bind(5)]` is [1, 1, 1, 0, 0]). A concrete end past the dim is an error."""
     if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
     full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink", bound=False),
                                            _size_arg(a[1], "shrink", bound=False)) for a, s in zip(arg, self.shape))
-    for (b, e), s in zip(full, self.shape):
+    past = [0] * self.ndim  # per dim: the zeros a symbolic end past the dim reads (pad up to the end's largest value)
+    for i, ((b, e), s) in enumerate(zip(full, self.shape)):
       # with an unbound Variable the check waits for its value (the kernel's bounds come from the Variable's range)
-      if (v := sym_vals(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
-        raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
+      if (v := sym_vals(b, e, s)) is None or 0 <= v[0] <= v[1] <= v[2]: continue
+      if 0 <= v[0] <= v[1] and isinstance(e, UOp) and s.__class__ is int: past[i] = int(e.vmax) - s
+      else: raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
+    if any(past): return self.pad_(tuple((0, p) for p in past)).shrink(full)
+    for (b, e), s in zip(full, self.shape):
       if (rec := _active_recorder()) is not None \
          and not (b.__class__ is int and e.__class__ is int and s.__class__ is int):
         what = f"shrink {_args_str(arg)} of {self._shape_repr()}"
