@@ -100,7 +100,11 @@ class CapturedJit:
     # ms, their Buffer objects cold in cache after the kernels streamed the weights through it
     live = live_buffers() | {id(buffers[o.base]) for o in outs if o.base.op is Ops.BUFFER}
     self.written = [b for k, b in written.items() if k not in where and k in live]
-    self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
+    # the random draws: the buffer each reads its key from, the device and the draw's place in the device's stream
+    # (words after the capture's first draw there), and the words a call draws per device (see tensor/jit.py)
+    self.rng_bufs: list[Buffer] = []
+    self.rng_draws: list[tuple[Any, int]] = []
+    self.rng_used: dict[Any, int] = {}
     # what free_intermediates frees: the pooled intermediates (the slots under them), and the outputs made while
     # capturing (not state that existed before, as x of x += y returned, whose values must stay)
     self.freeable: list[Buffer] = [b for b in dict.fromkeys(x for _, bufs, _ in rec for x in bufs)
@@ -206,10 +210,12 @@ class CapturedJit:
     for args, pos, b in self.buf_slots: args[pos] = b.allocate()._buf
     self.freed = False
 
-  def __call__(self, inputs: list[UOp], variables: dict[str, UOp], rng_counter: int = 0) -> list[UOp]:
+  def __call__(self, inputs: list[UOp], variables: dict[str, UOp],
+               rng_keys: list[tuple[int, int]] | None = None) -> list[UOp]:
     """Run the kernels on this call's input buffers (the BUFFER nodes `inputs`, in the capture's order) with its
-    Variables' values, and the random counter where the capture draws random numbers. Returns the outputs' graphs,
-    in order: views of the buffers the kernels wrote."""
+    Variables' values, and the keys of this call's random draws where the capture draws random numbers (one uint32
+    pair per draw, in rng_bufs' order). Returns the outputs' graphs, in order: views of the buffers the kernels
+    wrote."""
     # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
     debug = DEBUG.value  # read once: each comparison with the setting is a Python call
     st = time.perf_counter() if debug >= 1 else 0.0
@@ -221,7 +227,7 @@ class CapturedJit:
       raw = b._buf
       for args, pos, want_raw in slots: args[pos] = raw if want_raw else b
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
-    if self.rng is not None: self.rng[0].copyin(memoryview(struct.pack("<I", rng_counter & 0xFFFFFFFF)))
+    for b, key in zip(self.rng_bufs, rng_keys or ()): b.copyin(memoryview(struct.pack("<II", *key)))
     if debug >= 2 or PROFILER.active:
       for (fn, args), kname, dev in zip(self.kernel_calls, self.kernel_names, self.devices):
         kt = time.perf_counter()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import attograd.engine.realize as engine_realize
 import attograd.tensor.core
-from attograd import Context, Tensor, TinyJit, Variable, dtypes, nn
+from attograd import Context, Device, Tensor, TinyJit, Variable, dtypes, nn
 from attograd.engine.jit import JitError
 from attograd.tensor.jit import TinyJit as TinyJit2
 from attograd.engine.memory import PooledBuffer
@@ -282,6 +282,20 @@ def test_random_numbers_advance_on_replay() -> None:
   got = [f(Tensor(rnd(4, seed=i))).numpy() for i in range(5)]
   for a, b in zip(ref, got): np.testing.assert_allclose(b, a, rtol=1e-6)
   assert len({tuple(g - rnd(4, seed=i)) for i, g in enumerate(got)}) == 5  # new random numbers on every call
+
+def test_random_numbers_on_replay_carry_into_the_high_word() -> None:
+  # each replay writes the keys of its own draws, computed from the device's 64-bit count (the capture once baked the
+  # high word in, so replays past 2**32 words repeated the numbers of another place in the stream)
+  def run(jit: bool) -> list[np.ndarray]:
+    Tensor.manual_seed(4)
+    Tensor.rand(1).realize()
+    Tensor._device_rng_counters[Device.DEFAULT].assign(Tensor([2**32 - 9, 0], dtype=dtypes.uint32))
+    def f(x: Tensor) -> Tensor: return x + Tensor.rand(4) + Tensor.rand(2).sum()
+    fn = TinyJit(f) if jit else f
+    out = [fn(Tensor(rnd(4, seed=i))).numpy() for i in range(4)]
+    assert Tensor._device_rng_counters[Device.DEFAULT].tolist() == [2**32 - 9 + 24 - 2**32, 1]
+    return out
+  for a, b in zip(run(False), run(True)): np.testing.assert_array_equal(b, a)
 
 def test_dropout_training_step_matches() -> None:
   def run(jit: bool) -> list[float]:
