@@ -567,3 +567,19 @@ def test_big_window_kernels_stay_loops_and_build_fast(kw: dict) -> None:
     unrolled = prod([o.amount for o in sp.applied_opts if o.op in ("UNROLL", "RLANES")])
     assert unrolled <= 49 and len(sp.src) < 32 << 10, (sp.name, sp.applied_opts, len(sp.src))
     assert took < 2.0, f"{sp.name}: {took:.2f} s to lower and compile"
+
+def test_to_program_shows_the_linear_program(device: str) -> None:
+  # tinygrad's form of a built kernel: PROGRAM(the AST, LINEAR(the linear program)), its ProgramSpec as the arg. The
+  # random stream is computed in 32-bit words: no 64-bit int appears in a rand kernel
+  from attograd.codegen import to_program
+  from attograd.uop.ops import Ops
+  renderer = Device[device].renderer
+  calls = [c for c in Tensor.rand(20, device=device).schedule_linear().src if c.src[0].op is Ops.SINK]
+  assert len(calls) == 1
+  ast = calls[0].src[0]
+  prg = to_program(ast, renderer=renderer)
+  assert prg.op is Ops.PROGRAM and prg.src[0] is ast and prg.src[1].op is Ops.LINEAR
+  want = get_program(ast, renderer)
+  assert prg.arg.name == want.name and prg.arg.src == want.src  # the program the device runs
+  assert any(u.op is Ops.STORE for u in prg.src[1].src)
+  assert not {u.dtype for u in prg.src[1].src} & {dtypes.int64, dtypes.uint64}
