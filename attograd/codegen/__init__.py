@@ -33,8 +33,9 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
   """The program for a kernel: from the on-disk cache when this code made it before (not for the PYTHON device,
   whose programs are pickles), else built by the pipeline."""
   if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
-    from attograd.codegen.search import beam_search
-    opts = beam_search(ast, renderer, int(BEAM.value), _build_program)
+    from attograd.codegen.lowerer import new_kernel
+    from attograd.codegen.opt import search  # (its module attribute, read per call: a test may stand in for it)
+    opts = list(search.beam_search(new_kernel(ast), renderer, int(BEAM.value), _build_program).applied)
   if renderer.device == "PYTHON" or DEBUG >= 3 or VIZ or not CACHE_PROGRAMS: return _build_program(ast, renderer, opts)
   key = ast_key(ast, renderer, opts)
   if (data := disk_cache_get("program", key)) is not None and (sp := spec_from_bytes(data)) is not None: return sp

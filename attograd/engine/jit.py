@@ -10,7 +10,7 @@ from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.engine.memory import PooledBuffer
 from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
-from attograd.helpers import DEBUG, GlobalCounters
+from attograd.helpers import DEBUG, JITBEAM, GlobalCounters, getenv
 from attograd.engine.recorder import JitError, JitRuntimeError, JitTypeError, JitValueError  # noqa: F401
 from attograd.uop.ops import GroupOp, Ops, UOp, UOpMetaClass, sym_val
 from attograd.uop.state import BUFFER, slots as slots_of
@@ -286,6 +286,14 @@ class _ArgsAt:
   and the profiler call the kernel alone with them."""
   def __init__(self, arr: Any, off: int, n: int): self.arr, self.off, self.n = arr, off, n
   def __iter__(self) -> Any: return iter(self.arr[self.off:self.off + self.n])
+
+_JITBEAM_AT_IMPORT = JITBEAM.value  # the environment's value when attograd loaded
+
+def capture_beam() -> int:
+  """The BEAM width for the kernels a capture builds (they are replayed many times), 0 for no search: JITBEAM as a
+  Context sets it, else as getenv reads it from the environment, where tinygrad's capture reads it (tinygrad code
+  may stand in for this module's getenv to steer it)."""
+  return int(JITBEAM.value if JITBEAM.value != _JITBEAM_AT_IMPORT else getenv("JITBEAM", JITBEAM.value))
 
 def live_buffers() -> set[int]:
   """The ids of the Buffers behind every BUFFER node alive now."""

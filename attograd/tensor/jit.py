@@ -8,10 +8,10 @@ from attograd.device import Device
 from attograd.dtype import dtypes
 from attograd.engine import recorder
 from attograd.engine.buffers import buffers
-from attograd.engine.jit import CapturedJit, Recording, live_buffers, prune_recording
+from attograd.engine.jit import CapturedJit, Recording, capture_beam, live_buffers, prune_recording
 from attograd.engine.memory import plan_jit
 from attograd.engine.nan import DEBUG_NAN
-from attograd.helpers import DEBUG, JIT, JITBEAM, Context
+from attograd.helpers import DEBUG, JIT, Context
 from attograd.engine.recorder import JitError, JitRuntimeError, JitTypeError, JitValueError  # noqa: F401
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _prefix_of_buffer
 from attograd.tensor.core import Tensor
@@ -394,7 +394,7 @@ class TinyJit(Generic[ReturnType]):
     existing = live_buffers()  # once per capture: which outputs the capture made (free_intermediates frees those)
     # JITBEAM=n: the kernels built for the capture are BEAM-searched, since the replays run them many times
     with recorder.recording(recorder.Recorder(self)) as capture, \
-         Context(BEAM=JITBEAM.value) if JITBEAM.value else contextlib.nullcontext():
+         Context(BEAM=beam) if (beam := capture_beam()) else contextlib.nullcontext():
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])

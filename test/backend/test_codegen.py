@@ -194,8 +194,9 @@ def test_max_reduce_on_lanes(dtype: str) -> None:
                              np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True))[6:], rtol=1e-5, atol=1e-6)
 
 def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatch) -> None:
-  import attograd.codegen.search as search
+  import attograd.codegen.opt.search as search
   from attograd.codegen import _build_program as build
+  from attograd.codegen.lowerer import new_kernel
   monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))  # an empty disk cache
   monkeypatch.setattr(search, "MAX_ROUNDS", 1)
   monkeypatch.setattr(search, "MAX_CANDIDATES", 8)
@@ -207,12 +208,14 @@ def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatc
   timings: list[object] = []
   real_time = search._time
   monkeypatch.setattr(search, "_time", lambda spec, bufs: timings.append(spec) or real_time(spec, bufs))
-  opts = search.beam_search(ast, r, 2, build)
+  k = search.beam_search(new_kernel(ast), r, 2, build)
   assert 2 < len(timings) <= 10, "the seeds and up to MAX_CANDIDATES candidates are timed"
-  again = search.beam_search(ast, r, 2, build)
-  assert again == opts and len(timings) <= 10, "the second search comes from the disk cache"
+  # the kernel comes back with the winner's actions taken: one of the candidates timed
+  assert k.ast is ast and tuple(k.applied) in {spec.applied_opts for spec in timings}  # type: ignore[attr-defined]
+  again = search.beam_search(new_kernel(ast), r, 2, build)
+  assert again.applied == k.applied and len(timings) <= 10, "the second search comes from the disk cache"
   n = len(timings)
-  with Context(IGNORE_BEAM_CACHE=1): search.beam_search(ast, r, 2, build)
+  with Context(IGNORE_BEAM_CACHE=1): search.beam_search(new_kernel(ast), r, 2, build)
   assert len(timings) > n, "IGNORE_BEAM_CACHE=1 searches again instead of reading the disk cache"
   with Context(BEAM=2): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
 

@@ -781,11 +781,11 @@ def test_devices_have_no_graph_runner() -> None:
 def test_jitbeam_searches_only_the_captured_kernels(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
   # JITBEAM=n: BEAM=n while a TinyJit captures; the first (plain) call and the replays search nothing
   if device == "PYTHON": pytest.skip("BEAM doesn't search the PYTHON device's interpreted kernels")
-  import attograd.codegen.search as search
+  import attograd.codegen.opt.search as search
   searched: list[UOp] = []
-  def spy(ast: UOp, *args: Any, **kwargs: Any) -> list:
-    searched.append(ast)
-    return []  # no actions: the plain kernel, without timing candidates
+  def spy(k: Any, *args: Any, **kwargs: Any) -> Any:
+    searched.append(k.ast)
+    return k  # no actions taken: the plain kernel, without timing candidates
   monkeypatch.setattr(search, "beam_search", spy)
   @TinyJit
   def f(a: Tensor, b: Tensor) -> Tensor: return (a * 7 + b).realize()
@@ -797,3 +797,29 @@ def test_jitbeam_searches_only_the_captured_kernels(device: str, monkeypatch: py
     assert f(a, b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1
     assert f(a, b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1  # replayed, not built again
   assert (a * 7 + b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1  # outside the jit: BEAM=0, not searched
+
+def test_beam_search_takes_the_loop_space_and_returns_its_choice(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # the search is looked up per kernel in attograd.codegen.opt.search, where tinygrad keeps it: it gets the kernel's
+  # loop space with no actions taken and returns it with the actions it chose, which the program is built with. A
+  # capture reads JITBEAM through engine.jit's getenv, as tinygrad's does (tinygrad code may stand in for getenv)
+  if device == "PYTHON": pytest.skip("BEAM doesn't search the PYTHON device's interpreted kernels")
+  import attograd.codegen.opt.search as search
+  import attograd.engine.jit as engine_jit
+  from attograd.codegen.kernel import Opt
+  taken: list[list] = []
+  def choose(k: Any, *args: Any, **kwargs: Any) -> Any:
+    taken.append(list(k.applied))
+    k.apply_opt(Opt("UPCAST", 0, 2))
+    return k
+  monkeypatch.setattr(search, "beam_search", choose)
+  monkeypatch.setattr(engine_jit, "getenv", lambda key, default=0: 3 if key == "JITBEAM" else default)
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor: return (a - b * 3).realize()
+  a, b = Tensor.full((4, 3), 5.0, device=device).contiguous().realize(), Tensor.ones(4, 3, device=device).contiguous()
+  b.realize()
+  f(a, b)
+  assert not taken  # the first call only runs the function
+  assert f(a, b).tolist() == [[2.0] * 3] * 4 and taken == [[]]
+  runners = [r for key, r in engine_realize._runners.items() if key[0] == Device.canonicalize(device) and
+             len(key) == 3 and key[2] == 3]
+  assert any(r.spec.applied_opts == (Opt("UPCAST", 0, 2),) for r in runners)
