@@ -100,9 +100,10 @@ class CapturedJit:
     # ms, their Buffer objects cold in cache after the kernels streamed the weights through it
     live = live_buffers() | {id(buffers[o.base]) for o in outs if o.base.op is Ops.BUFFER}
     self.written = [b for k, b in written.items() if k not in where and k in live]
-    # the random draws: the buffer each reads its key from, the device and the draw's place in the device's stream
-    # (words after the capture's first draw there), and the words a call draws per device (see tensor/jit.py)
-    self.rng_bufs: list[Buffer] = []
+    # the random draws: the buffers each reads its key from (one per device it draws on), the device and the draw's
+    # place in the device's stream (words after the capture's first draw there), and the words a call draws per
+    # device (see tensor/jit.py)
+    self.rng_bufs: list[tuple[Buffer, ...]] = []
     self.rng_draws: list[tuple[Any, int]] = []
     self.rng_used: dict[Any, int] = {}
     # what free_intermediates frees: the pooled intermediates (the slots under them), and the outputs made while
@@ -227,7 +228,8 @@ class CapturedJit:
       raw = b._buf
       for args, pos, want_raw in slots: args[pos] = raw if want_raw else b
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
-    for b, key in zip(self.rng_bufs, rng_keys or ()): b.copyin(memoryview(struct.pack("<II", *key)))
+    for bufs, key in zip(self.rng_bufs, rng_keys or ()):
+      for b in bufs: b.copyin(memoryview(struct.pack("<II", *key)))
     if debug >= 2 or PROFILER.active:
       for (fn, args), kname, dev in zip(self.kernel_calls, self.kernel_names, self.devices):
         kt = time.perf_counter()

@@ -4,7 +4,7 @@ compiling. This half takes and returns Tensors (the call's key, its inputs, its 
 from __future__ import annotations
 import contextlib, functools, struct, warnings, weakref
 from typing import Any, Callable, Generic, TypeVar
-from attograd.device import Device
+from attograd.device import Buffer, Device
 from attograd.dtype import dtypes
 from attograd.engine import recorder
 from attograd.engine.buffers import buffers
@@ -264,12 +264,17 @@ def _reads_any(sizes: tuple[Any, ...], variables: dict[str, UOp]) -> bool:
   return any(isinstance(x, UOp) and any(u.op is Ops.BIND and u.src[0].arg[0] in variables for u in x.toposort())
              for x in sizes)
 
+def _key_buffers(key: Tensor) -> tuple[Buffer, ...]:
+  """The buffers a draw's key lives in: its own, and for a draw on several devices the shards' (the copies to them,
+  recorded with the capture's kernels, copy it anew on each replay, from a buffer written here too)."""
+  return tuple(buffers[u] for u in key.uop.toposort() if u.op is Ops.BUFFER)
+
 def _note_draws(cj: CapturedJit, draws: list[tuple[Tensor, Any, int]]) -> None:
   """Keep what a replay needs to draw new random numbers: each draw's key buffer and its place in its device's stream,
   counted from the capture's first draw on that device, and the words a call draws per device."""
   first: dict[Any, int] = {}
   for key, device, start in draws: first.setdefault(device, start)
-  cj.rng_bufs = [buffers[key.uop.base] for key, _, _ in draws]
+  cj.rng_bufs = [_key_buffers(key) for key, _, _ in draws]
   cj.rng_draws = [(device, (start - first[device]) & rng.MASK64) for _, device, start in draws]
   cj.rng_used = {device: (Tensor._rng_host[device][1] - s) & rng.MASK64 for device, s in first.items()}
 
@@ -408,7 +413,7 @@ class TinyJit(Generic[ReturnType]):
         raise JitValueError(f"TinyJit: output {i} is sharded over input {hit[0]}'s buffers; return a new Tensor (e.g. "
                             "x.contiguous() of a computed value)")
     if self.prune:
-      changing = bufs + [buffers[key.uop.base] for key, _, _ in capture.rng_draws]
+      changing = bufs + [b for key, _, _ in capture.rng_draws for b in _key_buffers(key)]
       before = len(rec)
       rec = prune_recording(rec, changing)
       if DEBUG >= 1: print(f"jit: pruned {before - len(rec)} of {before} kernels that read nothing the inputs change")

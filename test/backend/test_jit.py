@@ -297,6 +297,20 @@ def test_random_numbers_on_replay_carry_into_the_high_word() -> None:
     return out
   for a, b in zip(run(False), run(True)): np.testing.assert_array_equal(b, a)
 
+def test_random_numbers_on_several_devices_advance_on_replay() -> None:
+  # a draw on two devices reads its key from a buffer copied to each: a replay writes the key and the recorded copies
+  # carry it (noting the draw's buffers used to fail on the copies, which have no buffer until scheduled)
+  devs = ("CPU", "CPU:1")
+  def run(jit: bool) -> list[np.ndarray]:
+    Tensor.manual_seed(8)
+    def f(x: Tensor) -> Tensor: return (x + Tensor.rand(4, device=devs)).realize()
+    fn = TinyJit(f) if jit else f
+    x = Tensor.zeros(4).contiguous().shard(devs).realize()
+    return [fn(x).numpy() for _ in range(4)]
+  plain, jitted = run(False), run(True)
+  for a, b in zip(plain, jitted): np.testing.assert_array_equal(b, a)
+  assert len({tuple(a) for a in plain}) == 4
+
 def test_dropout_training_step_matches() -> None:
   def run(jit: bool) -> list[float]:
     Tensor.manual_seed(2)
