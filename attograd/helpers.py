@@ -228,7 +228,8 @@ TINYGRAD_ONLY_FLAGS: dict[str, str] = {
   "LRU": "tinygrad's LRU allocator switch", "JIT_BATCH_SIZE": "tinygrad's batching of jitted kernels into graphs",
   "FUSE_OPTIM": "tinygrad's concatenation of all optimizer parameters",
   "CAPTURE_PROCESS_REPLAY": "tinygrad's process-replay recorder", "NOLOCALS": "tinygrad's local-memory switch",
-  "CHECK_OOB": "tinygrad's static out-of-bounds proof of each load; attograd checks a view's bounds when it is built",
+  "CHECK_OOB": "tinygrad's static out-of-bounds proof of each load; attograd checks a view's bounds when it is built "
+               "(a symbolic shrink past the buffer reads zeros)",
   "QUANTIZE": "tinygrad's ONNX quantization switch", "VARIABLE": "a test-local tinygrad flag",
 }
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, Callable
 from attograd.device import disk_cache_get, disk_cache_put
-from attograd.dtype import PtrDType
+from attograd.dtype import PtrDType, dtypes
 from attograd.helpers import BEAM, DEBUG, getenv
 from attograd.renderer import ProgramSpec, Renderer
 from attograd.uop.ops import Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
@@ -33,14 +33,26 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
   """The program for a kernel: from the on-disk cache when this code made it before (not for the PYTHON device,
   whose programs are pickles), else built by the pipeline."""
   if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
-    from attograd.codegen.search import beam_search
-    opts = beam_search(ast, renderer, int(BEAM.value), _build_program)
+    from attograd.codegen.lowerer import new_kernel
+    from attograd.codegen.opt import search  # (its module attribute, read per call: a test may stand in for it)
+    opts = list(search.beam_search(new_kernel(ast), renderer, int(BEAM.value), _build_program).applied)
   if renderer.device == "PYTHON" or DEBUG >= 3 or VIZ or not CACHE_PROGRAMS: return _build_program(ast, renderer, opts)
   key = ast_key(ast, renderer, opts)
   if (data := disk_cache_get("program", key)) is not None and (sp := spec_from_bytes(data)) is not None: return sp
   sp = _build_program(ast, renderer, opts)
   disk_cache_put("program", key, spec_to_bytes(sp))
   return sp
+
+def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
+  """A kernel built, in tinygrad's form: a PROGRAM UOp whose src is (the kernel's AST, a LINEAR of its linear
+  program's UOps, in order) and whose arg is its ProgramSpec (`.name`, `.src`, ...). For reading what the code
+  generator made (which dtypes a kernel computes in, say); renders the source but compiles nothing. The renderer is
+  the default device's unless given."""
+  if renderer is None:
+    from attograd.device import Device
+    renderer = Device[Device.DEFAULT].renderer
+  spec = _build_program(ast, renderer)
+  return UOp(Ops.PROGRAM, dtypes.void, (ast, UOp(Ops.LINEAR, dtypes.void, spec.uops)), spec)
 
 # ***** the pipeline: a kernel AST -> a linear program, as a list of named passes *****
 

@@ -1,6 +1,6 @@
 """The default optimizer: a hand-written heuristic that picks actions (kernel.Opt) for a kernel, one function for CPU
 renderers (vector lanes, register tiles, unrolls, threads, padding and cache blocking) and one for GPU renderers
-(tensor cores, work-groups). BEAM search (search.py) replaces it by timing real runs."""
+(tensor cores, work-groups). BEAM search (opt/search.py) replaces it by timing real runs."""
 from __future__ import annotations
 import functools
 from attograd.codegen.kernel import Kernel, Opt

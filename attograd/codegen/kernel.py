@@ -1,6 +1,6 @@
 """A kernel's loop space: the full shape, which axes reduce, every load's view over it, and the optimizer's actions
 (Opt: UPCAST, UNROLL, LANES, THREAD, LOCAL, GROUP, PADTO, BLOCK, TC) that reshape that space before lowering. Which
-actions to take is decided elsewhere: heuristic.py by default, search.py under BEAM."""
+actions to take is decided elsewhere: heuristic.py by default, opt/search.py under BEAM."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from attograd.codegen.tc import TensorCore, apply_tc

@@ -10,7 +10,7 @@ from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.engine.memory import PooledBuffer
 from attograd.engine.profile import PROFILER
 from attograd.engine.realize import CompiledRunner, CopyRunner, _copy
-from attograd.helpers import DEBUG, GlobalCounters
+from attograd.helpers import DEBUG, JITBEAM, GlobalCounters, getenv
 from attograd.engine.recorder import JitError, JitRuntimeError, JitTypeError, JitValueError  # noqa: F401
 from attograd.uop.ops import GroupOp, Ops, UOp, UOpMetaClass, sym_val
 from attograd.uop.state import BUFFER, slots as slots_of
@@ -109,7 +109,12 @@ class CapturedJit:
     # ms, their Buffer objects cold in cache after the kernels streamed the weights through it
     live = live_buffers() | {id(buffers[o.base]) for o in outs if o.base.op is Ops.BUFFER}
     self.written = [b for k, b in written.items() if k not in where and k in live]
-    self.rng: tuple[Buffer, int] | None = None  # the random counter's buffer and how many numbers a call draws
+    # the random draws: the buffers each reads its key from (one per device it draws on), the device and the draw's
+    # place in the device's stream (words after the capture's first draw there), and the words a call draws per
+    # device (see tensor/jit.py)
+    self.rng_bufs: list[tuple[Buffer, ...]] = []
+    self.rng_draws: list[tuple[Any, int]] = []
+    self.rng_used: dict[Any, int] = {}
     # what free_intermediates frees: the pooled intermediates (the slots under them), and the outputs made while
     # capturing (not state that existed before, as x of x += y returned, whose values must stay)
     self.freeable: list[Buffer] = [b for b in dict.fromkeys(x for _, bufs, _ in rec for x in bufs)
@@ -215,10 +220,12 @@ class CapturedJit:
     for args, pos, b in self.buf_slots: args[pos] = b.allocate()._buf
     self.freed = False
 
-  def __call__(self, inputs: list[UOp], variables: dict[str, UOp], rng_counter: int = 0) -> list[UOp]:
+  def __call__(self, inputs: list[UOp], variables: dict[str, UOp],
+               rng_keys: list[tuple[int, int]] | None = None) -> list[UOp]:
     """Run the kernels on this call's input buffers (the BUFFER nodes `inputs`, in the capture's order) with its
-    Variables' values, and the random counter where the capture draws random numbers. Returns the outputs' graphs,
-    in order: views of the buffers the kernels wrote."""
+    Variables' values, and the keys of this call's random draws where the capture draws random numbers (one uint32
+    pair per draw, in rng_bufs' order). Returns the outputs' graphs, in order: views of the buffers the kernels
+    wrote."""
     # the call's key matched this capture's: the inputs have its shapes, dtypes and devices
     debug = DEBUG.value  # read once: each comparison with the setting is a Python call
     st = time.perf_counter() if debug >= 1 else 0.0
@@ -230,7 +237,8 @@ class CapturedJit:
       raw = b._buf
       for args, pos, want_raw in slots: args[pos] = raw if want_raw else b
     for args, pos, n in self.var_slots: args[pos] = variables[n].src[1].arg
-    if self.rng is not None: self.rng[0].copyin(memoryview(struct.pack("<I", rng_counter & 0xFFFFFFFF)))
+    for bufs, key in zip(self.rng_bufs, rng_keys or ()):
+      for b in bufs: b.copyin(memoryview(struct.pack("<II", *key)))
     if debug >= 2 or PROFILER.active:
       for (fn, args), kname, dev in zip(self.kernel_calls, self.kernel_names, self.devices):
         kt = time.perf_counter()
@@ -289,6 +297,14 @@ class _ArgsAt:
   and the profiler call the kernel alone with them."""
   def __init__(self, arr: Any, off: int, n: int): self.arr, self.off, self.n = arr, off, n
   def __iter__(self) -> Any: return iter(self.arr[self.off:self.off + self.n])
+
+_JITBEAM_AT_IMPORT = JITBEAM.value  # the environment's value when attograd loaded
+
+def capture_beam() -> int:
+  """The BEAM width for the kernels a capture builds (they are replayed many times), 0 for no search: JITBEAM as a
+  Context sets it, else as getenv reads it from the environment, where tinygrad's capture reads it (tinygrad code
+  may stand in for this module's getenv to steer it)."""
+  return int(JITBEAM.value if JITBEAM.value != _JITBEAM_AT_IMPORT else getenv("JITBEAM", JITBEAM.value))
 
 def live_buffers() -> set[int]:
   """The ids of the Buffers behind every BUFFER node alive now."""

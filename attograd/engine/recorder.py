@@ -1,7 +1,7 @@
 """What a TinyJit capture records while its function runs, and how the code running kernels finds it. The JIT
 installs a Recorder for the length of the capture (`with recording(rec):`); run_schedule reports every kernel and copy
-it runs to it, the shape checks report the size facts they passed on, and the random functions read their counter
-from its buffer. Outside a capture `active()` is None, and nothing is recorded."""
+it runs to it, the shape checks report the size facts they passed on, and the random functions note the buffers they
+read their keys from. Outside a capture `active()` is None, and nothing is recorded."""
 from __future__ import annotations
 import contextvars
 from contextlib import contextmanager
@@ -18,13 +18,14 @@ class Recorder:
   """One capture: the kernels run (runner, buffers, variable values, in order), the size facts over symbolic sizes
   that the traced function's checks passed on, as (a, b, is_eq, what) for a <= b (a == b when is_eq), checked again
   on each replay, whose kernels, built for the captured values, would otherwise read outside their buffers (x[:v] with
-  v past x's size), and the random counter: (a uint32 Tensor holding the counter, the counter's value it holds)."""
-  __slots__ = ("owner", "kernels", "size_checks", "rng")
-  def __init__(self, owner: Any, rng: tuple[Any, int] | None = None):
+  v past x's size), and the random draws: (the uint32 Tensor holding the draw's key, the device, the count of words the
+  device drew before it), so each replay writes the keys of its own draws."""
+  __slots__ = ("owner", "kernels", "size_checks", "rng_draws")
+  def __init__(self, owner: Any):
     self.owner = owner  # the TinyJit capturing: named when another jit is called inside it
     self.kernels: list[tuple[Any, tuple[Any, ...], dict[str, int]]] = []
     self.size_checks: list[tuple[Any, Any, bool, str]] = []
-    self.rng = rng
+    self.rng_draws: list[tuple[Any, Any, int]] = []
   def kernel(self, runner: Any, bufs: tuple[Any, ...], var_vals: dict[str, int]) -> None:
     self.kernels.append((runner, bufs, var_vals))
   def size_check(self, a: Any, b: Any, is_eq: bool, what: str) -> None: self.size_checks.append((a, b, is_eq, what))

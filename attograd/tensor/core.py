@@ -163,8 +163,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   # the weak dtype this tensor shows (dtypes.weakint/weakfloat), or None: a Python scalar's kind, which defers to the
   # dtype of what it meets (Tensor(2) + int8 tensor is int8). Its values are in self.uop's strong dtype all the same.
   _weak: DType | None = None
-  _rng_counter: int = 0  # the 32-bit words drawn since the seed was set
-  _rng_devices: dict[str, int] = {}  # each device that drew since then: its index (part of its key)
+  # the random stream per device, as tinygrad keeps it (made by the device's first draw since the seed was set): its
+  # key pair and the count of 32-bit words it drew, as uint32 Tensors (low word first). A draw reads its key from a
+  # buffer, so every draw of a size runs one compiled kernel; the count's truth is kept on the host (_rng_host), and the
+  # counter Tensor shows it as a lazy constant: a draw runs nothing. Assigning the counter moves the stream.
+  _device_seeds: dict[str, Tensor] = {}
+  _device_rng_counters: dict[str, Tensor] = {}
+  _rng_host: dict[str, tuple[tuple[int, int], int, UOp]] = {}  # device: (its key pair, words drawn, counter's node)
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                requires_grad: bool | None = None):
@@ -821,9 +826,25 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   # ***** random: tinygrad's Threefry stream (tensor/rng.py), computed inside kernels *****
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
-    """Make the random functions reproducible: the numbers are tinygrad's for the same seed (while one device
-    draws: the count of words drawn is shared by all devices, where tinygrad counts per device)."""
-    Tensor._seed, Tensor._rng_counter, Tensor._rng_devices = int(seed), 0, {}
+    """Make the random functions reproducible: the numbers are tinygrad's for the same seed, on every device (each
+    counts the words it drew, `Tensor._device_rng_counters`)."""
+    Tensor._seed, Tensor._device_seeds, Tensor._device_rng_counters, Tensor._rng_host = int(seed), {}, {}, {}
+  @staticmethod
+  def _rng_take(device: str, num: int) -> tuple[tuple[int, int], int]:
+    """The device's key pair and the count of words it drew before a draw of `num` words, which moves its counter."""
+    if (host := Tensor._rng_host.get(device)) is None:
+      key, count = rng.device_key(len(Tensor._device_seeds), Tensor._seed), 0
+      Tensor._device_seeds[device] = Tensor(list(key), device=device, dtype=dtypes.uint32)
+      Tensor._device_rng_counters[device] = counter = Tensor(_counter_uop(0, device))
+    else:
+      key, count, shown = host
+      if (counter := Tensor._device_rng_counters[device]).uop is not shown:  # assigned (or realized) since: read it
+        low, high = counter.tolist()
+        count = int(low) | int(high) << 32
+    end = (count + num) & rng.MASK64
+    counter.uop = _counter_uop(end, device)
+    Tensor._rng_host[device] = (key, end, counter.uop)
+    return key, count
   @staticmethod
   def _threefry_random_bits(key: Tensor, counts0: Tensor, counts1: Tensor) -> Tensor:
     """Threefry-2x32 of the counter pairs (counts0[j], counts1[j]) under the uint32 pair `key`: the first words of
@@ -874,15 +895,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def _random_words(num: int, device: str | None) -> Tensor:
     """The next `num` 32-bit words of the device's stream (uint32, shape (num,))."""
     device = Device.canonicalize(device)
-    start = Tensor._rng_counter
-    Tensor._rng_counter += num
-    dkey = rng.device_key(Tensor._rng_devices.setdefault(device, len(Tensor._rng_devices)), Tensor._seed)
-    if (rec := _active_recorder()) is None or rec.rng is None:
-      key: tuple[Any, Any] = rng.draw_key(dkey, start & rng.MASK32, (start >> 32) & rng.MASK32)
-    else:  # a TinyJit is capturing: the counter comes from a buffer it refills on every replay (new numbers)
-      base, base_start = rec.rng
-      key = rng.draw_key(dkey, base.to(device) + ((start - base_start) & rng.MASK32), (start >> 32) & rng.MASK32)
-    return rng.words(_index_tensor(num, device).cast(dtypes.uint32), num, key)
+    dkey, start = Tensor._rng_take(device, num)
+    # the draw's key, derived on the host and read by the kernel from a buffer: one program for every draw of a size
+    key = Tensor(list(rng.draw_key(dkey, start & rng.MASK32, start >> 32)), device=device, dtype=dtypes.uint32)
+    # a TinyJit capturing notes the draw: each replay writes the key of its own position in the stream into the buffer
+    if (rec := _active_recorder()) is not None: rec.rng_draws.append((key, device, start))
+    return rng.words(_index_tensor(num, device).cast(dtypes.uint32), num, (key[0], key[1]))
   @staticmethod
   @_takes_requires_grad
   def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = True,
@@ -1551,14 +1569,20 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if all(b.__class__ is int and a.__class__ is int and b == 0 and a == 0 for b, a in arg): return self
     return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), arg))
   def shrink(self, arg: Sequence[tuple[int | UOp, int | UOp] | None]) -> Tensor:
-    """Keep [start, end) of each dim (None keeps the dim whole)."""
+    """Keep [start, end) of each dim (None keeps the dim whole). An end that is a bound Variable (or an expression of
+    one) may pass the dim, as in tinygrad: the positions past it read zeros, never memory outside the buffer
+    (`Tensor.ones(3)[:Variable("a", 1, 10).bind(5)]` is [1, 1, 1, 0, 0]). A concrete end past the dim is an error."""
     if len(arg) != self.ndim: raise ValueError(f"shrink: need one (start, end) per dim of {self.shape}, got {arg}")
     full = tuple((0, s) if a is None else (_size_arg(a[0], "shrink", bound=False),
                                            _size_arg(a[1], "shrink", bound=False)) for a, s in zip(arg, self.shape))
-    for (b, e), s in zip(full, self.shape):
+    past = [0] * self.ndim  # per dim: the zeros a symbolic end past the dim reads (pad up to the end's largest value)
+    for i, ((b, e), s) in enumerate(zip(full, self.shape)):
       # with an unbound Variable the check waits for its value (the kernel's bounds come from the Variable's range)
-      if (v := sym_vals(b, e, s)) is not None and not 0 <= v[0] <= v[1] <= v[2]:
-        raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
+      if (v := sym_vals(b, e, s)) is None or 0 <= v[0] <= v[1] <= v[2]: continue
+      if 0 <= v[0] <= v[1] and isinstance(e, UOp) and s.__class__ is int: past[i] = int(e.vmax) - s
+      else: raise ValueError(f"shrink: {_args_str(arg)} is out of bounds for shape {self._shape_repr()}")
+    if any(past): return self.pad_(tuple((0, p) for p in past)).shrink(full)
+    for (b, e), s in zip(full, self.shape):
       if (rec := _active_recorder()) is not None \
          and not (b.__class__ is int and e.__class__ is int and s.__class__ is int):
         what = f"shrink {_args_str(arg)} of {self._shape_repr()}"
@@ -2100,6 +2124,13 @@ def _symbolic_arange(start: sint, stop: sint, step: sint, kw: dict[str, Any]) ->
   if not (step.__class__ is int and step == 1): out = out * step
   if not (start.__class__ is int and start == 0): out = out + start
   return Tensor(out.uop, device=device, **kw)
+
+def _counter_uop(count: int, device: str) -> UOp:
+  """A random counter's value as a lazy (2,) uint32 constant: [low word, high word] (built from UOps directly: a draw
+  makes one)."""
+  def word(v: int, pad: tuple[int, int]) -> UOp:
+    return UOp(Ops.PAD, dtypes.uint32, (build.reshape(build.const(v, dtypes.uint32, device), (1,)),), (pad,))
+  return build.add(word(count & rng.MASK32, (0, 1)), word(count >> 32, (1, 0)))
 
 def _index_tensor(n: int, device: str) -> Tensor:
   """0..n-1 as int32 (int64 past 2**31 - 1). Small ones are stored once per device; large ones combine two small ones

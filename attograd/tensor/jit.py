@@ -5,17 +5,18 @@ from __future__ import annotations
 import contextlib, functools, struct, warnings, weakref
 from collections import Counter
 from typing import Any, Callable, Generic, TypeVar
-from attograd.device import Device
+from attograd.device import Buffer, Device
 from attograd.dtype import dtypes
 from attograd.engine import recorder
 from attograd.engine.buffers import buffers
-from attograd.engine.jit import CapturedJit, Recording, live_buffers, prune_recording
+from attograd.engine.jit import CapturedJit, Recording, capture_beam, live_buffers, prune_recording
 from attograd.engine.memory import plan_jit
 from attograd.engine.nan import DEBUG_NAN
-from attograd.helpers import DEBUG, JIT, JITBEAM, Context
+from attograd.helpers import DEBUG, JIT, Context
 from attograd.engine.recorder import JitError, JitRuntimeError, JitTypeError, JitValueError  # noqa: F401
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _prefix_of_buffer
 from attograd.tensor.core import Tensor
+import attograd.tensor.rng as rng
 from attograd.uop.ops import GroupOp, Ops, UOp, unbind_sint
 from attograd.uop.variables import SIZED, map_arg, sym_arg, unbind_size
 
@@ -292,6 +293,31 @@ def _reads_any(sizes: tuple[Any, ...], variables: dict[str, UOp]) -> bool:
   return any(isinstance(x, UOp) and any(u.op is Ops.BIND and u.src[0].arg[0] in variables for u in x.toposort())
              for x in sizes)
 
+def _key_buffers(key: Tensor) -> tuple[Buffer, ...]:
+  """The buffers a draw's key lives in: its own, and for a draw on several devices the shards' (the copies to them,
+  recorded with the capture's kernels, copy it anew on each replay, from a buffer written here too)."""
+  return tuple(buffers[u] for u in key.uop.toposort() if u.op is Ops.BUFFER)
+
+def _note_draws(cj: CapturedJit, draws: list[tuple[Tensor, Any, int]]) -> None:
+  """Keep what a replay needs to draw new random numbers: each draw's key buffer and its place in its device's stream,
+  counted from the capture's first draw on that device, and the words a call draws per device."""
+  first: dict[Any, int] = {}
+  for key, device, start in draws: first.setdefault(device, start)
+  cj.rng_bufs = [_key_buffers(key) for key, _, _ in draws]
+  cj.rng_draws = [(device, (start - first[device]) & rng.MASK64) for _, device, start in draws]
+  cj.rng_used = {device: (Tensor._rng_host[device][1] - s) & rng.MASK64 for device, s in first.items()}
+
+def _replay_keys(cj: CapturedJit) -> list[tuple[int, int]]:
+  """The keys of a replay's random draws: the capture's draws at the devices' current places in their streams, whose
+  counters move on as a plain call's draws would move them."""
+  at = {device: Tensor._rng_take(device, n) for device, n in cj.rng_used.items()}
+  out = []
+  for device, offset in cj.rng_draws:
+    dkey, base = at[device]
+    start = (base + offset) & rng.MASK64
+    out.append(rng.draw_key(dkey, start & rng.MASK32, start >> 32))
+  return out
+
 class _Entry:
   """One argument signature's state: run once (captured None), then captured; `last` orders entries by last use."""
   __slots__ = ("captured", "last", "shown")
@@ -378,8 +404,7 @@ class TinyJit(Generic[ReturnType]):
       entry.last = self.cnt
       self.captured = cj
       if cj.freed: cj.reallocate()
-      graphs = cj([t.uop.base for t in tensors], variables, Tensor._rng_counter)
-      if cj.rng is not None: Tensor._rng_counter += cj.rng[1]
+      graphs = cj([t.uop.base for t in tensors], variables, _replay_keys(cj) if cj.rng_bufs else None)
       ret: Any = Tensor._of_uop(graphs[0]) if cj.ret.__class__ is Tensor else \
         _rebuild(cj.ret, [Tensor._of_uop(u) for u in graphs])
       for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
@@ -400,14 +425,12 @@ class TinyJit(Generic[ReturnType]):
       self._entries[key] = entry
       return ret
     entry.last = self.cnt
-    # the second call: record every kernel it runs; random numbers read their counter from the recorder's buffer
-    # while capturing, so each replay draws new ones
+    # the second call: record every kernel it runs; random draws note the buffers they read their keys from, which
+    # each replay fills with its own keys, so each replay draws new numbers
     existing = live_buffers()  # once per capture: which outputs the capture made (free_intermediates frees those)
-    rng_start = Tensor._rng_counter
-    rng = Tensor([rng_start & 0xFFFFFFFF], dtype=dtypes.uint32)
     # JITBEAM=n: the kernels built for the capture are BEAM-searched, since the replays run them many times
-    with recorder.recording(recorder.Recorder(self, (rng, rng_start))) as capture, \
-         Context(BEAM=JITBEAM.value) if JITBEAM.value else contextlib.nullcontext():
+    with recorder.recording(recorder.Recorder(self)) as capture, \
+         Context(BEAM=beam) if (beam := capture_beam()) else contextlib.nullcontext():
       ret = self.fxn(*args, **kwargs)
       outs = _output_tensors(ret)
       if outs: outs[0].realize(*outs[1:])
@@ -417,7 +440,7 @@ class TinyJit(Generic[ReturnType]):
       raise JitRuntimeError(f"TinyJit: {self!r} ran no kernels while capturing, so there is nothing to replay; its "
                          "results would never change. Return Tensors computed from the inputs, or don't jit it")
     if self.prune:
-      changing = bufs + ([buffers[rng.uop.base]] if Tensor._rng_counter != rng_start else [])
+      changing = bufs + [b for key, _, _ in capture.rng_draws for b in _key_buffers(key)]
       before = len(rec)
       rec = prune_recording(rec, changing)
       if DEBUG >= 1: print(f"jit: pruned {before - len(rec)} of {before} kernels that read nothing the inputs change")
@@ -426,7 +449,7 @@ class TinyJit(Generic[ReturnType]):
     self.captured = entry.captured = CapturedJit(rec, bufs, names, specs, variables, ret, [t.uop for t in outs],
                                                       existing)
     self._sig = sig  # later calls must match it: the kernels are built for these shapes, dtypes and views
-    if (used := Tensor._rng_counter - rng_start): self.captured.rng = (buffers[rng.uop.base], used)
+    if capture.rng_draws: _note_draws(self.captured, capture.rng_draws)
     # the size facts over this call's Variables, checked again on each replay (those over constants hold for good)
     self.captured.size_checks = [c for c in dict.fromkeys(capture.size_checks) if _reads_any(c[:2], variables)]
     if DEBUG >= 1: print(f"jit: captured {len(rec)} kernels of {self!r}")

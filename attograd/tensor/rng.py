@@ -5,12 +5,13 @@ Each device drawing gets a key pair (the low 32 bits of sha256 of its index amon
 seed was set, the seed); each draw of `num` 32-bit words derives a fresh key by enciphering the counter (the words
 drawn before it, as two 32-bit halves) under the device's key, then enciphers the counter pairs (j, j + h), h = ceil
 (num / 2): word j < h is the first output of pair j, word h + j the second. The functions take Python ints or uint32
-Tensors alike, so a key is derived on the host, or inside the kernel when a TinyJit replay supplies the counter."""
+Tensors alike: a draw's key is derived on the host (for a TinyJit replay too), its words inside the kernel."""
 from __future__ import annotations
 import hashlib
 from typing import Any
 
 MASK32 = 0xFFFFFFFF
+MASK64 = (1 << 64) - 1  # a device's count of words drawn wraps as tinygrad's pair of uint32 words does
 _ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
 _PARITY = 0x1BD11BDA  # Threefish's key-schedule constant
 

@@ -17,6 +17,9 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   # a captured TinyJit's program as tinygrad shows it (CapturedJit.linear): a LINEAR of one CALL per kernel or copy;
   # CUSTOM_FUNCTION is tinygrad's batched-graph call, which attograd's jit never makes (named so its checks can run)
   LINEAR = auto(); CALL = auto(); CUSTOM_FUNCTION = auto()  # noqa: E702
+  # a built kernel as tinygrad shows it (codegen.to_program): src (its AST, a LINEAR of its linear program), arg its
+  # ProgramSpec. Nothing runs one: it is for reading
+  PROGRAM = auto()
   DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
   # movement (tensor level only; lowered into views)
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702

@@ -194,8 +194,9 @@ def test_max_reduce_on_lanes(dtype: str) -> None:
                              np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True))[6:], rtol=1e-5, atol=1e-6)
 
 def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatch) -> None:
-  import attograd.codegen.search as search
+  import attograd.codegen.opt.search as search
   from attograd.codegen import _build_program as build
+  from attograd.codegen.lowerer import new_kernel
   monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))  # an empty disk cache
   monkeypatch.setattr(search, "MAX_ROUNDS", 1)
   monkeypatch.setattr(search, "MAX_CANDIDATES", 8)
@@ -207,12 +208,14 @@ def test_beam_search_times_candidates_and_caches_the_winner(tmp_path, monkeypatc
   timings: list[object] = []
   real_time = search._time
   monkeypatch.setattr(search, "_time", lambda spec, bufs: timings.append(spec) or real_time(spec, bufs))
-  opts = search.beam_search(ast, r, 2, build)
+  k = search.beam_search(new_kernel(ast), r, 2, build)
   assert 2 < len(timings) <= 10, "the seeds and up to MAX_CANDIDATES candidates are timed"
-  again = search.beam_search(ast, r, 2, build)
-  assert again == opts and len(timings) <= 10, "the second search comes from the disk cache"
+  # the kernel comes back with the winner's actions taken: one of the candidates timed
+  assert k.ast is ast and tuple(k.applied) in {spec.applied_opts for spec in timings}  # type: ignore[attr-defined]
+  again = search.beam_search(new_kernel(ast), r, 2, build)
+  assert again.applied == k.applied and len(timings) <= 10, "the second search comes from the disk cache"
   n = len(timings)
-  with Context(IGNORE_BEAM_CACHE=1): search.beam_search(ast, r, 2, build)
+  with Context(IGNORE_BEAM_CACHE=1): search.beam_search(new_kernel(ast), r, 2, build)
   assert len(timings) > n, "IGNORE_BEAM_CACHE=1 searches again instead of reading the disk cache"
   with Context(BEAM=2): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
@@ -567,3 +570,19 @@ def test_big_window_kernels_stay_loops_and_build_fast(kw: dict) -> None:
     unrolled = prod([o.amount for o in sp.applied_opts if o.op in ("UNROLL", "RLANES")])
     assert unrolled <= 49 and len(sp.src) < 32 << 10, (sp.name, sp.applied_opts, len(sp.src))
     assert took < 2.0, f"{sp.name}: {took:.2f} s to lower and compile"
+
+def test_to_program_shows_the_linear_program(device: str) -> None:
+  # tinygrad's form of a built kernel: PROGRAM(the AST, LINEAR(the linear program)), its ProgramSpec as the arg. The
+  # random stream is computed in 32-bit words: no 64-bit int appears in a rand kernel
+  from attograd.codegen import to_program
+  from attograd.uop.ops import Ops
+  renderer = Device[device].renderer
+  calls = [c for c in Tensor.rand(20, device=device).schedule_linear().src if c.src[0].op is Ops.SINK]
+  assert len(calls) == 1
+  ast = calls[0].src[0]
+  prg = to_program(ast, renderer=renderer)
+  assert prg.op is Ops.PROGRAM and prg.src[0] is ast and prg.src[1].op is Ops.LINEAR
+  want = get_program(ast, renderer)
+  assert prg.arg.name == want.name and prg.arg.src == want.src  # the program the device runs
+  assert any(u.op is Ops.STORE for u in prg.src[1].src)
+  assert not {u.dtype for u in prg.src[1].src} & {dtypes.int64, dtypes.uint64}

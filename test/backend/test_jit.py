@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import attograd.engine.realize as engine_realize
 import attograd.tensor.core
-from attograd import Context, Tensor, TinyJit, Variable, dtypes, nn
+from attograd import Context, Device, Tensor, TinyJit, Variable, dtypes, nn
 from attograd.engine.jit import JitError
 from attograd.tensor.jit import TinyJit as TinyJit2
 from attograd.engine.memory import PooledBuffer
@@ -282,6 +282,34 @@ def test_random_numbers_advance_on_replay() -> None:
   got = [f(Tensor(rnd(4, seed=i))).numpy() for i in range(5)]
   for a, b in zip(ref, got): np.testing.assert_allclose(b, a, rtol=1e-6)
   assert len({tuple(g - rnd(4, seed=i)) for i, g in enumerate(got)}) == 5  # new random numbers on every call
+
+def test_random_numbers_on_replay_carry_into_the_high_word() -> None:
+  # each replay writes the keys of its own draws, computed from the device's 64-bit count (the capture once baked the
+  # high word in, so replays past 2**32 words repeated the numbers of another place in the stream)
+  def run(jit: bool) -> list[np.ndarray]:
+    Tensor.manual_seed(4)
+    Tensor.rand(1).realize()
+    Tensor._device_rng_counters[Device.DEFAULT].assign(Tensor([2**32 - 9, 0], dtype=dtypes.uint32))
+    def f(x: Tensor) -> Tensor: return x + Tensor.rand(4) + Tensor.rand(2).sum()
+    fn = TinyJit(f) if jit else f
+    out = [fn(Tensor(rnd(4, seed=i))).numpy() for i in range(4)]
+    assert Tensor._device_rng_counters[Device.DEFAULT].tolist() == [2**32 - 9 + 24 - 2**32, 1]
+    return out
+  for a, b in zip(run(False), run(True)): np.testing.assert_array_equal(b, a)
+
+def test_random_numbers_on_several_devices_advance_on_replay() -> None:
+  # a draw on two devices reads its key from a buffer copied to each: a replay writes the key and the recorded copies
+  # carry it (noting the draw's buffers used to fail on the copies, which have no buffer until scheduled)
+  devs = ("CPU", "CPU:1")
+  def run(jit: bool) -> list[np.ndarray]:
+    Tensor.manual_seed(8)
+    def f(x: Tensor) -> Tensor: return (x + Tensor.rand(4, device=devs)).realize()
+    fn = TinyJit(f) if jit else f
+    x = Tensor.zeros(4).contiguous().shard(devs).realize()
+    return [fn(x).numpy() for _ in range(4)]
+  plain, jitted = run(False), run(True)
+  for a, b in zip(plain, jitted): np.testing.assert_array_equal(b, a)
+  assert len({tuple(a) for a in plain}) == 4
 
 def test_dropout_training_step_matches() -> None:
   def run(jit: bool) -> list[float]:
@@ -804,11 +832,11 @@ def test_devices_have_no_graph_runner() -> None:
 def test_jitbeam_searches_only_the_captured_kernels(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
   # JITBEAM=n: BEAM=n while a TinyJit captures; the first (plain) call and the replays search nothing
   if device == "PYTHON": pytest.skip("BEAM doesn't search the PYTHON device's interpreted kernels")
-  import attograd.codegen.search as search
+  import attograd.codegen.opt.search as search
   searched: list[UOp] = []
-  def spy(ast: UOp, *args: Any, **kwargs: Any) -> list:
-    searched.append(ast)
-    return []  # no actions: the plain kernel, without timing candidates
+  def spy(k: Any, *args: Any, **kwargs: Any) -> Any:
+    searched.append(k.ast)
+    return k  # no actions taken: the plain kernel, without timing candidates
   monkeypatch.setattr(search, "beam_search", spy)
   @TinyJit
   def f(a: Tensor, b: Tensor) -> Tensor: return (a * 7 + b).realize()
@@ -820,3 +848,29 @@ def test_jitbeam_searches_only_the_captured_kernels(device: str, monkeypatch: py
     assert f(a, b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1
     assert f(a, b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1  # replayed, not built again
   assert (a * 7 + b).tolist() == [[15.0] * 5] * 3 and len(searched) == 1  # outside the jit: BEAM=0, not searched
+
+def test_beam_search_takes_the_loop_space_and_returns_its_choice(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  # the search is looked up per kernel in attograd.codegen.opt.search, where tinygrad keeps it: it gets the kernel's
+  # loop space with no actions taken and returns it with the actions it chose, which the program is built with. A
+  # capture reads JITBEAM through engine.jit's getenv, as tinygrad's does (tinygrad code may stand in for getenv)
+  if device == "PYTHON": pytest.skip("BEAM doesn't search the PYTHON device's interpreted kernels")
+  import attograd.codegen.opt.search as search
+  import attograd.engine.jit as engine_jit
+  from attograd.codegen.kernel import Opt
+  taken: list[list] = []
+  def choose(k: Any, *args: Any, **kwargs: Any) -> Any:
+    taken.append(list(k.applied))
+    k.apply_opt(Opt("UPCAST", 0, 2))
+    return k
+  monkeypatch.setattr(search, "beam_search", choose)
+  monkeypatch.setattr(engine_jit, "getenv", lambda key, default=0: 3 if key == "JITBEAM" else default)
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor: return (a - b * 3).realize()
+  a, b = Tensor.full((4, 3), 5.0, device=device).contiguous().realize(), Tensor.ones(4, 3, device=device).contiguous()
+  b.realize()
+  f(a, b)
+  assert not taken  # the first call only runs the function
+  assert f(a, b).tolist() == [[2.0] * 3] * 4 and taken == [[]]
+  runners = [r for key, r in engine_realize._runners.items() if key[0] == Device.canonicalize(device) and
+             len(key) == 3 and key[2] == 3]
+  assert any(r.spec.applied_opts == (Opt("UPCAST", 0, 2),) for r in runners)

@@ -175,7 +175,7 @@ def test_heuristic_leaves_even_sizes_alone() -> None:
   assert "PADTO" not in [o.op for o in applied(a.sum(axis=1))]
 
 def test_beam_can_choose_padding() -> None:
-  from attograd.codegen.search import _actions, _kernel as beam_kernel
+  from attograd.codegen.opt.search import _actions, _kernel as beam_kernel
   ta, tb = Tensor.rand(17, 33).realize(), Tensor.rand(33, 7).realize()
   items, _ = create_schedule([(ta @ tb).uop])
   ast = items[-1].ast
@@ -227,7 +227,7 @@ def test_heuristic_blocks_big_matmuls_only() -> None:
     return [(o.op, o.amount) for o in get_program(items[-1].ast, Device["CPU"].renderer).applied_opts]
   assert ("BLOCK", 256) in opts(2048) and ("UPCAST", 2) in opts(2048)  # the 8x32 tile
   assert "BLOCK" not in [o for o, _ in opts(512)] and ("UPCAST", 2) in opts(512)
-  from attograd.codegen.search import _actions
+  from attograd.codegen.opt.search import _actions
   assert Opt("BLOCK", 1, 64) in _actions(_kernel(Tensor.empty(256, 256) @ Tensor.empty(256, 256)))
 
 # ***** reduce blocking (KBLOCK) *****

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any, Callable
 import numpy as np
 import pytest
-from attograd import Tensor, dtypes
+from attograd import Device, Tensor, dtypes
 from attograd.device import is_dtype_supported
 
 def P(name: str, *args: Any) -> Any: return pytest.param(*args, id=name)
@@ -72,13 +72,17 @@ def _np_threefry(k0: int, k1: int, x0: np.ndarray, x1: np.ndarray) -> tuple[np.n
     if r % 4 == 3: a, b = a + ks[(r // 4 + 1) % 3], b + ks[(r // 4 + 2) % 3] + u(r // 4 + 1)
   return a, b
 
-def _np_stream(seed: int, start: int, num: int) -> np.ndarray:
-  """`num` words of the stream after `start` words: the draw's key enciphers the counter under the device's key
-  (sha256 of the device's index, the seed), then pairs (j, j + ceil(num / 2)) give words j and j + ceil(num / 2)."""
+def _device_key0(index: int) -> int:
   import hashlib
-  k0 = int.from_bytes(hashlib.sha256(bytes(4)).digest(), "big") & 0xFFFFFFFF
+  return int.from_bytes(hashlib.sha256(index.to_bytes(4, "big")).digest(), "big") & 0xFFFFFFFF
+
+def _np_stream(seed: int, start: int, num: int, index: int = 0) -> np.ndarray:
+  """`num` words of a device's stream after `start` words: the draw's key enciphers the counter (low and high words)
+  under the device's key (sha256 of its index among the devices that drew, the seed), then pairs (j, j + ceil(num /
+  2)) give words j and j + ceil(num / 2)."""
+  k0 = _device_key0(index)
   with np.errstate(over="ignore"):
-    nk = _np_threefry(k0, seed, np.array([start], np.uint32), np.array([0], np.uint32))
+    nk = _np_threefry(k0, seed, np.array([start & 0xFFFFFFFF], np.uint32), np.array([start >> 32], np.uint32))
     h = (num + 1) // 2
     j = np.arange(h, dtype=np.uint32)
     lo, hi = _np_threefry(int(nk[0][0]), int(nk[1][0]), j, j + np.uint32(h))
@@ -92,6 +96,48 @@ def test_rand_values_from_a_fresh_seed(device: str) -> None:
     got = Tensor.rand(64, 64).numpy()
     want = ((_np_stream(0, start, 64 * 64) >> 9) | np.uint32(0x3F800000)).view(np.float32) - np.float32(1)
     np.testing.assert_array_equal(got.reshape(-1), want)
+
+def _rand_of(words: np.ndarray) -> np.ndarray:
+  return ((words >> np.uint32(9)) | np.uint32(0x3F800000)).view(np.float32) - np.float32(1)
+
+def test_each_device_counts_its_own_words(device: str) -> None:
+  # as tinygrad: a device's numbers follow from the seed, its place among the devices that drew since the seed was
+  # set, and its own count of words drawn, whatever the other devices drew
+  other = Device.canonicalize("CPU:1")
+  dev = Device.canonicalize(device)
+  Tensor.manual_seed(5)
+  np.testing.assert_array_equal(Tensor.rand(6, device=device).numpy(), _rand_of(_np_stream(5, 0, 6)))
+  np.testing.assert_array_equal(Tensor.rand(3, device=other).numpy(), _rand_of(_np_stream(5, 0, 3, index=1)))
+  np.testing.assert_array_equal(Tensor.rand(2, device=device).numpy(), _rand_of(_np_stream(5, 6, 2)))
+  assert Tensor._device_rng_counters[dev].tolist() == [8, 0] and Tensor._device_rng_counters[other].tolist() == [3, 0]
+  assert Tensor._device_seeds[other].tolist() == [_device_key0(1), 5]
+  Tensor.manual_seed(6)
+  assert Tensor._device_rng_counters == {} and Tensor._device_seeds == {}
+
+def test_the_counter_is_a_lazy_tensor_that_moves_the_stream(device: str) -> None:
+  # drawing runs nothing: the counter is a lazy uint32 (low, high) pair; assigning it moves the stream, and the count
+  # carries into the high word
+  dev = Device.canonicalize(device)
+  Tensor.manual_seed(3)
+  r = Tensor.rand(4, device=device)
+  counter = Tensor._device_rng_counters[dev]
+  Tensor.rand(4, device=device)
+  assert not counter.uop.is_realized and not r.uop.is_realized
+  assert counter.tolist() == [8, 0]
+  counter.assign(Tensor([2**32 - 3, 0], device=device, dtype=dtypes.uint32))
+  np.testing.assert_array_equal(Tensor.rand(5, device=device).numpy(), _rand_of(_np_stream(3, 2**32 - 3, 5)))
+  assert Tensor._device_rng_counters[dev].tolist() == [2, 1]
+  np.testing.assert_array_equal(Tensor.rand(3, device=device).numpy(), _rand_of(_np_stream(3, 2**32 + 2, 3)))
+
+def test_draws_of_a_size_share_one_program(device: str) -> None:
+  # a draw reads its key from a buffer: a new draw of a size compiles nothing (each used to be a program of its own,
+  # its key folded into the source: ~200 ms of compiling per draw on CPU)
+  from attograd.engine import realize
+  Tensor.manual_seed(9)
+  Tensor.rand(37, device=device).realize()
+  before = len(realize._runners)
+  for _ in range(3): Tensor.rand(37, device=device).realize()
+  assert len(realize._runners) == before
 
 def test_rand_packs_narrow_and_wide_dtypes(device: str) -> None:
   # a word holds two float16 values (low half first); a float64 takes two words (low word first)

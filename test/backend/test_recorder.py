@@ -3,7 +3,7 @@ from __future__ import annotations
 import threading
 import numpy as np
 import pytest
-from attograd import Tensor, TinyJit, Variable
+from attograd import Device, Tensor, TinyJit, Variable
 from attograd.dtype import dtypes
 from attograd.engine import recorder
 from attograd.engine.realize import CompiledRunner
@@ -40,13 +40,17 @@ def test_other_threads_record_nothing() -> None:
 
 def test_size_checks_and_rng_go_to_the_recorder() -> None:
   v = Variable("rec_n", 1, 8).bind(3)
-  counter = Tensor([0], dtype=dtypes.uint32).realize()
-  with recorder.recording(recorder.Recorder("test", (counter, 0))) as rec:
+  with recorder.recording(recorder.Recorder("test")) as rec:
     Tensor.arange(8).shrink(((0, v),))
     r = Tensor.rand(4)
   assert [c[3].startswith("shrink") for c in rec.size_checks] == [True, True, True]
-  assert counter.uop.base in r.uop.toposort()  # the random counter comes from the recorder's buffer
-  assert counter.uop.base not in Tensor.rand(4).uop.toposort()  # and only while it is installed
+  # the draw's key buffer is noted, with its device and place in the stream, so a replay can write its own key
+  assert len(rec.rng_draws) == 1
+  key, device, start = rec.rng_draws[0]
+  assert key.uop.base in r.uop.toposort() and key.dtype == dtypes.uint32 and key.shape == (2,)
+  assert device == Device.DEFAULT and start == Tensor._rng_host[device][1] - 4
+  Tensor.rand(4)
+  assert len(rec.rng_draws) == 1  # and only while it is installed
 
 def test_a_capture_that_raises_leaves_no_recorder(device: str) -> None:
   calls = [0]

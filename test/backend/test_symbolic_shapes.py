@@ -59,6 +59,24 @@ def test_shrink_to_a_symbolic_size(device: str) -> None:
     w = c.shrink(((v.bind(n) - 1, v.bind(n)), None))
     np.testing.assert_allclose(w.numpy(), cache[n - 1:n])
 
+def test_shrink_past_the_dim_reads_zeros(device: str) -> None:
+  # a symbolic end may pass the dim (tinygrad builds it too): the positions past the buffer read zeros, in the forward
+  # and through a gradient, and a jit captured past the end replays for ends inside it
+  x = Tensor([1.0, 2.0, 3.0], device=device, requires_grad=True)
+  v = Variable("a", 1, 10)
+  part = x[:v.bind(5)]
+  assert part.shape[0].val == 5
+  assert part.numpy().tolist() == [1.0, 2.0, 3.0, 0.0, 0.0]
+  (part * Tensor.arange(10, device=device)[:v.bind(5)]).sum().backward()
+  assert x.grad is not None and x.grad.numpy().tolist() == [0.0, 1.0, 2.0]
+  assert x[v.bind(2):v.bind(2) + 3].numpy().tolist() == [3.0, 0.0, 0.0]  # a window that starts inside and ends past
+  @TinyJit
+  def f(t: Tensor, n) -> Tensor: return t[:n].sum().realize()
+  y = Tensor([1.0, 2.0, 3.0], device=device).realize()
+  assert [f(y, v.bind(n)).item() for n in (6, 7, 2, 10)] == [6.0, 6.0, 3.0, 6.0]
+  with pytest.raises(ValueError, match="out of bounds"):  # a concrete end past the dim is a mistake
+    y.shrink(((0, 5),))
+
 def test_pad_to_a_symbolic_size(device: str) -> None:
   v = Variable("n", 1, 16)
   for n in (3, 16):
@@ -126,7 +144,9 @@ def test_errors() -> None:
   with pytest.raises(ValueError, match="can't reshape"):
     x.reshape(v.bind(5), 3)  # 15 elements are not 12
   with pytest.raises(ValueError, match="out of bounds"):
-    x.shrink(((0, v.bind(5)), None))
+    x.shrink(((0, 5), None))  # a symbolic end past the dim reads zeros (test_shrink_past_the_dim_reads_zeros)
+  with pytest.raises(ValueError, match="out of bounds"):
+    x.shrink(((v.bind(3), v.bind(2)), None))  # a start after its end
   with pytest.raises(ValueError, match="outside"):
     v.bind(9)
   s = x.reshape(v.bind(4), 3)

@@ -73,13 +73,15 @@ def _scratch_buffers(ast: UOp, device: str) -> list[Buffer]:
 def _key(ast: UOp, renderer: Renderer, amt: int) -> str:
   return hashlib.sha256(f"beam{amt}|{ast_key(ast, renderer, None)}".encode()).hexdigest()
 
-def beam_search(ast: UOp, renderer: Renderer, amt: int,
-                build: Callable[[UOp, Renderer, list[Opt]], ProgramSpec]) -> list[Opt]:
-  """The fastest action list found for this kernel (cached on disk); `build` makes a candidate's program (the
-  code generator's pipeline, which calls this search)."""
+def beam_search(k: Kernel, renderer: Renderer, amt: int,
+                build: Callable[[UOp, Renderer, list[Opt]], ProgramSpec]) -> Kernel:
+  """The kernel `k` (a loop space with no actions taken yet) with the fastest action list found applied (the list is
+  cached on disk); `build` makes a candidate's program (the code generator's pipeline, which calls this search)."""
+  ast = k.ast
   key = _key(ast, renderer, amt)
   if not IGNORE_BEAM_CACHE and (hit := disk_cache_get("beam", key)) is not None:
-    try: return [Opt(*o) for o in json.loads(hit)]
+    try:
+      if (cached := _kernel(ast, [Opt(*o) for o in json.loads(hit)])) is not None: return cached
     except (ValueError, TypeError): pass  # a damaged entry: search again
   bufs = _scratch_buffers(ast, renderer.device)
   timed: dict[tuple[Opt, ...], float] = {}
@@ -100,8 +102,7 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int,
   for rnd in range(MAX_ROUNDS):
     cands = []
     for opts in beam:
-      k = _kernel(ast, list(opts))
-      if k is not None: cands += [opts + (a,) for a in _actions(k)]
+      if (kb := _kernel(ast, list(opts))) is not None: cands += [opts + (a,) for a in _actions(kb)]
     cands = [c for c in dict.fromkeys(cands) if c not in timed][:max(0, MAX_CANDIDATES - len(timed))]
     for i, c in enumerate(cands):
       measure(c)
@@ -117,4 +118,6 @@ def beam_search(ast: UOp, renderer: Renderer, amt: int,
     print(f"\rBEAM={amt} {name:30s} {measure(()) * 1e6:9.1f} us -> {measure(best) * 1e6:9.1f} us  {list(best)}",
           file=sys.stderr)
   disk_cache_put("beam", key, json.dumps([[o.op, o.axis, o.amount] for o in best]).encode())
-  return list(best)
+  won = _kernel(ast, list(best))
+  assert won is not None  # it was timed, so it applies
+  return won
