@@ -1,7 +1,7 @@
 """The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with
 OpenMP."""
 from __future__ import annotations
-import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, time, weakref
+import _ctypes, ctypes, ctypes.util, hashlib, mmap, os, re, shutil, subprocess, tempfile, time, weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
@@ -17,14 +17,25 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+# A buffer of at least HUGE_PAGE_MIN bytes starts on a 2 MB boundary and asks for transparent huge pages (Linux's
+# madvise; NumPy does the same from 4 MB on, and the machines here give huge pages only to memory that asks): a
+# stream through 4 KB pages misses the TLB every 4 KB. The 16M float32 sum on one thread, CPU time per call (two
+# processes in turns): 1.89 -> 1.71 ms median; PyTorch's, on NumPy's huge-page array, 1.71-1.85 ms
+HUGE_PAGE, HUGE_PAGE_MIN = 1 << 21, 1 << 22
+_MADV_HUGEPAGE: int | None = getattr(mmap, "MADV_HUGEPAGE", None)
 
 class MallocAllocator(LRUAllocator):
-  """64-byte aligned host memory; a buffer is its address."""
+  """64-byte aligned host memory (2 MB aligned, on huge pages where the OS has them, from HUGE_PAGE_MIN bytes); a
+  buffer is its address."""
   host_addresses = True  # so any host address can be a buffer (Tensor.from_blob's ExternalBuffer)
   def _alloc(self, nbytes: int) -> int:
-    p = ctypes.c_void_p()
-    if _libc.posix_memalign(ctypes.byref(p), 64, nbytes) != 0 or not p.value:
+    p, huge = ctypes.c_void_p(), nbytes >= HUGE_PAGE_MIN and _MADV_HUGEPAGE is not None
+    if _libc.posix_memalign(ctypes.byref(p), HUGE_PAGE if huge else 64, nbytes) != 0 or not p.value:
       raise MemoryError(f"CPU: could not allocate {nbytes} bytes")
+    # advice only: a kernel without huge pages refuses it (EINVAL), and the buffer stays on small pages
+    if huge: _libc.madvise(p.value, nbytes & ~(mmap.PAGESIZE - 1), _MADV_HUGEPAGE)
     return p.value
   def _free(self, buf: int, nbytes: int) -> None: _libc.free(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
