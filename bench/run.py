@@ -68,8 +68,9 @@ class Bench:
   rows: list[Row]
   # framework -> (row name -> a zero-argument callable that does the work once, synchronized)
   setups: dict[str, Callable[[], dict[str, Callable[[], Any]]]]
-  # time the frameworks in turns, one call each per round (run_interleaved), rather than one after the other: on a
-  # shared machine each then meets the same load. A callable marked `timed_call` runs once and returns its own seconds
+  # time the frameworks in turns, one turn each per round (run_interleaved), rather than one after the other: on a
+  # shared machine each then meets the same load. A turn is one call, or a callable marked `timed_call` that returns
+  # its own seconds per call (a few calls in a process of its own: in_processes)
   interleave: bool = False
 
 def _attograd_sync(t: Any) -> Any:
