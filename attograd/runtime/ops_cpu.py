@@ -19,28 +19,34 @@ _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
-# A buffer of at least HUGE_PAGE_MIN bytes starts on a 2 MB boundary and asks for transparent huge pages (Linux's
-# madvise; NumPy does the same from 4 MB on, and the machines here give huge pages only to memory that asks): a
-# stream through 4 KB pages misses the TLB every 4 KB. The 16M float32 sum on one thread, CPU time per call (two
-# processes in turns): 1.89 -> 1.71 ms median; PyTorch's, on NumPy's huge-page array, 1.71-1.85 ms. First writes to
-# new buffers fault once per 2 MB instead of per 4 KB: 8 new 64 MB buffers 200 -> 42-94 ms of CPU, except in memory
-# this development VM's host has not backed yet (0.5-1.3 s then, a C memset and NumPy's arrays alike, once per region)
+# Host data of at least HUGE_PAGE_MIN bytes copied into a buffer (a data set, a model's weights: read again and again)
+# asks for transparent huge pages first (Linux's madvise, as NumPy does for its arrays from 4 MB on; the machines
+# here give huge pages only to memory that asks): a stream through 4 KB pages misses the TLB every 4 KB. The 16M
+# float32 sum on one thread, CPU time per call (two processes in turns): 1.89 -> 1.71 ms median; PyTorch's, on
+# NumPy's huge-page array, 1.71-1.85 ms. Buffers that kernels write first (a training step's intermediates) stay on
+# small pages: on this development VM, memory its host had not backed yet took 0.5-1.3 s per 512 MB to fault in as
+# huge pages (a C memset alike), and with every big buffer advised the MNIST first step took 2.15-2.30 s against
+# 1.49-1.51 s (warm kernel cache, 3 runs each, in turns)
 HUGE_PAGE, HUGE_PAGE_MIN = 1 << 21, 1 << 22
 _MADV_HUGEPAGE: int | None = getattr(mmap, "MADV_HUGEPAGE", None)
 
+def advise_huge_pages(addr: int, nbytes: int) -> None:
+  """Ask for huge pages for the whole 2 MB pages inside [addr, addr + nbytes) (advice only: where the OS has none,
+  madvise refuses and the memory stays on small pages). Memory already touched keeps its pages."""
+  lo, hi = -(-addr // HUGE_PAGE) * HUGE_PAGE, (addr + nbytes) // HUGE_PAGE * HUGE_PAGE
+  if _MADV_HUGEPAGE is not None and hi > lo: _libc.madvise(lo, hi - lo, _MADV_HUGEPAGE)
+
 class MallocAllocator(LRUAllocator):
-  """64-byte aligned host memory (2 MB aligned, on huge pages where the OS has them, from HUGE_PAGE_MIN bytes); a
-  buffer is its address."""
+  """64-byte aligned host memory; a buffer is its address."""
   host_addresses = True  # so any host address can be a buffer (Tensor.from_blob's ExternalBuffer)
   def _alloc(self, nbytes: int) -> int:
-    p, huge = ctypes.c_void_p(), nbytes >= HUGE_PAGE_MIN and _MADV_HUGEPAGE is not None
-    if _libc.posix_memalign(ctypes.byref(p), HUGE_PAGE if huge else 64, nbytes) != 0 or not p.value:
+    p = ctypes.c_void_p()
+    if _libc.posix_memalign(ctypes.byref(p), 64, nbytes) != 0 or not p.value:
       raise MemoryError(f"CPU: could not allocate {nbytes} bytes")
-    # advice only: a kernel without huge pages refuses it (EINVAL), and the buffer stays on small pages
-    if huge: _libc.madvise(p.value, nbytes & ~(mmap.PAGESIZE - 1), _MADV_HUGEPAGE)
     return p.value
   def _free(self, buf: int, nbytes: int) -> None: _libc.free(buf)
   def copyin(self, dest: int, src: memoryview) -> None:
+    if src.nbytes >= HUGE_PAGE_MIN: advise_huge_pages(dest, src.nbytes)
     # a writable view is read in place through the address of its first byte: a ctypes array of its length (what
     # host_bytes makes) is a new array type per size and costs more than the copy itself for small tensors
     if not src.readonly: ctypes.memmove(dest, ctypes.addressof(ctypes.c_char.from_buffer(src)), src.nbytes)
