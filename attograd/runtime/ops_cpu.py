@@ -243,15 +243,16 @@ class ThreadChoice:
   are tried again after `interval` calls (FIRST_CHECK at first), and after a waited call on all threads one thread
   is tried again no sooner: an interval that doubles each time a trial loses (so a slow trial costs less and less)
   and restarts on a flip. While one thread runs, all of them are also tried once the calls since the last trial took
-  RETRY times that trial's seconds: trials then cost at most ~1/RETRY of the time, and a kernel gets its threads back
-  soon after a long busy spell ends (after 5000 busy calls it took up to 4096 more at half speed). An idle machine
-  never waits long, so there a kernel never runs on one thread. The first call is not counted."""
-  WINDOW, FIRST_CHECK, MAX_INTERVAL, WAITED, RETRY = 3, 4, 4096, 1.5, 50
+  RETRY times the slowest of the last calls on all threads (what a losing trial may cost): trials then cost ~1/RETRY
+  of the time, and a kernel gets its threads back soon after a long busy spell ends (after 5000 busy calls it ran up
+  to 4096 more at half speed). An idle machine never waits long, so there a kernel never runs on one thread. The
+  first call is not counted."""
+  WINDOW, FIRST_CHECK, MAX_INTERVAL, WAITED, RETRY = 3, 4, 4096, 1.5, 100
   def __init__(self) -> None:
     self.calls, self.best, self.trial = 0, 0, False
     self.recent: tuple[list[float], list[float]] = ([], [])  # the last seconds on all threads, on one thread
     self.interval, self.next_check = self.FIRST_CHECK, 0
-    self.trial_s, self.since_trial_s = float("inf"), 0.0  # the last trial's seconds, and the calls' since it
+    self.since_trial_s = 0.0  # the seconds of the calls since the last trial
   def pick(self) -> int: return 1 - self.best if self.trial else self.best
   def record(self, which: int, wall: float, cpu: float) -> None:
     c, self.calls, was_trial, self.trial = self.calls, self.calls + 1, self.trial, False
@@ -264,9 +265,9 @@ class ThreadChoice:
       if faster != self.best: self.best, self.interval, self.next_check = faster, self.FIRST_CHECK, 0
       elif was_trial: self.interval = min(self.interval * 2, self.MAX_INTERVAL)
       if was_trial or faster != self.best: self.next_check = self.calls + self.interval
-    if was_trial: self.trial_s, self.since_trial_s = wall, 0.0
-    else: self.since_trial_s += wall
-    if self.calls >= self.next_check or (self.best == 1 and self.since_trial_s >= self.RETRY * self.trial_s):
+    self.since_trial_s = 0.0 if was_trial else self.since_trial_s + wall
+    late = self.best == 1 and self.recent[0] and self.since_trial_s >= self.RETRY * max(self.recent[0])
+    if self.calls >= self.next_check or late:
       self.trial = self.best == 1 or (which == 0 and wall > self.WAITED * cpu)
 
 _omp: list[object] = []  # [omp_set_num_threads, the threads a parallel loop gets by default, the count set now]
