@@ -2,13 +2,15 @@
 elementwise chain, a sum reduction, per-realize framework overhead, conv, MNIST training, first runs with an empty
 kernel cache and LLM inference, all measured in one run. Each row shows attograd's ratio to the best peer and to this
 machine's limit (peak FLOPs of an OpenBLAS sgemm, copy bandwidth), both measured in the same run, and its change since
-the last run of the same configuration, from a JSON history: a row more than 10% worse is flagged."""
+the last run of the same configuration, from a JSON history: a row more than 10% worse is flagged. The matmul and sum
+rows run each framework in a process of its own (bench/peer.py), in turns."""
 from __future__ import annotations
 import argparse, datetime, importlib, importlib.metadata, importlib.util, json, os, platform, statistics, subprocess
 import shutil, sys, tempfile, time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from bench.peer import PeerProcess
 
 try:
   import numpy as np
@@ -54,6 +56,7 @@ class Row:
   unit: str  # "GFLOPS", "GB/s", "steps/s", "%": higher is better; "us", "ms", "s": lower is better
   work: float  # flops or bytes per call; for "us" rows unused
   values: dict[str, float | str] = field(default_factory=dict)  # framework -> figure, or the error text
+  spread: dict[str, tuple[float, float]] = field(default_factory=dict)  # framework -> quartiles of its figure
   def figure(self, seconds: float) -> float:
     if self.unit == "us": return seconds * 1e6
     if self.unit == "s": return seconds
@@ -65,8 +68,9 @@ class Bench:
   rows: list[Row]
   # framework -> (row name -> a zero-argument callable that does the work once, synchronized)
   setups: dict[str, Callable[[], dict[str, Callable[[], Any]]]]
-  # time the frameworks in turns, one call each per round (run_interleaved), rather than one after the other: on a
-  # shared machine each then meets the same load. A callable marked `timed_call` runs once and returns its own seconds
+  # time the frameworks in turns, one turn each per round (run_interleaved), rather than one after the other: on a
+  # shared machine each then meets the same load. A turn is one call, or a callable marked `timed_call` that returns
+  # its own seconds per call (a few calls in a process of its own: in_processes)
   interleave: bool = False
 
 def _attograd_sync(t: Any) -> Any:
@@ -98,77 +102,34 @@ def _graph10(x: Any, y: Any, relu: Callable[[Any], Any]) -> Any:
 
 def _chain(x: Any, y: Any, relu: Callable[[Any], Any]) -> Any: return relu(x * 2.0 + y) * 3.0 - 1.0  # 5 ops
 
-# a peer on one core, in a process of its own started with its thread pools at 1 (OpenBLAS, MKL and OpenMP read the
-# environment once, at load): it reads a size per line, times one (n, n) @ (n, n) matmul and writes the seconds
-_ONE_THREAD_PEER = """
-import sys, time
-import numpy as np
-fw, mats = sys.argv[1], {}
-for line in sys.stdin:
-  n = int(line)
-  if n not in mats:
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
-    if fw == "torch":
-      import torch
-      torch.set_num_threads(1)
-      a, b = torch.from_numpy(a), torch.from_numpy(b)
-    mats[n] = (a, b)
-    for _ in range(2): a @ b
-  a, b = mats[n]
-  st = time.perf_counter()
-  a @ b
-  print(time.perf_counter() - st, flush=True)
-"""
-
-class OneThreadPeer:
-  """NumPy or PyTorch on one core, in a child process kept for the run (one per framework): time(n) is one matmul's
-  seconds there. Some BLAS builds are faster on one thread than on two busy cores; the peer's best counts."""
-  _children: dict[str, OneThreadPeer] = {}
-  def __init__(self, fw: str):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    self.proc = subprocess.Popen([sys.executable, "-c", _ONE_THREAD_PEER, fw], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True, env=env)
-  @classmethod
-  def get(cls, fw: str) -> OneThreadPeer:
-    if (p := cls._children.get(fw)) is None or p.proc.poll() is not None: p = cls._children[fw] = cls(fw)
-    return p
-  def time(self, n: int) -> float:
-    assert self.proc.stdin is not None and self.proc.stdout is not None
-    self.proc.stdin.write(f"{n}\n")
-    self.proc.stdin.flush()
-    if not (line := self.proc.stdout.readline()): raise RuntimeError(f"the one-thread peer exited ({self.proc.wait()})")
-    return float(line)
-  @classmethod
-  def close_all(cls) -> None:
-    for p in cls._children.values():
-      if p.proc.stdin is not None: p.proc.stdin.close()  # its loop ends: it exits
-      p.proc.wait()
-    cls._children.clear()
-
-def _timed_call(fn: Callable[[], float]) -> Callable[[], float]:
+def _timed_call(fn: Callable[[], list[float]]) -> Callable[[], list[float]]:
   fn.timed_call = True  # type: ignore[attr-defined]
   return fn
 
+# calls per turn of a framework in its own process (bench/peer.py; fewer, at least 2, for slow calls): back to back,
+# as a user's loop makes them (a framework whose threads wait spinning between calls gets that advantage from the
+# second call on); every call counts
+REPS = 5
+
+def in_processes(kind: str, n: int, row: Row, frameworks: dict[str, tuple[str, int]]) -> dict[str, Any]:
+  """Setups that run the workload `kind` of size n in one process per framework (bench/peer.py), built and checked
+  there at setup; `frameworks` maps each column to (framework, threads: 0 for its default)."""
+  def setup(fw: str, threads: int) -> Callable[[], dict[str, Callable[[], Any]]]:
+    def build() -> dict[str, Callable[[], Any]]:
+      PeerProcess.get(fw, threads).run(kind, n, 0)
+      return {row.name: _timed_call(lambda: PeerProcess.get(fw, threads).run(kind, n, REPS))}
+    return build
+  return {col: setup(fw, threads) for col, (fw, threads) in frameworks.items()}
+
+# NumPy and PyTorch at their default threads and on one (some BLAS builds are faster on one thread than on two busy
+# cores: the peer's best counts), attograd as it chooses
+AT_THEIR_BEST = {"attograd": ("attograd", 0), "numpy": ("numpy", 0), "torch": ("torch", 0),
+                 "numpy 1 thread": ("numpy", 1), "torch 1 thread": ("torch", 1)}
+
 def make_matmul(n: int) -> Bench:
-  """An (n, n) @ (n, n) float32 matmul; the peers at their default threads and on one thread, timed in turns."""
-  rng = np.random.default_rng(0)
-  a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+  """An (n, n) @ (n, n) float32 matmul, each framework in its own process, timed in turns."""
   row = Row(f"matmul {n}x{n}", "GFLOPS", 2.0 * n**3)
-  def attograd() -> dict[str, Callable[[], Any]]:
-    from attograd import Tensor
-    ta, tb = Tensor(a).realize(), Tensor(b).realize()
-    _check(row.name, (ta @ tb).numpy(), a @ b)
-    return {row.name: lambda: _attograd_sync(ta @ tb)}
-  def torch() -> dict[str, Callable[[], Any]]:
-    import torch
-    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-    return {row.name: lambda: ta @ tb}
-  def one_thread(fw: str) -> Callable[[], dict[str, Callable[[], Any]]]:
-    return lambda: {row.name: _timed_call(lambda: OneThreadPeer.get(fw).time(n))}
-  return Bench("matmul", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: a @ b}, "torch": torch,
-                                 "numpy 1 thread": one_thread("numpy"), "torch 1 thread": one_thread("torch")},
-               interleave=True)
+  return Bench("matmul", [row], in_processes("matmul", n, row, AT_THEIR_BEST), interleave=True)
 
 def make_elementwise(n: int) -> Bench:
   rng = np.random.default_rng(1)
@@ -193,19 +154,10 @@ def make_elementwise(n: int) -> Bench:
   return Bench("elementwise", [chain, single], {"attograd": attograd, "numpy": numpy, "torch": torch})
 
 def make_sum(n: int) -> Bench:
-  # uniform in [0, 1): the sum is far from zero, so float32 rounding in any summation order passes the check
-  x = np.random.default_rng(2).random(n, dtype=np.float32)
+  """A float32 sum of n elements, each framework in its own process, timed in turns (NumPy's sum has one thread)."""
   row = Row(f"sum {n >> 20}M" if n >= 1 << 20 else f"sum {n}", "GB/s", 4.0 * n)
-  def attograd() -> dict[str, Callable[[], Any]]:
-    from attograd import Tensor
-    tx = Tensor(x).realize()
-    _check(row.name, tx.sum().numpy(), x.astype(np.float64).sum())
-    return {row.name: lambda: _attograd_sync(tx.sum())}
-  def torch() -> dict[str, Callable[[], Any]]:
-    import torch
-    tx = torch.from_numpy(x)
-    return {row.name: lambda: tx.sum()}
-  return Bench("sum", [row], {"attograd": attograd, "numpy": lambda: {row.name: lambda: x.sum()}, "torch": torch})
+  fws = {k: v for k, v in AT_THEIR_BEST.items() if k != "numpy 1 thread"}
+  return Bench("sum", [row], in_processes("sum", n, row, fws), interleave=True)
 
 def make_overhead(n: int) -> Bench:
   rng = np.random.default_rng(3)
@@ -364,7 +316,7 @@ print(time.perf_counter() - st)
 
 def _merge(name: str, benches: list[Bench]) -> Bench:
   """One bench of several: rows side by side, each framework's setups merged."""
-  fws = {fw for b in benches for fw in b.setups}
+  fws = dict.fromkeys(fw for b in benches for fw in b.setups)
   def merged(fw: str) -> Callable[[], dict[str, Callable[[], Any]]]:
     return lambda: {k: v for b in benches if fw in b.setups for k, v in b.setups[fw]().items()}
   return Bench(name, [r for b in benches for r in b.rows], {fw: merged(fw) for fw in fws},
@@ -596,11 +548,16 @@ def _short_error(e: BaseException) -> str:
 
 def _base(fw: str) -> str: return fw.removesuffix(" 1 thread")
 
+def _quartiles(xs: list[float]) -> tuple[float, float]:
+  q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+  return q[0], q[2]
+
 def run_interleaved(bench: Bench, frameworks: list[str], verbose: bool, warmup: int = 2, min_rounds: int = 7,
                     max_rounds: int = 21, budget_s: float = 6.0) -> None:
-  """Each row: every framework's call once per round, in turns, for at least min_rounds (and up to max_rounds
-  within the time budget); each framework's figure is its median. A framework's one-thread variant runs where the
-  framework itself does."""
+  """Each row: every framework's turn once per round, for at least min_rounds (and up to max_rounds within the time
+  budget), the order rotating by one each round (no framework always follows the same one); each framework's figure
+  is the median of its calls, and its spread their quartiles. A framework's one-thread variant runs where the
+  framework itself does. A turn is one call, or a `timed_call`'s own list of seconds per call."""
   fns: dict[str, dict[str, Callable[[], Any]]] = {}
   for fw in bench.setups:
     if _base(fw) not in frameworks: continue
@@ -608,31 +565,35 @@ def run_interleaved(bench: Bench, frameworks: list[str], verbose: bool, warmup: 
     except Exception as e:
       if verbose: traceback.print_exc()
       for row in bench.rows: row.values[fw] = _short_error(e)
-  def once(fn: Callable[[], Any]) -> float:
-    if getattr(fn, "timed_call", False): return float(fn())
+  def turn(fn: Callable[[], Any]) -> list[float]:
+    if getattr(fn, "timed_call", False): return [float(t) for t in fn()]
     st = time.perf_counter()
     fn()
-    return time.perf_counter() - st
+    return [time.perf_counter() - st]
   for row in bench.rows:
     live = {fw: f[row.name] for fw, f in fns.items() if row.name in f}
-    times: dict[str, list[float]] = {fw: [] for fw in live}
+    order, times = list(live), {fw: list[float]() for fw in live}
     start = time.perf_counter()
     for r in range(warmup + max_rounds):
       if r >= warmup + min_rounds and time.perf_counter() - start > budget_s: break
-      for fw, fn in list(live.items()):
-        try: t = once(fn)
+      for fw in order[r % len(order):] + order[:r % len(order)]:
+        if fw not in live: continue
+        try: ts = turn(live[fw])
         except Exception as e:
           if verbose: traceback.print_exc()
           row.values[fw] = _short_error(e)
           del live[fw]
           continue
-        if r >= warmup: times[fw].append(t)
-    for fw in live: row.values[fw] = row.figure(statistics.median(times[fw]))
+        if r >= warmup: times[fw].extend(ts)
+    for fw in live:
+      row.values[fw] = row.figure(statistics.median(times[fw]))
+      lo, hi = sorted(row.figure(t) for t in _quartiles(times[fw]))
+      row.spread[fw] = (lo, hi)
 
 def run_bench(bench: Bench, frameworks: list[str], verbose: bool) -> None:
   if bench.interleave:
     try: return run_interleaved(bench, frameworks, verbose)
-    finally: OneThreadPeer.close_all()
+    finally: PeerProcess.close_all()
   for fw in frameworks:
     if fw not in bench.setups: continue  # e.g. NumPy has no autograd: the cell stays "-"
     try:
@@ -769,6 +730,10 @@ def print_table(rows: list[Row], frameworks: list[str], limits: dict[str, float]
         "time is faster); vs limit = attograd's share of the machine's peak sgemm FLOPs (GFLOPS rows) or copy "
         "bandwidth (GB/s rows); vs last = the change since the last run of this configuration, '!' when over "
         f"{REGRESSION:.0%} worse")
+  if (spread := [row for row in rows if row.spread]):
+    print("spread of the rows timed in turns (each framework's middle half of calls, in the row's unit):")
+    for row in spread:
+      print(f"  {row.name:<38}" + ", ".join(f"{fw} {lo:.3g}-{hi:.3g}" for fw, (lo, hi) in row.spread.items()))
   return errors, regressed
 
 def _attograd_device() -> str:

@@ -1,7 +1,7 @@
 """The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with
 OpenMP."""
 from __future__ import annotations
-import _ctypes, ctypes, ctypes.util, hashlib, os, re, shutil, subprocess, tempfile, time, weakref
+import _ctypes, ctypes, ctypes.util, hashlib, mmap, os, re, shutil, subprocess, tempfile, time, weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
@@ -17,6 +17,24 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 _libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+# Host data of at least HUGE_PAGE_MIN bytes copied into a buffer (a data set, a model's weights: read again and again)
+# asks for transparent huge pages first (Linux's madvise, as NumPy does for its arrays from 4 MB on; the machines
+# here give huge pages only to memory that asks): a stream through 4 KB pages misses the TLB every 4 KB. The 16M
+# float32 sum on one thread, CPU time per call (two processes in turns): 1.89 -> 1.71 ms median; PyTorch's, on
+# NumPy's huge-page array, 1.71-1.85 ms. Buffers that kernels write first (a training step's intermediates) stay on
+# small pages: on this development VM, memory its host had not backed yet took 0.5-1.3 s per 512 MB to fault in as
+# huge pages (a C memset alike), and with every big buffer advised the MNIST first step took 2.15-2.30 s against
+# 1.49-1.51 s (warm kernel cache, 3 runs each, in turns)
+HUGE_PAGE, HUGE_PAGE_MIN = 1 << 21, 1 << 22
+_MADV_HUGEPAGE: int | None = getattr(mmap, "MADV_HUGEPAGE", None)
+
+def advise_huge_pages(addr: int, nbytes: int) -> None:
+  """Ask for huge pages for the whole 2 MB pages inside [addr, addr + nbytes) (advice only: where the OS has none,
+  madvise refuses and the memory stays on small pages). Memory already touched keeps its pages."""
+  lo, hi = -(-addr // HUGE_PAGE) * HUGE_PAGE, (addr + nbytes) // HUGE_PAGE * HUGE_PAGE
+  if _MADV_HUGEPAGE is not None and hi > lo: _libc.madvise(lo, hi - lo, _MADV_HUGEPAGE)
 
 _SMALL_COPY = 1 << 16  # bytes: copies up to this size go through memoryviews (MallocAllocator.copyin)
 
@@ -35,9 +53,11 @@ class MallocAllocator(LRUAllocator):
     # memmove, which lets other threads run while it copies
     if (n := src.nbytes) <= _SMALL_COPY and src.format == "B":
       memoryview((ctypes.c_char * n).from_address(dest)).cast("B")[:] = src
+      return
+    if n >= HUGE_PAGE_MIN: advise_huge_pages(dest, n)
     # a writable view is read in place through the address of its first byte: a ctypes array of its length (what
     # host_bytes makes) is a new array type per size and costs more than the copy itself for small tensors
-    elif not src.readonly: ctypes.memmove(dest, ctypes.addressof(ctypes.c_char.from_buffer(src)), n)
+    if not src.readonly: ctypes.memmove(dest, ctypes.addressof(ctypes.c_char.from_buffer(src)), n)
     else: ctypes.memmove(dest, host_bytes(src), n)
   def copyout(self, dest: memoryview, src: int) -> None:
     if (n := dest.nbytes) <= _SMALL_COPY and dest.format == "B":  # (as copyin's)
@@ -232,13 +252,17 @@ class ThreadChoice:
   one thread; then the faster setting (by its best of the last WINDOW calls) runs. While one thread runs, all of them
   are tried again after `interval` calls (FIRST_CHECK at first), and after a waited call on all threads one thread
   is tried again no sooner: an interval that doubles each time a trial loses (so a slow trial costs less and less)
-  and restarts on a flip. An idle machine never waits long, so there a kernel never runs on one thread. The first
-  call is not counted."""
-  WINDOW, FIRST_CHECK, MAX_INTERVAL, WAITED = 3, 4, 4096, 1.5
+  and restarts on a flip. While one thread runs, all of them are also tried once the calls since the last trial took
+  RETRY times the slowest of the last calls on all threads (what a losing trial may cost): trials then cost ~1/RETRY
+  of the time, and a kernel gets its threads back soon after a long busy spell ends (after 5000 busy calls it ran up
+  to 4096 more at half speed). An idle machine never waits long, so there a kernel never runs on one thread. The
+  first call is not counted."""
+  WINDOW, FIRST_CHECK, MAX_INTERVAL, WAITED, RETRY = 3, 4, 4096, 1.5, 100
   def __init__(self) -> None:
     self.calls, self.best, self.trial = 0, 0, False
     self.recent: tuple[list[float], list[float]] = ([], [])  # the last seconds on all threads, on one thread
     self.interval, self.next_check = self.FIRST_CHECK, 0
+    self.since_trial_s = 0.0  # the seconds of the calls since the last trial
   def pick(self) -> int: return 1 - self.best if self.trial else self.best
   def record(self, which: int, wall: float, cpu: float) -> None:
     c, self.calls, was_trial, self.trial = self.calls, self.calls + 1, self.trial, False
@@ -251,7 +275,10 @@ class ThreadChoice:
       if faster != self.best: self.best, self.interval, self.next_check = faster, self.FIRST_CHECK, 0
       elif was_trial: self.interval = min(self.interval * 2, self.MAX_INTERVAL)
       if was_trial or faster != self.best: self.next_check = self.calls + self.interval
-    if self.calls >= self.next_check: self.trial = self.best == 1 or (which == 0 and wall > self.WAITED * cpu)
+    self.since_trial_s = 0.0 if was_trial else self.since_trial_s + wall
+    late = self.best == 1 and self.recent[0] and self.since_trial_s >= self.RETRY * max(self.recent[0])
+    if self.calls >= self.next_check or late:
+      self.trial = self.best == 1 or (which == 0 and wall > self.WAITED * cpu)
 
 _omp: list[object] = []  # [omp_set_num_threads, the threads a parallel loop gets by default, the count set now]
 

@@ -34,6 +34,19 @@ def test_busy_cores_move_the_kernel_to_one_thread_and_back() -> None:
   idle = _run(tc, [(1e-3, 0.9e-3, 2e-3)] * 2000)
   assert tc.best == 0 and idle[-100:] == [0] * 100
 
+def test_threads_come_back_soon_after_a_long_busy_spell() -> None:
+  # issue 20: 5000 calls on busy cores (all threads wait 10 ms, one thread takes 2 ms) grew the interval between
+  # trials of all threads to 4096 calls, so once the machine went idle the kernel ran up to 4096 more on one thread
+  # (a matmul at half speed for seconds). A trial also comes once the calls since the last one took RETRY times the
+  # slowest recent call on all threads (100 x 10 ms: 500 calls of 2 ms): trials cost ~1% of the time
+  tc = ThreadChoice()
+  busy = _run(tc, [(10e-3, 1e-3, 2e-3)] * 5000)
+  assert tc.best == 1
+  trials = [i for i, w in enumerate(busy) if i > 2 and w == 0]
+  assert 10 <= len(trials) <= 30 and max(b - a for a, b in zip(trials, trials[1:])) <= 501
+  idle = _run(tc, [(1e-3, 0.9e-3, 2e-3)] * 600)
+  assert tc.best == 0 and idle[-40:] == [0] * 40
+
 def test_parallel_kernels_choose_their_threads_and_compute_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
   a = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
   ta = Tensor(a).realize()

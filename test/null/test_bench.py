@@ -83,27 +83,71 @@ def test_firstrun_rows_have_tinygrad_as_a_peer() -> None:
 
 def test_matmul_rows_time_the_peers_in_turns_and_on_one_thread() -> None:
   # issue 20: matmul 512/1024/2048 and odd sizes against NumPy and PyTorch at their best (default threads or one),
-  # all timed in turns so that a busy machine weighs on each alike
+  # all timed in turns so that a busy machine weighs on each alike, the order rotating so no framework always
+  # follows the same one
   import bench.run as br
   order: list[str] = []
   def setup(fw: str) -> Any: return lambda: {"r": lambda: order.append(fw)}
-  one = br._timed_call(lambda: (order.append("n1"), 0.5)[1])  # times itself (in its own process): 0.5 s
+  one = br._timed_call(lambda: (order.append("n1"), [0.5, 0.25])[1])  # times itself (in its own process): 2 calls
   b = br.Bench("x", [br.Row("r", "GFLOPS", 1e9)], {"attograd": setup("a"), "numpy": setup("n"),
                                                     "numpy 1 thread": lambda: {"r": one}, "tinygrad": setup("t")},
                interleave=True)
   br.run_interleaved(b, ["attograd", "numpy"], False, warmup=1, min_rounds=3, max_rounds=3)
-  assert order == ["a", "n", "n1"] * 4  # one warmup round, three timed; tinygrad isn't among the frameworks
-  assert b.rows[0].values["numpy 1 thread"] == 2.0 and "numpy 1 thread" in br.PEERS and "torch 1 thread" in br.PEERS
+  # one warmup round, three timed; tinygrad isn't among the frameworks
+  assert order == ["a", "n", "n1", "n", "n1", "a", "n1", "a", "n", "a", "n", "n1"]
+  row = b.rows[0]
+  assert row.values["numpy 1 thread"] == 1 / 0.375  # 1e9 flops in the median time of its 6 calls (0.25 s and 0.5 s)
+  assert row.spread["numpy 1 thread"] == (2.0, 4.0) and "numpy 1 thread" in br.PEERS and "torch 1 thread" in br.PEERS
   assert br.ratio_to_best(br.Row("m", "GFLOPS", 1.0, {"attograd": 3.0, "numpy": 1.0, "torch 1 thread": 2.0})) == 1.5
   full = br.BENCHES["matmul"](br.FULL)
   assert [r.name for r in full.rows] == [f"matmul {n}x{n}" for n in (512, 1024, 2048, 1023, 1500)]
-  assert full.interleave and {"numpy 1 thread", "torch 1 thread"} <= set(full.setups)
+  assert full.interleave and list(full.setups) == ["attograd", "numpy", "torch", "numpy 1 thread", "torch 1 thread"]
+  sum_ = br.BENCHES["sum"](br.FULL)
+  assert sum_.interleave and list(sum_.setups) == ["attograd", "numpy", "torch", "torch 1 thread"]
 
-def test_one_thread_peer_runs_in_its_own_process() -> None:
+def test_spread_is_printed_under_the_table(capsys: Any) -> None:
   import bench.run as br
+  row = br.Row("matmul 64x64", "GFLOPS", 1.0, {"attograd": 2.0, "numpy": 1.0}, {"attograd": (1.5, 2.5)})
+  br.print_table([row], ["attograd", "numpy"], {}, {})
+  assert "matmul 64x64" in (out := capsys.readouterr().out).split("spread")[1] and "attograd 1.5-2.5" in out
+
+def test_peers_run_in_processes_of_their_own() -> None:
+  # issue 20: each framework's workload in a process of its own, kept for the run and asked for turns of calls
+  import bench.peer as bp
   try:
-    peer = br.OneThreadPeer.get("numpy")
-    assert br.OneThreadPeer.get("numpy") is peer and 0 < peer.time(64) < 10
-    assert peer.proc.pid != __import__("os").getpid()
-  finally: br.OneThreadPeer.close_all()
-  assert peer.proc.poll() == 0 and not br.OneThreadPeer._children
+    peer = bp.PeerProcess.get("numpy", 1)
+    assert bp.PeerProcess.get("numpy", 1) is peer and bp.PeerProcess.get("numpy") is not peer
+    assert peer.proc.pid != os.getpid()
+    times = peer.run("matmul", 64, 3)
+    assert 2 <= len(times) <= 3 and all(0 < t < 10 for t in times)
+    try:
+      peer.run("no such workload", 64, 3)
+      raise AssertionError("expected the child's error")
+    except RuntimeError as e: assert "KeyError" in str(e)
+    assert peer.run("sum", 1000, 2)  # the child is still serving after an error
+  finally: bp.PeerProcess.close_all()
+  assert peer.proc.poll() == 0 and not bp.PeerProcess._children
+
+def test_peer_environment_is_the_users() -> None:
+  # attograd's CPU runtime sets OMP_WAIT_POLICY=passive in its own process; a peer gets the environment the bench
+  # started with (its framework's defaults), and a one-thread peer its thread pools at 1 from the start
+  import bench.peer as bp
+  env = bp.peer_env({"PATH": "/bin", "PYTHONPATH": "/x"}, 0)
+  assert "OMP_WAIT_POLICY" not in env and env["PYTHONPATH"].split(os.pathsep) == [bp.ROOT, "/x"]
+  one = bp.peer_env({"PATH": "/bin"}, 1)
+  assert one["OMP_NUM_THREADS"] == one["OPENBLAS_NUM_THREADS"] == "1" and one["PYTHONPATH"] == bp.ROOT
+
+def test_a_turn_waits_for_spinning_threads_to_settle() -> None:
+  # OpenBLAS's workers spin ~0.1 s after a call and take a core from whatever runs next: a turn answers only once
+  # its process's threads have stopped using the CPU
+  import threading, time
+  import bench.peer as bp
+  stop = time.perf_counter() + 0.15
+  def spin() -> None:
+    while time.perf_counter() < stop: pass
+  t = threading.Thread(target=spin)
+  t.start()
+  waited = bp.settle()
+  assert waited >= 0.1 and time.perf_counter() >= stop
+  t.join()
+  assert bp.settle() < 0.1  # nothing running: it returns at once
