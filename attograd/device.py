@@ -324,7 +324,8 @@ class Buffer:
     """The bytes (tinygrad's name): a view of the memory itself where the device's buffers are host addresses (no
     copy; valid while this Buffer lives and sees later writes), else a copy."""
     self.allocate()
-    if self.nbytes and hasattr(alloc := self.allocator, "as_memoryview"): return alloc.as_memoryview(self._buf, self.nbytes)
+    if self.nbytes and hasattr(alloc := self.allocator, "as_memoryview"):
+      return alloc.as_memoryview(self._buf, self.nbytes)
     return self.copyout(memoryview(bytearray(self.nbytes)))
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
 
