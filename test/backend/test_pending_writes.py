@@ -1,0 +1,132 @@
+"""Lazy assign (tensor/pending.py): Tensor.assign into a realized buffer runs when a realize needs that buffer, with
+the values an eager write at that line would give."""
+from __future__ import annotations
+import numpy as np
+from attograd import GlobalCounters, Tensor, TinyJit
+import attograd.tensor.pending as pending
+
+def _kernels(fn) -> int:
+  k0 = GlobalCounters.kernel_count
+  fn()
+  return GlobalCounters.kernel_count - k0
+
+def test_write_runs_at_the_realize(device: str) -> None:
+  w = Tensor([1.0, 2.0, 3.0], device=device).realize()
+  assert _kernels(lambda: w.assign(w * 3 - 1)) == 0
+  assert pending.pending
+  assert _kernels(w.realize) == 1 and not pending.pending
+  assert _kernels(w.realize) == 0 and w.tolist() == [2.0, 5.0, 8.0]
+
+def test_reading_a_view_runs_the_write_into_its_buffer(device: str) -> None:
+  # the write is keyed by the memory it writes: the whole tensor, a reshape or a graph over any of them finds it
+  x = Tensor.zeros(2, 3, device=device).contiguous().realize()
+  flat = x.reshape(6)
+  x[1:].assign(Tensor.ones(1, 3, device=device) * 7)
+  assert (flat + 1).tolist() == [1.0, 1.0, 1.0, 8.0, 8.0, 8.0]
+  assert x.tolist() == [[0.0, 0.0, 0.0], [7.0, 7.0, 7.0]]
+
+def test_old_value_readers_keep_their_values(device: str) -> None:
+  # built before the write, a lazy tensor keeps the values of then, however late it is read, and mixed with the
+  # new values after
+  w = Tensor([1.0, 2.0], device=device).realize()
+  before = w * 10
+  w.assign(Tensor([5.0, 6.0], device=device))
+  mix = before + w
+  assert mix.tolist() == [15.0, 26.0] and before.tolist() == [10.0, 20.0] and w.tolist() == [5.0, 6.0]
+
+def test_reads_between_two_writes(device: str) -> None:
+  x = Tensor([1.0], device=device).realize()
+  reads = [x + 0]
+  for step in (lambda v: v * 2, lambda v: v + 3, lambda v: v * v):
+    x.assign(step(x))
+    reads.append(x + 0)
+  # read newest first: each still sees the state after the writes made before it was built, and no later one
+  assert [r.item() for r in reversed(reads)] == [25.0, 5.0, 2.0, 1.0]
+
+def test_two_writes_in_order_across_buffers(device: str) -> None:
+  # b's value reads a's new value, and a's value reads b's old one: realizing only b runs a's write first, and a
+  # later realize of a doesn't run it again
+  a = Tensor([2.0, 2.0], device=device).realize()
+  b = Tensor([3.0, 3.0], device=device).realize()
+  a += b
+  b += a
+  assert b.tolist() == [8.0, 8.0]
+  assert _kernels(a.realize) == 0 and a.tolist() == [5.0, 5.0]
+
+def test_write_after_a_pending_read_of_its_target(device: str) -> None:
+  # a's pending write reads b; b is written after: a still reads b's values from before b's write
+  a = Tensor([0.0, 0.0], device=device).realize()
+  b = Tensor([1.0, 2.0], device=device).realize()
+  a.assign(b * 2)
+  b.assign(Tensor([9.0, 9.0], device=device))
+  assert b.tolist() == [9.0, 9.0] and a.tolist() == [2.0, 4.0]
+
+def test_a_write_nothing_read_is_dropped(device: str) -> None:
+  t = Tensor.empty(4, device=device)
+  t.assign(Tensor.full((4,), 1.0, device=device))
+  t.assign(Tensor.full((4,), 2.0, device=device))
+  assert _kernels(t.realize) == 1 and t.tolist() == [2.0] * 4
+
+def test_a_write_read_in_between_is_kept(device: str) -> None:
+  t = Tensor.zeros(2, device=device).contiguous().realize()
+  u = Tensor.zeros(2, device=device).contiguous().realize()
+  t.assign(Tensor.full((2,), 1.0, device=device))
+  u.assign(t + 1)  # reads the first write's values (pending too)
+  t.assign(Tensor.full((2,), 5.0, device=device))
+  assert u.tolist() == [2.0, 2.0] and t.tolist() == [5.0, 5.0]
+
+def test_realize_together(device: str) -> None:
+  a = Tensor([1.0, 1.0], device=device).realize()
+  b = Tensor([2.0, 2.0], device=device).realize()
+  a.assign(a * 4)
+  b.assign(b + a)
+  assert _kernels(lambda: Tensor.realize(a, b)) == 2 and not pending.pending
+  assert a.tolist() == [4.0, 4.0] and b.tolist() == [6.0, 6.0]
+
+def test_setitem_writes_at_its_line(device: str) -> None:
+  # setitem keeps its eager write; a pending assign it must follow runs first
+  x = Tensor.zeros(4, device=device).contiguous().realize()
+  x.assign(x + 1)
+  assert _kernels(lambda: x.__setitem__(slice(0, 2), 7.0)) >= 2 and not pending.pending
+  assert x.tolist() == [7.0, 7.0, 1.0, 1.0]
+
+def test_jit_runs_earlier_writes_once(device: str) -> None:
+  # a write made before a jitted call runs before the call, not inside the capture (which would replay it each call)
+  @TinyJit
+  def f(t: Tensor) -> Tensor: return (t * 2).contiguous()
+  x = Tensor([1.0, 2.0], device=device).realize()
+  outs = []
+  for i in range(4):
+    x.assign(x + 1)
+    outs.append(f(x).tolist())
+  assert outs == [[4.0, 6.0], [6.0, 8.0], [8.0, 10.0], [10.0, 12.0]] and x.tolist() == [5.0, 6.0]
+
+def test_write_inside_jit_is_replayed(device: str) -> None:
+  @TinyJit
+  def step(t: Tensor) -> None:
+    t.assign(t + 1)
+    t.realize()
+  x = Tensor([0.0], device=device).realize()
+  for _ in range(5): step(x)
+  assert x.item() == 5.0
+
+def test_sum_over_size_one_axes_is_a_view(device: str) -> None:
+  # nothing to combine: no kernel of its own, so a row of a written cache read this way is the write's only kernel
+  c = Tensor.zeros(3, 4, device=device).contiguous().realize()
+  c[0:1].assign(Tensor.ones(1, 4, device=device) * 2)
+  row = c[:1].sum(0, keepdim=True)
+  assert _kernels(row.realize) == 1
+  np.testing.assert_equal(row.numpy(), [[2.0] * 4])
+
+def test_optimizer_step_reader_sees_a_pending_write(device: str) -> None:
+  # a lazy tensor reading a weight the step writes is computed in the step's schedule, before the write; what it reads
+  # of another buffer with a pending write is that write's new values
+  from attograd.nn.optim import SGD
+  p = Tensor([1.0, 2.0], device=device, requires_grad=True).realize()
+  q = Tensor([10.0, 10.0], device=device).realize()
+  opt = SGD([p], lr=1.0)
+  (p * 3).sum().backward()
+  q.assign(q + 5)
+  r = p * q
+  with Tensor.train(): opt.step()
+  assert r.tolist() == [15.0, 30.0] and p.tolist() == [-2.0, -1.0] and q.tolist() == [15.0, 15.0]
