@@ -84,7 +84,9 @@ def assign(t: Tensor, x: Any) -> Tensor:
   if x.shape != t.shape: x = x._broadcast_to(t.shape)
   if x.dtype != t.dtype: x = x.cast(t.dtype)
   target = resolve(t).base
-  pending.flush_buffers(set(), {buffers[target]})  # a lazy write that reads the file's old bytes runs first
+  # a lazy write that reads the file's old bytes runs first (through a view of the file: a Buffer of its own, over the
+  # same bytes, so every pending write runs; writing a file is rare)
+  pending.flush_all()
   buf = buffers[target].allocate()
   # (no version bump: reads of DISK go through fresh nodes (resolve), so no memoized read of the old bytes is reused,
   # and a node whose value *is* the file, t.to("DISK:path"), stays valid)

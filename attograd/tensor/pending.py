@@ -92,12 +92,8 @@ def flush_for(roots: Iterable[UOp], defer: list[ScheduleItem] | None = None) -> 
   reads, writes = _touched(roots)
   if (todo := needed(reads, writes)): _run(todo, defer)
 
-def flush_buffers(reads: set[Buffer], writes: set[Buffer] = set()) -> None:  # noqa: B006 (never mutated)
-  """Run the pending writes needed before `reads` are read and `writes` written directly (not by a schedule)."""
-  if pending and (todo := needed(reads, writes)): _run(todo, None)
-
 def flush_all() -> None:
-  """Run every pending write (before a TinyJit call reads its inputs' memory)."""
+  """Run every pending write (before a TinyJit call reads its inputs' memory, or a DISK write)."""
   if pending: _run(list(pending), None)
 
 def _run(todo: list[Write], defer: list[ScheduleItem] | None) -> None:

@@ -130,3 +130,13 @@ def test_optimizer_step_reader_sees_a_pending_write(device: str) -> None:
   r = p * q
   with Tensor.train(): opt.step()
   assert r.tolist() == [15.0, 30.0] and p.tolist() == [-2.0, -1.0] and q.tolist() == [15.0, 15.0]
+
+def test_disk_write_after_a_pending_read_of_the_file(device: str, tmp_path) -> None:
+  # a pending write reads the file through a view; writing the file after must not change what it reads
+  path = tmp_path / "w.bin"
+  path.write_bytes(np.array([1.0, 2.0], dtype=np.float32).tobytes())
+  f = Tensor(path, dtype="float32")
+  a = Tensor.zeros(2, device=device).contiguous().realize()
+  a.assign(f[0:2].to(device) * 10)
+  f.assign(Tensor([7.0, 8.0]))
+  assert a.tolist() == [10.0, 20.0] and f.to(device).tolist() == [7.0, 8.0]
