@@ -1605,8 +1605,6 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if any(self.shape[a] == 0 for a in axes):  # reducing nothing gives the identity
       ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op]
       ret = Tensor.full(out_shape, ident, dtype=self.dtype, device=self.device)
-    # over axes of one element there is nothing to combine: a reshape, no reduce (a view of a buffer stays one)
-    elif all(self.shape[a].__class__ is int and self.shape[a] == 1 for a in axes): ret = self.reshape(out_shape)
     else:
       ret = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
