@@ -142,3 +142,14 @@ def test_disk_write_after_a_pending_read_of_the_file(device: str, tmp_path) -> N
   a.assign(f[0:2].to(device) * 10)
   f.assign(Tensor([7.0, 8.0]))
   assert a.tolist() == [10.0, 20.0] and f.to(device).tolist() == [7.0, 8.0]
+
+def test_schedule_linear_takes_the_pending_write(device: str) -> None:
+  # a schedule made but not run carries the writes it needs, ahead of its own kernels
+  from attograd.engine.realize import run_linear
+  x = Tensor([1.0, 2.0], device=device).realize()
+  x.assign(x * 3)
+  y = x + 1
+  linear = y.schedule_linear()
+  assert len(linear.src) == 2 and not pending.pending
+  run_linear(linear, {})
+  assert y.tolist() == [4.0, 7.0] and x.tolist() == [3.0, 6.0]
