@@ -16,7 +16,7 @@ from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, afters_built
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop import build
-from attograd.uop.state import ORIGIN, has, put
+from attograd.uop.state import ORIGIN, REALIZED, has, put, slots
 from attograd.uop.variables import map_arg as _map_arg
 from attograd.uop.view import ShapeTracker, is_symbolic, smax, strides_for_shape
 from attograd.engine.item import ScheduleItem
@@ -1992,22 +1992,29 @@ def _alias_of_buffer(u: UOp) -> bool:
   while u.op in GroupOp.Movement or u.op is Ops.DETACH or u.op is Ops.CONTIGUOUS_BACKWARD: u = u.src[0]
   return u.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_alias_of_buffer(s) for s in u.src))
 
-def _reads_any(root: UOp, memo: dict[UOp, bool]) -> bool:
-  """Whether computing `root` reads one of the nodes memo maps to True (the written BUFFERs), going through the
-  values already remembered for realized nodes, as the scheduler does."""
+def _reads_any(root: UOp, memo: dict[UOp, bool], bufs: set[Buffer] | None = None,
+               written: set[Buffer] | None = None) -> bool:
+  """Whether computing `root` reads one of the nodes memo maps to True (the written BUFFERs), or a BUFFER node of
+  one of `bufs`, going through the values already remembered for realized nodes, as the scheduler does. A value
+  remembered from one of the `written` Buffers counts too: the write makes that memo stale, and the node would be
+  computed again from the new values."""
   stack: list[tuple[UOp, bool]] = [(root, False)]
   while stack:
     n, visited = stack.pop()
     if n in memo: continue
     if visited:
-      memo[n] = any(memo[s] for s in _sources_now(n))
+      memo[n] = any(memo[s] for s in _sources_now(n)) or (written is not None and _remembered_from(n, written))
       continue
     if n.op is Ops.BUFFER or not n.src:
-      memo[n] = False
+      memo[n] = bufs is not None and n.op is Ops.BUFFER and buffers.get(n) in bufs
       continue
     stack.append((n, True))
     stack.extend((s, False) for s in _sources_now(n) if s not in memo)
   return memo[root]
+
+def _remembered_from(n: UOp, bufs: set[Buffer]) -> bool:
+  """Whether n's remembered value (if any) was computed from one of `bufs`."""
+  return (m := slots(n).get(REALIZED)) is not None and any(b in bufs for b, _ in m[2])
 
 def _sources_now(n: UOp) -> tuple[UOp, ...]:
   """What n's value is computed from now: the view holding it when it was realized, else its sources."""
@@ -2027,17 +2034,20 @@ def _write(assign: UOp, lazy: bool, whole: bool) -> None:
 def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   """Before the BUFFER nodes `targets` are written in place: realize every live lazy Tensor whose value reads them
   (views of them excepted: those share the storage), so it keeps the value it has now. `skip`: nodes the write's own
-  schedule computes."""
-  if (todo := _readers_of(targets, skip)): Tensor._realize_all(todo)
+  schedule computes. Any node over the same Buffer counts: a tensor built on an old view of the buffer (taken before
+  an earlier write gave the tensor a new version node) reads the memory this write changes."""
+  bufs = {b for u in targets if (b := buffers.get(u)) is not None}
+  if (todo := _readers_of(targets, skip, bufs)): Tensor._realize_all(todo)
 
-def _readers_of(targets: set[UOp], skip: set[UOp]) -> list[Tensor]:
-  """The live lazy Tensors whose values read the BUFFER nodes `targets` (see _keep_values_of_readers), each made a
-  graph of its own to realize."""
+def _readers_of(targets: set[UOp], skip: set[UOp], bufs: set[Buffer] | None = None) -> list[Tensor]:
+  """The live lazy Tensors whose values read the BUFFER nodes `targets` or BUFFER nodes of `bufs` (see
+  _keep_values_of_readers), each made a graph of its own to realize."""
   memo: dict[UOp, bool] = dict.fromkeys(targets, True)
+  written = bufs if bufs is not None else {b for u in targets if (b := buffers.get(u)) is not None}
   todo: list[Tensor] = []
   for r in _made:
     if (t := r()) is None or (u := t.uop) in skip or _alias_of_buffer(u) or u.op is Ops.ASSIGN: continue
-    if _reads_any(u, memo) and not drop_unheld_grad(t): todo.append(t)
+    if _reads_any(u, memo, bufs, written) and not drop_unheld_grad(t): todo.append(t)
   # each into a buffer of its own: a graph equal to one realized before is the same node, and would otherwise resolve
   # to that result's buffer, the very one about to be written (a = x * 2; b = x * 2; a.realize(); a[0] = 5)
   for t in todo: t.uop = _unique_contiguous(t.uop)
