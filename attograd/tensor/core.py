@@ -16,9 +16,9 @@ from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, afters_built
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop import build
-from attograd.uop.state import ORIGIN, has, put
+from attograd.uop.state import ORIGIN, REALIZED, has, put, slots
 from attograd.uop.variables import map_arg as _map_arg
-from attograd.uop.view import smax, is_symbolic
+from attograd.uop.view import ShapeTracker, is_symbolic, smax, strides_for_shape
 from attograd.engine.item import ScheduleItem
 from attograd.engine.realize import linear_of, run_schedule
 from attograd.engine import multi
@@ -29,6 +29,7 @@ from attograd.viz import VIZ
 from attograd.engine.nan import DEBUG_NAN, NaNError, call_site
 import attograd.tensor.disk as tensor_disk
 import attograd.tensor.rng as rng
+import attograd.tensor.pending as pending
 from attograd.tensor.buffer_views import (_ONE_TO_ONE, _contiguous_view_of_buffer, _is_realized, _is_whole_buffer,
                                          _prefix_of_buffer, _writable_view)
 from attograd.tensor.indexing import _getitem
@@ -311,9 +312,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def __reduce_ex__(self, protocol: Any) -> tuple[Any, tuple]:
     """Pickled as its graph and the bytes of every buffer the graph reads (for a realized tensor: its values), so it
     unpickles in another process too, where the same buffer numbers mean other buffers; requires_grad and .grad
-    come along. Nothing is computed: a lazy tensor stays lazy. With protocol 5 the bytes go as pickle.PickleBuffer
-    views of the memory (host memory is not copied), so pickle.dumps(..., buffer_callback=) can send them out of
-    band."""
+    come along. Nothing is computed: a lazy tensor stays lazy (but a pending write into a buffer it reads runs). With
+    protocol 5 the bytes go as pickle.PickleBuffer views of the memory (host memory is not copied), so
+    pickle.dumps(..., buffer_callback=) can send them out of band."""
+    pending.flush_for([self.uop])
     def raw(buf: Any) -> Any:
       if not buf.is_allocated: return None
       return pickle.PickleBuffer(buf.as_memoryview()) if isinstance(protocol, int) and protocol >= 5 else buf.as_bytes()
@@ -360,7 +362,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   # ***** realize and data access *****
   def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
     """Compute this tensor (and `lst`) now. do_update_stats=False leaves GlobalCounters as they were."""
-    if not lst and self.uop.op is Ops.BUFFER: return self  # a whole buffer already (a TinyJit's output): nothing to do
+    # a whole buffer already (a TinyJit's output), with no write waiting to run into it: nothing to do
+    if not lst and self.uop.op is Ops.BUFFER and not pending.pending: return self
     if do_update_stats:
       Tensor._realize_all([self, *lst])
       return self
@@ -392,6 +395,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if afters_built[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
       for t in ts:
         if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop)
+    # lazy writes (Tensor.assign) into the buffers these read or write run first, each as it would have run then
+    if pending.pending and ALLOW_DEVICE_USAGE.value: pending.flush_for([t.uop for t in ts], defer)
     # (one tensor, the usual realize, without the comprehensions: in this Python each is a call of its own)
     todo = ([] if _is_realized(ts[0].uop) else list(ts)) if len(ts) == 1 else [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
@@ -410,6 +415,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if (len(outs) > 1 or outs[0].op is Ops.ASSIGN) and \
        (targets := {b for u in outs if u.op is Ops.ASSIGN and (b := u.src[0].base).op is Ops.BUFFER}) and \
        (readers := _readers_of(targets, set(outs))):
+      if pending.pending: pending.flush_for([t.uop for t in readers], defer)  # what they read of other buffers
       todo = readers + todo
       outs = list(dict.fromkeys([t.uop for t in readers] + outs))
     sst = PROFILER.now() if PROFILER.active else 0.0
@@ -584,10 +590,14 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """The same values, cut off from the graph that gradients flow through."""
     return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)))
   def assign(self, x: Any) -> Tensor:
-    """Write `x` into this tensor's buffer (shape and dtype must match).
+    """Write `x` into this tensor's buffer (shape and dtype must match) and return this tensor.
 
-    As in PyTorch, tensors computed from this one before the write keep the values they had (lazy ones are realized
-    first); views of it see the new values.
+    As in tinygrad the write is lazy: its kernel runs at the first realize that reads or writes the buffer (this
+    tensor, a view of it, anything computed from them; `Tensor.realize(a, b)` runs both writes), or before a later
+    write it must precede. The values are those of a write at this line: as in PyTorch, tensors computed from this one
+    before the write keep the values they had (lazy ones are realized now), and views of it see the new values. A
+    write into a lazy tensor (no buffer yet) computes it and writes it now, as does one inside a @function body or
+    while a TinyJit captures.
 
     >>> w = Tensor([1.0, 2.0]).realize()
     >>> before = w * 10
@@ -598,8 +608,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # a value nothing else holds (`w.assign(w - g)`) is computed straight into the buffer; one the caller keeps is a
     # tensor of its own, realized before the write when it reads this buffer
     private = sys.getrefcount(x) <= _TEMP_ARG_REFS  # (measured before anything else here holds x)
-    return self._assign(x, private)
-  def _assign(self, x: Any, value_private: bool) -> Tensor:
+    return self._assign(x, private, lazy=True)
+  def _assign(self, x: Any, value_private: bool, lazy: bool = False) -> Tensor:
+    """assign's work. lazy: a write into a realized buffer waits until a realize needs it (tensor/pending.py), as
+    tinygrad's; otherwise (setitem, a write into a lazy tensor, which is realized first) it runs now."""
     if tensor_disk.on_disk(self.device): return tensor_disk.assign(self, x)  # from any device: a copy into the file
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
     if x.shape != self.shape:
@@ -617,10 +629,13 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if x.dtype != self.dtype:  # as tinygrad (PyTorch's copy_ casts): an implicit cast can lose precision or values
       raise RuntimeError(f"assign dtype mismatch: target {self.dtype} but value {x.dtype}; cast the value first "
                          f"(value.cast({self.dtype}))")
+    if x.uop is self.uop and _is_whole_buffer(self.uop): return self  # t.assign(t): nothing changes
     if not _is_whole_buffer(self.uop) and (view := _writable_view(self.uop)) is not None:
-      return self._assign_view(x, *view, value_private=value_private)
-    if not _is_whole_buffer(self.uop) and self._assign_through(x, value_private) is not None: return self
-    self.realize()
+      return self._assign_view(x, *view, value_private=value_private, lazy=lazy)
+    if not _is_whole_buffer(self.uop) and self._assign_through(x, value_private, lazy) is not None: return self
+    if not _is_whole_buffer(self.uop):
+      self.realize()
+      lazy = False  # a lazy target is computed now, and written now
     # a view that isn't one-to-one (expanded, padded) or a constant: just rebind; so too for Tensor.arange's buffer,
     # which every arange of its size shares (and which kernels never read: they compute it, as Ops.IOTA)
     if not _is_whole_buffer(self.uop) or self.uop.base.arg[2:] == (IOTA_TAG,):
@@ -628,17 +643,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       return self
     base = self.uop.base
     # the kernel writes the target while it reads the value: reading the target at other positions (a flip, a
-    # shift) would see half-written data, so such a value is computed into its own buffer first
-    if any(n.op in GroupOp.Movement and n.base is base and n is not self.uop for n in x.uop.toposort()):
-      x = x._in_buffer()
+    # shift) would see half-written data, so such a value is computed into its own buffer first (a view that reads
+    # each element where it is written, or nothing there, is safe: a + a[:, :2].pad(...))
+    if _reads_elsewhere(x.uop, base, self.shape): x = x._in_buffer()
     target = new_buffer_uop(self.device, base.arg[1], self.dtype, buffers[base])
     assign = UOp(Ops.ASSIGN, self.dtype, (build.reshape(base, self.shape), x.uop))
     # this tensor sees the new version from now on; other tensors that read the old one keep their values
     self.uop = build.reshape(target, self.shape)
     _keep_values_of_readers({base}, {assign, x.uop} if value_private else {assign})
-    run_schedule(create_schedule([assign])[0])
+    _write(assign, lazy, whole=True)
     return self
-  def _assign_through(self, x: Tensor, value_private: bool) -> Tensor | None:
+  def _assign_through(self, x: Tensor, value_private: bool, lazy: bool = False) -> Tensor | None:
     """Write x through a view that no kernel can store through directly: of a realized sharded tensor (the view's
     pieces don't line up with the shards in general), or one with a pad its slices cut away again (a strided slice,
     t[1::2]). The whole buffer (every shard) under it is written, taking x where the view maps and its own values
@@ -677,9 +692,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     assign = UOp(Ops.ASSIGN, self.dtype, (u, new.uop))
     _keep_values_of_readers({s.base for s in u.src} if u.op is Ops.MULTI else {u},
                             {assign, new.uop} if value_private else {assign})
-    run_schedule(create_schedule([assign])[0])
+    _write(assign, lazy, whole=False)
     return self
-  def _assign_view(self, x: Tensor, target: UOp, base_dtype: DType, value_private: bool) -> Tensor:
+  def _assign_view(self, x: Tensor, target: UOp, base_dtype: DType, value_private: bool,
+                   lazy: bool = False) -> Tensor:
     """Write x through this view (a slice, a permute, a flip, a bitcast of a realized buffer) into the buffer under it,
     as in tinygrad and PyTorch: the buffer's other views and holders see the new values. `target`: this view over the
     buffer in its own dtype (bitcasts taken off, so the value is bitcast back instead)."""
@@ -690,7 +706,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if _reads_besides(xu, base, target): xu = UOp(Ops.CONTIGUOUS, base_dtype, (xu,))
     assign = UOp(Ops.ASSIGN, base_dtype, (target, xu))
     _keep_values_of_readers({base}, {assign, xu, x.uop} if value_private else {assign})
-    run_schedule(create_schedule([assign])[0])
+    _write(assign, lazy, whole=False)
     return self
 
   # ***** creation *****
@@ -1830,7 +1846,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if not self.requires_grad and not has(u.base, ORIGIN) and u.base.op is Ops.BUFFER and \
        u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None) and \
        not write_keeps_grad_path(self, out.uop):
-      return self._assign(out, value_private=True)
+      return self._assign(out, value_private=True, lazy=True)
     self.uop = out.uop
     return self
   def __iadd__(self, x: Any) -> Tensor: return self._inplace(self + x)
@@ -2028,41 +2044,62 @@ def _alias_of_buffer(u: UOp) -> bool:
   while u.op in GroupOp.Movement or u.op is Ops.DETACH or u.op is Ops.CONTIGUOUS_BACKWARD: u = u.src[0]
   return u.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_alias_of_buffer(s) for s in u.src))
 
-def _reads_any(root: UOp, memo: dict[UOp, bool]) -> bool:
-  """Whether computing `root` reads one of the nodes memo maps to True (the written BUFFERs), going through the
-  values already remembered for realized nodes, as the scheduler does."""
+def _reads_any(root: UOp, memo: dict[UOp, bool], bufs: set[Buffer] | None = None,
+               written: set[Buffer] | None = None) -> bool:
+  """Whether computing `root` reads one of the nodes memo maps to True (the written BUFFERs), or a BUFFER node of
+  one of `bufs`, going through the values already remembered for realized nodes, as the scheduler does. A value
+  remembered from one of the `written` Buffers counts too: the write makes that memo stale, and the node would be
+  computed again from the new values."""
   stack: list[tuple[UOp, bool]] = [(root, False)]
   while stack:
     n, visited = stack.pop()
     if n in memo: continue
     if visited:
-      memo[n] = any(memo[s] for s in _sources_now(n))
+      memo[n] = any(memo[s] for s in _sources_now(n)) or (written is not None and _remembered_from(n, written))
       continue
     if n.op is Ops.BUFFER or not n.src:
-      memo[n] = False
+      memo[n] = bufs is not None and n.op is Ops.BUFFER and buffers.get(n) in bufs
       continue
     stack.append((n, True))
     stack.extend((s, False) for s in _sources_now(n) if s not in memo)
   return memo[root]
 
+def _remembered_from(n: UOp, bufs: set[Buffer]) -> bool:
+  """Whether n's remembered value (if any) was computed from one of `bufs`."""
+  return (m := slots(n).get(REALIZED)) is not None and any(b in bufs for b, _ in m[2])
+
 def _sources_now(n: UOp) -> tuple[UOp, ...]:
   """What n's value is computed from now: the view holding it when it was realized, else its sources."""
   return (r,) if (r := lookup_realized(n)) is not None and r is not n else n.src
 
+def _write(assign: UOp, lazy: bool, whole: bool) -> None:
+  """Run the in-place write `assign` now (after the pending writes it must follow), or, lazy (Tensor.assign into a
+  realized buffer), record it to run when a realize needs its buffer (tensor/pending.py). whole: it writes every
+  element of its buffer. A write inside a @function body (whose graph is traced, nothing realized) or while a TinyJit
+  captures (the write must be among the kernels it replays) runs now."""
+  if lazy and ALLOW_DEVICE_USAGE.value and _active_recorder() is None:
+    pending.add(assign, whole)
+    return
+  pending.flush_for([assign])
+  run_schedule(create_schedule([assign])[0])
+
 def _keep_values_of_readers(targets: set[UOp], skip: set[UOp]) -> None:
   """Before the BUFFER nodes `targets` are written in place: realize every live lazy Tensor whose value reads them
   (views of them excepted: those share the storage), so it keeps the value it has now. `skip`: nodes the write's own
-  schedule computes."""
-  if (todo := _readers_of(targets, skip)): Tensor._realize_all(todo)
+  schedule computes. Any node over the same Buffer counts: a tensor built on an old view of the buffer (taken before
+  an earlier write gave the tensor a new version node) reads the memory this write changes."""
+  bufs = {b for u in targets if (b := buffers.get(u)) is not None}
+  if (todo := _readers_of(targets, skip, bufs)): Tensor._realize_all(todo)
 
-def _readers_of(targets: set[UOp], skip: set[UOp]) -> list[Tensor]:
-  """The live lazy Tensors whose values read the BUFFER nodes `targets` (see _keep_values_of_readers), each made a
-  graph of its own to realize."""
+def _readers_of(targets: set[UOp], skip: set[UOp], bufs: set[Buffer] | None = None) -> list[Tensor]:
+  """The live lazy Tensors whose values read the BUFFER nodes `targets` or BUFFER nodes of `bufs` (see
+  _keep_values_of_readers), each made a graph of its own to realize."""
   memo: dict[UOp, bool] = dict.fromkeys(targets, True)
+  written = bufs if bufs is not None else {b for u in targets if (b := buffers.get(u)) is not None}
   todo: list[Tensor] = []
   for r in _made:
     if (t := r()) is None or (u := t.uop) in skip or _alias_of_buffer(u) or u.op is Ops.ASSIGN: continue
-    if _reads_any(u, memo) and not drop_unheld_grad(t): todo.append(t)
+    if _reads_any(u, memo, bufs, written) and not drop_unheld_grad(t): todo.append(t)
   # each into a buffer of its own: a graph equal to one realized before is the same node, and would otherwise resolve
   # to that result's buffer, the very one about to be written (a = x * 2; b = x * 2; a.realize(); a[0] = 5)
   for t in todo: t.uop = _unique_contiguous(t.uop)
@@ -2084,10 +2121,41 @@ def _run_afters(u: UOp) -> UOp:
           raise RuntimeError(f"store: the target (shape {d.src[0].shape}) must be a view of a realized buffer, "
                              f"not of a lazy {base.op.name.lower()}; realize() it first")
         _keep_values_of_readers({base}, set(topo) | {d})
-        run_schedule(create_schedule([d])[0])
+        _write(d, False, False)
       elif not _is_realized(d): Tensor._realize_all([Tensor(d)])
     subs[n] = subs[now] = now.src[0]  # (the outer nodes are rebuilt over the replaced inner ones: `now` is met)
   return u.substitute(subs)
+
+def _reads_elsewhere(value: UOp, base: UOp, shape: tuple[sint, ...]) -> bool:
+  """Whether a value written into the whole BUFFER `base` (seen with `shape`) may read base at another element than
+  the one the kernel writes at that position (a flip, a shift, a permute of something computed from base). Reading
+  each element where it is written, or nothing there, is safe: `a + a[:, :2].pad(...)`. A reduce reads base in a
+  kernel of its own first unless it fuses through reshapes, so what is above a reduce doesn't count."""
+  topo = value.toposort()
+  below: set[UOp] = {base}  # the nodes computed from base element by element
+  for n in topo:
+    if n.op is not Ops.REDUCE_AXIS and any(s in below for s in n.src): below.add(n)
+  for n in topo:
+    if n.op in GroupOp.Movement:
+      if n.src[0] in below and n.base is not base: return True  # it moves a value computed from base
+      continue
+    if any(_moves_elsewhere(s, base, shape) for s in n.src): return True
+  return _moves_elsewhere(value, base, shape)
+
+def _moves_elsewhere(s: UOp, base: UOp, shape: tuple[sint, ...]) -> bool:
+  """For a chain of movement ops `s` read whole by a node: whether it reads `base` at another element (see above)."""
+  if s.op not in GroupOp.Movement or s.base is not base: return False
+  if s.shape != shape or is_symbolic(shape): return True
+  chain = []
+  while s.op in GroupOp.Movement:
+    chain.append(s)
+    s = s.src[0]
+  st = ShapeTracker.from_shape(base.shape)
+  for m in reversed(chain): st = st.apply(m.op, m.arg)
+  st = st.simplify()
+  if len(st.views) != 1: return True
+  v = st.views[0]
+  return v.offset != 0 or any(d != 1 and a != b for d, a, b in zip(shape, v.strides, strides_for_shape(shape)))
 
 def _reads_besides(u: UOp, base: UOp, view: UOp) -> bool:
   """Whether u reads the BUFFER `base` other than through `view` (and views of the value must not: see assign)."""

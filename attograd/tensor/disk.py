@@ -11,6 +11,7 @@ from attograd.uop.ops import GroupOp, Ops, UOp
 from attograd.uop.view import ShapeTracker, strides_for_shape
 from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.runtime.ops_disk import DiskBuffer, DiskMapping, DiskView
+import attograd.tensor.pending as pending
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def on_disk(device: Any) -> bool: return device.__class__ is str and device.startswith("DISK")
@@ -83,6 +84,9 @@ def assign(t: Tensor, x: Any) -> Tensor:
   if x.shape != t.shape: x = x._broadcast_to(t.shape)
   if x.dtype != t.dtype: x = x.cast(t.dtype)
   target = resolve(t).base
+  # a lazy write that reads the file's old bytes runs first (through a view of the file: a Buffer of its own, over the
+  # same bytes, so every pending write runs; writing a file is rare)
+  pending.flush_all()
   buf = buffers[target].allocate()
   # (no version bump: reads of DISK go through fresh nodes (resolve), so no memoized read of the old bytes is reused,
   # and a node whose value *is* the file, t.to("DISK:path"), stays valid)

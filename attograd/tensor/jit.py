@@ -16,6 +16,7 @@ from attograd.helpers import DEBUG, JIT, Context
 from attograd.engine.recorder import JitError, JitRuntimeError, JitTypeError, JitValueError  # noqa: F401
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _prefix_of_buffer
 from attograd.tensor.core import Tensor
+import attograd.tensor.pending as pending
 import attograd.tensor.rng as rng
 from attograd.uop.ops import GroupOp, Ops, UOp, unbind_sint
 from attograd.uop.variables import SIZED, map_arg, sym_arg, unbind_size
@@ -393,6 +394,9 @@ class TinyJit(Generic[ReturnType]):
       raise JitRuntimeError(f"TinyJit: {self!r} was called while {outer.owner!r} is capturing: having TinyJit inside "
                             "another TinyJit is not supported; jit only the outer function")
     if not JIT.value or DEBUG_NAN.value: return self.fxn(*args, **kwargs)  # NaN hunting checks every kernel as it runs
+    # lazy writes made before the call run now: a replay reads its inputs' memory directly, and a capture must not
+    # record them (they would run again on every replay)
+    pending.flush_all()
     args, kwargs, key, names, tensors, variables, sig = _prepare_inputs(args, kwargs, self._skip)
     self.cnt += 1
     if self._sig is not None and sig != self._sig:

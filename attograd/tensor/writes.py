@@ -1,6 +1,7 @@
 """Lazy in-place writes of realized buffers, realized together: the plan of one optimizer step (nn/optim.py), and
-giving tensors buffers of their own to write. Tensor.assign writes at once; a WritePlan's writes wait, so a whole
-optimizer step is one schedule."""
+giving tensors buffers of their own to write. Tensor.assign's writes wait one by one for a realize that needs them
+(tensor/pending.py), each its own schedule; a WritePlan's writes are realized together, so a whole optimizer step is
+one schedule."""
 from __future__ import annotations
 from typing import Sequence
 from attograd.helpers import ALLOW_DEVICE_USAGE
@@ -54,8 +55,8 @@ def _next_version(u: UOp) -> UOp:
 class WritePlan:
   """One optimizer step as lazy tensors: gradients first (materialized), then an in-place write per tensor.
 
-  Tensor.assign runs at once; here every write waits, so the whole step is one schedule. Two rules keep the
-  writes safe when they run in one schedule:
+  Tensor.assign's writes run one schedule each; here the writes are realized together, so the whole step is one
+  schedule. Two rules keep the writes safe when they run in one schedule:
   - a value that needs another tensor's *new* value reads it through the write returned by `assign`, so the
     scheduler runs that write first;
   - gradients may read parameters anywhere (a flip, a matmul), so they are computed into their own buffers before

@@ -47,7 +47,7 @@ def test_temporary_value_costs_one_kernel():
   a = Tensor([1.0, 2.0, 3.0]).realize()
   k0 = GlobalCounters.kernel_count
   a.assign(a * 2)
-  assert GlobalCounters.kernel_count - k0 == 1 and a.tolist() == [2.0, 4.0, 6.0]
+  assert a.tolist() == [2.0, 4.0, 6.0] and GlobalCounters.kernel_count - k0 == 1
 
 def test_optimizer_step_keeps_lazy_loss():
   Tensor.manual_seed(0)
