@@ -1209,8 +1209,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # floats: -max(-a, -b), so NaN propagates and a tie splits the gradient evenly, as in maximum (and torch)
     return (a < b).where(a, b) if not dtypes.is_float(a.dtype) else -((-a)._alu(Ops.MAX, -b))
   def where(self, x: Any, y: Any) -> Tensor:
-    """`x` where this (bool) tensor is true, else `y`."""
-    cond = self if self.dtype is dtypes.bool else self.ne(0)
+    """`x` where this bool tensor is true, else `y`. A condition of another dtype raises (as in tinygrad and
+    PyTorch): say what true means, `(t != 0).where(x, y)`."""
+    if self.dtype is not dtypes.bool:
+      raise DTypeOpError(f"where: the condition must be a bool tensor, got {self.dtype}; compare it first "
+                         f"(t != 0).where(x, y)")
+    cond = self
     if isinstance(x, Tensor) and isinstance(y, Tensor):
       x, y = x._broadcasted(y)
     elif isinstance(x, Tensor): x, y = x._broadcasted(y)
