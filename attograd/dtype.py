@@ -33,7 +33,11 @@ class DType:
   def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
     return DType(priority, itemsize, name, fmt)
   def __repr__(self) -> str:
-    return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+    """tinygrad's spelling, the dtype's short C-style alias: `dtypes.float` for float32, `dtypes.long` for int64,
+    `dtypes.half`, `dtypes.uchar`, `dtypes.fp8e4m3` (the same object as `dtypes.float32`, ...); str() is the same."""
+    s = self.scalar()
+    name = SHORT_NAMES.get(s, s.name)
+    return f"dtypes.{name}" if self.count == 1 else f"dtypes.{name}.vec({self.count})"
   def __lt__(self, o: DType) -> bool:
     return (self.priority, self.itemsize, self.name) < (o.priority, o.itemsize, o.name)
   def __reduce__(self) -> Any: return (_dtype_by_repr, (repr(self),))
@@ -203,6 +207,12 @@ dtypes.int8s, dtypes.int16s = (dtypes.uint8, dtypes.int8), (dtypes.uint16, dtype
 dtypes.int32s, dtypes.int64s = (dtypes.uint32, dtypes.int32), (dtypes.uint64, dtypes.int64)
 dtypes.all = (dtypes.bool,) + dtypes.ints + dtypes.floats
 dtypes.weaks = (dtypes.weakint, dtypes.weakfloat)
+# the name each dtype prints as (tinygrad's: the C type's name where there is one); the others print their own name
+SHORT_NAMES: dict[DType, str] = {
+  dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort", dtypes.int32: "int",
+  dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.float32: "float",
+  dtypes.float64: "double", dtypes.fp8e4m3: "fp8e4m3", dtypes.fp8e5m2: "fp8e5m2", dtypes.fp8e4m3fnuz: "fp8e4m3fnuz",
+  dtypes.fp8e5m2fnuz: "fp8e5m2fnuz"}
 
 def _wrap_int(v: int, d: DType) -> int:
   bits = d.itemsize * 8
@@ -214,7 +224,7 @@ DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items()
                                  if isinstance(v, DType) and not k.startswith("default")
                                  and k not in ("void", "weakint", "weakfloat")}
 def _dtype_by_repr(r: str) -> DType:
-  """The DType a repr names ("dtypes.float32", "dtypes.float32.vec(4)", "dtypes.float32.ptr(-1)"): how a DType
+  """The DType a repr names ("dtypes.float", "dtypes.float32.vec(4)", "dtypes.half.ptr(-1)"): how a DType
   unpickles, parsed (never eval'd: a pickle's bytes are not trusted code)."""
   name, *calls = r.removeprefix("dtypes.").split(".")
   d = getattr(dtypes, name, None) if name.isidentifier() and not name.startswith("_") else None

@@ -204,7 +204,7 @@ def test_variable_dtype_follows_its_bounds() -> None:
   assert Variable("a", -2**31, 2**31 - 1).dtype is dtypes.int32
   assert Variable("b", 0, 2**31).dtype is dtypes.int64 and Variable("c", -2**31 - 1, 0).dtype is dtypes.int64
   assert Variable("d", 0, 5, dtypes.int64).dtype is dtypes.int64
-  with pytest.raises(ValueError, match="fit its dtype dtypes.int32"): Variable("e", 0, 2**40, dtypes.int32).bind(2**35)
+  with pytest.raises(ValueError, match="fit its dtype dtypes.int;"): Variable("e", 0, 2**40, dtypes.int32).bind(2**35)
   assert Variable("e", 0, 2**40, dtypes.int32).bind(5).src[1].arg == 5
   b = Variable("b", 0, 2**40)
   assert b.bind(2**40).src[1].arg == 2**40 and ((b + 1).vmin, (b + 1).vmax) == (1, 2**40 + 1)
