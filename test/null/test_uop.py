@@ -19,7 +19,8 @@ def test_same_node_is_same_object() -> None:
   assert c(3) is not c(4)
   assert UOp.const(dtypes.int64, 3) is not c(3)
   assert Variable("a", 0, 8) is not a  # bounds are part of the arg
-  assert a + 1 is not 1 + a  # sources are ordered
+  assert UOp(Ops.ADD, I32, (c(1), a)) is not a + 1  # sources are ordered
+  assert 1 + a is a + 1 and 2 * a is a * 2  # a number on the left is built on the right, where sums put it
 
 def test_float_consts_hash_cons_by_value_and_sign() -> None:
   f32 = dtypes.float32
@@ -46,7 +47,7 @@ def test_replace_and_pickle_keep_identity() -> None:
 
 def test_hash_is_identity() -> None:
   a = Variable("a", 0, 9)
-  assert len({a + 1, a + 1, 1 + a}) == 2
+  assert len({a + 1, a + 1, UOp(Ops.ADD, I32, (c(1), a))}) == 2
 
 # ***** deep graphs: everything iterative and linear *****
 
