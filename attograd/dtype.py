@@ -33,7 +33,11 @@ class DType:
   def new(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
     return DType(priority, itemsize, name, fmt)
   def __repr__(self) -> str:
-    return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+    """tinygrad's spelling, the dtype's short C-style alias: `dtypes.float` for float32, `dtypes.long` for int64,
+    `dtypes.half`, `dtypes.uchar`, `dtypes.fp8e4m3` (the same object as `dtypes.float32`, ...); str() is the same."""
+    s = self.scalar()
+    name = SHORT_NAMES.get(s, s.name)
+    return f"dtypes.{name}" if self.count == 1 else f"dtypes.{name}.vec({self.count})"
   def __lt__(self, o: DType) -> bool:
     return (self.priority, self.itemsize, self.name) < (o.priority, o.itemsize, o.name)
   def __reduce__(self) -> Any: return (_dtype_by_repr, (repr(self),))
@@ -208,6 +212,13 @@ dtypes.weaks = (dtypes.weakint, dtypes.weakfloat)
 # pays that for every element before d's (float32 is the floats' 7th); a set finds d by its identity hash
 _FLOATS, _INTS, _UINTS = frozenset(dtypes.floats), frozenset(dtypes.ints), frozenset(dtypes.uints)
 
+# the name each dtype prints as (tinygrad's: the C type's name where there is one); the others print their own name
+SHORT_NAMES: dict[DType, str] = {
+  dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort", dtypes.int32: "int",
+  dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.float32: "float",
+  dtypes.float64: "double", dtypes.fp8e4m3: "fp8e4m3", dtypes.fp8e5m2: "fp8e5m2", dtypes.fp8e4m3fnuz: "fp8e4m3fnuz",
+  dtypes.fp8e5m2fnuz: "fp8e5m2fnuz"}
+
 def _wrap_int(v: int, d: DType) -> int:
   bits = d.itemsize * 8
   v &= (1 << bits) - 1
@@ -218,7 +229,7 @@ DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.__dict__.items()
                                  if isinstance(v, DType) and not k.startswith("default")
                                  and k not in ("void", "weakint", "weakfloat")}
 def _dtype_by_repr(r: str) -> DType:
-  """The DType a repr names ("dtypes.float32", "dtypes.float32.vec(4)", "dtypes.float32.ptr(-1)"): how a DType
+  """The DType a repr names ("dtypes.float", "dtypes.float32.vec(4)", "dtypes.half.ptr(-1)"): how a DType
   unpickles, parsed (never eval'd: a pickle's bytes are not trusted code)."""
   name, *calls = r.removeprefix("dtypes.").split(".")
   d = getattr(dtypes, name, None) if name.isidentifier() and not name.startswith("_") else None
@@ -254,7 +265,8 @@ def to_dtype(x: DType | str) -> DType:
 # The fp8s sit between the ints and half/bfloat16 as in tinygrad: int op fp8 stays fp8 (like int op half in PyTorch),
 # fp8e4m3 op fp8e5m2 is half (PyTorch refuses to promote fp8s at all).
 # int64 and uint64 meet only at weakfloat (as in tinygrad and JAX): no int holds both, and any float is a choice, the
-# default float (strong_dtype) rather than the first fp8 above them, which kept 3 mantissa bits of a 64-bit int.
+# default float (where a weakfloat tensor is stored) rather than the first fp8 above them, which kept 3 mantissa bits
+# of a 64-bit int.
 promo_lattice: dict[DType, list[DType]] = {
   dtypes.bool: [dtypes.weakint], dtypes.weakint: [dtypes.int8, dtypes.uint8],
   dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32], dtypes.int32: [dtypes.int64],
@@ -277,26 +289,14 @@ def weak_dtype(d: DType) -> DType:
   """The weak dtype of d's kind (weakfloat for floats, weakint for ints); bool and others as they are."""
   return dtypes.weakfloat if dtypes.is_float(d) else dtypes.weakint if dtypes.is_int(d) else d
 
+@functools.cache
 def least_upper_dtype(*ds: DType) -> DType:
-  """The smallest dtype every one of `ds` promotes to (PyTorch's rules for tensor-tensor ops). With a weak dtype
-  among `ds` the result may be weak, as in tinygrad; strong dtypes alone always give a strong one (int64 with uint64
-  is the default float, where tinygrad returns weakfloat and makes it the default float later)."""
-  return _least_upper(ds, dtypes.default_float)
-
-@functools.cache  # keyed by the default float too: Context(DEFAULT_FLOAT=...) changes what weakfloat stands for
-def _least_upper(ds: tuple[DType, ...], default_float: DType) -> DType:
-  out = min(frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds]))
-  return out if out not in _WEAKS or any(d.scalar() in _WEAKS for d in ds) else strong_dtype(out)
-
-_WEAKS = frozenset(dtypes.weaks)  # (a set: DTypes hash by identity, a tuple compares each with ==)
-
-def result_dtype(*ds: DType) -> DType:
-  """The dtype an op on tensors of dtypes `ds` gives: their least_upper_dtype, made strong unless every one of `ds` is
-  weak. A weak result only comes of Python scalars (`Tensor(2) + Tensor(3)` is weakint, as in tinygrad); a scalar
-  meeting a concrete dtype gives a concrete one, as PyTorch (`Tensor(2.5) + int8` is float32, where tinygrad shows
-  weakfloat)."""
-  out = least_upper_dtype(*ds)
-  return out if out not in _WEAKS or all(d in _WEAKS for d in ds) else strong_dtype(out)
+  """The smallest dtype every one of `ds` promotes to in the lattice above, as in tinygrad: the dtype of an op on
+  tensors of dtypes `ds`. It is weak where the lattice meets at a weak dtype, with a weak dtype among `ds` (int8 with
+  weakfloat is weakfloat) or without one (int64 with uint64 meet only at weakfloat: no int holds both; PyTorch refuses
+  the pair). A tensor of a weak dtype is stored in its strong dtype (strong_dtype), so it computes and reads back
+  there; the weak dtype only says how it promotes next."""
+  return min(frozenset.intersection(*[_get_recursive_parents(d.scalar()) for d in ds]))
 
 def least_upper_float(d: DType) -> DType:
   if d is dtypes.weakint: return dtypes.weakfloat

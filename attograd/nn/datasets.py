@@ -125,7 +125,7 @@ def mnist(device: str | None = None, fashion: bool = False) -> tuple[Tensor, Ten
 
   >>> X_train, Y_train, X_test, Y_test = mnist()  # doctest: +SKIP
   >>> X_train.shape, Y_train.dtype  # doctest: +SKIP
-  ((60000, 1, 28, 28), dtypes.uint8)
+  ((60000, 1, 28, 28), dtypes.uchar)
   """
   return _load("fashion_mnist" if fashion else "mnist", device)
 

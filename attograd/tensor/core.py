@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence, cast
 from attograd.device import Buffer, Device, ExternalBuffer
 from attograd.dtype import (bf16_bits_to_float, ConstType, DType, dtypes, DTYPES_DICT, float_to_bf16_bits,
                             float_to_fp8_bits, fp8_bits_to_float, from_np_dtype, Invalid, least_upper_dtype,
-                            least_upper_float, result_dtype, strong_dtype, sum_acc_dtype, to_dtype, to_np_dtype,
+                            least_upper_float, strong_dtype, sum_acc_dtype, to_dtype, to_np_dtype,
                             WeakDTypeError)
 from attograd.helpers import (ALLOW_DEVICE_USAGE, argfix, ArgumentError, AssertedArgumentError, Context, DEBUG,
                               DTypeOpError, fetch, GlobalCounters, make_tuple, prod, TRAINING)
@@ -1118,13 +1118,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
       elif not isinstance(y, (bool, int, float)):
         raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
       else:
-        # a Python scalar adopts the tensor's dtype unless it is a float meeting an int/bool tensor (the default
-        # float, as PyTorch: never a weak dtype, where tinygrad shows weakfloat); with a weak tensor it stays weak
-        if x._weak is not None: yd = least_upper_dtype(x.dtype, dtypes.from_py(y))
-        elif isinstance(y, float) and not dtypes.is_float(x.dtype): yd = dtypes.default_float
-        elif isinstance(y, int) and not isinstance(y, bool) and x.dtype is dtypes.bool: yd = dtypes.default_int
-        else: yd = x.dtype
-        y = x._const_like(y, yd)
+        # a Python scalar (weakint, weakfloat, bool) meets the tensor's dtype as in tinygrad: it takes the dtype when
+        # that holds its kind (an int with an int tensor, a float with a float one); else both go to the scalar's
+        # weak kind (int_tensor + 2.5 and bool_tensor + 2.5 are weakfloat, bool_tensor + 2 weakint), computed and
+        # stored in the default float or int
+        y = x._const_like(y, least_upper_dtype(x.dtype, dtypes.from_py(y)))
     if x.device != y.device:
       # a Tensor over device-less UOps (Tensor(UOp.const(1.0))) lives on the default device only nominally: it goes
       # where the other operand is, as in tinygrad
@@ -1134,7 +1132,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         raise ArgumentError(f"device mismatch: {x.device} and {y.device} tensors can't be combined; move one with "
                             f".to('{x.device}')")
     if match_dtype and x.dtype != y.dtype:
-      out = result_dtype(x.dtype, y.dtype)
+      out = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out), y.cast(out)
     if reverse: x, y = y, x
     shape = broadcast_pair(x.shape, y.shape)
@@ -1191,7 +1189,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if rounding_mode == "floor": return a // b
     if rounding_mode is not None:
       raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    if not dtypes.is_float(a.dtype): a, b = a._f(), b._f()  # (the default float; weakfloat for two weak ints)
+    if not dtypes.is_float(a.dtype):  # ints and bools (weakint too, as in tinygrad) divide in the default float
+      a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
     return a._alu(Ops.FDIV, b)
   def _safe_divisor(self) -> Tensor: return self.eq(0).where(self._const_like(1), self)
   def floordiv(self, x: Any, reverse: bool = False) -> Tensor:
@@ -1270,8 +1269,12 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # floats: -max(-a, -b), so NaN propagates and a tie splits the gradient evenly, as in maximum (and torch)
     return (a < b).where(a, b) if not dtypes.is_float(a.dtype) else -((-a)._alu(Ops.MAX, -b))
   def where(self, x: Any, y: Any) -> Tensor:
-    """`x` where this (bool) tensor is true, else `y`."""
-    cond = self if self.dtype is dtypes.bool else self.ne(0)
+    """`x` where this bool tensor is true, else `y`. A condition of another dtype raises (as in tinygrad and
+    PyTorch): say what true means, `(t != 0).where(x, y)`."""
+    if self.dtype is not dtypes.bool:
+      raise DTypeOpError(f"where: the condition must be a bool tensor, got {self.dtype}; compare it first "
+                         f"(t != 0).where(x, y)")
+    cond = self
     if isinstance(x, Tensor) and isinstance(y, Tensor):
       x, y = x._broadcasted(y)
     elif isinstance(x, Tensor): x, y = x._broadcasted(y)
@@ -1364,7 +1367,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # stays -0.0); elsewhere exp(x) - 1 loses at most ~2 ulp to the subtraction
     small = x.abs() < 0.5
     xs = small.where(x, 0.0)
-    n = {2: 8, 4: 10}.get(x.dtype.itemsize, 17)
+    n = {2: 8, 4: 10}.get(x.uop.dtype.itemsize, 17)  # (its stored dtype: a weakfloat is the default float)
     q = xs * (1 / math.factorial(n)) + 1 / math.factorial(n - 1)
     for k in range(n - 2, 1, -1): q = q * xs + 1 / math.factorial(k)
     y = small.where(xs * (xs * q + 1), x.exp() - 1)
@@ -1777,7 +1780,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     x, y = self, w
     if x.shape[-1] != (y.shape[-2] if y.ndim >= 2 else y.shape[0]):
       raise ArgumentError(f"matmul: inner dims don't match: {self.shape} @ {w.shape}")
-    d = to_dtype(dtype) if dtype is not None else result_dtype(x.dtype, y.dtype)
+    d = to_dtype(dtype) if dtype is not None else least_upper_dtype(x.dtype, y.dtype)
     # the operands are cast to the accumulator before multiplying: int8 products wrap at 8 bits otherwise, and
     # half/bfloat16/fp8 products are exact in float32 (then summed there, rounded to `d` once: PyTorch's result)
     acc = sum_acc_dtype(d)

@@ -3,7 +3,7 @@ primitives: every op here is views plus elementwise math and reduces, so it stay
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Callable, Sequence
-from attograd.dtype import DType, dtypes, least_upper_float, result_dtype, sum_acc_dtype, to_dtype
+from attograd.dtype import DType, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype, to_dtype
 from attograd.helpers import ArgumentError, TRAINING, UnknownModeError, argfix, ceildiv, flatten, make_tuple, prod
 from attograd.uop.ops import Ops, SymbolicSizeError, UOp, shape_str, ssimp
 from attograd.uop.view import smax, surely
@@ -609,7 +609,7 @@ class NNMixin:
                          f"the key's and value's ({hkv}, {value.shape[-3]})")
       key, value = key.repeat_interleave(hq // hkv, -3), value.repeat_interleave(hq // hkv, -3)
     # int and bool scores are counted in the default float (a matmul of theirs keeps their dtype: it would wrap, or OR)
-    sd = result_dtype(self.dtype, key.dtype)
+    sd = least_upper_dtype(self.dtype, key.dtype)
     qk = self.dot(key.transpose(-2, -1), dtype=None if dtypes.is_float(sd) else least_upper_float(sd))
     qk = qk * (1 / math.sqrt(self.shape[-1]))  # (..., L, S)
     if is_causal:
@@ -839,7 +839,7 @@ def _acc_product_sum(x: Tensor, w: Tensor, axes: tuple[int, ...]) -> Tensor:
   """(x * w).sum(axes) the way matmul does it: the operands cast to the accumulator first (ints don't wrap at their
   own width; half/bfloat16/fp8 products are exact in float32), floats rounded back to their dtype once at the end.
   For float32 every cast is a no-op, so its kernels are unchanged."""
-  d = result_dtype(x.dtype, w.dtype)
+  d = least_upper_dtype(x.dtype, w.dtype)
   acc = sum_acc_dtype(d)
   out = (x.cast(acc) * w.cast(acc)).sum(axes)
   return out.cast(d) if dtypes.is_float(d) else out

@@ -278,11 +278,17 @@ def _output_tensors(ret: Any, where: str = "the return value") -> list[Tensor]:
   raise JitTypeError(f"TinyJit: {where} is a {type(ret).__name__} ({ret!r:.40}), not a Tensor; on replay it would keep "
                   "its value from the captured call. Return Tensors (or None), and read values with .item() outside")
 
+def _like(t: Tensor, captured: Tensor) -> Tensor:
+  """A replay's output `t` showing the weak dtype its captured counterpart showed (int_tensor + 0.5 is weakfloat on
+  every call; the buffer holds its strong dtype)."""
+  if (w := captured._weak) is not None: t._weak = w
+  return t
+
 def _rebuild(ret: Any, outs: list[Tensor]) -> Any:
   """`ret` with its Tensors replaced, in order, by `outs`."""
   it = iter(outs)
   def go(x: Any) -> Any:
-    if isinstance(x, Tensor): return next(it)
+    if isinstance(x, Tensor): return _like(next(it), x)
     if isinstance(x, tuple): return tuple(go(y) for y in x)
     if isinstance(x, list): return [go(y) for y in x]
     if isinstance(x, dict): return {k: go(y) for k, y in x.items()}
@@ -409,7 +415,7 @@ class TinyJit(Generic[ReturnType]):
       self.captured = cj
       if cj.freed: cj.reallocate()
       graphs = cj([t.uop.base for t in tensors], variables, _replay_keys(cj) if cj.rng_bufs else None)
-      ret: Any = Tensor._of_uop(graphs[0]) if cj.ret.__class__ is Tensor else \
+      ret: Any = _like(Tensor._of_uop(graphs[0]), cj.ret) if cj.ret.__class__ is Tensor else \
         _rebuild(cj.ret, [Tensor._of_uop(u) for u in graphs])
       for i in cj.written_inputs: buffers[tensors[i].uop.base].version += 1  # results memoized from it are stale
       return ret

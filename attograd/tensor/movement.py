@@ -3,7 +3,7 @@ Everything here is reshape/permute/expand/shrink/flip/pad_ plus a few elementwis
 from __future__ import annotations
 import functools, math
 from typing import TYPE_CHECKING, Any, Sequence
-from attograd.dtype import dtypes, result_dtype
+from attograd.dtype import dtypes, least_upper_dtype
 from attograd.helpers import ArgumentError, AxisError, UnknownModeError, argfix, prod
 from attograd.uop.ops import SymbolicSizeError, UOp, ssimp, sym_val, sym_vals
 from attograd.uop.view import surely
@@ -111,10 +111,11 @@ class MovementMixin:
     return self.shrink(tuple((_cut(b), ssimp(s - _cut(a))) for (b, a), s in zip(pairs, self.shape)))
 
   def _pad_constant(self: Tensor, grow: tuple[tuple[int, int], ...], value: Any) -> Tensor:
-    if isinstance(value, float) and not math.isfinite(value) and not dtypes.is_float(self.dtype):
-      # an integer tensor can't hold inf or NaN (it became 0): the result is the default float, as in tinygrad; a
-      # finite float value is truncated to the dtype, as in PyTorch
-      self = self.cast(dtypes.default_float)
+    if isinstance(value, (bool, int, float)) and value != 0:
+      # the value meets the tensor's dtype as a Python scalar in `t + value` does (tinygrad's rule): an int tensor
+      # padded with 2.5 (or inf) is weakfloat, a bool tensor padded with 2 weakint, stored in the default float or
+      # int; a value of a kind the dtype holds takes the dtype, and so does zero (the default 0.0 pads an int as 0)
+      self = self.cast(least_upper_dtype(self.dtype, dtypes.from_py(value)))
     x = self.pad_(grow)
     # pad_ fills with +0 of any dtype; any other value (-0.0 too) is chosen with a padded mask
     if x is self or (value == 0 and not (isinstance(value, float) and math.copysign(1.0, value) < 0)): return x
@@ -201,7 +202,7 @@ class MovementMixin:
     def others(shape: tuple[int, ...]) -> tuple[int, ...]: return shape[:d] + shape[d + 1:]
     if any(t.ndim != self.ndim or others(t.shape) != others(self.shape) for t in args):
       raise ValueError(f"cat: shapes must match except in dim {d}, got {', '.join(str(t.shape) for t in ts)}")
-    dtype = result_dtype(*(t.dtype for t in ts))
+    dtype = least_upper_dtype(*(t.dtype for t in ts))
     total = sum(t.shape[d] for t in ts)
     pieces, offset = [], 0
     for t in ts:

@@ -275,11 +275,13 @@ class UOp(metaclass=UOpMetaClass):
       return y.alu(op, s) if reverse else s.alu(op, y)
     return y.alu(op, self) if reverse else self.alu(op, y)
   def __add__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, False)
-  def __radd__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, True)
+  # c + x and c * x of a Python number c are built as x + c and x * c, the order the simplifier gives sums and
+  # products (so 2*i + 3 is the very node a shape computed as i + i + 3 holds, and sizes compare by identity)
+  def __radd__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.ADD, x, isinstance(x, UOp))
   def __sub__(self, x: UOp | ConstType) -> UOp: return self + (-x if not isinstance(x, UOp) else x * -1)
   def __rsub__(self, x: UOp | ConstType) -> UOp: return self * -1 + x
   def __mul__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.MUL, x, False)
-  def __rmul__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.MUL, x, True)
+  def __rmul__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.MUL, x, isinstance(x, UOp))
   def __floordiv__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.IDIV, x, False)
   def __mod__(self, x: UOp | ConstType) -> UOp: return self._binop(Ops.MOD, x, False)
   def __neg__(self) -> UOp: return self * -1 if dtypes.is_int(self.dtype) else self.alu(Ops.NEG)

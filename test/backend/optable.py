@@ -477,7 +477,9 @@ ROWS: list[Row] = [
   R("squeeze_axes", "x", lambda x: x[:1, None].squeeze(0).squeeze(0), lambda x: x[:1, None].squeeze_axes((0, 1)), A,
     grad=True),
   R("pad", "x", lambda x: _tpad(x, (1, 2, 0, 1)), lambda x: x.pad((1, 2, 0, 1)), A, grad=True),
-  R("pad.value", "x", lambda x: _tpad(x, (2, 0), value=-1.5), lambda x: x.pad((2, 0), value=-1.5), A, grad=True),
+  # a float value pads an int or bool tensor as weakfloat, stored in float32 (tinygrad's rule; PyTorch truncates to -1)
+  R("pad.value", "x", lambda x: _tpad(x if x.is_floating_point() else x.float(), (2, 0), value=-1.5),
+    lambda x: x.pad((2, 0), value=-1.5), A, grad=True),
   R("pad.negative", "x", lambda x: _tpad(x, (-1, 2, 1, -2)), lambda x: x.pad((-1, 2, 1, -2)), A, grad=True),
   # (torch pads two dims in reflect/replicate mode only of a 3-d or 4-d input)
   R("pad.reflect", "x", lambda x: _tpad(x[None], (3, 1, 2, 2), "reflect")[0],

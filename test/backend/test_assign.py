@@ -178,7 +178,7 @@ def test_invalids_is_a_writable_buffer(device: str) -> None:
 
 def test_assign_dtype_mismatch_raises(device: str) -> None:
   a = Tensor.zeros(4, dtype=dtypes.float32, device=device).contiguous().realize()
-  with pytest.raises(RuntimeError, match=r"assign dtype mismatch: target dtypes.float32 but value dtypes.int32"):
+  with pytest.raises(RuntimeError, match=r"assign dtype mismatch: target dtypes.float but value dtypes.int;"):
     a.assign(Tensor([1, 2, 3, 4], dtype=dtypes.int32, device=device))
   with pytest.raises(RuntimeError, match="assign dtype mismatch"):  # 2**24 + 1 isn't a float32
     a[:1].assign(Tensor([16777217], dtype=dtypes.int64, device=device))

@@ -117,7 +117,7 @@ def test_float_to_fp16_and_bf16() -> None:
   np.testing.assert_array_equal([float_to_bf16(v) for v in x.tolist()], torch.from_numpy(x).bfloat16().float().numpy())
   assert float_to_bf16(math.inf) == math.inf and math.isnan(float_to_bf16(math.nan))
   assert float_to_bf16(3.4e38) == math.inf  # rounds up past bfloat16's largest value, as torch does
-  with pytest.raises(TypeError, match="float_to_fp8: dtypes.float16 is not an fp8"): float_to_fp8(1.0, d.float16)
+  with pytest.raises(TypeError, match="float_to_fp8: dtypes.half is not an fp8"): float_to_fp8(1.0, d.float16)
 
 def test_can_lossless_cast() -> None:
   yes = [(d.uint8, d.int16), (d.uint32, d.int64), (d.int8, d.float16), (d.uint16, d.float32), (d.int32, d.float64),

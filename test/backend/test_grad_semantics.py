@@ -120,7 +120,7 @@ def test_realized_grad_accumulates(device: str) -> None:
 
 def test_setitem_value_dtype_mismatch_raises(device: str) -> None:
   t = Tensor.zeros(6, dtype=dtypes.float32).contiguous().realize()
-  with pytest.raises(RuntimeError, match="setitem: the value's dtype .*int32 differs from the tensor's .*float32"):
+  with pytest.raises(RuntimeError, match="the value's dtype dtypes.int differs from the tensor's dtypes.float"):
     t[2:4] = Tensor([1, 2], dtype=dtypes.int32)
   assert t.tolist() == [0.0] * 6  # nothing was written
   t[2:4] = Tensor([1, 2], dtype=dtypes.int32).cast(dtypes.float32)

@@ -71,7 +71,7 @@ def test_default_float_and_int(device: str) -> None:
     np.testing.assert_allclose((Tensor([1, 2]) / 4).numpy(), [0.25, 0.5])
   with Context(DEFAULT_FLOAT="HALF"): assert dtypes.default_float is dtypes.float16  # tinygrad's env spelling
   assert Tensor([1.5]).dtype is dtypes.float32 and Tensor([1]).dtype is dtypes.int32
-  with pytest.raises(ValueError, match="DEFAULT_INT: dtypes.float32 is not an integer dtype"):
+  with pytest.raises(ValueError, match="DEFAULT_INT: dtypes.float is not an integer dtype"):
     with Context(DEFAULT_INT=dtypes.float32): pass
 
 # ***** getenv *****

@@ -434,10 +434,10 @@ def test_tensor_shape_dtype_change_raises() -> None:
   @TinyJit
   def f(x: Tensor, y: Tensor) -> Tensor: return x + y
   for _ in range(3): np.testing.assert_allclose(f(Tensor(rnd(3)), Tensor(rnd(3))).numpy(), rnd(3) * 2, rtol=1e-6)
-  with pytest.raises(JitError, match=r"argument 1 is a Tensor of shape \(4,\) \(dtypes.float32, CPU\), but the capture "
+  with pytest.raises(JitError, match=r"argument 1 is a Tensor of shape \(4,\) \(dtypes.float, CPU\), but the capture "
                                      r"took a Tensor of shape \(3,\)"):
     f(Tensor(rnd(3)), Tensor(rnd(4)))
-  with pytest.raises(JitError, match=r"argument 0 is a Tensor of shape \(3,\) \(dtypes.int32"):
+  with pytest.raises(JitError, match=r"argument 0 is a Tensor of shape \(3,\) \(dtypes.int,"):
     f(Tensor(np.arange(3, dtype=np.int32)), Tensor(rnd(3)))
 
 def test_training_mode_is_keyed() -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from helpers import compare, cpu_only, helper_test_op, make_inputs
 from attograd import Tensor, dtypes
+from attograd.dtype import DType
 
 def P(name: str, *args: Any) -> Any: return pytest.param(*args, id=name)
 def dt_id(d: Any) -> str: return np.dtype(d).name
@@ -250,9 +251,13 @@ def test_where_dtypes(device: str, dtype: Any) -> None:
   helper_test_op([(3, 4), (3, 4), (3, 4)], lambda c, x, y: np.where(c, x, y), lambda c, x, y: c.where(x, y),
                  dtype=[np.bool_, dtype, dtype])
 
-def test_where_float_cond(device: str) -> None:
-  # a non-bool condition means "nonzero"
-  helper_test_op([[0.0, 1.5, -2.0, 0.0], (4,), (4,)], lambda c, x, y: np.where(c, x, y), lambda c, x, y: c.where(x, y))
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32, dtypes.uint8], ids=str)
+def test_where_non_bool_cond_raises(device: str, dtype: DType) -> None:
+  # as tinygrad and PyTorch: the condition must be bool; "nonzero" is spelled out, and the error says how
+  c = Tensor([0, 1, 2, 0], dtype=dtype, device=device)
+  with pytest.raises(RuntimeError, match=f"where: the condition must be a bool tensor, got {dtype}"): c.where(1, 0)
+  with pytest.raises(TypeError, match="condition must be a bool"): c.where(Tensor([1.0] * 4, device=device), 0.0)
+  assert (c != 0).where(1, 0).tolist() == [0, 1, 1, 0]
 
 LERP = [
   P("scalar_weight", [(3, 4), (3, 4)], lambda a, b: a + (b - a) * 0.3, lambda a, b: a.lerp(b, 0.3)),

@@ -164,7 +164,7 @@ def test_disk_tensor_is_a_view_of_the_file(tmp_path) -> None:
   assert isinstance(buf, DiskBuffer) and buf._buf.offset == 40 and buf._buf.nbytes == 48
   np.testing.assert_array_equal(t.to("CPU").numpy(), np.arange(10, 22, dtype=np.float32).reshape(3, 4))
   np.testing.assert_array_equal(t.numpy(), np.arange(10, 22, dtype=np.float32).reshape(3, 4))  # reading works directly
-  with pytest.raises(ValueError, match=r"raw\.bin: 10 elements of dtypes.float32 at byte 380 end at byte 420, past"):
+  with pytest.raises(ValueError, match=r"raw\.bin: 10 elements of dtypes.float at byte 380 end at byte 420, past"):
     disk_tensor(p, 380, (10,), dtypes.float32)
 
 def test_disk_reads_only_what_is_moved(tmp_path) -> None:
@@ -309,7 +309,7 @@ def test_torch_load_truncated(tmp_path) -> None:
   torch.save({"w": torch.ones(1000)}, tmp_path / "l.pt", _use_new_zipfile_serialization=False)
   p = tmp_path / "l.pt"
   p.write_bytes(p.read_bytes()[:-10])
-  with pytest.raises(ValueError, match=r"l\.pt: storage '\d+' \(1000 elements of dtypes.float32 at byte \d+\) runs"):
+  with pytest.raises(ValueError, match=r"l\.pt: storage '\d+' \(1000 elements of dtypes.float at byte \d+\) runs"):
     torch_load(p)
 
 def test_torch_load_not_a_torch_file(tmp_path) -> None:

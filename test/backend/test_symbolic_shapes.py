@@ -213,6 +213,18 @@ def test_cat_sums_of_variables_broadcast(device: str) -> None:
     np.testing.assert_allclose(out[:i + j].numpy(), np.concatenate([a[:i], b[:j]]))
     np.testing.assert_allclose(ta[:vi].cat(tb[:2]).numpy(), np.concatenate([a[:i], b[:2]]))
 
+def test_cat_size_is_the_sum_as_written(device: str) -> None:
+  # the size of a cat of Variable-sized pieces is the very node the user's expression builds (sizes compare by
+  # identity): i+j+k in order, and 2*i + 3 for i + i + 3 (a number on the left of * is put on the right, as the
+  # simplifier puts it)
+  i, j, k = (Variable(n, 1, 5).bind(3) for n in "ijk")
+  t = Tensor.empty(5, 4, device=device)
+  assert t[:i].cat(t[:j], dim=0).cat(t[:k], dim=0).shape == (i + j + k, 4)
+  u = Tensor.arange(15, device=device).reshape(5, 3)
+  out = u[:i].cat(u[:i], dim=0).cat(Tensor.ones(3, 3, dtype=u.dtype, device=device), dim=0)
+  assert out.shape == (2 * i + 3, 3) and out.shape[0] is 3 + i * 2
+  assert out.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]] * 2 + [[1, 1, 1]] * 3
+
 def test_var_and_mean_over_symbolic_counts(device: str) -> None:
   a = np.random.default_rng(3).random((10, 10)).astype(np.float32)
   t = Tensor(a, device=device)

@@ -42,20 +42,26 @@ def test_shrink_to(device: str) -> None:
   with pytest.raises(ValueError, match="shrink"): Tensor(x).shrink_to(5, 2)
 
 def test_pad_int_with_a_value_it_cannot_hold(device: str) -> None:
-  # inf and NaN have no int value (they became 0): the tensor is padded as the default float; a finite float value is
-  # truncated to the int dtype, as in PyTorch
+  # the value meets the dtype as a Python scalar in `t + value` does (tinygrad's rule): a float value (inf and NaN
+  # too) pads an int tensor as weakfloat, stored in the default float, so 2.5 is kept (PyTorch truncates it to 2)
   t = Tensor([[1, 2], [3, 4]], dtype=dtypes.int32)
   r = t.pad((1, 0, 0, 1), value=-math.inf)
-  assert r.dtype == dtypes.default_float and r.tolist() == [[-math.inf, 1, 2], [-math.inf, 3, 4], [-math.inf] * 3]
+  assert r.dtype == dtypes.weakfloat and r.tolist() == [[-math.inf, 1, 2], [-math.inf, 3, 4], [-math.inf] * 3]
+  assert r.numpy().dtype == np.float32
   assert math.isnan(Tensor([True]).pad((0, 1), value=math.nan).tolist()[1])
   r = t.pad((0, 1), value=2.5)
-  assert r.dtype == dtypes.int32 and r.tolist() == [[1, 2, 2], [3, 4, 2]]
+  assert r.dtype == dtypes.weakfloat and r.tolist() == [[1, 2, 2.5], [3, 4, 2.5]]
+  # an int pads a bool tensor as weakint; a value the dtype holds, or zero (the default 0.0 too), keeps the dtype
+  b = Tensor([True, False])
+  assert (b.pad((0, 1), value=2).dtype, b.pad((0, 1), value=2).tolist()) == (dtypes.weakint, [1, 0, 2])
+  assert b.pad((0, 1), value=True).dtype is dtypes.bool and t.pad((0, 1), value=-7).dtype is dtypes.int32
+  assert t.pad((0, 1)).dtype is t.pad((0, 1), value=-0.0).dtype is dtypes.int32
 
 @pytest.mark.parametrize("value", [0, 2.5, -1])
 def test_pad_to(device: str, value: float) -> None:
   check_fwd_bwd(A45, lambda t: t.pad_to(6, None, value=value), lambda t: F.pad(t, (0, 0, 0, 2), value=value))
   check_fwd_bwd(A45, lambda t: t.pad_to(4, 7, value=value), lambda t: F.pad(t, (0, 2), value=value))
-  assert Tensor([1, 2], dtype=dtypes.int32).pad_to(4, value=value).tolist() == [1, 2, int(value), int(value)]
+  assert Tensor([1, 2], dtype=dtypes.int32).pad_to(4, value=value).tolist() == [1, 2, value, value]
   x = Tensor([1.0, 2.0])
   assert x.pad_to(None, value=value) is x  # no padding: nothing to fill
   with pytest.raises(ValueError, match="pad_to"): x.pad_to(2, 3)

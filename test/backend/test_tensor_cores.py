@@ -139,7 +139,7 @@ def _kernel(t: Tensor, **kw) -> Kernel:
 def test_bad_tc_opts_say_why() -> None:
   h = _low(_rand(32, 32), dtypes.float16)
   tcs = {"tensor_cores": (dtypes.float16, dtypes.bfloat16)}
-  with pytest.raises(ValueError, match="no tensor cores for dtypes.float16"): _kernel(h @ h).apply_opt(Opt("TC", 0, 0))
+  with pytest.raises(ValueError, match="no tensor cores for dtypes.half"): _kernel(h @ h).apply_opt(Opt("TC", 0, 0))
   with pytest.raises(ValueError, match="no tensor cores for dtypes.float"):
     _kernel(Tensor(_rand(32, 32)) @ Tensor(_rand(32, 32)), **tcs).apply_opt(Opt("TC", 0, 0))
   with pytest.raises(ValueError, match="not one sum of products"):

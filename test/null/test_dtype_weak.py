@@ -17,11 +17,25 @@ def test_from_py_refuses_values_without_a_dtype(x: object) -> None:
   with pytest.raises(RuntimeError, match="can't infer"): dtypes.from_py(x)
   with pytest.raises(TypeError): dtypes.from_py(x)  # (also a TypeError, attograd's class for it before)
 
-def test_int64_meets_uint64_at_the_default_float() -> None:
-  # their lattice meet is weakfloat (tinygrad's answer); strong dtypes alone give a strong one, the default float
-  for s in dtypes.sints: assert least_upper_dtype(s, dtypes.uint64) is dtypes.default_float
+def test_int64_meets_uint64_at_weakfloat() -> None:
+  # no int holds both: the lattice meets at weakfloat, as in tinygrad (a tensor of it is stored in the default float)
+  for s in dtypes.sints: assert least_upper_dtype(s, dtypes.uint64) is dtypes.weakfloat
   assert least_upper_dtype(dtypes.int64, dtypes.uint64, dtypes.weakfloat) is dtypes.weakfloat
   assert least_upper_dtype(dtypes.int64, dtypes.uint64, dtypes.float16) is dtypes.float16
+
+def test_strong_dtypes_meet_at_a_weak_dtype_only_for_uint64_with_a_signed_int() -> None:
+  strong = (dtypes.bool,) + dtypes.ints + dtypes.floats
+  for a in strong:
+    for b in strong:
+      weak = {a, b} & {dtypes.uint64} and {a, b} & set(dtypes.sints)
+      assert (least_upper_dtype(a, b) is dtypes.weakfloat) == bool(weak), (a, b)
+
+def test_a_scalar_of_a_kind_the_dtype_cant_hold_meets_it_at_its_weak_kind() -> None:
+  # what `tensor + scalar` types as: a float scalar with an int or bool dtype, an int one with bool
+  for d in dtypes.ints + (dtypes.bool,): assert least_upper_dtype(d, dtypes.weakfloat) is dtypes.weakfloat
+  assert least_upper_dtype(dtypes.bool, dtypes.weakint) is dtypes.weakint
+  for d in dtypes.ints + dtypes.floats: assert least_upper_dtype(d, dtypes.weakint) is d
+  for d in dtypes.floats: assert least_upper_dtype(d, dtypes.weakfloat) is d
 
 def test_weak_dtypes_range_and_finfo_are_their_strong_dtypes() -> None:
   # a weak tensor's values are in its strong dtype: max-pool pads and reduce identities read these
