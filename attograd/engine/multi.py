@@ -30,10 +30,8 @@ def _whole(u: UOp) -> UOp:
 
 def to_device(u: UOp, device: str) -> UOp:
   if u.device == device: return u
-  # a value made of constants alone (Tensor.ones, full) is made again on the device: nothing to compute or copy
-  nodes = u.toposort()
-  if all(x.op in (Ops.CONST, Ops.DEVICE) or x.op in GroupOp.Movement for x in nodes):
-    return u.substitute({x: UOp(Ops.DEVICE, arg=device) for x in nodes if x.op is Ops.DEVICE})
+  # a constant seen through movement ops (Tensor.ones, full) is made again on the device: nothing to compute or copy
+  if (c := u.base).op is Ops.CONST and c.src: return u.substitute({c.src[0]: UOp(Ops.DEVICE, arg=device)})
   return UOp(Ops.COPY, u.dtype, (_whole(u), UOp(Ops.DEVICE, arg=device)))
 
 def _shrink(u: UOp, axis: int, lo: int, hi: int) -> UOp:

@@ -557,11 +557,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     ('CPU', 'CPU:1')
     """
     if y.device.__class__ is str: return self.to(y.device)
-    lowered = multi.lower([y.uop])[0]
-    axis = lowered.arg if lowered.op is Ops.MULTI else None
-    if self.device == y.device:
-      mine = multi.lower([self.uop])[0]
-      if (mine.arg if mine.op is Ops.MULTI else None) == axis: return self
+    axis = y.uop.axis  # (where the multi-device layout splits y)
+    if self.device == y.device and self.uop.axis == axis: return self
     src = self if self.device.__class__ is str else self.to(Device.DEFAULT)
     return src.shard(cast(tuple, y.device), axis)
   def clone(self, device: str | None = None) -> Tensor:
@@ -770,15 +767,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @_takes_requires_grad
   def ones(*shape: Any, **kw: Any) -> Tensor:
     return Tensor.full(argfix(*shape), 1.0, **{"dtype": dtypes.default_float, **kw})
-  @_takes_requires_grad
   def _like(self, make: Callable[[tuple, Any], Tensor], kw: dict[str, Any]) -> Tensor:
     """make(shape, device) for a new tensor like this one. Split over several devices (and no device given), it is
     split the same way: each device makes its own shard, so nothing is made whole and copied (tinygrad keeps the
     axis too)."""
-    if "device" not in kw and self.device.__class__ is tuple and (lay := multi.lower([self.uop])[0]).op is Ops.MULTI \
+    if "device" not in kw and self.device.__class__ is tuple and (lay := multi.layout(self.uop)) is not None \
        and lay.arg is not None:
       return Tensor._of_uop(multi.multi([make(s.shape, s.device).uop for s in lay.src], lay.arg))
     return make(self.shape, kw.pop("device", self.device))
+  @_takes_requires_grad
   def full_like(self, fill_value: ConstType, **kw: Any) -> Tensor:
     dt = kw.pop("dtype", self.dtype)
     return self._like(lambda shape, dev: Tensor.full(shape, fill_value, dtype=dt, device=dev, **kw), kw)

@@ -45,7 +45,8 @@ def _view_vars(u: UOp) -> list[UOp]:
   """The bound Variables in the args of a view's movement ops (a shrink from a Variable on)."""
   out: list[UOp] = []
   while u.op in GroupOp.Movement:
-    if u.op in SIZED and sym_arg(u.arg): map_arg(u.arg, lambda x: out.extend(_shape_vars((x,))))
+    if u.op in SIZED and sym_arg(u.arg):  # (a flat arg, or (start, end) pairs: a pad, a shrink)
+      out += _shape_vars(tuple(x for a in u.arg for x in (a if isinstance(a, tuple) else (a,))))
     u = u.src[0]
   return out
 
@@ -217,10 +218,11 @@ def _prepare_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], skip: int) ->
   # a copy (_check_copies raises: the write would be lost).
   fixed: dict[int, Tensor] = {}
   views: list[tuple[int, Any]] = []
-  parts = [t.uop.src if t.uop.op is Ops.MULTI else (t.uop,) for t in tensors]
-  shared = Counter(s.base for ps in parts for s in ps)
-  for i, t in enumerate(tensors):
-    if _is_whole_buffer(t.uop): continue
+  if (not_whole := [i for i, t in enumerate(tensors) if not _is_whole_buffer(t.uop)]):
+    parts = [t.uop.src if t.uop.op is Ops.MULTI else (t.uop,) for t in tensors]
+    shared = Counter(s.base for ps in parts for s in ps)
+  for i in not_whole:
+    t = tensors[i]
     if all(s.base.op is Ops.BUFFER and shared[s.base] == 1 for s in parts[i]): views.append((i, _view_key(t.uop)))
     else:
       fixed[id(t)] = c = t.contiguous().realize()

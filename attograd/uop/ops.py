@@ -207,7 +207,8 @@ class UOp(metaclass=UOpMetaClass):
   def bounds(self) -> list[tuple[int, int]]:
     """(start, end) of each device's shard along the split axis (tinygrad's name)."""
     if (m := self._layout()) is None or m.arg is None:
-      raise RuntimeError(f"bounds: a {self.op} that isn't split over devices along an axis has no shard bounds")
+      raise RuntimeError(f"bounds: a value of shape {self.shape} on {self.device} isn't split over devices along an "
+                         "axis, so it has no shard bounds")
     out, at = [], 0
     for s in m.src:
       out.append((at, at + s.shape[m.arg]))
