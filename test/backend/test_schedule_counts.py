@@ -88,6 +88,28 @@ def test_matmul_is_one_kernel(device: str) -> None:
   assert count_kernels(out.realize) == 1
   compare(out, an @ bn, atol=1e-5)
 
+def test_big_matmul_pads_right_operand_rows_to_cache_lines(device: str) -> None:
+  # (512, 512) @ (512, 513): the rows of b start mid cache line, so a zero-padded copy of b (528 columns) runs first
+  # and the product keeps its first 513 columns (Tensor.dot's _aligned_cols)
+  if device == "PYTHON": pytest.skip("the PYTHON device interprets 135M multiply-adds")
+  (a, an), (b, bn) = realized(512, 512), realized(512, 513, seed=1)
+  out = a @ b
+  assert out.shape == (512, 513)
+  assert count_kernels(out.realize) == 2
+  compare(out, an @ bn, atol=1e-2, rtol=1e-4)
+  # rows already on cache lines (528 columns), or too few rows for the multiply-adds to dominate: no copy
+  c, cn = realized(512, 528, seed=2)
+  assert count_kernels((a @ c).realize) == 1
+  d, dn = realized(511, 512, seed=3)
+  assert count_kernels((d @ b).realize) == 1
+  compare(d @ b, dn @ bn, atol=1e-2, rtol=1e-4)
+  # the gradients flow through the padded copy
+  a.requires_grad_(), b.requires_grad_()
+  (a @ b).sum().backward()
+  ones = np.ones((512, 513), np.float32)
+  compare(a.grad, ones @ bn.T, atol=1e-2, rtol=1e-4)
+  compare(b.grad, an.T @ ones, atol=1e-2, rtol=1e-4)
+
 def test_activation_read_by_a_matmul_gets_a_buffer(device: str) -> None:
   # relu(a + bias) would be recomputed for every column of the product: it gets a buffer (2 kernels); one op on
   # the operand (a cast, a scale) stays fused
