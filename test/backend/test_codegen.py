@@ -19,6 +19,27 @@ def test_matmul_tiles_match_numpy(m: int, k: int, n: int) -> None:
   a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
   np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
+@pytest.mark.parametrize("shape,dtype", [((64, 768), np.float32), ((8, 96), np.float64), ((3, 1024), np.float32)])
+def test_lane_sum_macro_adds_as_the_tree_of_lanes(shape: tuple[int, int], dtype: type) -> None:
+  # a sum over vector lanes ends in the halving tree of whole-vector adds (cstyle.lane_sum_rule): the same result, to
+  # the bit, as the tree of single lanes it replaces (its #else, forced by ATTO_LANE_SUM_SCALAR)
+  import ctypes
+  from attograd.runtime.ops_cpu import CPUProgram
+  x = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+  items, _ = create_schedule([Tensor(x).realize().sum(1).uop])
+  spec = get_program(items[-1].ast, Device["CPU"].renderer)
+  assert "__ATTO_LANE_SUM_" in spec.src
+  comp = Device["CPU"].compiler
+  outs = []
+  for extra in ([], ["-DATTO_LANE_SUM_SCALAR"]):
+    out = np.zeros(shape[0], dtype)
+    prg = CPUProgram(spec.name, comp._compile_with(spec.src, comp.flags + extra))  # type: ignore[attr-defined]
+    prg.fxn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    prg.fxn(out.ctypes.data, x.ctypes.data)
+    outs.append(out)
+  np.testing.assert_allclose(outs[0], x.sum(1), rtol=1e-5, atol=1e-5)
+  assert outs[0].tobytes() == outs[1].tobytes()
+
 def test_matmul_uses_vector_lanes() -> None:
   a, b = Tensor.rand(64, 64).realize(), Tensor.rand(64, 64).realize()
   src = _src(a @ b)
