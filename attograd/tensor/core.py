@@ -2112,8 +2112,10 @@ def _run_afters(u: UOp) -> UOp:
   for assign; the graph being realized reads the buffer after the write."""
   subs: dict[UOp, UOp] = {}
   topo = u.toposort()
+  # a hand-written kernel's body (a CALL's src[0]) orders its own statements with AFTERs: not lazy writes
+  body: set[UOp] = set().union(*[c.src[0].toposort() for c in topo if c.op is Ops.CALL])
   for n in topo:
-    if n.op is not Ops.AFTER: continue
+    if n.op is not Ops.AFTER or n in body: continue
     now = n.substitute(subs) if subs else n
     for d in now.src[1:]:
       if d.op is Ops.ASSIGN:
@@ -2122,9 +2124,38 @@ def _run_afters(u: UOp) -> UOp:
                              f"not of a lazy {base.op.name.lower()}; realize() it first")
         _keep_values_of_readers({base}, set(topo) | {d})
         _write(d, False, False)
+      elif d.op is Ops.CALL:  # a hand-written kernel (Tensor.custom_kernel): the value is where it ran
+        subs[n] = subs[now] = _run_call(d)[d.src[1:].index(now.src[0])]
+        break
       elif not _is_realized(d): Tensor._realize_all([Tensor(d)])
-    subs[n] = subs[now] = now.src[0]  # (the outer nodes are rebuilt over the replaced inner ones: `now` is met)
+    else: subs[n] = subs[now] = now.src[0]  # (the outer nodes are rebuilt over the replaced inner ones: `now` is met)
   return u.substitute(subs)
+
+# each hand-written kernel that ran -> the buffer views it ran on, one per argument (by its CallInfo, which rewriting
+# the CALL's sources keeps): it runs once however many of its outputs are realized, and whenever
+_calls_ran: weakref.WeakKeyDictionary[Any, tuple[UOp, ...]] = weakref.WeakKeyDictionary()
+
+def _run_call(call: UOp) -> tuple[UOp, ...]:
+  """Run the kernel of a CALL (its body src[0], over the arguments src[1:]) once, now: each argument computed into a
+  whole buffer of its own first unless it is one, then the kernel as one ScheduleItem over those buffers (argument i
+  is the body's placeholder slot i). It writes in place, as in tinygrad: a lazy tensor that reads a buffer the kernel
+  writes and is realized after it sees the new values."""
+  if (done := _calls_ran.get(call.arg)) is not None: return done
+  body, args = call.src[0], call.src[1:]
+  homes: dict[UOp, UOp] = {}
+  for a in args:
+    if a in homes: continue
+    t = Tensor(a) if _contiguous_view_of_buffer(a) else Tensor(a).contiguous()
+    t.realize()
+    homes[a] = t.uop
+  out = tuple(homes[a] for a in args)
+  pending.flush_for(list(out))  # lazy writes into these buffers (Tensor.assign) run first
+  if len({h.device for h in out}) > 1:
+    raise RuntimeError(f"custom_kernel: its tensors are on several devices ({sorted({h.device for h in out})}); a "
+                       "kernel runs on one")
+  run_schedule([ScheduleItem(body, tuple(buffers[h.base] for h in out))])
+  _calls_ran[call.arg] = out
+  return out
 
 def _reads_elsewhere(value: UOp, base: UOp, shape: tuple[sint, ...]) -> bool:
   """Whether a value written into the whole BUFFER `base` (seen with `shape`) may read base at another element than

@@ -22,9 +22,12 @@ devices or writes buffers (`to`, `shard`, `assign`, `replace`, setitem), draws f
 `alu`, `replace`; `==` and `hash()` are identity, as UOps are dictionary keys). `cast` is UOp's, and the same graph as
 the Tensor's for a strong dtype. The pure random functions of an explicit key and counter (`threefry`, `random_bits`,
 `_rand`) are lent. A lent method whose result depends on the data (`nonzero()` or `masked_select()` without `size`, a
-boolean mask index) realizes what it reads, as the Tensor's does."""
+boolean mask index) realizes what it reads, as the Tensor's does. On a kernel body's deviceless buffer views and
+values (tinygrad's hand-written kernels) the few names such a body uses (`reshape`, `flatten`, `[i, j]`, `/`, ...) are
+uop/kernel.py's instead."""
 from __future__ import annotations
 from typing import Any, Callable
+from attograd.uop import kernel
 from attograd.uop.ops import Ops, UOp
 from attograd.tensor.core import Tensor
 
@@ -104,7 +107,12 @@ def _named(method: Callable[..., Any], name: str, fn: Callable[..., Any]) -> Cal
 
 def _lend(name: str) -> Callable[..., Any]:
   fn = getattr(Tensor, name)
+  # a kernel body's buffer views and values (deviceless: a Tensor can't hold them) have their own (uop/kernel.py)
+  view_fn, value_fn = kernel.VIEW_METHODS.get(name), kernel.VALUE_METHODS.get(name)
   def method(self: UOp, *args: Any, **kw: Any) -> Any:
+    if self.device is None:
+      if view_fn is not None and kernel.is_kernel_view(self): return view_fn(self, *args, **kw)
+      if value_fn is not None and kernel.is_kernel_value(self): return value_fn(self, *args, **kw)
     return _out(fn(Tensor(self), *[_arg(a) for a in args], **{k: _arg(v) for k, v in kw.items()}))
   return _named(method, name, fn)
 
