@@ -261,8 +261,10 @@ def _free_deferred() -> None:
 
 class Buffer:
   """`size` elements of `dtype` on `device`; memory is allocated on first use."""
-  def __init__(self, device: str, size: int, dtype: DType, initial: bytes | memoryview | None = None):
+  def __init__(self, device: str, size: int, dtype: DType, initial: bytes | memoryview | None = None,
+               initial_value: bytes | memoryview | None = None):  # (initial_value: tinygrad's name of `initial`)
     if size < 0: raise ValueError(f"Buffer size must be >= 0, got {size}")
+    if initial is None: initial = initial_value
     self.device, self.size, self.dtype = device, size, dtype
     self._buf: Any = None
     self.version = 0  # bumped by every in-place write (assign), so stale memoized results are not reused

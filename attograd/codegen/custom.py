@@ -155,7 +155,7 @@ class _Builder:
       if r is None: raise CustomKernelError(f"loop {u.arg[0]} is read outside its END")
     elif op is Ops.DEFINE_VAR: r = u
     elif op is Ops.BIND: r = u.src[0]
-    elif op is Ops.AFTER: r = self._lower(u.src[0], memo)
+    elif op is Ops.AFTER or (op is Ops.LOAD and len(u.src) == 1): r = self._lower(u.src[0], memo)
     elif op is Ops.INDEX:
       if u.shape: raise CustomKernelError("a value in a kernel body is one element; index every dim of the buffer "
                                           f"view (left: shape {shape_str(u.shape)})")

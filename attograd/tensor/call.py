@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 from attograd.gradient import register_custom_grad
-from attograd.dtype import dtypes
+from attograd.dtype import AddrSpace, dtypes
 from attograd.uop import build
 from attograd.uop.ops import CallInfo, Ops, UOp
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
@@ -55,11 +55,28 @@ def _call_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
 register_custom_grad("call", _call_grad_rule)
 
 def _kernel_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
-  """CUSTOM_GRAD("custom_kernel", grad_fxn, call, cls): sources (an output, *the kernel's arguments); tinygrad's
-  grad_fxn(grad, call) with call.src[1:] the arguments, one gradient (or None) per argument."""
-  _, grad_fxn, call, cls = ret.arg
+  """CUSTOM_GRAD("custom_kernel", grad_fxn, call, i, cls): sources (the kernel's output i, *its arguments); tinygrad's
+  grad_fxn(grad, call), call.src[1:] the arguments, giving one gradient (or None) per argument. A grad_fxn of several
+  gradients, grad_fxn(*grads, call), gets one per buffer the kernel writes (in argument order): this output's, zeros
+  for the others; the rules of the outputs add up to grad_fxn of all their gradients (a gradient is linear)."""
+  _, grad_fxn, call, i, cls = ret.arg
   args = [cls(u) for u in ret.src[1:]]
-  return (None, *grads_of("custom_kernel", grad_fxn(ctx, call), args, cls))
+  if (n := _n_grads(grad_fxn)) <= 1: got = grad_fxn(ctx, call)
+  else:
+    written = sorted({p.arg.slot for st in call.src[0].toposort() if st.op is Ops.STORE for p in st.src[0].toposort()
+                      if p.op is Ops.PARAM and p.arg.addrspace is AddrSpace.GLOBAL})
+    if len(written) != n or i not in written:
+      raise ValueError(f"custom_kernel: grad_fxn takes {n} gradients, but the kernel writes {len(written)} of its "
+                       f"tensors ({written}) and output {i} is {'not ' if i not in written else ''}one of them")
+    got = grad_fxn(*[ctx if s == i else build.zeros_like(call.src[1 + s]) for s in written], call=call)
+  return (None, *grads_of("custom_kernel", got, args, cls))
+
+def _n_grads(grad_fxn: Callable[..., Any]) -> int:
+  """How many gradients a tinygrad-style grad_fxn(*grads, call) takes (1 when its signature can't be read)."""
+  import inspect
+  try: params = list(inspect.signature(grad_fxn).parameters.values())
+  except (TypeError, ValueError): return 1
+  return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) - 1
 register_custom_grad("custom_kernel", _kernel_grad_rule)
 
 class CallMixin:
@@ -107,7 +124,8 @@ class CallMixin:
     k = UOp(Ops.CALL, dtypes.void, (body, *[t.uop for t in lst]), CallInfo(grad_fxn, "custom_kernel"))
     outs = [t.uop.after(k) for t in lst]
     if grad_fxn is not None:
-      outs = [UOp(Ops.CUSTOM_GRAD, o.dtype, (o, *k.src[1:]), ("custom_kernel", grad_fxn, k, cls)) for o in outs]
+      outs = [UOp(Ops.CUSTOM_GRAD, o.dtype, (o, *k.src[1:]), ("custom_kernel", grad_fxn, k, i, cls))
+              for i, o in enumerate(outs)]
     return [cls(o) for o in outs]
 
   def call(self: Tensor, *args: Tensor, fxn: Tensor, grad_fxn: Callable[..., Any] | None = None) -> Tensor:  # type: ignore[misc]

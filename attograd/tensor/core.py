@@ -31,7 +31,7 @@ import attograd.tensor.disk as tensor_disk
 import attograd.tensor.rng as rng
 import attograd.tensor.pending as pending
 from attograd.tensor.buffer_views import (_ONE_TO_ONE, _contiguous_view_of_buffer, _is_realized, _is_whole_buffer,
-                                         _prefix_of_buffer, _writable_view)
+                                         _prefix_of_buffer, _prefix_view_of_buffer, _writable_view)
 from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
@@ -394,7 +394,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     running (linear_with_vars)."""
     if afters_built[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
       for t in ts:
-        if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop)
+        if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop, defer)
     # lazy writes (Tensor.assign) into the buffers these read or write run first, each as it would have run then
     if pending.pending and ALLOW_DEVICE_USAGE.value: pending.flush_for([t.uop for t in ts], defer)
     # (one tensor, the usual realize, without the comprehensions: in this Python each is a call of its own)
@@ -2105,11 +2105,12 @@ def _readers_of(targets: set[UOp], skip: set[UOp], bufs: set[Buffer] | None = No
   for t in todo: t.uop = _unique_contiguous(t.uop)
   return todo
 
-def _run_afters(u: UOp) -> UOp:
+def _run_afters(u: UOp, defer: list[ScheduleItem] | None = None) -> UOp:
   """u with each AFTER node (UOp.after) replaced by the value it waits for, once its writes (UOp.store: ASSIGNs) have
   run, inner ones and each node's writes in order first. attograd writes in place when a write is made; a lazy write
   of this API is made when a realize reaches it. Other lazy tensors reading a written buffer keep their values, as
-  for assign; the graph being realized reads the buffer after the write."""
+  for assign; the graph being realized reads the buffer after the write. defer: a hand-written kernel's items go there
+  instead of running (linear_with_vars)."""
   subs: dict[UOp, UOp] = {}
   topo = u.toposort()
   # a hand-written kernel's body (a CALL's src[0]) orders its own statements with AFTERs: not lazy writes
@@ -2125,7 +2126,7 @@ def _run_afters(u: UOp) -> UOp:
         _keep_values_of_readers({base}, set(topo) | {d})
         _write(d, False, False)
       elif d.op is Ops.CALL:  # a hand-written kernel (Tensor.custom_kernel): the value is where it ran
-        subs[n] = subs[now] = _run_call(d)[d.src[1:].index(now.src[0])]
+        subs[n] = subs[now] = _run_call(d, defer)[d.src[1:].index(now.src[0])]
         break
       elif not _is_realized(d): Tensor._realize_all([Tensor(d)])
     else: subs[n] = subs[now] = now.src[0]  # (the outer nodes are rebuilt over the replaced inner ones: `now` is met)
@@ -2135,25 +2136,27 @@ def _run_afters(u: UOp) -> UOp:
 # the CALL's sources keeps): it runs once however many of its outputs are realized, and whenever
 _calls_ran: weakref.WeakKeyDictionary[Any, tuple[UOp, ...]] = weakref.WeakKeyDictionary()
 
-def _run_call(call: UOp) -> tuple[UOp, ...]:
+def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, ...]:
   """Run the kernel of a CALL (its body src[0], over the arguments src[1:]) once, now: each argument computed into a
   whole buffer of its own first unless it is one, then the kernel as one ScheduleItem over those buffers (argument i
-  is the body's placeholder slot i). It writes in place, as in tinygrad: a lazy tensor that reads a buffer the kernel
-  writes and is realized after it sees the new values."""
+  is the body's placeholder slot i), or into `defer` (linear_with_vars). It writes in place, as in tinygrad: a lazy
+  tensor that reads a buffer the kernel writes and is realized after it sees the new values."""
   if (done := _calls_ran.get(call.arg)) is not None: return done
   body, args = call.src[0], call.src[1:]
   homes: dict[UOp, UOp] = {}
   for a in args:
     if a in homes: continue
-    t = Tensor(a) if _contiguous_view_of_buffer(a) else Tensor(a).contiguous()
-    t.realize()
+    t = Tensor(a) if _prefix_view_of_buffer(a) else Tensor(a).contiguous()
+    Tensor._realize_all([t], defer=defer)
     homes[a] = t.uop
   out = tuple(homes[a] for a in args)
-  pending.flush_for(list(out))  # lazy writes into these buffers (Tensor.assign) run first
+  pending.flush_for(list(out), defer)  # lazy writes into these buffers (Tensor.assign) run first
   if len({h.device for h in out}) > 1:
     raise RuntimeError(f"custom_kernel: its tensors are on several devices ({sorted({h.device for h in out})}); a "
                        "kernel runs on one")
-  run_schedule([ScheduleItem(body, tuple(buffers[h.base] for h in out))])
+  si = ScheduleItem(body, tuple(buffers[h.base] for h in out))
+  if defer is not None: defer.append(si)
+  else: run_schedule([si])
   _calls_ran[call.arg] = out
   return out
 

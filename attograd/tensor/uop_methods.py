@@ -29,6 +29,8 @@ from __future__ import annotations
 from typing import Any, Callable
 from attograd.uop import kernel
 from attograd.uop.ops import Ops, UOp
+from attograd.engine.buffers import new_buffer
+from attograd.tensor.buffer_views import _prefix_view_of_buffer
 from attograd.tensor.core import Tensor
 
 # instance methods: math, movement, reduce, indexing, nn functions, linear algebra, scans, autograd's graph builders
@@ -137,6 +139,11 @@ def _share(name: str) -> Callable[..., Any]:
                    f"math, symbolic sizes) UOp's own {name} (lent by attograd/tensor/uop_methods.py)."
   return method
 
+def _contiguous_view(self: UOp) -> UOp | None:
+  """This node when its elements are the first ones of a buffer, in order (a kernel can be given the buffer itself),
+  else None (tinygrad's name)."""
+  return self if _prefix_view_of_buffer(self) else None
+
 def lend() -> None:
   """Give UOp the methods above (once, when attograd.tensor loads). A lent name UOp has of its own is an error: a
   shared one must be listed in SHARED, where the device decides."""
@@ -147,6 +154,8 @@ def lend() -> None:
   for name in LENT_STATIC: setattr(UOp, name, _lend_static(name))
   for name in SHARED: setattr(UOp, name, _share(name))
   UOp.T = property(lambda self: self.transpose(), doc="Tensor.T: the last two dims swapped")  # type: ignore[attr-defined]
+  UOp.new_buffer = staticmethod(new_buffer)  # type: ignore[attr-defined]  # (the engine's: the uop layer has no Buffers)
+  UOp.contiguous_view = _contiguous_view  # type: ignore[attr-defined]
   UOp.__iter__ = None  # type: ignore[attr-defined]  # __getitem__ must not make a UOp iterable (a size isn't)
 
 lend()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from attograd.dtype import AddrSpace, ConstType, DType, dtypes, to_dtype, truncate_to
 from attograd.helpers import prod
 import attograd.uop.state as state
+from attograd.uop.state import buffers  # noqa: F401  (tinygrad's tests import the table from here)
 
 class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every hot path
   # graph structure and memory
@@ -301,6 +302,12 @@ class UOp(metaclass=UOpMetaClass):
     one-device values."""
     return None if (m := self._layout()) is None else m.arg
   @property
+  def shard_shape(self) -> tuple[sint, ...]:
+    """The shape of one device's part (tinygrad's name): the shape, with the split axis's size divided among the
+    devices for a value split over several."""
+    if (m := self._layout()) is None or m.arg is None: return self.shape
+    return m.src[0].shape
+  @property
   def bounds(self) -> list[tuple[int, int]]:
     """(start, end) of each device's shard along the split axis (tinygrad's name)."""
     if (m := self._layout()) is None or m.arg is None:
@@ -473,6 +480,10 @@ class UOp(metaclass=UOpMetaClass):
     if len(us) > len(self.shape):
       raise IndexError(f"index: {len(us)} indices for a buffer view of shape {shape_str(self.shape)}")
     return UOp(Ops.INDEX, self.dtype, (self, *us))
+  def load(self) -> UOp:
+    """This element's value (a kernel body reads an element where it uses it; this says so explicitly)."""
+    if self.op is not Ops.INDEX or self.shape: raise TypeError(f"load: reads one element (buf[i]), not a {self.op}")
+    return UOp(Ops.LOAD, self.dtype, (self,))
   def end(self, *ranges: UOp) -> UOp:
     """These statements, then the loops of `ranges` close."""
     if any(r.op is not Ops.RANGE for r in ranges): raise TypeError("end: closes loops; pass the RANGEs")
@@ -690,7 +701,7 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
     s = u.src[0].shape
     return s if u.arg is None else s[:u.arg] + (sum(x.shape[u.arg] for x in u.src),) + s[u.arg + 1:]
   if op is Ops.VIEW: return u.arg.shape
-  if op is Ops.LOAD: return u.src[1].shape
+  if op is Ops.LOAD: return u.src[1].shape if len(u.src) > 1 else ()  # (a kernel body's load of one element)
   if (op is Ops.CONST or op is Ops.IOTA) and u.src and u.src[0].op is Ops.VIEW: return u.src[0].shape
   if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.SINK, Ops.NOOP): return ()
   if op is Ops.BITCAST:
