@@ -1,0 +1,98 @@
+"""Tensor.custom_kernel on every device: a hand-written kernel body (tinygrad's kernel-building API) runs once, as one
+kernel, over the tensors' buffers; it reads lazy and non-contiguous inputs after they are computed into buffers,
+writes in place, gives several outputs, accumulates in registers or in memory, reads through padded views, takes its
+gradient from grad_fxn, and is deferred (not run) by linear_with_vars."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from attograd import GlobalCounters, Tensor
+from attograd.dtype import AddrSpace, dtypes
+from attograd.engine.realize import run_linear
+from attograd.uop.ops import AxisType, KernelInfo, UOp
+
+def scale_shift(out: UOp, x: UOp) -> UOp:
+  """out = 3*x - 1, over a flat loop."""
+  o, v = out.flatten(), x.flatten()
+  i = UOp.range(v.numel(), 0)
+  return o[i].store(v[i] * 3.0 - 1.0).end(i).sink(arg=KernelInfo(name="scale_shift"))
+
+def matmul_in_memory(c: UOp, a: UOp, b: UOp) -> UOp:
+  """c = a @ b, accumulating in c's own memory (zeroed, then read back and written in the reduce loop)."""
+  i, j = UOp.range(c.shape[0], 0), UOp.range(c.shape[1], 1)
+  k = UOp.range(a.shape[1], 2, AxisType.REDUCE)
+  c = c[i, j].set(0.0)
+  c = c[i, j].set(c.after(k)[i, j] + a[i, k] * b[k, j], end=k)
+  return c.end(i, j).sink(arg=KernelInfo(name="mm"))
+
+def row_max(out: UOp, x: UOp) -> UOp:
+  """out[r] = max over the row, the running max in a register."""
+  r, c = UOp.range(x.shape[0], 0), UOp.range(x.shape[1], 1, AxisType.REDUCE)
+  m = UOp.placeholder((1,), x.dtype, 0, addrspace=AddrSpace.REG)
+  m = m.after(r)[0].set(x[r, 0])
+  m = m[0].set(m.after(c)[0].maximum(x[r, c]), end=c)
+  return out[r].set(m[0], end=r).sink(arg=KernelInfo(name="row_max"))
+
+def sum_and_diff(s: UOp, d: UOp, a: UOp, b: UOp) -> UOp:
+  i = UOp.range(a.shape[0], 0)
+  return UOp.group(s[i].store(a[i] + b[i]), d[i].store(a[i] - b[i])).end(i).sink(arg=KernelInfo(name="sum_diff"))
+
+def test_lazy_and_strided_inputs(device: str) -> None:
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  t = Tensor(x)
+  out = Tensor.empty(4, 3).custom_kernel((t * 2).T, fxn=scale_shift)[0]  # a lazy value, seen transposed
+  np.testing.assert_allclose(out.numpy(), (x * 2).T * 3 - 1)
+
+def test_matmul_accumulating_in_memory(device: str) -> None:
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+  c = Tensor.custom_kernel(Tensor.empty(5, 3), Tensor(a), Tensor(b), fxn=matmul_in_memory)[0]
+  np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+
+def test_register_accumulator(device: str) -> None:
+  x = np.array([[3, -1, 7], [-5, -2, -9]], dtype=np.int32)
+  out = Tensor.custom_kernel(Tensor.empty(2, dtype=dtypes.int32), Tensor(x), fxn=row_max)[0]
+  assert out.tolist() == [7, -2]
+
+def test_two_outputs_one_kernel(device: str) -> None:
+  a, b = Tensor([5.0, 1.0, 2.0]), Tensor([1.0, 1.0, 4.0])
+  Tensor.realize(a, b)
+  s, d, _, _ = Tensor.custom_kernel(Tensor.empty(3), Tensor.empty(3), a, b, fxn=sum_and_diff)
+  GlobalCounters.reset()
+  assert s.tolist() == [6.0, 2.0, 6.0]
+  assert d.tolist() == [4.0, 0.0, -2.0]
+  assert GlobalCounters.kernel_count == 1  # realizing the second output didn't run the kernel again
+
+def test_in_place_through_the_same_tensor(device: str) -> None:
+  x = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  y = Tensor.custom_kernel(x, x, fxn=scale_shift)[0]
+  assert y.tolist() == [2.0, 5.0, 8.0]
+  assert x.tolist() == [2.0, 5.0, 8.0]  # the kernel wrote x's buffer
+
+def test_read_through_pad(device: str) -> None:
+  def shifted(out: UOp, x: UOp) -> UOp:
+    i = UOp.range(out.shape[0], 0)
+    return out[i].store(x.pad(((2, 0),))[i]).end(i).sink(arg=KernelInfo(name="shifted"))
+  out = Tensor.custom_kernel(Tensor.empty(5), Tensor([1.0, 2.0, 3.0]), fxn=shifted)[0]
+  assert out.tolist() == [0.0, 0.0, 1.0, 2.0, 3.0]
+
+def test_grad_fxn(device: str) -> None:
+  x = Tensor([1.0, -2.0, 4.0], requires_grad=True)
+  def grad(g: UOp, call: UOp) -> tuple[UOp | None, ...]:
+    assert call.src[2] is x.uop  # call.src[1:] are the tensors, as passed
+    return (None, (Tensor(g) * 3).uop)
+  out = Tensor.custom_kernel(Tensor.empty(3), x, fxn=scale_shift, grad_fxn=grad)[0]
+  (out * Tensor([1.0, 2.0, 3.0])).sum().backward()
+  assert out.tolist() == [2.0, -7.0, 11.0]
+  assert x.grad is not None and x.grad.tolist() == [3.0, 6.0, 9.0]
+
+def test_linear_with_vars_defers(device: str) -> None:
+  x = Tensor([1.0, 2.0]).contiguous().realize()
+  out = Tensor.custom_kernel(Tensor.empty(2), x, fxn=scale_shift)[0]
+  GlobalCounters.reset()
+  linear, _ = out.linear_with_vars()
+  assert GlobalCounters.kernel_count == 0 and len(linear.src) == 1
+  run_linear(linear)
+  assert out.tolist() == [2.0, 5.0]
+
+def test_bad_fxn(device: str) -> None:
+  with pytest.raises(TypeError, match="SINK"): Tensor.empty(2).custom_kernel(fxn=lambda o: o[0].store(1.0))
