@@ -98,7 +98,7 @@ class CallMixin:
   def custom_kernel(self: Tensor, *args: Tensor, fxn: Callable[..., UOp],  # type: ignore[misc]
                     grad_fxn: Callable[..., Any] | None = None) -> list[Tensor]:
     """A kernel written by hand in UOps, run over (self, *args): `fxn(*placeholders)` gets one placeholder per
-    tensor (slot i, its shape and dtype) and returns the kernel body, a SINK (see docs/custom-kernels.md). Returns
+    tensor (slot i, its shape and dtype) and returns the kernel body, a SINK (docs/tutorials/custom-kernel.md). Returns
     each tensor as it is after the kernel ran, in order; nothing runs before one of them is realized. The kernel runs
     once, as one kernel, over the tensors' buffers (a tensor that isn't a whole buffer yet is computed into one
     first), and writes what its stores write in place. `grad_fxn(grad, call)` gives the gradients, tinygrad's way:
