@@ -81,10 +81,14 @@ def getitem(u: UOp, idx: Any) -> UOp:
   base = u.src[0] if u.op is Ops.INDEX else u
   done = list(u.src[1:]) if u.op is Ops.INDEX else []
   rest = base.shape[len(done):]
+  if items.count(Ellipsis) > 1: raise IndexError("a kernel buffer view's index takes one ... at most")
+  if Ellipsis in items:  # ... stands for full slices of the dims the rest doesn't name
+    at = items.index(Ellipsis)
+    items[at:at + 1] = [slice(None)] * (len(rest) - len(items) + 1)
   if len(items) > len(rest): raise IndexError(f"{len(items)} indices for a kernel buffer view of shape "
                                               f"{shape_str(rest)}")
-  if any(x is None or x is Ellipsis for x in items):
-    raise IndexError("a kernel buffer view takes ints, index values and slices (no None or ...)")
+  if any(x is None for x in items):
+    raise IndexError("a kernel buffer view takes ints, index values, slices and ... (no None)")
   items += [slice(None)] * (len(rest) - len(items))
   if not any(isinstance(x, slice) for x in items): return base.index(*done, *items)
   if done: raise IndexError("slice a kernel buffer view before selecting elements of it")

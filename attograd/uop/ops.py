@@ -125,8 +125,8 @@ class CallInfo:
 
 def broadcast_axes(src_shape: tuple[sint, ...], out_shape: tuple[sint, ...]) -> tuple[int, ...]:
   """The axes of `out_shape` that broadcasting `src_shape` to it adds (leading) or expands (a 1 made larger)."""
-  if (extra := len(out_shape) - len(src_shape)) < 0:
-    raise ValueError(f"broadcast_axes: shape {src_shape} has more dims than {out_shape}")
+  if (extra := len(out_shape) - len(src_shape)) < 0:  # (RuntimeError: tinygrad's)
+    raise RuntimeError(f"broadcast_axes: shape {src_shape} has more dims than {out_shape}")
   return tuple(range(extra)) + tuple(extra + i for i, s in enumerate(src_shape)
                                      if s.__class__ is int and s == 1 and not (out_shape[extra + i].__class__ is int
                                                                                 and out_shape[extra + i] == 1))
@@ -447,7 +447,8 @@ class UOp(metaclass=UOpMetaClass):
     """Argument `slot` of a kernel: a buffer of `shape` (flat or not) holding `dtype`, indexed as `p[i]`."""
     if dtype in (dtypes.weakint, dtypes.weakfloat):
       raise TypeError(f"param: a kernel argument needs a concrete dtype, not the weak {dtype}")
-    if not isinstance(slot, int) or slot < 0: raise ValueError(f"param: slot must be an int >= 0, not {slot!r}")
+    if not isinstance(slot, int) or slot < (-1 if addrspace is AddrSpace.ALU else 0):  # (-1: a Variable's, unplaced)
+      raise ValueError(f"param: slot must be an int >= 0, not {slot!r}")
     arg = ParamArg(slot, dtype.scalar() if dtype.__class__ is not DType else dtype, vmin_vmax, multiple_of, name,
                    addrspace, axis, device, volatile, None if shape is None else tuple(shape))
     return UOp(Ops.PARAM, arg.dtype, (), arg)
@@ -522,9 +523,13 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** symbolic variables *****
   @staticmethod
-  def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:
+  def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None, param: bool = False) -> UOp:
     """A Variable of `dtype`: by default int32, or int64 where its bounds pass int32's (it is then typed and passed
-    to kernels as int64 on every device). bind refuses a value its dtype can't hold."""
+    to kernels as int64 on every device). bind refuses a value its dtype can't hold. param=True gives tinygrad's
+    kernel-side form instead: a scalar kernel argument (a PARAM in the ALU address space) with those bounds."""
+    if param:
+      return UOp.param(-1, dtype or dtypes.int32, (), vmin_vmax=(min_val, max_val), name=name,
+                       addrspace=AddrSpace.ALU)
     if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
       raise ValueError(f"Variable {name!r}: need integer bounds min <= max, got min={min_val!r} max={max_val!r}")
     if dtype is None: dtype = dtypes.int32 if -2**31 <= min_val and max_val < 2**31 else dtypes.int64

@@ -58,6 +58,7 @@ def test_kernel_views() -> None:
   cut = x[i, 1:4]
   assert cut.shape == (3,) and cut.src[0].op is Ops.SHRINK
   assert (x[i, j] / 2).op is Ops.FDIV
+  assert x[..., 2:5].shape == (4, 3) and x[...].shape == (4, 6) and x[..., j].src == (x.T, j)
   with pytest.raises(IndexError, match="indices"): x[i, j, j]
   with pytest.raises(ValueError, match="can't be seen"): x.reshape(5, 5)
 
@@ -105,12 +106,17 @@ def test_errors_name_the_problem() -> None:
   with pytest.raises(CustomKernelError, match="index every dim"):
     custom_program(out[i].store(x[i]).end(i).sink(arg=KernelInfo()), ClangRenderer())  # type: ignore[arg-type]
 
+def test_variable_as_kernel_param() -> None:
+  v = UOp.variable("n", 0, 9, dtypes.float32, param=True)
+  assert v.op is Ops.PARAM and v.arg.addrspace is AddrSpace.ALU and v.arg.name == "n" and v.arg.vmin_vmax == (0, 9)
+  assert UOp.variable("n", 0, 9).op is Ops.DEFINE_VAR
+
 def test_tinygrad_names() -> None:
   assert Ops.CDIV is Ops.IDIV and Ops.CMOD is Ops.MOD and Ops.RECIPROCAL is Ops.RECIP and Ops.STACK is Ops.VECTORIZE
   assert dtypes.float32.const(0.1) == pytest.approx(0.1, rel=1e-7) and dtypes.float32.const(0.1) != 0.1
   assert dtypes.int8.const(200) == -56 and dtypes.bool.const(3) is True and dtypes.int32.const(Invalid) is Invalid
   assert broadcast_axes((3, 1), (2, 3, 4)) == (0, 2) and broadcast_axes((4,), (4,)) == ()
-  with pytest.raises(ValueError): broadcast_axes((1, 2, 3), (2, 3))
+  with pytest.raises(RuntimeError): broadcast_axes((1, 2, 3), (2, 3))
   f16, f32 = UOp.const(dtypes.float16, 1.0), UOp.const(dtypes.float32, 1.0)
   assert dtype_from_uop(Ops.ADD, (f32, f16), None) is dtypes.float32
   assert dtype_from_uop(Ops.CMPLT, (f32, f32), None) is dtypes.bool
