@@ -2119,6 +2119,7 @@ def _run_afters(u: UOp, defer: list[ScheduleItem] | None = None) -> UOp:
     if n.op is not Ops.AFTER or n in body: continue
     now = n.substitute(subs) if subs else n
     for d in now.src[1:]:
+      if d.op is Ops.NOOP: continue  # a store of Invalid: nothing to write
       if d.op is Ops.ASSIGN:
         if (base := d.src[0].base).op is not Ops.BUFFER:
           raise RuntimeError(f"store: the target (shape {d.src[0].shape}) must be a view of a realized buffer, "

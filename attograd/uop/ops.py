@@ -5,7 +5,7 @@ from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPyth
 from dataclasses import dataclass
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
-from attograd.dtype import AddrSpace, ConstType, DType, dtypes, to_dtype, truncate_to
+from attograd.dtype import AddrSpace, ConstType, DType, Invalid, dtypes, to_dtype, truncate_to
 from attograd.helpers import prod
 import attograd.uop.state as state
 from attograd.uop.state import buffers  # noqa: F401  (tinygrad's tests import the table from here)
@@ -411,12 +411,18 @@ class UOp(metaclass=UOpMetaClass):
     d = dtype if dtype.__class__ is DType else to_dtype(dtype)
     return self if self.dtype == d else UOp(Ops.CAST, d, (self,))
   # ***** lazy writes (tinygrad's API) *****
-  def store(self, value: UOp) -> UOp:
-    """A write of `value` into this view of a buffer (an ASSIGN; nothing runs until a realize needs it). In a kernel
-    body, a store into an element (an INDEX: `C[i, j].store(x)`) is a STORE statement; `value` may be a number."""
+  def store(self, value: UOp | ConstType | Any) -> UOp:
+    """A write of `value` (a UOp of this shape and dtype, or a number for every element) into this view of a buffer (an
+    ASSIGN; nothing runs until a realize needs it); Invalid writes nothing (a NOOP). In a kernel body, a store into an
+    element (an INDEX: `C[i, j].store(x)`) is a STORE statement."""
     if self.op is Ops.INDEX:
       v = value if isinstance(value, UOp) else self.const_like(value)
       return UOp(Ops.STORE, dtypes.void, (self, v))
+    if value is Invalid: return UOp(Ops.NOOP)  # storing "no value" (tinygrad's Invalid) writes nothing
+    if not isinstance(value, UOp):  # a number: the constant in every element
+      c = UOp(Ops.CONST, self.dtype, (UOp(Ops.DEVICE, arg=self.device),), dtypes.as_const(value, self.dtype))
+      value = c if not self.shape else \
+        UOp(Ops.EXPAND, self.dtype, (UOp(Ops.RESHAPE, self.dtype, (c,), (1,) * len(self.shape)),), self.shape)
     if self.shape != value.shape or self.dtype != value.dtype:
       raise ValueError(f"store: the value ({value.dtype}, shape {value.shape}) must match the target "
                        f"({self.dtype}, shape {self.shape})")
