@@ -8,8 +8,9 @@ and a loop closes at its END. A loop a statement needs that isn't open yet opens
 outer first by axis_id). Each statement reads memory afresh: a value read before a store is read again after it.
 A REG or LOCAL placeholder (an accumulator) becomes one register per element, so it is indexed by constants."""
 from __future__ import annotations
+from attograd.helpers import DEBUG
 from attograd.dtype import AddrSpace, DType, dtypes, least_upper_dtype
-from attograd.renderer import ProgramSpec, Renderer
+from attograd.renderer import Estimates, ProgramSpec, Renderer
 from attograd.uop.ops import GroupOp, KernelInfo, Ops, UOp, graph_rewrite, shape_str
 from attograd.uop.view import ShapeTracker
 
@@ -55,11 +56,14 @@ class _Builder:
     self.placed: set[UOp] = set()          # program nodes every later statement sees (globals, registers, Variables)
     self.written: set[int] = set()
     self.n_loops = 0
+    self.reduced: dict[UOp, UOp] = {}    # a REDUCE computed in the loops open now -> its accumulator
+    self.reduced_at: dict[UOp, int] = {}  # ... and how many loops were open then
     self.ops, self.trips = 0, 1
     # the loops each node runs in: those of its sources, less the ones an END closed
     self.live: dict[UOp, frozenset[UOp]] = {}
     for u in self.topo:
       if u.op is Ops.END: self.live[u] = self.live[u.src[0]] - frozenset(u.src[1:])
+      elif u.op is Ops.REDUCE: self.live[u] = self.live[u.src[0]] - frozenset(u.src[1:])
       else:
         s = frozenset().union(*[self.live[x] for x in u.src]) if u.src else frozenset()
         self.live[u] = s | {u} if u.op is Ops.RANGE else s
@@ -122,6 +126,8 @@ class _Builder:
     """Close the loops `rngs` (and any opened inside them that no END closed)."""
     while self.open and any(r in rngs for r, _ in self.open):
       r, rng = self.open.pop()
+      for red in [x for x, at in self.reduced_at.items() if at > len(self.open)]:  # their accumulators are gone
+        del self.reduced[red], self.reduced_at[red]
       self.out.append(UOp(Ops.ENDRANGE, dtypes.void, (rng,)))
       if rng.src[0].op is Ops.CONST and rng.src[0].arg: self.trips //= rng.src[0].arg
 
@@ -149,7 +155,7 @@ class _Builder:
     """The program's graph of the body's value `u` (loads of buffers, registers, the open loops' indices)."""
     if (r := memo.get(u)) is not None: return r
     op = u.op
-    if op is Ops.CONST: r = UOp.const(u.dtype, u.arg)
+    if op is Ops.CONST: r = UOp.const(_concrete(u.dtype), u.arg)
     elif op is Ops.RANGE:
       r = next((rng for b, rng in self.open if b is u), None)
       if r is None: raise CustomKernelError(f"loop {u.arg[0]} is read outside its END")
@@ -166,9 +172,11 @@ class _Builder:
         g = self.globals[p.arg.slot]
         if valid.op is Ops.CONST and not valid.arg: r = UOp.const(u.dtype, 0)
         else: r = UOp(Ops.LOAD, u.dtype, (g, idx) + (() if valid.op is Ops.CONST else (valid,)))
-    elif op in (Ops.CAST, Ops.BITCAST): r = UOp(op, u.dtype, (self._lower(u.src[0], memo),))
+    elif op is Ops.REDUCE: r = self._reduce(u, memo)
+    elif op in (Ops.CAST, Ops.BITCAST): r = UOp(op, _concrete(u.dtype), (self._lower(u.src[0], memo),))
     elif op in GroupOp.ALU:
       src = [self._lower(s, memo) for s in u.src]
+      u = u.replace(dtype=_concrete(u.dtype))
       if op is Ops.WHERE: src[1:] = _same_dtype(src[1:], u.dtype)
       elif op in GroupOp.Comparison: src = _same_dtype(src, least_upper_dtype(*(s.dtype for s in src)))
       elif op not in (Ops.SHL, Ops.SHR): src = _same_dtype(src, u.dtype)
@@ -176,6 +184,31 @@ class _Builder:
     else: raise CustomKernelError(f"a kernel body computes with loads, loop indices, constants and ALU ops; got {op}")
     memo[u] = r
     return r
+
+  def _reduce(self, u: UOp, memo: dict[UOp, UOp]) -> UOp:
+    """A REDUCE's value: an accumulator declared here, its loops opened inside the ones open now, the value folded in,
+    the loops closed. Reduces inside it that don't use its loops are computed first, outside them. The result stands
+    while the loops open now do (a later statement in them reuses it)."""
+    if (hit := self.reduced.get(u)) is not None: return hit
+    own = frozenset(u.src[1:])
+    for n in u.src[0].toposort():  # the inner reduces that don't run in this one's loops: before it
+      if n.op is Ops.REDUCE and n is not u and not (self.live[n] & own): self._lower(n, memo)
+    d = _concrete(u.dtype)
+    ident = 0 if u.arg is Ops.ADD else 1 if u.arg is Ops.MUL else dtypes.min(d)
+    acc = UOp(Ops.DEFINE_ACC, d, (UOp.const(d, ident),), ("reduce", len(self.reduced)))
+    self._emit(acc)
+    self.placed.add(acc)
+    depth = len(self.open)
+    opened = {r for r, _ in self.open}
+    self._ensure_open(frozenset(r for r in own if r not in opened) | (self.live[u.src[0]] - own - opened))
+    inner = dict(memo)
+    val = self._lower(u.src[0], inner)
+    if val.dtype != d: val = val.cast(d)
+    self._emit(UOp(Ops.ACC_ASSIGN, dtypes.void, (acc, UOp(u.arg, d, (acc, val)))))
+    while len(self.open) > depth: self._close({self.open[-1][0]})
+    self.reduced[u] = acc
+    self.reduced_at[u] = depth
+    return acc
 
   def _emit(self, x: UOp) -> UOp:
     """Put the program nodes of `x` (a statement or a value) in the program, after the language's rewrites."""
@@ -204,6 +237,11 @@ class _Builder:
     if self.ren.decompose_transcendentals: s = graph_rewrite(s, pm_transcendental)
     return self.ren.prepare(s).src[0]
 
+def _concrete(d: DType) -> DType:
+  """A weak dtype (tinygrad's weakint, weakfloat: `x.cast(dtypes.weakint)` for an index) as what a kernel computes it
+  in: int32, float32."""
+  return dtypes.int32 if d is dtypes.weakint else dtypes.float32 if d is dtypes.weakfloat else d
+
 def _same_dtype(src: list[UOp], d: DType) -> list[UOp]: return [s if s.dtype == d else s.cast(d) for s in src]
 
 def custom_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
@@ -215,9 +253,12 @@ def custom_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
   name = ast.arg.function_name if isinstance(ast.arg, KernelInfo) else "custom"
   if not name or name[0].isdigit(): name = f"k_{name}"
   src = renderer.render(name, uops)
+  if DEBUG >= 4: print(src)
   glob = tuple(sorted(b.globals))
   variables = tuple(sorted({u for u in uops if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0]))
   mem = sum(max(g.dtype.bufsize, 0) * g.dtype.itemsize for g in b.globals.values())  # type: ignore[attr-defined]
+  ops = b.ops
+  if isinstance(ast.arg, KernelInfo) and isinstance(est := ast.arg.estimates, Estimates): ops, mem = est.ops, est.mem
   gsz, lsz = renderer.launch_sizes(uops)
-  return ProgramSpec(name, src, renderer.device, tuple(uops), glob, tuple(sorted(b.written)), variables, b.ops, mem,
+  return ProgramSpec(name, src, renderer.device, tuple(uops), glob, tuple(sorted(b.written)), variables, ops, mem,
                      (), gsz, lsz)

@@ -106,6 +106,14 @@ def fp8_format(d: DType) -> Fp8Format:
                    2.0 ** (23 + 1 - bias - m_bits), overflow, over, 0x80 if fnuz else 0x7F, d is dtypes.fp8e5m2, fnuz)
 
 @dataclass(frozen=True)
+class Estimates:
+  """A kernel's cost, as a hand-written kernel's KernelInfo may state it (tinygrad's record): operations, bytes
+  loaded from work-group memory, bytes moved to and from device memory. The DEBUG=2 line's GFLOPS use `ops`."""
+  ops: int = 0
+  lds: int = 0
+  mem: int = 0
+
+@dataclass(frozen=True)
 class ProgramSpec:
   """A rendered kernel: its source, the buffers it reads and writes, its variables, and cost estimates."""
   name: str

@@ -5,6 +5,7 @@ it: here are the few a kernel body uses, on the kernel's own terms. Movement ops
 buffer (the compiler turns them into index math), `buf[i, j]` is an element (INDEX), and `/` on an element's value is
 the ALU op. tensor/uop_methods.py routes a borrowed name here when its UOp is part of a kernel body."""
 from __future__ import annotations
+import math
 from typing import Any, Callable
 from attograd.dtype import dtypes
 from attograd.helpers import prod
@@ -111,8 +112,21 @@ def truediv(a: UOp, b: Any) -> UOp:
 
 def rtruediv(a: UOp, b: Any) -> UOp: return truediv(a.const_like(b), a)
 
+def _float(a: UOp) -> UOp: return a if dtypes.is_float(a.dtype) else a.cast(dtypes.float32)
+def _unary(op: Ops) -> Callable[[UOp], UOp]:
+  def fn(a: UOp) -> UOp:
+    x = _float(a)
+    return UOp(op, x.dtype, (x,))
+  return fn
+def exp(a: UOp) -> UOp: return _unary(Ops.EXP2)(_float(a) * (1 / math.log(2)))
+def log(a: UOp) -> UOp: return _unary(Ops.LOG2)(a) * math.log(2)
+def absolute(a: UOp) -> UOp: return (a < 0).where(-a, a)
+
 # the borrowed Tensor names a kernel buffer view answers itself; VALUE_METHODS: those of a value computed in a body
 VIEW_METHODS: dict[str, Callable[..., Any]] = {
   "reshape": reshape, "flatten": flatten, "permute": permute, "transpose": transpose, "shrink": shrink, "pad": pad,
   "flip": flip, "expand": expand, "numel": numel, "__getitem__": getitem}
-VALUE_METHODS: dict[str, Callable[..., Any]] = {"__truediv__": truediv, "__rtruediv__": rtruediv, "div": truediv}
+VALUE_METHODS: dict[str, Callable[..., Any]] = {
+  "__truediv__": truediv, "__rtruediv__": rtruediv, "div": truediv, "exp2": _unary(Ops.EXP2), "log2": _unary(Ops.LOG2),
+  "sqrt": _unary(Ops.SQRT), "sin": _unary(Ops.SIN), "reciprocal": _unary(Ops.RECIP), "exp": exp, "log": log,
+  "abs": absolute, "__abs__": absolute}

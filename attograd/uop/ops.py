@@ -491,6 +491,13 @@ class UOp(metaclass=UOpMetaClass):
     """This element's value (a kernel body reads an element where it uses it; this says so explicitly)."""
     if self.op is not Ops.INDEX or self.shape: raise TypeError(f"load: reads one element (buf[i]), not a {self.op}")
     return UOp(Ops.LOAD, self.dtype, (self,))
+  def reduce(self, *ranges: UOp, arg: Ops = Ops.ADD, dtype: DType | None = None) -> UOp:
+    """In a kernel body: this value accumulated with `arg` (ADD, MUL or MAX) over the loops `ranges`, which run for
+    it (a REDUCE; its value is the result, outside those loops)."""
+    if arg not in (Ops.ADD, Ops.MUL, Ops.MAX): raise ValueError(f"reduce: accumulates with ADD, MUL or MAX, not {arg}")
+    if not ranges or any(r.op is not Ops.RANGE for r in ranges): raise TypeError("reduce: over loops (RANGEs)")
+    x = self if dtype is None or dtype == self.dtype else self.cast(dtype)
+    return UOp(Ops.REDUCE, x.dtype, (x, *ranges), arg)
   def end(self, *ranges: UOp) -> UOp:
     """These statements, then the loops of `ranges` close."""
     if any(r.op is not Ops.RANGE for r in ranges): raise TypeError("end: closes loops; pass the RANGEs")

@@ -8,7 +8,7 @@ import pytest
 from attograd import GlobalCounters, Tensor
 from attograd.dtype import AddrSpace, dtypes
 from attograd.engine.realize import run_linear
-from attograd.uop.ops import AxisType, KernelInfo, UOp
+from attograd.uop.ops import AxisType, KernelInfo, Ops, UOp
 
 def scale_shift(out: UOp, x: UOp) -> UOp:
   """out = 3*x - 1, over a flat loop."""
@@ -52,6 +52,19 @@ def test_register_accumulator(device: str) -> None:
   x = np.array([[3, -1, 7], [-5, -2, -9]], dtype=np.int32)
   out = Tensor.custom_kernel(Tensor.empty(2, dtype=dtypes.int32), Tensor(x), fxn=row_max)[0]
   assert out.tolist() == [7, -2]
+
+def test_reduce_values(device: str) -> None:
+  # log-sum-exp per row from two reduces (the max, then the sum of exps less it); the max also stored, reused
+  def lse(out: UOp, mx: UOp, x: UOp) -> UOp:
+    r = UOp.range(x.shape[0], 0)
+    c1, c2 = UOp.range(x.shape[1], 1, AxisType.REDUCE), UOp.range(x.shape[1], 2, AxisType.REDUCE)
+    m = x[r, c1].reduce(c1, arg=Ops.MAX)
+    total = (x[r, c2] - m).exp().reduce(c2, arg=Ops.ADD)
+    return UOp.group(out[r].store(total.log() + m), mx[r].store(m)).end(r).sink(arg=KernelInfo(name="lse"))
+  x = np.array([[1.0, 2.0, 3.0], [-1.0, 50.0, 0.5]], dtype=np.float32)
+  out, mx, _ = Tensor.custom_kernel(Tensor.empty(2), Tensor.empty(2), Tensor(x), fxn=lse)
+  np.testing.assert_allclose(out.numpy(), np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)) + x.max(1), rtol=1e-5)
+  assert mx.tolist() == [3.0, 50.0]
 
 def test_two_outputs_one_kernel(device: str) -> None:
   a, b = Tensor([5.0, 1.0, 2.0]), Tensor([1.0, 1.0, 4.0])

@@ -90,6 +90,18 @@ def test_accumulator_in_registers_and_statement_order() -> None:
   order = [op for op in ops if op in (Ops.RANGE, Ops.ENDRANGE, Ops.ACC_ASSIGN, Ops.STORE)]
   assert order == [Ops.RANGE, Ops.ACC_ASSIGN, Ops.RANGE, Ops.ACC_ASSIGN, Ops.ENDRANGE, Ops.STORE, Ops.ENDRANGE]
 
+def test_reduce_value_runs_its_own_loop_once() -> None:
+  # a REDUCE is an accumulator and a loop of its own inside the open ones; two stores of it share one computation
+  out, twice, x = (UOp.placeholder((3,), dtypes.float32, 0), UOp.placeholder((3,), dtypes.float32, 1),
+                   UOp.placeholder((3, 8), dtypes.float32, 2))
+  r, c = UOp.range(3, 0), UOp.range(8, 1, AxisType.REDUCE)
+  total = x[r, c].reduce(c, arg=Ops.ADD)
+  assert total.op is Ops.REDUCE and total.src[1:] == (c,) and total.arg is Ops.ADD
+  body = UOp.group(out[r].store(total), twice[r].store(total * 2)).end(r).sink(arg=KernelInfo(name="sums"))
+  ops = [u.op for u in custom_program(body, ClangRenderer()).uops]
+  assert ops.count(Ops.RANGE) == 2 and ops.count(Ops.DEFINE_ACC) == 1 and ops.count(Ops.STORE) == 2
+  with pytest.raises(ValueError, match="ADD, MUL or MAX"): x[r, c].reduce(c, arg=Ops.SUB)
+
 def test_read_through_pad_is_gated() -> None:
   out, x = UOp.placeholder((6,), dtypes.float32, 0), UOp.placeholder((4,), dtypes.float32, 1)
   i = UOp.range(6, 0)
