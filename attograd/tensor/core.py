@@ -16,6 +16,7 @@ from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, afters_built
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop import build
+from attograd.uop.kernel import fold_constant_args, written_slots
 from attograd.uop.state import ORIGIN, REALIZED, has, put, slots
 from attograd.uop.variables import map_arg as _map_arg
 from attograd.uop.view import ShapeTracker, is_symbolic, smax, strides_for_shape
@@ -2137,6 +2138,11 @@ def _run_afters(u: UOp, defer: list[ScheduleItem] | None = None) -> UOp:
 # the CALL's sources keeps): it runs once however many of its outputs are realized, and whenever
 _calls_ran: weakref.WeakKeyDictionary[Any, tuple[UOp, ...]] = weakref.WeakKeyDictionary()
 
+def _uniform_const(u: UOp) -> bool:
+  """A constant on a device seen through views that keep every element the constant (not a pad)."""
+  while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP): u = u.src[0]
+  return u.op is Ops.CONST and bool(u.src) and u.src[0].op is Ops.DEVICE
+
 def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, ...]:
   """Run the kernel of a CALL (its body src[0], over the arguments src[1:]) once, now: each argument computed into a
   whole buffer of its own first unless it is one, then the kernel as one ScheduleItem over those buffers (argument i
@@ -2144,20 +2150,30 @@ def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, 
   tensor that reads a buffer the kernel writes and is realized after it sees the new values."""
   if (done := _calls_ran.get(call.arg)) is not None: return done
   body, args = call.src[0], call.src[1:]
+  # a constant argument the kernel only reads (Tensor.ones(...), realized or not, is a constant) is folded into the
+  # body: no buffer, no kernel to fill one
+  written = written_slots(body)
+  consts = {i: a.base.arg for i, a in enumerate(args) if _uniform_const(a) and
+            not any(j in written for j, b in enumerate(args) if b is a)}
+  if consts: body, kept = fold_constant_args(body, consts)
+  else: kept = list(range(len(args)))
   homes: dict[UOp, UOp] = {}
-  for a in args:
+  for i, a in enumerate(args):
     if a in homes: continue
-    t = Tensor(a) if _prefix_view_of_buffer(a) else Tensor(a).contiguous()
-    Tensor._realize_all([t], defer=defer)
-    homes[a] = t.uop
+    if i in consts: homes[a] = a
+    else:
+      t = Tensor(a) if _prefix_view_of_buffer(a) else Tensor(a).contiguous()
+      Tensor._realize_all([t], defer=defer)
+      homes[a] = t.uop
   out = tuple(homes[a] for a in args)
-  pending.flush_for(list(out), defer)  # lazy writes into these buffers (Tensor.assign) run first
-  if len({h.device for h in out}) > 1:
+  pending.flush_for([out[s] for s in kept], defer)  # lazy writes into these buffers (Tensor.assign) run first
+  if len({out[s].device for s in kept}) > 1:
     raise RuntimeError(f"custom_kernel: its tensors are on several devices ({sorted({h.device for h in out})}); a "
                        "kernel runs on one")
-  si = ScheduleItem(body, tuple(buffers[h.base] for h in out))
-  if defer is not None: defer.append(si)
-  else: run_schedule([si])
+  if kept:  # (a body that touches no buffer has nothing to do)
+    si = ScheduleItem(body, tuple(buffers[out[s].base] for s in kept))
+    if defer is not None: defer.append(si)
+    else: run_schedule([si])
   _calls_ran[call.arg] = out
   return out
 

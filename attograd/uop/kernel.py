@@ -5,8 +5,9 @@ it: here are the few a kernel body uses, on the kernel's own terms. Movement ops
 buffer (the compiler turns them into index math), `buf[i, j]` is an element (INDEX), and `/` on an element's value is
 the ALU op. tensor/uop_methods.py routes a borrowed name here when its UOp is part of a kernel body."""
 from __future__ import annotations
-import math
+import dataclasses, math
 from typing import Any, Callable
+from attograd.dtype import AddrSpace, ConstType
 from attograd.dtype import dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp, shape_str
@@ -20,6 +21,32 @@ def is_kernel_value(u: UOp) -> bool:
   """A deviceless value computed in a kernel body: one that reads a kernel buffer or a loop index."""
   return u.device is None and any(n.op is Ops.PARAM or (n.op is Ops.RANGE and n.arg.__class__ is tuple and
                                                        not isinstance(n.arg[1], str)) for n in u.toposort())
+
+def view_param(u: UOp) -> UOp | None:
+  """The PARAM a kernel buffer view (or one element of it) is a view of, else None."""
+  while u.op in GroupOp.Movement or u.op in (Ops.AFTER, Ops.INDEX): u = u.src[0]
+  return u if u.op is Ops.PARAM else None
+
+def written_slots(body: UOp) -> set[int]:
+  """The argument slots a kernel body stores into."""
+  return {p.arg.slot for st in body.toposort() if st.op is Ops.STORE and (p := view_param(st.src[0])) is not None
+          and p.arg.addrspace is AddrSpace.GLOBAL}
+
+def fold_constant_args(body: UOp, consts: dict[int, ConstType]) -> tuple[UOp, list[int]]:
+  """The body with every read of argument slot s in `consts` (slots it doesn't store into) as the constant
+  consts[s], and the arguments it still reads renumbered 0.. in slot order; returns it and those arguments' old
+  slots, in their new order (a constant argument needs no buffer)."""
+  subs: dict[UOp, UOp] = {}
+  for u in body.toposort():
+    if u.op is Ops.INDEX and not u.shape and (p := view_param(u)) is not None and \
+       p.arg.addrspace is AddrSpace.GLOBAL and p.arg.slot in consts:
+      subs[u] = UOp.const(u.dtype, consts[p.arg.slot])
+  if subs: body = body.substitute(subs)
+  params = [p for p in body.toposort() if p.op is Ops.PARAM and p.arg.addrspace is AddrSpace.GLOBAL]
+  kept = sorted({p.arg.slot for p in params})
+  ren = {p: p.replace(arg=dataclasses.replace(p.arg, slot=kept.index(p.arg.slot))) for p in params
+         if kept.index(p.arg.slot) != p.arg.slot}
+  return (body.substitute(ren) if ren else body), kept
 
 def _dims(args: tuple[Any, ...]) -> tuple[Any, ...]:
   return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args

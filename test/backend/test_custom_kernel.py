@@ -75,6 +75,15 @@ def test_two_outputs_one_kernel(device: str) -> None:
   assert d.tolist() == [4.0, 0.0, -2.0]
   assert GlobalCounters.kernel_count == 1  # realizing the second output didn't run the kernel again
 
+def test_constant_input_is_folded(device: str) -> None:
+  # a constant the kernel only reads needs no buffer: one kernel, the constant in its code
+  out = Tensor.custom_kernel(Tensor.empty(2, 3), Tensor.full((2, 3), 2.5).realize(), fxn=scale_shift)[0]
+  GlobalCounters.reset()
+  assert out.tolist() == [[6.5] * 3] * 2 and GlobalCounters.kernel_count == 1
+  # written, it gets a buffer of its own
+  c = Tensor.ones(3)
+  assert Tensor.custom_kernel(c, c, fxn=scale_shift)[0].tolist() == [2.0] * 3
+
 def test_in_place_through_the_same_tensor(device: str) -> None:
   x = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
   y = Tensor.custom_kernel(x, x, fxn=scale_shift)[0]

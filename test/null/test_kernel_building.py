@@ -9,6 +9,7 @@ from attograd.codegen.custom import CustomKernelError, custom_program, is_custom
 from attograd.dtype import AddrSpace, Invalid, dtypes
 from attograd.renderer.cstyle import ClangRenderer, OpenCLRenderer
 from attograd.renderer.llvmir import LLVMRenderer
+from attograd.uop.kernel import fold_constant_args, written_slots
 from attograd.uop.ops import AxisType, KernelInfo, Ops, UOp, broadcast_axes, dtype_from_uop
 import attograd.tensor  # noqa: F401  (lends UOp the view methods a body uses)
 
@@ -122,6 +123,17 @@ def test_variable_as_kernel_param() -> None:
   v = UOp.variable("n", 0, 9, dtypes.float32, param=True)
   assert v.op is Ops.PARAM and v.arg.addrspace is AddrSpace.ALU and v.arg.name == "n" and v.arg.vmin_vmax == (0, 9)
   assert UOp.variable("n", 0, 9).op is Ops.DEFINE_VAR
+
+def test_fold_constant_args() -> None:
+  out, x, y = (UOp.placeholder((4,), dtypes.float32, 0), UOp.placeholder((4,), dtypes.float32, 1),
+               UOp.placeholder((4,), dtypes.float32, 2))
+  i = UOp.range(4, 0)
+  body = out[i].store(x[i] * y[i]).end(i).sink(arg=KernelInfo(name="mul"))
+  assert written_slots(body) == {0}
+  folded, kept = fold_constant_args(body, {1: 3.0})
+  assert kept == [0, 2]  # slot 2 is now slot 1; slot 1's reads are the constant
+  params = {u.arg.slot for u in folded.toposort() if u.op is Ops.PARAM}
+  assert params == {0, 1} and any(u.op is Ops.CONST and u.arg == 3.0 for u in folded.toposort())
 
 def test_tinygrad_names() -> None:
   assert Ops.CDIV is Ops.IDIV and Ops.CMOD is Ops.MOD and Ops.RECIPROCAL is Ops.RECIP and Ops.STACK is Ops.VECTORIZE
