@@ -71,6 +71,11 @@ def _kernel_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
     got = grad_fxn(*[ctx if s == i else build.zeros_like(call.src[1 + s]) for s in written], call=call)
   return (None, *grads_of("custom_kernel", got, args, cls))
 
+def _no_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+  raise RuntimeError("gradient: a hand-written kernel (Tensor.custom_kernel) has no gradient of its own; pass "
+                     "grad_fxn=, which gives one gradient (or None) per tensor")
+register_custom_grad("custom_kernel_no_grad", _no_grad_rule)
+
 def _n_grads(grad_fxn: Callable[..., Any]) -> int:
   """How many gradients a tinygrad-style grad_fxn(*grads, call) takes (1 when its signature can't be read)."""
   import inspect
@@ -126,6 +131,8 @@ class CallMixin:
     if grad_fxn is not None:
       outs = [UOp(Ops.CUSTOM_GRAD, o.dtype, (o, *k.src[1:]), ("custom_kernel", grad_fxn, k, i, cls))
               for i, o in enumerate(outs)]
+    else:  # a backward() through it says what is missing
+      outs = [UOp(Ops.CUSTOM_GRAD, o.dtype, (o, *k.src[1:]), ("custom_kernel_no_grad",)) for o in outs]
     return [cls(o) for o in outs]
 
   def call(self: Tensor, *args: Tensor, fxn: Tensor, grad_fxn: Callable[..., Any] | None = None) -> Tensor:  # type: ignore[misc]

@@ -107,6 +107,12 @@ def test_grad_fxn(device: str) -> None:
   assert out.tolist() == [2.0, -7.0, 11.0]
   assert x.grad is not None and x.grad.tolist() == [3.0, 6.0, 9.0]
 
+def test_backward_without_grad_fxn_says_so(device: str) -> None:
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  out = Tensor.custom_kernel(Tensor.empty(2), x, fxn=scale_shift)[0]
+  with pytest.raises(RuntimeError, match="grad_fxn"): out.sum().backward()
+  assert out.tolist() == [2.0, 5.0]  # the values don't need it
+
 def test_linear_with_vars_defers(device: str) -> None:
   x = Tensor([1.0, 2.0]).contiguous().realize()
   out = Tensor.custom_kernel(Tensor.empty(2), x, fxn=scale_shift)[0]
