@@ -22,7 +22,7 @@ from attograd.viz import VIZ
 from attograd.dtype import dtypes
 from attograd.helpers import BEAM, CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
 from attograd.renderer import ProgramSpec
-from attograd.uop.ops import Ops, UOp
+from attograd.uop.ops import CallInfo, Ops, UOp
 
 # 0: optimized builds only; 1 (default): a kernel of QUICK_MIN_SRC bytes of source or more starts from a quick build
 # of its own, its optimized build made in the background and swapped in when ready; 2: every kernel tiered (tests).
@@ -488,8 +488,8 @@ def _linear_items(linear: UOp, var_vals: dict[str, int] | None = None) -> list[S
 def _call_item(c: UOp) -> ScheduleItem:
   """The item of a CALL built by hand (UOp.call, tinygrad's): a kernel body over BUFFER nodes with Buffers."""
   from attograd.engine.buffers import buffers
-  if c.op is not Ops.CALL or c.src[0].op is not Ops.SINK or any(b.op is not Ops.BUFFER or b not in buffers
-                                                                  for b in c.src[1:]):
+  if c.op is not Ops.CALL or not isinstance(c.arg, CallInfo) or c.src[0].op is not Ops.SINK or \
+     any(b.op is not Ops.BUFFER or b not in buffers for b in c.src[1:]):
     raise TypeError("run_linear: runs the LINEAR of Tensor.linear_with_vars(), or CALLs of a kernel body (a SINK) over "
                     "BUFFER nodes that have Buffers (UOp.new_buffer); a captured TinyJit's LINEAR "
                     "(jit.captured.linear) runs by calling the jitted function")

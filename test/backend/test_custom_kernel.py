@@ -8,7 +8,7 @@ import pytest
 from attograd import GlobalCounters, Tensor
 from attograd.dtype import AddrSpace, dtypes
 from attograd.engine.realize import run_linear
-from attograd.uop.ops import AxisType, KernelInfo, Ops, UOp
+from attograd.uop.ops import AxisType, KernelInfo, Ops, UOp, buffers
 
 def scale_shift(out: UOp, x: UOp) -> UOp:
   """out = 3*x - 1, over a flat loop."""
@@ -121,6 +121,16 @@ def test_linear_with_vars_defers(device: str) -> None:
   assert GlobalCounters.kernel_count == 0 and len(linear.src) == 1
   run_linear(linear)
   assert out.tolist() == [2.0, 5.0]
+
+def test_run_linear_of_a_hand_built_call(device: str) -> None:
+  # tinygrad's kernel tests: a body over params, CALLed over BUFFER nodes that have Buffers, run as a LINEAR
+  out, x = UOp.param(0, dtypes.int32, (3,)), UOp.param(1, dtypes.int32, (3,))
+  i = UOp.range(3, 0)
+  body = out.index(i).store(x.index(i) * x.index(i)).end(i).sink(arg=KernelInfo(name="square"))
+  bo, bx = UOp.new_buffer(device, 3, dtypes.int32), UOp.new_buffer(device, 3, dtypes.int32)
+  buffers[bx].allocate().copyin(memoryview(np.array([2, -3, 4], dtype=np.int32).tobytes()))
+  run_linear(UOp(Ops.LINEAR, dtypes.void, (body.call(bo, bx),)))
+  assert np.frombuffer(buffers[bo].as_memoryview(), dtype=np.int32).tolist() == [4, 9, 16]
 
 def test_bad_fxn(device: str) -> None:
   with pytest.raises(TypeError, match="SINK"): Tensor.empty(2).custom_kernel(fxn=lambda o: o[0].store(1.0))
