@@ -11,14 +11,16 @@ from __future__ import annotations
 from attograd.helpers import DEBUG
 from attograd.dtype import AddrSpace, DType, dtypes, least_upper_dtype
 from attograd.renderer import Estimates, ProgramSpec, Renderer
-from attograd.uop.ops import GroupOp, KernelInfo, Ops, UOp, graph_rewrite, shape_str
+from attograd.uop.ops import GroupOp, KernelInfo, Ops, ProgramInfo, UOp, graph_rewrite, shape_str
 from attograd.uop.view import ShapeTracker
 
 class CustomKernelError(ValueError):
   """A kernel body that can't be compiled as written (the message names the node and why)."""
 
 def is_custom_kernel(ast: UOp) -> bool:
-  """A hand-written body (a SINK with a KernelInfo, or over placeholders), not the scheduler's kernel AST."""
+  """A hand-written body (a SINK with a KernelInfo, or over placeholders; or a PROGRAM of source text), not the
+  scheduler's kernel AST."""
+  if ast.op is Ops.PROGRAM: return True
   return ast.op is Ops.SINK and (isinstance(ast.arg, KernelInfo) or any(u.op is Ops.PARAM for u in ast.toposort()))
 
 def _view_chain(v: UOp) -> tuple[UOp, list[UOp]]:
@@ -244,10 +246,32 @@ def _concrete(d: DType) -> DType:
 
 def _same_dtype(src: list[UOp], d: DType) -> list[UOp]: return [s if s.dtype == d else s.cast(d) for s in src]
 
+def source_program(prg: UOp, renderer: Renderer) -> ProgramSpec:
+  """The program of a kernel given as source text: PROGRAM(SINK of the placeholders it takes, LINEAR, SOURCE[,
+  BINARY]). Its function's name is the SINK's KernelInfo name (or the ProgramInfo's); its buffer arguments are the
+  placeholders in the SINK's order (or ProgramInfo.globals). The device's compiler builds the source (from its disk
+  cache when built before), so the BINARY given is what that build makes; the program is opaque: every argument
+  counts as written."""
+  src = next((u.arg for u in prg.src if u.op is Ops.SOURCE), None)
+  if prg.src[0].op is not Ops.SINK or not isinstance(src, str):
+    raise CustomKernelError("a PROGRAM kernel is (SINK of its placeholders, LINEAR, SOURCE(arg=the source text), ...)")
+  sink, info = prg.src[0], prg.arg
+  if renderer.device == "PYTHON": raise CustomKernelError("the PYTHON device runs no source text; use CPU")
+  named = info if isinstance(info, ProgramInfo) else sink.arg if isinstance(sink.arg, KernelInfo) else None
+  if named is None: raise CustomKernelError("a PROGRAM kernel names its function: sink(arg=KernelInfo(name=...))")
+  glob = tuple(info.globals) if isinstance(info, ProgramInfo) and info.globals else \
+    tuple(p.arg.slot for x in sink.src if (p := _param_of(x)) is not None)
+  return ProgramSpec(named.function_name, src, renderer.device, (), glob, glob, (), 0, 0, (),
+                     *((None, None) if not renderer.has_local or not isinstance(info, ProgramInfo) else
+                       (info.global_size, info.local_size or (1, 1, 1))))
+
+def _param_of(u: UOp) -> UOp | None:
+  while u.op in GroupOp.Movement or u.op is Ops.AFTER: u = u.src[0]
+  return u if u.op is Ops.PARAM else None
+
 def custom_program(ast: UOp, renderer: Renderer) -> ProgramSpec:
   """The program of a hand-written kernel body (a SINK over its statements)."""
-  if any(u.op is Ops.PROGRAM for u in ast.toposort()):
-    raise CustomKernelError("a kernel body given as a PROGRAM (source or binary) isn't supported; write it in UOps")
+  if ast.op is Ops.PROGRAM: return source_program(ast, renderer)
   b = _Builder(renderer, ast)
   uops = b.build()
   name = ast.arg.function_name if isinstance(ast.arg, KernelInfo) else "custom"

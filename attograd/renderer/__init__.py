@@ -40,6 +40,12 @@ class Renderer:
     """(global, local) sizes a kernel of this language is launched with: (None, None) where it runs its own loops."""
     return launch_dims(uops) if self.has_local else (None, None)
   @property
+  def compiler(self) -> Any:
+    """tinygrad's name: the Compiler of this renderer's device (`renderer.compiler.compile(src)` builds a kernel
+    written as source text for a hand-written kernel's PROGRAM)."""
+    from attograd.device import Device
+    return Device[self.device].compiler
+  @property
   def supports_float4(self) -> bool:
     """tinygrad's name: kernels may load, store and compute with vector lanes (float4 and the like)."""
     return self.supports_vectors

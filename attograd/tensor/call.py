@@ -123,7 +123,7 @@ class CallMixin:
       if isinstance(t.device, tuple):
         raise NotImplementedError("custom_kernel: a tensor over several devices; run the kernel on each shard's Tensor")
     body = fxn(*[t.uop.placeholder_like(i) for i, t in enumerate(lst)])
-    if not isinstance(body, UOp) or body.op is not Ops.SINK:
+    if not isinstance(body, UOp) or body.op not in (Ops.SINK, Ops.PROGRAM):
       raise TypeError(f"custom_kernel: fxn returns the kernel body, a SINK UOp (.sink(arg=KernelInfo(...))), not "
                       f"{type(body).__name__ if not isinstance(body, UOp) else body.op}")
     k = UOp(Ops.CALL, dtypes.void, (body, *[t.uop for t in lst]), CallInfo(grad_fxn, "custom_kernel"))

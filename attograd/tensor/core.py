@@ -2152,7 +2152,7 @@ def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, 
   body, args = call.src[0], call.src[1:]
   # a constant argument the kernel only reads (Tensor.ones(...), realized or not, is a constant) is folded into the
   # body: no buffer, no kernel to fill one
-  written = written_slots(body)
+  written = written_slots(body) if body.op is Ops.SINK else set(range(len(args)))  # (a PROGRAM's source is opaque)
   consts = {i: a.base.arg for i, a in enumerate(args) if _uniform_const(a) and
             not any(j in written for j, b in enumerate(args) if b is a)}
   if consts: body, kept = fold_constant_args(body, consts)

@@ -57,6 +57,9 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   # src[0] (a view of a PARAM) at the indices src[1:], a value where read and the target of a STORE; END: src[0]'s
   # statements, then the loops of the RANGEs in src[1:] close; GROUP: its sources' statements, in order
   PARAM = auto(); INDEX = auto(); END = auto(); GROUP = auto()  # noqa: E702
+  # a kernel given as source text (a PROGRAM of (SINK of its buffer placeholders, LINEAR, SOURCE, BINARY)): the text
+  # and the binary it compiled to, each in arg
+  SOURCE = auto(); BINARY = auto()  # noqa: E702
   # tinygrad's names of attograd's ops (aliases: the same members): C's truncating division and remainder, 1/x, and a
   # vector of lanes
   CDIV = IDIV; CMOD = MOD; RECIPROCAL = RECIP; STACK = VECTORIZE  # noqa: E702
@@ -113,6 +116,20 @@ class KernelInfo:
   opts_to_apply: tuple | None = None
   estimates: Any = None
   beam: int = 0
+  @property
+  def function_name(self) -> str: return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
+
+@dataclass(frozen=True)
+class ProgramInfo:
+  """A hand-written PROGRAM's arg (tinygrad's record): its function name, launch sizes and the argument slots it
+  takes (globals), in order."""
+  name: str = "test"
+  global_size: tuple[int, ...] = (1, 1, 1)
+  local_size: tuple[int, ...] | None = None
+  vars: tuple[UOp, ...] = ()
+  globals: tuple[int, ...] = ()
+  outs: tuple[int, ...] = ()
+  ins: tuple[int, ...] = ()
   @property
   def function_name(self) -> str: return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
 

@@ -8,7 +8,7 @@ import pytest
 from attograd import GlobalCounters, Tensor
 from attograd.dtype import AddrSpace, dtypes
 from attograd.engine.realize import run_linear
-from attograd.uop.ops import AxisType, KernelInfo, Ops, UOp, buffers
+from attograd.uop.ops import AxisType, KernelInfo, Ops, ProgramInfo, UOp, buffers
 
 def scale_shift(out: UOp, x: UOp) -> UOp:
   """out = 3*x - 1, over a flat loop."""
@@ -131,6 +131,21 @@ def test_run_linear_of_a_hand_built_call(device: str) -> None:
   buffers[bx].allocate().copyin(memoryview(np.array([2, -3, 4], dtype=np.int32).tobytes()))
   run_linear(UOp(Ops.LINEAR, dtypes.void, (body.call(bo, bx),)))
   assert np.frombuffer(buffers[bo].as_memoryview(), dtype=np.int32).tolist() == [4, 9, 16]
+
+_DOUBLE_SRC = {  # out = 2 * x over 4 floats, in the device's own language
+  "CPU": "void dbl(float* restrict out, float* restrict x) { for (int i = 0; i < 4; i++) out[i] = 2.0f * x[i]; }",
+  "CL": "__kernel void dbl(__global float* out, __global float* x) { for (int i = 0; i < 4; i++) "
+        "out[i] = 2.0f * x[i]; }"}
+
+def test_kernel_from_source(device: str) -> None:
+  if device not in _DOUBLE_SRC: pytest.skip(f"no source text written for {device} here")
+  def prg(out: UOp, x: UOp) -> UOp:
+    sink = UOp.sink(out, x, arg=KernelInfo(name="dbl"))
+    src = UOp(Ops.SOURCE, arg=_DOUBLE_SRC[device])
+    info = ProgramInfo(name="dbl", global_size=(1, 1, 1), local_size=(1, 1, 1))
+    return UOp(Ops.PROGRAM, dtypes.void, (sink, UOp(Ops.LINEAR, dtypes.void, sink.src), src), info)
+  out = Tensor.custom_kernel(Tensor.empty(4), Tensor([1.0, 2.0, 3.0, 4.0]) + 1, fxn=prg)[0]
+  assert out.tolist() == [4.0, 6.0, 8.0, 10.0]
 
 def test_bad_fxn(device: str) -> None:
   with pytest.raises(TypeError, match="SINK"): Tensor.empty(2).custom_kernel(fxn=lambda o: o[0].store(1.0))
