@@ -120,8 +120,9 @@ class CallMixin:
     cls, lst = type(self), (self, *args)
     for t in lst:
       if not isinstance(t, cls): raise TypeError(f"custom_kernel: its arguments are Tensors, not {type(t).__name__}")
-      if isinstance(t.device, tuple):
-        raise NotImplementedError("custom_kernel: a tensor over several devices; run the kernel on each shard's Tensor")
+    if len({t.device for t in lst}) > 1:
+      raise ValueError(f"custom_kernel: its tensors are on different devices ({', '.join(str(t.device) for t in lst)})"
+                       "; a kernel runs on one device, or on each device of several with every tensor on all of them")
     body = fxn(*[t.uop.placeholder_like(i) for i, t in enumerate(lst)])
     if not isinstance(body, UOp) or body.op not in (Ops.SINK, Ops.PROGRAM):
       raise TypeError(f"custom_kernel: fxn returns the kernel body, a SINK UOp (.sink(arg=KernelInfo(...))), not "

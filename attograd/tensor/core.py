@@ -2138,6 +2138,15 @@ def _run_afters(u: UOp, defer: list[ScheduleItem] | None = None) -> UOp:
 # the CALL's sources keeps): it runs once however many of its outputs are realized, and whenever
 _calls_ran: weakref.WeakKeyDictionary[Any, tuple[UOp, ...]] = weakref.WeakKeyDictionary()
 
+def _without_markers(u: UOp) -> UOp:
+  """u's movement ops over the value under its autograd markers (which hold the same values)."""
+  chain: list[UOp] = []
+  while u.op in GroupOp.Movement or u.op in GroupOp.Marker:
+    if u.op in GroupOp.Movement: chain.append(u)
+    u = u.src[0]
+  for m in reversed(chain): u = UOp(m.op, u.dtype, (u,), m.arg)
+  return u
+
 def _uniform_const(u: UOp) -> bool:
   """A constant on a device seen through views that keep every element the constant (not a pad)."""
   while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP): u = u.src[0]
@@ -2150,6 +2159,17 @@ def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, 
   tensor that reads a buffer the kernel writes and is realized after it sees the new values."""
   if (done := _calls_ran.get(call.arg)) is not None: return done
   body, args = call.src[0], call.src[1:]
+  if args and args[0].device.__class__ is tuple:  # over several devices: the body runs on each device's part
+    layouts = [a._layout() for a in args]
+    per_dev = [_run_body(body, tuple(m.src[k] for m in layouts), defer) for k in range(len(layouts[0].src))]
+    out = tuple(UOp(Ops.MULTI, a.dtype, tuple(o[i] for o in per_dev), m.arg)
+                for i, (a, m) in enumerate(zip(args, layouts)))
+  else: out = _run_body(body, args, defer)
+  _calls_ran[call.arg] = out
+  return out
+
+def _run_body(body: UOp, args: tuple[UOp, ...], defer: list[ScheduleItem] | None) -> tuple[UOp, ...]:
+  """A kernel body run over the one-device values `args` (see _run_call); the views of the buffers it ran on."""
   # a constant argument the kernel only reads (Tensor.ones(...), realized or not, is a constant) is folded into the
   # body: no buffer, no kernel to fill one
   written = written_slots(body) if body.op is Ops.SINK else set(range(len(args)))  # (a PROGRAM's source is opaque)
@@ -2162,7 +2182,8 @@ def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, 
     if a in homes: continue
     if i in consts: homes[a] = a
     else:
-      t = Tensor(a) if _prefix_view_of_buffer(a) else Tensor(a).contiguous()
+      v = _without_markers(a)  # (another kernel's output carries its gradient marker: the value is the buffer's)
+      t = Tensor(v) if _prefix_view_of_buffer(v) else Tensor(a).contiguous()
       Tensor._realize_all([t], defer=defer)
       homes[a] = t.uop
   out = tuple(homes[a] for a in args)
@@ -2174,7 +2195,6 @@ def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, 
     si = ScheduleItem(body, tuple(buffers[out[s].base] for s in kept))
     if defer is not None: defer.append(si)
     else: run_schedule([si])
-  _calls_ran[call.arg] = out
   return out
 
 def _reads_elsewhere(value: UOp, base: UOp, shape: tuple[sint, ...]) -> bool:

@@ -318,6 +318,13 @@ class UOp(metaclass=UOpMetaClass):
     (tinygrad's name): a MULTI's own, an op over MULTIs the axis its result gets; None for whole copies and for
     one-device values."""
     return None if (m := self._layout()) is None else m.arg
+  def unshard(self, axis: int) -> UOp:
+    """tinygrad's: a value held whole on each of several devices, seen as the shards of one value split along `axis`
+    (its size there is the sum of theirs): how a sharded output is made from one empty per device."""
+    if (m := self._layout()) is None or m.arg is not None:
+      raise ValueError(f"unshard: needs a value held whole on each of several devices, not one on {self.device}")
+    if not 0 <= axis < len(m.src[0].shape): raise ValueError(f"unshard: axis {axis} is out of range")
+    return UOp(Ops.MULTI, self.dtype, m.src, axis)
   @property
   def shard_shape(self) -> tuple[sint, ...]:
     """The shape of one device's part (tinygrad's name): the shape, with the split axis's size divided among the
@@ -485,10 +492,11 @@ class UOp(metaclass=UOpMetaClass):
     p = UOp.param(slot, dtype, (prod(shape),), device, addrspace=addrspace, volatile=volatile)
     return p if len(shape) == 1 else UOp(Ops.RESHAPE, p.dtype, (p,), tuple(shape))
   def placeholder_like(self, slot: int, addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:
-    """A placeholder with this value's shape and dtype."""
-    if not all(d.__class__ is int for d in self.shape):
-      raise ValueError(f"placeholder_like: needs a concrete shape, not {shape_str(self.shape)}")
-    return UOp.placeholder(self.shape, self.dtype, slot, addrspace)
+    """A placeholder with this value's shape (one device's part of a value over several) and dtype."""
+    shape = self.shard_shape if self.device.__class__ is tuple else self.shape  # over several devices: one's part
+    if not all(d.__class__ is int for d in shape):
+      raise ValueError(f"placeholder_like: needs a concrete shape, not {shape_str(shape)}")
+    return UOp.placeholder(shape, self.dtype, slot, addrspace)
   def sink(*srcs: UOp | None, arg: Any = None) -> UOp:  # noqa: N805  (UOp.sink(a, b) and a.sink() alike)
     """The root of a graph over `srcs` (None left out); a kernel body's, with arg=KernelInfo(name=...)."""
     return UOp(Ops.SINK, dtypes.void, tuple(x for x in srcs if x is not None), arg)

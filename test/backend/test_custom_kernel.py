@@ -5,7 +5,7 @@ gradient from grad_fxn, and is deferred (not run) by linear_with_vars."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from attograd import GlobalCounters, Tensor
+from attograd import Device, GlobalCounters, Tensor
 from attograd.dtype import AddrSpace, dtypes
 from attograd.engine.realize import run_linear
 from attograd.uop.ops import AxisType, KernelInfo, Ops, ProgramInfo, UOp, buffers
@@ -83,6 +83,29 @@ def test_constant_input_is_folded(device: str) -> None:
   # written, it gets a buffer of its own
   c = Tensor.ones(3)
   assert Tensor.custom_kernel(c, c, fxn=scale_shift)[0].tolist() == [2.0] * 3
+
+def test_chained_kernels_need_no_copy(device: str) -> None:
+  # one kernel's output, reshaped, is the next one's input as it is: two kernels, no copy between
+  a = Tensor.arange(6).float().contiguous().realize()
+  b = Tensor.custom_kernel(Tensor.empty(6), a, fxn=scale_shift)[0]
+  c = Tensor.custom_kernel(Tensor.empty(2, 3), b.reshape(2, 3), fxn=scale_shift)[0]
+  GlobalCounters.reset()
+  assert c.flatten().tolist() == [float(3 * (3 * x - 1) - 1) for x in range(6)] and GlobalCounters.kernel_count == 2
+
+def test_over_several_devices(device: str) -> None:
+  # every tensor on the same devices: the body runs on each device's part (a split along axis 0, or a whole copy)
+  if device not in ("CPU", "CL"): pytest.skip("two devices of one kind: CPU and CL here")
+  devs = (f"{device}:0", f"{device}:1")
+  rng = np.random.default_rng(1)
+  a, b = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
+  c = Tensor(Tensor.empty(3, 5, device=devs).uop.unshard(0), device=devs)
+  out = Tensor.custom_kernel(c, Tensor(a).shard(devs, axis=0), Tensor(b).to(devs), fxn=matmul_in_memory)[0]
+  assert out.shape == (6, 5)
+  out.realize()
+  assert out.uop.axis == 0 and out.device == Device.canonicalize(devs)  # split as c is
+  np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="different devices"):
+    Tensor.custom_kernel(Tensor.empty(6, 5), Tensor(a).shard(devs, axis=0), Tensor(b), fxn=matmul_in_memory)
 
 def test_in_place_through_the_same_tensor(device: str) -> None:
   x = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
