@@ -2160,7 +2160,8 @@ def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, 
   if (done := _calls_ran.get(call.arg)) is not None: return done
   body, args = call.src[0], call.src[1:]
   if args and args[0].device.__class__ is tuple:  # over several devices: the body runs on each device's part
-    layouts = [a._layout() for a in args]
+    layouts = [m for a in args if (m := a._layout()) is not None]
+    if len(layouts) != len(args): raise RuntimeError("custom_kernel: an argument over several devices has no layout")
     per_dev = [_run_body(body, tuple(m.src[k] for m in layouts), defer) for k in range(len(layouts[0].src))]
     out = tuple(UOp(Ops.MULTI, a.dtype, tuple(o[i] for o in per_dev), m.arg)
                 for i, (a, m) in enumerate(zip(args, layouts)))
