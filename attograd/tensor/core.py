@@ -2193,7 +2193,12 @@ def _run_body(body: UOp, args: tuple[UOp, ...], defer: list[ScheduleItem] | None
     raise RuntimeError(f"custom_kernel: its tensors are on several devices ({sorted({h.device for h in out})}); a "
                        "kernel runs on one")
   if kept:  # (a body that touches no buffer has nothing to do)
-    si = ScheduleItem(body, tuple(buffers[out[s].base] for s in kept))
+    # bound Variables (a loop over 0..n-1 of a bound n) are kernel arguments: the body keeps the Variable, the item
+    # its value, so one program serves every value
+    binds = {b: b.src[0] for b in body.toposort() if b.op is Ops.BIND}
+    if binds: body = body.substitute(binds)
+    si = ScheduleItem(body, tuple(buffers[out[s].base] for s in kept),
+                      tuple((v, b.src[1].arg) for b, v in binds.items()))
     if defer is not None: defer.append(si)
     else: run_schedule([si])
   return out

@@ -5,7 +5,7 @@ gradient from grad_fxn, and is deferred (not run) by linear_with_vars."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from attograd import Device, GlobalCounters, Tensor
+from attograd import Device, GlobalCounters, Tensor, Variable
 from attograd.dtype import AddrSpace, dtypes
 from attograd.engine.realize import run_linear
 from attograd.uop.ops import AxisType, KernelInfo, Ops, ProgramInfo, UOp, buffers
@@ -65,6 +65,16 @@ def test_reduce_values(device: str) -> None:
   out, mx, _ = Tensor.custom_kernel(Tensor.empty(2), Tensor.empty(2), Tensor(x), fxn=lse)
   np.testing.assert_allclose(out.numpy(), np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)) + x.max(1), rtol=1e-5)
   assert mx.tolist() == [3.0, 50.0]
+
+def test_loop_over_a_bound_variable(device: str) -> None:
+  # a loop's size from a bound Variable is a kernel argument: one program, each value passed when it runs
+  def first_n(out: UOp, x: UOp, n: UOp) -> UOp:
+    i = UOp.range(n, 0)
+    return out[i].store(x[i] * 10.0).end(i).sink(arg=KernelInfo(name="first_n"))
+  for v, want in ((2, [10.0, 20.0, 0.0, 0.0]), (3, [10.0, 20.0, 30.0, 0.0])):
+    n = Variable("n", 1, 4).bind(v)
+    o = Tensor.zeros(4).contiguous().realize()
+    assert Tensor.custom_kernel(o, Tensor([1.0, 2.0, 3.0, 4.0]), fxn=lambda a, b: first_n(a, b, n))[0].tolist() == want
 
 def test_two_outputs_one_kernel(device: str) -> None:
   a, b = Tensor([5.0, 1.0, 2.0]), Tensor([1.0, 1.0, 4.0])
