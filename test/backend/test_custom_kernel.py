@@ -5,7 +5,7 @@ gradient from grad_fxn, and is deferred (not run) by linear_with_vars."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from attograd import Device, GlobalCounters, Tensor, Variable
+from attograd import Device, GlobalCounters, Tensor, TinyJit, Variable
 from attograd.dtype import AddrSpace, dtypes
 from attograd.engine.realize import run_linear
 from attograd.uop.ops import AxisType, KernelInfo, Ops, ProgramInfo, UOp, buffers
@@ -145,6 +145,13 @@ def test_backward_without_grad_fxn_says_so(device: str) -> None:
   out = Tensor.custom_kernel(Tensor.empty(2), x, fxn=scale_shift)[0]
   with pytest.raises(RuntimeError, match="grad_fxn"): out.sum().backward()
   assert out.tolist() == [2.0, 5.0]  # the values don't need it
+
+def test_under_tinyjit(device: str) -> None:
+  # a TinyJit captures the custom kernel like any other and replays it on the new input's buffer
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (Tensor.custom_kernel(Tensor.empty(3), x, fxn=scale_shift)[0] + 1).realize()
+  for k in range(4):
+    assert f(Tensor([1.0, 2.0, 3.0]).add(k).realize()).tolist() == [3.0 * (v + k) for v in (1.0, 2.0, 3.0)]
 
 def test_linear_with_vars_defers(device: str) -> None:
   x = Tensor([1.0, 2.0]).contiguous().realize()
