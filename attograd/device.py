@@ -230,6 +230,9 @@ class Compiled:
   def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
     self.device, self.allocator, self.renderer = device, allocator, renderer
     self.compiler, self.runtime = compiler, runtime
+    if renderer is not None:  # (Renderer.compiler, tinygrad's name)
+      from attograd.renderer import register_compiler
+      register_compiler(renderer, compiler)
   def synchronize(self) -> None: pass
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.device}>"
 

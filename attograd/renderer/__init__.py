@@ -41,10 +41,10 @@ class Renderer:
     return launch_dims(uops) if self.has_local else (None, None)
   @property
   def compiler(self) -> Any:
-    """tinygrad's name: the Compiler of this renderer's device (`renderer.compiler.compile(src)` builds a kernel
-    written as source text for a hand-written kernel's PROGRAM)."""
-    from attograd.device import Device
-    return Device[self.device].compiler
+    """tinygrad's name: the Compiler of the device this renderer writes for (the device registers it when it opens; a
+    layer below the device can't look it up): `renderer.compiler.compile(src)` builds a kernel written as source
+    text (a hand-written kernel's PROGRAM). None for a renderer no device uses."""
+    return _compilers.get(id(self))
   @property
   def supports_float4(self) -> bool:
     """tinygrad's name: kernels may load, store and compute with vector lanes (float4 and the like)."""
@@ -134,6 +134,14 @@ class ProgramSpec:
   applied_opts: tuple = field(default_factory=tuple)
   global_size: tuple[int, ...] | None = None   # GPU launch: work-groups per dimension (None: not a GPU kernel)
   local_size: tuple[int, ...] | None = None    # GPU launch: threads per work-group per dimension
+
+# id of a device's renderer -> that device's Compiler (Renderer.compiler; kept out of the renderer's fields, which key
+# the program cache on disk)
+_compilers: dict[int, Any] = {}
+
+def register_compiler(renderer: Renderer, compiler: Any) -> None:
+  """Make `compiler` the renderer's Renderer.compiler (a device does, when it opens; the first one stays)."""
+  _compilers.setdefault(id(renderer), compiler)
 
 def text_rules(pm: PatternMatcher) -> Callable[[UOp, Any], str | None]:
   """A rendering table's rewrite, typed for what its rules return: a UOp's text (None where no rule matches)."""
