@@ -230,6 +230,9 @@ class Compiled:
   def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler, runtime: Callable[..., Any]):
     self.device, self.allocator, self.renderer = device, allocator, renderer
     self.compiler, self.runtime = compiler, runtime
+    if renderer is not None:  # (Renderer.compiler, tinygrad's name)
+      from attograd.renderer import register_compiler
+      register_compiler(renderer, compiler)
   def synchronize(self) -> None: pass
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.device}>"
 
@@ -261,8 +264,10 @@ def _free_deferred() -> None:
 
 class Buffer:
   """`size` elements of `dtype` on `device`; memory is allocated on first use."""
-  def __init__(self, device: str, size: int, dtype: DType, initial: bytes | memoryview | None = None):
+  def __init__(self, device: str, size: int, dtype: DType, initial: bytes | memoryview | None = None,
+               initial_value: bytes | memoryview | None = None):  # (initial_value: tinygrad's name of `initial`)
     if size < 0: raise ValueError(f"Buffer size must be >= 0, got {size}")
+    if initial is None: initial = initial_value
     self.device, self.size, self.dtype = device, size, dtype
     self._buf: Any = None
     self.version = 0  # bumped by every in-place write (assign), so stale memoized results are not reused

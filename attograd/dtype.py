@@ -2,6 +2,7 @@
 from __future__ import annotations
 import builtins, functools, math, os, struct
 from dataclasses import dataclass
+from enum import IntEnum, auto
 from typing import Any, Callable, Final, Literal
 
 ConstType = float | int | bool
@@ -18,6 +19,13 @@ class InvalidType:
   def __reduce__(self) -> tuple[type, tuple]: return (InvalidType, ())
 
 Invalid = InvalidType()
+
+class AddrSpace(IntEnum):
+  """Where a kernel-level buffer lives (tinygrad's names): device memory, a work-group's shared memory, a thread's
+  registers, or a scalar kernel argument."""
+  GLOBAL = auto(); LOCAL = auto(); REG = auto(); ALU = auto()  # noqa: E702
+  def __repr__(self) -> str: return f"AddrSpace.{self.name}"
+  __str__ = __repr__
 
 @dataclass(frozen=True, eq=False)
 class DType:
@@ -58,6 +66,10 @@ class DType:
   def max(self) -> ConstType: return dtypes.max(self)
   @property
   def bitsize(self) -> int: return self.itemsize * 8
+  def const(self, val: Any) -> Any:
+    """`val` as the Python value this dtype holds (tinygrad's): a float rounded to the dtype's precision, an int
+    wrapped to its width, a bool; Invalid stays Invalid."""
+    return val if val is Invalid else truncate_to(val, self)
 
 @dataclass(frozen=True, eq=False)
 class PtrDType(DType):

@@ -29,7 +29,9 @@ def _implicit_buffers(outs: list[UOp], explicit: set[UOp]) -> list[UOp]:
     if u in seen or u in explicit or u.op is Ops.DEVICE: continue
     seen.add(u)
     if u.op is Ops.BUFFER:
-      found.append(u)
+      # memory not allocated yet (a Tensor.empty or invalids the body made, for a custom kernel to write) is no value
+      # captured from outside
+      if u.realized is not None: found.append(u)
       continue
     if u.op in (Ops.ASSIGN, Ops.CONTIGUOUS) and not any(n in explicit for n in u.toposort()): continue
     stack.extend(u.src)

@@ -31,7 +31,10 @@ def _has_vars(ast: UOp) -> bool:
 
 def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
   """The program for a kernel: from the on-disk cache when this code made it before (not for the PYTHON device,
-  whose programs are pickles), else built by the pipeline."""
+  whose programs are pickles), else built by the pipeline. A hand-written kernel body (Tensor.custom_kernel) is
+  compiled as written (codegen/custom.py)."""
+  from attograd.codegen.custom import custom_program, is_custom_kernel
+  if is_custom_kernel(ast): return custom_program(ast, renderer)
   if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
     from attograd.codegen.lowerer import new_kernel
     from attograd.codegen.opt import search  # (its module attribute, read per call: a test may stand in for it)

@@ -4,20 +4,12 @@ from __future__ import annotations
 from attograd.device import Buffer
 from attograd.dtype import DType
 from attograd.uop.ops import Ops, UOp
+import attograd.uop.state as state
 from attograd.uop.state import BUFFER, slots
 
-class _BufferTable:
-  """BUFFER node -> its Buffer, kept on the node itself: it lives exactly as long as the node, and a lookup is one
-  dict access (a WeakKeyDictionary makes a weakref per lookup, which showed up in per-realize overhead)."""
-  def __getitem__(self, u: UOp) -> Buffer:
-    if (b := slots(u).get(BUFFER)) is None: raise KeyError(f"{u.op} has no Buffer")
-    return b
-  def get(self, u: UOp, default: Buffer | None = None) -> Buffer | None: return slots(u).get(BUFFER, default)
-  def __setitem__(self, u: UOp, b: Buffer) -> None: slots(u)[BUFFER] = b
-  def __contains__(self, u: UOp) -> bool: return BUFFER in slots(u)
-
-# realized buffers: each BUFFER UOp (one per buffer version) points at its Buffer
-buffers = _BufferTable()
+# realized buffers: each BUFFER UOp (one per buffer version) points at its Buffer (the table lives with the slots it
+# reads, in the uop layer, where tinygrad's tests import it from)
+buffers = state.buffers
 
 _uid = 0
 # a BUFFER arg's optional third element: the buffer holds 0..size-1 and is never written (Tensor.arange's), so kernels
@@ -37,4 +29,14 @@ def new_buffer_uop(device: str, size: int, dtype: DType, buf: Buffer | None = No
   d = slots(u)
   d[BUFFER] = buf if buf is not None else Buffer(device, size, dtype)
   d["shape"], d["device"] = (size,), device  # what UOp.shape and UOp.device would compute, without their calls
+  return u
+
+def new_buffer(device: str, size: int, dtype: DType, num: int | None = None) -> UOp:
+  """tinygrad's UOp.new_buffer: a fresh BUFFER node of `size` elements of `dtype` on `device` with a Buffer of its own
+  (not allocated until used); `num` names it (the same num, size and dtype give the same node)."""
+  if dtype.name.startswith("weak"): raise TypeError(f"new_buffer: a buffer needs a concrete dtype, not {dtype}")
+  if num is None: return new_buffer_uop(device, size, dtype)
+  if (dn := _device_nodes.get(device)) is None: dn = _device_nodes[device] = UOp(Ops.DEVICE, arg=device)
+  u = UOp(Ops.BUFFER, dtype, (dn,), (num, size))
+  if u not in buffers: buffers[u] = Buffer(device, size, dtype)
   return u

@@ -22,7 +22,7 @@ from attograd.viz import VIZ
 from attograd.dtype import dtypes
 from attograd.helpers import BEAM, CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
 from attograd.renderer import ProgramSpec
-from attograd.uop.ops import Ops, UOp
+from attograd.uop.ops import CallInfo, Ops, UOp
 
 # 0: optimized builds only; 1 (default): a kernel of QUICK_MIN_SRC bytes of source or more starts from a quick build
 # of its own, its optimized build made in the background and swapped in when ready; 2: every kernel tiered (tests).
@@ -479,14 +479,21 @@ def linear_of(items: list[ScheduleItem]) -> UOp:
 def _linear_items(linear: UOp, var_vals: dict[str, int] | None = None) -> list[ScheduleItem]:
   if not isinstance(linear, UOp) or linear.op is not Ops.LINEAR:
     raise TypeError(f"run_linear: expected the LINEAR UOp of Tensor.linear_with_vars(), got {linear!r:.80}")
-  if not all(isinstance(c.arg, ScheduleItem) for c in linear.src):
-    raise TypeError("run_linear: this LINEAR describes a captured TinyJit (jit.captured.linear), which runs by calling "
-                    "the jitted function; run_linear runs the LINEAR of Tensor.linear_with_vars()")
-  items: list[ScheduleItem] = [c.arg for c in linear.src]
+  items: list[ScheduleItem] = [c.arg if isinstance(c.arg, ScheduleItem) else _call_item(c) for c in linear.src]
   if var_vals:  # values given by name replace those bound when the schedule was made
     items = [ScheduleItem(si.ast, si.bufs, tuple((v, var_vals.get(v.arg[0], val)) for v, val in si.var_vals))
              for si in items]
   return items
+
+def _call_item(c: UOp) -> ScheduleItem:
+  """The item of a CALL built by hand (UOp.call, tinygrad's): a kernel body over BUFFER nodes with Buffers."""
+  from attograd.engine.buffers import buffers
+  if c.op is not Ops.CALL or not isinstance(c.arg, CallInfo) or c.src[0].op is not Ops.SINK or \
+     any(b.op is not Ops.BUFFER or b not in buffers for b in c.src[1:]):
+    raise TypeError("run_linear: runs the LINEAR of Tensor.linear_with_vars(), or CALLs of a kernel body (a SINK) over "
+                    "BUFFER nodes that have Buffers (UOp.new_buffer); a captured TinyJit's LINEAR "
+                    "(jit.captured.linear) runs by calling the jitted function")
+  return ScheduleItem(c.src[0], tuple(buffers[b] for b in c.src[1:]))
 
 def compile_linear(linear: UOp) -> UOp:
   """Lower and build every kernel of a LINEAR (taken from the caches where built before), running none; returns it."""

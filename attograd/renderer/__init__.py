@@ -40,6 +40,12 @@ class Renderer:
     """(global, local) sizes a kernel of this language is launched with: (None, None) where it runs its own loops."""
     return launch_dims(uops) if self.has_local else (None, None)
   @property
+  def compiler(self) -> Any:
+    """tinygrad's name: the Compiler of the device this renderer writes for (the device registers it when it opens; a
+    layer below the device can't look it up): `renderer.compiler.compile(src)` builds a kernel written as source
+    text (a hand-written kernel's PROGRAM). None for a renderer no device uses."""
+    return _compilers.get(id(self))
+  @property
   def supports_float4(self) -> bool:
     """tinygrad's name: kernels may load, store and compute with vector lanes (float4 and the like)."""
     return self.supports_vectors
@@ -106,6 +112,14 @@ def fp8_format(d: DType) -> Fp8Format:
                    2.0 ** (23 + 1 - bias - m_bits), overflow, over, 0x80 if fnuz else 0x7F, d is dtypes.fp8e5m2, fnuz)
 
 @dataclass(frozen=True)
+class Estimates:
+  """A kernel's cost, as a hand-written kernel's KernelInfo may state it (tinygrad's record): operations, bytes
+  loaded from work-group memory, bytes moved to and from device memory. The DEBUG=2 line's GFLOPS use `ops`."""
+  ops: int = 0
+  lds: int = 0
+  mem: int = 0
+
+@dataclass(frozen=True)
 class ProgramSpec:
   """A rendered kernel: its source, the buffers it reads and writes, its variables, and cost estimates."""
   name: str
@@ -120,6 +134,14 @@ class ProgramSpec:
   applied_opts: tuple = field(default_factory=tuple)
   global_size: tuple[int, ...] | None = None   # GPU launch: work-groups per dimension (None: not a GPU kernel)
   local_size: tuple[int, ...] | None = None    # GPU launch: threads per work-group per dimension
+
+# id of a device's renderer -> that device's Compiler (Renderer.compiler; kept out of the renderer's fields, which key
+# the program cache on disk)
+_compilers: dict[int, Any] = {}
+
+def register_compiler(renderer: Renderer, compiler: Any) -> None:
+  """Make `compiler` the renderer's Renderer.compiler (a device does, when it opens; the first one stays)."""
+  _compilers.setdefault(id(renderer), compiler)
 
 def text_rules(pm: PatternMatcher) -> Callable[[UOp, Any], str | None]:
   """A rendering table's rewrite, typed for what its rules return: a UOp's text (None where no rule matches)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from attograd.dtype import DType
 from attograd.engine.buffers import IOTA_TAG
 from attograd.uop.ops import GroupOp, Ops, UOp
+from attograd.uop.view import ShapeTracker
 
 def _is_realized(u: UOp) -> bool:
   return u.base.op is Ops.BUFFER or (u.op is Ops.MULTI and all(_is_realized(s) for s in u.src))
@@ -24,6 +25,18 @@ def _prefix_of_buffer(u: UOp) -> bool:
   largest value of its Variables, here seen with their bound values)."""
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.SHRINK and len(u.arg) == 1 and u.arg[0][0] == 0 and u.src[0].op is Ops.BUFFER
+
+def _prefix_view_of_buffer(u: UOp) -> bool:
+  """A view of a BUFFER whose elements are its first ones in order (reshapes, a permute undone, a shrink of the
+  start): a kernel can be handed the buffer itself for it (Tensor.custom_kernel)."""
+  chain: list[UOp] = []
+  while u.op in GroupOp.Movement:
+    chain.append(u)
+    u = u.src[0]
+  if u.op is not Ops.BUFFER or u.arg[2:] == (IOTA_TAG,): return False
+  st = ShapeTracker.from_shape(u.shape)
+  for m in reversed(chain): st = st.apply(m.op, m.arg)
+  return len(st.views) == 1 and st.views[0].contiguous
 
 def _is_whole_buffer(u: UOp) -> bool: return _contiguous_view_of_buffer(u)
 

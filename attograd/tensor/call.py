@@ -5,8 +5,9 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 from attograd.gradient import register_custom_grad
+from attograd.dtype import AddrSpace, dtypes
 from attograd.uop import build
-from attograd.uop.ops import Ops, UOp
+from attograd.uop.ops import CallInfo, Ops, UOp
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 # each placeholder's node -> its slot: the BUFFER under a one-device placeholder (views of it fold into views of the
@@ -53,6 +54,36 @@ def _call_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
   return (None, *grads_of("call", grad_fxn(cls(ctx), FunctionCall((cls(ret.src[0]), *args), "call")), args, cls))
 register_custom_grad("call", _call_grad_rule)
 
+def _kernel_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+  """CUSTOM_GRAD("custom_kernel", grad_fxn, call, i, cls): sources (the kernel's output i, *its arguments); tinygrad's
+  grad_fxn(grad, call), call.src[1:] the arguments, giving one gradient (or None) per argument. A grad_fxn of several
+  gradients, grad_fxn(*grads, call), gets one per buffer the kernel writes (in argument order): this output's, zeros
+  for the others; the rules of the outputs add up to grad_fxn of all their gradients (a gradient is linear)."""
+  _, grad_fxn, call, i, cls = ret.arg
+  args = [cls(u) for u in ret.src[1:]]
+  if (n := _n_grads(grad_fxn)) <= 1: got = grad_fxn(ctx, call)
+  else:
+    written = sorted({p.arg.slot for st in call.src[0].toposort() if st.op is Ops.STORE for p in st.src[0].toposort()
+                      if p.op is Ops.PARAM and p.arg.addrspace is AddrSpace.GLOBAL})
+    if len(written) != n or i not in written:
+      raise ValueError(f"custom_kernel: grad_fxn takes {n} gradients, but the kernel writes {len(written)} of its "
+                       f"tensors ({written}) and output {i} is {'not ' if i not in written else ''}one of them")
+    got = grad_fxn(*[ctx if s == i else build.zeros_like(call.src[1 + s]) for s in written], call=call)
+  return (None, *grads_of("custom_kernel", got, args, cls))
+
+def _no_grad_rule(ctx: UOp, ret: UOp) -> tuple[UOp | None, ...]:
+  raise RuntimeError("gradient: a hand-written kernel (Tensor.custom_kernel) has no gradient of its own; pass "
+                     "grad_fxn=, which gives one gradient (or None) per tensor")
+register_custom_grad("custom_kernel_no_grad", _no_grad_rule)
+
+def _n_grads(grad_fxn: Callable[..., Any]) -> int:
+  """How many gradients a tinygrad-style grad_fxn(*grads, call) takes (1 when its signature can't be read)."""
+  import inspect
+  try: params = list(inspect.signature(grad_fxn).parameters.values())
+  except (TypeError, ValueError): return 1
+  return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) - 1
+register_custom_grad("custom_kernel", _kernel_grad_rule)
+
 class CallMixin:
   def as_param(self: Tensor, slot: int) -> Tensor:  # type: ignore[misc]
     """A placeholder for argument `slot` of a Tensor.call, with this tensor's shape, dtype and device: build the
@@ -68,6 +99,42 @@ class CallMixin:
     ph = type(self).empty(*self.shape, dtype=self.dtype, device=self.device)
     _slots[ph.uop if ph.uop.op is Ops.MULTI else ph.uop.base] = slot
     return ph
+
+  def custom_kernel(self: Tensor, *args: Tensor, fxn: Callable[..., UOp],  # type: ignore[misc]
+                    grad_fxn: Callable[..., Any] | None = None) -> list[Tensor]:
+    """A kernel written by hand in UOps, run over (self, *args): `fxn(*placeholders)` gets one placeholder per
+    tensor (slot i, its shape and dtype) and returns the kernel body, a SINK (docs/tutorials/custom-kernel.md). Returns
+    each tensor as it is after the kernel ran, in order; nothing runs before one of them is realized. The kernel runs
+    once, as one kernel, over the tensors' buffers (a tensor that isn't a whole buffer yet is computed into one
+    first), and writes what its stores write in place. `grad_fxn(grad, call)` gives the gradients, tinygrad's way:
+    `call.src[1:]` are the tensors' UOps, and it returns one gradient (or None) per tensor.
+
+    >>> from attograd import Tensor, UOp
+    >>> from attograd.uop.ops import KernelInfo
+    >>> def add_one(out: UOp, x: UOp) -> UOp:
+    ...   i = UOp.range(x.shape[0], 0)
+    ...   return out[i].store(x[i] + 1).end(i).sink(arg=KernelInfo(name="add_one"))
+    >>> Tensor.empty(3).custom_kernel(Tensor([1.0, 2.0, 3.0]), fxn=add_one)[0].tolist()
+    [2.0, 3.0, 4.0]
+    """
+    cls, lst = type(self), (self, *args)
+    for t in lst:
+      if not isinstance(t, cls): raise TypeError(f"custom_kernel: its arguments are Tensors, not {type(t).__name__}")
+    if len({t.device for t in lst}) > 1:
+      raise ValueError(f"custom_kernel: its tensors are on different devices ({', '.join(str(t.device) for t in lst)})"
+                       "; a kernel runs on one device, or on each device of several with every tensor on all of them")
+    body = fxn(*[t.uop.placeholder_like(i) for i, t in enumerate(lst)])
+    if not isinstance(body, UOp) or body.op not in (Ops.SINK, Ops.PROGRAM):
+      raise TypeError(f"custom_kernel: fxn returns the kernel body, a SINK UOp (.sink(arg=KernelInfo(...))), not "
+                      f"{type(body).__name__ if not isinstance(body, UOp) else body.op}")
+    k = UOp(Ops.CALL, dtypes.void, (body, *[t.uop for t in lst]), CallInfo(grad_fxn, "custom_kernel"))
+    outs = [t.uop.after(k) for t in lst]
+    if grad_fxn is not None:
+      outs = [UOp(Ops.CUSTOM_GRAD, o.dtype, (o, *k.src[1:]), ("custom_kernel", grad_fxn, k, i, cls))
+              for i, o in enumerate(outs)]
+    else:  # a backward() through it says what is missing
+      outs = [UOp(Ops.CUSTOM_GRAD, o.dtype, (o, *k.src[1:]), ("custom_kernel_no_grad",)) for o in outs]
+    return [cls(o) for o in outs]
 
   def call(self: Tensor, *args: Tensor, fxn: Tensor, grad_fxn: Callable[..., Any] | None = None) -> Tensor:  # type: ignore[misc]
     """`fxn`, a body built on placeholders (as_param(i)), applied to (self, *args): placeholder i reads argument i.

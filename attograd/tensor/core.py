@@ -16,6 +16,7 @@ from attograd.uop.ops import (GroupOp, Ops, SymbolicSizeError, UOp, afters_built
 from attograd.engine.buffers import IOTA_TAG, buffers, new_buffer_uop
 from attograd.schedule import create_schedule, lookup_realized, remember_weakly
 from attograd.uop import build
+from attograd.uop.kernel import fold_constant_args, written_slots
 from attograd.uop.state import ORIGIN, REALIZED, has, put, slots
 from attograd.uop.variables import map_arg as _map_arg
 from attograd.uop.view import ShapeTracker, is_symbolic, smax, strides_for_shape
@@ -31,7 +32,7 @@ import attograd.tensor.disk as tensor_disk
 import attograd.tensor.rng as rng
 import attograd.tensor.pending as pending
 from attograd.tensor.buffer_views import (_ONE_TO_ONE, _contiguous_view_of_buffer, _is_realized, _is_whole_buffer,
-                                         _prefix_of_buffer, _writable_view)
+                                         _prefix_of_buffer, _prefix_view_of_buffer, _writable_view)
 from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
@@ -412,7 +413,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     running (linear_with_vars)."""
     if afters_built[0]:  # tinygrad's lazy writes (UOp.after): run them, then realize what they were waited for
       for t in ts:
-        if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop)
+        if any(n.op is Ops.AFTER for n in t.uop.toposort()): t.uop = _run_afters(t.uop, defer)
     # lazy writes (Tensor.assign) into the buffers these read or write run first, each as it would have run then
     if pending.pending and ALLOW_DEVICE_USAGE.value: pending.flush_for([t.uop for t in ts], defer)
     # (one tensor, the usual realize, without the comprehensions: in this Python each is a call of its own)
@@ -2125,26 +2126,102 @@ def _readers_of(targets: set[UOp], skip: set[UOp], bufs: set[Buffer] | None = No
   for t in todo: t.uop = _unique_contiguous(t.uop)
   return todo
 
-def _run_afters(u: UOp) -> UOp:
+def _run_afters(u: UOp, defer: list[ScheduleItem] | None = None) -> UOp:
   """u with each AFTER node (UOp.after) replaced by the value it waits for, once its writes (UOp.store: ASSIGNs) have
   run, inner ones and each node's writes in order first. attograd writes in place when a write is made; a lazy write
   of this API is made when a realize reaches it. Other lazy tensors reading a written buffer keep their values, as
-  for assign; the graph being realized reads the buffer after the write."""
+  for assign; the graph being realized reads the buffer after the write. defer: a hand-written kernel's items go there
+  instead of running (linear_with_vars)."""
   subs: dict[UOp, UOp] = {}
   topo = u.toposort()
+  # a hand-written kernel's body (a CALL's src[0]) orders its own statements with AFTERs: not lazy writes
+  body: set[UOp] = set().union(*[c.src[0].toposort() for c in topo if c.op is Ops.CALL])
   for n in topo:
-    if n.op is not Ops.AFTER: continue
+    if n.op is not Ops.AFTER or n in body: continue
     now = n.substitute(subs) if subs else n
     for d in now.src[1:]:
+      if d.op is Ops.NOOP: continue  # a store of Invalid: nothing to write
       if d.op is Ops.ASSIGN:
         if (base := d.src[0].base).op is not Ops.BUFFER:
           raise RuntimeError(f"store: the target (shape {d.src[0].shape}) must be a view of a realized buffer, "
                              f"not of a lazy {base.op.name.lower()}; realize() it first")
         _keep_values_of_readers({base}, set(topo) | {d})
         _write(d, False, False)
+      elif d.op is Ops.CALL:  # a hand-written kernel (Tensor.custom_kernel): the value is where it ran
+        subs[n] = subs[now] = _run_call(d, defer)[d.src[1:].index(now.src[0])]
+        break
       elif not _is_realized(d): Tensor._realize_all([Tensor(d)])
-    subs[n] = subs[now] = now.src[0]  # (the outer nodes are rebuilt over the replaced inner ones: `now` is met)
+    else: subs[n] = subs[now] = now.src[0]  # (the outer nodes are rebuilt over the replaced inner ones: `now` is met)
   return u.substitute(subs)
+
+# each hand-written kernel that ran -> the buffer views it ran on, one per argument (by its CallInfo, which rewriting
+# the CALL's sources keeps): it runs once however many of its outputs are realized, and whenever
+_calls_ran: weakref.WeakKeyDictionary[Any, tuple[UOp, ...]] = weakref.WeakKeyDictionary()
+
+def _without_markers(u: UOp) -> UOp:
+  """u's movement ops over the value under its autograd markers (which hold the same values)."""
+  chain: list[UOp] = []
+  while u.op in GroupOp.Movement or u.op in GroupOp.Marker:
+    if u.op in GroupOp.Movement: chain.append(u)
+    u = u.src[0]
+  for m in reversed(chain): u = UOp(m.op, u.dtype, (u,), m.arg)
+  return u
+
+def _uniform_const(u: UOp) -> bool:
+  """A constant on a device seen through views that keep every element the constant (not a pad)."""
+  while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP): u = u.src[0]
+  return u.op is Ops.CONST and bool(u.src) and u.src[0].op is Ops.DEVICE
+
+def _run_call(call: UOp, defer: list[ScheduleItem] | None = None) -> tuple[UOp, ...]:
+  """Run the kernel of a CALL (its body src[0], over the arguments src[1:]) once, now: each argument computed into a
+  whole buffer of its own first unless it is one, then the kernel as one ScheduleItem over those buffers (argument i
+  is the body's placeholder slot i), or into `defer` (linear_with_vars). It writes in place, as in tinygrad: a lazy
+  tensor that reads a buffer the kernel writes and is realized after it sees the new values."""
+  if (done := _calls_ran.get(call.arg)) is not None: return done
+  body, args = call.src[0], call.src[1:]
+  if args and args[0].device.__class__ is tuple:  # over several devices: the body runs on each device's part
+    layouts = [m for a in args if (m := a._layout()) is not None]
+    if len(layouts) != len(args): raise RuntimeError("custom_kernel: an argument over several devices has no layout")
+    per_dev = [_run_body(body, tuple(m.src[k] for m in layouts), defer) for k in range(len(layouts[0].src))]
+    out = tuple(UOp(Ops.MULTI, a.dtype, tuple(o[i] for o in per_dev), m.arg)
+                for i, (a, m) in enumerate(zip(args, layouts)))
+  else: out = _run_body(body, args, defer)
+  _calls_ran[call.arg] = out
+  return out
+
+def _run_body(body: UOp, args: tuple[UOp, ...], defer: list[ScheduleItem] | None) -> tuple[UOp, ...]:
+  """A kernel body run over the one-device values `args` (see _run_call); the views of the buffers it ran on."""
+  # a constant argument the kernel only reads (Tensor.ones(...), realized or not, is a constant) is folded into the
+  # body: no buffer, no kernel to fill one
+  written = written_slots(body) if body.op is Ops.SINK else set(range(len(args)))  # (a PROGRAM's source is opaque)
+  consts = {i: a.base.arg for i, a in enumerate(args) if _uniform_const(a) and
+            not any(j in written for j, b in enumerate(args) if b is a)}
+  if consts: body, kept = fold_constant_args(body, consts)
+  else: kept = list(range(len(args)))
+  homes: dict[UOp, UOp] = {}
+  for i, a in enumerate(args):
+    if a in homes: continue
+    if i in consts: homes[a] = a
+    else:
+      v = _without_markers(a)  # (another kernel's output carries its gradient marker: the value is the buffer's)
+      t = Tensor(v) if _prefix_view_of_buffer(v) else Tensor(a).contiguous()
+      Tensor._realize_all([t], defer=defer)
+      homes[a] = t.uop
+  out = tuple(homes[a] for a in args)
+  pending.flush_for([out[s] for s in kept], defer)  # lazy writes into these buffers (Tensor.assign) run first
+  if len({out[s].device for s in kept}) > 1:
+    raise RuntimeError(f"custom_kernel: its tensors are on several devices ({sorted({h.device for h in out})}); a "
+                       "kernel runs on one")
+  if kept:  # (a body that touches no buffer has nothing to do)
+    # bound Variables (a loop over 0..n-1 of a bound n) are kernel arguments: the body keeps the Variable, the item
+    # its value, so one program serves every value
+    binds = {b: b.src[0] for b in body.toposort() if b.op is Ops.BIND}
+    if binds: body = body.substitute(binds)
+    si = ScheduleItem(body, tuple(buffers[out[s].base] for s in kept),
+                      tuple((v, b.src[1].arg) for b, v in binds.items()))
+    if defer is not None: defer.append(si)
+    else: run_schedule([si])
+  return out
 
 def _reads_elsewhere(value: UOp, base: UOp, shape: tuple[sint, ...]) -> bool:
   """Whether a value written into the whole BUFFER `base` (seen with `shape`) may read base at another element than

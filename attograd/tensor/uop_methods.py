@@ -22,10 +22,15 @@ devices or writes buffers (`to`, `shard`, `assign`, `replace`, setitem), draws f
 `alu`, `replace`; `==` and `hash()` are identity, as UOps are dictionary keys). `cast` is UOp's, and the same graph as
 the Tensor's for a strong dtype. The pure random functions of an explicit key and counter (`threefry`, `random_bits`,
 `_rand`) are lent. A lent method whose result depends on the data (`nonzero()` or `masked_select()` without `size`, a
-boolean mask index) realizes what it reads, as the Tensor's does."""
+boolean mask index) realizes what it reads, as the Tensor's does. On a kernel body's deviceless buffer views and
+values (tinygrad's hand-written kernels) the few names such a body uses (`reshape`, `flatten`, `[i, j]`, `/`, ...) are
+uop/kernel.py's instead."""
 from __future__ import annotations
 from typing import Any, Callable
+from attograd.uop import kernel
 from attograd.uop.ops import Ops, UOp
+from attograd.engine.buffers import new_buffer
+from attograd.tensor.buffer_views import _prefix_view_of_buffer
 from attograd.tensor.core import Tensor
 
 # instance methods: math, movement, reduce, indexing, nn functions, linear algebra, scans, autograd's graph builders
@@ -104,7 +109,12 @@ def _named(method: Callable[..., Any], name: str, fn: Callable[..., Any]) -> Cal
 
 def _lend(name: str) -> Callable[..., Any]:
   fn = getattr(Tensor, name)
+  # a kernel body's buffer views and values (deviceless: a Tensor can't hold them) have their own (uop/kernel.py)
+  view_fn, value_fn = kernel.VIEW_METHODS.get(name), kernel.VALUE_METHODS.get(name)
   def method(self: UOp, *args: Any, **kw: Any) -> Any:
+    if self.device is None:
+      if view_fn is not None and kernel.is_kernel_view(self): return view_fn(self, *args, **kw)
+      if value_fn is not None and kernel.is_kernel_value(self): return value_fn(self, *args, **kw)
     return _out(fn(Tensor(self), *[_arg(a) for a in args], **{k: _arg(v) for k, v in kw.items()}))
   return _named(method, name, fn)
 
@@ -129,6 +139,11 @@ def _share(name: str) -> Callable[..., Any]:
                    f"math, symbolic sizes) UOp's own {name} (lent by attograd/tensor/uop_methods.py)."
   return method
 
+def _contiguous_view(self: UOp) -> UOp | None:
+  """This node when its elements are the first ones of a buffer, in order (a kernel can be given the buffer itself),
+  else None (tinygrad's name)."""
+  return self if _prefix_view_of_buffer(self) else None
+
 def lend() -> None:
   """Give UOp the methods above (once, when attograd.tensor loads). A lent name UOp has of its own is an error: a
   shared one must be listed in SHARED, where the device decides."""
@@ -139,6 +154,8 @@ def lend() -> None:
   for name in LENT_STATIC: setattr(UOp, name, _lend_static(name))
   for name in SHARED: setattr(UOp, name, _share(name))
   UOp.T = property(lambda self: self.transpose(), doc="Tensor.T: the last two dims swapped")  # type: ignore[attr-defined]
+  UOp.new_buffer = staticmethod(new_buffer)  # type: ignore[attr-defined]  # (the engine's: the uop layer has no Buffers)
+  UOp.contiguous_view = _contiguous_view  # type: ignore[attr-defined]
   UOp.__iter__ = None  # type: ignore[attr-defined]  # __getitem__ must not make a UOp iterable (a size isn't)
 
 lend()

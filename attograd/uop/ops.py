@@ -2,11 +2,13 @@
 from __future__ import annotations
 import functools, math, operator, weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
+from dataclasses import dataclass
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
-from attograd.dtype import ConstType, DType, dtypes, to_dtype, truncate_to
+from attograd.dtype import AddrSpace, ConstType, DType, Invalid, dtypes, to_dtype, truncate_to
 from attograd.helpers import prod
 import attograd.uop.state as state
+from attograd.uop.state import buffers  # noqa: F401  (tinygrad's tests import the table from here)
 
 class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every hot path
   # graph structure and memory
@@ -50,6 +52,17 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   # src[0]'s value once the writes in src[1:] (ASSIGNs, UOp.store) have run: tinygrad's lazy-write API, resolved by
   # Tensor.realize (tensor/core.py), which runs the writes and then reads src[0]
   AFTER = auto()
+  # kernel-building ops (tinygrad names): a kernel body written by hand (UOp.placeholder/param/range, see "kernel
+  # building" below; codegen/custom.py compiles one). PARAM: a buffer argument of the kernel (arg: ParamArg); INDEX:
+  # src[0] (a view of a PARAM) at the indices src[1:], a value where read and the target of a STORE; END: src[0]'s
+  # statements, then the loops of the RANGEs in src[1:] close; GROUP: its sources' statements, in order
+  PARAM = auto(); INDEX = auto(); END = auto(); GROUP = auto()  # noqa: E702
+  # a kernel given as source text (a PROGRAM of (SINK of its buffer placeholders, LINEAR, SOURCE, BINARY)): the text
+  # and the binary it compiled to, each in arg
+  SOURCE = auto(); BINARY = auto()  # noqa: E702
+  # tinygrad's names of attograd's ops (aliases: the same members): C's truncating division and remainder, 1/x, and a
+  # vector of lanes
+  CDIV = IDIV; CMOD = MOD; RECIPROCAL = RECIP; STACK = VECTORIZE  # noqa: E702
   def __repr__(self) -> str: return f"Ops.{self.name}"
   def __str__(self) -> str: return f"Ops.{self.name}"
 
@@ -66,6 +79,108 @@ class GroupOp:
   Marker = {Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CUSTOM_GRAD}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
+
+# ***** kernel building (tinygrad's API): the records a hand-written kernel body is made of *****
+
+class AxisType(IntEnum):
+  """What a kernel loop is for (tinygrad's names). A hand-written body's loops (UOp.range) all run as plain loops in
+  attograd (codegen/custom.py); the type documents the loop and is kept in the RANGE's arg."""
+  DEVICE = auto(); GLOBAL = auto(); WARP = auto(); LOCAL = auto(); WEAK = auto(); GROUP_REDUCE = auto()  # noqa: E702
+  REDUCE = auto(); UPCAST = auto(); UNROLL = auto(); THREAD = auto(); PLACEHOLDER = auto(); LOOP = auto()  # noqa: E702
+  def __repr__(self) -> str: return f"AxisType.{self.name}"
+  __str__ = __repr__
+
+@dataclass(frozen=True)
+class ParamArg:
+  """A PARAM's arg (tinygrad's record, plus the shape attograd keeps here): argument `slot` of the kernel, holding
+  `dtype` elements; where it lives (addrspace: GLOBAL a buffer argument, REG/LOCAL a per-kernel scratch array)."""
+  slot: int
+  dtype: DType
+  vmin_vmax: tuple[ConstType, ConstType] | None = None
+  multiple_of: int | None = None
+  name: str | None = None
+  addrspace: AddrSpace = AddrSpace.GLOBAL
+  axis: int | None = None
+  device: str | tuple[str, ...] | None = None
+  volatile: bool = False
+  shape: tuple[sint, ...] | None = None
+
+@dataclass(frozen=True)
+class KernelInfo:
+  """A hand-written kernel's SINK arg (tinygrad's record): its name; the other fields are tinygrad's optimizer
+  settings, which a hand-written attograd kernel doesn't use (its loops run as written)."""
+  name: str = "test"
+  axis_types: tuple[AxisType, ...] = ()
+  dont_use_locals: bool = False
+  applied_opts: tuple = ()
+  opts_to_apply: tuple | None = None
+  estimates: Any = None
+  beam: int = 0
+  @property
+  def function_name(self) -> str: return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
+
+@dataclass(frozen=True)
+class ProgramInfo:
+  """A hand-written PROGRAM's arg (tinygrad's record): its function name, launch sizes and the argument slots it
+  takes (globals), in order."""
+  name: str = "test"
+  global_size: tuple[int, ...] = (1, 1, 1)
+  local_size: tuple[int, ...] | None = None
+  vars: tuple[UOp, ...] = ()
+  globals: tuple[int, ...] = ()
+  outs: tuple[int, ...] = ()
+  ins: tuple[int, ...] = ()
+  @property
+  def function_name(self) -> str: return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
+
+@dataclass(frozen=True, eq=False)
+class CallInfo:
+  """A CALL's arg (UOp.call, Tensor.custom_kernel): the gradient function, if any, and a name. Compared by identity,
+  so each call of custom_kernel is a node of its own (it runs once, even when it writes the same buffers again)."""
+  grad_fxn: Callable[..., Any] | None = None
+  name: str | None = None
+
+def broadcast_axes(src_shape: tuple[sint, ...], out_shape: tuple[sint, ...]) -> tuple[int, ...]:
+  """The axes of `out_shape` that broadcasting `src_shape` to it adds (leading) or expands (a 1 made larger)."""
+  if (extra := len(out_shape) - len(src_shape)) < 0:  # (RuntimeError: tinygrad's)
+    raise RuntimeError(f"broadcast_axes: shape {src_shape} has more dims than {out_shape}")
+  return tuple(range(extra)) + tuple(extra + i for i, s in enumerate(src_shape)
+                                     if s.__class__ is int and s == 1 and not (out_shape[extra + i].__class__ is int
+                                                                                and out_shape[extra + i] == 1))
+
+def dtype_from_uop(op: Ops, src: tuple[UOp, ...], arg: Any) -> DType | None:
+  """The dtype a node of `op` over `src` with `arg` has by the IR's rules (tinygrad's helper); None where the op
+  doesn't decide it (NOOP). Raises TypeError for a CONST whose value isn't a scalar."""
+  from attograd.dtype import InvalidType, least_upper_dtype, least_upper_float
+  if op in (Ops.STORE, Ops.SINK, Ops.END, Ops.GROUP, Ops.LINEAR, Ops.PROGRAM, Ops.BARRIER, Ops.ENDRANGE,
+            Ops.ACC_ASSIGN): return dtypes.void
+  if op is Ops.CALL: return dtypes.void if src[0].dtype is dtypes.void else None
+  if op is Ops.NOOP: return None
+  if op is Ops.CONST:
+    if arg.__class__ is bool or isinstance(arg, InvalidType): return dtypes.bool
+    if isinstance(arg, int): return dtypes.weakint
+    if isinstance(arg, float): return dtypes.weakfloat
+    raise TypeError(f"dtype_from_uop: no dtype for a CONST of {arg!r}")
+  if op in GroupOp.Comparison: return dtypes.bool
+  if op in (Ops.CAST, Ops.BITCAST): return arg if isinstance(arg, DType) else None
+  if op in (Ops.PARAM, Ops.BUFFER): return arg.dtype if isinstance(arg, ParamArg) else None
+  if op in (Ops.INDEX, Ops.LOAD, Ops.AFTER, Ops.RANGE, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.DETACH,
+            Ops.SPECIAL, Ops.REDUCE, Ops.REDUCE_AXIS) or op in GroupOp.Movement: return src[0].dtype
+  if op in (Ops.SIN, Ops.LOG2, Ops.EXP2, Ops.SQRT, Ops.RECIP): return least_upper_float(src[0].dtype)
+  if op is Ops.WMMA: return src[2].dtype
+  if op is Ops.WHERE:
+    if src[0].dtype is not dtypes.bool:
+      raise TypeError(f"dtype_from_uop: where's condition must be bool, not {src[0].dtype}")
+    return src[1].dtype if src[1].dtype is src[2].dtype else least_upper_dtype(src[1].dtype, src[2].dtype)
+  if op in (Ops.SHL, Ops.SHR): return src[0].dtype
+  if op is Ops.VECTORIZE:
+    if not src: return dtypes.void
+    d = src[0].dtype if all(x.dtype is src[0].dtype for x in src) else least_upper_dtype(*(x.dtype for x in src))
+    return d.vec(len(src))
+  if op in GroupOp.Unary: return src[0].dtype
+  if op in GroupOp.ALU: return src[0].dtype if all(x.dtype is src[0].dtype for x in src) else \
+    least_upper_dtype(*(x.dtype for x in src))
+  raise TypeError(f"dtype_from_uop: no dtype rule for {op}")
 
 class cached:
   """A lock-free cached property (functools.cached_property takes a lock on every first access in Python 3.11,
@@ -203,6 +318,19 @@ class UOp(metaclass=UOpMetaClass):
     (tinygrad's name): a MULTI's own, an op over MULTIs the axis its result gets; None for whole copies and for
     one-device values."""
     return None if (m := self._layout()) is None else m.arg
+  def unshard(self, axis: int) -> UOp:
+    """tinygrad's: a value held whole on each of several devices, seen as the shards of one value split along `axis`
+    (its size there is the sum of theirs): how a sharded output is made from one empty per device."""
+    if (m := self._layout()) is None or m.arg is not None:
+      raise ValueError(f"unshard: needs a value held whole on each of several devices, not one on {self.device}")
+    if not 0 <= axis < len(m.src[0].shape): raise ValueError(f"unshard: axis {axis} is out of range")
+    return UOp(Ops.MULTI, self.dtype, m.src, axis)
+  @property
+  def shard_shape(self) -> tuple[sint, ...]:
+    """The shape of one device's part (tinygrad's name): the shape, with the split axis's size divided among the
+    devices for a value split over several."""
+    if (m := self._layout()) is None or m.arg is None: return self.shape
+    return m.src[0].shape
   @property
   def bounds(self) -> list[tuple[int, int]]:
     """(start, end) of each device's shard along the split axis (tinygrad's name)."""
@@ -307,8 +435,18 @@ class UOp(metaclass=UOpMetaClass):
     d = dtype if dtype.__class__ is DType else to_dtype(dtype)
     return self if self.dtype == d else UOp(Ops.CAST, d, (self,))
   # ***** lazy writes (tinygrad's API) *****
-  def store(self, value: UOp) -> UOp:
-    """A write of `value` into this view of a buffer (an ASSIGN; nothing runs until a realize needs it)."""
+  def store(self, value: UOp | ConstType | Any) -> UOp:
+    """A write of `value` (a UOp of this shape and dtype, or a number for every element) into this view of a buffer (an
+    ASSIGN; nothing runs until a realize needs it); Invalid writes nothing (a NOOP). In a kernel body, a store into an
+    element (an INDEX: `C[i, j].store(x)`) is a STORE statement."""
+    if self.op is Ops.INDEX:
+      v = value if isinstance(value, UOp) else self.const_like(value)
+      return UOp(Ops.STORE, dtypes.void, (self, v))
+    if value is Invalid: return UOp(Ops.NOOP)  # storing "no value" (tinygrad's Invalid) writes nothing
+    if not isinstance(value, UOp):  # a number: the constant in every element
+      c = UOp(Ops.CONST, self.dtype, (UOp(Ops.DEVICE, arg=self.device),), dtypes.as_const(value, self.dtype))
+      value = c if not self.shape else \
+        UOp(Ops.EXPAND, self.dtype, (UOp(Ops.RESHAPE, self.dtype, (c,), (1,) * len(self.shape)),), self.shape)
     if self.shape != value.shape or self.dtype != value.dtype:
       raise ValueError(f"store: the value ({value.dtype}, shape {value.shape}) must match the target "
                        f"({self.dtype}, shape {self.shape})")
@@ -318,6 +456,87 @@ class UOp(metaclass=UOpMetaClass):
     if not deps: return self
     afters_built[0] = True
     return UOp(Ops.AFTER, self.dtype, (self,) + deps)
+
+  # ***** kernel building (tinygrad's API): a kernel body written by hand. Placeholders stand for the kernel's buffers
+  # (PARAM), RANGEs are its loops, `buf[i, j]` an element (INDEX) that is read where used as a value and written by
+  # .store(); .end(*ranges) closes loops after the statements before it; .sink(arg=KernelInfo(name)) is the body.
+  # Tensor.custom_kernel runs one over Tensors' buffers; codegen/custom.py compiles it *****
+  @staticmethod
+  def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP, *_: Any, dtype: DType = dtypes.int32,
+            src: tuple[UOp, ...] = ()) -> UOp:
+    """A loop over 0..end-1 (an index value in the body); `axis_id` tells loops apart and orders ones opened
+    together (outer first)."""
+    if not dtypes.is_int(dtype): raise TypeError(f"range: a loop index is an int, not {dtype}")
+    e = end.cast(dtype) if isinstance(end, UOp) else UOp.const(dtype, end)
+    return UOp(Ops.RANGE, dtype, (e, *src), (axis_id, axis_type))
+  @staticmethod
+  def param(slot: int, dtype: DType, shape: tuple[sint, ...] | None = None, device: str | tuple[str, ...] | None = None,
+            vmin_vmax: tuple[ConstType, ConstType] | None = None, multiple_of: int | None = None,
+            name: str | None = None, addrspace: AddrSpace = AddrSpace.GLOBAL, axis: int | None = None,
+            volatile: bool = False) -> UOp:
+    """Argument `slot` of a kernel: a buffer of `shape` (flat or not) holding `dtype`, indexed as `p[i]`."""
+    if dtype in (dtypes.weakint, dtypes.weakfloat):
+      raise TypeError(f"param: a kernel argument needs a concrete dtype, not the weak {dtype}")
+    if not isinstance(slot, int) or slot < (-1 if addrspace is AddrSpace.ALU else 0):  # (-1: a Variable's, unplaced)
+      raise ValueError(f"param: slot must be an int >= 0, not {slot!r}")
+    arg = ParamArg(slot, dtype.scalar() if dtype.__class__ is not DType else dtype, vmin_vmax, multiple_of, name,
+                   addrspace, axis, device, volatile, None if shape is None else tuple(shape))
+    return UOp(Ops.PARAM, arg.dtype, (), arg)
+  @staticmethod
+  def placeholder(shape: tuple[sint, ...], dtype: DType, slot: int, addrspace: AddrSpace = AddrSpace.GLOBAL,
+                  device: str | None = None, volatile: bool = False) -> UOp:
+    """A kernel's buffer `slot` seen with `shape` (a flat PARAM, reshaped): GLOBAL an argument the caller passes,
+    REG or LOCAL an array the kernel keeps for itself (an accumulator)."""
+    if addrspace is not AddrSpace.GLOBAL and device is not None:
+      raise ValueError("placeholder: a REG or LOCAL placeholder belongs to the kernel; it has no device")
+    p = UOp.param(slot, dtype, (prod(shape),), device, addrspace=addrspace, volatile=volatile)
+    return p if len(shape) == 1 else UOp(Ops.RESHAPE, p.dtype, (p,), tuple(shape))
+  def placeholder_like(self, slot: int, addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:
+    """A placeholder with this value's shape (one device's part of a value over several) and dtype."""
+    shape = self.shard_shape if self.device.__class__ is tuple else self.shape  # over several devices: one's part
+    if not all(d.__class__ is int for d in shape):
+      raise ValueError(f"placeholder_like: needs a concrete shape, not {shape_str(shape)}")
+    return UOp.placeholder(shape, self.dtype, slot, addrspace)
+  def sink(*srcs: UOp | None, arg: Any = None) -> UOp:  # noqa: N805  (UOp.sink(a, b) and a.sink() alike)
+    """The root of a graph over `srcs` (None left out); a kernel body's, with arg=KernelInfo(name=...)."""
+    return UOp(Ops.SINK, dtypes.void, tuple(x for x in srcs if x is not None), arg)
+  @staticmethod
+  def group(*srcs: UOp | None) -> UOp:
+    """Statements run in order, as one (a lone statement is itself)."""
+    xs = tuple(x for x in srcs if x is not None)
+    return xs[0] if len(xs) == 1 else UOp(Ops.GROUP, dtypes.void, xs)
+  def index(self, *idx: UOp | int) -> UOp:
+    """The element of this kernel buffer view at `idx` (leading dims): a value where read, a target for .store()."""
+    us = tuple(UOp.const(dtypes.int32, i) if not isinstance(i, UOp) else i for i in idx)
+    if self.op is Ops.INDEX: return UOp(Ops.INDEX, self.dtype, self.src + us)
+    if len(us) > len(self.shape):
+      raise IndexError(f"index: {len(us)} indices for a buffer view of shape {shape_str(self.shape)}")
+    return UOp(Ops.INDEX, self.dtype, (self, *us))
+  def load(self) -> UOp:
+    """This element's value (a kernel body reads an element where it uses it; this says so explicitly)."""
+    if self.op is not Ops.INDEX or self.shape: raise TypeError(f"load: reads one element (buf[i]), not a {self.op}")
+    return UOp(Ops.LOAD, self.dtype, (self,))
+  def reduce(self, *ranges: UOp, arg: Ops = Ops.ADD, dtype: DType | None = None) -> UOp:
+    """In a kernel body: this value accumulated with `arg` (ADD, MUL or MAX) over the loops `ranges`, which run for
+    it (a REDUCE; its value is the result, outside those loops)."""
+    if arg not in (Ops.ADD, Ops.MUL, Ops.MAX): raise ValueError(f"reduce: accumulates with ADD, MUL or MAX, not {arg}")
+    if not ranges or any(r.op is not Ops.RANGE for r in ranges): raise TypeError("reduce: over loops (RANGEs)")
+    x = self if dtype is None or dtype == self.dtype else self.cast(dtype)
+    return UOp(Ops.REDUCE, x.dtype, (x, *ranges), arg)
+  def end(self, *ranges: UOp) -> UOp:
+    """These statements, then the loops of `ranges` close."""
+    if any(r.op is not Ops.RANGE for r in ranges): raise TypeError("end: closes loops; pass the RANGEs")
+    return UOp(Ops.END, dtypes.void, (self, *ranges)) if ranges else self
+  def set(self, val: UOp | ConstType, end: UOp | tuple[UOp, ...] | list[UOp] = ()) -> UOp:
+    """Store `val` into this element, close the loops `end`, and return the buffer view as it is after that."""
+    if self.op is not Ops.INDEX: raise TypeError(f"set: stores into an element (buf[i]), not a {self.op}")
+    ends = (end,) if isinstance(end, UOp) else tuple(end)
+    return self.src[0].after(self.store(val).end(*ends))  # type: ignore[arg-type]
+  def call(self, *srcs: UOp, grad_fxn: Callable[..., Any] | None = None, name: str | None = None) -> UOp:
+    """This kernel body run over `srcs` (argument i is placeholder slot i): a CALL, as in tinygrad; run it by
+    `run_linear(UOp(Ops.LINEAR, src=(call,)))` over BUFFER nodes, or through Tensor.custom_kernel."""
+    return UOp(Ops.CALL, dtypes.void, (self, *srcs), CallInfo(grad_fxn, name))
+
   __hash__ = object.__hash__
   __eq__ = object.__eq__  # hash-consed: identity is equality
   def __bool__(self) -> bool:
@@ -342,9 +561,13 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** symbolic variables *****
   @staticmethod
-  def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None) -> UOp:
+  def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None, param: bool = False) -> UOp:
     """A Variable of `dtype`: by default int32, or int64 where its bounds pass int32's (it is then typed and passed
-    to kernels as int64 on every device). bind refuses a value its dtype can't hold."""
+    to kernels as int64 on every device). bind refuses a value its dtype can't hold. param=True gives tinygrad's
+    kernel-side form instead: a scalar kernel argument (a PARAM in the ALU address space) with those bounds."""
+    if param:
+      return UOp.param(-1, dtype or dtypes.int32, (), vmin_vmax=(min_val, max_val), name=name,
+                       addrspace=AddrSpace.ALU)
     if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
       raise ValueError(f"Variable {name!r}: need integer bounds min <= max, got min={min_val!r} max={max_val!r}")
     if dtype is None: dtype = dtypes.int32 if -2**31 <= min_val and max_val < 2**31 else dtypes.int64
@@ -514,11 +737,14 @@ def _shape_of(u: UOp) -> tuple[sint, ...]:
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(u.src[0].shape))
   if op is Ops.AFTER: return u.src[0].shape
   if op is Ops.BUFFER: return (u.arg[1],)
+  if op is Ops.PARAM: return u.arg.shape or ()
+  if op is Ops.INDEX: return u.src[0].shape[len(u.src) - 1:]
+  if op in (Ops.STORE, Ops.END, Ops.GROUP, Ops.RANGE, Ops.CALL): return ()
   if op is Ops.MULTI:
     s = u.src[0].shape
     return s if u.arg is None else s[:u.arg] + (sum(x.shape[u.arg] for x in u.src),) + s[u.arg + 1:]
   if op is Ops.VIEW: return u.arg.shape
-  if op is Ops.LOAD: return u.src[1].shape
+  if op is Ops.LOAD: return u.src[1].shape if len(u.src) > 1 else ()  # (a kernel body's load of one element)
   if (op is Ops.CONST or op is Ops.IOTA) and u.src and u.src[0].op is Ops.VIEW: return u.src[0].shape
   if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE, Ops.SINK, Ops.NOOP): return ()
   if op is Ops.BITCAST:

@@ -33,3 +33,17 @@ def put(u: Any, slot: str, value: Any) -> None: u.__dict__[slot] = value
 def drop(u: Any, slot: str) -> None:
   """Forget `slot` of `u` (nothing happens when it has none)."""
   u.__dict__.pop(slot, None)
+
+class BufferTable:
+  """BUFFER node -> its Buffer, kept on the node itself (the BUFFER slot): it lives exactly as long as the node, and a
+  lookup is one dict access (a WeakKeyDictionary makes a weakref per lookup, which showed up in per-realize
+  overhead). The engine fills it (engine/buffers.py); tinygrad's `buffers` table."""
+  def __getitem__(self, u: Any) -> Any:
+    if (b := u.__dict__.get(BUFFER)) is None: raise KeyError(f"{u.op} has no Buffer")
+    return b
+  def get(self, u: Any, default: Any = None) -> Any: return u.__dict__.get(BUFFER, default)
+  def __setitem__(self, u: Any, b: Any) -> None: u.__dict__[BUFFER] = b
+  def __contains__(self, u: Any) -> bool: return BUFFER in u.__dict__
+
+# realized buffers: each BUFFER UOp (one per buffer version) points at its Buffer
+buffers = BufferTable()

@@ -679,6 +679,7 @@ NON_OPS = {
   "from_url": "downloads", "replace": "rebinds the graph",
   # a body applied to its arguments: test/backend/test_tensor_call.py
   "call": "applies a body", "as_param": "placeholder for call",
+  "custom_kernel": "runs a hand-written kernel body (test/backend/test_custom_kernel.py)",
   # tinygrad's low-level names: test/backend/test_tinygrad_surface.py (hashes against hashlib, the random words
   # against Random123's known answers and rand's stream, alu without promotion, shard_like on two devices)
   "keccak": "hash (hashlib)", "hash": "hash (hashlib)", "threefry": "random", "random_bits": "random",

@@ -4,7 +4,8 @@ from typing import Any
 import numpy as np
 import pytest
 from attograd import GlobalCounters, Tensor, dtypes
-from attograd.uop.ops import UOp
+from attograd.dtype import Invalid
+from attograd.uop.ops import Ops, UOp
 
 def test_assign_reading_shifted_target(device: str) -> None:
   t = Tensor([0.0, 1, 2, 3, 4, 5]).realize()
@@ -224,6 +225,13 @@ def test_uop_store_keeps_earlier_readers(device: str) -> None:
   y = x * 2
   out = Tensor(x.uop.after(x.uop.store(Tensor([7.0, 8.0, 9.0], device=device).uop)))
   assert out.tolist() == [7.0, 8.0, 9.0] and y.tolist() == [2.0, 4.0, 6.0] and x.tolist() == [7.0, 8.0, 9.0]
+
+def test_uop_store_number_and_invalid(device: str) -> None:
+  # a number is written to every element of the view; a store of Invalid ("no value") writes nothing
+  x = Tensor([1.0, 2.0, 3.0, 4.0], device=device).contiguous().realize()
+  out = Tensor(x.uop.after(x.uop.shrink(((1, 3),)).store(7), x.uop.shrink(((0, 2),)).store(Invalid)))
+  assert out.tolist() == [1.0, 7.0, 7.0, 4.0]
+  assert x.uop.store(Invalid).op is Ops.NOOP
 
 def test_uop_store_into_lazy_target_raises(device: str) -> None:
   lazy = Tensor([1.0, 2.0], device=device) * 3
