@@ -1,7 +1,7 @@
 """The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with
 OpenMP."""
 from __future__ import annotations
-import _ctypes, ctypes, ctypes.util, hashlib, mmap, os, re, shutil, subprocess, tempfile, time, weakref
+import _ctypes, copy, ctypes, ctypes.util, hashlib, mmap, os, re, shutil, subprocess, tempfile, time, weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
@@ -132,6 +132,15 @@ class ClangCompiler(Compiler):
       self.openmp, self.fast_fma, self.int8_dot = (p.result() for p in probes)
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
+    # the light build of kernels with little work (Compiler.light): the quick tier's flags, its programs final and
+    # cached on disk under their own key
+    self.light = light = copy.copy(self)
+    light.flags, light.light = self._quick_flags(), None
+    light.cachekey = f"cpu:{ident}:{' '.join(light.flags)}"
+  def _quick_flags(self) -> list[str]:
+    """The usual flags at -O1, without the costliest of its passes (QUICK_GCC_FLAGS; see compile_quick)."""
+    flags = [f if not re.fullmatch(r"-O[0-9s]|-Ofast", f) else "-O1" for f in self.flags]
+    return flags + ((QUICK_GCC_FLAGS if self.gcc_major >= 8 else QUICK_GCC_FLAGS[:1]) if self.gcc else [])
   def _probe(self, key_text: str, src: str, flags: list[str]) -> bool:
     """Whether `src` compiles with `flags`, remembered on disk under `key_text` (one compiler run per machine)."""
     key = hashlib.sha256(key_text.encode()).hexdigest()
@@ -191,8 +200,7 @@ class ClangCompiler(Compiler):
     Returns the library and each kernel's symbol."""
     syms = [f"__atto_quick{i}_{name}" for i, (name, _) in enumerate(kernels)]
     src = _one_unit([src for _, src in kernels], list(zip([name for name, _ in kernels], syms)))
-    flags = [f if not re.fullmatch(r"-O[0-9s]|-Ofast", f) else "-O1" for f in self.flags]
-    if self.gcc: flags += QUICK_GCC_FLAGS if self.gcc_major >= 8 else QUICK_GCC_FLAGS[:1]
+    flags = self._quick_flags()
     return self._compile_with(src, flags + self._huge(src)), syms
 
 def _one_unit(srcs: list[str], renames: list[tuple[str, str]]) -> str:

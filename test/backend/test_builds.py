@@ -26,9 +26,9 @@ def empty_cache(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
 def held_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
   """Optimized builds wait until the returned event is set: the quick programs are what runs until then."""
   gate, build = threading.Event(), realize._build
-  def slow_build(spec: Any) -> bytes:
+  def slow_build(spec: Any, *args: Any) -> bytes:
     assert gate.wait(60), "the test never released the optimized builds"
-    return build(spec)
+    return build(spec, *args)
   monkeypatch.setattr(realize, "_build", slow_build)
   yield gate
   gate.set()
@@ -163,7 +163,8 @@ def test_exit_drops_queued_background_builds(tmp_path: Any) -> None:
   log = tmp_path / "started.txt"
   code = (f"import os, time\nfrom attograd import Tensor\nfrom attograd.engine import realize\n"
           f"from attograd.helpers import Context\nbuild = realize._build\n"
-          f"def slow(spec):\n  open({str(log)!r}, 'a').write('x')\n  time.sleep(0.5)\n  return build(spec)\n"
+          f"def slow(spec, *args):\n  open({str(log)!r}, 'a').write('x')\n  time.sleep(0.5)\n"
+          f"  return build(spec, *args)\n"
           f"realize._build = slow\n"
           f"with Context(QUICK_BUILD=2):\n"
           f"  x = Tensor.arange(64).float()\n"
@@ -186,7 +187,7 @@ def test_background_builds_wait_for_first_builds(empty_cache: None, monkeypatch:
     return quick(dev, specs)
   build = realize._build
   monkeypatch.setattr(realize, "_quick", held_quick)
-  monkeypatch.setattr(realize, "_build", lambda spec: built.append(spec.name) or build(spec))
+  monkeypatch.setattr(realize, "_build", lambda spec, *args: built.append(spec.name) or build(spec, *args))
   x, ref = _chain(4, seed=9)
   items, _ = create_schedule([x.uop])
   with Context(QUICK_BUILD=2): realize._prepare(items)
@@ -207,7 +208,7 @@ def test_background_builds_wait_for_a_quiet_moment(empty_cache: None, monkeypatc
   monkeypatch.setattr(realize, "BACKGROUND_QUIET", 1.0)
   started: list[float] = []
   build = realize._build
-  monkeypatch.setattr(realize, "_build", lambda spec: started.append(time.monotonic()) or build(spec))
+  monkeypatch.setattr(realize, "_build", lambda spec, *args: started.append(time.monotonic()) or build(spec, *args))
   x, ref = _chain(3, seed=16)
   with Context(QUICK_BUILD=2): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)  # on the quick programs
   quiet_from = realize._last_first_done
@@ -241,8 +242,9 @@ def test_finish_builds_a_queued_background_build_now(empty_cache: None) -> None:
 def test_big_kernels_are_tiered_by_default(empty_cache: None, monkeypatch: pytest.MonkeyPatch,
                                           tmp_path: Any) -> None:
   # QUICK_BUILD=1 (the default): a kernel of QUICK_MIN_SRC bytes of source or more starts from a quick build, a
-  # smaller one gets its optimized build only
+  # smaller one gets its optimized build only (kernels of little work get their light build only: not here)
   assert realize.QUICK_BUILD.value == 1
+  monkeypatch.setattr(realize, "LIGHT_OPS", -1)
   for min_src, tiered in ((1 << 30, False), (0, True)):
     monkeypatch.setattr(realize, "QUICK_MIN_SRC", min_src)
     monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path / str(min_src)))  # nothing built before, on disk either
@@ -463,3 +465,49 @@ def test_huge_kernels_use_the_priority_register_allocator_in_both_tiers(monkeypa
   comp.compile(small)
   comp.compile_quick([("k", small)])
   assert ["-fira-algorithm=priority" in f for f in seen] == [True, True, False, False]
+
+def test_kernels_of_little_work_get_only_the_light_build(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # a kernel that does at most LIGHT_OPS operations on at most LIGHT_BYTES runs in microseconds at any optimization
+  # level: it is built once by the device's light compiler (CPU: -O1), not tiered, and that program is final and
+  # cached on disk under the light compiler's key; a bigger one gets the optimized compiler
+  dev = Device["CPU"]
+  assert dev.compiler.light is not None and "-O1" in dev.compiler.light.flags and "-O3" in dev.compiler.flags
+  assert dev.compiler.light.cachekey != dev.compiler.cachekey
+  rng = np.random.default_rng(21)
+  small_n, big_n = 256, realize.LIGHT_BYTES  # float32: 1 KB, 4 x LIGHT_BYTES per buffer
+  a, b = rng.standard_normal(small_n, dtype=np.float32), rng.standard_normal(big_n, dtype=np.float32)
+  small, big = (Tensor(a) * 1.5 + 0.25).contiguous(), (Tensor(b) * 1.5 + 0.25).contiguous()
+  runs = _count_compiles(monkeypatch)
+  np.testing.assert_allclose(small.numpy(), a * np.float32(1.5) + np.float32(0.25), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(big.numpy(), b * np.float32(1.5) + np.float32(0.25), rtol=1e-5, atol=1e-6)
+  (rs,), (rb,) = _runners_of((Tensor(a) * 1.5 + 0.25).contiguous()), _runners_of((Tensor(b) * 1.5 + 0.25).contiguous())
+  assert rs.compiler is dev.compiler.light and rs._quick is None
+  assert rb.compiler is dev.compiler
+  assert dev.compiler.light.cached(rs.spec.src) is not None and dev.compiler.cached(rs.spec.src) is None
+  assert dev.compiler.cached(rb.spec.src) is not None and dev.compiler.light.cached(rb.spec.src) is None
+  assert len(runs) == 2  # one build each, no second tier
+  # a new process (no runners) finds the light program on disk: nothing is compiled again
+  realize._runners.clear()
+  runs.clear()
+  np.testing.assert_allclose((Tensor(a) * 1.5 + 0.25).numpy(), a * np.float32(1.5) + np.float32(0.25), rtol=1e-5,
+                             atol=1e-6)
+  assert runs == []
+
+def test_light_build_can_be_turned_off(empty_cache: None) -> None:
+  x, ref = _chain(3, seed=22)
+  with Context(LIGHT_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  assert all(r.compiler is Device["CPU"].compiler for r in realize._runners.values())
+
+def test_light_build_rounds_as_optimized(empty_cache: None) -> None:
+  # the light build's -O1 must give the bits of the optimized -O3 (no a*b+c fused by one and not the other): a
+  # kernel built light in one process and optimized in another computes the same values
+  rng = np.random.default_rng(23)
+  a, b, c = (rng.standard_normal(1021).astype(np.float32) for _ in range(3))
+  def f() -> Tensor:
+    ta, tb, tc = Tensor(a), Tensor(b), Tensor(c)
+    return ((ta * tb + tc) * ta - tb * tc) * (ta * tc + tb)
+  light = f().numpy()
+  assert all(r.compiler is Device["CPU"].compiler.light for r in realize._runners.values())
+  realize._runners.clear()
+  with Context(LIGHT_BUILD=0): optimized = f().numpy()
+  np.testing.assert_array_equal(light, optimized)
