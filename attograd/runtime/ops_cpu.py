@@ -125,11 +125,12 @@ class ClangCompiler(Compiler):
     self.gcc_major = int(m.group(1)) if self.gcc and (m := re.search(r" (\d+)\.\d+\.\d+", version)) else 0
     if self.gcc: self.flags += ["-fno-tree-reassoc", "-fno-tree-vrp"]
     if self.gcc or "clang" in version: self.flags.append("-fopenmp-simd")
-    # the three probes are independent compiler runs (each ~40-70 ms, on the first run of a new cache): run side by
-    # side, they hold up the first tensor's device (conv2d's first call: 0.2 s of its 0.46 s) for one of them, not three
-    with ThreadPoolExecutor(3) as pool:
-      probes = [pool.submit(probe, ident) for probe in (self._has_openmp, self._has_fast_fma, self._has_int8_dot)]
-      self.openmp, self.fast_fma, self.int8_dot = (p.result() for p in probes)
+    # the probes, on the first run of a new cache: OpenMP is a build and link (~40-70 ms), the target's features one
+    # run of the preprocessor (~10 ms), side by side: the first tensor's device waits for the longer one. (A compile
+    # per feature, three builds at once, took 55 ms of conv2d's 0.37 s first call on an idle 2-core machine)
+    with ThreadPoolExecutor(2) as pool:
+      openmp, features = pool.submit(self._has_openmp, ident), pool.submit(self._target_features, ident)
+      self.openmp, (self.fast_fma, self.int8_dot) = openmp.result(), features.result()
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
     # the light build of kernels with little work (Compiler.light): the quick tier's flags, its programs final and
@@ -151,17 +152,24 @@ class ClangCompiler(Compiler):
     except RuntimeError: ok = False
     disk_cache_put("probe", key, b"1" if ok else b"0")
     return ok
-  def _has_fast_fma(self, ident: str) -> bool:
-    """Whether fma() is an instruction for this target (else a slow library call: no fused multiply-adds then)."""
-    return self._probe(f"fast_fma\0{ident}\0{' '.join(self.flags)}",
-                       "#if !defined(__FP_FAST_FMAF) || !defined(__FP_FAST_FMA)\n#error no fast fma\n#endif\n"
-                       "int f(void) { return 0; }", self.flags)
-  def _has_int8_dot(self, ident: str) -> bool:
-    """Whether the target has AVX-512 VNNI's int8 dot product on 16 lanes, as the builtin renderer/cstyle.py writes
-    (gcc's name: clang and other targets fail the probe, and their kernels keep the plain integer ops)."""
-    return self._probe(f"int8_dot\0{ident}\0{' '.join(self.flags)}",
-                       "typedef int v16 __attribute__((vector_size(64)));\n"
-                       "v16 f(v16 c, v16 a, v16 b) { return __builtin_ia32_vpdpbusd_v16si(c, a, b); }", self.flags)
+  def _target_features(self, ident: str) -> tuple[bool, bool]:
+    """(fast fma, int8 dot) from the macros the compiler predefines with the kernels' flags (one preprocessor run,
+    remembered on disk): whether fma() is an instruction for this target (else a slow library call: no fused
+    multiply-adds then), and whether the target has AVX-512 VNNI's int8 dot product on 16 lanes, which gcc compiles
+    from the builtin renderer/cstyle.py writes (gcc's name: with clang and other compilers the kernels keep the plain
+    integer ops)."""
+    key = hashlib.sha256(f"features\0{ident}\0{' '.join(self.flags)}".encode()).hexdigest()
+    if (hit := disk_cache_get("probe", key)) is not None and len(hit) == 2: return hit[0:1] == b"1", hit[1:2] == b"1"
+    try:
+      p = subprocess.run(self.cc + self.flags + ["-dM", "-E", "-x", "c", "-"], input=b"", capture_output=True,
+                         timeout=60)
+      text = p.stdout.decode(errors="replace") if p.returncode == 0 else ""
+      macros = set(re.findall(r"^#define (\w+)", text, re.M))
+    except (OSError, subprocess.TimeoutExpired): macros = set()
+    fma = {"__FP_FAST_FMAF", "__FP_FAST_FMA"} <= macros
+    dot = {"__GNUC__", "__AVX512F__", "__AVX512VNNI__"} <= macros and "__clang__" not in macros
+    disk_cache_put("probe", key, (b"1" if fma else b"0") + (b"1" if dot else b"0"))
+    return fma, dot
   def _has_openmp(self, ident: str) -> bool:
     return self._probe(f"openmp\0{ident}", "int f(void) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n"
                        "for (int i = 0; i < 4; i++) s += i;\nreturn s; }", self.flags + ["-fopenmp"])

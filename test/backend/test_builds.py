@@ -2,7 +2,7 @@
 started before the first one runs, compiles in parallel; on CPU a big first build starts as one quick -O1 build of a
 batch of kernels, and the optimized build replaces it when ready (only that one is cached on disk)."""
 from __future__ import annotations
-import os, threading
+import os, subprocess, threading
 from typing import Any, Iterator
 import numpy as np
 import pytest
@@ -434,20 +434,44 @@ def test_a_few_small_kernels_are_one_batch(empty_cache: None, monkeypatch: pytes
   assert 1 <= len(runs) <= 2, len(runs)
 
 def test_compiler_probes_run_side_by_side(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-  # with an empty cache the CPU compiler's three probes (OpenMP, a fast fma, int8 dot products) are compiler runs
-  # every first tensor waits for: they run at once, each waiting here until all three have started (run one after
-  # another, the first would wait for the others in vain and the barrier breaks)
+  # with an empty cache the CPU compiler's probes (OpenMP: a build and link; the target's features: one preprocessor
+  # run) are compiler runs every first tensor waits for: they run at once, each waiting here until both have started
+  # (run one after the other, the first would wait for the other in vain and the barrier breaks)
   from attograd.runtime.ops_cpu import find_c_compiler
   monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
-  started, compile_with = threading.Barrier(3, timeout=30), ClangCompiler._compile_with
-  def probe(self: ClangCompiler, src: str, flags: list[str]) -> bytes:
-    started.wait()
-    return compile_with(self, src, flags)
-  monkeypatch.setattr(ClangCompiler, "_compile_with", probe)
+  started = threading.Barrier(2, timeout=30)
+  for name in ("_has_openmp", "_target_features"):
+    def probe(self: ClangCompiler, ident: str, _orig: Any = getattr(ClangCompiler, name)) -> Any:
+      started.wait()
+      return _orig(self, ident)
+    monkeypatch.setattr(ClangCompiler, name, probe)
   cc = ClangCompiler(find_c_compiler())
   assert not started.broken and started.n_waiting == 0
   ref = Device["CPU"].compiler
   assert (cc.openmp, cc.fast_fma, cc.int8_dot) == (ref.openmp, ref.fast_fma, ref.int8_dot)
+
+def test_target_features_are_what_compiles(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+  # the features read from the preprocessor's macros (one compiler run) answer what compiling the code that uses them
+  # does with the kernels' flags (a compiler run each, as the probes were): fma() an instruction, and gcc's int8 dot
+  # product builtin that renderer/cstyle.py writes
+  from attograd.runtime.ops_cpu import find_c_compiler
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  cc = ClangCompiler(find_c_compiler())
+  def compiles(src: str) -> bool:
+    try: cc._compile_with(src, cc.flags)
+    except RuntimeError: return False
+    return True
+  fma = compiles("#if !defined(__FP_FAST_FMAF) || !defined(__FP_FAST_FMA)\n#error no fast fma\n#endif\n"
+                 "int f(void) { return 0; }")
+  dot = compiles("typedef int v16 __attribute__((vector_size(64)));\n"
+                 "v16 f(v16 c, v16 a, v16 b) { return __builtin_ia32_vpdpbusd_v16si(c, a, b); }")
+  assert (cc.fast_fma, cc.int8_dot) == (fma, dot)
+  # remembered on disk: a second compiler object runs no preprocessor
+  runs: list[Any] = []
+  run = subprocess.run
+  monkeypatch.setattr(subprocess, "run", lambda args, *a, **k: runs.append(args) or run(args, *a, **k))
+  again = ClangCompiler(find_c_compiler())
+  assert (again.fast_fma, again.int8_dot) == (fma, dot) and not any("-dM" in r for r in runs)
 
 def test_huge_kernels_use_the_priority_register_allocator_in_both_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
   # gcc's default register allocator is quadratic on a 100k-op chain: the quick (-O1) build of
