@@ -47,19 +47,22 @@ BATCH_CHUNK, BATCH_ALONE = 64 << 10, 16 << 10
 # saves less time on an idle core than it costs a busy one (MNIST's first step: 2 kernels of 2 KB were 2 compiler
 # runs)
 BATCH_SPLIT = 16 << 10
-# 1 (default): a kernel that does at most LIGHT_OPS operations on at most LIGHT_BYTES of memory is built by the
-# device's light compiler (Compiler.light, CPU: -O1) as its final program: it runs in microseconds at any level, and
-# -O3 costs about twice the compiler time. An optimizer's update of a small weight, a random init, a loss's last
-# reductions: MNIST's first training step has 65 such kernels of its 112 small ones (230 of their 404 KB of C)
+# 1 (default): a kernel of little work is built by the device's light compiler (Compiler.light, CPU: -O1) as its final
+# program, since it runs in microseconds at any level and -O3 costs about 1.4x the compiler time: at most LIGHT_OPS
+# float operations, at most LIGHT_BYTES of memory, and at most LIGHT_WORK lines of source times bytes of memory (the
+# integer ops, which the op count leaves out: rand(36864)'s hash, ~200 lines per element, ran 2-3 ms slower per call
+# at -O1; a kernel at the limit runs up to ~0.4 ms slower). An optimizer's update of a small weight, a
+# small random init, a loss's last reductions: MNIST's first training step has 61 such kernels of its 112 small ones
+# (196 of their 404 KB of C)
 LIGHT_BUILD = ContextVar("LIGHT_BUILD", 1)
-LIGHT_OPS, LIGHT_BYTES = 1 << 18, 1 << 18
+LIGHT_OPS, LIGHT_BYTES, LIGHT_WORK = 1 << 18, 1 << 18, 8 << 20
 
 def _compiler(dev: Compiled, spec: ProgramSpec) -> Compiler:
   """The compiler that builds `spec`'s final program: the light one for a kernel of little work, where there is one."""
   # (QUICK_BUILD=2 tiers every kernel, its final build the optimized one)
   if (light := dev.compiler.light) is not None and LIGHT_BUILD.value and QUICK_BUILD.value < 2 \
-     and isinstance(spec.op_estimate, int) \
-     and isinstance(spec.mem_estimate, int) and spec.op_estimate <= LIGHT_OPS and spec.mem_estimate <= LIGHT_BYTES:
+     and (ops := spec.op_estimate).__class__ is int and (mem := spec.mem_estimate).__class__ is int \
+     and ops <= LIGHT_OPS and mem <= LIGHT_BYTES and spec.src.count("\n") * mem <= LIGHT_WORK:
     return light
   return dev.compiler
 

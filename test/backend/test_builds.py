@@ -517,6 +517,19 @@ def test_kernels_of_little_work_get_only_the_light_build(empty_cache: None, monk
                              atol=1e-6)
   assert runs == []
 
+def test_kernels_of_many_integer_ops_get_the_optimized_build(empty_cache: None) -> None:
+  # the op count has float ops only: a random draw's integer hash (~200 lines of C per element) over 36864 elements
+  # ran 2-3 ms slower per call at -O1 though its float ops and bytes are few; the lines of source times the bytes
+  # (LIGHT_WORK) keep it optimized, while a small draw stays light
+  Tensor.manual_seed(3)
+  big, small = Tensor.rand(36864), Tensor.rand(64)
+  big.realize(small)
+  dev = Device["CPU"]
+  hashes = [r for r in realize._runners.values() if r.spec.src.count("\n") > 150]
+  assert len(hashes) == 2 and all(r.spec.op_estimate <= realize.LIGHT_OPS for r in hashes)
+  assert sorted(r.compiler is dev.compiler.light for r in hashes) == [False, True]
+  assert all((r.compiler is dev.compiler.light) == (r.spec.mem_estimate < 4096) for r in hashes)
+
 def test_light_build_can_be_turned_off(empty_cache: None) -> None:
   x, ref = _chain(3, seed=22)
   with Context(LIGHT_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
