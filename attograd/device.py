@@ -186,6 +186,10 @@ class Compiler:
   # optional, for compilers that are costly to start: compile_batch([(name, src), ...]) is one binary holding every
   # kernel, each under batch_symbol(name, src), built exactly as each alone would be (one compiler run, not one each)
   compile_batch: Callable[[list[tuple[str, str]]], bytes] | None = None
+  # optional: a compiler of the same target that builds faster and optimizes less (CPU: -O1), for kernels with so
+  # little work that they run in microseconds either way; the engine (engine/realize.py) picks it per kernel, and its
+  # programs are final (cached on disk under its own key), not a tier replaced later
+  light: Compiler | None = None
   def compile(self, src: str) -> bytes: raise NotImplementedError("subclass must implement compile")
   def batchable(self, src: str) -> bool:
     """Whether this kernel may go into a batch (compile_batch), where the compiler has one."""

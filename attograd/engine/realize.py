@@ -4,6 +4,7 @@ all cores and beside the lowering of later kernels, and each kernel waits only f
 builds batches (CPU), small kernels share one compiler run per 64 KB of source. Where the device
 has a quick tier (CPU: -O1), a big kernel starts from a quick build of its own and its optimized build, made in the
 background once no first build is in flight, replaces it when ready; only the optimized one is kept in the disk cache.
+A kernel of little work is built once, by the device's light compiler where it has one (CPU: -O1; LIGHT_BUILD).
 While a TinyJit captures, every kernel run here is also reported to its recorder (engine/recorder.py)."""
 from __future__ import annotations
 import os, threading, time, warnings
@@ -12,7 +13,7 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
 from attograd.codegen import get_program
 from attograd.codegen.offsets import split_offsets
-from attograd.device import Buffer, Compiled, Device, batch_symbol, defer_frees_on_this_thread, with_symbol
+from attograd.device import Buffer, Compiled, Compiler, Device, batch_symbol, defer_frees_on_this_thread, with_symbol
 from attograd.engine.nan import DEBUG_NAN, check_kernel
 from attograd.engine.item import ScheduleItem
 from attograd.engine.profile import PROFILER
@@ -46,6 +47,24 @@ BATCH_CHUNK, BATCH_ALONE = 64 << 10, 16 << 10
 # saves less time on an idle core than it costs a busy one (MNIST's first step: 2 kernels of 2 KB were 2 compiler
 # runs)
 BATCH_SPLIT = 16 << 10
+# 1 (default): a kernel of little work is built by the device's light compiler (Compiler.light, CPU: -O1) as its final
+# program, since it runs in microseconds at any level and -O3 costs about 1.4x the compiler time: at most LIGHT_OPS
+# float operations, at most LIGHT_BYTES of memory, and at most LIGHT_WORK lines of source times bytes of memory (the
+# integer ops, which the op count leaves out: rand(36864)'s hash, ~200 lines per element, ran 2-3 ms slower per call
+# at -O1; a kernel at the limit runs up to ~0.4 ms slower). An optimizer's update of a small weight, a
+# small random init, a loss's last reductions: MNIST's first training step has 61 such kernels of its 112 small ones
+# (196 of their 404 KB of C)
+LIGHT_BUILD = ContextVar("LIGHT_BUILD", 1)
+LIGHT_OPS, LIGHT_BYTES, LIGHT_WORK = 1 << 18, 1 << 18, 8 << 20
+
+def _compiler(dev: Compiled, spec: ProgramSpec) -> Compiler:
+  """The compiler that builds `spec`'s final program: the light one for a kernel of little work, where there is one."""
+  # (QUICK_BUILD=2 tiers every kernel, its final build the optimized one)
+  if (light := dev.compiler.light) is not None and LIGHT_BUILD.value and QUICK_BUILD.value < 2 \
+     and (ops := spec.op_estimate).__class__ is int and (mem := spec.mem_estimate).__class__ is int \
+     and ops <= LIGHT_OPS and mem <= LIGHT_BYTES and spec.src.count("\n") * mem <= LIGHT_WORK:
+    return light
+  return dev.compiler
 
 def _cores() -> int: return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -93,7 +112,7 @@ def _background_build(spec: ProgramSpec) -> bytes:
       if _first_in_flight == 0 and (left := _last_first_done + BACKGROUND_QUIET - time.monotonic()) <= 0: break
       _first_builds.wait(None if _first_in_flight else left)
   if _exiting: raise CancelledError(f"{spec.name}: the optimized build was dropped at exit")
-  return _build(spec)
+  return _build(spec, Device[spec.device].compiler)
 
 def _drop_queued_background_builds() -> None:
   # at exit, optimized builds not yet started are dropped instead of holding the process up (9 s of -O3 on 2 cores
@@ -122,26 +141,27 @@ def _lower(device: str, ast: UOp) -> ProgramSpec:
     PROFILER.span(spec.name, "lower", device, st, PROFILER.now(), opts=[str(o) for o in spec.applied_opts])
   return spec
 
-def _build(spec: ProgramSpec) -> bytes:
-  """The optimized build of one kernel, from the disk cache when it was built before."""
+def _build(spec: ProgramSpec, compiler: Compiler | None = None) -> bytes:
+  """The final build of one kernel (by `compiler`, else the one _compiler picks), from the disk cache when it was built
+  before."""
   on, st = PROFILER.active, PROFILER.now()  # a build may have started before the profiler was turned on
-  lib = Device[spec.device].compiler.compile_cached(spec.src)
+  lib = (compiler or _compiler(Device[spec.device], spec)).compile_cached(spec.src)
   if on and PROFILER.active:
     PROFILER.span(spec.name, "compile", spec.device, st, PROFILER.now(), src_bytes=len(spec.src),
                   thread=threading.current_thread().name)
   return lib
 
-def _build_batch(dev: Compiled, specs: list[ProgramSpec], futs: list[Future[bytes]]) -> None:
-  """The optimized builds of several kernels in one compiler run, each kernel's future getting the shared binary (and
-  the disk cache a reference to it per kernel). If the batch fails (a kernel that does not compile), each kernel is
-  built alone, so that each gets its own program or its own error."""
+def _build_batch(dev: Compiled, compiler: Compiler, specs: list[ProgramSpec], futs: list[Future[bytes]]) -> None:
+  """The final builds of several kernels by `compiler` in one compiler run, each kernel's future
+  getting the shared binary (and the disk cache a reference to it per kernel). If the batch fails (a kernel that does
+  not compile), each kernel is built alone, so that each gets its own program or its own error."""
   try:
     on, st = PROFILER.active, PROFILER.now()
-    assert dev.compiler.compile_batch is not None, "only a compiler with compile_batch gets batches"
-    try: lib: bytes | None = dev.compiler.compile_batch([(sp.name, sp.src) for sp in specs])
+    assert compiler.compile_batch is not None, "only a compiler with compile_batch gets batches"
+    try: lib: bytes | None = compiler.compile_batch([(sp.name, sp.src) for sp in specs])
     except Exception: lib = None
     if lib is not None:
-      dev.compiler.cache_batch([(sp.name, sp.src) for sp in specs], lib)
+      compiler.cache_batch([(sp.name, sp.src) for sp in specs], lib)
       if on and PROFILER.active:
         PROFILER.span(f"batch of {len(specs)} kernels", "compile", dev.device, st, PROFILER.now(),
                       kernels=[sp.name for sp in specs], src_bytes=sum(len(sp.src) for sp in specs),
@@ -149,7 +169,7 @@ def _build_batch(dev: Compiled, specs: list[ProgramSpec], futs: list[Future[byte
       for sp, f in zip(specs, futs): f.set_result(with_symbol(lib, batch_symbol(sp.name, sp.src)))
       return
     for sp, f in zip(specs, futs):
-      try: f.set_result(_build(sp))
+      try: f.set_result(_build(sp, compiler))
       except Exception as e: f.set_exception(e)
   except BaseException as e:  # never leave a kernel waiting on a future nobody will set
     for f in futs:
@@ -169,14 +189,18 @@ def _quick(dev: Compiled, specs: list[ProgramSpec]) -> list[Any]:
 
 class CompiledRunner:
   """A kernel built for one device. Its program is built here, or comes from builds already under way: the optimized
-  build, and maybe a quick one (one of a batch of kernels) that serves until the optimized program replaces it."""
+  build, and maybe a quick one (one of a batch of kernels) that serves until the optimized program replaces it.
+  `compiler` makes its final program: the device's optimized one behind a quick tier, else the one _compiler picks
+  (decided here, once: a setting changed later doesn't move a kernel to another compiler's build)."""
   def __init__(self, spec: ProgramSpec, lib: bytes | None = None, optimized: Future[bytes] | None = None,
-               quick: Future[list[Any]] | None = None, quick_index: int = 0, shifts: tuple[tuple[int, int], ...] = ()):
+               quick: Future[list[Any]] | None = None, quick_index: int = 0, shifts: tuple[tuple[int, int], ...] = (),
+               compiler: Compiler | None = None):
     self.spec = spec
     # (argument position, bytes): buffers whose address moves by that much on every call (codegen/offsets.py); a
     # buffer the program never reads (a load folded away: copysign's sign of an unsigned y) has no argument to move
     self.shifts = tuple((self.spec.globals.index(g), nbytes) for g, nbytes in shifts if g in self.spec.globals)
     self.dev = Device[spec.device]
+    self.compiler = compiler or (self.dev.compiler if quick is not None else _compiler(self.dev, spec))
     self.var_names = [v.arg[0] for v in spec.vars if not v.arg[0].startswith("_")]
     # the Variables' dtypes, for the program to pass each as its width: only where one is int64 (() is all int32)
     dts = tuple(v.dtype for v in spec.vars if not v.arg[0].startswith("_"))
@@ -188,7 +212,7 @@ class CompiledRunner:
     # the program's ctypes function itself, once its argument types are set (a C kernel after its first call): the
     # untimed calls go straight to it, without the program object's Python call in between
     self._direct: Any = None
-    if optimized is None: self.prg = self._program(_build(spec) if lib is None else lib)
+    if optimized is None: self.prg = self._program(_build(spec, self.compiler) if lib is None else lib)
   def _program(self, lib: bytes) -> Any: return self._wrap(self.dev.runtime(self.spec.name, lib))
   def _wrap(self, prg: Any) -> Any:
     if self.var_dtypes: prg.var_dtypes = self.var_dtypes  # (before its first call, which fixes its argument types)
@@ -196,9 +220,9 @@ class CompiledRunner:
   def shifted(self, shifts: tuple[tuple[int, int], ...]) -> CompiledRunner:
     """A runner of this one's program (its builds, shared) on buffers whose addresses move by `shifts`."""
     if self._optimized is None and self._quick is None:  # built: from the disk cache (or built again, if not there)
-      return CompiledRunner(self.spec, self.dev.compiler.cached(self.spec.src), shifts=shifts)
+      return CompiledRunner(self.spec, self.compiler.cached(self.spec.src), shifts=shifts, compiler=self.compiler)
     return CompiledRunner(self.spec, optimized=self._optimized, quick=self._quick, quick_index=self._quick_index,
-                          shifts=shifts)
+                          shifts=shifts, compiler=self.compiler)
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int]) -> float:
     if self.prg is None or (self._optimized is not None and self._optimized.done()):
       self._settle()
@@ -227,7 +251,7 @@ class CompiledRunner:
       try: lib = opt.result()
       except CancelledError:
         # a runner sharing this build took it over (finish), or it was dropped at exit: then the quick program stays
-        if not _exiting: return self._take(_build(self.spec))
+        if not _exiting: return self._take(_build(self.spec, self.compiler))
         if self.prg is None and self._quick is None: raise
       except Exception as e:
         if self.prg is None and self._quick is None: raise
@@ -246,7 +270,7 @@ class CompiledRunner:
     if self._optimized is not None:
       # a background build still queued (behind others) is built now, here (a batch's futures are no pool's: kept)
       if self._quick is not None and self._optimized.cancel():
-        self._optimized = _done(lambda: _build(self.spec))
+        self._optimized = _done(lambda: _build(self.spec, self.compiler))
       self._optimized.exception()  # waits for the build; its error, if any, is handled by _settle
       self._settle()
     elif self.prg is None: self._settle()
@@ -272,28 +296,32 @@ class _Builds:
   """The builds a schedule starts on one device. With a quick tier, a big kernel (QUICK_MIN_SRC) gets a quick build
   of its own right away (in parallel with the lowering of the next kernels and the other builds), its optimized build
   queued in the background. Where the compiler batches, the other kernels are gathered up to BATCH_CHUNK bytes, one
-  optimized build per batch (the schedule's last kernels split across the cores); QUICK_BUILD=2 gathers them into
+  optimized build per batch (the schedule's last kernels split across the cores), those of little work in batches of
+  their own for the light compiler (LIGHT_BUILD); QUICK_BUILD=2 gathers them into
   quick batches instead (QUICK_CHUNK). Otherwise each kernel gets its optimized build right away (in a pool when the
   compiler may run in threads, here otherwise)."""
   def __init__(self, dev: Compiled):
-    self.dev, self.size, self.started_early = dev, 0, False
-    self.batch: list[tuple[tuple[str, UOp], ProgramSpec]] = []
+    self.dev, self.started_early = dev, False
+    # the kernels gathered for a batch and their bytes of source, per compiler (the optimized one, the light one)
+    self.batch: dict[Compiler, list[tuple[tuple[str, UOp], ProgramSpec]]] = {}
+    self.size: dict[Compiler, int] = {}
     self.quick = dev.quick_build is not None and QUICK_BUILD.value >= 1
     self.quick_all = self.quick and QUICK_BUILD.value >= 2
     self.batches = dev.compiler.compile_batch is not None and dev.compiler.threadsafe
   def add(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
     batchable = self.dev.compiler.compile_batch is None or self.dev.compiler.batchable(spec.src)
-    if self.quick and (len(spec.src) >= QUICK_MIN_SRC or (self.quick_all and not batchable)):
-      return self._tiered([(key, spec)])
     if self.quick_all:
-      self.batch.append((key, spec))
-      self.size += len(spec.src)
-      if self.size >= QUICK_CHUNK or self._early(): self._start_batches(1)
-      return
+      if not batchable or len(spec.src) >= QUICK_MIN_SRC: return self._tiered([(key, spec)])
+      return self._gather(self.dev.compiler, key, spec, QUICK_CHUNK)
+    # a kernel of little work is built once by the light compiler: no quick tier before it
+    if (compiler := _compiler(self.dev, spec)) is self.dev.compiler and self.quick and len(spec.src) >= QUICK_MIN_SRC:
+      return self._tiered([(key, spec)])
     if not self.batches or len(spec.src) >= BATCH_ALONE or not batchable: return self._optimized_only(key, spec)
-    self.batch.append((key, spec))
-    self.size += len(spec.src)
-    if self.size >= BATCH_CHUNK or self._early(): self._start_batches(1)
+    self._gather(compiler, key, spec, BATCH_CHUNK)
+  def _gather(self, compiler: Compiler, key: tuple[str, UOp], spec: ProgramSpec, chunk: int) -> None:
+    self.batch.setdefault(compiler, []).append((key, spec))
+    self.size[compiler] = size = self.size.get(compiler, 0) + len(spec.src)
+    if size >= chunk or self._early(): self._start_batches(compiler, 1)
   def _early(self) -> bool:
     """Whether the schedule's first small kernel starts building now, alone: when no first build is in flight, a
     core would idle while the next kernels are lowered, and the first kernel to run waits for its program (conv2d's
@@ -301,24 +329,26 @@ class _Builds:
     if self.started_early or _first_in_flight: return False
     self.started_early = True
     return True
-  def _start_batches(self, n: int) -> None:
-    """The gathered kernels as up to n batches of about equal source size, each built in the pool."""
-    groups: list[list[tuple[tuple[str, UOp], ProgramSpec]]] = [[] for _ in range(max(1, min(n, len(self.batch))))]
+  def _start_batches(self, compiler: Compiler, n: int) -> None:
+    """The kernels gathered for `compiler` as up to n batches of about equal source size, each built in the pool."""
+    batch = self.batch.pop(compiler, [])
+    self.size.pop(compiler, None)
+    groups: list[list[tuple[tuple[str, UOp], ProgramSpec]]] = [[] for _ in range(max(1, min(n, len(batch))))]
     sizes = [0] * len(groups)
-    for key, spec in sorted(self.batch, key=lambda ks: -len(ks[1].src)):  # biggest first, each to the lightest
+    for key, spec in sorted(batch, key=lambda ks: -len(ks[1].src)):  # biggest first, each to the lightest
       i = sizes.index(min(sizes))
       groups[i].append((key, spec))
       sizes[i] += len(spec.src)
-    self.batch, self.size = [], 0
     for g in groups:
       if self.quick_all: self._tiered(g)
       elif len(g) == 1: self._optimized_only(*g[0])
       elif g:
         futs: list[Future[bytes]] = [Future() for _ in g]
-        _submit_first(_build_batch, self.dev, [spec for _, spec in g], futs)
-        for (key, spec), f in zip(g, futs): _runners[key] = CompiledRunner(spec, optimized=f)
+        _submit_first(_build_batch, self.dev, compiler, [spec for _, spec in g], futs)
+        for (key, spec), f in zip(g, futs): _runners[key] = CompiledRunner(spec, optimized=f, compiler=compiler)
   def flush(self) -> None:
-    if self.batch: self._start_batches(min(_cores(), max(1, self.size // BATCH_SPLIT)))
+    for compiler, size in list(self.size.items()):
+      self._start_batches(compiler, min(_cores(), max(1, size // BATCH_SPLIT)))
   def _tiered(self, group: list[tuple[tuple[str, UOp], ProgramSpec]]) -> None:
     """One quick build of the group's kernels now, each kernel's optimized build queued in the background."""
     fut = _submit_first(_quick, self.dev, [sp for _, sp in group])
@@ -326,8 +356,10 @@ class _Builds:
       opt = _pool("background").submit(_background_build, spec)
       _runners[key] = CompiledRunner(spec, optimized=opt, quick=fut, quick_index=i)
   def _optimized_only(self, key: tuple[str, UOp], spec: ProgramSpec) -> None:
-    if self.dev.compiler.threadsafe: _runners[key] = CompiledRunner(spec, optimized=_submit_first(_build, spec))
-    else: _runners[key] = CompiledRunner(spec)
+    compiler = _compiler(self.dev, spec)
+    if compiler.threadsafe:
+      _runners[key] = CompiledRunner(spec, optimized=_submit_first(_build, spec, compiler), compiler=compiler)
+    else: _runners[key] = CompiledRunner(spec, compiler=compiler)
 
 def _prepare(items: list[ScheduleItem]) -> None:
   """Lower the kernels of `items` that have no runner yet and start their builds, before any of them runs."""
@@ -350,10 +382,10 @@ def _prepare(items: list[ScheduleItem]) -> None:
     spec = _lower(*key)
     dev = Device[key[0]]
     st = PROFILER.now() if PROFILER.active else 0.0
-    if (lib := dev.compiler.cached(spec.src)) is not None:
+    if (lib := (compiler := _compiler(dev, spec)).cached(spec.src)) is not None:
       if PROFILER.active:
         PROFILER.span(spec.name, "compile", key[0], st, PROFILER.now(), src_bytes=len(spec.src), cached=True)
-      _runners[key] = CompiledRunner(spec, lib)
+      _runners[key] = CompiledRunner(spec, lib, compiler=compiler)
     else:
       if (b := builds.get(key[0])) is None: b = builds[key[0]] = _Builds(dev)
       b.add(key, spec)

@@ -1,7 +1,7 @@
 """The CPU device: kernels rendered to C, compiled by the system's gcc or clang, loaded with ctypes, threaded with
 OpenMP."""
 from __future__ import annotations
-import _ctypes, ctypes, ctypes.util, hashlib, mmap, os, re, shutil, subprocess, tempfile, time, weakref
+import _ctypes, copy, ctypes, ctypes.util, hashlib, mmap, os, re, shutil, subprocess, tempfile, time, weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 from attograd.device import (Compiled, LRUAllocator, Compiler, DeviceUnavailable, batch_symbol, disk_cache_get,
@@ -125,13 +125,23 @@ class ClangCompiler(Compiler):
     self.gcc_major = int(m.group(1)) if self.gcc and (m := re.search(r" (\d+)\.\d+\.\d+", version)) else 0
     if self.gcc: self.flags += ["-fno-tree-reassoc", "-fno-tree-vrp"]
     if self.gcc or "clang" in version: self.flags.append("-fopenmp-simd")
-    # the three probes are independent compiler runs (each ~40-70 ms, on the first run of a new cache): run side by
-    # side, they hold up the first tensor's device (conv2d's first call: 0.2 s of its 0.46 s) for one of them, not three
-    with ThreadPoolExecutor(3) as pool:
-      probes = [pool.submit(probe, ident) for probe in (self._has_openmp, self._has_fast_fma, self._has_int8_dot)]
-      self.openmp, self.fast_fma, self.int8_dot = (p.result() for p in probes)
+    # the probes, on the first run of a new cache: OpenMP is a build and link (~40-70 ms), the target's features one
+    # run of the preprocessor (~10 ms), side by side: the first tensor's device waits for the longer one. (A compile
+    # per feature, three builds at once, took 55 ms of conv2d's 0.37 s first call on an idle 2-core machine)
+    with ThreadPoolExecutor(2) as pool:
+      openmp, features = pool.submit(self._has_openmp, ident), pool.submit(self._target_features, ident)
+      self.openmp, (self.fast_fma, self.int8_dot) = openmp.result(), features.result()
     if self.openmp: self.flags.append("-fopenmp")
     self.cachekey = f"cpu:{ident}:{' '.join(self.flags)}"
+    # the light build of kernels with little work (Compiler.light): the quick tier's flags, its programs final and
+    # cached on disk under their own key
+    self.light = light = copy.copy(self)
+    light.flags, light.light = self._quick_flags(), None
+    light.cachekey = f"cpu:{ident}:{' '.join(light.flags)}"
+  def _quick_flags(self) -> list[str]:
+    """The usual flags at -O1, without the costliest of its passes (QUICK_GCC_FLAGS; see compile_quick)."""
+    flags = [f if not re.fullmatch(r"-O[0-9s]|-Ofast", f) else "-O1" for f in self.flags]
+    return flags + ((QUICK_GCC_FLAGS if self.gcc_major >= 8 else QUICK_GCC_FLAGS[:1]) if self.gcc else [])
   def _probe(self, key_text: str, src: str, flags: list[str]) -> bool:
     """Whether `src` compiles with `flags`, remembered on disk under `key_text` (one compiler run per machine)."""
     key = hashlib.sha256(key_text.encode()).hexdigest()
@@ -142,17 +152,24 @@ class ClangCompiler(Compiler):
     except RuntimeError: ok = False
     disk_cache_put("probe", key, b"1" if ok else b"0")
     return ok
-  def _has_fast_fma(self, ident: str) -> bool:
-    """Whether fma() is an instruction for this target (else a slow library call: no fused multiply-adds then)."""
-    return self._probe(f"fast_fma\0{ident}\0{' '.join(self.flags)}",
-                       "#if !defined(__FP_FAST_FMAF) || !defined(__FP_FAST_FMA)\n#error no fast fma\n#endif\n"
-                       "int f(void) { return 0; }", self.flags)
-  def _has_int8_dot(self, ident: str) -> bool:
-    """Whether the target has AVX-512 VNNI's int8 dot product on 16 lanes, as the builtin renderer/cstyle.py writes
-    (gcc's name: clang and other targets fail the probe, and their kernels keep the plain integer ops)."""
-    return self._probe(f"int8_dot\0{ident}\0{' '.join(self.flags)}",
-                       "typedef int v16 __attribute__((vector_size(64)));\n"
-                       "v16 f(v16 c, v16 a, v16 b) { return __builtin_ia32_vpdpbusd_v16si(c, a, b); }", self.flags)
+  def _target_features(self, ident: str) -> tuple[bool, bool]:
+    """(fast fma, int8 dot) from the macros the compiler predefines with the kernels' flags (one preprocessor run,
+    remembered on disk): whether fma() is an instruction for this target (else a slow library call: no fused
+    multiply-adds then), and whether the target has AVX-512 VNNI's int8 dot product on 16 lanes, which gcc compiles
+    from the builtin renderer/cstyle.py writes (gcc's name: with clang and other compilers the kernels keep the plain
+    integer ops)."""
+    key = hashlib.sha256(f"features\0{ident}\0{' '.join(self.flags)}".encode()).hexdigest()
+    if (hit := disk_cache_get("probe", key)) is not None and len(hit) == 2: return hit[0:1] == b"1", hit[1:2] == b"1"
+    try:
+      p = subprocess.run(self.cc + self.flags + ["-dM", "-E", "-x", "c", "-"], input=b"", capture_output=True,
+                         timeout=60)
+      text = p.stdout.decode(errors="replace") if p.returncode == 0 else ""
+      macros = set(re.findall(r"^#define (\w+)", text, re.M))
+    except (OSError, subprocess.TimeoutExpired): macros = set()
+    fma = {"__FP_FAST_FMAF", "__FP_FAST_FMA"} <= macros
+    dot = {"__GNUC__", "__AVX512F__", "__AVX512VNNI__"} <= macros and "__clang__" not in macros
+    disk_cache_put("probe", key, (b"1" if fma else b"0") + (b"1" if dot else b"0"))
+    return fma, dot
   def _has_openmp(self, ident: str) -> bool:
     return self._probe(f"openmp\0{ident}", "int f(void) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n"
                        "for (int i = 0; i < 4; i++) s += i;\nreturn s; }", self.flags + ["-fopenmp"])
@@ -191,8 +208,7 @@ class ClangCompiler(Compiler):
     Returns the library and each kernel's symbol."""
     syms = [f"__atto_quick{i}_{name}" for i, (name, _) in enumerate(kernels)]
     src = _one_unit([src for _, src in kernels], list(zip([name for name, _ in kernels], syms)))
-    flags = [f if not re.fullmatch(r"-O[0-9s]|-Ofast", f) else "-O1" for f in self.flags]
-    if self.gcc: flags += QUICK_GCC_FLAGS if self.gcc_major >= 8 else QUICK_GCC_FLAGS[:1]
+    flags = self._quick_flags()
     return self._compile_with(src, flags + self._huge(src)), syms
 
 def _one_unit(srcs: list[str], renames: list[tuple[str, str]]) -> str:

@@ -2,7 +2,7 @@
 started before the first one runs, compiles in parallel; on CPU a big first build starts as one quick -O1 build of a
 batch of kernels, and the optimized build replaces it when ready (only that one is cached on disk)."""
 from __future__ import annotations
-import os, threading
+import os, subprocess, threading
 from typing import Any, Iterator
 import numpy as np
 import pytest
@@ -26,9 +26,9 @@ def empty_cache(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
 def held_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
   """Optimized builds wait until the returned event is set: the quick programs are what runs until then."""
   gate, build = threading.Event(), realize._build
-  def slow_build(spec: Any) -> bytes:
+  def slow_build(spec: Any, *args: Any) -> bytes:
     assert gate.wait(60), "the test never released the optimized builds"
-    return build(spec)
+    return build(spec, *args)
   monkeypatch.setattr(realize, "_build", slow_build)
   yield gate
   gate.set()
@@ -163,7 +163,8 @@ def test_exit_drops_queued_background_builds(tmp_path: Any) -> None:
   log = tmp_path / "started.txt"
   code = (f"import os, time\nfrom attograd import Tensor\nfrom attograd.engine import realize\n"
           f"from attograd.helpers import Context\nbuild = realize._build\n"
-          f"def slow(spec):\n  open({str(log)!r}, 'a').write('x')\n  time.sleep(0.5)\n  return build(spec)\n"
+          f"def slow(spec, *args):\n  open({str(log)!r}, 'a').write('x')\n  time.sleep(0.5)\n"
+          f"  return build(spec, *args)\n"
           f"realize._build = slow\n"
           f"with Context(QUICK_BUILD=2):\n"
           f"  x = Tensor.arange(64).float()\n"
@@ -186,7 +187,7 @@ def test_background_builds_wait_for_first_builds(empty_cache: None, monkeypatch:
     return quick(dev, specs)
   build = realize._build
   monkeypatch.setattr(realize, "_quick", held_quick)
-  monkeypatch.setattr(realize, "_build", lambda spec: built.append(spec.name) or build(spec))
+  monkeypatch.setattr(realize, "_build", lambda spec, *args: built.append(spec.name) or build(spec, *args))
   x, ref = _chain(4, seed=9)
   items, _ = create_schedule([x.uop])
   with Context(QUICK_BUILD=2): realize._prepare(items)
@@ -207,7 +208,7 @@ def test_background_builds_wait_for_a_quiet_moment(empty_cache: None, monkeypatc
   monkeypatch.setattr(realize, "BACKGROUND_QUIET", 1.0)
   started: list[float] = []
   build = realize._build
-  monkeypatch.setattr(realize, "_build", lambda spec: started.append(time.monotonic()) or build(spec))
+  monkeypatch.setattr(realize, "_build", lambda spec, *args: started.append(time.monotonic()) or build(spec, *args))
   x, ref = _chain(3, seed=16)
   with Context(QUICK_BUILD=2): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)  # on the quick programs
   quiet_from = realize._last_first_done
@@ -241,8 +242,9 @@ def test_finish_builds_a_queued_background_build_now(empty_cache: None) -> None:
 def test_big_kernels_are_tiered_by_default(empty_cache: None, monkeypatch: pytest.MonkeyPatch,
                                           tmp_path: Any) -> None:
   # QUICK_BUILD=1 (the default): a kernel of QUICK_MIN_SRC bytes of source or more starts from a quick build, a
-  # smaller one gets its optimized build only
+  # smaller one gets its optimized build only (kernels of little work get their light build only: not here)
   assert realize.QUICK_BUILD.value == 1
+  monkeypatch.setattr(realize, "LIGHT_OPS", -1)
   for min_src, tiered in ((1 << 30, False), (0, True)):
     monkeypatch.setattr(realize, "QUICK_MIN_SRC", min_src)
     monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path / str(min_src)))  # nothing built before, on disk either
@@ -432,20 +434,44 @@ def test_a_few_small_kernels_are_one_batch(empty_cache: None, monkeypatch: pytes
   assert 1 <= len(runs) <= 2, len(runs)
 
 def test_compiler_probes_run_side_by_side(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-  # with an empty cache the CPU compiler's three probes (OpenMP, a fast fma, int8 dot products) are compiler runs
-  # every first tensor waits for: they run at once, each waiting here until all three have started (run one after
-  # another, the first would wait for the others in vain and the barrier breaks)
+  # with an empty cache the CPU compiler's probes (OpenMP: a build and link; the target's features: one preprocessor
+  # run) are compiler runs every first tensor waits for: they run at once, each waiting here until both have started
+  # (run one after the other, the first would wait for the other in vain and the barrier breaks)
   from attograd.runtime.ops_cpu import find_c_compiler
   monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
-  started, compile_with = threading.Barrier(3, timeout=30), ClangCompiler._compile_with
-  def probe(self: ClangCompiler, src: str, flags: list[str]) -> bytes:
-    started.wait()
-    return compile_with(self, src, flags)
-  monkeypatch.setattr(ClangCompiler, "_compile_with", probe)
+  started = threading.Barrier(2, timeout=30)
+  for name in ("_has_openmp", "_target_features"):
+    def probe(self: ClangCompiler, ident: str, _orig: Any = getattr(ClangCompiler, name)) -> Any:
+      started.wait()
+      return _orig(self, ident)
+    monkeypatch.setattr(ClangCompiler, name, probe)
   cc = ClangCompiler(find_c_compiler())
   assert not started.broken and started.n_waiting == 0
   ref = Device["CPU"].compiler
   assert (cc.openmp, cc.fast_fma, cc.int8_dot) == (ref.openmp, ref.fast_fma, ref.int8_dot)
+
+def test_target_features_are_what_compiles(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+  # the features read from the preprocessor's macros (one compiler run) answer what compiling the code that uses them
+  # does with the kernels' flags (a compiler run each, as the probes were): fma() an instruction, and gcc's int8 dot
+  # product builtin that renderer/cstyle.py writes
+  from attograd.runtime.ops_cpu import find_c_compiler
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  cc = ClangCompiler(find_c_compiler())
+  def compiles(src: str) -> bool:
+    try: cc._compile_with(src, cc.flags)
+    except RuntimeError: return False
+    return True
+  fma = compiles("#if !defined(__FP_FAST_FMAF) || !defined(__FP_FAST_FMA)\n#error no fast fma\n#endif\n"
+                 "int f(void) { return 0; }")
+  dot = compiles("typedef int v16 __attribute__((vector_size(64)));\n"
+                 "v16 f(v16 c, v16 a, v16 b) { return __builtin_ia32_vpdpbusd_v16si(c, a, b); }")
+  assert (cc.fast_fma, cc.int8_dot) == (fma, dot)
+  # remembered on disk: a second compiler object runs no preprocessor
+  runs: list[Any] = []
+  run = subprocess.run
+  monkeypatch.setattr(subprocess, "run", lambda args, *a, **k: runs.append(args) or run(args, *a, **k))
+  again = ClangCompiler(find_c_compiler())
+  assert (again.fast_fma, again.int8_dot) == (fma, dot) and not any("-dM" in r for r in runs)
 
 def test_huge_kernels_use_the_priority_register_allocator_in_both_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
   # gcc's default register allocator is quadratic on a 100k-op chain: the quick (-O1) build of
@@ -463,3 +489,62 @@ def test_huge_kernels_use_the_priority_register_allocator_in_both_tiers(monkeypa
   comp.compile(small)
   comp.compile_quick([("k", small)])
   assert ["-fira-algorithm=priority" in f for f in seen] == [True, True, False, False]
+
+def test_kernels_of_little_work_get_only_the_light_build(empty_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+  # a kernel that does at most LIGHT_OPS operations on at most LIGHT_BYTES runs in microseconds at any optimization
+  # level: it is built once by the device's light compiler (CPU: -O1), not tiered, and that program is final and
+  # cached on disk under the light compiler's key; a bigger one gets the optimized compiler
+  dev = Device["CPU"]
+  assert dev.compiler.light is not None and "-O1" in dev.compiler.light.flags and "-O3" in dev.compiler.flags
+  assert dev.compiler.light.cachekey != dev.compiler.cachekey
+  rng = np.random.default_rng(21)
+  small_n, big_n = 256, realize.LIGHT_BYTES  # float32: 1 KB, 4 x LIGHT_BYTES per buffer
+  a, b = rng.standard_normal(small_n, dtype=np.float32), rng.standard_normal(big_n, dtype=np.float32)
+  small, big = (Tensor(a) * 1.5 + 0.25).contiguous(), (Tensor(b) * 1.5 + 0.25).contiguous()
+  runs = _count_compiles(monkeypatch)
+  np.testing.assert_allclose(small.numpy(), a * np.float32(1.5) + np.float32(0.25), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(big.numpy(), b * np.float32(1.5) + np.float32(0.25), rtol=1e-5, atol=1e-6)
+  (rs,), (rb,) = _runners_of((Tensor(a) * 1.5 + 0.25).contiguous()), _runners_of((Tensor(b) * 1.5 + 0.25).contiguous())
+  assert rs.compiler is dev.compiler.light and rs._quick is None
+  assert rb.compiler is dev.compiler
+  assert dev.compiler.light.cached(rs.spec.src) is not None and dev.compiler.cached(rs.spec.src) is None
+  assert dev.compiler.cached(rb.spec.src) is not None and dev.compiler.light.cached(rb.spec.src) is None
+  assert len(runs) == 2  # one build each, no second tier
+  # a new process (no runners) finds the light program on disk: nothing is compiled again
+  realize._runners.clear()
+  runs.clear()
+  np.testing.assert_allclose((Tensor(a) * 1.5 + 0.25).numpy(), a * np.float32(1.5) + np.float32(0.25), rtol=1e-5,
+                             atol=1e-6)
+  assert runs == []
+
+def test_kernels_of_many_integer_ops_get_the_optimized_build(empty_cache: None) -> None:
+  # the op count has float ops only: a random draw's integer hash (~200 lines of C per element) over 36864 elements
+  # ran 2-3 ms slower per call at -O1 though its float ops and bytes are few; the lines of source times the bytes
+  # (LIGHT_WORK) keep it optimized, while a small draw stays light
+  Tensor.manual_seed(3)
+  big, small = Tensor.rand(36864), Tensor.rand(64)
+  big.realize(small)
+  dev = Device["CPU"]
+  hashes = [r for r in realize._runners.values() if r.spec.src.count("\n") > 150]
+  assert len(hashes) == 2 and all(r.spec.op_estimate <= realize.LIGHT_OPS for r in hashes)
+  assert sorted(r.compiler is dev.compiler.light for r in hashes) == [False, True]
+  assert all((r.compiler is dev.compiler.light) == (r.spec.mem_estimate < 4096) for r in hashes)
+
+def test_light_build_can_be_turned_off(empty_cache: None) -> None:
+  x, ref = _chain(3, seed=22)
+  with Context(LIGHT_BUILD=0): np.testing.assert_allclose(x.numpy(), ref, rtol=1e-5)
+  assert all(r.compiler is Device["CPU"].compiler for r in realize._runners.values())
+
+def test_light_build_rounds_as_optimized(empty_cache: None) -> None:
+  # the light build's -O1 must give the bits of the optimized -O3 (no a*b+c fused by one and not the other): a
+  # kernel built light in one process and optimized in another computes the same values
+  rng = np.random.default_rng(23)
+  a, b, c = (rng.standard_normal(1021).astype(np.float32) for _ in range(3))
+  def f() -> Tensor:
+    ta, tb, tc = Tensor(a), Tensor(b), Tensor(c)
+    return ((ta * tb + tc) * ta - tb * tc) * (ta * tc + tb)
+  light = f().numpy()
+  assert all(r.compiler is Device["CPU"].compiler.light for r in realize._runners.values())
+  realize._runners.clear()
+  with Context(LIGHT_BUILD=0): optimized = f().numpy()
+  np.testing.assert_array_equal(light, optimized)
