@@ -204,6 +204,14 @@ def fold_max(a: UOp, b: UOp) -> UOp | None:
   if a.vmin >= b.vmax: return a
   return b if b.vmin >= a.vmax else None
 
+def fold_cast_const(x: UOp, c: UOp) -> UOp | None:
+  """A cast of a scalar constant is the constant in the new dtype (converted as a kernel would: floats truncate
+  toward zero into an int, round onto a float's grid). Not a float's NaN or inf into an int, which C leaves
+  undefined."""
+  if is_vec(x) or is_vec(c) or c.arg.__class__ is tuple: return None
+  if dtypes.is_int(x.dtype) and isinstance(c.arg, float) and not math.isfinite(c.arg): return None
+  return UOp.const(x.dtype, c.arg)
+
 def canon_const_right(x: UOp) -> UOp | None:
   if x.op in GroupOp.Commutative and x.src[0].op is Ops.CONST and x.src[1].op is not Ops.CONST:
     return UOp(x.op, x.dtype, (x.src[1], x.src[0]), x.arg)
@@ -219,6 +227,7 @@ symbolic_simple = PatternMatcher([
   (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("x"), UPat.var("x"))), lambda x: x),
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
   (UPat(Ops.CAST, name="x", src=(UPat.var("y"),)), lambda x, y: y if x.dtype == y.dtype else None),
+  (UPat(Ops.CAST, name="x", src=(UPat.cvar("c"),)), fold_cast_const),
   # integer identities
   (UPat.var("x", ints) + 0, lambda x: x),
   (UPat.var("x", ints) * 0, lambda x: x.const_like(0)),
