@@ -471,8 +471,10 @@ class UOp(metaclass=UOpMetaClass):
       if (d0 := self.src[0].divides(v)) is None or (d1 := self.src[1].divides(v)) is None: return None
       return d0 + d1
     if self.op is Ops.MUL:
-      if (d0 := self.src[0].divides(v)) is not None: return d0 * self.src[1]
-      if (d1 := self.src[1].divides(v)) is not None: return self.src[0] * d1
+      if (d0 := self.src[0].divides(v)) is not None: return self.src[1] if d0.op is Ops.CONST and d0.arg == 1 else \
+        d0 * self.src[1]
+      if (d1 := self.src[1].divides(v)) is not None: return self.src[0] if d1.op is Ops.CONST and d1.arg == 1 else \
+        self.src[0] * d1
       return None
     if self.op in (Ops.DEFINE_VAR, Ops.BIND) and self.const_factor() % v == 0: return self // v
     return None
@@ -1042,6 +1044,8 @@ def _rewrite_general(root: UOp, pm: Callable[[UOp], UOp | None] | None, bpm: Cal
         except BottomUpGate:
           done[n] = cur
           continue
+      # (a bottom-up rule can grow the graph as it walks in: the limit is checked here too)
+      if len(stack) > REWRITE_STACK_LIMIT.value: raise _rewrite_loop_error(n)
       stack.append((n, 1, cur))
       if cur.op is Ops.CALL and cur.src and not enter_calls: done.setdefault(cur.src[0], cur.src[0])
       stack.extend((s, 0, s) for s in reversed(cur.src) if s not in done)
