@@ -452,6 +452,9 @@ class UOp(metaclass=UOpMetaClass):
   # ***** tinygrad's symbolic helpers: divisibility, bounds by its name, bound Variables *****
   @property
   def _min_max(self) -> tuple[ConstType, ConstType]: return self.vmin_vmax  # tinygrad's name
+  def sink(*srcs: UOp | None, arg: Any = None) -> UOp:  # (no self: u.sink(v) and UOp.sink(u, v) alike)
+    """A SINK over these nodes (Nones left out): the one root of several outputs."""
+    return UOp(Ops.SINK, dtypes.void, tuple(x for x in srcs if x is not None), arg)
   def const_factor(self) -> int:
     """A positive int known to divide this int expression (1 when nothing better is known; not always the largest)."""
     if self.op is Ops.CONST and self.arg.__class__ is int: return self.arg

@@ -271,5 +271,8 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.MAX, dtype=ints, src=(UPat.var("a"), UPat.var("b"))), fold_max),
 ])
 
+# tinygrad's name for its full simplifier (symbolic and validity rules): attograd's is the one table above
+sym = symbolic
+
 def simplify(x: UOp) -> UOp: return x.simplify()
 ops.simplifier = symbolic  # UOp.simplify runs this table (ops.py cannot import it: this module imports ops)

@@ -185,3 +185,8 @@ def test_tracked_pattern_matcher_counts() -> None:
   assert graph_rewrite(a * 1 + a * 2, pm) is a + a * 2
   fired, tried = ops.match_stats[p][:2]
   assert (fired, tried) == (1, 2)
+
+def test_sink_as_method_and_function() -> None:
+  a, b = c(1), c(2)
+  assert a.sink(b) is UOp.sink(a, b) is UOp(Ops.SINK, dtypes.void, (a, b))
+  assert UOp.sink(a, None) is UOp(Ops.SINK, dtypes.void, (a,))
