@@ -884,7 +884,9 @@ class UPat:
     (no list src, UPat.any or tag below it): a pattern with choices matches through match_all."""
     if self.op is not None and u.op not in self.op: return False
     if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype: return False
-    if self.arg is not None and (self.arg != u.arg or self.arg.__class__ is not u.arg.__class__ and u.op is Ops.CONST
+    # (a NaN arg matches a NaN constant, as hash-consing keys them)
+    if self.arg is not None and (self.arg != u.arg and not (self.arg != self.arg and u.arg != u.arg) or
+                                 self.arg.__class__ is not u.arg.__class__ and u.op is Ops.CONST
                                  and not (isinstance(self.arg, (int, float)) and isinstance(u.arg, (int, float)))):
       return False
     if self.name is not None:

@@ -94,3 +94,22 @@ def test_resolve_and_single_values() -> None:
   with pytest.raises(UndecidableError): bool(i < 5)
   with pytest.raises(ValueError): bool(b & True)
   with pytest.raises(TypeError): bool((i > 4) | (i < 6))
+
+def test_exact_cast_chains_fold() -> None:
+  a = Variable("a", 1, 10)
+  assert a.cast(dtypes.int64).cast(I32).simplify() is a
+  assert a.cast(dtypes.float64).cast(I32).simplify() is a
+  assert a.cast(dtypes.int8).cast(dtypes.int64).simplify() is a.cast(dtypes.int64)  # int8 holds 1..10
+  assert a.cast(dtypes.int8).cast(dtypes.float32).simplify() is a.cast(dtypes.float32)
+  big = Variable("b", 0, 1000)
+  assert big.cast(dtypes.int8).cast(I32).simplify().src[0].op is Ops.CAST  # int8 wraps 1000: kept
+  assert Variable("c", 0, 2**25).cast(dtypes.float32).cast(I32).simplify().op is Ops.CAST  # float32 rounds 2**25-1
+  h = UOp.variable("h", 0.0, 100.0, dtypes.float16)
+  assert h.cast(dtypes.float32).cast(dtypes.float16).simplify() is h  # there and back through a wider float
+  assert h.cast(dtypes.float64).cast(dtypes.float32).simplify().src[0].op is Ops.CAST  # no new half cast made
+
+def test_nan_pattern_arg_matches_nan() -> None:
+  from attograd.uop.ops import PatternMatcher, UPat
+  pm = PatternMatcher([(UPat(Ops.CONST, arg=math.nan, name="x"), lambda x: x.rtag())])
+  n = UOp.const(dtypes.float32, math.nan)
+  assert pm.rewrite(n) is n.rtag() and pm.rewrite(UOp.const(dtypes.float32, 1.0)) is None
