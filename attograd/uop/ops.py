@@ -1,6 +1,6 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
-import dataclasses, functools, itertools, math, operator, sys, time, weakref
+import builtins, dataclasses, functools, importlib, itertools, marshal, math, operator, sys, time, types, weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -806,7 +806,7 @@ class UPat:
   order: each permutation is tried). `UPat.any(a, b)` matches what a or b matches; `tag` matches the node's tag. A
   pattern with such choices in it matches in every way it can (match_all), and its rule is tried with each."""
   __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "custom_early_reject", "tag", "perms", "alts",
-               "simple")
+               "simple", "location")
   def __init__(self, op: Ops | tuple[Ops, ...] | set[Ops] | frozenset[Ops] | None = None,
                dtype: DType | tuple[DType, ...] | None = None,
                src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = None, name: str | None = None,
@@ -816,8 +816,10 @@ class UPat:
     self.op: frozenset[Ops] | None = None if op is None else frozenset([op] if isinstance(op, Ops) else op)
     self.dtype: frozenset[DType] | None = \
       None if dtype is None else frozenset([dtype] if isinstance(dtype, DType) else dtype)
-    # (custom_early_reject and location are tinygrad's matcher-compiler hints: attograd's matcher needs neither)
+    # (custom_early_reject is a hint for tinygrad's matcher compiler: attograd's matcher needs none)
     self.arg, self.name, self.allow_any_len, self.custom_early_reject = arg, name, allow_any_len, custom_early_reject
+    # where the pattern was written, (file, line): the first frame outside this module (its helpers build UPats too)
+    self.location: tuple[str, int] = location or _caller_location()
     self.tag: tuple[Any, ...] | None = None if tag is None else tuple(tag) if isinstance(tag, (set, tuple)) else (tag,)
     # the sources' orders to try (a list src), and the alternatives of UPat.any: None when there is no choice
     self.perms: list[tuple[UPat, ...]] | None = None
@@ -917,6 +919,11 @@ class UPat:
       out.extend(stores)
     return out
 
+def _caller_location() -> tuple[str, int]:
+  frame = sys._getframe(2)
+  while frame.f_back is not None and frame.f_code.co_filename == __file__: frame = frame.f_back
+  return frame.f_code.co_filename, frame.f_lineno
+
 @functools.lru_cache(maxsize=None)
 def _node_only(p: UPat) -> UPat:
   """`p` without its sources: what match_all checks of the node itself before trying the sources' choices."""
@@ -937,6 +944,9 @@ class PatternMatcher:
     self.pdict = {op: rules + any_rules for op, rules in self.pdict.items()}
     self._any = any_rules
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
+  def __reduce__(self) -> tuple[Any, ...]:
+    # a rule function pickles by reference when its module has it by name; a lambda or local function as its code
+    return (type(self), ([(p, fn if _by_reference(fn) else _PickledFunction(fn)) for p, fn in self.patterns],))
   def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
     for p, fn, mode in self.pdict.get(u.op, self._any):
       if mode < 2:
@@ -956,6 +966,33 @@ class PatternMatcher:
           if (ret := fn(**store)) is not None and ret is not u: return ret, fn
       elif (ret := _rewrite_choices(p, fn, mode, u, ctx)) is not None: return ret, fn
     return None, None
+
+def _by_reference(fn: Callable[..., Any]) -> bool:
+  mod = sys.modules.get(getattr(fn, "__module__", None) or "")
+  return mod is not None and getattr(mod, fn.__qualname__, None) is fn
+
+def deconstruct_function(fn: Callable[..., Any]) -> tuple[types.CodeType, dict[str, Any], str, tuple | None]:
+  """`fn` as (code, the globals it reads, name, defaults): what types.FunctionType rebuilds it from, for a function
+  that can't be found by name (a lambda, a local function). A closure is refused: its cells aren't data."""
+  if fn.__closure__: raise ValueError(f"deconstruct_function: {fn.__qualname__} is a closure; its cells can't be kept")
+  def names(code: types.CodeType) -> set[str]:  # nested code (comprehensions, inner lambdas) reads globals too
+    return set(code.co_names).union(*(names(c) for c in code.co_consts if isinstance(c, types.CodeType)))
+  g = {k: v for k, v in fn.__globals__.items() if k in names(fn.__code__)}
+  return fn.__code__, g, fn.__name__, fn.__defaults__
+
+class _PickledFunction:
+  """A rule function pickled as its code (marshal) and the globals it reads; modules among them by name."""
+  def __init__(self, fn: Callable[..., Any]): self.fn = fn
+  def __reduce__(self) -> tuple[Any, ...]:
+    code, g, name, defaults = deconstruct_function(self.fn)
+    mods = {k: v.__name__ for k, v in g.items() if isinstance(v, types.ModuleType)}
+    vals = {k: v for k, v in g.items() if k not in mods}
+    return (_rebuild_function, (marshal.dumps(code), vals, mods, name, defaults))
+
+def _rebuild_function(code: bytes, vals: dict[str, Any], mods: dict[str, str], name: str,
+                      defaults: tuple | None) -> Callable[..., Any]:
+  g = {**vals, **{k: importlib.import_module(m) for k, m in mods.items()}, "__builtins__": builtins}
+  return types.FunctionType(marshal.loads(code), g, name, defaults)
 
 def _rewrite_choices(p: UPat, fn: Callable[..., Any], mode: int, u: UOp, ctx: Any) -> Any:
   """A rule whose pattern has choices: its function is tried with each way the pattern matches, until one returns."""

@@ -1,13 +1,13 @@
 """Tests for the rewrite engine's tinygrad-shaped API in attograd/uop/ops.py: UOp tags, UPat choices (list sources,
 UPat.any, tag), graph_rewrite's walks (post-order, bottom_up/bpm, walk), BottomUpGate, the runaway-loop error,
 substitute(extra_pm=) and rewrite tracking (rewrite_group, TrackedPatternMatcher)."""
-import pickle
+import inspect, math, pickle, types
 import pytest
 from attograd.dtype import dtypes
 from attograd.helpers import Context
 import attograd.uop.ops as ops
 from attograd.uop.ops import (BottomUpGate, GroupOp, Ops, PatternMatcher, TrackedPatternMatcher, UOp, UPat, Variable,
-                              _substitute, graph_rewrite, rewrite_group)
+                              _substitute, deconstruct_function, graph_rewrite, rewrite_group)
 
 I32 = dtypes.int32
 def c(x: int) -> UOp: return UOp.const(I32, x)
@@ -190,3 +190,28 @@ def test_sink_as_method_and_function() -> None:
   a, b = c(1), c(2)
   assert a.sink(b) is UOp.sink(a, b) is UOp(Ops.SINK, dtypes.void, (a, b))
   assert UOp.sink(a, None) is UOp(Ops.SINK, dtypes.void, (a,))
+
+# ***** pickling rule tables (to hand them to another process) *****
+
+def test_rule_tables_pickle_with_their_lambdas() -> None:
+  from attograd.uop.symbolic import sym
+  back = pickle.loads(pickle.dumps(sym))
+  a = Variable("a", 0, 10)
+  e = (a * 4 + 8) // 4 + (a + 0) * 1
+  assert graph_rewrite(e, back) is e.simplify()
+  assert [p.location for p, _ in back.patterns] == [p.location for p, _ in sym.patterns]
+  pm = PatternMatcher([(UPat.cvar("x"), lambda x: x * 2)])
+  assert pickle.loads(pickle.dumps(pm)).rewrite(c(2)) is c(2) * 2
+
+def test_deconstruct_function() -> None:
+  def nested() -> list: return [[math.pi for _ in range(2)] for _ in range(2)]
+  assert types.FunctionType(*deconstruct_function(nested))() == nested()
+  k = 3
+  with pytest.raises(ValueError, match="closure"): deconstruct_function(lambda: k)
+
+def test_upat_location_is_where_it_was_written() -> None:
+  p, line = UPat(Ops.CONST, I32), inspect.currentframe().f_lineno  # type: ignore[union-attr]
+  assert p.location == (__file__, line)
+  v = UPat.var("x")  # built by a helper in ops.py: still this line
+  assert v.location[0] == __file__
+  assert p.named("y").location[0] == __file__ and p.named("y").location[1] != line
