@@ -1,6 +1,7 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
-import builtins, dataclasses, functools, importlib, itertools, marshal, math, operator, sys, time, types, weakref
+import builtins, dataclasses, functools, hashlib, importlib, itertools, marshal, math, operator, sys, time, types
+import weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -164,6 +165,17 @@ class UOp(metaclass=UOpMetaClass):
   def replace(self, **kw: Any) -> UOp:
     return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg),
                kw.get("tag", self.tag))
+  @property
+  def key(self) -> bytes:
+    """A hash of the graph's content (op, dtype, arg and tag of each node, sources in order; tinygrad's name), the
+    same in every process where the args print the same: for caches shared across processes. Computed once per
+    node, sources first."""
+    if (k := self.__dict__.get("key")) is not None: return k
+    for n in self.toposort():
+      if "key" not in n.__dict__:
+        head = repr((n.op, n.dtype, n.arg, n.tag)).encode()
+        n.__dict__["key"] = hashlib.sha256(head + b"".join([s.__dict__["key"] for s in n.src])).digest()
+    return self.__dict__["key"]
   def rtag(self, tag: Any = True) -> UOp:
     """This node with its tag replaced (tinygrad's name): `tag=None` takes it off."""
     return self.replace(tag=tag)

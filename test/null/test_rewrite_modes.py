@@ -1,7 +1,7 @@
 """Tests for the rewrite engine's tinygrad-shaped API in attograd/uop/ops.py: UOp tags, UPat choices (list sources,
 UPat.any, tag), graph_rewrite's walks (post-order, bottom_up/bpm, walk), BottomUpGate, the runaway-loop error,
 substitute(extra_pm=) and rewrite tracking (rewrite_group, TrackedPatternMatcher)."""
-import inspect, math, pickle, types
+import hashlib, inspect, math, pickle, types
 import pytest
 from attograd.dtype import dtypes
 from attograd.helpers import Context
@@ -215,3 +215,14 @@ def test_upat_location_is_where_it_was_written() -> None:
   v = UPat.var("x")  # built by a helper in ops.py: still this line
   assert v.location[0] == __file__
   assert p.named("y").location[0] == __file__ and p.named("y").location[1] != line
+
+def test_key_is_a_content_hash() -> None:
+  a = Variable("a", 0, 9)
+  k = (a + 1).key
+  assert isinstance(k, bytes) and len(k) == 32 and (a + 1).key == k
+  assert (a + 2).key != k and (a + 1).rtag().key != k and UOp(Ops.ADD, I32, (c(1), a)).key != k
+  # from the content alone (no ids or addresses), so another process computes the same bytes
+  assert c(1).key == hashlib.sha256(repr((Ops.CONST, I32, 1, None)).encode()).digest()
+  deep = a
+  for _ in range(5000): deep = deep + 1  # iterative: no recursion limit
+  assert len(deep.key) == 32
