@@ -505,7 +505,8 @@ class UOp(metaclass=UOpMetaClass):
       raise TypeError(f"int(): a {self.dtype} UOp is not an int; cast it first")
     lo, hi = (s := self.simplify()).vmin_vmax
     if lo != hi or (isinstance(lo, float) and lo != lo):
-      raise UndecidableError(f"{kind.__name__}(): {s.render()} is not one number: it ranges over [{lo}, {hi}]")
+      raise UndecidableError(f"{kind.__name__}(): {s.render()} is not one number: it ranges over [{lo}, {hi}] (a "
+                             "symbolic size was used where a concrete number is needed)")
     return lo
 
 def _fill_devices(roots: tuple[UOp, ...]) -> None:
