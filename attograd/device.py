@@ -291,6 +291,9 @@ class Buffer:
     """The runtime's handle to this buffer's memory (a device pointer on CUDA, a host address on CPU, a mapping view
     on DISK), allocating it first: what a library outside attograd (NCCL, a custom kernel's launcher) is handed."""
     return self.allocate()._buf
+  def ensure_allocated(self) -> Buffer:
+    """tinygrad's name for allocate(), which already keeps the memory a buffer has."""
+    return self.allocate()
   def allocate(self) -> Buffer:
     if self._buf is None:
       if _deferred_frees: _free_deferred()

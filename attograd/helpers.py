@@ -206,7 +206,6 @@ class ContextVar:
 # later gives one a real meaning can define it without a clash.
 TINYGRAD_ONLY_FLAGS: dict[str, str] = {
   "SPEC": "tinygrad's UOp spec verification level; attograd checks shapes and dtypes when each op is built",
-  "TRACK_MATCH_STATS": "tinygrad's pattern-matcher statistics for its VIZ tool",
   "EMULATED_DTYPES": "tinygrad's software emulation of dtypes a backend lacks",
   "WINO": "tinygrad's Winograd convolution rewrite; attograd has none",
   "TRANSCENDENTAL": "tinygrad's choice of polynomial sin/exp/log; attograd picks per backend",
@@ -224,7 +223,7 @@ TINYGRAD_ONLY_FLAGS: dict[str, str] = {
   "VALIDATE_WITH_CPU": "tinygrad's re-running of kernels on CPU to compare",
   "TUPLE_ORDER": "tinygrad's tuple ordering in its scheduler", "TC": "tinygrad's tensor-core switch",
   "TC_SELECT": "tinygrad's tensor-core choice", "TC_OPT": "tinygrad's tensor-core options",
-  "REWRITE_STACK_LIMIT": "tinygrad's rewrite recursion limit", "MAX_BUFFER_SIZE": "tinygrad's buffer size limit",
+  "MAX_BUFFER_SIZE": "tinygrad's buffer size limit",
   "LRU": "tinygrad's LRU allocator switch", "JIT_BATCH_SIZE": "tinygrad's batching of jitted kernels into graphs",
   "FUSE_OPTIM": "tinygrad's concatenation of all optimizer parameters",
   "CAPTURE_PROCESS_REPLAY": "tinygrad's process-replay recorder", "NOLOCALS": "tinygrad's local-memory switch",

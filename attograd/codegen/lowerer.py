@@ -100,7 +100,7 @@ def unrolled_copies(root: UOp, placeholders: list[UOp], d: DType, simplify: Patt
     new: dict[UOp, UOp] = {v: UOp.const(d, x) for v, x in zip(placeholders, vals)}
     for n in dep:
       nn = UOp(n.op, n.dtype, tuple([new.get(s, s) for s in n.src]), n.arg)
-      new[n] = nn if simplify is None else graph_rewrite(nn, simplify, None, done)
+      new[n] = nn if simplify is None else graph_rewrite(nn, simplify, done=done)
     copies.append(new.get(root, root))
   return copies
 

@@ -1,12 +1,13 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
-import functools, math, operator, weakref
+import builtins, dataclasses, functools, hashlib, importlib, itertools, marshal, math, operator, sys, time, types
+import weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
 from dataclasses import dataclass
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
-from attograd.dtype import AddrSpace, ConstType, DType, Invalid, dtypes, to_dtype, truncate_to
-from attograd.helpers import prod
+from attograd.dtype import AddrSpace, ConstType, DType, Invalid, InvalidType, dtypes, to_dtype, truncate_to
+from attograd.helpers import ContextVar, prod
 import attograd.uop.state as state
 from attograd.uop.state import buffers  # noqa: F401  (tinygrad's tests import the table from here)
 
@@ -78,6 +79,7 @@ class GroupOp:
   # autograd markers: the value is src[0]; the scheduler sees straight through them
   Marker = {Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CUSTOM_GRAD}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
+  All = set(Ops)
   Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX}
 
 # ***** kernel building (tinygrad's API): the records a hand-written kernel body is made of *****
@@ -199,6 +201,11 @@ class SymbolicSizeError(ValueError, AssertionError):
   also an AssertionError because tinygrad asserts on the same misuse (chunk along a symbolic dim), and code ported
   from it catches that."""
 
+class UndecidableError(TypeError, ValueError):
+  """A symbolic expression used where one value is needed (a bool of a comparison, an int) that takes several, as
+  its Variables' bounds allow. A TypeError, as for any value that isn't a number; also the ValueError tinygrad
+  raises for it."""
+
 class BindMismatchError(ValueError, RuntimeError):
   """One graph binds a Variable to two values. A ValueError like attograd's other argument errors; also the
   RuntimeError tinygrad raises for it."""
@@ -234,14 +241,17 @@ class UOpMetaClass(type):
   # rather than a WeakValueDictionary: making and dropping nodes is the hot path of building graphs, and the
   # WeakValueDictionary's Python-level bookkeeping took more than half of it
   ucache: dict[tuple, _KeyedRef] = _ucache
-  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+               tag: Any = None) -> UOp:
     key = (op, dtype, src, arg) if arg.__class__ is not float else _cache_key(op, dtype, src, arg)
+    if tag is not None: key += (tag,)  # a tagged node's key is one longer: it never meets an untagged one
     if (r := UOpMetaClass.ucache.get(key)) is not None and (ret := r()) is not None: return ret
     ret = _new_object(cls)  # type: ignore[arg-type]  # no __init__: the fields are set through their slots
     _set_op(ret, op)
     _set_dtype(ret, dtype)
     _set_src(ret, src)
     _set_arg(ret, arg)
+    if tag is not None: ret.__dict__["tag"] = tag
     r = UOpMetaClass.ucache[key] = _KeyedRef(ret, _node_gone)
     r.key = key
     return ret
@@ -258,13 +268,32 @@ class UOp(metaclass=UOpMetaClass):
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None: ...
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+                 tag: Any = None) -> None: ...
+  # a mark a rewrite pass may put on a node (tinygrad's): part of the node's identity, kept when graph_rewrite rebuilds
+  # the node over new sources. Most nodes have none: the class's None, so untagged nodes store nothing
+  tag: Any = None
   def __setattr__(self, k: str, v: Any) -> None:
-    if k in ("op", "dtype", "src", "arg"): raise AttributeError("UOp is immutable")
+    if k in ("op", "dtype", "src", "arg", "tag"): raise AttributeError("UOp is immutable")
     object.__setattr__(self, k, v)
-  def __reduce__(self) -> Any: return (UOp, (self.op, self.dtype, self.src, self.arg))
+  def __reduce__(self) -> Any: return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
   def replace(self, **kw: Any) -> UOp:
-    return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
+    return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg),
+               kw.get("tag", self.tag))
+  @property
+  def key(self) -> bytes:
+    """A hash of the graph's content (op, dtype, arg and tag of each node, sources in order; tinygrad's name), the
+    same in every process where the args print the same: for caches shared across processes. Computed once per
+    node, sources first."""
+    if (k := self.__dict__.get("key")) is not None: return k
+    for n in self.toposort():
+      if "key" not in n.__dict__:
+        head = repr((n.op, n.dtype, n.arg, n.tag)).encode()
+        n.__dict__["key"] = hashlib.sha256(head + b"".join([s.__dict__["key"] for s in n.src])).digest()
+    return self.__dict__["key"]
+  def rtag(self, tag: Any = True) -> UOp:
+    """This node with its tag replaced (tinygrad's name): `tag=None` takes it off."""
+    return self.replace(tag=tag)
   def __repr__(self) -> str: return pretty_print(self)
 
   # ***** graph walking (iterative: graphs may be 100k nodes deep) *****
@@ -282,13 +311,20 @@ class UOp(metaclass=UOpMetaClass):
           if s not in out: stack.append((s, False))
     return out
   def sparents(self) -> dict[UOp, None]: return self.toposort()
-  def substitute(self, subs: dict[UOp, UOp]) -> UOp:
+  def substitute(self, subs: dict[UOp, UOp], name: str | None = None, extra_pm: PatternMatcher | None = None,
+                 walk: bool = False, enter_calls: bool = False) -> UOp:
     """self with each node that is a key of `subs` replaced by its value, bottom-up: a node whose sources were
     replaced and now equals a key is replaced too, and a replacement is itself substituted (graph_rewrite with a
     lookup rule does the same; VIZ traces that one). A direct walk: lowering substitutes every register tile
-    position into a whole kernel, and the rule table's per-node matching was most of that time."""
-    if rewrite_tracer is not None: return graph_rewrite(self, _substitute_pm, subs)
-    return _substitute(self, subs, {})
+    position into a whole kernel, and the rule table's per-node matching was most of that time.
+
+    With `extra_pm` (rules tried before the lookup) or `walk`, it is tinygrad's substitute: a graph_rewrite that
+    tries each node before its sources (bottom_up), so the sources of a replaced node are never visited."""
+    if extra_pm is not None or walk or enter_calls:
+      pm = _substitute if extra_pm is None else extra_pm + _substitute
+      return graph_rewrite(self, pm, subs, bottom_up=True, name=name, walk=walk, enter_calls=enter_calls)
+    if rewrite_tracer is not None or name is not None: return graph_rewrite(self, _substitute_pm, subs, name=name)
+    return _substitute_walk(self, subs, {})
 
   # ***** tensor-level properties *****
   @cached
@@ -385,8 +421,10 @@ class UOp(metaclass=UOpMetaClass):
   # ***** constructors and ALU sugar (used by symbolic index math and the lowerer) *****
   @staticmethod
   def const(dtype: DType, val: ConstType = None) -> UOp:  # type: ignore[assignment]
-    # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type; nodes are never weak)
-    if val is None and not isinstance(dtype, DType): dtype, val = dtypes.from_py_stored(dtype), dtype
+    # UOp.const(8): tinygrad's newer spelling, the value alone (its dtype from the Python type; nodes are never weak);
+    # UOp.const(8, dtypes.int) its order, the value first
+    if not isinstance(dtype, DType):
+      dtype, val = (val, dtype) if isinstance(val, DType) else (dtypes.from_py_stored(dtype), dtype)
     # the common case of index math, an int that its int dtype holds as is, without as_const's conversions: lowering
     # a conv tile makes tens of thousands of these
     if val.__class__ is int and (rng := _INT_RANGE.get(dtype)) is not None and rng[0] <= val <= rng[1]:  # type: ignore[operator]
@@ -546,8 +584,8 @@ class UOp(metaclass=UOpMetaClass):
     if self.op is Ops.CONST: return bool(self.arg)
     lo, hi = self.simplify().vmin_vmax
     if lo == hi: return bool(lo)
-    raise TypeError(f"can't decide {self.render()} for every value of {', '.join(v.expr for v in self.variables())}: "
-                    "the answer depends on the Variable's value")
+    raise UndecidableError(f"can't decide {self.render()} for every value of "
+                           f"{', '.join(v.expr for v in self.variables())}: the answer depends on the Variable's value")
   def __index__(self) -> int:
     raise TypeError(f"a symbolic size {self.render()} was used where a concrete int is needed")
 
@@ -561,22 +599,35 @@ class UOp(metaclass=UOpMetaClass):
 
   # ***** symbolic variables *****
   @staticmethod
-  def variable(name: str, min_val: int, max_val: int, dtype: DType | None = None, param: bool = False) -> UOp:
+  def variable(name: str, min_val: ConstType, max_val: ConstType, dtype: DType | None = None,
+               multiple_of: int = 1, param: bool = False) -> UOp:
     """A Variable of `dtype`: by default int32, or int64 where its bounds pass int32's (it is then typed and passed
-    to kernels as int64 on every device). bind refuses a value its dtype can't hold. param=True gives tinygrad's
-    kernel-side form instead: a scalar kernel argument (a PARAM in the ALU address space) with those bounds."""
+    to kernels as int64 on every device). bind refuses a value its dtype can't hold. `multiple_of`: every value it
+    takes is a multiple of this (an int Variable's; kept in its arg after the bounds). A float Variable (a float
+    dtype, float bounds, infinite ones too) stands for a float in symbolic math, as for gradients of UOp expressions.
+    param=True gives tinygrad's kernel-side form instead: a scalar kernel argument (a PARAM in the ALU address space)
+    with those bounds."""
     if param:
       return UOp.param(-1, dtype or dtypes.int32, (), vmin_vmax=(min_val, max_val), name=name,
                        addrspace=AddrSpace.ALU)
+    if dtype is not None and dtypes.is_float(dtype):
+      if not all(isinstance(v, (int, float)) and v == v for v in (min_val, max_val)) or min_val > max_val:
+        raise ValueError(f"Variable {name!r}: need bounds min <= max, got min={min_val!r} max={max_val!r}")
+      return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
     if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
-      raise ValueError(f"Variable {name!r}: need integer bounds min <= max, got min={min_val!r} max={max_val!r}")
+      raise ValueError(f"Variable {name!r}: need integer bounds min <= max, got min={min_val!r} max={max_val!r} (a "
+                       "float Variable needs a float dtype)")
+    if not isinstance(multiple_of, int) or multiple_of < 1:
+      raise ValueError(f"Variable {name!r}: multiple_of must be a positive int, got {multiple_of!r}")
     if dtype is None: dtype = dtypes.int32 if -2**31 <= min_val and max_val < 2**31 else dtypes.int64
-    return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
+    return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val) + ((multiple_of,) if multiple_of != 1 else ()))
   def bind(self, val: int) -> UOp:
     if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind: only a Variable can be bound, not a {self.op}")
-    name, lo, hi = self.arg
+    name, lo, hi = self.arg[:3]
     if not isinstance(val, int) or not lo <= val <= hi:
       raise ValueError(f"bind: {val!r} is outside Variable {name!r}'s range [{lo}, {hi}]")
+    if len(self.arg) > 3 and val % self.arg[3] != 0:
+      raise ValueError(f"bind: {val} for Variable {name!r} is not a multiple of {self.arg[3]}")
     if dtypes.is_int(self.dtype) and not dtypes.min(self.dtype) <= val <= dtypes.max(self.dtype):
       # a kernel takes the value as the Variable's dtype: it would wrap silently
       raise ValueError(f"bind: {val} for Variable {name!r} doesn't fit its dtype {self.dtype}; leave the dtype out "
@@ -634,6 +685,51 @@ class UOp(metaclass=UOpMetaClass):
     ret = self.simplify()
     return ret.arg if ret.op is Ops.CONST else ret
 
+  # ***** tinygrad's symbolic helpers: divisibility, bounds by its name, bound Variables *****
+  @property
+  def _min_max(self) -> tuple[ConstType, ConstType]: return self.vmin_vmax  # tinygrad's name
+  def const_factor(self) -> int:
+    """A positive int known to divide this int expression (1 when nothing better is known; not always the largest)."""
+    if self.op is Ops.CONST and self.arg.__class__ is int: return self.arg
+    if self.op is Ops.ADD: return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
+    if self.op is Ops.MUL:
+      if self.src[0].op is Ops.CONST and self.src[0].arg.__class__ is int: return self.src[0].arg
+      if self.src[1].op is Ops.CONST and self.src[1].arg.__class__ is int: return self.src[1].arg
+    if self.op is Ops.DEFINE_VAR and len(self.arg) > 3: return self.arg[3]
+    if self.op is Ops.BIND: return self.src[0].const_factor()
+    return 1
+  def divides(self, v: int) -> UOp | None:
+    """This int expression divided by `v` when it is provably a multiple of `v` (exactly, for every value of its
+    Variables), else None."""
+    if v == 1: return self
+    if self.op is Ops.CONST: return self.const_like(self.arg // v) if self.arg % v == 0 else None
+    if self.op is Ops.ADD:
+      if (d0 := self.src[0].divides(v)) is None or (d1 := self.src[1].divides(v)) is None: return None
+      return d0 + d1
+    if self.op is Ops.MUL:
+      if (d0 := self.src[0].divides(v)) is not None: return self.src[1] if d0.op is Ops.CONST and d0.arg == 1 else \
+        d0 * self.src[1]
+      if (d1 := self.src[1].divides(v)) is not None: return self.src[0] if d1.op is Ops.CONST and d1.arg == 1 else \
+        self.src[0] * d1
+      return None
+    if self.op in (Ops.DEFINE_VAR, Ops.BIND) and self.const_factor() % v == 0: return self // v
+    return None
+  @property
+  def is_bound_var(self) -> bool:
+    """Whether this is a Variable bound to a value (tinygrad's name)."""
+    return self.op is Ops.BIND and self.src[0].op is Ops.DEFINE_VAR
+  def __int__(self) -> int: return int(self._single_value(int))
+  def __float__(self) -> float: return float(self._single_value(float))
+  def _single_value(self, kind: type) -> ConstType:
+    """The one value this expression takes (its bounds meet once simplified), for int() and float()."""
+    if kind is int and not (dtypes.is_int(self.dtype) or self.dtype is dtypes.bool):
+      raise TypeError(f"int(): a {self.dtype} UOp is not an int; cast it first")
+    lo, hi = (s := self.simplify()).vmin_vmax
+    if lo != hi or (isinstance(lo, float) and lo != lo):
+      raise UndecidableError(f"{kind.__name__}(): {s.render()} is not one number: it ranges over [{lo}, {hi}] (a "
+                             "symbolic size was used where a concrete number is needed)")
+    return lo
+
 def _fill_devices(roots: tuple[UOp, ...]) -> None:
   """Computes .device of `roots` and of the nodes below them whose device isn't known yet, sources first and without
   recursion: a kernel's index math can be thousands of nodes deep, and the tensor methods UOp lends (tensor/
@@ -646,6 +742,14 @@ def _fill_devices(roots: tuple[UOp, ...]) -> None:
     else:
       stack.append((n, True))
       stack.extend((s, False) for s in n.src if "device" not in s.__dict__)
+
+def resolve(x: UOp | bool, default: bool = True) -> bool:
+  """A condition's truth: a bool as it is, a symbolic comparison's when its Variables' bounds decide it, else
+  `default` (tinygrad's: for checks that may be skipped when they can't be decided)."""
+  if not isinstance(x, UOp): return bool(x)
+  if x.dtype is not dtypes.bool: raise TypeError(f"resolve: needs a bool UOp, got a {x.dtype} one")
+  lo, hi = x.simplify().vmin_vmax
+  return bool(lo) if lo == hi else default
 
 def sym_vals(*xs: Any) -> list[int] | None:
   """The values of sizes, or None when one has an unbound Variable."""
@@ -790,13 +894,24 @@ def broadcast_pair(a: tuple[sint, ...], b: tuple[sint, ...],
 
 def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
   op, d = u.op, u.dtype
-  if op is Ops.CONST: return u.arg, u.arg
+  if op is Ops.CONST:
+    if u.arg.__class__ is not tuple: return u.arg, u.arg
+    # a vector constant: its lanes' extremes, leaving out Invalid (a lane with no value), each as the dtype holds it
+    lanes = [truncate_to(v, d) for v in u.arg if not isinstance(v, InvalidType)]
+    return (min(lanes), max(lanes)) if lanes else (dtypes.min(d), dtypes.max(d))
   if op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
   if op is Ops.BIND: return u.src[0].vmin_vmax
   if op is Ops.RANGE:
     hi = u.src[0].vmax
     return 0, (hi - 1 if isinstance(hi, int) else hi)
-  if op is Ops.SPECIAL: return 0, u.arg[1] - 1
+  if op is Ops.SPECIAL:  # attograd's arg (name, size), or tinygrad's form: the name as arg, the size as src[0]
+    return (0, u.src[0].vmax - 1) if u.arg.__class__ is str and u.src else (0, u.arg[1] - 1)
+  if op is Ops.CAST and dtypes.is_float(d): return _cast_float_bounds(u)
+  if op is Ops.CAST and dtypes.is_int(d) and dtypes.is_float(u.src[0].dtype):
+    lo, hi = u.src[0].vmin_vmax
+    # truncation toward zero is monotone: finite bounds that fit stay bounds
+    if math.isfinite(lo) and math.isfinite(hi) and fits_dtype(math.trunc(lo), math.trunc(hi), d):
+      return math.trunc(lo), math.trunc(hi)
   if not (dtypes.is_int(d) or d is dtypes.bool): return dtypes.min(d), dtypes.max(d)
   if op in GroupOp.Binary or op is Ops.WHERE:
     s = u.src
@@ -821,12 +936,27 @@ def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
     if op is Ops.AND and d is dtypes.bool: return bool(a0 and b0), bool(a1 and b1)
     if op is Ops.OR and d is dtypes.bool: return bool(a0 or b0), bool(a1 or b1)
     if op is Ops.AND and a0 >= 0 and b0 >= 0: return 0, min(a1, b1)
+    # a mask without the sign bit clears it: the result is in [0, mask] whatever x's sign
+    if op is Ops.AND and b0 == b1 and b0 >= 0: return 0, b1
     if op is Ops.SHR and a0 >= 0 and 0 <= b0 and b1 < d.itemsize * 8: return a0 >> b1, a1 >> b0
+    if op is Ops.SHL and a0 >= 0 and 0 <= b0 and b1 < d.itemsize * 8: return _clamp(a0 << b0, a1 << b1, d)
+    if op is Ops.XOR and b0 == b1 == -1: return ~a1, ~a0  # ~x reverses the order
   if op is Ops.CMPNE: return False, True
   if op is Ops.CAST and (dtypes.is_int(u.src[0].dtype) or u.src[0].dtype is dtypes.bool):
     lo, hi = u.src[0].vmin_vmax
     if dtypes.min(d) <= lo and hi <= dtypes.max(d):
       return (bool(lo), bool(hi)) if d is dtypes.bool else (int(lo), int(hi))
+  return dtypes.min(d), dtypes.max(d)
+
+def fits_dtype(lo: Any, hi: Any, d: DType) -> bool: return dtypes.min(d) <= lo and hi <= dtypes.max(d)
+
+def _cast_float_bounds(u: UOp) -> tuple[ConstType, ConstType]:
+  """A cast to a float: the source's bounds rounded onto the float's grid (rounding is monotone), when they are
+  finite; else the float's range."""
+  lo, hi = u.src[0].vmin_vmax
+  d = u.dtype
+  if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and math.isfinite(lo) and math.isfinite(hi):
+    return truncate_to(lo, d), truncate_to(hi, d)
   return dtypes.min(d), dtypes.max(d)
 
 def _clamp(lo: Any, hi: Any, d: DType) -> tuple[Any, Any]:
@@ -907,25 +1037,71 @@ def exec_alu(op: Ops, dtype: DType, operands: Sequence[Any]) -> Any:
 # ***** pattern matching *****
 
 class UPat:
-  """A pattern over UOps. `UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")))` matches x + const and names the parts."""
-  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "custom_early_reject")
-  def __init__(self, op: Ops | tuple[Ops, ...] | set[Ops] | None = None, dtype: DType | tuple[DType, ...] | None = None,
-               src: tuple[UPat, ...] | UPat | None = None, arg: Any = None, name: str | None = None,
-               allow_any_len: bool = False):
+  """A pattern over UOps. `UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c")))` matches x + const and names the parts.
+
+  `src` is a tuple (the sources in order), a single UPat (every source matches it) or a list (the sources in any
+  order: each permutation is tried). `UPat.any(a, b)` matches what a or b matches; `tag` matches the node's tag. A
+  pattern with such choices in it matches in every way it can (match_all), and its rule is tried with each."""
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "custom_early_reject", "tag", "perms", "alts",
+               "simple", "location")
+  def __init__(self, op: Ops | tuple[Ops, ...] | set[Ops] | frozenset[Ops] | None = None,
+               dtype: DType | tuple[DType, ...] | None = None,
+               src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = None, name: str | None = None,
+               allow_any_len: bool = False, custom_early_reject: Any = None, location: Any = None,
+               is_any: bool = False, tag: Any = None):
+    if name == "ctx": raise ValueError("UPat: the name 'ctx' is taken by the rewrite context a rule is given")
     self.op: frozenset[Ops] | None = None if op is None else frozenset([op] if isinstance(op, Ops) else op)
     self.dtype: frozenset[DType] | None = \
       None if dtype is None else frozenset([dtype] if isinstance(dtype, DType) else dtype)
-    # a single UPat as src means "every source matches this"
+    # (custom_early_reject is a hint for tinygrad's matcher compiler: attograd's matcher needs none)
+    self.arg, self.name, self.allow_any_len, self.custom_early_reject = arg, name, allow_any_len, custom_early_reject
+    # where the pattern was written, (file, line): the first frame outside this module (its helpers build UPats too)
+    self.location: tuple[str, int] = location or _caller_location()
+    self.tag: tuple[Any, ...] | None = None if tag is None else tuple(tag) if isinstance(tag, (set, tuple)) else (tag,)
+    # the sources' orders to try (a list src), and the alternatives of UPat.any: None when there is no choice
+    self.perms: list[tuple[UPat, ...]] | None = None
+    self.alts: tuple[UPat, ...] | None = None
+    if is_any:
+      self.alts = tuple(src) if isinstance(src, (tuple, list)) else (src,) if isinstance(src, UPat) else ()
+      src = None
+    elif isinstance(src, list):
+      self.perms = list(dict.fromkeys(itertools.permutations(src)))
+      src = tuple(src)
     self.src: tuple[UPat, ...] | UPat | None = src
-    self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+    # simple: no choice anywhere below, so the one greedy walk of match() decides (the fast path of every rewrite)
+    kids: tuple[UPat, ...] = (() if src is None else (src,) if isinstance(src, UPat) else src) + (self.alts or ())
+    self.simple: bool = self.perms is None and self.alts is None and self.tag is None and all(k.simple for k in kids)
+  @property
+  def match_dtype(self) -> tuple[DType, ...] | None:
+    """The dtypes this pattern matches (tinygrad's name), None for any."""
+    return None if self.dtype is None else tuple(self.dtype)
   @staticmethod
   def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
     return UPat(dtype=dtype, name=name)
   @staticmethod
-  def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
-    return UPat(Ops.CONST, dtype=dtype, name=name)
+  def cvar(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None, arg: Any = None) -> UPat:
+    return UPat(Ops.CONST, dtype=dtype, name=name, arg=arg)
   @staticmethod
-  def const(dtype: DType | tuple[DType, ...] | None, val: Any) -> UPat: return UPat(Ops.CONST, dtype=dtype, arg=val)
+  def const(dtype: Any, val: Any = None) -> UPat:
+    """A constant of value `val`: `UPat.const(dtype, val)`, or tinygrad's order `UPat.const(val, dtype=None)`."""
+    if not (dtype is None or isinstance(dtype, DType) or (isinstance(dtype, tuple) and
+                                                           all(isinstance(d, DType) for d in dtype))):
+      dtype, val = val, dtype  # tinygrad's order: the value first
+    return UPat(Ops.CONST, dtype=dtype, arg=val)
+  @staticmethod
+  def any(*src: UPat) -> UPat:
+    """Matches what any of `src` matches (each is tried)."""
+    return UPat(src=src, is_any=True)
+  def named(self, name: str) -> UPat:
+    """This pattern, binding what it matches to `name`."""
+    src = list(self.perms[0]) if self.perms is not None else self.src
+    return UPat(self.op, None if self.dtype is None else tuple(self.dtype), src, self.arg, name, self.allow_any_len,
+                tag=self.tag)
+  def or_casted(self, name: str | None = None) -> UPat:
+    """This pattern, or a CAST of it."""
+    return UPat.any(self if name is None else self.named(name), UPat(Ops.CAST, name=name, src=(self,)))
+  def f(self, op: Ops, **kwargs: Any) -> UPat: return UPat(op, src=(self,), **kwargs)
+  def cast(self, dtype: DType | None = None, **kwargs: Any) -> UPat: return UPat(Ops.CAST, dtype, (self,), **kwargs)
   def _bin(self, op: Ops, x: UPat | ConstType) -> UPat:
     return UPat(op, src=(self, x if isinstance(x, UPat) else UPat.const(None, x)))
   def __add__(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.ADD, x)
@@ -939,13 +1115,17 @@ class UPat:
   def maximum(self, x: UPat | ConstType) -> UPat: return self._bin(Ops.MAX, x)
   def where(self, x: UPat, y: UPat) -> UPat: return UPat(Ops.WHERE, src=(self, x, y))
   def __repr__(self) -> str:
+    if self.alts is not None: return f"UPat.any({', '.join(map(repr, self.alts))})"
     return f"UPat({self.op}, {self.dtype}, arg={self.arg!r}, name={self.name!r}, src={self.src!r})"
 
   def match(self, u: UOp, store: dict[str, UOp]) -> bool:
-    """Match `u`, filling `store` with named parts. A name bound twice must be the same node."""
+    """Match `u`, filling `store` with named parts. A name bound twice must be the same node. For a simple pattern
+    (no list src, UPat.any or tag below it): a pattern with choices matches through match_all."""
     if self.op is not None and u.op not in self.op: return False
     if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype: return False
-    if self.arg is not None and (self.arg != u.arg or self.arg.__class__ is not u.arg.__class__ and u.op is Ops.CONST
+    # (a NaN arg matches a NaN constant, as hash-consing keys them)
+    if self.arg is not None and (self.arg != u.arg and not (self.arg != self.arg and u.arg != u.arg) or
+                                 self.arg.__class__ is not u.arg.__class__ and u.op is Ops.CONST
                                  and not (isinstance(self.arg, (int, float)) and isinstance(u.arg, (int, float)))):
       return False
     if self.name is not None:
@@ -956,34 +1136,107 @@ class UPat:
     if len(self.src) != len(u.src) and not (self.allow_any_len and len(u.src) >= len(self.src)): return False
     return all(p.match(s, store) for p, s in zip(self.src, u.src))
 
+  def match_all(self, u: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    """Every way this pattern matches `u`: one store (a copy of `store` with the parts named) per way. `store` is
+    left as it is."""
+    if self.simple: return [st] if self.match(u, st := dict(store)) else []
+    if self.alts is not None: return [st for p in self.alts for st in p.match_all(u, store)]
+    if self.tag is not None and u.tag not in self.tag: return []
+    # the node itself: the simple checks, on a pattern without sources
+    if not UPat.match(_node_only(self), u, st := dict(store)): return []
+    if self.src is None: return [st]
+    if isinstance(self.src, UPat): orders: list[tuple[UPat, ...]] = [(self.src,) * len(u.src)]
+    else:
+      if len(self.src) != len(u.src) and not (self.allow_any_len and len(u.src) >= len(self.src)): return []
+      orders = self.perms or [self.src]
+    out: list[dict[str, UOp]] = []
+    for order in orders:
+      stores = [st]
+      for p, s in zip(order, u.src): stores = [t for x in stores for t in p.match_all(s, x)]
+      out.extend(stores)
+    return out
+
+def _caller_location() -> tuple[str, int]:
+  frame = sys._getframe(2)
+  while frame.f_back is not None and frame.f_code.co_filename == __file__: frame = frame.f_back
+  return frame.f_code.co_filename, frame.f_lineno
+
+@functools.lru_cache(maxsize=None)
+def _node_only(p: UPat) -> UPat:
+  """`p` without its sources: what match_all checks of the node itself before trying the sources' choices."""
+  return UPat(p.op, None if p.dtype is None else tuple(p.dtype), None, p.arg, p.name)
+
 class PatternMatcher:
   """An ordered table of (pattern, rewrite function) rules. The first rule whose function returns a UOp wins."""
-  def __init__(self, patterns: list[tuple[UPat, Callable[..., Any]]]):
-    self.patterns = patterns
-    self.pdict: dict[Ops | None, list[tuple[UPat, Callable[..., Any], bool]]] = {}
-    for p, fn in patterns:
-      takes_ctx = "ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]
-      for op in (p.op if p.op is not None else [None]): self.pdict.setdefault(op, []).append((p, fn, takes_ctx))
+  def __init__(self, patterns: Sequence[tuple[UPat, Callable[..., Any]]], compiled: bool = True):
+    # (compiled: tinygrad's switch for its matcher compiler; attograd's matcher has one way of matching)
+    self.patterns = list(patterns)
+    # each rule's mode: bit 0 says the function takes ctx, bit 1 that the pattern has choices (matched by match_all)
+    self.pdict: dict[Ops | None, list[tuple[UPat, Callable[..., Any], int]]] = {}
+    for p, fn in self.patterns:
+      mode = ("ctx" in fn.__code__.co_varnames[:fn.__code__.co_argcount]) + (0 if p.simple else 2)
+      for op in (p.op if p.op is not None else [None]): self.pdict.setdefault(op, []).append((p, fn, mode))
     any_rules = self.pdict.pop(None, [])
     # rules that match any op are tried after the op's own rules
     self.pdict = {op: rules + any_rules for op, rules in self.pdict.items()}
     self._any = any_rules
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
+  def __reduce__(self) -> tuple[Any, ...]:
+    # a rule function pickles by reference when its module has it by name; a lambda or local function as its code
+    return (type(self), ([(p, fn if _by_reference(fn) else _PickledFunction(fn)) for p, fn in self.patterns],))
   def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
-    for p, fn, takes_ctx in self.pdict.get(u.op, self._any):
-      store: dict[str, UOp] = {}
-      if p.match(u, store):
-        if takes_ctx: store["ctx"] = ctx
-        if (ret := fn(**store)) is not None and ret is not u: return ret
+    for p, fn, mode in self.pdict.get(u.op, self._any):
+      if mode < 2:
+        store: dict[str, UOp] = {}
+        if p.match(u, store):
+          if mode: store["ctx"] = ctx
+          if (ret := fn(**store)) is not None and ret is not u: return ret
+      elif (ret := _rewrite_choices(p, fn, mode, u, ctx)) is not None: return ret
     return None
   def rewrite_traced(self, u: UOp, ctx: Any = None) -> tuple[UOp | None, Callable[..., Any] | None]:
     """rewrite(), also saying which rule's function fired (for the VIZ graph explorer)."""
-    for p, fn, takes_ctx in self.pdict.get(u.op, self._any):
-      store: dict[str, UOp] = {}
-      if p.match(u, store):
-        if takes_ctx: store["ctx"] = ctx
-        if (ret := fn(**store)) is not None and ret is not u: return ret, fn
+    for p, fn, mode in self.pdict.get(u.op, self._any):
+      if mode < 2:
+        store: dict[str, UOp] = {}
+        if p.match(u, store):
+          if mode: store["ctx"] = ctx
+          if (ret := fn(**store)) is not None and ret is not u: return ret, fn
+      elif (ret := _rewrite_choices(p, fn, mode, u, ctx)) is not None: return ret, fn
     return None, None
+
+def _by_reference(fn: Callable[..., Any]) -> bool:
+  mod = sys.modules.get(getattr(fn, "__module__", None) or "")
+  return mod is not None and getattr(mod, fn.__qualname__, None) is fn
+
+def deconstruct_function(fn: Callable[..., Any]) -> tuple[types.CodeType, dict[str, Any], str, tuple | None]:
+  """`fn` as (code, the globals it reads, name, defaults): what types.FunctionType rebuilds it from, for a function
+  that can't be found by name (a lambda, a local function). A closure is refused: its cells aren't data."""
+  if fn.__closure__: raise ValueError(f"deconstruct_function: {fn.__qualname__} is a closure; its cells can't be kept")
+  def names(code: types.CodeType) -> set[str]:  # nested code (comprehensions, inner lambdas) reads globals too
+    return set(code.co_names).union(*(names(c) for c in code.co_consts if isinstance(c, types.CodeType)))
+  g = {k: v for k, v in fn.__globals__.items() if k in names(fn.__code__)}
+  return fn.__code__, g, fn.__name__, fn.__defaults__
+
+class _PickledFunction:
+  """A rule function pickled as its code (marshal) and the globals it reads; modules among them by name."""
+  def __init__(self, fn: Callable[..., Any]): self.fn = fn
+  def __reduce__(self) -> tuple[Any, ...]:
+    code, g, name, defaults = deconstruct_function(self.fn)
+    mods = {k: v.__name__ for k, v in g.items() if isinstance(v, types.ModuleType)}
+    vals = {k: v for k, v in g.items() if k not in mods}
+    return (_rebuild_function, (marshal.dumps(code), vals, mods, name, defaults))
+
+def _rebuild_function(code: bytes, vals: dict[str, Any], mods: dict[str, str], name: str,
+                      defaults: tuple | None) -> Callable[..., Any]:
+  g = {**vals, **{k: importlib.import_module(m) for k, m in mods.items()}, "__builtins__": builtins}
+  return types.FunctionType(marshal.loads(code), g, name, defaults)
+
+def _rewrite_choices(p: UPat, fn: Callable[..., Any], mode: int, u: UOp, ctx: Any) -> Any:
+  """A rule whose pattern has choices: its function is tried with each way the pattern matches, until one returns."""
+  for store in p.match_all(u, {}):
+    if mode & 1: store["ctx"] = ctx  # type: ignore[assignment]
+    if (ret := fn(**store)) is not None and ret is not u: return ret
+  return None
 
 # UOp.simplify's rule table. uop/symbolic.py builds it from UOps and UPats, so it loads after this module and sets it
 # here (this module cannot import it: that is a cycle); the package's __init__ loads symbolic with the IR.
@@ -992,15 +1245,37 @@ simplifier: PatternMatcher | None = None
 # VIZ: when set, every graph_rewrite reports (matcher, input, [(before, after, rule fn)], output) to this function
 rewrite_tracer: Callable[[PatternMatcher, UOp, list[tuple[UOp, UOp, Callable[..., Any]]], UOp], None] | None = None
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, done: dict[UOp, UOp] | None = None) -> UOp:
-  """Rewrite `root` bottom-up with `pm` until no rule matches. Iterative (no recursion), linear in graph size.
-  `done` (node -> its rewritten form) may be shared by calls with the same `pm` and ctx: nodes rewritten by an earlier
-  call aren't walked again."""
-  if rewrite_tracer is not None: return _graph_rewrite_traced(root, pm, ctx)
+class BottomUpGate(Exception):
+  """Raised by a rule of a bottom-up rewrite (tinygrad's name): the node stays as it is now, and its sources are not
+  walked."""
+
+REWRITE_STACK_LIMIT = ContextVar("REWRITE_STACK_LIMIT", 250000)
+
+def _rewrite_loop_error(n: UOp) -> RuntimeError:
+  return RuntimeError(f"graph_rewrite: the rules keep rewriting (the walk's stack passed REWRITE_STACK_LIMIT="
+                      f"{REWRITE_STACK_LIMIT.value}) near a {n.op} node: two rules undo each other, or one keeps "
+                      "growing its result")
+
+def graph_rewrite(root: UOp, pm: PatternMatcher | None, ctx: Any = None, bottom_up: bool = False,
+                  name: str | None = None, bpm: PatternMatcher | None = None, walk: bool = False,
+                  enter_calls: bool = False, *, done: dict[UOp, UOp] | None = None) -> UOp:
+  """Rewrite `root` with `pm` until no rule matches: each node once its sources are rewritten (post-order), and a
+  rule's result rewritten again. Iterative (no recursion), linear in graph size.
+
+  `bpm` (or `pm` with `bottom_up=True`) is tried on each node before its sources, to a fixed point, and then on the
+  result's sources; a rule raising BottomUpGate keeps the node and skips its sources. `walk=True` visits each node
+  once and never walks into a rule's result (no fixed point). A CALL's body (src[0]) is left as it is unless
+  `enter_calls`. `name` names the rewrite for tracking (rewrite_group). `done` (node -> its rewritten form) may be
+  shared by calls with the same `pm` and ctx: nodes rewritten by an earlier call aren't walked again."""
+  if bottom_up is not True and bottom_up is not False:
+    raise TypeError(f"graph_rewrite: bottom_up must be a bool, got {bottom_up!r} (done= is keyword-only)")
+  if bottom_up: pm, bpm = None, pm
+  if done is None: done = {}
+  if rewrite_tracer is not None or TRACK_MATCH_STATS.value >= 2 or bpm is not None or walk or pm is None:
+    return _tracked_rewrite(root, pm, bpm, ctx, done, walk, enter_calls, name, bottom_up)
   # the hot loop of lowering (~60 rewrites of each kernel's graph): methods bound once, a node without sources is
   # rewritten when first seen instead of being pushed again, and rebuilt sources compared as a tuple (UOps compare
   # by identity)
-  if done is None: done = {}
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
   pop, push, rewrite = stack.pop, stack.append, pm.rewrite
   while stack:
@@ -1008,62 +1283,218 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, done: dict[UOp
     if n in done: continue
     if stage == 0 and n.src:
       push((n, 1, None))
+      if n.op is Ops.CALL and not enter_calls: done.setdefault(n.src[0], n.src[0])
       for s in reversed(n.src):
         if s not in done: push((s, 0, None))
     elif stage < 2:
       src = n.src
       if src:
         new_src = tuple([done[s] for s in src])
-        nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg)
+        nn = n if new_src == src else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
       else: nn = n
       if (rw := rewrite(nn, ctx)) is None:
         done[n] = nn
         if nn is not n and nn not in done: done[nn] = nn
       else:
         # the replacement is itself rewritten; once it is done, n maps to its result
+        if len(stack) > REWRITE_STACK_LIMIT.value: raise _rewrite_loop_error(n)
         push((n, 2, rw))
         push((rw, 0, None))
     else:
       done[n] = done[alias]  # type: ignore[index]
   return done[root]
 
-def _graph_rewrite_traced(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
-  """graph_rewrite, reporting each rule that fired to rewrite_tracer (VIZ)."""
-  done: dict[UOp, UOp] = {}
-  stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
-  steps: list[tuple[UOp, UOp, Callable[..., Any]]] = []
+def _rewrite_general(root: UOp, pm: Callable[[UOp], UOp | None] | None, bpm: Callable[[UOp], UOp | None] | None,
+                     done: dict[UOp, UOp], enter_calls: bool) -> UOp:
+  """graph_rewrite with a bottom-up matcher: `bpm` is tried on a node (to a fixed point) before its sources are
+  walked, `pm` after they are rewritten."""
+  stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
   while stack:
-    n, stage, alias = stack.pop()
+    n, stage, cur = stack.pop()
     if n in done: continue
     if stage == 0:
-      stack.append((n, 1, None))
-      for s in reversed(n.src):
-        if s not in done: stack.append((s, 0, None))
+      if bpm is not None:
+        seen: set[UOp] = set()
+        try:
+          while (r := bpm(cur)) is not None:
+            if r in seen: raise RuntimeError(f"graph_rewrite: the bottom-up rules rewrite a {r.op} node in a circle")
+            seen.add(cur)
+            cur = r
+        except BottomUpGate:
+          done[n] = cur
+          continue
+      # (a bottom-up rule can grow the graph as it walks in: the limit is checked here too)
+      if len(stack) > REWRITE_STACK_LIMIT.value: raise _rewrite_loop_error(n)
+      stack.append((n, 1, cur))
+      if cur.op is Ops.CALL and cur.src and not enter_calls: done.setdefault(cur.src[0], cur.src[0])
+      stack.extend((s, 0, s) for s in reversed(cur.src) if s not in done)
     elif stage == 1:
-      new_src = tuple(done[s] for s in n.src)
-      nn = n if all(a is b for a, b in zip(new_src, n.src)) else UOp(n.op, n.dtype, new_src, n.arg)
-      if (rw := (t := pm.rewrite_traced(nn, ctx))[0]) is not None: steps.append((nn, rw, t[1]))  # type: ignore[arg-type]
-      if rw is None:
-        done[n] = nn
-        if nn is not n: done.setdefault(nn, nn)
-      else:
-        stack.append((n, 2, rw))
-        stack.append((rw, 0, None))
+      new_src = tuple([done[s] for s in cur.src])
+      if new_src == cur.src:
+        if pm is None or (r := pm(cur)) is None:
+          done[n] = cur
+          continue
+      else: r = UOp(cur.op, cur.dtype, new_src, cur.arg, cur.tag)
+      # the new node is rewritten in full (bpm first); once it is done, n maps to its result
+      if len(stack) > REWRITE_STACK_LIMIT.value: raise _rewrite_loop_error(n)
+      stack.append((n, 2, r))
+      stack.append((r, 0, r))
     else:
-      assert alias is not None
-      done[n] = done[alias]
-  if rewrite_tracer is not None: rewrite_tracer(pm, root, steps, done[root])
+      done[n] = done[cur]
   return done[root]
 
-_substitute_pm = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])
+def _rewrite_walk(root: UOp, pm: Callable[[UOp], UOp | None] | None, bpm: Callable[[UOp], UOp | None] | None,
+                  done: dict[UOp, UOp], enter_calls: bool) -> UOp:
+  """graph_rewrite(walk=True): one pass, each node visited once. `bpm` is tried on a node before its sources (a
+  result is kept as is, its sources never walked); `pm` on the node rebuilt over its rewritten sources."""
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    n, ready = stack.pop()
+    if n in done: continue
+    if not ready:
+      if bpm is not None and (r := bpm(n)) is not None:
+        done[n] = r
+        continue
+      stack.append((n, True))
+      if n.op is Ops.CALL and n.src and not enter_calls: done.setdefault(n.src[0], n.src[0])
+      stack.extend((s, False) for s in reversed(n.src) if s not in done)
+    else:
+      new_src = tuple([done.get(s, s) for s in n.src])
+      nn = n if new_src == n.src else UOp(n.op, n.dtype, new_src, n.arg, n.tag)
+      done[n] = r if pm is not None and (r := pm(nn)) is not None else nn
+  return done.get(root, root)
 
-def _substitute(root: UOp, subs: dict[UOp, UOp], done: dict[UOp, UOp]) -> UOp:
+def _tracked_rewrite(root: UOp, pm: PatternMatcher | None, bpm: PatternMatcher | None, ctx: Any, done: dict[UOp, UOp],
+                     walk: bool, enter_calls: bool, name: str | None, bottom_up: bool) -> UOp:
+  """graph_rewrite's other walks, reporting each rule that fired to VIZ (rewrite_tracer) and to rewrite tracking."""
+  steps: list[tuple[UOp, UOp, Callable[..., Any]]] = []
+  tracking = TRACK_MATCH_STATS.value >= 2
+  tracked = _begin_tracked(root, name, bottom_up, walk, enter_calls) if tracking else None
+  traced = rewrite_tracer is not None or tracking
+  def apply(m: PatternMatcher) -> Callable[[UOp], UOp | None]:
+    if not traced: return functools.partial(m.rewrite, ctx=ctx)
+    def rewrite(u: UOp) -> UOp | None:
+      r, fn = m.rewrite_traced(u, ctx)
+      if r is not None:
+        steps.append((u, r, fn))  # type: ignore[arg-type]
+        if tracked is not None: tracked.matches.append((u, r, fn))  # type: ignore[arg-type]
+      return r
+    return rewrite
+  try:
+    run = _rewrite_walk if walk else _rewrite_general
+    out = run(root, None if pm is None else apply(pm), None if bpm is None else apply(bpm), done, enter_calls)
+  finally:
+    if tracked is not None: active_rewrites.pop()
+  if rewrite_tracer is not None and pm is not None: rewrite_tracer(pm, root, steps, out)
+  return out
+
+# ***** rewrite tracking: the graph_rewrites a function makes, grouped under its name (tinygrad's rewrite_group) *****
+
+# 2 or more: every graph_rewrite records the rules that fired, in the group of the rewrite_group function running
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)
+
+@dataclasses.dataclass(frozen=True)
+class TrackedGraphRewrite:
+  """One graph_rewrite: where it was called, its input, the rules that fired (before, after, rule function), its name,
+  how deep in other rewrites it ran, and how it walked."""
+  loc: tuple[str, int]
+  sink: UOp
+  matches: list[tuple[UOp, UOp, Callable[..., Any]]]
+  name: str | None
+  depth: int
+  bottom_up: bool
+  walk: bool = False
+  enter_calls: bool = False
+
+tracked_keys: list[str] = []                        # each group's name
+tracked_ctxs: list[list[TrackedGraphRewrite]] = []  # each group's rewrites, in order
+active_group: list[int] = []                        # the groups of the rewrite_group functions running, innermost last
+active_rewrites: list[TrackedGraphRewrite] = []     # the graph_rewrites running, innermost last
+_name_cnt: dict[str, itertools.count] = {}
+
+def _begin_tracked(root: UOp, name: str | None, bottom_up: bool, walk: bool, enter_calls: bool) -> TrackedGraphRewrite:
+  frame = sys._getframe(3)  # graph_rewrite's caller (past _tracked_rewrite and graph_rewrite)
+  if not tracked_ctxs: _add_group("default")
+  group = active_group[-1] if active_group else len(tracked_ctxs) - 1
+  t = TrackedGraphRewrite((frame.f_code.co_filename, frame.f_lineno), root, [], name, len(active_rewrites), bottom_up,
+                          walk, enter_calls)
+  tracked_ctxs[group].append(t)
+  active_rewrites.append(t)
+  return t
+
+def _add_group(name: str) -> int:
+  tracked_keys.append(name)
+  tracked_ctxs.append([])
+  return len(tracked_keys) - 1
+
+def rewrite_group(name: Callable[..., str] | bool = True, new_ctx: bool = True) -> Callable[[Callable], Callable]:
+  """A decorator: while tracking (TRACK_MATCH_STATS >= 2), the graph_rewrites the function makes are recorded as one
+  group, named after the function and a call counter ("fn n1", "fn n2"), or by `name(*args, ret=..., **kwargs)`.
+  With `new_ctx=False` the function is instead one step of the group running: its first argument is the UOp it
+  rewrites, its name the step's. Untracked, the function just runs."""
+  def decorator(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+      if TRACK_MATCH_STATS.value < 2: return fn(*args, **kwargs)
+      if not new_ctx: return _tracked_step(fn, args, kwargs)
+      idx = _add_group(f"{fn.__name__} n{next(_name_cnt.setdefault(fn.__name__, itertools.count(1)))}")
+      active_group.append(idx)
+      try: ret = fn(*args, **kwargs)
+      finally: active_group.pop()
+      if callable(name):
+        if not isinstance(named := name(*args, **kwargs, ret=ret), str):
+          raise TypeError(f"rewrite_group: the name function of {fn.__name__} returned a {type(named).__name__}, "
+                          "not a str")
+        tracked_keys[idx] = tracked_keys[idx].replace(fn.__name__, named, 1)
+      return ret
+    return wrapper
+  return decorator
+
+def _tracked_step(fn: Callable, args: tuple, kwargs: dict) -> Any:
+  """A rewrite_group(new_ctx=False) function's call: one tracked step of the running group, over args[0]."""
+  if not args or not isinstance(args[0], UOp):
+    raise AssertionError(f"invalid match tracing inputs for {fn.__name__}: its first argument must be the UOp it "
+                         f"rewrites, got {args!r}")
+  frame = sys._getframe(2)
+  if not tracked_ctxs: _add_group("default")
+  group = active_group[-1] if active_group else len(tracked_ctxs) - 1
+  t = TrackedGraphRewrite((frame.f_code.co_filename, frame.f_lineno), args[0], [], str(kwargs.get("name") or
+                          fn.__name__), len(active_rewrites), kwargs.get("bottom_up", False))
+  tracked_ctxs[group].append(t)
+  active_rewrites.append(t)
+  try: return fn(*args, **kwargs)
+  finally: active_rewrites.pop()
+
+class TrackedPatternMatcher(PatternMatcher):
+  """A PatternMatcher that counts, per rule, how often it was tried and fired and the time it took (match_stats:
+  pattern -> [fired, tried, seconds not firing, seconds firing])."""
+  def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None: return self.rewrite_traced(u, ctx)[0]
+  def rewrite_traced(self, u: UOp, ctx: Any = None) -> tuple[UOp | None, Callable[..., Any] | None]:
+    for p, fn, mode in self.pdict.get(u.op, self._any):
+      stats = match_stats.setdefault(p, [0, 0, 0.0, 0.0])
+      stats[1] += 1
+      t0 = time.perf_counter()
+      ret = _rewrite_choices(p, fn, mode | 2, u, ctx)
+      if ret is not None:
+        stats[0] += 1
+        stats[3] += time.perf_counter() - t0
+        return ret, fn
+      stats[2] += time.perf_counter() - t0
+    return None, None
+
+match_stats: dict[UPat, list[Any]] = {}
+
+# tinygrad's name for the substitution rule table: ctx is the {node: replacement} dict
+_substitute = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])
+_substitute_pm = _substitute
+
+def _substitute_walk(root: UOp, subs: dict[UOp, UOp], done: dict[UOp, UOp]) -> UOp:
   for n in root.toposort():
     if n in done: continue
     src = tuple([done[s] for s in n.src])
-    nn = n if src == n.src else UOp(n.op, n.dtype, src, n.arg)
+    nn = n if src == n.src else UOp(n.op, n.dtype, src, n.arg, n.tag)
     r = subs.get(nn)
-    done[n] = nn if r is None or r is nn else _substitute(r, subs, done)
+    done[n] = nn if r is None or r is nn else _substitute_walk(r, subs, done)
   return done[root]
 
 # ***** printing *****

@@ -7,7 +7,7 @@ sums they reason about cannot wrap for any value within bounds.
 """
 from __future__ import annotations
 import math
-from attograd.dtype import ConstType, DType, dtypes
+from attograd.dtype import ConstType, DType, can_lossless_cast, dtypes
 import attograd.uop.ops as ops
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu
 
@@ -204,6 +204,33 @@ def fold_max(a: UOp, b: UOp) -> UOp | None:
   if a.vmin >= b.vmax: return a
   return b if b.vmin >= a.vmax else None
 
+# the dtypes a cast folding may introduce a constant or a cast of: every renderer writes these directly (a half or
+# bfloat16 constant or cast is left to the code that chose it, which knows what the device has)
+plain_dtypes = ints + (dtypes.bool, dtypes.float32, dtypes.float64)
+
+def fold_cast_const(x: UOp, c: UOp) -> UOp | None:
+  """A cast of a scalar constant is the constant in the new dtype (converted as a kernel would: floats truncate
+  toward zero into an int, round onto a float's grid). Not a float's NaN or inf into an int, which C leaves
+  undefined."""
+  if is_vec(x) or is_vec(c) or c.arg.__class__ is tuple or x.dtype not in plain_dtypes: return None
+  if dtypes.is_int(x.dtype) and isinstance(c.arg, float) and not math.isfinite(c.arg): return None
+  return UOp.const(x.dtype, c.arg)
+
+def exact_cast(x: UOp, to: DType) -> bool:
+  """Every value x takes is a value of `to`: by the dtypes, or (an int x) by x's bounds."""
+  if can_lossless_cast(x.dtype, to): return True
+  if not dtypes.is_int(x.dtype) or to is dtypes.bool: return False
+  lo, hi = x.vmin_vmax
+  if dtypes.is_int(to): return fits(lo, hi, to)
+  return dtypes.is_float(to) and max(abs(lo), abs(hi)) <= 2 ** (dtypes.finfo(to)[1] + 1)  # type: ignore[arg-type]
+
+def fold_cast_cast(x: UOp, mid: UOp, out: UOp) -> UOp | None:
+  """cast(cast(x, mid), out) -> cast(x, out) when the cast to mid is exact for every value of x: the second cast
+  then sees x's own value. Only where the new cast is x itself or between plain dtypes."""
+  if is_vec(out) or not exact_cast(x, mid.dtype): return None
+  if out.dtype is not x.dtype and not (x.dtype in plain_dtypes and out.dtype in plain_dtypes): return None
+  return x.cast(out.dtype)
+
 def canon_const_right(x: UOp) -> UOp | None:
   if x.op in GroupOp.Commutative and x.src[0].op is Ops.CONST and x.src[1].op is not Ops.CONST:
     return UOp(x.op, x.dtype, (x.src[1], x.src[0]), x.arg)
@@ -219,6 +246,8 @@ symbolic_simple = PatternMatcher([
   (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("x"), UPat.var("x"))), lambda x: x),
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
   (UPat(Ops.CAST, name="x", src=(UPat.var("y"),)), lambda x, y: y if x.dtype == y.dtype else None),
+  (UPat(Ops.CAST, name="x", src=(UPat.cvar("c"),)), fold_cast_const),
+  (UPat(Ops.CAST, name="out", src=(UPat(Ops.CAST, name="mid", src=(UPat.var("x"),)),)), fold_cast_cast),
   # integer identities
   (UPat.var("x", ints) + 0, lambda x: x),
   (UPat.var("x", ints) * 0, lambda x: x.const_like(0)),
@@ -261,6 +290,9 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.CMPLT, src=(UPat.var("x", ints), UPat.var("y", ints))), fold_lt_same_terms),
   (UPat(Ops.MAX, dtype=ints, src=(UPat.var("a"), UPat.var("b"))), fold_max),
 ])
+
+# tinygrad's name for its full simplifier (symbolic and validity rules): attograd's is the one table above
+sym = symbolic
 
 def simplify(x: UOp) -> UOp: return x.simplify()
 ops.simplifier = symbolic  # UOp.simplify runs this table (ops.py cannot import it: this module imports ops)

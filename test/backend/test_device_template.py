@@ -38,6 +38,12 @@ def test_toy_memory_is_bytearrays(device: str) -> None:
   assert isinstance(b._buf, bytearray) and np.frombuffer(b.as_bytes(), np.float32).tolist() == [1.0, 2.0, 3.0]
   assert (Tensor([1.0, 2.0, 3.0]) * 2).tolist() == [2.0, 4.0, 6.0]
 
+def test_ensure_allocated_keeps_memory(device: str) -> None:
+  b = Buffer("TOY", 3, dtypes.float32)
+  assert not b.is_allocated and b.ensure_allocated() is b and b.is_allocated
+  mem = b._buf
+  assert b.ensure_allocated()._buf is mem  # tinygrad's name: allocates once, then keeps what it has
+
 def test_toy_rewrite_rule_runs(device: str) -> None:
   x = UOp(Ops.DEFINE_GLOBAL, arg=0)
   sink = UOp(Ops.SINK, src=(UOp(Ops.RECIP, x.dtype, (UOp.const(x.dtype, 4.0),)),))

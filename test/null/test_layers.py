@@ -23,7 +23,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
   ("function", ("attograd.function",)),  # @function: finds a call's Tensors with nn.state's get_state_dict
   ("nn", ("attograd.nn",)),
   ("tensor", ("attograd.tensor",)),
-  ("gradient", ("attograd.gradient",)),
+  # attograd.mixin: where tinygrad 0.14 keeps compute_gradient (it re-exports gradient.py's)
+  ("gradient", ("attograd.gradient", "attograd.mixin")),
   ("schedule", ("attograd.schedule",)),
   ("engine", ("attograd.engine",)),
   ("codegen", ("attograd.codegen",)),
