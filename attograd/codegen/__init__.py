@@ -6,7 +6,7 @@ from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType, dtypes
 from attograd.helpers import BEAM, DEBUG, getenv
 from attograd.renderer import ProgramSpec, Renderer
-from attograd.uop.ops import Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
+from attograd.uop.ops import KernelInfo, Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
 import attograd.viz as viz
 from attograd.codegen.program_cache import ast_key, spec_from_bytes, spec_to_bytes
 from attograd.viz import VIZ
@@ -32,7 +32,8 @@ def _has_vars(ast: UOp) -> bool:
 def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
   """The program for a kernel: from the on-disk cache when this code made it before (not for the PYTHON device,
   whose programs are pickles), else built by the pipeline."""
-  if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
+  if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast) and requested_opts(ast) is None:
+    # search by timing (cached on disk)
     from attograd.codegen.lowerer import new_kernel
     from attograd.codegen.opt import search  # (its module attribute, read per call: a test may stand in for it)
     opts = list(search.beam_search(new_kernel(ast), renderer, int(BEAM.value), _build_program).applied)
@@ -42,6 +43,10 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
   sp = _build_program(ast, renderer, opts)
   disk_cache_put("program", key, spec_to_bytes(sp))
   return sp
+
+def requested_opts(ast: UOp) -> tuple | None:
+  """The actions a kernel's AST asks for (its SINK's KernelInfo.opts_to_apply: codegen.opt.Opt), or None."""
+  return ast.arg.opts_to_apply if ast.op is Ops.SINK and isinstance(ast.arg, KernelInfo) else None
 
 def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
   """A kernel built, in tinygrad's form: a PROGRAM UOp whose src is (the kernel's AST, a LINEAR of its linear
@@ -60,7 +65,7 @@ def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
 # before it made (a Kernel, then a graph, then the linear program)
 Pass = tuple[str, "PatternMatcher | Callable[[Any], Any]", Any]
 
-def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
+def passes(renderer: Renderer, opts: list[Opt] | None, requested: tuple | None = None) -> list[Pass]:
   """The code generator, one named pass a line, each with why. VIZ shows the kernel after each, by its name. Four are
   functions, not rule tables: choosing actions (a search over the loop space), lowering the loop space to loops (it
   builds the graph from views, not by rewriting one), the renderer's own step (a backend may compose tables) and
@@ -73,7 +78,8 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
   dt = renderer.decompose_transcendentals
   return [
     # the actions on the loop space: upcasts, unrolls, threads, work-groups (BEAM's or a test's, else the heuristic's)
-    ("optimization actions applied", functools.partial(optimize, renderer=renderer, opts=opts), None),
+    ("optimization actions applied", functools.partial(optimize, renderer=renderer, opts=opts, requested=requested),
+     None),
     # loops (or GPU thread indices), index math from views, simplified; lanes as vectors
     ("lowered: loops and index math", functools.partial(lower_to_loops, renderer=renderer), None),
     # x // 0, INT_MIN // -1 and wide shifts: NumPy's answers, not C's traps and undefined behaviour
@@ -92,10 +98,14 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
     ("linearized program", functools.partial(linearize, fma=renderer.fma), None),
   ]
 
-def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None) -> Kernel:
-  """The actions applied to the kernel: the given ones, else the heuristic's for this kind of target."""
+def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None, requested: tuple | None = None) -> Kernel:
+  """The actions applied to the kernel: the given ones, else the ones its AST asks for (`requested`: tinygrad-style
+  codegen.opt.Opt, numbered as tinygrad numbers axes), else the heuristic's for this kind of target."""
   from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations, thread_condition
-  if opts is None and renderer.has_local: gpu_optimizations(k, renderer.local_max)  # work-groups for GPUs
+  if opts is None and requested is not None:
+    from attograd.codegen.opt.apply import apply_opts
+    apply_opts(k, requested, renderer)
+  elif opts is None and renderer.has_local: gpu_optimizations(k, renderer.local_max)  # work-groups for GPUs
   elif opts is None: hand_coded_optimizations(k, (renderer.thread_min_work, renderer.thread_min_bytes))  # by heuristic
   else:
     for o in opts: k.apply_opt(o)
@@ -121,7 +131,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) 
   k = new_kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
   x: Any = k
   sink: UOp | None = None
-  for name, step, ctx in passes(renderer, opts):
+  for name, step, ctx in passes(renderer, opts, requested_opts(ast) if opts is None else None):
     x = graph_rewrite(x, step, ctx) if isinstance(step, PatternMatcher) else step(x)
     if x.__class__ is UOp: sink = x  # the last graph: what the op estimate counts
     if VIZ: viz.stage(name, _viz_view(x))

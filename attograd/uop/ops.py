@@ -1,6 +1,6 @@
 """The one data structure: the hash-consed, immutable UOp; Ops; UPat/PatternMatcher; the iterative graph_rewrite."""
 from __future__ import annotations
-import functools, math, operator, weakref
+import dataclasses, functools, math, operator, weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # CPython's, not in the stubs
 from enum import IntEnum, auto
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -87,6 +87,25 @@ class SymbolicSizeError(ValueError, AssertionError):
 class BindMismatchError(ValueError, RuntimeError):
   """One graph binds a Variable to two values. A ValueError like attograd's other argument errors; also the
   RuntimeError tinygrad raises for it."""
+
+# ***** kernel info (h32o): what a kernel AST's SINK carries besides its stores *****
+@dataclasses.dataclass(frozen=True)
+class KernelInfo:
+  """A kernel AST's SINK arg: its name, and the optimization actions asked of it (`opts_to_apply`: a tuple of
+  attograd.codegen.opt.Opt, applied by the code generator in place of its heuristic or BEAM; None: let it choose).
+  The scheduler gives every kernel one; tinygrad's field names, so `dataclasses.replace(ast.arg, opts_to_apply=...)`
+  asks for given actions on a scheduled kernel. `applied_opts`, `axis_types`, `estimates` and `beam` are tinygrad's
+  bookkeeping fields, kept (and compared) but unused: attograd records a built kernel's actions in its ProgramSpec."""
+  name: str = "test"
+  axis_types: tuple = ()
+  dont_use_locals: bool = False
+  applied_opts: tuple = ()
+  opts_to_apply: tuple | None = None
+  estimates: Any = None
+  beam: int = 0
+  @property
+  def function_name(self) -> str: return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
+# ***** end kernel info (h32o) *****
 
 def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any) -> tuple:
   # floats need care: -0.0 == 0.0 and nan != nan, but they are different constants
