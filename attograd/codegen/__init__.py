@@ -1,6 +1,6 @@
 """Code generation: one kernel AST -> optimized loops with explicit index math -> a linear program of UOps."""
 from __future__ import annotations
-import functools
+import dataclasses, functools
 from typing import TYPE_CHECKING, Any, Callable
 from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType, dtypes
@@ -49,15 +49,22 @@ def requested_opts(ast: UOp) -> tuple | None:
   return ast.arg.opts_to_apply if ast.op is Ops.SINK and isinstance(ast.arg, KernelInfo) else None
 
 def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
-  """A kernel built, in tinygrad's form: a PROGRAM UOp whose src is (the kernel's AST, a LINEAR of its linear
-  program's UOps, in order) and whose arg is its ProgramSpec (`.name`, `.src`, ...). For reading what the code
-  generator made (which dtypes a kernel computes in, say); renders the source but compiles nothing. The renderer is
-  the default device's unless given."""
+  """A kernel built, in tinygrad's form: a PROGRAM UOp whose src is (the kernel's AST with a KernelInfo of its name
+  and the actions applied, a LINEAR of its linear program's UOps in order, a SOURCE with the rendered source as its
+  arg) and whose arg is its ProgramSpec (`.name`, `.src`, ...). For reading what the code generator made (which dtypes
+  a kernel computes in, say); renders the source but compiles nothing. The renderer is the default device's unless
+  given. `applied_opts` are the requested codegen.opt.Opts where the AST asked for some, else attograd's own actions
+  (codegen.kernel.Opt)."""
   if renderer is None:
     from attograd.device import Device
     renderer = Device[Device.DEFAULT].renderer
   spec = _build_program(ast, renderer)
-  return UOp(Ops.PROGRAM, dtypes.void, (ast, UOp(Ops.LINEAR, dtypes.void, spec.uops)), spec)
+  info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+  requested = requested_opts(ast)
+  info = dataclasses.replace(info, name=spec.name, opts_to_apply=None,
+                             applied_opts=tuple(requested) if requested is not None else spec.applied_opts)
+  return UOp(Ops.PROGRAM, dtypes.void, (ast.replace(arg=info) if ast.op is Ops.SINK else ast,
+                                        UOp(Ops.LINEAR, dtypes.void, spec.uops), UOp(Ops.SOURCE, arg=spec.src)), spec)
 
 # ***** the pipeline: a kernel AST -> a linear program, as a list of named passes *****
 
@@ -137,7 +144,8 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) 
     if VIZ: viz.stage(name, _viz_view(x))
   uops: list[UOp] = x
   assert sink is not None
-  name = kernel_name(k)
+  # a name the AST asks for (KernelInfo's, tinygrad's default "test" aside), else one from the loop shape
+  name = ast.arg.function_name if isinstance(ast.arg, KernelInfo) and ast.arg.name != "test" else kernel_name(k)
   src = renderer.render(name, uops)
   if VIZ:
     viz.stage(f"{renderer.device} source", src)

@@ -4,6 +4,7 @@ import math, struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, cast
 from attograd.dtype import DType, dtypes, fp8_bias, fp8_bits_to_float, fp8_max_code
+from attograd.helpers import DEV, Target
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp
 
 @dataclass
@@ -39,6 +40,11 @@ class Renderer:
   def launch_sizes(self, uops: list[UOp]) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     """(global, local) sizes a kernel of this language is launched with: (None, None) where it runs its own loops."""
     return launch_dims(uops) if self.has_local else (None, None)
+  @property
+  def target(self) -> Target:
+    """tinygrad's name: the DEV target of this renderer's device (renderer and arch as DEV names them, e.g.
+    DEV=NULL::gfx1100; empty where DEV says nothing of them). attograd's renderers read none of its fields."""
+    return DEV.target(self.device)
   @property
   def supports_float4(self) -> bool:
     """tinygrad's name: kernels may load, store and compute with vector lanes (float4 and the like)."""

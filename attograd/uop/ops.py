@@ -20,6 +20,7 @@ class Ops(IntEnum):  # an IntEnum hashes in C: ops are dictionary keys on every 
   # a built kernel as tinygrad shows it (codegen.to_program): src (its AST, a LINEAR of its linear program), arg its
   # ProgramSpec. Nothing runs one: it is for reading
   PROGRAM = auto()
+  SOURCE = auto()  # (h32o) a built kernel's source text as its arg: PROGRAM's third src
   DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
   # movement (tensor level only; lowered into views)
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702

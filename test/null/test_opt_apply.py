@@ -128,3 +128,13 @@ def test_opt_is_a_value():
   assert Opt(OptOps.UPCAST, 0, 4) == Opt(op=OptOps.UPCAST, axis=0, arg=4)
   assert sorted([Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.UPCAST, 1, 2)])[0].op is OptOps.UPCAST
   assert issubclass(KernelOptError, ValueError)
+
+def test_to_program_shows_the_requested_opts_and_name():
+  from attograd.codegen import to_program
+  ast = _gemm()
+  prg = to_program(ast.replace(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 0, 4),))), CPU)
+  assert prg.src[0].arg.applied_opts == (Opt(OptOps.UPCAST, 0, 4),) and prg.src[0].arg.opts_to_apply is None
+  assert prg.src[2].op is Ops.SOURCE and prg.src[2].arg == prg.arg.src and prg.src[0].arg.name == prg.arg.name
+  assert to_program(ast.replace(arg=KernelInfo(opts_to_apply=())), CPU).src[0].arg.applied_opts == ()
+  named = to_program(ast.replace(arg=KernelInfo(name="my gemm")), CPU)
+  assert named.arg.name == "my_gemm" and "my_gemm(" in named.arg.src
