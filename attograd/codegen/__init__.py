@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType, dtypes
 from attograd.helpers import BEAM, DEBUG, getenv
-from attograd.renderer import ProgramSpec, Renderer
+from attograd.renderer import Estimates, ProgramSpec, Renderer
 from attograd.uop.ops import KernelInfo, Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
 import attograd.viz as viz
 from attograd.codegen.program_cache import ast_key, spec_from_bytes, spec_to_bytes
@@ -49,19 +49,20 @@ def requested_opts(ast: UOp) -> tuple | None:
   return ast.arg.opts_to_apply if ast.op is Ops.SINK and isinstance(ast.arg, KernelInfo) else None
 
 def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
-  """A kernel built, in tinygrad's form: a PROGRAM UOp whose src is (the kernel's AST with a KernelInfo of its name
-  and the actions applied, a LINEAR of its linear program's UOps in order, a SOURCE with the rendered source as its
-  arg) and whose arg is its ProgramSpec (`.name`, `.src`, ...). For reading what the code generator made (which dtypes
-  a kernel computes in, say); renders the source but compiles nothing. The renderer is the default device's unless
-  given. `applied_opts` are the requested codegen.opt.Opts where the AST asked for some, else attograd's own actions
-  (codegen.kernel.Opt)."""
+  """A kernel built, in tinygrad's form: a PROGRAM UOp whose src is (the kernel's AST with a KernelInfo of its name,
+  the actions applied and its cost, a LINEAR of its linear program's UOps in order, a SOURCE with the rendered
+  source as its arg) and whose arg is its ProgramSpec (`.name`, `.src`, ...). For reading what the code generator
+  made (which dtypes a kernel computes in, say); renders the source but compiles nothing. The renderer is the default
+  device's unless given. The KernelInfo's `estimates` are renderer.Estimates; its `applied_opts` are the requested
+  codegen.opt.Opts where the AST asked for some, else attograd's own actions (codegen.kernel.Opt)."""
   if renderer is None:
     from attograd.device import Device
     renderer = Device[Device.DEFAULT].renderer
   spec = _build_program(ast, renderer)
   info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
   requested = requested_opts(ast)
-  info = dataclasses.replace(info, name=spec.name, opts_to_apply=None,
+  est = Estimates(spec.op_estimate, Estimates.bytes_moved(spec.uops), spec.mem_estimate)
+  info = dataclasses.replace(info, name=spec.name, opts_to_apply=None, estimates=est,
                              applied_opts=tuple(requested) if requested is not None else spec.applied_opts)
   return UOp(Ops.PROGRAM, dtypes.void, (ast.replace(arg=info) if ast.op is Ops.SINK else ast,
                                         UOp(Ops.LINEAR, dtypes.void, spec.uops), UOp(Ops.SOURCE, arg=spec.src)), spec)

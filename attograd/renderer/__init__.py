@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, cast
 from attograd.dtype import DType, dtypes, fp8_bias, fp8_bits_to_float, fp8_max_code
 from attograd.helpers import DEV, Target
-from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp
+from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, sint
 
 @dataclass
 class Renderer:
@@ -110,6 +110,30 @@ def fp8_format(d: DType) -> Fp8Format:
   name = {dtypes.fp8e4m3: "fp8e4m3", dtypes.fp8e5m2: "fp8e5m2", dtypes.fp8e4m3fnuz: "fp8e4m3fnuz"}.get(d, "fp8e5m2fnuz")
   return Fp8Format(name, m_bits, (1 << e_bits) - 1, 127 - bias, 2.0 ** (1 - bias - m_bits), (127 + 1 - bias) << 23,
                    2.0 ** (23 + 1 - bias - m_bits), overflow, over, 0x80 if fnuz else 0x7F, d is dtypes.fp8e5m2, fnuz)
+
+@dataclass(frozen=True)
+class Estimates:
+  """What one run of a kernel costs, in tinygrad's fields: `ops` (ALU ops on floats, the GFLOPS figure), `lds` (bytes
+  its loads and stores move, each counted every time it runs: a load in a loop of 64 counts 64 times) and `mem`
+  (bytes of the buffers it touches, each once)."""
+  ops: sint = 0
+  lds: sint = 0
+  mem: sint = 0
+  def __add__(self, o: Estimates) -> Estimates: return Estimates(self.ops + o.ops, self.lds + o.lds, self.mem + o.mem)
+  @staticmethod
+  def bytes_moved(uops: tuple[UOp, ...]) -> sint:
+    """The `lds` of a linear program: each global LOAD and STORE's bytes (all its lanes) times the trip counts of the
+    loops around it and the work-items (SPECIAL) launched; symbolic sizes count at their largest."""
+    total: sint = 0
+    mults: list[int] = [1]
+    for u in uops:
+      if u.op is Ops.RANGE: mults.append(mults[-1] * int(u.src[0].vmax))
+      elif u.op is Ops.ENDRANGE: mults.pop()
+      elif u.op is Ops.SPECIAL: mults[-1] *= int(u.arg[1]) if u.arg[1].__class__ is int else int(u.arg[1].vmax)
+      elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: total += u.dtype.count * u.dtype.itemsize * mults[-1]
+      elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL:
+        total += u.src[2].dtype.count * u.src[2].dtype.itemsize * mults[-1]
+    return total
 
 @dataclass(frozen=True)
 class ProgramSpec:

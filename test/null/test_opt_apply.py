@@ -138,3 +138,14 @@ def test_to_program_shows_the_requested_opts_and_name():
   assert to_program(ast.replace(arg=KernelInfo(opts_to_apply=())), CPU).src[0].arg.applied_opts == ()
   named = to_program(ast.replace(arg=KernelInfo(name="my gemm")), CPU)
   assert named.arg.name == "my_gemm" and "my_gemm(" in named.arg.src
+
+@pytest.mark.parametrize("opts, loads", [
+  ((), 2 * 64 ** 3),                                          # every multiply loads both operands
+  ((Opt(OptOps.UPCAST, 0, 4),), 64 ** 3 + 64 ** 3 // 4),      # 4 rows share each load of B
+  ((Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 4)), 2 * 64 ** 3 // 4),
+])
+def test_estimates_count_what_the_actions_save(opts: tuple, loads: int):
+  from attograd.codegen import to_program
+  est = to_program(_gemm(64, 64, 64).replace(arg=KernelInfo(opts_to_apply=opts)), CPU).src[0].arg.estimates
+  # the store of 64x64 floats once; ops: a multiply and an add per point; mem: the three buffers once each
+  assert (est.ops, est.lds, est.mem) == (2 * 64 ** 3, loads * 4 + 4 * 64 * 64, 3 * 64 * 64 * 4)
