@@ -67,6 +67,10 @@ def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
   return UOp(Ops.PROGRAM, dtypes.void, (ast.replace(arg=info) if ast.op is Ops.SINK else ast,
                                         UOp(Ops.LINEAR, dtypes.void, spec.uops), UOp(Ops.SOURCE, arg=spec.src)), spec)
 
+def do_to_program(ast: UOp, renderer: Renderer) -> UOp:
+  """tinygrad's uncached to_program (its to_program caches by AST): attograd's builds afresh on every call."""
+  return to_program(ast, renderer)
+
 # ***** the pipeline: a kernel AST -> a linear program, as a list of named passes *****
 
 # (name, what runs, its ctx): a rule table runs under graph_rewrite with the ctx; a function is called on what the pass

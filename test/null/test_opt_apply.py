@@ -149,3 +149,11 @@ def test_estimates_count_what_the_actions_save(opts: tuple, loads: int):
   est = to_program(_gemm(64, 64, 64).replace(arg=KernelInfo(opts_to_apply=opts)), CPU).src[0].arg.estimates
   # the store of 64x64 floats once; ops: a multiply and an add per point; mem: the three buffers once each
   assert (est.ops, est.lds, est.mem) == (2 * 64 ** 3, loads * 4 + 4 * 64 * 64, 3 * 64 * 64 * 4)
+
+def test_a_program_rebuilt_from_its_kernel_info_is_the_same():
+  # what a process replay does: the AST given the built program's name (and actions) builds the same source
+  from attograd.codegen import do_to_program, to_program
+  for ast in (_gemm(), _gemm().replace(arg=KernelInfo(opts_to_apply=(Opt(OptOps.UPCAST, 0, 4),)))):
+    p = do_to_program(ast, CPU)
+    again = to_program(ast.replace(arg=dataclasses.replace(ast.arg, name=p.src[0].arg.name)), CPU)
+    assert again.src[2].arg == p.src[2].arg and again.arg.name == p.arg.name
