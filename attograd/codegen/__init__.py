@@ -61,8 +61,7 @@ def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
   spec = _build_program(ast, renderer)
   info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
   requested = requested_opts(ast)
-  est = Estimates(spec.op_estimate, Estimates.bytes_moved(spec.uops), spec.mem_estimate)
-  info = dataclasses.replace(info, name=spec.name, opts_to_apply=None, estimates=est,
+  info = dataclasses.replace(info, name=spec.name, opts_to_apply=None, estimates=spec.estimates,
                              applied_opts=tuple(requested) if requested is not None else spec.applied_opts)
   return UOp(Ops.PROGRAM, dtypes.void, (ast.replace(arg=info) if ast.op is Ops.SINK else ast,
                                         UOp(Ops.LINEAR, dtypes.void, spec.uops), UOp(Ops.SOURCE, arg=spec.src)), spec)
@@ -158,9 +157,11 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) 
   if DEBUG >= 4: print(src)
   globs = tuple(sorted({u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL}))
   variables = tuple(sorted({u for u in uops if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0]))
-  mem = 0
-  for u in uops:
-    if u.op is Ops.DEFINE_GLOBAL and isinstance(u.dtype, PtrDType): mem += u.dtype.bufsize * u.dtype.itemsize
+  # memory moved: each buffer's bytes once per direction, so a buffer both read and written (`x += y`) counts twice
+  size = {u: u.dtype.bufsize * u.dtype.itemsize for u in uops
+          if u.op is Ops.DEFINE_GLOBAL and isinstance(u.dtype, PtrDType)}
+  moved = {(u.src[0], u.op) for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0] in size}
+  mem = sum(size[g] for g, _ in moved) + sum(n for g, n in size.items() if all(g is not m for m, _ in moved))
   launch = renderer.launch_sizes(uops)                  # GPU: work-groups and threads, read from the thread indices
   return ProgramSpec(name, src, renderer.device, tuple(uops), globs, (0,), variables, estimate_ops(sink, k), mem,
-                     tuple(k.applied), *launch)
+                     tuple(k.applied), *launch, Estimates.bytes_moved(tuple(uops)))

@@ -150,6 +150,11 @@ class ProgramSpec:
   applied_opts: tuple = field(default_factory=tuple)
   global_size: tuple[int, ...] | None = None   # GPU launch: work-groups per dimension (None: not a GPU kernel)
   local_size: tuple[int, ...] | None = None    # GPU launch: threads per work-group per dimension
+  lds_estimate: sint = 0                        # bytes its loads and stores move in one run (Estimates.lds)
+  @property
+  def estimates(self) -> Estimates:
+    """tinygrad's form of the cost figures: Estimates(ops, lds, mem)."""
+    return Estimates(self.op_estimate, self.lds_estimate, self.mem_estimate)
 
 def text_rules(pm: PatternMatcher) -> Callable[[UOp, Any], str | None]:
   """A rendering table's rewrite, typed for what its rules return: a UOp's text (None where no rule matches)."""

@@ -170,7 +170,7 @@ def test_programs_come_back_from_the_disk_cache(tmp_path, monkeypatch) -> None:
   monkeypatch.setattr(cg, "_build_program", lambda *args: calls.append(args) or built)
   again = cg.get_program(ast, r)
   assert not calls, "the second get_program was built again instead of read from the cache"
-  for f in ("name", "src", "globals", "vars", "op_estimate", "mem_estimate", "applied_opts"):
+  for f in ("name", "src", "globals", "vars", "op_estimate", "mem_estimate", "lds_estimate", "applied_opts"):
     assert getattr(again, f) == getattr(built, f) == getattr(first, f), f
   assert cg.spec_from_bytes(b"not json") is None  # a corrupt entry is rebuilt, not trusted
 
