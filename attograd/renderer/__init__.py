@@ -121,19 +121,32 @@ class Estimates:
   mem: sint = 0
   def __add__(self, o: Estimates) -> Estimates: return Estimates(self.ops + o.ops, self.lds + o.lds, self.mem + o.mem)
   @staticmethod
-  def bytes_moved(uops: tuple[UOp, ...]) -> sint:
-    """The `lds` of a linear program: each global LOAD and STORE's bytes (all its lanes) times the trip counts of the
-    loops around it and the work-items (SPECIAL) launched; symbolic sizes count at their largest."""
-    total: sint = 0
-    mults: list[int] = [1]
+  def float_ops(uops: tuple[UOp, ...]) -> sint:
+    """The `ops` of a linear program: each float ALU op's lanes (a MULACC counts 2) times the trip counts of the loops
+    around it and the work-items launched, so an op after a reduce counts once per output, not once per summand.
+    Index math (integers) is not counted."""
+    def cost(u: UOp) -> int:
+      if u.op is not Ops.MULACC and u.op not in GroupOp.ALU or u.dtype.scalar() not in dtypes.floats: return 0
+      return u.dtype.count * (2 if u.op is Ops.MULACC else 1)
+    return Estimates._per_run(uops, cost)
+  @staticmethod
+  def _per_run(uops: tuple[UOp, ...], cost: Callable[[UOp], int]) -> int:
+    total, mults = 0, [1]
     for u in uops:
       if u.op is Ops.RANGE: mults.append(mults[-1] * int(u.src[0].vmax))
       elif u.op is Ops.ENDRANGE: mults.pop()
       elif u.op is Ops.SPECIAL: mults[-1] *= int(u.arg[1]) if u.arg[1].__class__ is int else int(u.arg[1].vmax)
-      elif u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: total += u.dtype.count * u.dtype.itemsize * mults[-1]
-      elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL:
-        total += u.src[2].dtype.count * u.src[2].dtype.itemsize * mults[-1]
+      elif (c := cost(u)): total += c * mults[-1]
     return total
+  @staticmethod
+  def bytes_moved(uops: tuple[UOp, ...]) -> sint:
+    """The `lds` of a linear program: each global LOAD and STORE's bytes (all its lanes) times the trip counts of the
+    loops around it and the work-items (SPECIAL) launched; symbolic sizes count at their largest."""
+    def cost(u: UOp) -> int:
+      if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: return u.dtype.count * u.dtype.itemsize
+      if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL: return u.src[2].dtype.count * u.src[2].dtype.itemsize
+      return 0
+    return Estimates._per_run(uops, cost)
 
 @dataclass(frozen=True)
 class ProgramSpec:

@@ -29,3 +29,10 @@ def test_a_copy_moves_its_bytes():
 
 def test_estimates_add():
   assert Estimates(1, 2, 3) + Estimates(10, 20, 30) == Estimates(11, 22, 33)
+
+def test_an_op_after_a_reduce_counts_once_per_output():
+  # relu(a @ b): the multiply-adds run m*n*k times, the relu m*n (not once per summand)
+  est = _last((Tensor.empty(64, 32, device="NULL") @ Tensor.empty(32, 16, device="NULL")).relu())
+  assert est.ops == 2 * 64 * 32 * 16 + 64 * 16
+  # a mean over rows: 256 adds per row (in vector lanes, then the lanes' sum), then one divide per row
+  assert 8 * 256 + 8 <= _last(Tensor.empty(8, 256, device="NULL").mean(1)).ops <= 8 * 256 * 1.1
