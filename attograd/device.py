@@ -332,6 +332,12 @@ class Buffer:
     if self.nbytes: self.allocator.copyout(mv, self._buf)
     return mv
   def as_bytes(self) -> bytes: return bytes(self.copyout(memoryview(bytearray(self.nbytes))))
+  def numpy(self) -> Any:
+    """A copy of the buffer's elements as a 1-D NumPy array (tinygrad's Buffer.numpy); a dtype NumPy lacks
+    (bfloat16, fp8) is a TypeError saying so."""
+    import numpy as np
+    from attograd.dtype import to_np_dtype
+    return np.frombuffer(self.as_bytes(), dtype=to_np_dtype(self.dtype)).copy()
   def as_memoryview(self) -> memoryview:
     """The bytes (tinygrad's name): a view of the memory itself where the device's buffers are host addresses (no
     copy; valid while this Buffer lives and sees later writes), else a copy."""

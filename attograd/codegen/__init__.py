@@ -1,12 +1,12 @@
 """Code generation: one kernel AST -> optimized loops with explicit index math -> a linear program of UOps."""
 from __future__ import annotations
-import functools
+import dataclasses, functools
 from typing import TYPE_CHECKING, Any, Callable
 from attograd.device import disk_cache_get, disk_cache_put
 from attograd.dtype import PtrDType, dtypes
-from attograd.helpers import BEAM, DEBUG, getenv
-from attograd.renderer import ProgramSpec, Renderer
-from attograd.uop.ops import Ops, PatternMatcher, UOp, graph_rewrite, pretty_print
+from attograd.helpers import BEAM, DEBUG, getenv, prod
+from attograd.renderer import Estimates, ProgramSpec, Renderer
+from attograd.uop.ops import KernelInfo, Ops, PatternMatcher, UOp, graph_rewrite, pretty_print, sym_max
 import attograd.viz as viz
 from attograd.codegen.program_cache import ast_key, spec_from_bytes, spec_to_bytes
 from attograd.viz import VIZ
@@ -35,7 +35,8 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
   compiled as written (codegen/custom.py)."""
   from attograd.codegen.custom import custom_program, is_custom_kernel
   if is_custom_kernel(ast): return custom_program(ast, renderer)
-  if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast):  # search by timing (cached on disk)
+  if opts is None and BEAM and renderer.device != "PYTHON" and not _has_vars(ast) and requested_opts(ast) is None:
+    # search by timing (cached on disk)
     from attograd.codegen.lowerer import new_kernel
     from attograd.codegen.opt import search  # (its module attribute, read per call: a test may stand in for it)
     opts = list(search.beam_search(new_kernel(ast), renderer, int(BEAM.value), _build_program).applied)
@@ -46,16 +47,31 @@ def get_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> 
   disk_cache_put("program", key, spec_to_bytes(sp))
   return sp
 
+def requested_opts(ast: UOp) -> tuple | None:
+  """The actions a kernel's AST asks for (its SINK's KernelInfo.opts_to_apply: codegen.opt.Opt), or None."""
+  return ast.arg.opts_to_apply if ast.op is Ops.SINK and isinstance(ast.arg, KernelInfo) else None
+
 def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
-  """A kernel built, in tinygrad's form: a PROGRAM UOp whose src is (the kernel's AST, a LINEAR of its linear
-  program's UOps, in order) and whose arg is its ProgramSpec (`.name`, `.src`, ...). For reading what the code
-  generator made (which dtypes a kernel computes in, say); renders the source but compiles nothing. The renderer is
-  the default device's unless given."""
+  """A kernel built, in tinygrad's form: a PROGRAM UOp whose src is (the kernel's AST with a KernelInfo of its name,
+  the actions applied and its cost, a LINEAR of its linear program's UOps in order, a SOURCE with the rendered
+  source as its arg) and whose arg is its ProgramSpec (`.name`, `.src`, ...). For reading what the code generator
+  made (which dtypes a kernel computes in, say); renders the source but compiles nothing. The renderer is the default
+  device's unless given. The KernelInfo's `estimates` are renderer.Estimates; its `applied_opts` are the requested
+  codegen.opt.Opts where the AST asked for some, else attograd's own actions (codegen.kernel.Opt)."""
   if renderer is None:
     from attograd.device import Device
     renderer = Device[Device.DEFAULT].renderer
   spec = _build_program(ast, renderer)
-  return UOp(Ops.PROGRAM, dtypes.void, (ast, UOp(Ops.LINEAR, dtypes.void, spec.uops)), spec)
+  info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+  requested = requested_opts(ast)
+  info = dataclasses.replace(info, name=spec.name, opts_to_apply=None, estimates=spec.estimates,
+                             applied_opts=tuple(requested) if requested is not None else spec.applied_opts)
+  return UOp(Ops.PROGRAM, dtypes.void, (ast.replace(arg=info) if ast.op is Ops.SINK else ast,
+                                        UOp(Ops.LINEAR, dtypes.void, spec.uops), UOp(Ops.SOURCE, arg=spec.src)), spec)
+
+def do_to_program(ast: UOp, renderer: Renderer) -> UOp:
+  """tinygrad's uncached to_program (its to_program caches by AST): attograd's builds afresh on every call."""
+  return to_program(ast, renderer)
 
 # ***** the pipeline: a kernel AST -> a linear program, as a list of named passes *****
 
@@ -63,7 +79,7 @@ def to_program(ast: UOp, renderer: Renderer | None = None) -> UOp:
 # before it made (a Kernel, then a graph, then the linear program)
 Pass = tuple[str, "PatternMatcher | Callable[[Any], Any]", Any]
 
-def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
+def passes(renderer: Renderer, opts: list[Opt] | None, requested: tuple | None = None) -> list[Pass]:
   """The code generator, one named pass a line, each with why. VIZ shows the kernel after each, by its name. Four are
   functions, not rule tables: choosing actions (a search over the loop space), lowering the loop space to loops (it
   builds the graph from views, not by rewriting one), the renderer's own step (a backend may compose tables) and
@@ -76,7 +92,8 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
   dt = renderer.decompose_transcendentals
   return [
     # the actions on the loop space: upcasts, unrolls, threads, work-groups (BEAM's or a test's, else the heuristic's)
-    ("optimization actions applied", functools.partial(optimize, renderer=renderer, opts=opts), None),
+    ("optimization actions applied", functools.partial(optimize, renderer=renderer, opts=opts, requested=requested),
+     None),
     # loops (or GPU thread indices), index math from views, simplified; lanes as vectors
     ("lowered: loops and index math", functools.partial(lower_to_loops, renderer=renderer), None),
     # x // 0, INT_MIN // -1 and wide shifts: NumPy's answers, not C's traps and undefined behaviour
@@ -95,10 +112,14 @@ def passes(renderer: Renderer, opts: list[Opt] | None) -> list[Pass]:
     ("linearized program", functools.partial(linearize, fma=renderer.fma), None),
   ]
 
-def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None) -> Kernel:
-  """The actions applied to the kernel: the given ones, else the heuristic's for this kind of target."""
+def optimize(k: Kernel, renderer: Renderer, opts: list[Opt] | None, requested: tuple | None = None) -> Kernel:
+  """The actions applied to the kernel: the given ones, else the ones its AST asks for (`requested`: tinygrad-style
+  codegen.opt.Opt, numbered as tinygrad numbers axes), else the heuristic's for this kind of target."""
   from attograd.codegen.heuristic import gpu_optimizations, hand_coded_optimizations, thread_condition
-  if opts is None and renderer.has_local: gpu_optimizations(k, renderer.local_max)  # work-groups for GPUs
+  if opts is None and requested is not None:
+    from attograd.codegen.opt.apply import apply_opts
+    apply_opts(k, requested, renderer)
+  elif opts is None and renderer.has_local: gpu_optimizations(k, renderer.local_max)  # work-groups for GPUs
   elif opts is None: hand_coded_optimizations(k, (renderer.thread_min_work, renderer.thread_min_bytes))  # by heuristic
   else:
     for o in opts: k.apply_opt(o)
@@ -117,20 +138,18 @@ def _viz_view(x: Any) -> Any:
 
 def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
   """The pipeline run: each pass on what the one before made."""
-  from attograd.codegen.lowerer import estimate_ops, new_kernel
+  from attograd.codegen.lowerer import new_kernel
   if DEBUG >= 5: print(pretty_print(ast, max_nodes=10**6))
   if VIZ: viz.begin_kernel(renderer.device, ast)
   # the loop space: full shape, reduce axes, views over it
   k = new_kernel(ast, tensor_cores=getattr(renderer, "tensor_cores", ()), warp_size=getattr(renderer, "warp_size", 0))
   x: Any = k
-  sink: UOp | None = None
-  for name, step, ctx in passes(renderer, opts):
+  for name, step, ctx in passes(renderer, opts, requested_opts(ast) if opts is None else None):
     x = graph_rewrite(x, step, ctx) if isinstance(step, PatternMatcher) else step(x)
-    if x.__class__ is UOp: sink = x  # the last graph: what the op estimate counts
     if VIZ: viz.stage(name, _viz_view(x))
   uops: list[UOp] = x
-  assert sink is not None
-  name = kernel_name(k)
+  # a name the AST asks for (KernelInfo's, tinygrad's default "test" aside), else one from the loop shape
+  name = ast.arg.function_name if isinstance(ast.arg, KernelInfo) and ast.arg.name != "test" else kernel_name(k)
   src = renderer.render(name, uops)
   if VIZ:
     viz.stage(f"{renderer.device} source", src)
@@ -138,9 +157,13 @@ def _build_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) 
   if DEBUG >= 4: print(src)
   globs = tuple(sorted({u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL}))
   variables = tuple(sorted({u for u in uops if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0]))
-  mem = 0
-  for u in uops:
-    if u.op is Ops.DEFINE_GLOBAL and isinstance(u.dtype, PtrDType): mem += u.dtype.bufsize * u.dtype.itemsize
+  # memory moved: each buffer's bytes once per direction, so a buffer both read and written (`x += y`) counts twice
+  size = {u: u.dtype.bufsize * u.dtype.itemsize for u in uops
+          if u.op is Ops.DEFINE_GLOBAL and isinstance(u.dtype, PtrDType)}
+  moved = {(u.src[0], u.op) for u in uops if u.op in (Ops.LOAD, Ops.STORE) and u.src[0] in size}
+  mem = sum(size[g] for g, _ in moved) + sum(n for g, n in size.items() if all(g is not m for m, _ in moved))
+  # float ops per run: a tensor-core tile does a multiply and an add per point of its m x n x k space
+  ops = 2 * prod(sym_max(x) for x in k.full_shape) if k.tc is not None else Estimates.float_ops(tuple(uops))
   launch = renderer.launch_sizes(uops)                  # GPU: work-groups and threads, read from the thread indices
-  return ProgramSpec(name, src, renderer.device, tuple(uops), globs, (0,), variables, estimate_ops(sink, k), mem,
-                     tuple(k.applied), *launch)
+  return ProgramSpec(name, src, renderer.device, tuple(uops), globs, (0,), variables, ops, mem,
+                     tuple(k.applied), *launch, Estimates.bytes_moved(tuple(uops)))

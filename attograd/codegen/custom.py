@@ -18,10 +18,10 @@ class CustomKernelError(ValueError):
   """A kernel body that can't be compiled as written (the message names the node and why)."""
 
 def is_custom_kernel(ast: UOp) -> bool:
-  """A hand-written body (a SINK with a KernelInfo, or over placeholders; or a PROGRAM of source text), not the
-  scheduler's kernel AST."""
+  """A hand-written body (a SINK over placeholders, PARAMs; or a PROGRAM of source text), not the scheduler's kernel
+  AST (whose SINK carries a KernelInfo too, so that can't tell them apart)."""
   if ast.op is Ops.PROGRAM: return True
-  return ast.op is Ops.SINK and (isinstance(ast.arg, KernelInfo) or any(u.op is Ops.PARAM for u in ast.toposort()))
+  return ast.op is Ops.SINK and any(u.op is Ops.PARAM for u in ast.toposort())
 
 def _view_chain(v: UOp) -> tuple[UOp, list[UOp]]:
   """The PARAM under a buffer view, and the movement ops on the way up from it."""

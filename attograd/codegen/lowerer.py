@@ -670,16 +670,3 @@ def _reduce_in_float32(x: UOp) -> UOp | None:
   f32 = dtypes.float32.vec(x.dtype.count)
   return UOp(Ops.REDUCE, f32, (x.src[0].cast(f32),) + x.src[1:], x.arg).cast(x.dtype)
 pm_reduce_acc = PatternMatcher([(UPat(Ops.REDUCE, name="x"), _reduce_in_float32)])
-
-def estimate_ops(sink: UOp, k: Kernel) -> int:
-  """ALU ops executed (for GFLOPS in DEBUG output)."""
-  if k.tc is not None: return 2 * prod(k.full_shape)  # a multiply and an add per point of the m x n x k space
-  # a vector op does one op per lane; a REDUCE is one accumulate per element it reduces
-  n_alu = sum(u.dtype.count * (2 if u.op is Ops.MULACC else 1) for u in sink.toposort()
-              if (u.op in GroupOp.ALU or u.op is Ops.REDUCE) and u.dtype.scalar() in dtypes.floats)
-  # symbolic sizes count at their largest; a reduce axis whose loop a rewrite removed (a gather folded to one load)
-  # runs no more
-  looped = {u.arg[0] for u in sink.toposort() if u.op is Ops.RANGE}
-  def runs(i: int) -> bool: return i < k.first_reduce or i in looped or i in k.locals_ or i in k.grouped
-  return n_alu * prod(sym_max(s) for i, s in enumerate(k.full_shape)
-                      if i not in k.upcasted and i not in k.unrolled and runs(i))

@@ -42,7 +42,7 @@ def spec_to_bytes(sp: ProgramSpec) -> bytes:
                      "vars": [[v.arg[0], v.arg[1], v.arg[2], v.dtype.name] for v in sp.vars],
                      "op_estimate": sp.op_estimate,
                      "mem_estimate": sp.mem_estimate, "opts": [[o.op, o.axis, o.amount] for o in sp.applied_opts],
-                     "global_size": sp.global_size, "local_size": sp.local_size}).encode()
+                     "global_size": sp.global_size, "local_size": sp.local_size, "lds": sp.lds_estimate}).encode()
 
 def spec_from_bytes(data: bytes) -> ProgramSpec | None:
   from attograd.codegen.kernel import Opt
@@ -54,5 +54,5 @@ def spec_from_bytes(data: bytes) -> ProgramSpec | None:
     return ProgramSpec(d["name"], d["src"], d["device"], (), tuple(d["globals"]), tuple(d["outs"]), variables,
                        d["op_estimate"],
                        d["mem_estimate"], tuple(Opt(*o) for o in d["opts"]), tup(d["global_size"]),
-                       tup(d["local_size"]))
+                       tup(d["local_size"]), d["lds"])
   except (ValueError, KeyError, TypeError, IndexError): return None  # an entry from another layout: rebuilt

@@ -22,7 +22,7 @@ import attograd.viz as viz
 from attograd.viz import VIZ
 from attograd.dtype import dtypes
 from attograd.helpers import BEAM, CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
-from attograd.renderer import ProgramSpec
+from attograd.renderer import Estimates, ProgramSpec
 from attograd.uop.ops import CallInfo, Ops, UOp
 
 # 0: optimized builds only; 1 (default): a kernel of QUICK_MIN_SRC bytes of source or more starts from a quick build
@@ -531,6 +531,18 @@ def compile_linear(linear: UOp) -> UOp:
   """Lower and build every kernel of a LINEAR (taken from the caches where built before), running none; returns it."""
   _prepare(_linear_items(linear))
   return linear
+
+def estimate_uop(call: UOp) -> Estimates:
+  """What one CALL of a LINEAR costs (tinygrad's estimate_uop): a kernel's Estimates (ops, lds, mem) from its built
+  program (the one compile_linear or a run made, else built now), a copy's bytes."""
+  ast = call.src[0]
+  if ast.op is Ops.PROGRAM: return ast.src[0].arg.estimates or Estimates()
+  if not isinstance(si := call.arg, ScheduleItem): return Estimates()
+  if ast.op is Ops.COPY: return Estimates(lds=si.bufs[0].nbytes, mem=si.bufs[0].nbytes)
+  if ast.op is not Ops.SINK: return Estimates()
+  dev = si.bufs[0].device
+  spec = r.spec if (r := _runners.get((dev, ast))) is not None else get_program(ast, Device[dev].renderer)
+  return spec.estimates
 
 def run_linear(linear: UOp, var_vals: dict[str, int] | None = None, update_stats: bool = True) -> None:
   """Run the kernels and copies of a LINEAR made by Tensor.linear_with_vars(), in order; `var_vals` (Variable name to

@@ -4,7 +4,8 @@ import math, struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, cast
 from attograd.dtype import DType, dtypes, fp8_bias, fp8_bits_to_float, fp8_max_code
-from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp
+from attograd.helpers import DEV, Target
+from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, sint
 
 @dataclass
 class Renderer:
@@ -45,6 +46,11 @@ class Renderer:
     layer below the device can't look it up): `renderer.compiler.compile(src)` builds a kernel written as source
     text (a hand-written kernel's PROGRAM). None for a renderer no device uses."""
     return _compilers.get(id(self))
+  @property
+  def target(self) -> Target:
+    """tinygrad's name: the DEV target of this renderer's device (renderer and arch as DEV names them, e.g.
+    DEV=NULL::gfx1100; empty where DEV says nothing of them). attograd's renderers read none of its fields."""
+    return DEV.target(self.device)
   @property
   def supports_float4(self) -> bool:
     """tinygrad's name: kernels may load, store and compute with vector lanes (float4 and the like)."""
@@ -113,11 +119,40 @@ def fp8_format(d: DType) -> Fp8Format:
 
 @dataclass(frozen=True)
 class Estimates:
-  """A kernel's cost, as a hand-written kernel's KernelInfo may state it (tinygrad's record): operations, bytes
-  loaded from work-group memory, bytes moved to and from device memory. The DEBUG=2 line's GFLOPS use `ops`."""
-  ops: int = 0
-  lds: int = 0
-  mem: int = 0
+  """What one run of a kernel costs, in tinygrad's fields: `ops` (ALU ops on floats, the GFLOPS figure), `lds` (bytes
+  its loads and stores move, each counted every time it runs: a load in a loop of 64 counts 64 times) and `mem`
+  (bytes of the buffers it touches, each once)."""
+  ops: sint = 0
+  lds: sint = 0
+  mem: sint = 0
+  def __add__(self, o: Estimates) -> Estimates: return Estimates(self.ops + o.ops, self.lds + o.lds, self.mem + o.mem)
+  @staticmethod
+  def float_ops(uops: tuple[UOp, ...]) -> sint:
+    """The `ops` of a linear program: each float ALU op's lanes (a MULACC counts 2) times the trip counts of the loops
+    around it and the work-items launched, so an op after a reduce counts once per output, not once per summand.
+    Index math (integers) is not counted."""
+    def cost(u: UOp) -> int:
+      if u.op is not Ops.MULACC and u.op not in GroupOp.ALU or u.dtype.scalar() not in dtypes.floats: return 0
+      return u.dtype.count * (2 if u.op is Ops.MULACC else 1)
+    return Estimates._per_run(uops, cost)
+  @staticmethod
+  def _per_run(uops: tuple[UOp, ...], cost: Callable[[UOp], int]) -> int:
+    total, mults = 0, [1]
+    for u in uops:
+      if u.op is Ops.RANGE: mults.append(mults[-1] * int(u.src[0].vmax))
+      elif u.op is Ops.ENDRANGE: mults.pop()
+      elif u.op is Ops.SPECIAL: mults[-1] *= int(u.arg[1]) if u.arg[1].__class__ is int else int(u.arg[1].vmax)
+      elif (c := cost(u)): total += c * mults[-1]
+    return total
+  @staticmethod
+  def bytes_moved(uops: tuple[UOp, ...]) -> sint:
+    """The `lds` of a linear program: each global LOAD and STORE's bytes (all its lanes) times the trip counts of the
+    loops around it and the work-items (SPECIAL) launched; symbolic sizes count at their largest."""
+    def cost(u: UOp) -> int:
+      if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: return u.dtype.count * u.dtype.itemsize
+      if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL: return u.src[2].dtype.count * u.src[2].dtype.itemsize
+      return 0
+    return Estimates._per_run(uops, cost)
 
 @dataclass(frozen=True)
 class ProgramSpec:
@@ -134,6 +169,11 @@ class ProgramSpec:
   applied_opts: tuple = field(default_factory=tuple)
   global_size: tuple[int, ...] | None = None   # GPU launch: work-groups per dimension (None: not a GPU kernel)
   local_size: tuple[int, ...] | None = None    # GPU launch: threads per work-group per dimension
+  lds_estimate: sint = 0                        # bytes its loads and stores move in one run (Estimates.lds)
+  @property
+  def estimates(self) -> Estimates:
+    """tinygrad's form of the cost figures: Estimates(ops, lds, mem)."""
+    return Estimates(self.op_estimate, self.lds_estimate, self.mem_estimate)
 
 # id of a device's renderer -> that device's Compiler (Renderer.compiler; kept out of the renderer's fields, which key
 # the program cache on disk)

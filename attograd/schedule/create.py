@@ -166,7 +166,9 @@ def _rebuild(n: UOp, st: _Normalizing) -> UOp:
     nn = UOp(op, n.dtype, (src,), arg)
   elif op is Ops.CONTIGUOUS and n.arg is not None:  # a unique copy: number it by appearance in this graph
     st.n_unique += 1
-    nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), st.n_unique)
+    # (number, opts) for a Tensor.contiguous(arg=opts): the opts are part of the graph's structure
+    nn = UOp(Ops.CONTIGUOUS, n.dtype, (norm[n.src[0]],), (st.n_unique, n.arg[1]) if n.arg.__class__ is tuple else
+             st.n_unique)
   else:  # any other op: the same node over the normalized sources
     srcs = tuple(map(norm.__getitem__, n.src))
     if srcs == n.src:

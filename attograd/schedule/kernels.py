@@ -6,7 +6,7 @@ from typing import Any
 from attograd.dtype import dtypes
 from attograd.engine.buffers import IOTA_TAG
 from attograd.helpers import prod
-from attograd.uop.ops import GroupOp, Ops, UOp, sint, sym_max
+from attograd.uop.ops import GroupOp, KernelInfo, Ops, UOp, sint, sym_max
 from attograd.uop.variables import ast_variables
 from attograd.uop.view import ShapeTracker
 
@@ -200,7 +200,10 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
   out_st = _region_of(root.src[0], kshape) if root.op is Ops.ASSIGN else None
   out_view = UOp(Ops.VIEW, dtypes.void, (), out_st or ShapeTracker.from_shape(kshape))
   out_glob = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(out_buf.arg[1]), (), 0)
-  ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_glob, out_view, value)),))
+  # Tensor.contiguous(arg=opts): the actions asked for this kernel (CONTIGUOUS's arg is (its number, the opts))
+  info = KernelInfo(opts_to_apply=root.arg[1]) if root.op is Ops.CONTIGUOUS and root.arg.__class__ is tuple else \
+    KernelInfo()
+  ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_glob, out_view, value)),), info)
   if ast_variables(ast):  # buffer sizes differ from value to value: leave them out so one program serves all
     ast = ast.substitute({g: g.replace(dtype=g.dtype.base.ptr()) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL})
   return ast, list(inputs)

@@ -594,10 +594,17 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                        f"{x.shape if isinstance(x, Tensor) else type(x).__name__}")
     self.uop, self._device = x.uop, x._device
     return self
-  def contiguous(self) -> Tensor:
-    """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it)."""
+  def contiguous(self, arg: tuple | None = None) -> Tensor:
+    """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it).
+    `arg`: optimization actions for the kernel that computes it (a tuple of attograd.codegen.opt.Opt, tinygrad's
+    form), applied in place of the heuristic's; a tensor that is a buffer already gets no kernel, so none apply."""
     if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
-    return self._new(_unique_contiguous(self.uop))
+    if arg is None: return self._new(_unique_contiguous(self.uop))
+    from attograd.codegen.opt import Opt
+    if not isinstance(arg, (tuple, list)) or not all(isinstance(o, Opt) for o in arg):
+      raise TypeError(f"contiguous: arg is a tuple of codegen.opt.Opt, got {arg!r}")
+    u = _unique_contiguous(self.uop)
+    return self._new(u.replace(arg=(u.arg, tuple(arg))))
   def contiguous_backward(self) -> Tensor:
     """The same values; the gradient flowing back through this point gets its own contiguous buffer (in this
     tensor's shape and order), so the kernels that read it walk it in that layout."""

@@ -108,20 +108,6 @@ class ParamArg:
   shape: tuple[sint, ...] | None = None
 
 @dataclass(frozen=True)
-class KernelInfo:
-  """A hand-written kernel's SINK arg (tinygrad's record): its name; the other fields are tinygrad's optimizer
-  settings, which a hand-written attograd kernel doesn't use (its loops run as written)."""
-  name: str = "test"
-  axis_types: tuple[AxisType, ...] = ()
-  dont_use_locals: bool = False
-  applied_opts: tuple = ()
-  opts_to_apply: tuple | None = None
-  estimates: Any = None
-  beam: int = 0
-  @property
-  def function_name(self) -> str: return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
-
-@dataclass(frozen=True)
 class ProgramInfo:
   """A hand-written PROGRAM's arg (tinygrad's record): its function name, launch sizes and the argument slots it
   takes (globals), in order."""
@@ -209,6 +195,26 @@ class UndecidableError(TypeError, ValueError):
 class BindMismatchError(ValueError, RuntimeError):
   """One graph binds a Variable to two values. A ValueError like attograd's other argument errors; also the
   RuntimeError tinygrad raises for it."""
+
+# ***** kernel info (h32o): what a kernel AST's SINK carries besides its stores *****
+@dataclasses.dataclass(frozen=True)
+class KernelInfo:
+  """A kernel AST's SINK arg: its name, and the optimization actions asked of it (`opts_to_apply`: a tuple of
+  attograd.codegen.opt.Opt, applied by the code generator in place of its heuristic or BEAM; None: let it choose).
+  The scheduler gives every kernel one; tinygrad's field names, so `dataclasses.replace(ast.arg, opts_to_apply=...)`
+  asks for given actions on a scheduled kernel. `applied_opts`, `axis_types`, `estimates` and `beam` are tinygrad's
+  bookkeeping fields, kept (and compared) but unused: attograd records a built kernel's actions in its ProgramSpec.
+  A hand-written kernel (Tensor.custom_kernel) names itself with one; its loops run as written, so it uses no opts."""
+  name: str = "test"
+  axis_types: tuple[AxisType, ...] = ()
+  dont_use_locals: bool = False
+  applied_opts: tuple = ()
+  opts_to_apply: tuple | None = None
+  estimates: Any = None
+  beam: int = 0
+  @property
+  def function_name(self) -> str: return "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
+# ***** end kernel info (h32o) *****
 
 def _cache_key(op: Ops, dtype: DType, src: tuple, arg: Any) -> tuple:
   # floats need care: -0.0 == 0.0 and nan != nan, but they are different constants

@@ -170,7 +170,7 @@ def test_programs_come_back_from_the_disk_cache(tmp_path, monkeypatch) -> None:
   monkeypatch.setattr(cg, "_build_program", lambda *args: calls.append(args) or built)
   again = cg.get_program(ast, r)
   assert not calls, "the second get_program was built again instead of read from the cache"
-  for f in ("name", "src", "globals", "vars", "op_estimate", "mem_estimate", "applied_opts"):
+  for f in ("name", "src", "globals", "vars", "op_estimate", "mem_estimate", "lds_estimate", "applied_opts"):
     assert getattr(again, f) == getattr(built, f) == getattr(first, f), f
   assert cg.spec_from_bytes(b"not json") is None  # a corrupt entry is rebuilt, not trusted
 
@@ -602,7 +602,8 @@ def test_to_program_shows_the_linear_program(device: str) -> None:
   assert len(calls) == 1
   ast = calls[0].src[0]
   prg = to_program(ast, renderer=renderer)
-  assert prg.op is Ops.PROGRAM and prg.src[0] is ast and prg.src[1].op is Ops.LINEAR
+  assert prg.op is Ops.PROGRAM and prg.src[0].src == ast.src and prg.src[1].op is Ops.LINEAR
+  assert prg.src[0].arg.name == prg.arg.name and prg.src[2].op is Ops.SOURCE and prg.src[2].arg == prg.arg.src
   want = get_program(ast, renderer)
   assert prg.arg.name == want.name and prg.arg.src == want.src  # the program the device runs
   assert any(u.op is Ops.STORE for u in prg.src[1].src)

@@ -207,3 +207,11 @@ def test_program_launch_sizes_agree_with_the_kernel_source(opts: list | None) ->
     specials = {u.arg[0]: u.arg[1] for u in spec.uops if u.op is Ops.SPECIAL}
     assert all(spec.global_size[int(n[-1])] == s for n, s in specials.items() if n[0] == "g")
     assert all(spec.local_size[int(n[-1])] == s for n, s in specials.items() if n[0] == "l")
+
+def test_renderer_target_is_its_devices_dev_target():
+  # tinygrad's Renderer.target: the DEV target of the renderer's device, its arch as DEV names it
+  from attograd.device import Device
+  from attograd.helpers import Context, Target
+  assert Device["NULL"].renderer.target == Target("NULL")
+  with Context(DEV="NULL::gfx1100"): assert Device["NULL"].renderer.target.arch == "gfx1100"
+  with Context(DEV="CL;NULL:X:sm_80"): assert Device["NULL"].renderer.target == Target("NULL", "X", "sm_80")
