@@ -336,7 +336,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     pickle.dumps(..., buffer_callback=) can send them out of band."""
     pending.flush_for([self.uop])
     def raw(buf: Any) -> Any:
-      if not buf.is_allocated: return None
+      if not buf.is_allocated(): return None
       return pickle.PickleBuffer(buf.as_memoryview()) if isinstance(protocol, int) and protocol >= 5 else buf.as_bytes()
     data = [x for n in self.uop.toposort() if n.op is Ops.BUFFER and (buf := buffers.get(n)) is not None
             for x in (n, raw(buf))]

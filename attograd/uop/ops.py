@@ -376,7 +376,7 @@ class UOp(metaclass=UOpMetaClass):
   def realized(self) -> Any:
     """The allocated Buffer of a BUFFER node (the engine records it on the node), else None."""
     b = state.get(self, state.BUFFER) if self.op is Ops.BUFFER else None
-    return b if b is not None and b.is_allocated else None
+    return b if b is not None and b.is_allocated() else None
   @property
   def is_realized(self) -> bool:
     """Whether this node's values sit in allocated memory (a view of an allocated BUFFER)."""
