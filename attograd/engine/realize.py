@@ -22,7 +22,7 @@ import attograd.viz as viz
 from attograd.viz import VIZ
 from attograd.dtype import dtypes
 from attograd.helpers import BEAM, CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
-from attograd.renderer import ProgramSpec
+from attograd.renderer import Estimates, ProgramSpec
 from attograd.uop.ops import CallInfo, Ops, UOp
 
 # 0: optimized builds only; 1 (default): a kernel of QUICK_MIN_SRC bytes of source or more starts from a quick build
@@ -541,3 +541,21 @@ def run_linear(linear: UOp, var_vals: dict[str, int] | None = None, update_stats
   try: run_schedule(items)
   finally:
     for k, v in saved.items(): setattr(GlobalCounters, k, v)
+
+def estimate_uop(call: UOp) -> Estimates:
+  """The cost of one CALL of a LINEAR (tinygrad's estimate_uop): a kernel's operations and the bytes of the buffers
+  it reads and writes (each once, however often it is read), built first if compile_linear hasn't; a copy's bytes."""
+  if call.op is not Ops.CALL: raise TypeError(f"estimate_uop: expected a CALL of a LINEAR, got {call.op}")
+  items = _linear_items(UOp(Ops.LINEAR, dtypes.void, (call,)))
+  si = items[0]
+  if si.ast.op is Ops.COPY: return Estimates(lds=(n := si.bufs[0].nbytes), mem=n)
+  device = si.bufs[0].device
+  key = (device, si.ast)
+  runner = _runners.get(key) or get_runner(device, si.ast)
+  sp = runner.spec
+  mem = sp.mem_estimate or sum({id(b): b.nbytes for b in si.bufs}.values())
+  # a buffer the kernel both reads and writes (an assign in place) moves its bytes twice
+  loaded = {u.src[0] for u in sp.uops if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL}
+  for g in {u.src[0] for u in sp.uops if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL} & loaded:
+    mem += g.dtype.bufsize * g.dtype.itemsize
+  return Estimates(ops=sp.op_estimate, mem=mem)
