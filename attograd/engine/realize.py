@@ -555,7 +555,9 @@ def estimate_uop(call: UOp) -> Estimates:
   sp = runner.spec
   mem = sp.mem_estimate or sum({id(b): b.nbytes for b in si.bufs}.values())
   # a buffer the kernel both reads and writes (an assign in place) moves its bytes twice
-  loaded = {u.src[0] for u in sp.uops if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL}
-  for g in {u.src[0] for u in sp.uops if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL} & loaded:
-    mem += g.dtype.bufsize * g.dtype.itemsize
+  # (read from the kernel's AST: a program from the disk cache has no uops)
+  nodes = si.ast.toposort()
+  loaded = {u.src[0].arg for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL}
+  for i in {u.src[0].arg for u in nodes if u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_GLOBAL} & loaded:
+    if isinstance(i, int) and i < len(si.bufs): mem += si.bufs[i].nbytes
   return Estimates(ops=sp.op_estimate, mem=mem)
