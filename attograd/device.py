@@ -282,7 +282,6 @@ class Buffer:
   offset = 0  # a view's first byte in its base's memory
   options: Any = None  # tinygrad's BufferSpec (attograd's allocators take none)
   _views: Any = None  # a base's live views (a WeakSet, made with the first view): freeing the base frees their handles
-  _stale = False  # a view whose handle went with its base's memory: its own deallocate is still allowed, once
   def __init__(self, device: str, size: int, dtype: DType, initial: bytes | memoryview | None = None,
                initial_value: bytes | memoryview | None = None, opaque: Any = None, options: Any = None,
                base: Buffer | None = None, offset: int = 0, preallocate: bool = False):
@@ -315,6 +314,7 @@ class Buffer:
     if offset < 0 or offset + self.nbytes > base.nbytes:
       raise ValueError(f"Buffer: a view of bytes [{offset}, {offset + self.nbytes}) is outside its base's "
                        f"{base.nbytes} bytes")
+    self.__class__ = BufferView  # (the view's methods: a base buffer's own carry no view checks)
     self._base, self.offset = base, offset
     if base._views is None:
       import weakref
@@ -332,10 +332,10 @@ class Buffer:
   def base(self) -> Buffer: return self if self._base is None else self._base
   def is_allocated(self) -> bool:
     """Whether there is memory under this buffer (a view: under its base)."""
-    return self._buf is not None if self._base is None else self._base._buf is not None
+    return self._buf is not None
   def is_initialized(self) -> bool:
     """Whether this buffer itself holds a handle to allocated memory (a view may not yet, though its base does)."""
-    return self._buf is not None and (self._base is None or self._base._buf is not None)
+    return self._buf is not None
   @property
   def handle(self) -> Any:
     """The runtime's handle to this buffer's memory (a device pointer on CUDA, a host address on CPU, a mapping view
@@ -344,7 +344,6 @@ class Buffer:
   def allocate(self) -> Buffer:
     """Memory under this buffer, if it has none yet (a view: its base's, allocated first if need be). Returns self."""
     if self._buf is None:
-      if self._base is not None: return self._allocate_view()
       if _deferred_frees: _free_deferred()
       # (the open device without Device[]'s call: every new buffer comes here)
       self.allocator = (Device._opened.get(self.device) or Device[self.device]).allocator
@@ -354,16 +353,8 @@ class Buffer:
       GlobalCounters.mem_used_per_device[self.device] += nbytes
     return self
   ensure_allocated = allocate  # (tinygrad's name; attograd's allocate does nothing on an allocated buffer)
-  def _allocate_view(self) -> Buffer:
-    assert self._base is not None
-    base = self._base.allocate()
-    self.allocator, self._stale = base.allocator, False
-    self._buf = self.allocator.offset_handle(base._buf, self.nbytes, self.offset)
-    return self
   def __del__(self) -> None:
     if getattr(self, "_buf", None) is not None and sys is not None and not sys.is_finalizing():
-      if self._base is not None: return self.allocator.free_view(self._buf)
-      if self._views: self._drop_views()
       nbytes = self.size * self.dtype.itemsize
       GlobalCounters.mem_used -= nbytes
       GlobalCounters.mem_used_per_device[self.device] -= nbytes
@@ -379,14 +370,7 @@ class Buffer:
     A view only lets go of its handle into its base's memory. Freeing a buffer that holds no memory raises
     AssertionError (as tinygrad's: a double free is a bug in the caller)."""
     if self._buf is None:
-      if self._stale:
-        self._stale = False
-        return
       raise AssertionError(f"deallocate: {self} holds no memory (never allocated, or freed already)")
-    if self._base is not None:
-      self.allocator.free_view(self._buf)
-      self._buf = None
-      return
     if self._views: self._drop_views()
     GlobalCounters.mem_used -= self.nbytes
     GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
@@ -396,23 +380,16 @@ class Buffer:
     """`size` elements of `dtype` from byte `offset` of this buffer's memory, sharing it (a view of a view is a view
     of the same base). Allocated when used, or with ensure_allocated()."""
     return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
-  def _check_view_live(self) -> None:
-    # a view reads and writes its base's memory: after it (or its base) was freed, that memory may be someone else's
-    if not self.is_initialized():
-      raise AssertionError(f"{self}: a view used after its memory was freed (or before ensure_allocated())")
   def copyin(self, mv: memoryview) -> Buffer:
     if mv.ndim != 1 or mv.format != "B": mv = mv.cast("B") if mv.nbytes else mv  # (a byte view already: as it is)
     if mv.nbytes != (nbytes := self.size * self.dtype.itemsize):
       raise ValueError(f"copyin: expected {nbytes} bytes for {self}, got {mv.nbytes}")
-    if self._buf is None:
-      if self._base is not None: self._check_view_live()
-      self.allocate()
+    if self._buf is None: self.allocate()
     if nbytes: self.allocator.copyin(self._buf, mv)
     return self
   def copyout(self, mv: memoryview) -> memoryview:
     mv = mv.cast("B") if mv.nbytes else mv
     if mv.nbytes != self.nbytes: raise ValueError(f"copyout: expected {self.nbytes} bytes for {self}, got {mv.nbytes}")
-    if self._base is not None: self._check_view_live()
     self.allocate()
     if self.nbytes: self.allocator.copyout(mv, self._buf)
     return mv
@@ -427,7 +404,6 @@ class Buffer:
                     no_sync: bool = False) -> memoryview:
     """The bytes (tinygrad's name): a view of the memory itself where the device's buffers are host addresses (no
     copy; valid while this Buffer lives and sees later writes), else a copy (force_zero_copy: raise instead)."""
-    if self._base is not None: self._check_view_live()
     self.allocate()
     if self.nbytes and hasattr(alloc := self.allocator, "as_memoryview"):
       return alloc.as_memoryview(self._buf, self.nbytes)
@@ -438,9 +414,46 @@ class Buffer:
     import numpy as np
     from attograd.dtype import to_np_dtype
     return np.frombuffer(self.as_bytes(), dtype=to_np_dtype(self.dtype))
-  def __repr__(self) -> str:
-    at = f" offset:{self.offset}" if self._base is not None else ""
-    return f"<Buffer {self.device} {self.size} {self.dtype}{at}>"
+  def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
+
+class BufferView(Buffer):
+  """A Buffer made with base= (Buffer.view): `nbytes` of its base's memory from byte `offset`. Reading or writing it
+  after it or its base was freed (or before it was allocated) raises AssertionError: that memory may be another's."""
+  _base: Buffer
+  _stale = False  # its handle went with its base's memory: its own deallocate is still allowed, once
+  def is_allocated(self) -> bool: return self._base._buf is not None
+  def is_initialized(self) -> bool: return self._buf is not None and self._base._buf is not None
+  def allocate(self) -> Buffer:
+    if self._buf is None:
+      base = self._base.allocate()
+      self.allocator, self._stale = base.allocator, False
+      self._buf = self.allocator.offset_handle(base._buf, self.nbytes, self.offset)
+    return self
+  ensure_allocated = allocate
+  def __del__(self) -> None:
+    if getattr(self, "_buf", None) is not None and sys is not None and not sys.is_finalizing():
+      self.allocator.free_view(self._buf)
+  def deallocate(self) -> None:
+    if self._buf is None:
+      if not self._stale: raise AssertionError(f"deallocate: {self} holds no memory (never allocated, or freed)")
+      self._stale = False
+      return
+    self.allocator.free_view(self._buf)
+    self._buf = None
+  def _check_live(self) -> None:
+    if not self.is_initialized():
+      raise AssertionError(f"{self}: a view used after its memory was freed (or before ensure_allocated())")
+  def copyin(self, mv: memoryview) -> Buffer:
+    self._check_live()
+    return super().copyin(mv)
+  def copyout(self, mv: memoryview) -> memoryview:
+    self._check_live()
+    return super().copyout(mv)
+  def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False,
+                    no_sync: bool = False) -> memoryview:
+    self._check_live()
+    return super().as_memoryview(allow_zero_copy, force_zero_copy, no_sync)
+  def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype} offset:{self.offset}>"
 
 class ExternalBuffer(Buffer):
   """Host memory owned by someone else (Tensor.from_blob), used in place on a device whose buffers are host
