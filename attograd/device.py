@@ -126,6 +126,11 @@ class Allocator:
   def free(self, buf: Any, nbytes: int) -> None: pass
   def copyin(self, dest: Any, src: memoryview) -> None: raise NotImplementedError("subclass must implement copyin")
   def copyout(self, dest: memoryview, src: Any) -> None: raise NotImplementedError("subclass must implement copyout")
+  def offset_handle(self, buf: Any, nbytes: int, offset: int) -> Any:
+    """A handle to `nbytes` of `buf`'s memory from byte `offset` on (a Buffer view's), sharing it."""
+    raise RuntimeError(f"{type(self).__name__}: this device has no views into a buffer's memory (Buffer.view)")
+  def free_view(self, handle: Any) -> None:
+    """Let go of a handle offset_handle made (the memory stays its base's)."""
 
 class LRUAllocator(Allocator):
   """Keeps freed buffers by size and hands them out again: a training step reuses last step's memory
@@ -267,14 +272,27 @@ def _free_deferred() -> None:
     allocator.free(buf, nbytes)
 
 class Buffer:
-  """`size` elements of `dtype` on `device`; memory is allocated on first use."""
+  """`size` elements of `dtype` on `device`; memory is allocated on first use.
+
+  A view (`buf.view(size, dtype, offset)`, tinygrad's sub-buffer) has no memory of its own: it is `nbytes` of its base
+  buffer's memory from byte `offset` on, and writes through either show in the other. A view keeps its base alive;
+  freeing the base (deallocate) takes the memory from under its views too, and reading a view whose memory was freed
+  raises (a use after free), where a base buffer just gets new memory."""
+  _base: Buffer | None = None  # a view's base buffer (None for a buffer with memory of its own)
+  offset = 0  # a view's first byte in its base's memory
+  options: Any = None  # tinygrad's BufferSpec (attograd's allocators take none)
+  _views: Any = None  # a base's live views (a WeakSet, made with the first view): freeing the base frees their handles
   def __init__(self, device: str, size: int, dtype: DType, initial: bytes | memoryview | None = None,
-               initial_value: bytes | memoryview | None = None):  # (initial_value: tinygrad's name of `initial`)
+               initial_value: bytes | memoryview | None = None, opaque: Any = None, options: Any = None,
+               base: Buffer | None = None, offset: int = 0, preallocate: bool = False):
+    # (initial_value: tinygrad's name of `initial`; opaque: the runtime's handle to memory this Buffer then owns)
     if size < 0: raise ValueError(f"Buffer size must be >= 0, got {size}")
     if initial is None: initial = initial_value
     self.device, self.size, self.dtype = device, size, dtype
     self._buf: Any = None
     self.version = 0  # bumped by every in-place write (assign), so stale memoized results are not reused
+    if base is not None or offset or options is not None or opaque is not None:
+      self._setup(base, offset, options, opaque)
     if initial is not None:
       self.allocate()
       mv = memoryview(initial)
@@ -282,10 +300,42 @@ class Buffer:
       if mv.format == "B" and mv.ndim == 1 and mv.nbytes == size * dtype.itemsize:
         if mv.nbytes: self.allocator.copyin(self._buf, mv)
       else: self.copyin(mv)
+    elif preallocate: self.allocate()
+  def _setup(self, base: Buffer | None, offset: int, options: Any, opaque: Any) -> None:
+    """The rarer constructor arguments, kept out of the common path (a new buffer is made on every realize)."""
+    self.options = options
+    if base is None:
+      if offset: raise ValueError("Buffer: only a view (base=) has an offset")
+      if opaque is not None: self._adopt(opaque)
+      return
+    if opaque is not None: raise ValueError("Buffer: a view has its base's memory, not an opaque handle of its own")
+    if base._base is not None: raise ValueError("Buffer: a view's base must be a base buffer (view the view's base)")
+    if base.device != self.device: raise ValueError(f"Buffer: a view on {self.device} of a base on {base.device}")
+    if offset < 0 or offset + self.nbytes > base.nbytes:
+      raise ValueError(f"Buffer: a view of bytes [{offset}, {offset + self.nbytes}) is outside its base's "
+                       f"{base.nbytes} bytes")
+    self.__class__ = BufferView  # (the view's methods: a base buffer's own carry no view checks)
+    self._base, self.offset = base, offset
+    if base._views is None:
+      import weakref
+      base._views = weakref.WeakSet()
+    base._views.add(self)
+  def _adopt(self, opaque: Any) -> None:
+    """Take the runtime's handle `opaque` as this buffer's memory (freed with it)."""
+    self.allocator = (Device._opened.get(self.device) or Device[self.device]).allocator
+    self._buf = opaque
+    GlobalCounters.mem_used += self.nbytes
+    GlobalCounters.mem_used_per_device[self.device] += self.nbytes
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   @property
-  def is_allocated(self) -> bool: return self._buf is not None
+  def base(self) -> Buffer: return self if self._base is None else self._base
+  def is_allocated(self) -> bool:
+    """Whether there is memory under this buffer (a view: under its base)."""
+    return self._buf is not None
+  def is_initialized(self) -> bool:
+    """Whether this buffer itself holds a handle to allocated memory (a view may not yet, though its base does)."""
+    return self._buf is not None
   @property
   def handle(self) -> Any:
     """The runtime's handle to this buffer's memory (a device pointer on CUDA, a host address on CPU, a mapping view
@@ -295,6 +345,7 @@ class Buffer:
     """tinygrad's name for allocate(), which already keeps the memory a buffer has."""
     return self.allocate()
   def allocate(self) -> Buffer:
+    """Memory under this buffer, if it has none yet (a view: its base's, allocated first if need be). Returns self."""
     if self._buf is None:
       if _deferred_frees: _free_deferred()
       # (the open device without Device[]'s call: every new buffer comes here)
@@ -311,13 +362,26 @@ class Buffer:
       GlobalCounters.mem_used_per_device[self.device] -= nbytes
       if _defer.on: _deferred_frees.append((self.allocator, self._buf, nbytes or 1))
       else: self.allocator.free(self._buf, nbytes or 1)
+  def _drop_views(self) -> None:
+    """Before the base's memory goes: its views' handles go first (they point into it)."""
+    for v in list(self._views):
+      if v._buf is not None: v.allocator.free_view(v._buf)
+      v._buf, v._stale = None, True
   def deallocate(self) -> None:
-    """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values."""
-    if self._buf is None: return
+    """Free the memory now (a jit's free_intermediates); the next use allocates it again, with undefined values.
+    A view only lets go of its handle into its base's memory. Freeing a buffer that holds no memory raises
+    AssertionError (as tinygrad's: a double free is a bug in the caller)."""
+    if self._buf is None:
+      raise AssertionError(f"deallocate: {self} holds no memory (never allocated, or freed already)")
+    if self._views: self._drop_views()
     GlobalCounters.mem_used -= self.nbytes
     GlobalCounters.mem_used_per_device[self.device] -= self.nbytes
     self.allocator.free(self._buf, max(self.nbytes, 1))
     self._buf = None
+  def view(self, size: int, dtype: DType, offset: int) -> Buffer:
+    """`size` elements of `dtype` from byte `offset` of this buffer's memory, sharing it (a view of a view is a view
+    of the same base). Allocated when used, or with ensure_allocated()."""
+    return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
   def copyin(self, mv: memoryview) -> Buffer:
     if mv.ndim != 1 or mv.format != "B": mv = mv.cast("B") if mv.nbytes else mv  # (a byte view already: as it is)
     if mv.nbytes != (nbytes := self.size * self.dtype.itemsize):
@@ -331,6 +395,12 @@ class Buffer:
     self.allocate()
     if self.nbytes: self.allocator.copyout(mv, self._buf)
     return mv
+  def copy_from(self, src: Buffer) -> Buffer:
+    """Copy `src`'s bytes (any device) into this buffer's memory; both must be allocated. Returns self."""
+    if self.nbytes != src.nbytes: raise AssertionError(f"copy_from: {src} has {src.nbytes} bytes, {self} {self.nbytes}")
+    if not (self.is_initialized() and src.is_initialized()):
+      raise AssertionError(f"copy_from: {src} -> {self} needs both allocated (ensure_allocated())")
+    return self.copyin(src.as_memoryview())
   def as_bytes(self) -> bytes: return bytes(self.copyout(memoryview(bytearray(self.nbytes))))
   def numpy(self) -> Any:
     """A copy of the buffer's elements as a 1-D NumPy array (tinygrad's Buffer.numpy); a dtype NumPy lacks
@@ -338,14 +408,55 @@ class Buffer:
     import numpy as np
     from attograd.dtype import to_np_dtype
     return np.frombuffer(self.as_bytes(), dtype=to_np_dtype(self.dtype)).copy()
-  def as_memoryview(self) -> memoryview:
+  def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False,
+                    no_sync: bool = False) -> memoryview:
     """The bytes (tinygrad's name): a view of the memory itself where the device's buffers are host addresses (no
-    copy; valid while this Buffer lives and sees later writes), else a copy."""
+    copy; valid while this Buffer lives and sees later writes), else a copy (force_zero_copy: raise instead)."""
     self.allocate()
     if self.nbytes and hasattr(alloc := self.allocator, "as_memoryview"):
       return alloc.as_memoryview(self._buf, self.nbytes)
+    if force_zero_copy: raise AssertionError(f"as_memoryview: {self.device}'s memory can't be read without a copy")
     return self.copyout(memoryview(bytearray(self.nbytes)))
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}>"
+
+class BufferView(Buffer):
+  """A Buffer made with base= (Buffer.view): `nbytes` of its base's memory from byte `offset`. Reading or writing it
+  after it or its base was freed (or before it was allocated) raises AssertionError: that memory may be another's."""
+  _base: Buffer
+  _stale = False  # its handle went with its base's memory: its own deallocate is still allowed, once
+  def is_allocated(self) -> bool: return self._base._buf is not None
+  def is_initialized(self) -> bool: return self._buf is not None and self._base._buf is not None
+  def allocate(self) -> Buffer:
+    if self._buf is None:
+      base = self._base.allocate()
+      self.allocator, self._stale = base.allocator, False
+      self._buf = self.allocator.offset_handle(base._buf, self.nbytes, self.offset)
+    return self
+  ensure_allocated = allocate
+  def __del__(self) -> None:
+    if getattr(self, "_buf", None) is not None and sys is not None and not sys.is_finalizing():
+      self.allocator.free_view(self._buf)
+  def deallocate(self) -> None:
+    if self._buf is None:
+      if not self._stale: raise AssertionError(f"deallocate: {self} holds no memory (never allocated, or freed)")
+      self._stale = False
+      return
+    self.allocator.free_view(self._buf)
+    self._buf = None
+  def _check_live(self) -> None:
+    if not self.is_initialized():
+      raise AssertionError(f"{self}: a view used after its memory was freed (or before ensure_allocated())")
+  def copyin(self, mv: memoryview) -> Buffer:
+    self._check_live()
+    return super().copyin(mv)
+  def copyout(self, mv: memoryview) -> memoryview:
+    self._check_live()
+    return super().copyout(mv)
+  def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False,
+                    no_sync: bool = False) -> memoryview:
+    self._check_live()
+    return super().as_memoryview(allow_zero_copy, force_zero_copy, no_sync)
+  def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype} offset:{self.offset}>"
 
 class ExternalBuffer(Buffer):
   """Host memory owned by someone else (Tensor.from_blob), used in place on a device whose buffers are host

@@ -4,7 +4,7 @@ import functools, itertools, math
 from dataclasses import dataclass
 from attograd.codegen.kernel import Kernel
 from attograd.codegen.tc import TensorCore, tc_operand
-from attograd.dtype import ConstType, DType, dtypes
+from attograd.dtype import ConstType, DType, Invalid, dtypes
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite, sym_max
 from attograd.uop.symbolic import build_sum, fits, ints, is_vec, split_terms, symbolic
@@ -133,6 +133,7 @@ def lower_load_rule(ctx: LowerCtx, x: UOp) -> UOp:
 
 def lower_const_rule(ctx: LowerCtx, x: UOp) -> UOp:
   """A constant under a view (a padded constant) is itself where the view is valid, else 0."""
+  if x.arg is Invalid: return UOp(Ops.CONST, x.dtype, arg=Invalid)  # "any value", padded or not (invalid_gate)
   valid = _pad_valid(ctx.k, x, ctx.idxs, ctx.indexed(x)[1])
   c = UOp.const(x.dtype, x.arg)
   return c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(x.dtype, 0))
@@ -147,7 +148,44 @@ def lower_store_rule(ctx: LowerCtx, x: UOp) -> UOp:
   ast_store = next(u for u in ctx.k.sts if u.op is Ops.STORE and u.src[0] is x.src[0])
   idx, _ = ctx.k.sts[ast_store].to_indexed(ctx.out_idxs, ctx.d)
   gate = _pad_valid(ctx.k, ast_store, ctx.idxs, UOp.const(dtypes.bool, True))
-  return UOp(Ops.STORE, dtypes.void, (x.src[0], idx, x.src[2]) + (() if _true(gate) else (gate,)))
+  value = x.src[2]
+  if any(u.op is Ops.CONST and u.arg is Invalid for u in ctx.k.sts):  # (a constant is among the views' owners)
+    valid, value = invalid_gate(value, {})
+    if valid is False: valid = UOp.const(dtypes.bool, False)  # every element "any value": nothing is written
+    if valid is not True: gate = valid if _true(gate) else gate & valid
+  return UOp(Ops.STORE, dtypes.void, (x.src[0], idx, value) + (() if _true(gate) else (gate,)))
+
+# ***** tinygrad's Invalid ("any value") *****
+
+def invalid_gate(u: UOp, memo: dict[UOp, tuple[UOp | bool, UOp]]) -> tuple[UOp | bool, UOp]:
+  """(where u has a value, u without Invalid) for a lowered value: an element that depends on Invalid through
+  elementwise ops and WHERE picks is "any value", so its store is skipped (the gate). Under anything else (a reduce, a
+  load's address) any value will do, and Invalid becomes 0."""
+  if (r := memo.get(u)) is not None: return r
+  if u.op is Ops.CONST and u.arg is Invalid: r = (False, UOp.const(u.dtype, 0))
+  elif u.op is Ops.WHERE:
+    (gc, c), (ga, a), (gb, b) = (invalid_gate(s, memo) for s in u.src)
+    pick: UOp | bool = ga if ga is gb else c.where(_gate_uop(ga), _gate_uop(gb)) if isinstance(c, UOp) else True
+    if ga is True and gb is False: pick = c
+    elif ga is False and gb is True: pick = UOp(Ops.CMPNE, dtypes.bool, (c, UOp.const(dtypes.bool, True)))
+    r = (_gate_and(gc, pick), u.replace(src=(c, a, b)))
+  else:
+    parts = [invalid_gate(s, memo) for s in u.src]
+    new = u if all(v is s for (_, v), s in zip(parts, u.src)) else u.replace(src=tuple(v for _, v in parts))
+    elementwise = u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
+    g: UOp | bool = True
+    if elementwise:
+      for pg, _ in parts: g = _gate_and(g, pg)
+    r = (g, new)
+  memo[u] = r
+  return r
+
+def _gate_uop(g: UOp | bool) -> UOp: return g if isinstance(g, UOp) else UOp.const(dtypes.bool, g)
+def _gate_and(a: UOp | bool, b: UOp | bool) -> UOp | bool:
+  if a is False or b is False: return False
+  if a is True: return b
+  if b is True: return a
+  return a & b
 
 def lower_reduce_rule(ctx: LowerCtx, x: UOp) -> UOp:
   """A reduce over the kernel's reduce loops: unrolled reduce axes combine their copies first; GPU work-group axes

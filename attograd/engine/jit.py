@@ -211,8 +211,8 @@ class CapturedJit:
     """Free the memory only the replays use, as tinygrad's: the intermediates, and the outputs the kernels write whole
     (the last call's outputs lose their values). The next call allocates it again."""
     for b in self.freeable:
-      if isinstance(b, PooledBuffer): b.slot.deallocate()
-      b.deallocate()
+      if isinstance(b, PooledBuffer) and b.slot.is_allocated(): b.slot.deallocate()  # (slots are shared)
+      if b.is_initialized(): b.deallocate()
     self.freed = True
 
   def reallocate(self) -> None:

@@ -535,13 +535,13 @@ def compile_linear(linear: UOp) -> UOp:
 def estimate_uop(call: UOp) -> Estimates:
   """What one CALL of a LINEAR costs (tinygrad's estimate_uop): a kernel's Estimates (ops, lds, mem) from its built
   program (the one compile_linear or a run made, else built now), a copy's bytes."""
-  ast = call.src[0]
-  if ast.op is Ops.PROGRAM: return ast.src[0].arg.estimates or Estimates()
-  if not isinstance(si := call.arg, ScheduleItem): return Estimates()
-  if ast.op is Ops.COPY: return Estimates(lds=si.bufs[0].nbytes, mem=si.bufs[0].nbytes)
-  if ast.op is not Ops.SINK: return Estimates()
+  if call.op is not Ops.CALL: raise TypeError(f"estimate_uop: expected a CALL of a LINEAR, got {call.op}")
+  if (ast := call.src[0]).op is Ops.PROGRAM: return ast.src[0].arg.estimates or Estimates()
+  si = _linear_items(UOp(Ops.LINEAR, dtypes.void, (call,)))[0]
+  if si.ast.op is Ops.COPY: return Estimates(lds=(n := si.bufs[0].nbytes), mem=n)
+  if si.ast.op is not Ops.SINK: return Estimates()
   dev = si.bufs[0].device
-  spec = r.spec if (r := _runners.get((dev, ast))) is not None else get_program(ast, Device[dev].renderer)
+  spec = r.spec if (r := _runners.get((dev, si.ast))) is not None else get_program(si.ast, Device[dev].renderer)
   return spec.estimates
 
 def run_linear(linear: UOp, var_vals: dict[str, int] | None = None, update_stats: bool = True) -> None:

@@ -24,6 +24,7 @@ CL_DEVICE_NAME, CL_DEVICE_VERSION, CL_DRIVER_VERSION, CL_DEVICE_EXTENSIONS = 0x1
 CL_DEVICE_MAX_WORK_GROUP_SIZE, CL_PLATFORM_NAME, CL_PROGRAM_BUILD_LOG = 0x1004, 0x0902, 0x1183
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
 CL_PROFILING_COMMAND_START, CL_PROFILING_COMMAND_END = 0x1282, 0x1283
+CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_BUFFER_CREATE_TYPE_REGION = 0x1019, 0x1220
 
 def _load_lib() -> ctypes.CDLL:
   names = [n for n in (ctypes.util.find_library("OpenCL"), "libOpenCL.so.1", "libOpenCL.so") if n]
@@ -49,6 +50,7 @@ def cl() -> ctypes.CDLL:
     "clCreateCommandQueue": (c_p, [c_p, c_p, c_ulong, P(I)]),
     "clCreateBuffer": (c_p, [c_p, c_ulong, c_size, c_p, P(I)]),
     "clReleaseMemObject": (I, [c_p]),
+    "clCreateSubBuffer": (c_p, [c_p, c_ulong, c_uint, c_p, P(I)]),
     "clEnqueueWriteBuffer": (I, [c_p, c_p, c_uint, c_size, c_size, c_p, c_uint, c_p, c_p]),
     "clEnqueueReadBuffer": (I, [c_p, c_p, c_uint, c_size, c_size, c_p, c_uint, c_p, c_p]),
     "clCreateProgramWithSource": (c_p, [c_p, c_uint, P(ctypes.c_char_p), P(c_size), P(I)]),
@@ -116,6 +118,16 @@ class CLAllocator(LRUAllocator):
       raise MemoryError(f"CL: could not allocate {nbytes} bytes on {self.dev.name} (error {err.value})")
     return mem
   def _free(self, buf: int, nbytes: int) -> None: cl().clReleaseMemObject(buf)
+  def offset_handle(self, buf: int, nbytes: int, offset: int) -> int:
+    """A sub-buffer: OpenCL requires its first byte at a multiple of the device's base address alignment."""
+    if offset % (align := self.dev.base_align):
+      raise RuntimeError(f"CL: a view must start at a multiple of {align} bytes on {self.dev.name} (OpenCL's "
+                         f"sub-buffer alignment), not at byte {offset}")
+    err, region = c_int(), (c_size * 2)(offset, max(nbytes, 1))
+    mem = cl().clCreateSubBuffer(buf, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, region, ctypes.byref(err))
+    check(err.value, "clCreateSubBuffer")
+    return mem
+  def free_view(self, handle: int) -> None: cl().clReleaseMemObject(handle)
   def copyin(self, dest: int, src: memoryview) -> None:
     host = host_bytes(src)
     check(cl().clEnqueueWriteBuffer(self.dev.queue, dest, 1, 0, src.nbytes, ctypes.addressof(host), 0, None, None),
@@ -216,6 +228,10 @@ class ClDevice(Compiled):
     wg = c_size()
     check(lib.clGetDeviceInfo(self.device_id, CL_DEVICE_MAX_WORK_GROUP_SIZE, ctypes.sizeof(wg), ctypes.byref(wg), None),
           "device info")
+    align = c_uint()  # (in bits)
+    check(lib.clGetDeviceInfo(self.device_id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, ctypes.sizeof(align), ctypes.byref(align),
+                              None), "device info")
+    self.base_align = max(align.value // 8, 1)
     err = c_int()
     self.ctx = lib.clCreateContext(None, 1, ctypes.byref(c_p(self.device_id)), None, None, ctypes.byref(err))
     check(err.value, "clCreateContext")

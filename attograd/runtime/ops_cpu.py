@@ -65,6 +65,7 @@ class MallocAllocator(LRUAllocator):
     else: ctypes.memmove((ctypes.c_char * n).from_buffer(dest), src, n)
   def as_memoryview(self, buf: int, nbytes: int) -> memoryview:
     return memoryview((ctypes.c_char * nbytes).from_address(buf)).cast("B")
+  def offset_handle(self, buf: int, nbytes: int, offset: int) -> int: return buf + offset
 
 def find_c_compiler() -> str:
   """$CC, else cc, gcc or clang on PATH."""

@@ -117,6 +117,7 @@ class CUDAAllocator(LRUAllocator):
       raise MemoryError(f"CUDA: could not allocate {nbytes} bytes")
     return ptr.value
   def _free(self, buf: int, nbytes: int) -> None: cuda().cuMemFree_v2(buf)
+  def offset_handle(self, buf: int, nbytes: int, offset: int) -> int: return buf + offset  # (a device address)
   def copyin(self, dest: int, src: memoryview) -> None:
     self.dev.synchronize()
     host = host_bytes(src)

@@ -69,6 +69,8 @@ class DiskAllocator(Allocator):
     # the bytes now live on the device: the file's pages needn't stay in this process too (they fault in again, from
     # the page cache, if the file is read again)
     src.mapping.release(src.offset, src.nbytes)
+  def offset_handle(self, buf: DiskView, nbytes: int, offset: int) -> DiskView:
+    return DiskView(buf.mapping, buf.offset + offset, nbytes)
 
 class FileAllocator(Allocator):
   """Buffers of a "DISK:path" device: views of its file, which is opened (and grown) on the first allocation."""
@@ -79,6 +81,7 @@ class FileAllocator(Allocator):
     if dest.mapping.data.readonly:
       raise PermissionError(f"DISK: {dest.mapping.path} is open read-only (no write permission); it can't be written")
     dest.mapping.data[dest.offset:dest.offset + dest.nbytes] = src
+  offset_handle = DiskAllocator.offset_handle
   copyout = DiskAllocator.copyout  # (a shared mapping: written bytes are in the file, not in the dropped pages)
 
 class DiskBuffer(Buffer):

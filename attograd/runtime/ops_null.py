@@ -16,6 +16,7 @@ class NullAllocator(Allocator):
   """Memory that isn't there: writes are dropped, reads raise (or give zeros under NULL_ALLOW_COPYOUT=1)."""
   def alloc(self, nbytes: int) -> NullMemory: return NullMemory(nbytes)
   def copyin(self, dest: NullMemory, src: memoryview) -> None: pass
+  def offset_handle(self, buf: NullMemory, nbytes: int, offset: int) -> NullMemory: return NullMemory(nbytes)
   def transfer(self, dest: NullMemory, src: NullMemory, nbytes: int) -> None:
     """A copy from one NULL device to another (sharding across NULL:1, NULL:2): nothing to move, and no read."""
   def copyout(self, dest: memoryview, src: NullMemory) -> None:

@@ -17,6 +17,7 @@ class PythonAllocator(Allocator):
   def copyin(self, dest: memoryview, src: memoryview) -> None: dest[:] = src
   def copyout(self, dest: memoryview, src: memoryview) -> None: dest[:] = src
   def as_memoryview(self, buf: memoryview, nbytes: int) -> memoryview: return buf[:nbytes]
+  def offset_handle(self, buf: memoryview, nbytes: int, offset: int) -> memoryview: return buf[offset:offset + nbytes]
 
 class PythonRenderer(Renderer):
   """The 'source' is the program itself, serialized."""

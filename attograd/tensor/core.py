@@ -336,7 +336,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     pickle.dumps(..., buffer_callback=) can send them out of band."""
     pending.flush_for([self.uop])
     def raw(buf: Any) -> Any:
-      if not buf.is_allocated: return None
+      if not buf.is_allocated(): return None
       return pickle.PickleBuffer(buf.as_memoryview()) if isinstance(protocol, int) and protocol >= 5 else buf.as_bytes()
     data = [x for n in self.uop.toposort() if n.op is Ops.BUFFER and (buf := buffers.get(n)) is not None
             for x in (n, raw(buf))]
@@ -765,7 +765,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(dtype, str) and dtype not in DTYPES_DICT and device is None: dtype, device = None, dtype  # old order
     if buffer: return Tensor.full(shape, fill_value, dtype, device, **kw).contiguous()
     shp = _check_shape(make_tuple(shape, 1) if isinstance(shape, int) else tuple(shape), "full")
-    if fill_value is Invalid: return Tensor.empty(shp, dtype=dtype or dtypes.bool, device=device, **kw)
+    if fill_value is Invalid:  # "any value": no kernel stores an element computed from it (an empty buffer alone)
+      d = to_dtype(dtype) if dtype is not None else dtypes.bool
+      return Tensor(_invalid_const(d, Device.canonicalize(device), shp), device=device, **kw)
     if isinstance(fill_value, UOp):  # a bound Variable (or an int expression of them): its value, read in the kernel
       fill = Tensor(_size_arg(fill_value, "full"), device=device, dtype=dtype)
       return Tensor(fill.uop, device=device, **kw).reshape((1,) * len(shp)).expand(shp)
@@ -1138,6 +1140,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
           yd = dtypes.default_int if x.dtype is dtypes.bool else x.dtype
           y = Tensor(y, device=x.device, dtype=yd)
         else: y = Tensor(y, device=x.device)  # (weakint, as a Python int: it meets the weak tensor below)
+      elif y is Invalid:  # "any value" (tinygrad's): the tensor's dtype; an element computed from it is never stored
+        y = x._new(_invalid_const(xu.dtype, x.device, xu.shape))
       elif not isinstance(y, (bool, int, float)):
         raise TypeError(f"can't combine a Tensor with {type(y).__name__} {y!r:.40}")
       else:
@@ -1983,6 +1987,12 @@ _COS_SPLIT = {False: (1.5703125, 0.000484466552734375, -6.397578431460715e-07, 1
                      6.123233995736766e-17, 2e8)}
 
 _const_cache: dict[tuple, UOp] = {}
+def _invalid_const(dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
+  """tinygrad's Invalid ("any value") as a constant of `dtype` expanded to `shape`: a kernel's store of a value that
+  depends on it writes nothing there (codegen/lowerer.py, invalid_gate)."""
+  u = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), Invalid)
+  return UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape)),), shape) if shape else u
+
 def _broadcast_const(val: ConstType, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A constant expanded to `shape`, remembered: scalars in arithmetic are the most common graph nodes."""
   key: tuple = (val.__class__, val, dtype, device, shape)

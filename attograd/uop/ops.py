@@ -418,7 +418,7 @@ class UOp(metaclass=UOpMetaClass):
   def realized(self) -> Any:
     """The allocated Buffer of a BUFFER node (the engine records it on the node), else None."""
     b = state.get(self, state.BUFFER) if self.op is Ops.BUFFER else None
-    return b if b is not None and b.is_allocated else None
+    return b if b is not None and b.is_allocated() else None
   @property
   def is_realized(self) -> bool:
     """Whether this node's values sit in allocated memory (a view of an allocated BUFFER)."""
@@ -437,6 +437,14 @@ class UOp(metaclass=UOpMetaClass):
       return UOp(Ops.CONST, dtype, arg=val)
     return UOp(Ops.CONST, dtype, arg=dtypes.as_const(val, dtype))
   def const_like(self, val: ConstType) -> UOp: return UOp.const(self.dtype, val)
+  # ----- h32b: tinygrad's Invalid as a node (a store of a value computed from it is skipped: codegen/lowerer) -----
+  @staticmethod
+  def invalid(dtype: DType = dtypes.int32) -> UOp:
+    """tinygrad's Invalid ("any value") as a constant of `dtype`."""
+    return UOp(Ops.CONST, dtype, arg=Invalid)
+  @property
+  def is_invalid(self) -> bool: return self.op is Ops.CONST and self.arg is Invalid
+  # ----- end h32b -----
   def alu(self, op: Ops, *src: UOp) -> UOp:
     out_dtype = dtypes.bool if op in GroupOp.Comparison else (src[-1] if op is Ops.WHERE else self).dtype
     return UOp(op, out_dtype, (self,) + src)

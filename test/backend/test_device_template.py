@@ -40,7 +40,7 @@ def test_toy_memory_is_bytearrays(device: str) -> None:
 
 def test_ensure_allocated_keeps_memory(device: str) -> None:
   b = Buffer("TOY", 3, dtypes.float32)
-  assert not b.is_allocated and b.ensure_allocated() is b and b.is_allocated
+  assert not b.is_allocated() and b.ensure_allocated() is b and b.is_allocated()
   mem = b._buf
   assert b.ensure_allocated()._buf is mem  # tinygrad's name: allocates once, then keeps what it has
 

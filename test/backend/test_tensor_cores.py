@@ -25,7 +25,7 @@ def emulate(t: Tensor, opts: list[Opt] | None = None, renderer=R) -> tuple[np.nd
   def mv(b) -> memoryview:
     if b not in mem:
       mem[b] = memoryview(bytearray(b.nbytes))
-      if b.is_allocated: b.copyout(mem[b])
+      if b.is_allocated(): b.copyout(mem[b])
     return mem[b]
   specs = []
   for si in items:

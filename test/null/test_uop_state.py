@@ -57,11 +57,11 @@ def test_no_raw_slot_access_outside_state() -> None:
 
 def test_buffer_of_a_buffer_node_and_its_reshapes():
   a = Tensor.empty(10, device="NULL")
-  assert a.uop.buffer is a.uop.buffer and a.uop.buffer.size == 10 and not a.uop.buffer.is_allocated
+  assert a.uop.buffer is a.uop.buffer and a.uop.buffer.size == 10 and not a.uop.buffer.is_allocated()
   assert a.reshape(2, 5).uop.buffer is a.uop.buffer
   with pytest.raises(RuntimeError, match="contiguous"): a.reshape(2, 5).permute(1, 0).uop.buffer
   with pytest.raises(AssertionError, match="must be BUFFER"): (a + 1).uop.buffer
   b = Tensor.zeros(4, device="NULL").contiguous()
   c, d, e = b * 2, b * 2, b * 3
   Tensor.realize(c, d, e)
-  assert c.uop.buffer is d.uop.buffer and c.uop.buffer is not e.uop.buffer and c.uop.buffer.is_allocated
+  assert c.uop.buffer is d.uop.buffer and c.uop.buffer is not e.uop.buffer and c.uop.buffer.is_allocated()
