@@ -268,6 +268,7 @@ def _make_template(routs: list[UOp]) -> _Template:
     if n in roots: order.append(n)
   items: list[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]] = []  # (ast, buffers, variables)
   for r in order:
+    if (n := prod(r.shape)).__class__ is int and n == 0: continue  # nothing to compute or copy: its buffer is empty
     if r.op is Ops.COPY:
       src = r.src[0]
       while src.op is Ops.RESHAPE: src = src.src[0]  # reshapes of a whole buffer are the same bytes

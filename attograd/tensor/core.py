@@ -576,8 +576,11 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     self.uop, self._device = x.uop, x._device
     return self
   def contiguous(self) -> Tensor:
-    """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it)."""
-    if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
+    """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it). A tensor
+    that already is a whole buffer, seen through reshapes only, is returned as it is (as in tinygrad and PyTorch:
+    no copy, so a write through either shows in both)."""
+    if _contiguous_view_of_buffer(self.uop): return self
+    if self.uop.op is Ops.CONTIGUOUS and self.uop.arg is not None: return self  # already a copy of its own
     return self._new(_unique_contiguous(self.uop))
   def contiguous_backward(self) -> Tensor:
     """The same values; the gradient flowing back through this point gets its own contiguous buffer (in this

@@ -341,3 +341,31 @@ def test_parameters_are_computed_lazily_and_together(device: str) -> None:
   assert a.grad is not None and b.grad is not None
   compare(a.grad, np.full(3, 2.0, np.float32))
   compare(b.grad, np.full(3, 3.0, np.float32))
+
+# ***** no-ops schedule nothing *****
+
+def test_contiguous_of_a_whole_buffer_is_that_buffer(device: str) -> None:
+  # a buffer seen through reshapes is already contiguous: contiguous() returns it (no copy, as in PyTorch), so a
+  # write through one shows in the other
+  x, xn = realized(N * M)
+  y = x.reshape(N, M).contiguous()
+  assert count_kernels(y.realize) == 0
+  y.assign(Tensor.ones(N, M)).realize()
+  compare(x, np.ones(N * M, np.float32))
+  # one that isn't (an expand) still gets its copy, and a contiguous() of that copy is the copy
+  z = x.reshape(N, M)[:, :1].expand(N, M).contiguous().contiguous()
+  assert count_kernels(z.realize) == 1
+  compare(z, np.ones((N, M), np.float32))
+
+def test_zero_size_results_run_no_kernel(device: str) -> None:
+  x = Tensor.empty(2, 3, 0)
+  out = (x + 1) * 2
+  assert count_kernels(out.realize) == 0
+  assert out.shape == (2, 3, 0) and out.numpy().shape == (2, 3, 0)
+  f = Tensor.zeros(2).contiguous().realize()
+  empty = f[:0]
+  assert count_kernels(lambda: empty.assign(Tensor.ones(0)).realize()) == 0
+  compare(f, np.zeros(2, np.float32))
+  # a reduce over a zero-size dim is not empty: it gives the identity
+  compare(Tensor.empty(3, 0).sum(1), np.zeros(3, np.float32))
+  compare(Tensor.empty(3, 0).max(1), np.full(3, -np.inf, np.float32))
