@@ -369,3 +369,55 @@ def test_zero_size_results_run_no_kernel(device: str) -> None:
   # a reduce over a zero-size dim is not empty: it gives the identity
   compare(Tensor.empty(3, 0).sum(1), np.zeros(3, np.float32))
   compare(Tensor.empty(3, 0).max(1), np.full(3, -np.inf, np.float32))
+
+# ***** the scheduler's fusion rules (schedule/fusion.py) *****
+
+def test_permuted_reduce_fuses_with_its_reader(device: str) -> None:
+  # the permute is pushed into the reduce's input: one kernel, not a reduce and a permuted read of its buffer
+  (x, xn), (b, bn) = realized(N, M, 5), realized(5, N, seed=1)
+  out = x.sum(1).T + b
+  assert count_kernels(out.realize) == 1
+  compare(out, xn.sum(1).T + bn, atol=1e-5)
+  (a, an), (w, wn), (c, cn) = realized(N, 5), realized(5, M, seed=1), realized(M, N, seed=2)
+  out = (a @ w).T * c
+  assert count_kernels(out.realize) == 1
+  compare(out, (an @ wn).T * cn, atol=1e-5)
+
+def test_sliced_reduce_computes_only_the_slice(device: str) -> None:
+  (x, xn), (b, bn), (b2, _) = realized(2 * N, M), realized(N, seed=1), realized(2 * N, seed=2)
+  count_kernels((x.max(1) + b2).exp().realize)
+  whole = GlobalCounters.global_ops
+  out = (x.max(1)[1:N + 1] + b).exp()
+  assert count_kernels(out.realize) == 1
+  assert GlobalCounters.global_ops <= whole * 0.6, (GlobalCounters.global_ops, whole)  # N rows reduced, not 2N
+  compare(out, np.exp(xn.max(1)[1:N + 1] + bn), rtol=1e-5)
+
+def test_view_pushed_through_casts_and_reshapes(device: str) -> None:
+  from attograd import dtypes
+  (x, xn), (b, bn) = realized(2, 3, N, N), realized(N * N, seed=1)
+  out = x.sum((0, 1)).cast(dtypes.half).permute(1, 0).reshape(N, N, 1).permute(1, 0, 2).reshape(N * N) + b.half()
+  assert count_kernels(out.realize) == 1
+  want = xn.sum((0, 1)).astype(np.float16).T.reshape(N, N, 1).transpose(1, 0, 2).reshape(N * N) + bn.astype(np.float16)
+  compare(out, want, atol=1e-2, rtol=1e-2)
+
+def test_reduce_read_twice_keeps_its_buffer(device: str) -> None:
+  x, xn = realized(N, M)
+  r = x.sum(1, keepdim=True)
+  a, b = r.T + 1, (x * r)[1:3]
+  assert count_kernels(lambda: Tensor.realize(a, b)) == 3
+  rn = xn.sum(1, keepdims=True)
+  compare(a, rn.T + 1, atol=1e-5)
+  compare(b, (xn * rn)[1:3], atol=1e-4)
+  again = r * 3  # the reduce's buffer is remembered for later graphs
+  assert count_kernels(again.realize) == 1
+  compare(again, rn * 3, atol=1e-4)
+
+def test_pushed_reduce_result_is_remembered(device: str) -> None:
+  # the reduce computed permuted (it stands for the permute of the graph) is read again by a later graph
+  x, xn = realized(N, M, 5)
+  t = x.sum(2).T
+  s = (t.exp() + 1).sum()
+  Tensor.realize(t, s)
+  assert count_kernels((t * 2).realize) == 1
+  compare(t * 2, xn.sum(2).T * 2, atol=1e-4)
+  compare(s, (np.exp(xn.sum(2).T) + 1).sum(), rtol=1e-4)
