@@ -421,3 +421,17 @@ def test_pushed_reduce_result_is_remembered(device: str) -> None:
   assert count_kernels((t * 2).realize) == 1
   compare(t * 2, xn.sum(2).T * 2, atol=1e-4)
   compare(s, (np.exp(xn.sum(2).T) + 1).sum(), rtol=1e-4)
+
+def test_small_reduce_read_by_two_kernels_is_computed_in_each(device: str) -> None:
+  # a launch costs more than reading 16x16 elements again: each output's kernel sums x itself (2 kernels, not 3)
+  (x, xn), (y, yn) = realized(16, 16), realized(16, 16, seed=1)
+  a, b = x.sum() + 2, (x.sum() - y.sum()) * 4
+  assert count_kernels(lambda: Tensor.realize(a, b)) == 2
+  compare(a, xn.sum() + 2, atol=1e-3)
+  compare(b, (xn.sum() - yn.sum()) * 4, atol=1e-2)
+  # a bigger one is computed once into its own buffer, which both read
+  (x, xn) = realized(200, 200)
+  a, b = x.sum() + 2, x.sum() * 3
+  assert count_kernels(lambda: Tensor.realize(a, b)) == 3
+  compare(a, xn.sum() + 2, atol=1e-2, rtol=1e-4)
+  compare(b, xn.sum() * 3, atol=1e-2, rtol=1e-4)
