@@ -435,3 +435,27 @@ def test_small_reduce_read_by_two_kernels_is_computed_in_each(device: str) -> No
   assert count_kernels(lambda: Tensor.realize(a, b)) == 3
   compare(a, xn.sum() + 2, atol=1e-2, rtol=1e-4)
   compare(b, xn.sum() * 3, atol=1e-2, rtol=1e-4)
+
+def test_index_math_is_recomputed_not_buffered(device: str) -> None:
+  # argmax's N - arange reads no memory: it fuses into the kernel that picks the index (2 kernels: the max, the pick)
+  x, xn = realized(N, 32)
+  out = x.argmax(-1)
+  assert count_kernels(out.realize) == 2
+  np.testing.assert_equal(out.numpy(), xn.argmax(-1))
+  out = x.argmin(0)
+  assert count_kernels(out.realize) == 2
+  np.testing.assert_equal(out.numpy(), xn.argmin(0))
+
+def test_gather_computes_its_index_in_its_own_kernel(device: str) -> None:
+  # the index's wrap of negatives has one value per output, along the one-hot's reduce: it runs in the gather's
+  # kernel (1 kernel, not a kernel for the index and one for the gather), and the gather still folds to one load per
+  # output element (far fewer ops than the one-hot's rows x outputs)
+  x, xn = realized(64, 8)
+  idx = Tensor(np.array([0, 3, -1, 5, -64], np.int32)).realize()
+  out = x[idx]
+  assert count_kernels(out.realize) == 1
+  assert GlobalCounters.global_ops < 5 * 8 * 64
+  compare(out, xn[[0, 3, -1, 5, -64]])
+  out = x[idx, idx.abs() % 8]
+  assert count_kernels(out.realize) == 1
+  compare(out, xn[[0, 3, -1, 5, -64], [0, 3, 1, 5, 0]])
