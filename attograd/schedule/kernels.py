@@ -53,12 +53,14 @@ def _recomputed(red: UOp, readers: set[UOp]) -> bool:
   """Whether a reduce read by several kernels is computed by each of them rather than once into its own buffer."""
   return (n := _numel(red.src[0].shape) * len(readers)) <= RECOMPUTE_MAX and len(readers) <= 4 and n > 0
 
-# ops whose value at all-zero inputs is not zero: a PAD above them can't be pushed down to their loads (the padded
-# region would hold f(0), and integer division there would trap), so they get their own buffer instead
+# ops whose value at all-zero inputs is not zero: a PAD above them, pushed down to their loads, leaves f(0) in the
+# padded region, so the kernel selects 0 there instead (build_kernel_ast's gate); an integer division by the 0 a
+# padded load reads would trap, so those ops get their own buffer instead
 _PAD_UNSAFE = {Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPEQ, Ops.POW}
+_PAD_TRAPS = {Ops.IDIV, Ops.MOD}
 
 def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, bool]]:
-  """(node, can fuse here) for every reduce inside `root`'s kernel, and for every pad-unsafe op below a PAD."""
+  """(node, can fuse here) for every reduce inside `root`'s kernel, and for every op below a PAD that would trap."""
   out: list[tuple[UOp, bool]] = []
   seen: set[tuple[UOp, bool, UOp | None, bool, bool]] = set()
   signature: list[tuple[Any, ...]] = []
@@ -83,7 +85,7 @@ def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, boo
       if not signature: signature.append(sig)
       stack.append((n.src[0], True, n, False, False))
       continue
-    if padded and n.op in _PAD_UNSAFE:
+    if padded and n.op in _PAD_TRAPS:
       out.append((n, False))
       continue
     if n.op in (Ops.COPY,): continue
@@ -219,6 +221,12 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
       if not visited:
         stack.append((n, chain, True))
         if vk(*child) not in memo: stack.append((child[0], child[1], False))
+      elif n.op is Ops.PAD and _pad_unsafe(n.src[0], node_buffer, root):
+        # the padded region computed f(0) from the zeros its loads read: select 0 there (a True seen through the pad
+        # is False outside the region)
+        inside = UOp(Ops.CONST, dtypes.bool, (UOp(Ops.VIEW, dtypes.void, (), vk(*child)[1]),), True)
+        zero = UOp(Ops.CONST, n.dtype, (UOp(Ops.VIEW, dtypes.void, (), key[1]),), 0)
+        memo[key] = UOp(Ops.WHERE, n.dtype, (inside, memo[vk(*child)], zero))
       else: memo[key] = memo[vk(*child)]
       continue
     if n.op is Ops.REDUCE_AXIS:
@@ -248,6 +256,18 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
   if ast_variables(ast):  # buffer sizes differ from value to value: leave them out so one program serves all
     ast = ast.substitute({g: g.replace(dtype=g.dtype.base.ptr()) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL})
   return ast, list(inputs)
+
+def _pad_unsafe(x: UOp, node_buffer: dict[UOp, UOp], root: UOp) -> bool:
+  """Whether x computes, in this kernel (down to the nodes it loads), an op whose value at 0 is not 0."""
+  stack, seen = [x], set()
+  while stack:
+    u = stack.pop()
+    if u in seen or u.op is Ops.BUFFER or (u is not root and u in node_buffer) or u.op is Ops.REDUCE_AXIS: continue
+    seen.add(u)
+    if u.op in _PAD_UNSAFE: return True
+    if u.op in GroupOp.Elementwise or u.op in GroupOp.Movement or u.op in GroupOp.Marker or u.op is Ops.CONTIGUOUS:
+      stack.extend(u.src)
+  return False
 
 def _region_of(target: UOp, kshape: tuple[sint, ...]) -> ShapeTracker | None:
   """Where an ASSIGN into a view stores (a KV cache row at a symbolic position: shrink), as a view of the whole buffer
