@@ -1,8 +1,11 @@
 """Fusion rewrites applied to a graph before it is cut into kernels, as one rule table (pm_fusion): a permute or
 shrink of a reduce's result is pushed into the reduce's input, so the reduce fuses with the kernel that reads it
-(a kernel's loop space is its reduce's output, which it can read straight or through reshapes only)."""
+(a kernel's loop space is its reduce's output, which it can read straight or through reshapes only); a reduce of a
+reduce of the same op is one reduce; a pad of nothing is zeros."""
 from __future__ import annotations
 from attograd.dtype import dtypes
+from attograd.helpers import prod
+from attograd.uop import build
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 
 # the movement ops pushed down, and the ops they are pushed through (elementwise ops don't care about the order in
@@ -84,12 +87,53 @@ def through_squeeze_rule(ctx: Fusion, m: UOp, r: UOp) -> UOp | None:
     new = UOp(Ops.SHRINK, x.dtype, (x,), tuple(arg))
   return _made(ctx, UOp(Ops.RESHAPE, m.dtype, (new,), m.shape))
 
+def pad_of_nothing_rule(ctx: Fusion, p: UOp) -> UOp | None:
+  """A pad of a node without elements is all padding, zeros: the node is never read (a zero-size slice of a reduce
+  then leaves the reduce one reader fewer, free to fuse with the other)."""
+  if (n := prod(p.src[0].shape)).__class__ is not int or n != 0: return None
+  return _made(ctx, build.zeros_like(p))
+
+def _merge_reduces(ctx: Fusion, outer: UOp, inner: UOp, m: UOp | None) -> UOp | None:
+  """REDUCE(REDUCE(x)) of one op (through a reshape that only adds or drops size-1 dims, as a sum without keepdim
+  leaves it) is one REDUCE of x over both sets of axes: x.sum(1).sum(0) is x.sum((0, 1)), one kernel."""
+  op = outer.arg[0]
+  if inner.arg[0] is not op or op not in (Ops.ADD, Ops.MAX, Ops.MUL) or inner.dtype != outer.dtype or \
+     ctx.users.get(inner) != 1 or (m is not None and ctx.users.get(m) != 1):
+    return None
+  axes = set(inner.arg[1])
+  if m is None: axes |= set(outer.arg[1])
+  else:
+    if (to := _squeeze_map(m)) is None: return None
+    big = [i for i, s in enumerate(inner.shape) if s != 1]  # big[k] becomes m's dim to[k]
+    axes |= {big[k] for k, d in enumerate(to) if d in outer.arg[1]}
+  merged = UOp(Ops.REDUCE_AXIS, outer.dtype, (inner.src[0],), (op, tuple(sorted(axes))))
+  if merged.shape != outer.shape: merged = UOp(Ops.RESHAPE, outer.dtype, (merged,), outer.shape)
+  return _made(ctx, merged)
+
+def reduce_of_reduce_rule(ctx: Fusion, outer: UOp, inner: UOp) -> UOp | None:
+  return _merge_reduces(ctx, outer, inner, None)
+
+def reduce_of_squeezed_reduce_rule(ctx: Fusion, outer: UOp, m: UOp, inner: UOp) -> UOp | None:
+  return _merge_reduces(ctx, outer, inner, m)
+
 pm_fusion = PatternMatcher([
+  (UPat(Ops.PAD, name="p"), pad_of_nothing_rule),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.REDUCE_AXIS, name="inner"),), name="outer"), reduce_of_reduce_rule),
+  (UPat(Ops.REDUCE_AXIS, src=(UPat(Ops.RESHAPE, src=(UPat(Ops.REDUCE_AXIS, name="inner"),), name="m"),), name="outer"),
+   reduce_of_squeezed_reduce_rule),
   (UPat(Ops.PERMUTE, src=(UPat(Ops.REDUCE_AXIS, name="r"),), name="m"), permute_reduce_rule),
   (UPat(Ops.SHRINK, src=(UPat(Ops.REDUCE_AXIS, name="r"),), name="m"), shrink_reduce_rule),
   (UPat(_PUSHED, src=(UPat(Ops.RESHAPE, name="r"),), name="m"), through_squeeze_rule),
   (UPat(_PUSHED, src=(UPat(_THROUGH - {Ops.RESHAPE}, name="e"),), name="m"), through_elementwise_rule),
 ])
+
+def _may_fire(ctx: Fusion, u: UOp) -> bool:
+  """Whether a rule may match at u (a quick test on the graph, so that a graph none of them fits isn't rewritten)."""
+  if u.op in _PUSHED: return ctx.pushable(u.src[0])
+  if u.op is Ops.PAD: return (n := prod(u.src[0].shape)).__class__ is int and n == 0
+  if u.op is not Ops.REDUCE_AXIS: return False
+  x = u.src[0].src[0] if u.src[0].op is Ops.RESHAPE else u.src[0]
+  return x.op is Ops.REDUCE_AXIS and x.arg[0] is u.arg[0]
 
 _MAX_ROUNDS = 16  # each round pushes every view one step past what the last round's rewrites made; bounded anyway
 
@@ -101,7 +145,7 @@ def fuse_graph(outs: list[UOp], topo: list[UOp]) -> tuple[list[UOp], list[UOp], 
   old = sink = UOp(Ops.SINK, dtypes.void, tuple(outs))
   for _ in range(_MAX_ROUNDS):
     ctx = Fusion(list(sink.src), topo, made)
-    if not any(ctx.pushable(u.src[0]) for u in topo if u.op in _PUSHED): break
+    if not any(_may_fire(ctx, u) for u in topo): break
     if (new := graph_rewrite(sink, pm_fusion, ctx)) is sink: break
     sink, topo = new, list(new.toposort())[:-1]
   if sink is old: return outs, topo, {}

@@ -459,3 +459,20 @@ def test_gather_computes_its_index_in_its_own_kernel(device: str) -> None:
   out = x[idx, idx.abs() % 8]
   assert count_kernels(out.realize) == 1
   compare(out, xn[[0, 3, -1, 5, -64], [0, 3, 1, 5, 0]])
+
+def test_reduce_of_a_reduce_is_one_kernel(device: str) -> None:
+  x, xn = realized(N, M, 5)
+  out = (x * 2).sum(2).sum(0)
+  assert count_kernels(out.realize) == 1
+  compare(out, (xn * 2).sum(2).sum(0), atol=1e-4)
+  out = x.max(1).max(1) + 1
+  assert count_kernels(out.realize) == 1
+  compare(out, xn.max(1).max(1) + 1)
+
+def test_zero_size_slice_of_a_reduce_padded_back(device: str) -> None:
+  # the empty slice is all padding: the reduce is read once, and fuses
+  x, xn = realized(1, M)
+  r = x.sum(1, keepdim=True).reshape(1)
+  out = r * 2 + (r[1:] * 3).pad(((1, 0),))
+  assert count_kernels(out.realize) == 1
+  compare(out, xn.sum(1) * 2, atol=1e-5)

@@ -50,3 +50,21 @@ def test_other_views_are_not_pushed():
   for out in (x - x.max(1, keepdim=True), x.sum(1, keepdim=True).pad(((1, 1), (0, 0)))):
     (new,), back = _fused(out)
     assert new is out.uop and back == {}
+
+def test_reduce_of_a_reduce_is_one_reduce():
+  x = Tensor.empty(4, 5, 6, device="NULL")
+  cases = ((x.sum(2).sum(0), (0, 2)), (x.max(1, keepdim=True).max(2), (1, 2)), (x.sum((0, 1)).sum(), (0, 1, 2)))
+  for out, axes in cases:
+    (new,), back = _fused(out)
+    reds = [n for n in new.toposort() if n.op is Ops.REDUCE_AXIS]
+    assert len(reds) == 1 and reds[0].arg[1] == axes and reds[0].src[0] is x.uop and new.shape == out.shape
+  # different ops, or a value between them, stay two reduces
+  for out in (x.sum(2).max(0), x.sum(2).relu().sum(0)):
+    (new,), _ = _fused(out)
+    assert sum(1 for n in new.toposort() if n.op is Ops.REDUCE_AXIS) == 2
+
+def test_pad_of_nothing_is_zeros():
+  x = Tensor.empty(4, device="NULL")
+  out = x[2:2].pad(((1, 2),))
+  (new,), _ = _fused(out)
+  assert Ops.BUFFER not in _ops(new) and new.shape == (3,)
