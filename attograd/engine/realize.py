@@ -7,7 +7,7 @@ background once no first build is in flight, replaces it when ready; only the op
 A kernel of little work is built once, by the device's light compiler where it has one (CPU: -O1; LIGHT_BUILD).
 While a TinyJit captures, every kernel run here is also reported to its recorder (engine/recorder.py)."""
 from __future__ import annotations
-import os, threading, time, warnings
+import functools, os, threading, time, warnings
 from collections import OrderedDict
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
@@ -21,7 +21,7 @@ from attograd.engine import recorder
 import attograd.viz as viz
 from attograd.viz import VIZ
 from attograd.dtype import dtypes
-from attograd.helpers import BEAM, CAPTURING, DEBUG, ContextVar, GlobalCounters, colored
+from attograd.helpers import BEAM, CAPTURING, DEBUG, ContextVar, GlobalCounters, colored, prod
 from attograd.renderer import Estimates, ProgramSpec
 from attograd.uop.ops import CallInfo, Ops, UOp
 
@@ -446,10 +446,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   debug, viz_on, nan_check = DEBUG.value, VIZ.value, DEBUG_NAN.value
   plain = capturing is None and debug < 2 and not viz_on and not nan_check and not PROFILER.active
   for si in items:
-    mem = 0  # (the bytes it touches, counted here rather than in a comprehension: a call of its own per kernel)
     for b in si.bufs:
       if b._buf is None: b.allocate()
-      mem += b.size * b.dtype.itemsize
     if si.ast.op is Ops.COPY:
       if capturing is not None: capturing.kernel(copy_runner, si.bufs, {})
       st = PROFILER.now() if PROFILER.active else 0.0
@@ -479,6 +477,10 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       if nan_check: check_kernel(runner.spec.name, si.bufs, runner.spec.outs)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += runner.spec.op_estimate
+    mem = 0  # (the bytes it touches, counted here rather than in a comprehension: a call of its own per kernel)
+    for i, n in _elements_touched(si.ast):
+      b = si.bufs[i]
+      mem += (n if n.__class__ is int and n < b.size else b.size) * b.dtype.itemsize
     GlobalCounters.global_mem += mem
     if debug >= 2:  # (never the direct call above: it is taken only below DEBUG=2)
       GlobalCounters.time_sum_s += et
@@ -488,6 +490,19 @@ def run_schedule(items: list[ScheduleItem]) -> None:
       print(f"*** {device:7s} {GlobalCounters.kernel_count:4d} {sp.name:32s} {et*1e6:9.2f} us  {gflops:8.2f} GFLOPS "
             f"{gbs:8.2f} GB/s"
             + (f"  opts {list(sp.applied_opts)}" if DEBUG >= 3 else ""))
+
+@functools.lru_cache(maxsize=4096)
+def _elements_touched(ast: UOp) -> tuple[tuple[int, Any], ...]:
+  """(buffer index, elements of it the kernel reads or writes) per buffer of a kernel, from its loads' and stores'
+  views (each view's distinct elements: its unmasked extent along the dims it moves along), for GlobalCounters'
+  global_mem: a write of a slice touches the slice, not the buffer. The caller caps each at the buffer's size."""
+  n: dict[int, Any] = {}
+  for u in ast.toposort():
+    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL:
+      i, v = u.src[0].arg, u.src[1].arg.views[0]
+      ext = [hi - lo for lo, hi in v.mask] if v.mask is not None else list(v.shape)
+      n[i] = n.get(i, 0) + prod(e for e, st in zip(ext, v.strides) if st != 0)
+  return tuple(n.items())
 
 def _profile_kernel(runner: CompiledRunner, si: ScheduleItem, st: float, et: float) -> None:
   """A kernel's span: its measured time (the device's own timer on GPUs), placed where the call started."""

@@ -8,6 +8,7 @@ from attograd.engine import multi
 from attograd.engine.buffers import buffers, new_buffer_uop
 from attograd.engine.item import ScheduleItem
 from attograd.helpers import prod
+from attograd.schedule.fusion import fuse_graph
 from attograd.schedule.kernels import _region_of, build_kernel_ast, find_kernel_roots
 from attograd.schedule.memory import placeholder_bytes, plan_schedule
 from attograd.schedule.realized import lookup_realized, remember, remember_weakly
@@ -248,9 +249,12 @@ def _rebind(u: UOp, bind: dict[UOp, UOp], var_vals: dict[UOp, int]) -> UOp:
 def _make_template(routs: list[UOp]) -> _Template:
   # shapes and devices of the normalized nodes, sources first (no deep recursion; a schedule-cache hit needs none)
   for u in (topo := _topo_of(routs)): _ = u.shape, u.device
-  # the tuning rules (a long reduce split in two stages): `stands_for` maps a rebuilt node back to the node of the
-  # normalized graph whose value it holds, the one a later graph will look up
+  # the fusion rules (a permute or shrink of a reduce pushed into its input), then the tuning rules (a long reduce split
+  # in two stages): `stands_for` maps a rebuilt node back to the node of the normalized graph whose value it holds,
+  # the one a later graph will look up
+  routs, topo, fused_from = fuse_graph(routs, topo)
   routs, stands_for = tune_graph(routs, topo)
+  if fused_from: stands_for = {**fused_from, **{n: fused_from.get(o, o) for n, o in stands_for.items()}}
   roots = find_kernel_roots(routs)
   node_buffer: dict[UOp, UOp] = {}
   new_bufs: list[UOp] = []
@@ -270,6 +274,7 @@ def _make_template(routs: list[UOp]) -> _Template:
     if n in roots: order.append(n)
   items: list[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]]] = []  # (ast, buffers, variables)
   for r in order:
+    if (n := prod(r.shape)).__class__ is int and n == 0: continue  # nothing to compute or copy: its buffer is empty
     if r.op is Ops.COPY:
       src = r.src[0]
       while src.op is Ops.RESHAPE: src = src.src[0]  # reshapes of a whole buffer are the same bytes

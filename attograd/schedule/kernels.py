@@ -38,48 +38,86 @@ def find_kernel_roots(outs: list[UOp]) -> dict[UOp, None]:
           roots[red] = None
           changed = True
     for red, rs in users.items():
-      if len(rs) > 1 and red not in roots:
+      if len(rs) > 1 and red not in roots and not _recomputed(red, rs):
         roots[red] = None
         changed = True
   return roots
 
-# ops whose value at all-zero inputs is not zero: a PAD above them can't be pushed down to their loads (the padded
-# region would hold f(0), and integer division there would trap), so they get their own buffer instead
+# a reduce read by several kernels is computed in each of them while all those computations together read at most
+# this many elements: below it a kernel launch (and a buffer written and read back) costs more than reading the input
+# again (a loss's sum read by two outputs). Measured on CPU, a.sum() + b[0] and a.sum() + 2 realized together:
+# 10000 elements 50 us recomputed vs 52 us with the sum's own kernel, 16384 55 vs 55, 32761 72 vs 65
+RECOMPUTE_MAX = 1 << 15
+
+def _recomputed(red: UOp, readers: set[UOp]) -> bool:
+  """Whether a reduce read by several kernels is computed by each of them rather than once into its own buffer."""
+  return (n := _numel(red.src[0].shape) * len(readers)) <= RECOMPUTE_MAX and len(readers) <= 4 and n > 0
+
+# ops whose value at all-zero inputs is not zero: a PAD above them, pushed down to their loads, leaves f(0) in the
+# padded region, so the kernel selects 0 there instead (build_kernel_ast's gate); an integer division by the 0 a
+# padded load reads would trap, so those ops get their own buffer instead
 _PAD_UNSAFE = {Ops.EXP2, Ops.LOG2, Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.CMPEQ, Ops.POW}
+_PAD_TRAPS = {Ops.IDIV, Ops.MOD}
 
 def _reduces_in_kernel(root: UOp, roots: dict[UOp, None]) -> list[tuple[UOp, bool]]:
-  """(node, can fuse here) for every reduce inside `root`'s kernel, and for every pad-unsafe op below a PAD."""
+  """(node, can fuse here) for every reduce inside `root`'s kernel, and for every op below a PAD that would trap."""
   out: list[tuple[UOp, bool]] = []
-  seen: set[tuple[UOp, bool, bool, bool, bool]] = set()
+  seen: set[tuple[UOp, bool, UOp | None, bool, bool]] = set()
   signature: list[tuple[Any, ...]] = []
-  stack = [(root.src[0] if root.op is Ops.CONTIGUOUS else root, True, False, False, False)]
-  if root.op in (Ops.ASSIGN,): stack = [(root.src[1], True, False, False, False)]
+  # (node, reached through reshapes only, the reduce it is below, below a PAD, read through an EXPAND below a reduce)
+  start: UOp = root.src[0] if root.op is Ops.CONTIGUOUS else root.src[1] if root.op is Ops.ASSIGN else root
+  stack: list[tuple[UOp, bool, UOp | None, bool, bool]] = [(start, True, None, False, False)]
   while stack:
-    n, only_reshapes, below_reduce, padded, expanded = stack.pop()
-    if (n, only_reshapes, below_reduce, padded, expanded) in seen: continue
-    seen.add((n, only_reshapes, below_reduce, padded, expanded))
+    n, only_reshapes, red, padded, expanded = item = stack.pop()
+    if item in seen: continue
+    seen.add(item)
     if n is not root and (n in roots or _is_leaf(n)): continue
-    if expanded and n.op in GroupOp.Elementwise and (costly := _costly(n, roots))[0]:
+    if expanded and n.op in GroupOp.Elementwise and (costly := _costly(n, roots, red))[0]:
       # read through an EXPAND inside a reduce, each element would be recomputed for every output it feeds
       out.append((n, False))
       out.extend((r, False) for r in costly[1])
       continue
     if n.op is Ops.REDUCE_AXIS:
       sig = (n.src[0].shape, n.arg[1])
-      ok = only_reshapes and not below_reduce and (not signature or signature[0] == sig)
+      ok = only_reshapes and red is None and (not signature or signature[0] == sig)
       out.append((n, ok))
       if not ok: continue
       if not signature: signature.append(sig)
-      stack.append((n.src[0], True, True, False, False))
+      stack.append((n.src[0], True, n, False, False))
       continue
-    if padded and n.op in _PAD_UNSAFE:
+    if padded and n.op in _PAD_TRAPS:
       out.append((n, False))
       continue
     if n.op in (Ops.COPY,): continue
     keeps = only_reshapes and n.op not in GroupOp.Movement or n.op is Ops.RESHAPE and only_reshapes
-    grows = n.op is Ops.EXPAND and below_reduce and any(a == 1 and b != 1 for a, b in zip(n.src[0].shape, n.shape))
-    for s in n.src: stack.append((s, keeps, below_reduce, padded or n.op is Ops.PAD, expanded or grows))
+    grows = n.op is Ops.EXPAND and red is not None and \
+      any(a == 1 and b != 1 for a, b in zip(n.src[0].shape, n.shape))
+    for s in n.src: stack.append((s, keeps, red, padded or n.op is Ops.PAD, expanded or grows))
   return out
+
+def _invariant_in(n: UOp, red: UOp, roots: dict[UOp, None]) -> bool:
+  """Whether n, read inside the reduce `red` (through the movement ops on the first path from the reduce's input down
+  to n), has one value along all the reduced axes: a gather's index, read once per output. Its ops don't depend on the
+  reduce loop's index, so they run once per output, outside that loop, however many ops they are."""
+  top = red.src[0]
+  parent: dict[UOp, UOp | None] = {top: None}
+  stack = [top]
+  while stack:
+    u = stack.pop()
+    if u is n: break
+    if u is not top and (u in roots or _is_leaf(u) or u.op is Ops.REDUCE_AXIS): continue
+    for s in u.src:
+      if s not in parent:
+        parent[s] = u
+        stack.append(s)
+  else: return False
+  st, u = ShapeTracker.from_shape(n.shape), n
+  while (p := parent[u]) is not None:  # the movement ops from n up to the reduce's input, nearest n first
+    if p.op in GroupOp.Movement: st = st.apply(p.op, p.arg)
+    u = p
+  if st.shape != top.shape: return False
+  strides = st.index_strides()
+  return all(strides[a] == 0 for a in red.arg[1])
 
 def _is_cat(u: UOp) -> bool:
   """A sum of padded pieces that don't overlap (what cat and stack build): each element reads one piece, so the adds
@@ -97,29 +135,37 @@ def _is_cat(u: UOp) -> bool:
   return all(any(r1[ax][1] <= r2[ax][0] or r2[ax][1] <= r1[ax][0] for ax in range(len(r1)))
              for i, r1 in enumerate(regions) for r2 in regions[i + 1:])
 
-def _costly(n: UOp, roots: dict[UOp, None], limit: int = 3) -> tuple[bool, list[UOp]]:
+def _costly(n: UOp, roots: dict[UOp, None], red: UOp | None = None, limit: int = 3) -> tuple[bool, list[UOp]]:
   """Worth a buffer rather than recomputing per use: more than `limit` ALU ops below n inside this kernel, or more
   than one when n is no bigger than its inputs (relu(x + b) feeding a conv: a scalar add, compare and select per
   load otherwise, about a third of the weight gradient's time). A value computed on a grown view (a conv's
   unfolded windows) stays fused at that size: its buffer would hold every window. In that second case the reduces
   below n come back too: they get their own buffers rather than fusing into n's kernel, where nothing else could
-  read them (the conv that produced x, which the activation's gradient reads again)."""
-  count, stack, seen, biggest, reduces = 0, [n], set(), 0, []
+  read them (the conv that produced x, which the activation's gradient reads again). A value computed from indices
+  and constants alone (argmax's N - arange) reads no memory: its few integer ops are recomputed wherever it is read.
+  Below the reduce `red`, a part with one value along the reduced axes (a gather's index, _invariant_in) runs once
+  per output, outside the reduce loop: it counts as a load, not as ops recomputed."""
+  count, stack, seen, biggest, reduces, loads = 0, [n], set(), 0, [], False
   while stack:
     u = stack.pop()
     if u in seen: continue
     seen.add(u)
-    if u is not n and (u in roots or _is_leaf(u)):
+    if u is not n and (u in roots or _is_leaf(u) or (red is not None and u.op in GroupOp.ALU and
+                                                     _invariant_in(u, red, roots))):
       biggest = max(biggest, _numel(u.shape))
+      loads = loads or u in roots or u.op in GroupOp.ALU or (u.op is Ops.BUFFER and u.arg[2:] != (IOTA_TAG,))
+      if loads and count > limit: return True, []
       continue
     if u.op in GroupOp.ALU and not _is_cat(u):
       count += 1
-      if count > limit: return True, []
+      if loads and count > limit: return True, []
     if u.op is Ops.REDUCE_AXIS:  # a leaf here: its cost is the reduce's own kernel, not a per-load recompute
       biggest = max(biggest, _numel(u.shape))
       reduces.append(u)
       continue
     stack.extend(u.src)
+  if not loads and not reduces: return False, []
+  if count > limit: return True, []  # (the walk found its first load after its limit)
   return (True, reduces) if count > 1 and _numel(n.shape) <= biggest else (False, [])
 
 def _numel(shape: tuple[sint, ...]) -> int: return prod(sym_max(s) for s in shape)
@@ -175,6 +221,12 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
       if not visited:
         stack.append((n, chain, True))
         if vk(*child) not in memo: stack.append((child[0], child[1], False))
+      elif n.op is Ops.PAD and _pad_unsafe(n.src[0], node_buffer, root):
+        # the padded region computed f(0) from the zeros its loads read: select 0 there (a True seen through the pad
+        # is False outside the region)
+        inside = UOp(Ops.CONST, dtypes.bool, (UOp(Ops.VIEW, dtypes.void, (), vk(*child)[1]),), True)
+        zero = UOp(Ops.CONST, n.dtype, (UOp(Ops.VIEW, dtypes.void, (), key[1]),), 0)
+        memo[key] = UOp(Ops.WHERE, n.dtype, (inside, memo[vk(*child)], zero))
       else: memo[key] = memo[vk(*child)]
       continue
     if n.op is Ops.REDUCE_AXIS:
@@ -207,6 +259,18 @@ def build_kernel_ast(root: UOp, roots: dict[UOp, None], node_buffer: dict[UOp, U
   if ast_variables(ast):  # buffer sizes differ from value to value: leave them out so one program serves all
     ast = ast.substitute({g: g.replace(dtype=g.dtype.base.ptr()) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL})
   return ast, list(inputs)
+
+def _pad_unsafe(x: UOp, node_buffer: dict[UOp, UOp], root: UOp) -> bool:
+  """Whether x computes, in this kernel (down to the nodes it loads), an op whose value at 0 is not 0."""
+  stack, seen = [x], set()
+  while stack:
+    u = stack.pop()
+    if u in seen or u.op is Ops.BUFFER or (u is not root and u in node_buffer) or u.op is Ops.REDUCE_AXIS: continue
+    seen.add(u)
+    if u.op in _PAD_UNSAFE: return True
+    if u.op in GroupOp.Elementwise or u.op in GroupOp.Movement or u.op in GroupOp.Marker or u.op is Ops.CONTIGUOUS:
+      stack.extend(u.src)
+  return False
 
 def _region_of(target: UOp, kshape: tuple[sint, ...]) -> ShapeTracker | None:
   """Where an ASSIGN into a view stores (a KV cache row at a symbolic position: shrink), as a view of the whole buffer

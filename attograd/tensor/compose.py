@@ -395,7 +395,8 @@ class ComposeMixin:
 
     `value` is a scalar (cast to x's dtype) or a tensor of x's dtype that broadcasts to `x[indices].shape`; a tensor
     of another dtype raises, as in tinygrad (PyTorch casts it: write `value.cast(x.dtype)` for that). A realized
-    tensor is written in place (other references to it see the change); a lazy one gets the new graph.
+    tensor is written in place (other references to it see the change), as lazily as `assign`: the write runs at the
+    next realize that needs the buffer, and ints and slices write only their region. A lazy tensor gets the new graph.
 
     >>> x = Tensor.zeros(2, 3).contiguous()
     >>> x[0, 1:] = 5.0
@@ -416,6 +417,11 @@ class ComposeMixin:
     in_place = (_contiguous_view_of_buffer(self.uop) or _writable_view(self.uop) is not None) and \
       not (isinstance(value, cls) and write_keeps_grad_path(self, value.uop))
     if not in_place: _refuse_aliased_lazy_write(self, value)
+    # ints and slices of a buffer: only the region is written, through its view (tinygrad's one kernel over the
+    # region's elements, not a select over the whole buffer); like assign, the write runs when a realize needs it
+    elif _plain_indices(indices) and _writable_view((region := self[indices]).uop) is not None:
+      region._assign(value, value_private=False, lazy=True)
+      return
     if (placed := _setitem(self, indices, value)) is None: return
     v, hit = placed
     new = v if hit is None else hit.where(v, self)
@@ -424,10 +430,20 @@ class ComposeMixin:
       # positions (x[1:] = x[:-1]), compute the result into its own buffer first
       base = self.uop.base
       if base in v.uop.toposort() or (hit is not None and base in hit.uop.toposort()): new = new.contiguous()
-      self._assign(new, value_private=new is not value)  # (value itself when it covers all of self: the caller's)
+      self._assign(new, value_private=new is not value, lazy=True)  # (value itself when it covers all of self)
     else: self.uop = new.uop
 
 # ***** helpers *****
+
+def _plain_int(i: Any) -> bool: return isinstance(i, int) and not isinstance(i, bool)
+
+def _plain_index(i: Any) -> bool:
+  if isinstance(i, slice): return all(b is None or _plain_int(b) for b in (i.start, i.stop, i.step))
+  return i is None or i is Ellipsis or _plain_int(i)
+
+def _plain_indices(indices: Any) -> bool:
+  """Indices that only select a region (ints, slices of int bounds, None, ...): no tensors, lists or bools."""
+  return all(map(_plain_index, indices if isinstance(indices, tuple) else (indices,)))
 
 def _refuse_aliased_lazy_write(x: Tensor, value: Any) -> None:
   """A setitem on a lazy x (no buffer yet) gives x a new graph; other tensors keep the graph they hold. For a tensor

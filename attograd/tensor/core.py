@@ -595,11 +595,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     self.uop, self._device = x.uop, x._device
     return self
   def contiguous(self, arg: tuple | None = None) -> Tensor:
-    """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it).
-    `arg`: optimization actions for the kernel that computes it (a tuple of attograd.codegen.opt.Opt, tinygrad's
-    form), applied in place of the heuristic's; a tensor that is a buffer already gets no kernel, so none apply."""
-    if _contiguous_view_of_buffer(self.uop) and self.uop.op is Ops.BUFFER: return self
-    if arg is None: return self._new(_unique_contiguous(self.uop))
+    """A tensor whose data is laid out contiguously in its own buffer (its own: equal graphs don't share it). A tensor
+    that already is a whole buffer, seen through reshapes only, is returned as it is (as in tinygrad and PyTorch:
+    no copy, so a write through either shows in both). `arg`: optimization actions for the kernel that computes it
+    (a tuple of attograd.codegen.opt.Opt, tinygrad's form), applied in place of the heuristic's; a tensor that is a
+    buffer already gets no kernel, so none apply."""
+    if _contiguous_view_of_buffer(self.uop): return self
+    if arg is None:
+      if self.uop.op is Ops.CONTIGUOUS and self.uop.arg is not None: return self  # already a copy of its own
+      return self._new(_unique_contiguous(self.uop))
     from attograd.codegen.opt import Opt
     if not isinstance(arg, (tuple, list)) or not all(isinstance(o, Opt) for o in arg):
       raise TypeError(f"contiguous: arg is a tuple of codegen.opt.Opt, got {arg!r}")
@@ -634,7 +638,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     return self._assign(x, private, lazy=True)
   def _assign(self, x: Any, value_private: bool, lazy: bool = False) -> Tensor:
     """assign's work. lazy: a write into a realized buffer waits until a realize needs it (tensor/pending.py), as
-    tinygrad's; otherwise (setitem, a write into a lazy tensor, which is realized first) it runs now."""
+    tinygrad's (assign, setitem, x += y); otherwise (into a lazy tensor, which is realized first) it runs now."""
     if tensor_disk.on_disk(self.device): return tensor_disk.assign(self, x)  # from any device: a copy into the file
     if not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)
     if x.shape != self.shape:
@@ -2114,8 +2118,10 @@ def _write(assign: UOp, lazy: bool, whole: bool) -> None:
   """Run the in-place write `assign` now (after the pending writes it must follow), or, lazy (Tensor.assign into a
   realized buffer), record it to run when a realize needs its buffer (tensor/pending.py). whole: it writes every
   element of its buffer. A write inside a @function body (whose graph is traced, nothing realized) or while a TinyJit
-  captures (the write must be among the kernels it replays) runs now."""
-  if lazy and ALLOW_DEVICE_USAGE.value and _active_recorder() is None:
+  captures (the write must be among the kernels it replays) runs now, as does one into memory owned outside attograd
+  (Tensor.from_blob: its owner reads the memory directly, with no realize to run a pending write)."""
+  if lazy and ALLOW_DEVICE_USAGE.value and _active_recorder() is None and \
+     not isinstance(buffers.get(assign.src[0].base), ExternalBuffer):
     pending.add(assign, whole)
     return
   pending.flush_for([assign])

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from attograd.dtype import dtypes
 from attograd.helpers import prod
-from attograd.uop.ops import Ops, UOp, broadcast_shape, sint, ssimp, sym_max
+from attograd.uop.ops import UOp, broadcast_shape, sint, ssimp, sym_max
 if TYPE_CHECKING: from attograd.tensor.core import Tensor
 
 def _normalize(t: Tensor, indices: Any) -> list[Any]:
@@ -178,11 +178,9 @@ def _getitem(t: Tensor, indices: Any) -> Tensor:
     flat = term if flat is None else flat + term
   assert flat is not None
   flat = flat._broadcast_to(bshape) if flat.shape != bshape else flat
-  # the flat index gets a buffer of its own (one element per index): the one-hot compare is then one op the gather
-  # kernel can fuse, and codegen's pm_gather_fold turns its reduce over `total` into one load per output element. A
-  # plain CONTIGUOUS, not contiguous()'s numbered one: nothing writes into it, so equal indices share it, and the same
-  # getitem builds the same graph (UOp.__getitem__ builds the Tensor's, node for node)
-  if flat.uop.base.op is not Ops.BUFFER: flat = flat._in_buffer()
+  # the flat index is computed inside the gather's kernel (it has one value per output, along the one-hot's reduce,
+  # so the scheduler fuses it: schedule/kernels.py), and codegen's pm_gather_fold turns the reduce over `total` into
+  # one load per output element
   total = prod(sizes)
   xf = x.reshape((total,) + rest_shape)
   ar = cls.arange(total, device=t.device).reshape((1,) * len(bshape) + (total,))

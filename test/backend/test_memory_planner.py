@@ -84,14 +84,15 @@ def test_results_unchanged(build: Callable[[Tensor], Tensor]) -> None:
 def test_held_intermediate_is_kept_and_reused(monkeypatch: pytest.MonkeyPatch) -> None:
   x, w = rnd(4, 8, seed=4), rnd(8, 8, seed=5)
   a = (Tensor(x) @ Tensor(w)).relu().contiguous()  # held by this test: its value must survive the realize of b
-  b = (a @ Tensor(w)).sum()                          # (a @ w) is dead after b: pooled
+  b = (a @ Tensor(w)).relu().sum()                   # (a @ w) is dead after b: pooled (the relu keeps it a kernel
+                                                     # of its own: a sum of the product alone merges into one reduce)
   b.realize()
   k = GlobalCounters.kernel_count
   np.testing.assert_allclose(a.numpy(), np.maximum(x @ w, 0), rtol=1e-5)
   assert GlobalCounters.kernel_count == k  # a was remembered, not recomputed
   del a
   seen = _pooled_runs(monkeypatch)
-  ((Tensor(x) @ Tensor(w)).relu().contiguous() @ Tensor(w)).sum().realize()
+  ((Tensor(x) @ Tensor(w)).relu().contiguous() @ Tensor(w)).relu().sum().realize()
   assert len({id(b) for b in seen[0] if isinstance(b, PooledBuffer)}) == 2  # nothing holds this graph: both pooled
 
 def test_peak_reported_with_debug(capsys: pytest.CaptureFixture[str]) -> None:

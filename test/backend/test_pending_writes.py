@@ -83,11 +83,14 @@ def test_realize_together(device: str) -> None:
   assert _kernels(lambda: Tensor.realize(a, b)) == 2 and not pending.pending
   assert a.tolist() == [4.0, 4.0] and b.tolist() == [6.0, 6.0]
 
-def test_setitem_writes_at_its_line(device: str) -> None:
-  # setitem keeps its eager write; a pending assign it must follow runs first
+def test_setitem_is_lazy_after_a_pending_assign(device: str) -> None:
+  # setitem into a realized buffer is lazy too (as in tinygrad): it waits behind the pending assign, and both run, in
+  # order, at the next realize
   x = Tensor.zeros(4, device=device).contiguous().realize()
   x.assign(x + 1)
-  assert _kernels(lambda: x.__setitem__(slice(0, 2), 7.0)) >= 2 and not pending.pending
+  n = len(pending.pending)
+  assert _kernels(lambda: x.__setitem__(slice(0, 2), 7.0)) == 0 and len(pending.pending) == n + 1
+  assert _kernels(x.realize) == 2 and not pending.pending
   assert x.tolist() == [7.0, 7.0, 1.0, 1.0]
 
 def test_jit_runs_earlier_writes_once(device: str) -> None:
@@ -207,3 +210,18 @@ def test_reader_equal_to_a_realized_one_keeps_its_values(device: str) -> None:
     m1.numpy()
     write(b)
     assert m2.tolist() == [12.0, 24.0] and m1.tolist() == [12.0, 24.0]
+
+def test_setitem_of_a_slice_writes_only_the_slice(device: str) -> None:
+  x = Tensor.zeros(100, device=device).contiguous().realize()
+  v = Tensor.ones(30, device=device).contiguous().realize()
+  GlobalCounters.reset()
+  n = len(pending.pending)  # (earlier tests' writes to buffers nothing reads again may still wait)
+  x[20:50] = v
+  x[60] = 5.0
+  assert GlobalCounters.kernel_count == 0 and len(pending.pending) == n + 2
+  x.realize()
+  # two kernels over their regions: 30 elements read and written, then one written (not the whole 100 each time)
+  assert GlobalCounters.kernel_count == 2 and GlobalCounters.global_mem == (30 * 2 + 1) * 4
+  want = np.zeros(100, np.float32)
+  want[20:50], want[60] = 1.0, 5.0
+  np.testing.assert_equal(x.numpy(), want)

@@ -363,3 +363,138 @@ def test_parameters_are_computed_lazily_and_together(device: str) -> None:
   assert a.grad is not None and b.grad is not None
   compare(a.grad, np.full(3, 2.0, np.float32))
   compare(b.grad, np.full(3, 3.0, np.float32))
+
+# ***** no-ops schedule nothing *****
+
+def test_contiguous_of_a_whole_buffer_is_that_buffer(device: str) -> None:
+  # a buffer seen through reshapes is already contiguous: contiguous() returns it (no copy, as in PyTorch), so a
+  # write through one shows in the other
+  x, xn = realized(N * M)
+  y = x.reshape(N, M).contiguous()
+  assert count_kernels(y.realize) == 0
+  y.assign(Tensor.ones(N, M)).realize()
+  compare(x, np.ones(N * M, np.float32))
+  # one that isn't (an expand) still gets its copy, and a contiguous() of that copy is the copy
+  z = x.reshape(N, M)[:, :1].expand(N, M).contiguous().contiguous()
+  assert count_kernels(z.realize) == 1
+  compare(z, np.ones((N, M), np.float32))
+
+def test_zero_size_results_run_no_kernel(device: str) -> None:
+  x = Tensor.empty(2, 3, 0)
+  out = (x + 1) * 2
+  assert count_kernels(out.realize) == 0
+  assert out.shape == (2, 3, 0) and out.numpy().shape == (2, 3, 0)
+  f = Tensor.zeros(2).contiguous().realize()
+  empty = f[:0]
+  assert count_kernels(lambda: empty.assign(Tensor.ones(0)).realize()) == 0
+  compare(f, np.zeros(2, np.float32))
+  # a reduce over a zero-size dim is not empty: it gives the identity
+  compare(Tensor.empty(3, 0).sum(1), np.zeros(3, np.float32))
+  compare(Tensor.empty(3, 0).max(1), np.full(3, -np.inf, np.float32))
+
+# ***** the scheduler's fusion rules (schedule/fusion.py) *****
+
+def test_permuted_reduce_fuses_with_its_reader(device: str) -> None:
+  # the permute is pushed into the reduce's input: one kernel, not a reduce and a permuted read of its buffer
+  (x, xn), (b, bn) = realized(N, M, 5), realized(5, N, seed=1)
+  out = x.sum(1).T + b
+  assert count_kernels(out.realize) == 1
+  compare(out, xn.sum(1).T + bn, atol=1e-5)
+  (a, an), (w, wn), (c, cn) = realized(N, 5), realized(5, M, seed=1), realized(M, N, seed=2)
+  out = (a @ w).T * c
+  assert count_kernels(out.realize) == 1
+  compare(out, (an @ wn).T * cn, atol=1e-5)
+
+def test_sliced_reduce_computes_only_the_slice(device: str) -> None:
+  (x, xn), (b, bn), (b2, _) = realized(2 * N, M), realized(N, seed=1), realized(2 * N, seed=2)
+  count_kernels((x.max(1) + b2).exp().realize)
+  whole = GlobalCounters.global_ops
+  out = (x.max(1)[1:N + 1] + b).exp()
+  assert count_kernels(out.realize) == 1
+  assert GlobalCounters.global_ops <= whole * 0.6, (GlobalCounters.global_ops, whole)  # N rows reduced, not 2N
+  compare(out, np.exp(xn.max(1)[1:N + 1] + bn), rtol=1e-5)
+
+def test_view_pushed_through_casts_and_reshapes(device: str) -> None:
+  from attograd import dtypes
+  (x, xn), (b, bn) = realized(2, 3, N, N), realized(N * N, seed=1)
+  out = x.sum((0, 1)).cast(dtypes.half).permute(1, 0).reshape(N, N, 1).permute(1, 0, 2).reshape(N * N) + b.half()
+  assert count_kernels(out.realize) == 1
+  want = xn.sum((0, 1)).astype(np.float16).T.reshape(N, N, 1).transpose(1, 0, 2).reshape(N * N) + bn.astype(np.float16)
+  compare(out, want, atol=1e-2, rtol=1e-2)
+
+def test_reduce_read_twice_keeps_its_buffer(device: str) -> None:
+  x, xn = realized(N, M)
+  r = x.sum(1, keepdim=True)
+  a, b = r.T + 1, (x * r)[1:3]
+  assert count_kernels(lambda: Tensor.realize(a, b)) == 3
+  rn = xn.sum(1, keepdims=True)
+  compare(a, rn.T + 1, atol=1e-5)
+  compare(b, (xn * rn)[1:3], atol=1e-4)
+  again = r * 3  # the reduce's buffer is remembered for later graphs
+  assert count_kernels(again.realize) == 1
+  compare(again, rn * 3, atol=1e-4)
+
+def test_pushed_reduce_result_is_remembered(device: str) -> None:
+  # the reduce computed permuted (it stands for the permute of the graph) is read again by a later graph
+  x, xn = realized(N, M, 5)
+  t = x.sum(2).T
+  s = (t.exp() + 1).sum()
+  Tensor.realize(t, s)
+  assert count_kernels((t * 2).realize) == 1
+  compare(t * 2, xn.sum(2).T * 2, atol=1e-4)
+  compare(s, (np.exp(xn.sum(2).T) + 1).sum(), rtol=1e-4)
+
+def test_small_reduce_read_by_two_kernels_is_computed_in_each(device: str) -> None:
+  # a launch costs more than reading 16x16 elements again: each output's kernel sums x itself (2 kernels, not 3)
+  (x, xn), (y, yn) = realized(16, 16), realized(16, 16, seed=1)
+  a, b = x.sum() + 2, (x.sum() - y.sum()) * 4
+  assert count_kernels(lambda: Tensor.realize(a, b)) == 2
+  compare(a, xn.sum() + 2, atol=1e-3)
+  compare(b, (xn.sum() - yn.sum()) * 4, atol=1e-2)
+  # a bigger one is computed once into its own buffer, which both read
+  (x, xn) = realized(200, 200)
+  a, b = x.sum() + 2, x.sum() * 3
+  assert count_kernels(lambda: Tensor.realize(a, b)) == 3
+  compare(a, xn.sum() + 2, atol=1e-2, rtol=1e-4)
+  compare(b, xn.sum() * 3, atol=1e-2, rtol=1e-4)
+
+def test_index_math_is_recomputed_not_buffered(device: str) -> None:
+  # argmax's N - arange reads no memory: it fuses into the kernel that picks the index (2 kernels: the max, the pick)
+  x, xn = realized(N, 32)
+  out = x.argmax(-1)
+  assert count_kernels(out.realize) == 2
+  np.testing.assert_equal(out.numpy(), xn.argmax(-1))
+  out = x.argmin(0)
+  assert count_kernels(out.realize) == 2
+  np.testing.assert_equal(out.numpy(), xn.argmin(0))
+
+def test_gather_computes_its_index_in_its_own_kernel(device: str) -> None:
+  # the index's wrap of negatives has one value per output, along the one-hot's reduce: it runs in the gather's
+  # kernel (1 kernel, not a kernel for the index and one for the gather), and the gather still folds to one load per
+  # output element (far fewer ops than the one-hot's rows x outputs)
+  x, xn = realized(64, 8)
+  idx = Tensor(np.array([0, 3, -1, 5, -64], np.int32)).realize()
+  out = x[idx]
+  assert count_kernels(out.realize) == 1
+  assert GlobalCounters.global_ops < 5 * 8 * 64
+  compare(out, xn[[0, 3, -1, 5, -64]])
+  out = x[idx, idx.abs() % 8]
+  assert count_kernels(out.realize) == 1
+  compare(out, xn[[0, 3, -1, 5, -64], [0, 3, 1, 5, 0]])
+
+def test_reduce_of_a_reduce_is_one_kernel(device: str) -> None:
+  x, xn = realized(N, M, 5)
+  out = (x * 2).sum(2).sum(0)
+  assert count_kernels(out.realize) == 1
+  compare(out, (xn * 2).sum(2).sum(0), atol=1e-4)
+  out = x.max(1).max(1) + 1
+  assert count_kernels(out.realize) == 1
+  compare(out, xn.max(1).max(1) + 1)
+
+def test_zero_size_slice_of_a_reduce_padded_back(device: str) -> None:
+  # the empty slice is all padding: the reduce is read once, and fuses
+  x, xn = realized(1, M)
+  r = x.sum(1, keepdim=True).reshape(1)
+  out = r * 2 + (r[1:] * 3).pad(((1, 0),))
+  assert count_kernels(out.realize) == 1
+  compare(out, xn.sum(1) * 2, atol=1e-5)
