@@ -7,7 +7,7 @@ from attograd.helpers import DTypeOpError, ArgumentError, prod
 from attograd.uop.ops import Ops, UOp, broadcast_shape
 from attograd.schedule.realized import lookup_realized
 import attograd.tensor.disk as tensor_disk
-from attograd.tensor.autograd import write_keeps_grad_path
+from attograd.tensor.autograd import old_values_for_grad, write_carries_grad, write_keeps_grad_path
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _writable_view, view_root
 from attograd.tensor.indexing import _basic_indices, _expand_bool_indices, _normalize
 from attograd.tensor.live import live_tensors
@@ -424,7 +424,12 @@ class ComposeMixin:
       # positions (x[1:] = x[:-1]), compute the result into its own buffer first
       base = self.uop.base
       if base in v.uop.toposort() or (hit is not None and base in hit.uop.toposort()): new = new.contiguous()
+      # a value that carries a gradient: the written tensor's new node remembers the graph (Tensor._remember_write)
+      before = self.uop
+      graph = old_values_for_grad(self, new.uop) if isinstance(value, cls) and write_carries_grad(new.uop, before) \
+        else None
       self._assign(new, value_private=new is not value)  # (value itself when it covers all of self: the caller's)
+      if graph is not None: self._remember_write(graph, before)
     else: self.uop = new.uop
 
 # ***** helpers *****

@@ -36,7 +36,8 @@ from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
 from attograd.tensor.functional import NNMixin
-from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad, write_keeps_grad_path
+from attograd.tensor.autograd import (GradMixin, _grad_tensors, buffer_shared, drop_unheld_grad, old_values_for_grad,
+                                     write_carries_grad, write_keeps_grad_path)
 import attograd.tensor.live as live
 from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
@@ -656,32 +657,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     t[1::2]). The whole buffer (every shard) under it is written, taking x where the view maps and its own values
     elsewhere; this tensor reads the new values through the same view. None when the view isn't of a realized buffer
     or duplicates elements (an expand): then the tensor just takes x's graph."""
-    chain, u = [], self.uop
-    while u.op in _ONE_TO_ONE or u.op in (Ops.PAD, Ops.DETACH):
-      if u.op is not Ops.DETACH: chain.append(u)
-      u = u.src[0]
+    u = self.uop
+    while u.op in _ONE_TO_ONE or u.op in (Ops.PAD, Ops.DETACH): u = u.src[0]
     if not ((u.op is Ops.MULTI and _is_realized(u)) or (u.op is Ops.BUFFER and u.arg[2:] != (IOTA_TAG,))): return None
-    # x and the mask of what it covers carried back through each view op, from this view down to the whole tensor
-    # (no mask until a shrink or pad: reshapes, permutes and flips cover the whole buffer)
-    val, mask = x, None
-    for op in chain:
-      below = op.src[0].shape
-      if op.op is Ops.RESHAPE: back: Callable[[Tensor], Tensor] = lambda t: t.reshape(below)  # noqa: E731
-      elif op.op is Ops.PERMUTE:
-        order = tuple(sorted(range(len(op.arg)), key=op.arg.__getitem__))
-        back = lambda t: t.permute(order)  # noqa: E731
-      elif op.op is Ops.FLIP:
-        axes = [i for i, f in enumerate(op.arg) if f]
-        back = lambda t: t.flip(axes)  # noqa: E731
-      else:
-        if mask is None: mask = Tensor.full(op.shape, True, dtypes.bool, self.device)
-        if op.op is Ops.SHRINK:  # what the view left out is padded back, outside the mask
-          pads = tuple((lo, n - hi) for (lo, hi), n in zip(op.arg, below))
-          val, mask = val.pad(pads), mask.pad(pads, value=False)
-          continue
-        region = tuple((lo, lo + n) for (lo, _), n in zip(op.arg, below))  # PAD: its padding holds no element
-        back = lambda t: t.shrink(region)  # noqa: E731
-      val, mask = back(val), None if mask is None else back(mask)
+    u, val, mask = _back_to_root(self.uop, x)
     whole = Tensor(u)
     new = val if mask is None else mask.where(val, whole)
     # the kernels write the buffer while they read the value: one that reads it elsewhere gets its own buffer first
@@ -1834,6 +1813,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)
   def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)
   def __abs__(self) -> Tensor: return self.abs()
+  def _remember_write(self, graph: UOp, before: UOp) -> None: _record_write(self, graph, before)
   def _inplace(self, out: Tensor) -> Tensor:
     # x += y: the result keeps x's dtype and shape, and x now refers to it
     if out.shape != self.shape: raise ValueError(f"in-place op: result shape {out.shape} doesn't match {self.shape}")
@@ -1843,10 +1823,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # a backward() may still go through, or made from a requires_grad tensor), takes the new graph instead, which
     # keeps the gradient path
     u = self.uop
-    if not self.requires_grad and not has(u.base, ORIGIN) and u.base.op is Ops.BUFFER and \
+    if not self.requires_grad and (not has(u.base, ORIGIN) or buffer_shared(self)) and u.base.op is Ops.BUFFER and \
        u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None) and \
        not write_keeps_grad_path(self, out.uop):
-      return self._assign(out, value_private=True, lazy=True)
+      # other tensors view the buffer and must see the write; a gradient the value carries (z[:2] += y) is kept by
+      # the written tensor's new node
+      graph = old_values_for_grad(self, out.uop) if write_carries_grad(out.uop, u) else None
+      self._assign(out, value_private=True, lazy=graph is None)  # (_remember_write needs the write done)
+      if graph is not None: self._remember_write(graph, u)
+      return self
     self.uop = out.uop
     return self
   def __iadd__(self, x: Any) -> Tensor: return self._inplace(self + x)
@@ -2071,6 +2056,50 @@ def _remembered_from(n: UOp, bufs: set[Buffer]) -> bool:
 def _sources_now(n: UOp) -> tuple[UOp, ...]:
   """What n's value is computed from now: the view holding it when it was realized, else its sources."""
   return (r,) if (r := lookup_realized(n)) is not None and r is not n else n.src
+
+def _record_write(t: Tensor, graph: UOp, before: UOp) -> None:
+  """After an in-place write of `graph` into t's buffer (t's node was `before`), which has run: the buffer gets a new
+  version node (same memory, its own identity) remembering, as its ORIGIN, its graph: `graph` where t's view maps,
+  the old node elsewhere; t holds it. A write cuts the graph of what was written out of the nodes, so without this
+  backward() wouldn't reach it (z[:2] += x: x's gradient). On the buffer node, not t's view of it: later views of t
+  compose with t's movement ops, which would drop a node above the buffer."""
+  root, val, mask = _back_to_root(before if t.uop is before else t.uop, Tensor(graph, device=t.device))
+  if root.op is not Ops.BUFFER: return  # (a bitcast view: its values aren't what a gradient flows through)
+  whole = val if mask is None else mask.where(val, Tensor(root, device=t.device))
+  if t.uop is before:  # written through a view: t still holds the old node
+    nb = new_buffer_uop(root.device, root.arg[1], root.dtype, buffers[root])
+    t.uop = before.substitute({root: nb})
+  else: nb = root  # (a whole write gave t a new version already)
+  put(nb, ORIGIN, whole.uop)
+
+def _back_to_root(view: UOp, x: Tensor) -> tuple[UOp, Tensor, Tensor | None]:
+  """x (of view's shape) carried back through view's one-to-one ops, pads and detaches to the node under them: (that
+  node, x in its shape, the bool mask of the positions x covers there, None when it covers all)."""
+  chain, u = [], view
+  while u.op in _ONE_TO_ONE or u.op in (Ops.PAD, Ops.DETACH):
+    if u.op is not Ops.DETACH: chain.append(u)
+    u = u.src[0]
+  # (no mask until a shrink or pad: reshapes, permutes and flips cover the whole buffer)
+  val, mask = x, None
+  for op in chain:
+    below = op.src[0].shape
+    if op.op is Ops.RESHAPE: back: Callable[[Tensor], Tensor] = lambda t: t.reshape(below)  # noqa: E731
+    elif op.op is Ops.PERMUTE:
+      order = tuple(sorted(range(len(op.arg)), key=op.arg.__getitem__))
+      back = lambda t: t.permute(order)  # noqa: E731
+    elif op.op is Ops.FLIP:
+      axes = [i for i, f in enumerate(op.arg) if f]
+      back = lambda t: t.flip(axes)  # noqa: E731
+    else:
+      if mask is None: mask = Tensor.full(op.shape, True, dtypes.bool, x.device)
+      if op.op is Ops.SHRINK:  # what the view left out is padded back, outside the mask
+        pads = tuple((lo, n - hi) for (lo, hi), n in zip(op.arg, below))
+        val, mask = val.pad(pads), mask.pad(pads, value=False)
+        continue
+      region = tuple((lo, lo + n) for (lo, _), n in zip(op.arg, below))  # PAD: its padding holds no element
+      back = lambda t: t.shrink(region)  # noqa: E731
+    val, mask = back(val), None if mask is None else back(mask)
+  return u, val, mask
 
 def _write(assign: UOp, lazy: bool, whole: bool) -> None:
   """Run the in-place write `assign` now (after the pending writes it must follow), or, lazy (Tensor.assign into a
