@@ -169,6 +169,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   # key pair and the count of 32-bit words it drew, as uint32 Tensors (low word first). A draw reads its key from a
   # buffer, so every draw of a size runs one compiled kernel; the count's truth is kept on the host (_rng_host), and the
   # counter Tensor shows it as a lazy constant: a draw runs nothing. Assigning the counter moves the stream.
+  _deviceless = False  # see __init__ and device
   _device_seeds: dict[str, Tensor] = {}
   _device_rng_counters: dict[str, Tensor] = {}
   _rng_host: dict[str, tuple[tuple[int, int], int, UOp]] = {}  # device: (its key pair, words drawn, counter's node)
@@ -241,6 +242,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     self.uop: UOp = uop
     if weak is not None: self._weak = weak
     self._device = device if uop.device is None else uop.device
+    # made from a UOp that names no device, none asked for: tinygrad's device-less tensor (device None); it computes
+    # on the default device, which the ops and realize() use
+    if uop.device is None and asked_device is None and isinstance(data, UOp): self._deviceless = True
     _made.append(_weakref(self))  # in tensor/live.py's registry
     if len(_made) > _prune_at[0]: live.prune()
 
@@ -252,7 +256,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     w = self._weak
     return self.uop.dtype if w is None else w
   @property
-  def device(self) -> str: return self.uop.device or self._device
+  def device(self) -> str:
+    """The device (a tuple of them for a sharded tensor); None for a Tensor of a UOp that names none, as in tinygrad
+    (it computes on the default device)."""
+    return self.uop.device or (None if self._deviceless else self._device)  # type: ignore[return-value]
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
@@ -286,6 +293,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     grad = ", requires_grad=True" if self.requires_grad else ""
     extras = f"{size}dtype={self.dtype}, device={self.device!r}{grad}"
     note = ("  # lazy: realized to print" if whole else "  # lazy: edges computed to print") if lazy else ""
+    if self.device is None:  # (the UOp as tinygrad's repr shows it: device, shape, dtype)
+      note = f"  # <UOp None {self._shape_repr()}, {self.dtype}, {self.uop.op.name}>: no device, computed on " \
+             f"{self._device} to print"
     return f"Tensor({body}, {extras}){note}"
   __str__ = __repr__
   def _format_values(self) -> tuple[str, bool]:
@@ -401,6 +411,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # (one tensor, the usual realize, without the comprehensions: in this Python each is a call of its own)
     todo = ([] if _is_realized(ts[0].uop) else list(ts)) if len(ts) == 1 else [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
+    for t in todo:  # a device-less graph is computed on the tensor's device (see _on_device); not tinygrad's
+      if t.uop.device is None and not t._deviceless: t.uop = _on_device(t.uop, t._device)  # device-less tensor
     # (the settings read through .value here and below: `if FLAG:` and `FLAG >= 1` are Python calls, on every realize)
     if not ALLOW_DEVICE_USAGE.value:
       raise RuntimeError("realize: device use is off here (inside a @function body, whose graph is traced, not run); "
@@ -518,6 +530,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """This tensor on `device` (a copy when the device differs); a tuple of devices gives a whole copy on each."""
     device = Device.canonicalize(device)
     if device == self.device: return self
+    if self.uop.device is None and device.__class__ is str: return self._new(_on_device(self.uop, device))
     if device.__class__ is tuple and self.uop.device.__class__ is not tuple:
       return self._new(multi.shard_uop(self.uop, device, None))
     # a DISK view is copied from the byte range under it (no kernel runs on DISK to make it contiguous)
@@ -2071,6 +2084,12 @@ def _record_write(t: Tensor, graph: UOp, before: UOp) -> None:
     t.uop = before.substitute({root: nb})
   else: nb = root  # (a whole write gave t a new version already)
   put(nb, ORIGIN, whole.uop)
+
+def _on_device(u: UOp, device: str) -> UOp:
+  """A device-less graph (constants, no buffer) with its constants on `device`: the value computed there. (Left
+  device-less, the scheduler would compute it on the default device of the time, and its cached schedule is the
+  graph's alone: realized again with another default, it ran the first device's program.)"""
+  return u.substitute({c: build.const(c.arg, c.dtype, device) for c in u.toposort() if c.op is Ops.CONST and not c.src})
 
 def _back_to_root(view: UOp, x: Tensor) -> tuple[UOp, Tensor, Tensor | None]:
   """x (of view's shape) carried back through view's one-to-one ops, pads and detaches to the node under them: (that

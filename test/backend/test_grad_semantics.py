@@ -171,8 +171,8 @@ def test_tensor_from_empty_file(tmp_path: pathlib.Path) -> None:
   assert t.shape == (0,) and t.dtype == dtypes.uint8
 
 # ***** a write into a buffer of a value made from a requires_grad tensor keeps the gradient path (as PyTorch's
-# autograd records in-place ops): the target takes the new graph instead of being written in place, when nothing
-# else views the buffer and no TinyJit is capturing *****
+# autograd records in-place ops): the target takes the new graph instead of being written in place when nothing
+# else views the buffer and no TinyJit is capturing; otherwise it is written and remembers the graph *****
 
 def test_setitem_value_from_requires_grad_tensor_gets_gradient(device: str) -> None:
   z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
@@ -201,8 +201,8 @@ def test_detached_or_gradient_values_still_write_in_place(device: str) -> None:
   assert view.tolist() == [3.0, 6.0] and acc.tolist() == [3.0, 6.0]
 
 def test_write_with_views_of_the_buffer_stays_in_place(device: str) -> None:
-  # a view of the buffer must see the write: it is written in place, and the gradient path is cut (PyTorch keeps
-  # both; attograd can't, so the values win)
+  # a view of the buffer must see the write: it is written in place, and the gradient path is kept by the written
+  # tensor's new node (as PyTorch keeps both)
   z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
   head = z[:2]
   x = Tensor([10.0, 20.0], device=device, requires_grad=True)
