@@ -452,6 +452,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         put(nu, ORIGIN, t.uop)
         remember_weakly(t.uop)
       t.uop = nu
+    if defer is None and len(items) > len(todo): _adopt_intermediates(todo, keep_graph)
     if debug >= 1:
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
   def _buffer(self) -> tuple[Buffer, int]:
@@ -911,14 +912,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = True,
            **kw: Any) -> Tensor:
     """Uniform random values in [0, 1): random mantissa bits under the exponent of 1.0, minus 1 (tinygrad's numbers
-    for a seed). contiguous is accepted as in tinygrad: the values are computed in-kernel from a counter either way,
-    so where they live is the scheduler's choice."""
+    for a seed). contiguous (the default, as in tinygrad): computed into a buffer of their own, which every reader
+    shares; False leaves them a lazy expression of the stream's counter, fused into each reader's kernel (the same
+    values: the methods built on rand, such as randn, uniform and dropout, take it so)."""
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(d): raise ValueError(f"rand: needs a float dtype, got {d}")
     if d in _WEAK: raise WeakDTypeError(f"rand: {d} has no bits to draw; use a float such as {strong_dtype(d)}")
     out = Tensor._bits_to_rand(Tensor._random_words(-(-prod(shp) * d.itemsize // 4), device), shp, d)
-    return Tensor(out.uop, device=device, **kw)
+    return Tensor((out.contiguous() if contiguous else out).uop, device=device, **kw)
   @staticmethod
   def _bits_to_rand(bits: Tensor, shape: tuple[int, ...], dtype: DType) -> Tensor:
     """Uniform values in [0, 1) of float `dtype` and `shape` from the random uint32 words `bits` (at least
@@ -939,14 +941,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @staticmethod
   def _rand(key: Tensor, counter: Tensor, shape: tuple[int, ...], dtype: DType, contiguous: bool = True) -> Tensor:
     """Tensor.rand's values from the stream keyed by `key`, after `counter` words (tinygrad's name; a pure function of
-    its arguments, unlike rand, which reads the device's counter). contiguous is accepted as in rand."""
-    return Tensor._bits_to_rand(Tensor.random_bits(key, counter, -(-prod(shape) * dtype.itemsize // 4)), shape, dtype)
+    its arguments, unlike rand, which reads the device's counter). contiguous as in rand."""
+    out = Tensor._bits_to_rand(Tensor.random_bits(key, counter, -(-prod(shape) * dtype.itemsize // 4)), shape, dtype)
+    return out.contiguous() if contiguous else out
   @staticmethod
   @_takes_requires_grad
   def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     """Standard normal values (Box-Muller)."""
     shp = _check_shape(argfix(*shape), "randn")
-    u = Tensor.rand(2, *shp, device=kw.get("device"), dtype=dtypes.float32)
+    u = Tensor.rand(2, *shp, device=kw.get("device"), dtype=dtypes.float32, contiguous=False)
     r = (1 - u[1]).log().mul(-2).sqrt()  # tinygrad's order: the first half gives the angle, the second the radius
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     return Tensor(((u[0] * (2 * math.pi)).cos() * r).cast(d).uop, **kw)
@@ -958,7 +961,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if high <= low: raise ArgumentError(f"randint: needs low < high, got low={low} high={high}")
     dtype = to_dtype(kw.pop("dtype", dtypes.int32))
     if not dtypes.is_int(dtype): raise TypeError(f"randint: dtype must be an integer dtype, got {dtype}; use uniform")
-    u = Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw)
+    u = Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, contiguous=False, **kw)
     return (u * (high - low)).floor().cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
@@ -967,7 +970,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high <= low:
       raise ArgumentError(f"uniform: needs low < high, got low={low} high={high}")
     # cast before adding low (tinygrad's order): an int dtype then rounds every value down, not toward zero
-    return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low)).cast(dtype) + low
+    return (Tensor.rand(*shape, dtype=dtypes.float32, contiguous=False, **kw) * (high - low)).cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
@@ -1019,10 +1022,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if replacement or num_samples == 1:
       cdf = w.cumsum(1)
       cdf = cdf / cdf[:, -1:]
-      u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device)
+      u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device, contiguous=False)
       idx = (u >= cdf.unsqueeze(1)).sum(2).minimum(w.shape[1] - 1)  # (B, num_samples)
     else:  # Efraimidis-Spirakis: the top keys u^(1/w), taken in log space
-      idx = (Tensor.rand(*w.shape, device=self.device).log() / w).topk(num_samples, dim=1)[1]
+      idx = (Tensor.rand(*w.shape, device=self.device, contiguous=False).log() / w).topk(num_samples, dim=1)[1]
     return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
   @staticmethod
   def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
@@ -2084,6 +2087,20 @@ def _record_write(t: Tensor, graph: UOp, before: UOp) -> None:
     t.uop = before.substitute({root: nb})
   else: nb = root  # (a whole write gave t a new version already)
   put(nb, ORIGIN, whole.uop)
+
+def _adopt_intermediates(done: list[Tensor], keep_graph: bool) -> None:
+  """After a realize whose kernels computed more than its results: every other live lazy tensor whose value one of
+  them computed into a buffer of its own (an intermediate a tensor holds is never pooled, and is remembered) now holds
+  that buffer, as tinygrad's realize rebinds every tensor (b = a[2:10].clone(); b.realize() gives the contiguous a
+  its buffer too). Its graph is kept for backward() as for a realized result."""
+  ids = {id(t) for t in done}
+  for r in _made:
+    if (t := r()) is None or REALIZED not in slots(u := t.uop) or id(t) in ids: continue
+    if (v := lookup_realized(u)) is None or v is u or v.base.op is not Ops.BUFFER: continue
+    if keep_graph and not t.requires_grad and not getattr(t, "_is_grad", False) and u.op is not Ops.ASSIGN:
+      put(v, ORIGIN, u)
+      remember_weakly(u)
+    t.uop = v
 
 def _on_device(u: UOp, device: str) -> UOp:
   """A device-less graph (constants, no buffer) with its constants on `device`: the value computed there. (Left
