@@ -383,6 +383,29 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     finally:
       for k, v in saved.items(): setattr(GlobalCounters, k, v)
     return self
+  def callify(self, *lst: Tensor) -> Tensor:
+    """tinygrad's: give this tensor (and `lst`) a buffer of its own now, nothing computed yet. Its value is written
+    there at the first realize that needs it (a lazy assign, tensor/pending.py), so the graphs built on it from here
+    read the buffer instead of repeating its computation. The values don't change; one that has a buffer already is
+    left as it is. Returns self.
+
+    >>> a = Tensor([1.0, 2.0])
+    >>> b = (a + 1).callify()
+    >>> b.uop.base.op.name, b.tolist()
+    ('BUFFER', [2.0, 3.0])
+    """
+    seen: set[int] = set()
+    for t in (self, *lst):
+      if id(t) in seen or _is_whole_buffer(t.uop): continue
+      seen.add(id(t))
+      # (a sharded tensor's home is split the same way; a weak one commits to its strong dtype: storage has one)
+      graph, home = t.uop, t._strong().empty_like()
+      home._assign(t._strong(), value_private=False, lazy=True)
+      t.__dict__.pop("_weak", None)
+      # backward() through the tensor still reaches its graph, as through a realized one
+      if _grad_tensors and not t.requires_grad: put(home.uop, ORIGIN, graph)
+      t.uop = home.uop
+    return self
   def linear_with_vars(self, *lst: Tensor) -> tuple[UOp, dict[str, int]]:
     """tinygrad's: the schedule that realizes this tensor (and `lst`), made but not run: a LINEAR UOp with one CALL per
     kernel or copy, in order (`call.src[0]` the kernel's AST, a SINK, or the COPY; `call.src[1:]` its buffers), and the
@@ -785,7 +808,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                  **kw: Any) -> Tensor:
     """A new buffer of this tensor's shape, its values unset; this tensor's dtype and device unless given (positional
     too, as in tinygrad)."""
-    dt = self.dtype if dtype is None else dtype
+    dt = self._strong().dtype if dtype is None else dtype  # (storage: a weak dtype has none)
     return self._like(lambda shape, dev: Tensor.empty(shape, dtype=dt, device=dev, **kw),
                       {} if device is None else {"device": device})
   @staticmethod
