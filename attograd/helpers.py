@@ -171,6 +171,8 @@ def to_mv(ptr: int, sz: int) -> memoryview:
   import ctypes
   return memoryview((ctypes.c_uint8 * sz).from_address(ptr)).cast("B")
 
+CHUNK_SIZE = 2 ** 20  # tinyfs (nn/tinyfs.py): the bytes of a stored chunk, and of a node of a blob's hash tree
+
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
   """Read an environment variable, converted to the type of `default`."""
