@@ -2116,13 +2116,15 @@ def _record_write(t: Tensor, graph: UOp, before: UOp) -> None:
   put(nb, ORIGIN, whole.uop)
 
 def _adopt_intermediates(done: list[Tensor], keep_graph: bool) -> None:
-  """After a realize whose kernels computed more than its results: every other live lazy tensor whose value one of
-  them computed into a buffer of its own (an intermediate a tensor holds is never pooled, and is remembered) now holds
-  that buffer, as tinygrad's realize rebinds every tensor (b = a[2:10].clone(); b.realize() gives the contiguous a
-  its buffer too). Its graph is kept for backward() as for a realized result."""
+  """After a realize whose kernels computed more than its results: every other live lazy tensor made contiguous
+  (contiguous(), clone(), Tensor.rand) whose buffer one of them filled (an intermediate a tensor holds is never pooled,
+  and is remembered) now holds that buffer, as tinygrad's realize rebinds every tensor (b = a[2:10].clone();
+  b.realize() gives the contiguous a its buffer too). Its graph is kept for backward() as for a realized result.
+  (Only those: a held intermediate of any op became a buffer later kernels read instead of fusing it, and a bool one
+  read four at a time hit the C renderer's missing bool vectors.)"""
   ids = {id(t) for t in done}
   for r in _made:
-    if (t := r()) is None or REALIZED not in slots(u := t.uop) or id(t) in ids: continue
+    if (t := r()) is None or (u := t.uop).op is not Ops.CONTIGUOUS or REALIZED not in slots(u) or id(t) in ids: continue
     if (v := lookup_realized(u)) is None or v is u or v.base.op is not Ops.BUFFER: continue
     if keep_graph and not t.requires_grad and not getattr(t, "_is_grad", False) and u.op is not Ops.ASSIGN:
       put(v, ORIGIN, u)
