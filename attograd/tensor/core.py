@@ -964,9 +964,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @staticmethod
   def _rand(key: Tensor, counter: Tensor, shape: tuple[int, ...], dtype: DType, contiguous: bool = True) -> Tensor:
     """Tensor.rand's values from the stream keyed by `key`, after `counter` words (tinygrad's name; a pure function of
-    its arguments, unlike rand, which reads the device's counter). contiguous as in rand."""
+    its arguments, unlike rand, which reads the device's counter). contiguous as in rand, in a buffer equal calls
+    share (equal arguments, equal values: one graph)."""
     out = Tensor._bits_to_rand(Tensor.random_bits(key, counter, -(-prod(shape) * dtype.itemsize // 4)), shape, dtype)
-    return out.contiguous() if contiguous else out
+    return out._in_buffer() if contiguous else out
   @staticmethod
   @_takes_requires_grad
   def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:
