@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes, hashlib, importlib, os, sys, threading
 from typing import Any, Callable
 from attograd.dtype import DType
-from attograd.helpers import DEV, GlobalCounters, getenv
+from attograd.helpers import CCACHE, DEV, GlobalCounters, diskcache_get, diskcache_put, getenv
 # the on-disk cache lives in helpers (tinygrad's diskcache_get/put are built on it); its users import it from here
 from attograd.helpers import disk_cache_get, disk_cache_put  # noqa: F401
 
@@ -85,6 +85,10 @@ class _Device:
     return self._default
   @DEFAULT.setter
   def DEFAULT(self, name: str) -> None: self._default = self.canonicalize(name)
+  @property
+  def default(self) -> Any:
+    """The default device's object (tinygrad's name): Device[Device.DEFAULT]."""
+    return self[self.DEFAULT]
   def best_gpu(self) -> str:
     """The device "GPU" stands for: CUDA, else CL; DeviceUnavailable listing each one's reason when neither starts."""
     if self._gpu is None:
@@ -195,12 +199,17 @@ class Compiler:
   # little work that they run in microseconds either way; the engine (engine/realize.py) picks it per kernel, and its
   # programs are final (cached on disk under its own key), not a tier replaced later
   light: Compiler | None = None
+  _tinygrad_table = False  # a cachekey given to __init__: the binaries live in tinygrad's diskcache table of that name
+  def __init__(self, cachekey: str | None = None):
+    """tinygrad's form: `Compiler(cachekey)` caches each binary under the source in the diskcache table `cachekey`
+    (diskcache_get(cachekey, src) reads it), while CCACHE is on. attograd's compilers set cachekey on the class."""
+    if cachekey is not None: self.cachekey, self._tinygrad_table = cachekey, True
   def compile(self, src: str) -> bytes: raise NotImplementedError("subclass must implement compile")
   def batchable(self, src: str) -> bool:
     """Whether this kernel may go into a batch (compile_batch), where the compiler has one."""
     return True
   def _disk_key(self, src: str) -> str | None:
-    if self.cachekey is None or getenv("DISABLE_COMPILER_CACHE"): return None
+    if self.cachekey is None or getenv("DISABLE_COMPILER_CACHE") or not CCACHE.value: return None
     return hashlib.sha256(f"{self.cachekey}\0{src}".encode()).hexdigest()
   def cached(self, src: str) -> bytes | None:
     """The binary from the disk cache, or None (not built before, or no caching): a lookup that never compiles. A
@@ -211,6 +220,10 @@ class Compiler:
     return None if (blib := disk_cache_get("batch", bkey)) is None else with_symbol(blib, sym)  # None: rebuilt
   def compile_cached(self, src: str) -> bytes:
     if (key := self._disk_key(src)) is None: return self.compile(src)
+    if self._tinygrad_table:
+      assert self.cachekey is not None
+      if (got := diskcache_get(self.cachekey, src)) is not None: return got
+      return diskcache_put(self.cachekey, src, self.compile(src))
     if (lib := self.cached(src)) is not None: return lib
     lib = self.compile(src)
     disk_cache_put("compile", key, lib)

@@ -98,10 +98,14 @@ def _log1p_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]:
   x = ret.src[1]
   return None, fdiv(ctx, add(x, full_like(x, 1)))
 def _expm1_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, mul(ctx, add(ret, full_like(ret, 1)))
+# ("old_values": a copy of a buffer's values taken before an in-place write, standing for the buffer's old node in
+# the graph the write remembers: its value is the copy, its gradient goes to that node, tensor/autograd.py)
+def _old_values_rule(ctx: UOp, ret: UOp) -> tuple[None, UOp]: return None, ctx
 # CUSTOM_GRAD markers by name: each rule gives the gradients of the marker's sources (None for the value itself).
 # The rules written over UOps are here; those written with Tensor methods (conv2d, acosh, pow, max_unpool2d) are
 # registered by the Tensor layer that makes their markers (tensor/grad_rules.py), and attograd.function's by it.
-custom_grad_rules: dict[str, Any] = {"relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule, "expm1": _expm1_rule}
+custom_grad_rules: dict[str, Any] = {"relu": _relu_rule, "abs": _abs_rule, "log1p": _log1p_rule, "expm1": _expm1_rule,
+                                     "old_values": _old_values_rule}
 
 def register_custom_grad(name: str, rule: Any) -> None:
   """Adds the gradient rule of the CUSTOM_GRAD markers named `name` (one rule per name)."""

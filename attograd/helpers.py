@@ -171,6 +171,8 @@ def to_mv(ptr: int, sz: int) -> memoryview:
   import ctypes
   return memoryview((ctypes.c_uint8 * sz).from_address(ptr)).cast("B")
 
+CHUNK_SIZE = 2 ** 20  # tinyfs (nn/tinyfs.py): the bytes of a stored chunk, and of a node of a blob's hash tree
+
 @functools.cache
 def getenv(key: str, default: Any = 0) -> Any:
   """Read an environment variable, converted to the type of `default`."""
@@ -217,7 +219,7 @@ TINYGRAD_ONLY_FLAGS: dict[str, str] = {
   "ALLREDUCE_CAST": "tinygrad's all-reduce cast", "PCONTIG": "tinygrad's partial-contiguous rangeify pass",
   "NO_COLOR": "tinygrad's colored debug output", "DISABLE_FAST_IDIV": "tinygrad's fast integer division rewrite",
   "USE_ATOMICS": "tinygrad's atomic scatter kernels", "TRACEMETA": "tinygrad's UOp creation-site metadata",
-  "OPENPILOT_HACKS": "tinygrad's openpilot-specific rewrites", "CCACHE": "tinygrad's compiler cache switch",
+  "OPENPILOT_HACKS": "tinygrad's openpilot-specific rewrites",
   "PARALLEL": "tinygrad's parallel compile workers", "MAX_KERNEL_BUFFERS": "tinygrad's per-kernel buffer limit",
   "FLOAT16": "tinygrad's half-precision image hack", "VIZ": "tinygrad's graph viewer",
   "VALIDATE_WITH_CPU": "tinygrad's re-running of kernels on CPU to compare",
@@ -329,6 +331,7 @@ class _DevVar(ContextVar):
     t = next((t for t in self._targets if t.device in ("", dev)), Target(dev))
     return dataclasses.replace(t, device=dev, **{k: v for k, v in kwargs.items() if not getattr(t, k)})
 DEV = _DevVar("DEV", "")
+CCACHE = ContextVar("CCACHE", 1)  # 0: compilers don't cache their binaries on disk (tinygrad's switch)
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # BEAM searches again instead of reading its disk cache
 # 0 inside a @function body: realizing there would run kernels while the function's graph is being traced
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)
@@ -606,3 +609,20 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
         if not extract_dir.is_dir(): raise
     finally: shutil.rmtree(tmpdir, ignore_errors=True)
   return extract_dir
+
+# ***** pickling code objects (tinygrad registers the same): a function's code can be sent to another process *****
+
+def _code_of(*fields: Any) -> Any:
+  import types
+  return types.CodeType(*fields)
+
+def _reduce_code(code: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+  # CodeType's constructor parameters, in order, read from the co_ attributes they come from (its two odd names)
+  import inspect, types
+  names = {"codestring": "code", "constants": "consts"}
+  return _code_of, tuple(getattr(code, "co_" + names.get(p, p)) for p in inspect.signature(types.CodeType).parameters)
+
+def _register_code_pickling() -> None:
+  import copyreg, types
+  copyreg.pickle(types.CodeType, _reduce_code)
+_register_code_pickling()

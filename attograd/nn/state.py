@@ -9,6 +9,7 @@ from attograd.dtype import DType, dtypes, strong_dtype
 from attograd.helpers import prod
 from attograd.tensor import Tensor
 from attograd.runtime.ops_disk import DiskMapping
+import attograd.nn.tinyfs as tinyfs
 from attograd.nn.disk import PathLike, disk_device, disk_tensor, disk_view, mapping_of  # noqa: F401  (disk_tensor: public)
 
 def _short(keys: list[str], n: int = 10) -> str:
@@ -294,6 +295,24 @@ def _write_atomic(fn: PathLike, chunks: list[Any]) -> None:
     if os.path.exists(tmp): os.unlink(tmp)
 
 # ***** state dicts *****
+
+# ***** tinyfs (nn/tinyfs.py): tinygrad's content-addressed store *****
+
+def fs_store(t: Tensor) -> Tensor:
+  """Store t's bytes in tinyfs, the content-addressed store at TINYFS_ENDPOINT (host:port): the 16-byte hash that names
+  them, a uint8 Tensor on t's device (CPU for a DISK tensor). Equal bytes give equal hashes. The bytes are read and
+  sent now (tinygrad runs the store as a copy to its TINYFS device at the realize)."""
+  raw = bytes(t.contiguous().flatten().bitcast(dtypes.uint8).data()) if t.numel() else b""
+  dev = "CPU" if str(t.device).startswith("DISK") else t.device
+  return Tensor(list(tinyfs.store(raw)), dtype=dtypes.uint8, device=dev)
+
+def fs_load(t: Tensor, size: int) -> Tensor:
+  """The first `size` bytes of what fs_store stored under the hash `t` (16 uint8 values), as a uint8 Tensor on t's
+  device."""
+  if t.dtype != dtypes.uint8 or t.numel() != 16:
+    raise ValueError(f"fs_load: needs a tinyfs hash, 16 uint8 values; got {t.dtype} of shape {t.shape}")
+  data = tinyfs.load(bytes(t.flatten().tolist()), size)
+  return Tensor(data, device=t.device) if data else Tensor.empty(0, dtype=dtypes.uint8, device=t.device)
 
 def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
   """Every Tensor reachable from `obj` through attributes, lists, tuples and dicts, by dotted name.

@@ -192,7 +192,9 @@ class CStyleLanguage(Renderer):
     if d.count > 1: return f"{self.type_map[d.scalar()].replace(' ', '_')}{d.count}"  # a typedef'd vector type
     return self.type_map[d]
   def render_vector_typedef(self, d: DType) -> str:
-    return f"typedef {self.type_map[d.scalar()]} {self.render_dtype(d)} __attribute__((vector_size({d.size})));"
+    # GCC has no vectors of _Bool: a bool vector (an eye matrix's (i==j) values, gathered to be cast) is bytes of 0/1
+    elem = "unsigned char" if d.scalar() is dtypes.bool else self.type_map[d.scalar()]
+    return f"typedef {elem} {self.render_dtype(d)} __attribute__((vector_size({d.size})));"
   def render_const(self, v: object, d: DType) -> str:
     if d.count > 1: return f"(({self.render_dtype(d)}){{0}} + {self.render_const(v, d.scalar())})"  # broadcast
     if d is dtypes.bool: return "1" if v else "0"

@@ -2,14 +2,14 @@
 from __future__ import annotations
 import sys, weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 from attograd.dtype import dtypes
-from attograd.helpers import TRAINING
+from attograd.helpers import ALLOW_DEVICE_USAGE, TRAINING
 from attograd.gradient import compute_gradient
 from attograd.uop.build import full_like, reshape
-from attograd.uop.ops import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from attograd.schedule.realized import lookup_realized
-from attograd.engine.buffers import IOTA_TAG
+from attograd.engine.buffers import IOTA_TAG, buffers
 from attograd.uop.state import ORIGIN, get, has
 from attograd.engine import recorder
 from attograd.tensor.buffer_views import view_root
@@ -122,8 +122,7 @@ class GradMixin:
                            "literal; give it storage with Tensor(..., requires_grad=True) or .requires_grad_()")
     if gradient is not None and gradient.shape != self.shape and _squeezed(gradient.shape) == _squeezed(self.shape):
       gradient = gradient.reshape(self.shape)
-    root = autograd_graph(self.uop)
-    by_current = _graph_index(root)
+    by_current, root = _graph_index(self.uop)
     grads = _gradients(self, root, [_group(t.uop, by_current) for t in targets], [t.shape for t in targets], gradient)
     out: list[Tensor] = []
     for t, g in zip(targets, grads):
@@ -147,8 +146,7 @@ class GradMixin:
     >>> w.grad.tolist()
     [2.0, -4.0]
     """
-    root = autograd_graph(self.uop)
-    by_current = _graph_index(root)
+    by_current, root = _graph_index(self.uop)
     targets = _backward_targets()
     found = [(t, grp) for t in targets if (grp := _group(t.uop, by_current))]
     grads = _gradients(self, root, [grp for _, grp in found], [t.shape for t, _ in found], gradient)
@@ -223,8 +221,28 @@ def reaches_grad_tensor(u: UOp) -> bool:
   detach() nor inside such a tensor's .grad (gradients are values here, not differentiated again), looking through
   the graphs realized values remember. An in-place write of such a value into a buffer would cut that path."""
   if not _grad_tensors: return False
-  marked = {t.uop for t in _grad_tensors.values()}
-  stop = {g.uop for t in _grad_tensors.values() if (g := t._grad) is not None and g is not _DROPPED}
+  return _reaches(u, {t.uop for t in _grad_tensors.values()}, _grad_tensors.values())
+
+def write_carries_grad(value: UOp, target: UOp) -> bool:
+  """Whether backward() through `value`, written in place into the buffer under `target`, could fill the .grad of a
+  tensor (any that backward() itself counts: a live float tensor, not a constant nor requires_grad=False) other
+  than a view of that buffer, whose gradient comes from its own node. The write would cut that path unless the
+  written tensor remembers value's graph (tensor/core.py's _remember_write)."""
+  # (not while a TinyJit captures, whose replays repeat only the writes, nor in a @function body, which realizes
+  # nothing: the copy old_values_for_grad may make can't run there)
+  if recorder.active() is not None or not ALLOW_DEVICE_USAGE.value: return False
+  root = view_root(target)
+  buf = buffers.get(root)
+  # (not the value's own tensor when it is a lazy result, such as the temporary of x[:2] += 1: its .grad would be
+  # that of an expression, and keeping a graph only for it costs a copy for nothing)
+  lazy_value = view_root(value).op is not Ops.BUFFER
+  holders = [t for t in _backward_targets() if (r := view_root(t.uop)) is not root and
+             (buf is None or buffers.get(r) is not buf) and not (lazy_value and t.uop is value)]
+  return bool(holders) and _reaches(value, {t.uop for t in holders}, holders)
+
+def _reaches(u: UOp, marked: set[UOp], owners: Iterable[Tensor]) -> bool:
+  """Whether u's graph holds a node of `marked`, not under a detach() nor inside the .grad of one of `owners`."""
+  stop = {g.uop for t in owners if (g := t._grad) is not None and g is not _DROPPED}
   seen: set[UOp] = set()
   stack = [u]
   while stack:
@@ -242,8 +260,15 @@ def write_keeps_grad_path(target: Tensor, value: UOp) -> bool:
   writing: no other live tensor views the buffer (it would miss the write), and no TinyJit is capturing (its replays
   repeat the writes it records)."""
   if recorder.active() is not None or not reaches_grad_tensor(value): return False
+  return not buffer_shared(target)
+
+def buffer_shared(target: Tensor) -> bool:
+  """Whether another live tensor views what target views (its buffer: a write's new version node is another node
+  over the same memory)."""
   base = view_root(target.uop)
-  return not any(t is not target and view_root(t.uop) is base for t in live_tensors())
+  buf = buffers.get(base)
+  return any(t is not target and ((r := view_root(t.uop)) is base or (buf is not None and buffers.get(r) is buf))
+             for t in live_tensors())
 
 def _below_detach(by_current: dict[UOp, list[UOp]]) -> set[UOp]:
   """The nodes under the DETACHes of a graph indexed by _graph_index (empty when it has none)."""
@@ -257,10 +282,11 @@ def _below_detach(by_current: dict[UOp, list[UOp]]) -> set[UOp]:
 # computed twice.
 _origin_pm = PatternMatcher([(UPat(name="x"), lambda x: get(x, ORIGIN))])
 
-def autograd_graph(u: UOp) -> UOp:
-  """`u` with every realized view that remembers its graph replaced by that graph."""
+def autograd_graph(u: UOp, done: dict[UOp, UOp] | None = None) -> UOp:
+  """`u` with every realized view that remembers its graph replaced by that graph (`done`: each node of u's graph to
+  its form in the result)."""
   if not any(has(n, ORIGIN) for n in u.toposort()): return u
-  return graph_rewrite(u, _origin_pm)
+  return graph_rewrite(u, _origin_pm, done=done)
 
 def _own_buffer(t: Tensor) -> None:
   # a unique CONTIGUOUS: a buffer of its own when realized, lazily, so a model's parameters are computed together
@@ -268,11 +294,14 @@ def _own_buffer(t: Tensor) -> None:
   # one batch, instead of a schedule and a compiler run each (MNIST's 10 initializers: 1.1 s of its first step)
   t.uop = t.contiguous().uop
 
-def _graph_index(root: UOp) -> dict[UOp, list[UOp]]:
-  """Each node of `root`'s graph that a gradient can reach (nothing under a DETACH) under its current form: itself,
-  and the buffer view it was realized into since the graph was built (a realized tensor holds that view, while the
-  graph still holds the node it came from). A node seen only under a DETACH is not in the graph for _group: that
-  used to hide the uses of a reshape of it (`t.reshape(a) + t.detach()` gave t a zero gradient)."""
+def _graph_index(out: UOp) -> tuple[dict[UOp, list[UOp]], UOp]:
+  """The graph backward() differentiates for `out` (autograd_graph), and each node of it that a gradient can reach
+  (nothing under a DETACH) under its current form: itself, and the buffer view it was realized into since the graph
+  was built (a realized tensor holds that view, while the graph still holds the node it came from, or that node's
+  graph rebuilt over the graphs of realized views it read). A node seen only under a DETACH is not in the graph for
+  _group: that used to hide the uses of a reshape of it (`t.reshape(a) + t.detach()` gave t a zero gradient)."""
+  done: dict[UOp, UOp] = {}
+  root = autograd_graph(out, done)
   by_current: dict[UOp, list[UOp]] = {}
   seen: dict[UOp, None] = {}
   stack = [root]
@@ -283,7 +312,9 @@ def _graph_index(root: UOp) -> dict[UOp, list[UOp]]:
   for n in seen:
     by_current.setdefault(n, []).append(n)
     if (r := lookup_realized(n)) is not None and r is not n: by_current.setdefault(r, []).append(n)
-  return by_current
+  for n, r in done.items():  # a realized view replaced by its graph, or a node rebuilt over one
+    if r is not n and r in seen: by_current.setdefault(n, []).append(r)
+  return by_current, root
 
 def _strip_views(u: UOp) -> UOp:
   while u.op in (Ops.RESHAPE, Ops.EXPAND): u = u.src[0]
@@ -305,7 +336,12 @@ def _group(u: UOp, by_current: dict[UOp, list[UOp]]) -> list[UOp]:
   if (b := _strip_reshapes(u)) is not u and (b.op is Ops.BUFFER or u not in by_current): cands.append(b)
   members = dict.fromkeys(n for c in cands for n in by_current.get(c, ()))
   # a reshape of another member passes its gradient on to that member: counting both would count it twice
-  return [n for n in members if not (n.op is Ops.RESHAPE and _strip_reshapes(n) in members)]
+  return [n for n in members if not _reshape_of_member(n, members)]
+
+def _reshape_of_member(n: UOp, members: dict[UOp, None]) -> bool:
+  while n.op is Ops.RESHAPE:
+    if (n := n.src[0]) in members: return True
+  return False
 
 def _gradients(out: Tensor, root: UOp, groups: list[list[UOp]], shapes: list[tuple],
                gradient: Tensor | None) -> list[UOp | None]:
@@ -335,3 +371,37 @@ def _sum_all(gs: list[UOp]) -> UOp:
 def _grad_tensor(t: Tensor, g: UOp) -> Tensor:
   assert g.shape == t.shape, f"gradient shape {g.shape} != tensor shape {t.shape}"
   return type(t)(g if g.dtype == t.dtype else g.cast(t.dtype), device=t.device)
+
+# ***** gradients through in-place writes *****
+# A write into a realized buffer (x[:2] += y, x[:2] = y with x shared) keeps the buffer, so the graph of what was
+# written is gone from the tensors' nodes. When backward() could reach a tensor through it (write_carries_grad), the
+# written tensor takes a new version node of its buffer (same memory, its own identity) that remembers the graph as
+# its ORIGIN, as a realized value does. That graph reads the buffer's old values where its gradient needs them
+# (x *= y): those are copied first (old_values_for_grad), so backward() sees the values the write read.
+
+# ops whose gradient with respect to an operand doesn't read that operand's values (WHERE: its two branches)
+_LINEAR = {Ops.ADD, Ops.SUB, Ops.NEG, Ops.CAST, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY}
+
+def old_values_for_grad(t: Tensor, graph: UOp) -> UOp:
+  """`graph` (about to be written into t's buffer), with its reads of that buffer moved to a copy of the old values
+  when its gradient needs them: a marker whose value is the copy's and whose gradient goes to the buffer's node."""
+  buf = buffers.get(view_root(t.uop).base)
+  reads: dict[UOp, bool] = {}
+  def reads_buf(n: UOp) -> bool:
+    if (r := reads.get(n)) is None:
+      r = reads[n] = buffers.get(n) is buf if n.op is Ops.BUFFER else any(reads_buf(s) for s in n.src)
+    return r
+  def needs_values(n: UOp) -> bool:
+    if n.op in _LINEAR or n.op in GroupOp.Movement or has(n, ORIGIN): return False
+    if n.op is Ops.WHERE: return reads_buf(n.src[0])
+    if n.op is Ops.REDUCE_AXIS and n.arg[0] is Ops.ADD: return False
+    return any(reads_buf(s) for s in n.src)
+  if buf is None or not any(needs_values(n) for n in graph.toposort()): return graph
+  olds = {n for n in graph.toposort() if n.op is Ops.BUFFER and buffers.get(n) is buf}
+  copy = type(t)(next(iter(olds))).clone()
+  type(t)._realize_all([copy], keep_graph=False)  # (its value is the copy's: no graph to go back to)
+  # (not substitute: it would substitute inside the markers too, which hold the nodes they replace)
+  return graph_rewrite(graph, _no_rules, done={o: UOp(Ops.CUSTOM_GRAD, o.dtype, (copy.uop, o), ("old_values",))
+                                                for o in olds})
+
+_no_rules = PatternMatcher([])

@@ -7,7 +7,7 @@ from attograd.helpers import DTypeOpError, ArgumentError, prod
 from attograd.uop.ops import Ops, UOp, broadcast_shape
 from attograd.schedule.realized import lookup_realized
 import attograd.tensor.disk as tensor_disk
-from attograd.tensor.autograd import write_keeps_grad_path
+from attograd.tensor.autograd import old_values_for_grad, write_carries_grad, write_keeps_grad_path
 from attograd.tensor.buffer_views import _contiguous_view_of_buffer, _writable_view, view_root
 from attograd.tensor.indexing import _basic_indices, _expand_bool_indices, _normalize
 from attograd.tensor.live import live_tensors
@@ -419,7 +419,9 @@ class ComposeMixin:
     if not in_place: _refuse_aliased_lazy_write(self, value)
     # ints and slices of a buffer: only the region is written, through its view (tinygrad's one kernel over the
     # region's elements, not a select over the whole buffer); like assign, the write runs when a realize needs it
-    elif _plain_indices(indices) and _writable_view((region := self[indices]).uop) is not None:
+    # (a value carrying a gradient goes the whole way below, where the written tensor remembers it for backward())
+    elif _plain_indices(indices) and not (isinstance(value, cls) and write_carries_grad(value.uop, self.uop)) and \
+         _writable_view((region := self[indices]).uop) is not None:
       region._assign(value, value_private=False, lazy=True)
       return
     if (placed := _setitem(self, indices, value)) is None: return
@@ -430,7 +432,12 @@ class ComposeMixin:
       # positions (x[1:] = x[:-1]), compute the result into its own buffer first
       base = self.uop.base
       if base in v.uop.toposort() or (hit is not None and base in hit.uop.toposort()): new = new.contiguous()
-      self._assign(new, value_private=new is not value, lazy=True)  # (value itself when it covers all of self)
+      # a value that carries a gradient: the written tensor's new node remembers the graph (Tensor._remember_write)
+      before = self.uop
+      graph = old_values_for_grad(self, new.uop) if isinstance(value, cls) and write_carries_grad(new.uop, before) \
+        else None
+      self._assign(new, value_private=new is not value, lazy=graph is None)  # (_remember_write needs it done)
+      if graph is not None: self._remember_write(graph, before)
     else: self.uop = new.uop
 
 # ***** helpers *****

@@ -37,7 +37,8 @@ from attograd.tensor.indexing import _getitem
 from attograd.tensor.movement import MovementMixin
 from attograd.tensor.compose import ComposeMixin
 from attograd.tensor.functional import NNMixin
-from attograd.tensor.autograd import GradMixin, _grad_tensors, drop_unheld_grad, write_keeps_grad_path
+from attograd.tensor.autograd import (GradMixin, _grad_tensors, buffer_shared, drop_unheld_grad, old_values_for_grad,
+                                     write_carries_grad, write_keeps_grad_path)
 import attograd.tensor.live as live
 from attograd.tensor.live import _made, _prune_at, _weakref
 from attograd.tensor.elementwise import MathMixin
@@ -187,6 +188,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   # key pair and the count of 32-bit words it drew, as uint32 Tensors (low word first). A draw reads its key from a
   # buffer, so every draw of a size runs one compiled kernel; the count's truth is kept on the host (_rng_host), and the
   # counter Tensor shows it as a lazy constant: a draw runs nothing. Assigning the counter moves the stream.
+  _deviceless = False  # see __init__ and device
   _device_seeds: dict[str, Tensor] = {}
   _device_rng_counters: dict[str, Tensor] = {}
   _rng_host: dict[str, tuple[tuple[int, int], int, UOp]] = {}  # device: (its key pair, words drawn, counter's node)
@@ -259,6 +261,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     self.uop: UOp = uop
     if weak is not None: self._weak = weak
     self._device = device if uop.device is None else uop.device
+    # made from a UOp that names no device, none asked for: tinygrad's device-less tensor (device None); it computes
+    # on the default device, which the ops and realize() use
+    if uop.device is None and asked_device is None and isinstance(data, UOp): self._deviceless = True
     _made.append(_weakref(self))  # in tensor/live.py's registry
     if len(_made) > _prune_at[0]: live.prune()
 
@@ -270,7 +275,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     w = self._weak
     return self.uop.dtype if w is None else w
   @property
-  def device(self) -> str: return self.uop.device or self._device
+  def device(self) -> str:
+    """The device (a tuple of them for a sharded tensor); None for a Tensor of a UOp that names none, as in tinygrad
+    (it computes on the default device)."""
+    return self.uop.device or (None if self._deviceless else self._device)  # type: ignore[return-value]
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return prod(self.shape)
@@ -304,6 +312,9 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     grad = ", requires_grad=True" if self.requires_grad else ""
     extras = f"{size}dtype={self.dtype}, device={self.device!r}{grad}"
     note = ("  # lazy: realized to print" if whole else "  # lazy: edges computed to print") if lazy else ""
+    if self.device is None:  # (the UOp as tinygrad's repr shows it: device, shape, dtype)
+      note = f"  # <UOp None {self._shape_repr()}, {self.dtype}, {self.uop.op.name}>: no device, computed on " \
+             f"{self._device} to print"
     return f"Tensor({body}, {extras}){note}"
   __str__ = __repr__
   def _format_values(self) -> tuple[str, bool]:
@@ -391,6 +402,29 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     finally:
       for k, v in saved.items(): setattr(GlobalCounters, k, v)
     return self
+  def callify(self, *lst: Tensor) -> Tensor:
+    """tinygrad's: give this tensor (and `lst`) a buffer of its own now, nothing computed yet. Its value is written
+    there at the first realize that needs it (a lazy assign, tensor/pending.py), so the graphs built on it from here
+    read the buffer instead of repeating its computation. The values don't change; one that has a buffer already is
+    left as it is. Returns self.
+
+    >>> a = Tensor([1.0, 2.0])
+    >>> b = (a + 1).callify()
+    >>> b.uop.base.op.name, b.tolist()
+    ('BUFFER', [2.0, 3.0])
+    """
+    seen: set[int] = set()
+    for t in (self, *lst):
+      if id(t) in seen or _is_whole_buffer(t.uop): continue
+      seen.add(id(t))
+      # (a sharded tensor's home is split the same way; a weak one commits to its strong dtype: storage has one)
+      graph, home = t.uop, t._strong().empty_like()
+      home._assign(t._strong(), value_private=False, lazy=True)
+      t.__dict__.pop("_weak", None)
+      # backward() through the tensor still reaches its graph, as through a realized one
+      if _grad_tensors and not t.requires_grad: put(home.uop, ORIGIN, graph)
+      t.uop = home.uop
+    return self
   def linear_with_vars(self, *lst: Tensor) -> tuple[UOp, dict[str, int]]:
     """tinygrad's: the schedule that realizes this tensor (and `lst`), made but not run: a LINEAR UOp with one CALL per
     kernel or copy, in order (`call.src[0]` the kernel's AST, a SINK, or the COPY; `call.src[1:]` its buffers), and the
@@ -419,6 +453,8 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # (one tensor, the usual realize, without the comprehensions: in this Python each is a call of its own)
     todo = ([] if _is_realized(ts[0].uop) else list(ts)) if len(ts) == 1 else [t for t in ts if not _is_realized(t.uop)]
     if not todo: return
+    for t in todo:  # a device-less graph is computed on the tensor's device (see _on_device); not tinygrad's
+      if t.uop.device is None and not t._deviceless: t.uop = _on_device(t.uop, t._device)  # device-less tensor
     # (the settings read through .value here and below: `if FLAG:` and `FLAG >= 1` are Python calls, on every realize)
     if not ALLOW_DEVICE_USAGE.value:
       raise RuntimeError("realize: device use is off here (inside a @function body, whose graph is traced, not run); "
@@ -458,6 +494,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
         put(nu, ORIGIN, t.uop)
         remember_weakly(t.uop)
       t.uop = nu
+    if defer is None and len(items) > len(todo): _adopt_intermediates(todo, keep_graph)
     if debug >= 1:
       print(f"realize: {GlobalCounters.kernel_count - k0} kernels in {(time.perf_counter() - st) * 1e3:.2f} ms")
   def _buffer(self) -> tuple[Buffer, int]:
@@ -536,6 +573,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     """This tensor on `device` (a copy when the device differs); a tuple of devices gives a whole copy on each."""
     device = Device.canonicalize(device)
     if device == self.device: return self
+    if self.uop.device is None and device.__class__ is str: return self._new(_on_device(self.uop, device))
     if device.__class__ is tuple and self.uop.device.__class__ is not tuple:
       return self._new(multi.shard_uop(self.uop, device, None))
     # a DISK view is copied from the byte range under it (no kernel runs on DISK to make it contiguous)
@@ -686,32 +724,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     t[1::2]). The whole buffer (every shard) under it is written, taking x where the view maps and its own values
     elsewhere; this tensor reads the new values through the same view. None when the view isn't of a realized buffer
     or duplicates elements (an expand): then the tensor just takes x's graph."""
-    chain, u = [], self.uop
-    while u.op in _ONE_TO_ONE or u.op in (Ops.PAD, Ops.DETACH):
-      if u.op is not Ops.DETACH: chain.append(u)
-      u = u.src[0]
+    u = self.uop
+    while u.op in _ONE_TO_ONE or u.op in (Ops.PAD, Ops.DETACH): u = u.src[0]
     if not ((u.op is Ops.MULTI and _is_realized(u)) or (u.op is Ops.BUFFER and u.arg[2:] != (IOTA_TAG,))): return None
-    # x and the mask of what it covers carried back through each view op, from this view down to the whole tensor
-    # (no mask until a shrink or pad: reshapes, permutes and flips cover the whole buffer)
-    val, mask = x, None
-    for op in chain:
-      below = op.src[0].shape
-      if op.op is Ops.RESHAPE: back: Callable[[Tensor], Tensor] = lambda t: t.reshape(below)  # noqa: E731
-      elif op.op is Ops.PERMUTE:
-        order = tuple(sorted(range(len(op.arg)), key=op.arg.__getitem__))
-        back = lambda t: t.permute(order)  # noqa: E731
-      elif op.op is Ops.FLIP:
-        axes = [i for i, f in enumerate(op.arg) if f]
-        back = lambda t: t.flip(axes)  # noqa: E731
-      else:
-        if mask is None: mask = Tensor.full(op.shape, True, dtypes.bool, self.device)
-        if op.op is Ops.SHRINK:  # what the view left out is padded back, outside the mask
-          pads = tuple((lo, n - hi) for (lo, hi), n in zip(op.arg, below))
-          val, mask = val.pad(pads), mask.pad(pads, value=False)
-          continue
-        region = tuple((lo, lo + n) for (lo, _), n in zip(op.arg, below))  # PAD: its padding holds no element
-        back = lambda t: t.shrink(region)  # noqa: E731
-      val, mask = back(val), None if mask is None else back(mask)
+    u, val, mask = _back_to_root(self.uop, x)
     whole = Tensor(u)
     new = val if mask is None else mask.where(val, whole)
     # the kernels write the buffer while they read the value: one that reads it elsewhere gets its own buffer first
@@ -824,7 +840,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
                  **kw: Any) -> Tensor:
     """A new buffer of this tensor's shape, its values unset; this tensor's dtype and device unless given (positional
     too, as in tinygrad)."""
-    dt = self.dtype if dtype is None else dtype
+    dt = self._strong().dtype if dtype is None else dtype  # (storage: a weak dtype has none)
     return self._like(lambda shape, dev: Tensor.empty(shape, dtype=dt, device=dev, **kw),
                       {} if device is None else {"device": device})
   @staticmethod
@@ -951,14 +967,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, contiguous: bool = True,
            **kw: Any) -> Tensor:
     """Uniform random values in [0, 1): random mantissa bits under the exponent of 1.0, minus 1 (tinygrad's numbers
-    for a seed). contiguous is accepted as in tinygrad: the values are computed in-kernel from a counter either way,
-    so where they live is the scheduler's choice."""
+    for a seed). contiguous (the default, as in tinygrad): computed into a buffer of their own, which every reader
+    shares; False leaves them a lazy expression of the stream's counter, fused into each reader's kernel (the same
+    values: the methods built on rand, such as randn, uniform and dropout, take it so)."""
     shp = _check_shape(argfix(*shape), "rand")
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if not dtypes.is_float(d): raise ValueError(f"rand: needs a float dtype, got {d}")
     if d in _WEAK: raise WeakDTypeError(f"rand: {d} has no bits to draw; use a float such as {strong_dtype(d)}")
     out = Tensor._bits_to_rand(Tensor._random_words(-(-prod(shp) * d.itemsize // 4), device), shp, d)
-    return Tensor(out.uop, device=device, **kw)
+    return Tensor((out.contiguous() if contiguous else out).uop, device=device, **kw)
   @staticmethod
   def _bits_to_rand(bits: Tensor, shape: tuple[int, ...], dtype: DType) -> Tensor:
     """Uniform values in [0, 1) of float `dtype` and `shape` from the random uint32 words `bits` (at least
@@ -979,14 +996,16 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   @staticmethod
   def _rand(key: Tensor, counter: Tensor, shape: tuple[int, ...], dtype: DType, contiguous: bool = True) -> Tensor:
     """Tensor.rand's values from the stream keyed by `key`, after `counter` words (tinygrad's name; a pure function of
-    its arguments, unlike rand, which reads the device's counter). contiguous is accepted as in rand."""
-    return Tensor._bits_to_rand(Tensor.random_bits(key, counter, -(-prod(shape) * dtype.itemsize // 4)), shape, dtype)
+    its arguments, unlike rand, which reads the device's counter). contiguous as in rand, in a buffer equal calls
+    share (equal arguments, equal values: one graph)."""
+    out = Tensor._bits_to_rand(Tensor.random_bits(key, counter, -(-prod(shape) * dtype.itemsize // 4)), shape, dtype)
+    return out._in_buffer() if contiguous else out
   @staticmethod
   @_takes_requires_grad
   def randn(*shape: Any, dtype: DType | str | None = None, **kw: Any) -> Tensor:
     """Standard normal values (Box-Muller)."""
     shp = _check_shape(argfix(*shape), "randn")
-    u = Tensor.rand(2, *shp, device=kw.get("device"), dtype=dtypes.float32)
+    u = _rand(2, *shp, device=kw.get("device"), dtype=dtypes.float32, contiguous=False)
     r = (1 - u[1]).log().mul(-2).sqrt()  # tinygrad's order: the first half gives the angle, the second the radius
     d = to_dtype(dtype) if dtype is not None else dtypes.default_float
     return Tensor(((u[0] * (2 * math.pi)).cos() * r).cast(d).uop, **kw)
@@ -998,7 +1017,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if high <= low: raise ArgumentError(f"randint: needs low < high, got low={low} high={high}")
     dtype = to_dtype(kw.pop("dtype", dtypes.int32))
     if not dtypes.is_int(dtype): raise TypeError(f"randint: dtype must be an integer dtype, got {dtype}; use uniform")
-    u = Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, **kw)
+    u = _rand(*shape, dtype=dtypes.float64 if high - low > 1 << 24 else dtypes.float32, contiguous=False, **kw)
     return (u * (high - low)).floor().cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
@@ -1007,7 +1026,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if isinstance(low, (int, float)) and isinstance(high, (int, float)) and high <= low:
       raise ArgumentError(f"uniform: needs low < high, got low={low} high={high}")
     # cast before adding low (tinygrad's order): an int dtype then rounds every value down, not toward zero
-    return (Tensor.rand(*shape, dtype=dtypes.float32, **kw) * (high - low)).cast(dtype) + low
+    return (_rand(*shape, dtype=dtypes.float32, contiguous=False, **kw) * (high - low)).cast(dtype) + low
   @staticmethod
   @_takes_requires_grad
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
@@ -1059,10 +1078,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     if replacement or num_samples == 1:
       cdf = w.cumsum(1)
       cdf = cdf / cdf[:, -1:]
-      u = Tensor.rand(w.shape[0], num_samples, 1, device=self.device)
+      u = _rand(w.shape[0], num_samples, 1, device=self.device, contiguous=False)
       idx = (u >= cdf.unsqueeze(1)).sum(2).minimum(w.shape[1] - 1)  # (B, num_samples)
     else:  # Efraimidis-Spirakis: the top keys u^(1/w), taken in log space
-      idx = (Tensor.rand(*w.shape, device=self.device).log() / w).topk(num_samples, dim=1)[1]
+      idx = (_rand(*w.shape, device=self.device, contiguous=False).log() / w).topk(num_samples, dim=1)[1]
     return (idx.squeeze(0) if self.ndim == 1 else idx).cast(dtypes.int32)
   @staticmethod
   def from_blob(ptr: int, shape: tuple[int, ...], **kw: Any) -> Tensor:
@@ -1870,6 +1889,7 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)
   def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)
   def __abs__(self) -> Tensor: return self.abs()
+  def _remember_write(self, graph: UOp, before: UOp) -> None: _record_write(self, graph, before)
   def _inplace(self, out: Tensor) -> Tensor:
     # x += y: the result keeps x's dtype and shape, and x now refers to it
     if out.shape != self.shape: raise ValueError(f"in-place op: result shape {out.shape} doesn't match {self.shape}")
@@ -1879,10 +1899,15 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     # a backward() may still go through, or made from a requires_grad tensor), takes the new graph instead, which
     # keeps the gradient path
     u = self.uop
-    if not self.requires_grad and not has(u.base, ORIGIN) and u.base.op is Ops.BUFFER and \
+    if not self.requires_grad and (not has(u.base, ORIGIN) or buffer_shared(self)) and u.base.op is Ops.BUFFER and \
        u.base.arg[2:] != (IOTA_TAG,) and (_is_whole_buffer(u) or _writable_view(u) is not None) and \
        not write_keeps_grad_path(self, out.uop):
-      return self._assign(out, value_private=True, lazy=True)
+      # other tensors view the buffer and must see the write; a gradient the value carries (z[:2] += y) is kept by
+      # the written tensor's new node
+      graph = old_values_for_grad(self, out.uop) if write_carries_grad(out.uop, u) else None
+      self._assign(out, value_private=True, lazy=graph is None)  # (_remember_write needs the write done)
+      if graph is not None: self._remember_write(graph, u)
+      return self
     self.uop = out.uop
     return self
   def __iadd__(self, x: Any) -> Tensor: return self._inplace(self + x)
@@ -1911,6 +1936,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
 
 # ***** helpers below the class *****
+
+# Tensor.rand as defined here, for the methods built on it (randn, uniform, ...), which pass contiguous=False: they
+# keep working where a caller replaces Tensor.rand (tinygrad's test_randn_isnt_inf_on_zero puts Tensor.zeros there)
+_rand = Tensor.rand
 
 _SCALAR_EXPR = GroupOp.ALU | {Ops.CAST, Ops.BIND, Ops.DEFINE_VAR}
 _WEAK = frozenset(dtypes.weaks)  # (a set: DTypes hash by identity, a tuple compares each with ==)
@@ -2113,6 +2142,72 @@ def _remembered_from(n: UOp, bufs: set[Buffer]) -> bool:
 def _sources_now(n: UOp) -> tuple[UOp, ...]:
   """What n's value is computed from now: the view holding it when it was realized, else its sources."""
   return (r,) if (r := lookup_realized(n)) is not None and r is not n else n.src
+
+def _record_write(t: Tensor, graph: UOp, before: UOp) -> None:
+  """After an in-place write of `graph` into t's buffer (t's node was `before`), which has run: the buffer gets a new
+  version node (same memory, its own identity) remembering, as its ORIGIN, its graph: `graph` where t's view maps,
+  the old node elsewhere; t holds it. A write cuts the graph of what was written out of the nodes, so without this
+  backward() wouldn't reach it (z[:2] += x: x's gradient). On the buffer node, not t's view of it: later views of t
+  compose with t's movement ops, which would drop a node above the buffer."""
+  root, val, mask = _back_to_root(before if t.uop is before else t.uop, Tensor(graph, device=t.device))
+  if root.op is not Ops.BUFFER: return  # (a bitcast view: its values aren't what a gradient flows through)
+  whole = val if mask is None else mask.where(val, Tensor(root, device=t.device))
+  if t.uop is before:  # written through a view: t still holds the old node
+    nb = new_buffer_uop(root.device, root.arg[1], root.dtype, buffers[root])
+    t.uop = before.substitute({root: nb})
+  else: nb = root  # (a whole write gave t a new version already)
+  put(nb, ORIGIN, whole.uop)
+
+def _adopt_intermediates(done: list[Tensor], keep_graph: bool) -> None:
+  """After a realize whose kernels computed more than its results: every other live lazy tensor made contiguous
+  (contiguous(), clone(), Tensor.rand) whose buffer one of them filled (an intermediate a tensor holds is never pooled,
+  and is remembered) now holds that buffer, as tinygrad's realize rebinds every tensor (b = a[2:10].clone();
+  b.realize() gives the contiguous a its buffer too). Its graph is kept for backward() as for a realized result.
+  (Only those: a held intermediate of any op became a buffer later kernels read instead of fusing it, and a bool one
+  read four at a time hit the C renderer's missing bool vectors.)"""
+  ids = {id(t) for t in done}
+  for r in _made:
+    if (t := r()) is None or (u := t.uop).op is not Ops.CONTIGUOUS or REALIZED not in slots(u) or id(t) in ids: continue
+    if (v := lookup_realized(u)) is None or v is u or v.base.op is not Ops.BUFFER: continue
+    if keep_graph and not t.requires_grad and not getattr(t, "_is_grad", False) and u.op is not Ops.ASSIGN:
+      put(v, ORIGIN, u)
+      remember_weakly(u)
+    t.uop = v
+
+def _on_device(u: UOp, device: str) -> UOp:
+  """A device-less graph (constants, no buffer) with its constants on `device`: the value computed there. (Left
+  device-less, the scheduler would compute it on the default device of the time, and its cached schedule is the
+  graph's alone: realized again with another default, it ran the first device's program.)"""
+  return u.substitute({c: build.const(c.arg, c.dtype, device) for c in u.toposort() if c.op is Ops.CONST and not c.src})
+
+def _back_to_root(view: UOp, x: Tensor) -> tuple[UOp, Tensor, Tensor | None]:
+  """x (of view's shape) carried back through view's one-to-one ops, pads and detaches to the node under them: (that
+  node, x in its shape, the bool mask of the positions x covers there, None when it covers all)."""
+  chain, u = [], view
+  while u.op in _ONE_TO_ONE or u.op in (Ops.PAD, Ops.DETACH):
+    if u.op is not Ops.DETACH: chain.append(u)
+    u = u.src[0]
+  # (no mask until a shrink or pad: reshapes, permutes and flips cover the whole buffer)
+  val, mask = x, None
+  for op in chain:
+    below = op.src[0].shape
+    if op.op is Ops.RESHAPE: back: Callable[[Tensor], Tensor] = lambda t: t.reshape(below)  # noqa: E731
+    elif op.op is Ops.PERMUTE:
+      order = tuple(sorted(range(len(op.arg)), key=op.arg.__getitem__))
+      back = lambda t: t.permute(order)  # noqa: E731
+    elif op.op is Ops.FLIP:
+      axes = [i for i, f in enumerate(op.arg) if f]
+      back = lambda t: t.flip(axes)  # noqa: E731
+    else:
+      if mask is None: mask = Tensor.full(op.shape, True, dtypes.bool, x.device)
+      if op.op is Ops.SHRINK:  # what the view left out is padded back, outside the mask
+        pads = tuple((lo, n - hi) for (lo, hi), n in zip(op.arg, below))
+        val, mask = val.pad(pads), mask.pad(pads, value=False)
+        continue
+      region = tuple((lo, lo + n) for (lo, _), n in zip(op.arg, below))  # PAD: its padding holds no element
+      back = lambda t: t.shrink(region)  # noqa: E731
+    val, mask = back(val), None if mask is None else back(mask)
+  return u, val, mask
 
 def _write(assign: UOp, lazy: bool, whole: bool) -> None:
   """Run the in-place write `assign` now (after the pending writes it must follow), or, lazy (Tensor.assign into a

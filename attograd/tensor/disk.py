@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 from attograd.device import Buffer, Device
-from attograd.dtype import DType
+from attograd.dtype import DType, least_upper_dtype
 from attograd.helpers import prod
 from attograd.uop.ops import GroupOp, Ops, UOp
 from attograd.uop.view import ShapeTracker, strides_for_shape
@@ -25,9 +25,10 @@ def resolve(t: Tensor) -> UOp:
   shape."""
   return _resolve(t.uop, type(t))
 
-class DiskComputeError(NotImplementedError):
+class DiskComputeError(NotImplementedError, AssertionError):
   """An op that computes (a cast, an add) on a DISK tensor: the NotImplementedError tinygrad raises for it, which is
-  a RuntimeError like the DISK runtime's other refusals."""
+  a RuntimeError like the DISK runtime's other refusals; also an AssertionError, which is what tinygrad's tests expect
+  from an add or a cat of DISK slices (move them to a device first: `t.to(None)`)."""
 
 def _resolve(u: UOp, tensor: type[Tensor]) -> UOp:
   chain: list[UOp] = []
@@ -82,6 +83,10 @@ def assign(t: Tensor, x: Any) -> Tensor:
   if not isinstance(x, type(t)): x = type(t)(x, dtype=t.dtype)
   if on_disk(x.device): x = x.to(Device.DEFAULT)
   if x.shape != t.shape: x = x._broadcast_to(t.shape)
+  if x._weak is not None and least_upper_dtype(t.dtype, x.dtype) is not t.dtype:
+    # a Python number's weak dtype defers to the target's only where it fits (as a write to a device checks)
+    raise RuntimeError(f"assign dtype mismatch: a {x.dtype} value (a Python number) doesn't fit the {t.dtype} DISK "
+                       f"target; cast it first (value.cast({t.dtype}))")
   if x.dtype != t.dtype: x = x.cast(t.dtype)
   target = resolve(t).base
   # a lazy write that reads the file's old bytes runs first (through a view of the file: a Buffer of its own, over the

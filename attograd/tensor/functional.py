@@ -177,7 +177,7 @@ class NNMixin:
     if not 0 <= p <= 1: raise ValueError(f"dropout: p must be in [0, 1], got {p}")
     if not TRAINING or p == 0: return self
     if p == 1: return self.zeros_like()
-    keep = type(self).rand(self.shape, device=self.device) >= p
+    keep = type(self).rand(self.shape, device=self.device, contiguous=False) >= p
     return keep.where(self, self._const_like(0)) * (1.0 / (1.0 - p))
 
   def one_hot(self: Tensor, num_classes: int) -> Tensor:

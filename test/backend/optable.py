@@ -659,7 +659,8 @@ NON_OPS = {
   "grad": "autograd result", "const": "a constant of another tensor's dtype and device (test_tensor_api3.py)",
   "linear_with_vars": "schedules, runs nothing (test_linear.py)", "schedule_linear": "schedules (test_linear.py)",
   # running and reading: every row goes through them
-  "realize": "runs the graph", "numpy": "reads data", "tolist": "reads data", "item": "reads data",
+  "realize": "runs the graph", "callify": "gives a buffer, written at a realize (test_pending_writes.py)",
+  "numpy": "reads data", "tolist": "reads data", "item": "reads data",
   "data": "reads data",
   # autograd machinery: the backward half of every row with grad=True
   "backward": "autograd", "gradient": "autograd", "requires_grad_": "autograd flag", "train": "mode switch",

@@ -608,3 +608,11 @@ def test_to_program_shows_the_linear_program(device: str) -> None:
   assert prg.arg.name == want.name and prg.arg.src == want.src  # the program the device runs
   assert any(u.op is Ops.STORE for u in prg.src[1].src)
   assert not {u.dtype for u in prg.src[1].src} & {dtypes.int64, dtypes.uint64}
+
+def test_bool_vector_cast_to_floats(device: str) -> None:
+  # u @ diag(s): the kernel gathers (r == j) for 4 lanes into a bool vector and casts it to float4; C has no _Bool
+  # vectors (gcc refused the typedef), so a bool vector is 4 bytes of 0/1 there
+  u = Tensor(np.arange(16, dtype=np.float32).reshape(4, 4), device=device).realize()
+  s = Tensor(np.arange(4, dtype=np.float32) + 1, device=device).realize()
+  np.testing.assert_allclose((u @ (s.unsqueeze(-2) * Tensor.eye(4, device=device))).numpy(),
+                             u.numpy() @ np.diag(s.numpy()))

@@ -232,3 +232,9 @@ def test_big_host_data_asks_for_huge_pages() -> None:
   from attograd.runtime.ops_cpu import HUGE_PAGE_MIN
   x = np.ones(HUGE_PAGE_MIN // 4, np.float32)
   assert Tensor(x, device="CPU").sum().item() == HUGE_PAGE_MIN // 4  # a 4 MB input copied in, read by a kernel
+
+def test_device_default_is_the_default_devices_object_and_its_renderer_pickles(device: str) -> None:
+  import pickle
+  assert Device.default is Device[Device.DEFAULT] and Device[device].device == device
+  r = pickle.loads(pickle.dumps(Device[device].renderer))
+  assert type(r) is type(Device[device].renderer)

@@ -66,6 +66,23 @@ def test_non_contiguous_and_compute_raise(tmp_path: pathlib.Path) -> None:
   with pytest.raises(NotImplementedError, match=r"cast of a float16 tensor of shape \(2, 3\) can't run on DISK") as e:
     t.cast(dtypes.float16).to("CPU")
   assert isinstance(e.value, RuntimeError)
+  # an add or a cat of DISK slices: also an AssertionError, as tinygrad's tests expect; moved to a device, they compute
+  flat = t.reshape(6)
+  with pytest.raises(AssertionError, match="can't run on DISK"): (flat[0:2] + flat[3:5]).tolist()
+  with pytest.raises(AssertionError, match="can't run on DISK"): Tensor.cat(flat[0:2], flat[3:5]).tolist()
+  assert (flat[0:2].to(None) + flat[3:5].to(None)).tolist() == [3, 5]
+
+def test_weak_value_into_disk_follows_the_device_rule(tmp_path: pathlib.Path) -> None:
+  # a Python float's weak dtype defers to a float target, not to an int one (as an assign on a device); a strong
+  # value is cast to the file's dtype
+  ints = Tensor.empty(2, dtype=dtypes.int32, device=_disk(tmp_path / "i"))
+  with pytest.raises(RuntimeError, match="dtype mismatch"): ints.assign(Tensor.const(0.5).reshape(1).expand(2))
+  ints.assign(Tensor.const(3).reshape(1).expand(2))
+  assert ints.tolist() == [3, 3]
+  halves = Tensor.empty(2, dtype=dtypes.float16, device=_disk(tmp_path / "h"))
+  halves.assign(Tensor.const(0.5).reshape(1).expand(2))
+  halves[1:] = Tensor([2.0])
+  assert halves.tolist() == [0.5, 2.0]
 
 def test_path_tensor_is_a_disk_device(tmp_path: pathlib.Path) -> None:
   p = tmp_path / "f.bin"

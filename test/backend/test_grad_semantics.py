@@ -171,8 +171,8 @@ def test_tensor_from_empty_file(tmp_path: pathlib.Path) -> None:
   assert t.shape == (0,) and t.dtype == dtypes.uint8
 
 # ***** a write into a buffer of a value made from a requires_grad tensor keeps the gradient path (as PyTorch's
-# autograd records in-place ops): the target takes the new graph instead of being written in place, when nothing
-# else views the buffer and no TinyJit is capturing *****
+# autograd records in-place ops): the target takes the new graph instead of being written in place when nothing
+# else views the buffer and no TinyJit is capturing; otherwise it is written and remembers the graph *****
 
 def test_setitem_value_from_requires_grad_tensor_gets_gradient(device: str) -> None:
   z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
@@ -201,13 +201,71 @@ def test_detached_or_gradient_values_still_write_in_place(device: str) -> None:
   assert view.tolist() == [3.0, 6.0] and acc.tolist() == [3.0, 6.0]
 
 def test_write_with_views_of_the_buffer_stays_in_place(device: str) -> None:
-  # a view of the buffer must see the write: it is written in place, and the gradient path is cut (PyTorch keeps
-  # both; attograd can't, so the values win)
+  # a view of the buffer must see the write: it is written in place, and the gradient path is kept by the written
+  # tensor's new node (as PyTorch keeps both)
   z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
   head = z[:2]
   x = Tensor([10.0, 20.0], device=device, requires_grad=True)
   z[:2] = x * 3
   assert head.tolist() == [30.0, 60.0]
+  z.sum().backward()  # and the written tensor remembers what was written, for backward()
+  assert x.grad is not None and x.grad.tolist() == [3.0, 3.0]
+
+# ***** z[idx] op= x: Python runs v = z[idx]; v op= x (a write through the view into z's buffer); z[idx] = v. The
+# gradient reaches x through both writes, as in PyTorch, for tensors without requires_grad too (backward() fills
+# every tensor of the graph, as tinygrad's) *****
+
+_IOP_CASES = [((4,), (slice(0, 2),), "+"), ((4,), (slice(1, 4, 2),), "*"), ((3, 4), (1,), "-"),
+              ((3, 4), (slice(None), slice(1, 3)), "*"), ((2, 3, 4), (slice(1, None), 0), "+"),
+              ((2, 3, 4), (Ellipsis, slice(0, 1)), "/")]
+
+@needs_torch
+@pytest.mark.parametrize("shape,idx,op", _IOP_CASES)
+@pytest.mark.parametrize("mark", [None, True])
+def test_indexed_inplace_op_gradient_matches_torch(device: str, shape: tuple, idx: tuple, op: str,
+                                                   mark: bool | None) -> None:
+  rng = np.random.default_rng(0)
+  zv = rng.uniform(1, 2, shape).astype(np.float32)
+  xv = rng.uniform(1, 2, zv[idx].shape).astype(np.float32)
+  wv = rng.uniform(-1, 1, shape).astype(np.float32)
+  def run(T: type, z, x, w):  # noqa: ANN001
+    v = z[idx]
+    if op == "+": v += x
+    elif op == "-": v -= x
+    elif op == "*": v *= x
+    else: v /= x
+    z[idx] = v
+    return (z * w).sum()
+  tz, tx = torch.tensor(zv, requires_grad=True), torch.tensor(xv, requires_grad=True)
+  tz1 = tz * 1  # (PyTorch refuses in-place ops on a leaf that requires grad)
+  run(torch, tz1, tx, torch.tensor(wv)).backward()
+  z, x = Tensor(zv, device=device).realize(), Tensor(xv, device=device, requires_grad=mark)
+  loss = run(Tensor, z, x, Tensor(wv, device=device))
+  np.testing.assert_allclose(z.numpy(), tz1.detach().numpy(), rtol=1e-6)
+  loss.backward()
+  assert x.grad is not None and z.grad is not None
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+  np.testing.assert_allclose(z.grad.numpy(), wv, rtol=1e-6)  # z's own gradient: of its value after the writes
+
+def test_inplace_op_through_a_view_keeps_gradient_and_aliasing(device: str) -> None:
+  z = Tensor([1.0, 2.0, 3.0, 4.0], device=device).realize()
+  x = Tensor([10.0, 20.0], device=device, requires_grad=True)
+  v = z[1:3]
+  v *= x  # the gradient reads v's values before the write: [2, 3]
+  assert z.tolist() == [1.0, 20.0, 60.0, 4.0] and v.tolist() == [20.0, 60.0]
+  v += 1  # v still views z's buffer
+  assert z.tolist() == [1.0, 21.0, 61.0, 4.0]
+  v.sum().backward()
+  assert x.grad is not None and x.grad.tolist() == [2.0, 3.0]
+
+def test_realized_value_under_a_lazy_tensor_gets_gradients(device: str) -> None:
+  # y was realized (remembering its graph); z is built on it, lazily: both get their gradients
+  w = Tensor([1.0, 2.0], device=device, requires_grad=True)
+  y = (Tensor([3.0, 4.0], device=device) * w).realize()
+  z = y * 2
+  z.sum().backward()
+  assert w.grad is not None and w.grad.tolist() == [6.0, 8.0]
+  assert z.grad is not None and z.grad.tolist() == [1.0, 1.0] and y.grad is not None and y.grad.tolist() == [2.0, 2.0]
 
 def test_write_inside_jit_capture_stays_in_place(device: str) -> None:
   # a TinyJit records the writes it replays: a write of a gradient-carrying value is still made in place there

@@ -213,7 +213,10 @@ def test_reader_equal_to_a_realized_one_keeps_its_values(device: str) -> None:
 
 def test_setitem_of_a_slice_writes_only_the_slice(device: str) -> None:
   x = Tensor.zeros(100, device=device).contiguous().realize()
+  # (requires_grad=False: a value backward() may fill the .grad of is written at once, the written tensor
+  # remembering its graph; test_grad_semantics.py has that case)
   v = Tensor.ones(30, device=device).contiguous().realize()
+  v.requires_grad = False
   GlobalCounters.reset()
   n = len(pending.pending)  # (earlier tests' writes to buffers nothing reads again may still wait)
   x[20:50] = v
@@ -225,3 +228,29 @@ def test_setitem_of_a_slice_writes_only_the_slice(device: str) -> None:
   want = np.zeros(100, np.float32)
   want[20:50], want[60] = 1.0, 5.0
   np.testing.assert_equal(x.numpy(), want)
+
+# ***** Tensor.callify (tinygrad's): a buffer of its own now, the value written there at the first realize *****
+
+def test_callify_gives_a_buffer_and_computes_lazily(device: str) -> None:
+  a, b = Tensor([1.0, 2.0, 3.0], device=device), Tensor([4.0, 5.0, 6.0], device=device)
+  c, d = a + b, a * b
+  assert _kernels(lambda: c.callify(d)) == 0
+  assert c.uop.base.op.name == "BUFFER" and d.uop.base.op.name == "BUFFER" and c.uop.base is not d.uop.base
+  e = c * 2  # built on c's buffer: reading it runs c's write first
+  assert e.tolist() == [10.0, 14.0, 18.0] and d.tolist() == [4.0, 10.0, 18.0]
+  assert _kernels(lambda: c.callify(d)) == 0 and c.tolist() == [5.0, 7.0, 9.0]  # a buffer already: left alone
+
+def test_callify_of_a_weak_constant_and_an_int_and_a_reduce(device: str) -> None:
+  w = Tensor(2.0, device=device) + Tensor(3.0, device=device)  # a weak float: its buffer is float32
+  w.callify()
+  assert w.dtype == Tensor([1.0]).dtype and w.item() == 5.0
+  i = Tensor([1, 2], device=device) + 3
+  assert i.callify().tolist() == [4, 5]
+  r = Tensor([1.0, 2.0, 3.0, 4.0], device=device).sum()
+  assert r.callify().item() == 10.0
+
+def test_callify_keeps_the_gradient_path(device: str) -> None:
+  w = Tensor([1.0, 2.0], device=device, requires_grad=True)
+  y = (w * w).callify()
+  (y * 3).sum().backward()
+  assert w.grad is not None and w.grad.tolist() == [6.0, 12.0]

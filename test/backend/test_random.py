@@ -285,3 +285,30 @@ def test_uniform_int_with_a_negative_low_is_uniform(device: str) -> None:
   x = Tensor.uniform(20_000, low=-2, high=3, dtype=dtypes.int32).numpy()
   counts = np.bincount(x + 2, minlength=5)
   assert x.min() == -2 and x.max() == 2 and counts.min() > 0.9 * 4000 and counts.max() < 1.1 * 4000
+
+# ***** rand's contiguous=: a buffer of its own (the default, as in tinygrad) or an expression fused into readers *****
+
+def test_rand_is_computed_once_into_its_own_buffer(device: str) -> None:
+  from attograd.helpers import GlobalCounters
+  Tensor.manual_seed(3)
+  a = Tensor.rand(16, 16)
+  b = a[2:10].clone()
+  k0 = GlobalCounters.kernel_count
+  b.realize()
+  assert GlobalCounters.kernel_count - k0 == 2  # rand's values, then the copy of its rows
+  # the realize of b computed a's buffer: a holds it now (a realize rebinds every tensor whose value it computed)
+  assert a.uop.base.buffer is not b.uop.base.buffer
+  k0 = GlobalCounters.kernel_count
+  np.testing.assert_equal(a.numpy()[2:10], b.numpy())
+  assert GlobalCounters.kernel_count - k0 == 0
+
+def test_rand_not_contiguous_fuses_into_its_reader(device: str) -> None:
+  from attograd.helpers import GlobalCounters
+  Tensor.manual_seed(3)
+  ref = Tensor.rand(16, 16).numpy()
+  Tensor.manual_seed(3)
+  a = Tensor.rand(16, 16, contiguous=False)
+  k0 = GlobalCounters.kernel_count
+  b = (a[2:10] * 2).realize()
+  assert GlobalCounters.kernel_count - k0 == 1
+  np.testing.assert_equal(b.numpy(), ref[2:10] * 2)  # the same values either way

@@ -39,8 +39,7 @@ TINYGRAD_TENSOR_NAMES = ('T', 'abs', 'acos', 'acosh', 'add', 'all', 'allclose', 
   'ufix', 'unflatten', 'unfold', 'uniform', 'unsqueeze', 'uop', 'uprod', 'usum', 'var', 'var_mean', 'view', 'where',
   'zeros', 'zeros_like')
 # tinygrad names attograd leaves out, each with its reason in docs/tinygrad-compat.md
-NOT_PROVIDED = {"custom_kernel": "kernels written as tinygrad UOp programs", "callify": "tinygrad's CALL graphs",
-                "decode_hevc_frame": "NVIDIA's hardware video decoder", "uop": "an instance attribute here"}
+NOT_PROVIDED = {"decode_hevc_frame": "NVIDIA's hardware video decoder", "uop": "an instance attribute here"}
 
 def test_every_tinygrad_tensor_name_is_here() -> None:
   missing = [n for n in TINYGRAD_TENSOR_NAMES if not hasattr(Tensor, n) and n not in NOT_PROVIDED]

@@ -59,3 +59,18 @@ def test_rand_of_a_key_is_pure(device: str) -> None:
   b = Tensor(UOp._rand(key.uop, counter.uop, (4, 3), dtypes.float32)).numpy()
   np.testing.assert_array_equal(a, b)
   assert a.shape == (4, 3) and (a >= 0).all() and (a < 1).all() and len(np.unique(a)) == 12
+
+def test_tensor_of_a_deviceless_uop_has_no_device(device: str) -> None:
+  # tinygrad's device-less tensor: its device is None (its repr says so), it computes on the default device, and it
+  # combines with, is written into and is copied to a tensor of any device
+  t = Tensor(UOp.const(2.0).cast(dtypes.float))
+  assert t.device is None and t.uop.device is None
+  assert "<UOp None ()" in repr(t) and "device=None" in repr(t)
+  assert t.numpy() == 2.0 and t.device is None  # (printing and reading it leave it device-less)
+  x = Tensor([1.0, 3.0], device=device)
+  assert (x * t).tolist() == [2.0, 6.0] and (x * t).device == x.device
+  assert t.clone(device=device).device == x.device and t.clone(device=device).item() == 2.0
+  s = Tensor.empty(3, device=device)
+  s.assign(t)
+  assert s.tolist() == [2.0, 2.0, 2.0]
+  assert Tensor(UOp.const(2.0).cast(dtypes.float), device=device).device == x.device  # a device asked for

@@ -114,3 +114,27 @@ def test_dev_targets_parse_and_print_back():
   with Context(DEV="CUDA"): assert DEV.target("CL", arch="a") == Target("CL", arch="a")
   for bad in ("A+B+C", "A:B:C:D"):
     with pytest.raises(RuntimeError, match="too many"): Target.parse(bad)
+
+def test_code_objects_pickle():
+  # importing attograd registers a pickler for code objects (as tinygrad does): a function's code goes by value
+  import types
+  def nested(n): return [[i * j for i in range(n)] for j in range(n)]
+  code = pickle.loads(pickle.dumps(nested.__code__))
+  assert code is not nested.__code__ and types.FunctionType(code, globals())(3) == nested(3)
+  assert types.FunctionType(pickle.loads(pickle.dumps((lambda x: x * 2).__code__)), {})(21) == 42
+
+def test_compiler_with_a_cachekey_uses_its_diskcache_table(tmp_path, monkeypatch):
+  # tinygrad's Compiler(cachekey): each binary is stored under its source in the table `cachekey`, while CCACHE is on
+  from attograd.device import Compiler
+  monkeypatch.setenv("ATTOGRAD_CACHE_DIR", str(tmp_path))
+  runs = []
+  class Echo(Compiler):
+    def compile(self, src: str) -> bytes:
+      runs.append(src)
+      return src.encode()[::-1]
+  with Context(CCACHE=1):
+    assert Echo("echo").compile_cached("abc") == b"cba" and diskcache_get("echo", "abc") == b"cba"
+    assert Echo("echo").compile_cached("abc") == b"cba" and runs == ["abc"]  # the second from the cache
+  with Context(CCACHE=0):
+    assert Echo("echo2").compile_cached("abc") == b"cba" and diskcache_get("echo2", "abc") is None
+  assert Echo().cachekey is None and Echo().compile_cached("x") == b"x"  # no key: no cache
