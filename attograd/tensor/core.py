@@ -489,8 +489,10 @@ class Tensor(GradMixin, NNMixin, MovementMixin, ComposeMixin, MathMixin, LinalgM
     kept = {id(t) for t in readers} if readers and grads else ()  # (a reader's graph is kept, as when realized alone)
     for t in todo:
       nu = becomes.get(t.uop, t.uop)
+      # (not a file's: a DISK tensor has no gradient, and a weak memo would let a later realize run its copy into the
+      # file again, over the writes made since: a live requires_grad tensor made a DISK slice's assign vanish)
       if (keep_graph or id(t) in kept) and nu is not t.uop and nu.base.op is Ops.BUFFER and t.uop.op is not Ops.ASSIGN \
-         and not t.requires_grad and not getattr(t, "_is_grad", False):
+         and not t.requires_grad and not getattr(t, "_is_grad", False) and not tensor_disk.on_disk(nu.device):
         put(nu, ORIGIN, t.uop)
         remember_weakly(t.uop)
       t.uop = nu

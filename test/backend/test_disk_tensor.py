@@ -48,6 +48,17 @@ def test_assign_and_setitem_write_the_file(tmp_path: pathlib.Path, device: str) 
   h[0:8].bitcast(dtypes.int64).assign([12345])  # how safetensors writes its header length
   assert int.from_bytes(h[0:8].data(), "little") == 12345
 
+def test_assign_into_a_slice_with_a_requires_grad_tensor_alive(tmp_path: pathlib.Path, device: str) -> None:
+  # a live requires_grad tensor makes realize keep the graph behind each realized value, with a weak memo; the file's
+  # copy (t.to(DISK)) had one too, so reading t ran that copy into the file again, over the slice's write: silently
+  # [0, 1, 2, 3]
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  p = tmp_path / "g"
+  t = Tensor([0, 1, 2, 3], dtype=dtypes.int32).to(_disk(p))
+  t[1:3].assign(Tensor.full((2,), 99, dtype=dtypes.int32))
+  assert t.tolist() == [0, 99, 99, 3] and np.frombuffer(p.read_bytes(), np.int32).tolist() == [0, 99, 99, 3]
+  assert w.requires_grad
+
 def test_assign_from_disk_and_broadcast(tmp_path: pathlib.Path) -> None:
   src = Tensor([1, 2, 3, 4], dtype=dtypes.int32).to(_disk(tmp_path / "s"))
   dst = Tensor.empty(4, device=_disk(tmp_path / "d"), dtype=dtypes.int32)
