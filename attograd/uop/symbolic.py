@@ -7,7 +7,7 @@ sums they reason about cannot wrap for any value within bounds.
 """
 from __future__ import annotations
 import math
-from attograd.dtype import ConstType, DType, can_lossless_cast, dtypes
+from attograd.dtype import ConstType, DType, can_lossless_cast, dtypes, truncate_to
 import attograd.uop.ops as ops
 from attograd.uop.ops import GroupOp, Ops, PatternMatcher, UOp, UPat, exec_alu
 
@@ -214,7 +214,10 @@ def fold_cast_const(x: UOp, c: UOp) -> UOp | None:
   undefined."""
   if is_vec(x) or is_vec(c) or c.arg.__class__ is tuple or x.dtype not in plain_dtypes: return None
   if dtypes.is_int(x.dtype) and isinstance(c.arg, float) and not math.isfinite(c.arg): return None
-  return UOp.const(x.dtype, c.arg)
+  # the constant's value is its own dtype's first: a float32 constant made from a Python float off float32's grid
+  # (2147483000.0) holds the float32 value (2147483008), as the kernel's constant would, and is cast from there
+  val = truncate_to(c.arg, c.dtype) if dtypes.is_float(c.dtype) and isinstance(c.arg, float) else c.arg
+  return UOp.const(x.dtype, val)
 
 def exact_cast(x: UOp, to: DType) -> bool:
   """Every value x takes is a value of `to`: by the dtypes, or (an int x) by x's bounds."""

@@ -603,3 +603,11 @@ def test_big_endian_arrays_keep_their_values(device: str, dt: str) -> None:
   a = np.array([[1, 2], [300, 4]], dtype=dt)
   np.testing.assert_array_equal(Tensor(a, device=device).numpy(), a.astype(a.dtype.newbyteorder("=")))
   np.testing.assert_array_equal(Tensor(a[:, ::-1], device=device).numpy(), a[:, ::-1])
+
+@pytest.mark.parametrize("val, to", [(2147483000.0, "int32"), (16777217.0, "int64"), (0.1, "float64")])
+def test_a_constant_cast_is_the_cast_of_its_own_dtypes_value(device: str, val: float, to: str) -> None:
+  # a float32 constant made from a Python float off float32's grid: folding its cast used the Python float
+  # (2147483000), where the same value in a buffer casts from its float32 value (2147483008), as NumPy does
+  want = np.array([val], np.float32).astype(to)[0]
+  assert Tensor(val, dtype=dtypes.float32, device=device).cast(getattr(dtypes, to)).item() == want
+  assert Tensor([val], dtype=dtypes.float32, device=device).cast(getattr(dtypes, to)).item() == want
